@@ -1,0 +1,57 @@
+// The coordinator's in-memory key-value store for rendezvous: ranks publish their
+// addresses (Gloo) or the NCCL unique id under keys prefixed by their generation, and wait
+// for each other's keys. Lives only as long as the coordinator: a generation that outlives
+// a coordinator restart is re-placed anyway.
+//
+//   store.Set("job-1/gen-2/rank-0", address);
+//   RETURN_IF_ERROR(store.Wait({"job-1/gen-2/rank-1"}, absl::Seconds(30)));
+//
+// Thread-safe; Wait blocks only its caller.
+#ifndef MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
+#define MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace mtrain {
+
+// Default wait, long enough for every rank of a large job to start its process.
+inline constexpr absl::Duration kDefaultRendezvousWait = absl::Seconds(30);
+// Bounds memory use by misbehaving clients.
+inline constexpr size_t kMaxRendezvousValueBytes = 1 << 20;
+
+class RendezvousStore {
+ public:
+  // INVALID_ARGUMENT for an empty key or a value over kMaxRendezvousValueBytes.
+  absl::Status Set(const std::string& key, std::string value);
+
+  // NOT_FOUND if the key was never set.
+  absl::StatusOr<std::string> Get(const std::string& key) const;
+
+  // Blocks until every key is set or `timeout` passes. DEADLINE_EXCEEDED names the keys
+  // still missing; INVALID_ARGUMENT for no keys or an empty key.
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) const;
+
+  // Removes every key starting with `prefix` (a finished or failed generation).
+  void ErasePrefix(const std::string& prefix);
+
+ private:
+  bool AllPresent(const std::vector<std::string>& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  mutable absl::Mutex mutex_;
+  // Signalled on every Set.
+  mutable absl::CondVar key_set_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_

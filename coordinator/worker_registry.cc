@@ -1,0 +1,90 @@
+#include "coordinator/worker_registry.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mtrain {
+
+WorkerRegistry::WorkerRegistry(const Clock* clock, WorkerRegistryOptions options)
+    : clock_(clock), options_(options) {}
+
+absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
+  if (info.worker_id().empty()) {
+    return absl::InvalidArgumentError("worker.worker_id: must not be empty");
+  }
+  if (info.incarnation_id().empty()) {
+    return absl::InvalidArgumentError("worker.incarnation_id: must not be empty");
+  }
+  if (info.device_count() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.device_count: must be >= 0 (got ", info.device_count(), ")"));
+  }
+  if (info.memory_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.memory_bytes: must be >= 0 (got ", info.memory_bytes(), ")"));
+  }
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(info.worker_id());
+  *restarted = it != workers_.end() &&
+               it->second.info.incarnation_id() != info.incarnation_id();
+  Record& record = workers_[info.worker_id()];
+  record = Record{info, clock_->Now(), WORKER_STATE_IDLE, ""};
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
+  if (request.worker_id().empty()) {
+    return absl::InvalidArgumentError("worker_id: must not be empty");
+  }
+  if (request.incarnation_id().empty()) {
+    return absl::InvalidArgumentError("incarnation_id: must not be empty");
+  }
+  absl::MutexLock lock(&mutex_);
+  auto it = workers_.find(request.worker_id());
+  if (it == workers_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", request.worker_id(), " is not registered; register again"));
+  }
+  Record& record = it->second;
+  if (record.info.incarnation_id() != request.incarnation_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", request.worker_id(), " heartbeat from incarnation ",
+        request.incarnation_id(), " but incarnation ", record.info.incarnation_id(),
+        " is registered; register again"));
+  }
+  record.last_seen = clock_->Now();
+  record.state = request.state() == WORKER_STATE_UNSPECIFIED ? WORKER_STATE_IDLE
+                                                              : request.state();
+  record.job_id = request.job_id();
+  return absl::OkStatus();
+}
+
+bool WorkerRegistry::IsAlive(const Record& record, absl::Time now) const {
+  return now - record.last_seen <= options_.heartbeat_timeout;
+}
+
+std::vector<WorkerStatus> WorkerRegistry::List() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mutex_);
+  std::vector<WorkerStatus> result;
+  result.reserve(workers_.size());
+  for (const auto& [id, record] : workers_) {
+    WorkerStatus status;
+    *status.mutable_worker() = record.info;
+    status.set_alive(IsAlive(record, now));
+    status.set_state(record.state);
+    status.set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - record.last_seen));
+    status.set_job_id(record.job_id);
+    result.push_back(std::move(status));
+  }
+  return result;
+}
+
+int WorkerRegistry::CountAlive() const {
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mutex_);
+  int alive = 0;
+  for (const auto& [id, record] : workers_) alive += IsAlive(record, now) ? 1 : 0;
+  return alive;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,109 @@
+#include "coordinator/worker_registry.h"
+
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+WorkerInfo MakeWorker(const std::string& id, const std::string& incarnation) {
+  WorkerInfo info;
+  info.set_worker_id(id);
+  info.set_incarnation_id(incarnation);
+  info.set_host("127.0.0.1");
+  info.set_device_kind(DEVICE_KIND_CPU);
+  info.set_memory_bytes(1 << 30);
+  return info;
+}
+
+HeartbeatRequest MakeHeartbeat(const std::string& id, const std::string& incarnation) {
+  HeartbeatRequest request;
+  request.set_worker_id(id);
+  request.set_incarnation_id(incarnation);
+  request.set_state(WORKER_STATE_IDLE);
+  return request;
+}
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  WorkerRegistry registry_{&clock_, {absl::Seconds(1), absl::Seconds(10)}};
+};
+
+TEST_F(WorkerRegistryTest, RegisteredWorkerIsListedAlive) {
+  bool restarted = true;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  EXPECT_FALSE(restarted);
+  std::vector<WorkerStatus> workers = registry_.List();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].worker().worker_id(), "w1");
+  EXPECT_TRUE(workers[0].alive());
+  EXPECT_EQ(registry_.CountAlive(), 1);
+}
+
+TEST_F(WorkerRegistryTest, MissedHeartbeatsPastTimeoutMarkDead) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(registry_.CountAlive(), 1) << "exactly at the timeout the worker still lives";
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(registry_.CountAlive(), 0);
+  EXPECT_FALSE(registry_.List()[0].alive());
+  EXPECT_EQ(registry_.List()[0].last_seen_ms_ago(), 10001);
+  // A late heartbeat brings it back.
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  EXPECT_EQ(registry_.CountAlive(), 1);
+}
+
+TEST_F(WorkerRegistryTest, HeartbeatsKeepWorkerAlive) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  for (int i = 0; i < 30; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  }
+  EXPECT_EQ(registry_.CountAlive(), 1);
+}
+
+TEST_F(WorkerRegistryTest, UnknownWorkerHeartbeatIsNotFound) {
+  EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("ghost", "a")).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(WorkerRegistryTest, NewIncarnationReplacesOldAndStaleHeartbeatIsRefused) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "b"), &restarted).ok());
+  EXPECT_TRUE(restarted);
+  EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("w1", "a")).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "b")).ok());
+  EXPECT_EQ(registry_.List().size(), 1u);
+}
+
+TEST_F(WorkerRegistryTest, BadRegistrationsNameTheField) {
+  bool restarted;
+  absl::Status status = registry_.Register(MakeWorker("", "a"), &restarted);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("worker.worker_id"), absl::string_view::npos);
+  status = registry_.Register(MakeWorker("w", ""), &restarted);
+  EXPECT_NE(status.message().find("worker.incarnation_id"), absl::string_view::npos);
+  WorkerInfo negative = MakeWorker("w", "a");
+  negative.set_device_count(-1);
+  status = registry_.Register(negative, &restarted);
+  EXPECT_NE(status.message().find("worker.device_count"), absl::string_view::npos);
+  EXPECT_TRUE(registry_.List().empty());
+}
+
+TEST_F(WorkerRegistryTest, ListIsOrderedByWorkerId) {
+  bool restarted;
+  for (const char* id : {"w3", "w1", "w2"}) {
+    ASSERT_TRUE(registry_.Register(MakeWorker(id, "x"), &restarted).ok());
+  }
+  std::vector<WorkerStatus> workers = registry_.List();
+  ASSERT_EQ(workers.size(), 3u);
+  EXPECT_EQ(workers[0].worker().worker_id(), "w1");
+  EXPECT_EQ(workers[2].worker().worker_id(), "w3");
+}
+
+}  // namespace
+}  // namespace mtrain

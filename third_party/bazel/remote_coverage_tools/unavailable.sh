@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "coverage unavailable offline: Bazel's coverage tools cannot be downloaded here" >&2
+exit 1
