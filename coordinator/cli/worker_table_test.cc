@@ -1,0 +1,40 @@
+#include "coordinator/cli/worker_table.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(WorkerTableTest, FormatsBytesInBinaryUnits) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(80LL << 30), "80.0 GiB");
+}
+
+TEST(WorkerTableTest, OneLinePerWorkerWithStateAndDevice) {
+  ListWorkersResponse response;
+  WorkerStatus* gpu = response.add_workers();
+  gpu->mutable_worker()->set_worker_id("gpu-0");
+  gpu->mutable_worker()->set_device_kind(DEVICE_KIND_CUDA);
+  gpu->mutable_worker()->set_device_count(1);
+  gpu->mutable_worker()->set_device_name("NVIDIA H100");
+  gpu->set_alive(true);
+  gpu->set_state(WORKER_STATE_BUSY);
+  gpu->set_job_id("job-7");
+  WorkerStatus* cpu = response.add_workers();
+  cpu->mutable_worker()->set_worker_id("cpu-0");
+  cpu->set_alive(false);
+  cpu->set_last_seen_ms_ago(12500);
+  const std::string table = FormatWorkerTable(response);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 3);
+  EXPECT_THAT(table, HasSubstr("cuda x1 NVIDIA H100"));
+  EXPECT_THAT(table, HasSubstr("busy job-7"));
+  EXPECT_THAT(table, HasSubstr("dead"));
+  EXPECT_THAT(table, HasSubstr("12.5s ago"));
+}
+
+}  // namespace
+}  // namespace mtrain
