@@ -7,8 +7,8 @@
 #ifndef MTRAIN_COMMON_CLOCK_H_
 #define MTRAIN_COMMON_CLOCK_H_
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -37,17 +37,17 @@ class FakeClock : public Clock {
  public:
   explicit FakeClock(absl::Time start) : now_(start) {}
   absl::Time Now() const override {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     return now_;
   }
   void Advance(absl::Duration delta) {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     now_ += delta;
   }
 
  private:
-  mutable absl::Mutex mutex_;
-  absl::Time now_ ABSL_GUARDED_BY(mutex_);
+  mutable std::mutex mutex_;
+  absl::Time now_;  // Guarded by mutex_.
 };
 
 }  // namespace mtrain

@@ -12,10 +12,10 @@
 #define MTRAIN_CONCAT_(a, b) MTRAIN_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the caller if it is not OK.
-#define RETURN_IF_ERROR(expr)                                     \
-  do {                                                            \
-    const ::absl::Status mtrain_status_ = (expr);                 \
-    if (!mtrain_status_.ok()) return mtrain_status_;              \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    const ::absl::Status mtrain_status_ = (expr);    \
+    if (!mtrain_status_.ok()) return mtrain_status_; \
   } while (0)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status, otherwise

@@ -40,8 +40,7 @@ int Run() {
   registry_options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   if (registry_options.heartbeat_interval <= absl::ZeroDuration() ||
       registry_options.heartbeat_timeout <= registry_options.heartbeat_interval) {
-    std::fprintf(stderr,
-                 "coordinator: --heartbeat_timeout must exceed --heartbeat_interval > 0\n");
+    std::fprintf(stderr, "coordinator: --heartbeat_timeout must exceed --heartbeat_interval > 0\n");
     return 2;
   }
   WorkerRegistry workers(RealClock::Get(), registry_options);

@@ -16,8 +16,7 @@ constexpr absl::Duration kMaxRendezvousWait = absl::Minutes(10);
 
 }  // namespace
 
-CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers,
-                                               RendezvousStore* rendezvous)
+CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous)
     : workers_(workers), rendezvous_(rendezvous) {}
 
 grpc::Status CoordinatorGrpcService::RegisterWorker(grpc::ServerContext* context,
@@ -76,9 +75,8 @@ grpc::Status CoordinatorGrpcService::KeyValueGet(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                                   const KeyValueWaitRequest* request,
                                                   KeyValueWaitResponse* response) {
-  absl::Duration timeout = request->timeout_ms() > 0
-                               ? absl::Milliseconds(request->timeout_ms())
-                               : kDefaultRendezvousWait;
+  absl::Duration timeout = request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
+                                                     : kDefaultRendezvousWait;
   timeout = std::min(timeout, kMaxRendezvousWait);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return ToGrpcStatus(rendezvous_->Wait(keys, timeout));

@@ -15,8 +15,7 @@ class CoordinatorGrpcService final : public Coordinator::Service {
   // Both must outlive the service.
   CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous);
 
-  grpc::Status RegisterWorker(grpc::ServerContext* context,
-                              const RegisterWorkerRequest* request,
+  grpc::Status RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
@@ -30,8 +29,7 @@ class CoordinatorGrpcService final : public Coordinator::Service {
                            KeyValueSetResponse* response) override;
   grpc::Status KeyValueGet(grpc::ServerContext* context, const KeyValueGetRequest* request,
                            KeyValueGetResponse* response) override;
-  grpc::Status KeyValueWait(grpc::ServerContext* context,
-                            const KeyValueWaitRequest* request,
+  grpc::Status KeyValueWait(grpc::ServerContext* context, const KeyValueWaitRequest* request,
                             KeyValueWaitResponse* response) override;
 
   // GetJob, ListJobs, CancelJob, WatchJob, ReportMetrics, ReportRankResult and

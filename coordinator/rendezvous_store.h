@@ -10,14 +10,14 @@
 #ifndef MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 #define MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace mtrain {
@@ -43,13 +43,14 @@ class RendezvousStore {
   void ErasePrefix(const std::string& prefix);
 
  private:
-  bool AllPresent(const std::vector<std::string>& keys) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Requires mutex_.
+  bool AllPresent(const std::vector<std::string>& keys) const;
 
-  mutable absl::Mutex mutex_;
-  // Signalled on every Set.
-  mutable absl::CondVar key_set_;
-  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mutex_);
+  // std::mutex rather than absl::Mutex: see common/notification.h.
+  mutable std::mutex mutex_;
+  // Notified on every Set.
+  mutable std::condition_variable key_set_;
+  std::map<std::string, std::string> values_;  // Guarded by mutex_.
 };
 
 }  // namespace mtrain

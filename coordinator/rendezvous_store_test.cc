@@ -40,8 +40,7 @@ TEST(RendezvousStoreTest, BadKeysAreRejected) {
   RendezvousStore store;
   EXPECT_EQ(store.Set("", "x").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Wait({}, absl::Seconds(1)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store.Wait({"a", ""}, absl::Seconds(1)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Wait({"a", ""}, absl::Seconds(1)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Set("k", std::string(kMaxRendezvousValueBytes + 1, 'x')).code(),
             absl::StatusCode::kInvalidArgument);
 }

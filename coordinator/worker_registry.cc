@@ -22,10 +22,9 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.memory_bytes: must be >= 0 (got ", info.memory_bytes(), ")"));
   }
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = workers_.find(info.worker_id());
-  *restarted = it != workers_.end() &&
-               it->second.info.incarnation_id() != info.incarnation_id();
+  *restarted = it != workers_.end() && it->second.info.incarnation_id() != info.incarnation_id();
   Record& record = workers_[info.worker_id()];
   record = Record{info, clock_->Now(), WORKER_STATE_IDLE, ""};
   return absl::OkStatus();
@@ -38,7 +37,7 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
   if (request.incarnation_id().empty()) {
     return absl::InvalidArgumentError("incarnation_id: must not be empty");
   }
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
     return absl::NotFoundError(
@@ -47,13 +46,11 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
   Record& record = it->second;
   if (record.info.incarnation_id() != request.incarnation_id()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", request.worker_id(), " heartbeat from incarnation ",
-        request.incarnation_id(), " but incarnation ", record.info.incarnation_id(),
-        " is registered; register again"));
+        "worker ", request.worker_id(), " heartbeat from incarnation ", request.incarnation_id(),
+        " but incarnation ", record.info.incarnation_id(), " is registered; register again"));
   }
   record.last_seen = clock_->Now();
-  record.state = request.state() == WORKER_STATE_UNSPECIFIED ? WORKER_STATE_IDLE
-                                                              : request.state();
+  record.state = request.state() == WORKER_STATE_UNSPECIFIED ? WORKER_STATE_IDLE : request.state();
   record.job_id = request.job_id();
   return absl::OkStatus();
 }
@@ -64,7 +61,7 @@ bool WorkerRegistry::IsAlive(const Record& record, absl::Time now) const {
 
 std::vector<WorkerStatus> WorkerRegistry::List() const {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<WorkerStatus> result;
   result.reserve(workers_.size());
   for (const auto& [id, record] : workers_) {
@@ -81,7 +78,7 @@ std::vector<WorkerStatus> WorkerRegistry::List() const {
 
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   int alive = 0;
   for (const auto& [id, record] : workers_) alive += IsAlive(record, now) ? 1 : 0;
   return alive;

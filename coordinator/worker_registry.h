@@ -18,12 +18,11 @@
 #define MTRAIN_COORDINATOR_WORKER_REGISTRY_H_
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/coordinator.pb.h"
@@ -75,8 +74,9 @@ class WorkerRegistry {
 
   const Clock* const clock_;
   const WorkerRegistryOptions options_;
-  mutable absl::Mutex mutex_;
-  std::map<std::string, Record> workers_ ABSL_GUARDED_BY(mutex_);
+  // std::mutex rather than absl::Mutex: see common/notification.h.
+  mutable std::mutex mutex_;
+  std::map<std::string, Record> workers_;  // Guarded by mutex_.
 };
 
 }  // namespace mtrain

@@ -65,8 +65,7 @@ TEST_F(WorkerRegistryTest, HeartbeatsKeepWorkerAlive) {
 }
 
 TEST_F(WorkerRegistryTest, UnknownWorkerHeartbeatIsNotFound) {
-  EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("ghost", "a")).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("ghost", "a")).code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(WorkerRegistryTest, NewIncarnationReplacesOldAndStaleHeartbeatIsRefused) {

@@ -41,8 +41,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int error =
-      posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, args.data(), environ);
+  const int error = posix_spawn(&pid, argv[0].c_str(), &actions, &attributes, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   close(log_fd);
@@ -94,13 +93,12 @@ absl::StatusOr<std::string> ChildProcess::WaitForOutput(const std::string& needl
     }
     if (!Running()) {
       return absl::AbortedError(absl::StrCat("process exited (code ", exit_code_,
-                                             ") before printing '", needle, "'; log:\n",
-                                             log));
+                                             ") before printing '", needle, "'; log:\n", log));
     }
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("no '", needle, "' after ", absl::FormatDuration(timeout),
-                       "; log:\n", log.substr(log.size() > 4000 ? log.size() - 4000 : 0)));
+          absl::StrCat("no '", needle, "' after ", absl::FormatDuration(timeout), "; log:\n",
+                       log.substr(log.size() > 4000 ? log.size() - 4000 : 0)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

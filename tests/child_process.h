@@ -23,8 +23,8 @@ namespace mtrain {
 class ChildProcess {
  public:
   // Spawns argv[0] (a path) with the arguments; output goes to `log_path` (truncated).
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(
-      const std::vector<std::string>& argv, const std::string& log_path);
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::vector<std::string>& argv,
+                                                             const std::string& log_path);
 
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
@@ -32,8 +32,7 @@ class ChildProcess {
 
   // Waits until the log contains a line with `needle`; returns that whole line.
   // DEADLINE_EXCEEDED (with the log's tail) on timeout; ABORTED if the child exits first.
-  absl::StatusOr<std::string> WaitForOutput(const std::string& needle,
-                                            absl::Duration timeout);
+  absl::StatusOr<std::string> WaitForOutput(const std::string& needle, absl::Duration timeout);
 
   // Sends a signal (SIGTERM, SIGKILL, SIGSTOP, ...).
   void Signal(int signal_number);
@@ -47,8 +46,7 @@ class ChildProcess {
   std::string Log() const;
 
  private:
-  ChildProcess(pid_t pid, std::string log_path)
-      : pid_(pid), log_path_(std::move(log_path)) {}
+  ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
   // Non-blocking reap; true once the child has exited.
   bool Reap();
 

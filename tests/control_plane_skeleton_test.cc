@@ -27,10 +27,9 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(20);
 class ControlPlaneSkeletonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto coordinator = ChildProcess::Start(
-        {"coordinator/coordinator", "--listen=127.0.0.1:0", "--heartbeat_interval=100ms",
-         "--heartbeat_timeout=1s"},
-        Path("coordinator.log"));
+    auto coordinator = ChildProcess::Start({"coordinator/coordinator", "--listen=127.0.0.1:0",
+                                            "--heartbeat_interval=100ms", "--heartbeat_timeout=1s"},
+                                           Path("coordinator.log"));
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = *std::move(coordinator);
     absl::StatusOr<std::string> line =
@@ -46,8 +45,7 @@ class ControlPlaneSkeletonTest : public ::testing::Test {
 
   // Runs trainctl to completion; returns {exit code, output}.
   std::pair<int, std::string> Trainctl(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"coordinator/cli/trainctl",
-                                     "--coordinator=" + address_};
+    std::vector<std::string> argv = {"coordinator/cli/trainctl", "--coordinator=" + address_};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = Path(absl::StrCat("trainctl-", ++trainctl_runs_, ".log"));
     auto child = ChildProcess::Start(argv, log);
@@ -57,9 +55,9 @@ class ControlPlaneSkeletonTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartWorker(const std::string& id) {
-    auto worker = ChildProcess::Start({"worker/worker", "--coordinator=" + address_,
-                                       "--device=cpu", "--worker_id=" + id},
-                                      Path(id + ".log"));
+    auto worker = ChildProcess::Start(
+        {"worker/worker", "--coordinator=" + address_, "--device=cpu", "--worker_id=" + id},
+        Path(id + ".log"));
     EXPECT_TRUE(worker.ok()) << worker.status();
     return worker.ok() ? *std::move(worker) : nullptr;
   }
@@ -134,22 +132,20 @@ TEST_F(ControlPlaneSkeletonTest, UnservedRpcsAnswerUnimplementedAndBadSpecsInval
   const std::string bad_spec = Path("bad.json");
   FILE* file = fopen(bad_spec.c_str(), "w");
   ASSERT_NE(file, nullptr);
-  fputs(R"({"model": {"num_heads": 6, "hidden_size": 192}, "parallel": {"tensor": 4}})",
-        file);
+  fputs(R"({"model": {"num_heads": 6, "hidden_size": 192}, "parallel": {"tensor": 4}})", file);
   fclose(file);
   auto [submit_code, submit_output] = Trainctl({"submit", bad_spec});
   EXPECT_NE(submit_code, 0);
   EXPECT_THAT(submit_output, HasSubstr("INVALID_ARGUMENT"));
   EXPECT_THAT(submit_output, HasSubstr("num_heads % tensor == 0"));
   // One line on stderr.
-  EXPECT_EQ(std::count(submit_output.begin(), submit_output.end(), '\n'), 1)
-      << submit_output;
+  EXPECT_EQ(std::count(submit_output.begin(), submit_output.end(), '\n'), 1) << submit_output;
 }
 
 TEST_F(ControlPlaneSkeletonTest, UnreachableCoordinatorIsAOneLineError) {
-  auto child = ChildProcess::Start({"coordinator/cli/trainctl", "--coordinator=127.0.0.1:1",
-                                    "--timeout_seconds=2", "workers"},
-                                   Path("unreachable.log"));
+  auto child = ChildProcess::Start(
+      {"coordinator/cli/trainctl", "--coordinator=127.0.0.1:1", "--timeout_seconds=2", "workers"},
+      Path("unreachable.log"));
   ASSERT_TRUE(child.ok());
   absl::StatusOr<int> code = (*child)->Wait(absl::Seconds(20));
   ASSERT_TRUE(code.ok());

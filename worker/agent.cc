@@ -32,10 +32,9 @@ absl::Status WorkerAgent::Register() {
     heartbeat_interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
   ++registrations_;
-  ReportState("registered",
-              absl::StrCat("registered as ", info_.worker_id(), " (incarnation ",
-                           info_.incarnation_id(), "); heartbeat every ",
-                           absl::FormatDuration(heartbeat_interval_)));
+  ReportState("registered", absl::StrCat("registered as ", info_.worker_id(), " (incarnation ",
+                                         info_.incarnation_id(), "); heartbeat every ",
+                                         absl::FormatDuration(heartbeat_interval_)));
   return absl::OkStatus();
 }
 
@@ -58,7 +57,7 @@ void WorkerAgent::ReportState(const std::string& state, const std::string& messa
   std::fprintf(stderr, "worker %s: %s\n", info_.worker_id().c_str(), message.c_str());
 }
 
-void WorkerAgent::Run(absl::Notification* stop) {
+void WorkerAgent::Run(Notification* stop) {
   bool registered = false;
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stop->HasBeenNotified()) {
@@ -83,8 +82,7 @@ void WorkerAgent::Run(absl::Notification* stop) {
       ReportState("rejected", absl::StrCat("registration rejected: ", status.ToString()));
     } else {
       ReportState("unreachable",
-                  absl::StrCat("coordinator unreachable (", status.ToString(),
-                               "); retrying"));
+                  absl::StrCat("coordinator unreachable (", status.ToString(), "); retrying"));
     }
     registered = registered && status.code() != absl::StatusCode::kInvalidArgument;
     stop->WaitForNotificationWithTimeout(backoff);

@@ -9,11 +9,12 @@
 #ifndef MTRAIN_WORKER_AGENT_H_
 #define MTRAIN_WORKER_AGENT_H_
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/notification.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace mtrain {
@@ -30,11 +31,11 @@ class WorkerAgent {
   WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info);
 
   // Registers and heartbeats until `stop` is notified.
-  void Run(absl::Notification* stop);
+  void Run(Notification* stop);
 
   // Counters for tests and logs.
-  int registrations() const { return registrations_; }
-  int heartbeats() const { return heartbeats_; }
+  int registrations() const { return registrations_.load(); }
+  int heartbeats() const { return heartbeats_.load(); }
 
  private:
   absl::Status Register();
@@ -46,8 +47,9 @@ class WorkerAgent {
   const WorkerInfo info_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   std::string reported_state_;
-  int registrations_ = 0;
-  int heartbeats_ = 0;
+  // Read by other threads (tests) while Run() writes them.
+  std::atomic<int> registrations_{0};
+  std::atomic<int> heartbeats_{0};
 };
 
 }  // namespace mtrain

@@ -19,8 +19,8 @@ class InProcessCoordinator {
       : registry_(RealClock::Get(), {absl::Milliseconds(20), absl::Seconds(5)}),
         service_(&registry_, &rendezvous_) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
-                             grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
+                             &port_);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
   }
@@ -60,11 +60,11 @@ TEST(WorkerAgentTest, RegistersHeartbeatsAndReregistersAfterCoordinatorRestart) 
   auto coordinator = std::make_unique<InProcessCoordinator>(0);
   const int port = coordinator->port();
   ASSERT_NE(port, 0);
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   auto stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), TestWorker());
-  absl::Notification stop;
+  Notification stop;
   std::thread runner([&] { agent.Run(&stop); });
 
   ASSERT_TRUE(Eventually([&] { return coordinator->registry().CountAlive() == 1; }));
@@ -89,11 +89,11 @@ TEST(WorkerAgentTest, WaitsForACoordinatorThatStartsLater) {
     InProcessCoordinator probe(0);  // Learn a free port, then free it.
     port = probe.port();
   }
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   auto stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), TestWorker());
-  absl::Notification stop;
+  Notification stop;
   std::thread runner([&] { agent.Run(&stop); });
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(agent.registrations(), 0);

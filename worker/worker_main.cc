@@ -14,7 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
+#include "common/notification.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent.h"
@@ -64,11 +64,10 @@ int Run() {
   std::unique_ptr<Coordinator::Stub> stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), *info);
 
-  absl::Notification stop;
+  Notification stop;
   std::thread waiter([&shutdown, &stop, &worker_id] {
     const int signal_number = shutdown.WaitForSignal();
-    std::fprintf(stderr, "worker %s: signal %d, stopping\n", worker_id.c_str(),
-                 signal_number);
+    std::fprintf(stderr, "worker %s: signal %d, stopping\n", worker_id.c_str(), signal_number);
     stop.Notify();
   });
   agent.Run(&stop);

@@ -136,8 +136,8 @@ int Status(Client& client, const std::string& job_id) {
 
 int List(Client& client) {
   ListJobsResponse response;
-  absl::Status status = FromGrpcStatus(
-      client.stub()->ListJobs(client.Context().get(), ListJobsRequest(), &response));
+  absl::Status status =
+      FromGrpcStatus(client.stub()->ListJobs(client.Context().get(), ListJobsRequest(), &response));
   if (!status.ok()) return Fail("list", status);
   for (const JobStatus& job : response.jobs()) std::printf("%s\n", ToJsonLine(job).c_str());
   return 0;
@@ -189,8 +189,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
   if (command == "watch") return Watch(client, args[2]);
-  std::fprintf(stderr, "trainctl: unknown command '%s' (see trainctl help)\n",
-               command.c_str());
+  std::fprintf(stderr, "trainctl: unknown command '%s' (see trainctl help)\n", command.c_str());
   return 2;
 }
 

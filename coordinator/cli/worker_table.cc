@@ -35,15 +35,14 @@ std::string StateText(const WorkerStatus& status) {
 
 std::string FormatWorkerTable(const ListWorkersResponse& workers) {
   constexpr const char* kRow = "%-24s %-16s %-28s %10s %-12s %s\n";
-  std::string out = absl::StrFormat(kRow, "WORKER", "HOST", "DEVICE", "MEMORY", "STATE",
-                                    "LAST SEEN");
+  std::string out =
+      absl::StrFormat(kRow, "WORKER", "HOST", "DEVICE", "MEMORY", "STATE", "LAST SEEN");
   for (const WorkerStatus& status : workers.workers()) {
     const WorkerInfo& info = status.worker();
-    absl::StrAppend(&out, absl::StrFormat(kRow, info.worker_id(), info.host(),
-                                          DeviceText(info), FormatBytes(info.memory_bytes()),
-                                          StateText(status),
-                                          absl::StrFormat("%.1fs ago",
-                                                          status.last_seen_ms_ago() / 1000.0)));
+    absl::StrAppend(
+        &out, absl::StrFormat(kRow, info.worker_id(), info.host(), DeviceText(info),
+                              FormatBytes(info.memory_bytes()), StateText(status),
+                              absl::StrFormat("%.1fs ago", status.last_seen_ms_ago() / 1000.0)));
   }
   return out;
 }

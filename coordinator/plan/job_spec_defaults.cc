@@ -21,8 +21,7 @@ void ApplyParallelDefaults(ParallelSpec* parallel) {
   MTRAIN_DEFAULT(parallel, data, 1);
   MTRAIN_DEFAULT(parallel, virtual_stages, 1);
   MTRAIN_DEFAULT(parallel, micro_batch_size, 1);
-  MTRAIN_DEFAULT(parallel, global_batch_size,
-                 parallel->micro_batch_size() * parallel->data());
+  MTRAIN_DEFAULT(parallel, global_batch_size, parallel->micro_batch_size() * parallel->data());
   if (parallel->schedule() == SCHEDULE_UNSPECIFIED) {
     parallel->set_schedule(SCHEDULE_1F1B);
   }

@@ -44,14 +44,14 @@ class Violations {
 };
 
 bool IsNameCharacter(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
 }
 
 void ValidateName(const std::string& name, Violations* v) {
   if (name.empty() || name.size() > static_cast<size_t>(kMaxNameLength)) {
-    v->Add(absl::StrCat("name: must have 1 to ", kMaxNameLength, " characters (got ",
-                        name.size(), ")"));
+    v->Add(absl::StrCat("name: must have 1 to ", kMaxNameLength, " characters (got ", name.size(),
+                        ")"));
     return;
   }
   for (char c : name) {
@@ -98,8 +98,8 @@ void ValidateParallel(const JobSpec& spec, Violations* v) {
   }
   const long long world = 1LL * p.tensor() * p.pipeline() * p.data();
   if (world > kMaxWorldSize) {
-    v->Add(absl::StrCat("parallel: tensor * pipeline * data = ", world, " exceeds ",
-                        kMaxWorldSize, " ranks"));
+    v->Add(absl::StrCat("parallel: tensor * pipeline * data = ", world, " exceeds ", kMaxWorldSize,
+                        " ranks"));
   }
   if (m.num_heads() > 0 && m.num_heads() % p.tensor() != 0) {
     v->Add(absl::StrCat("model.num_heads: ", m.num_heads(),
@@ -137,8 +137,8 @@ void ValidateParallel(const JobSpec& spec, Violations* v) {
     v->Add(absl::StrCat("parallel.zero_stage: must be 0 or 1 (got ", p.zero_stage(), ")"));
   }
   if (p.min_data() < 1 || p.min_data() > p.data()) {
-    v->Add(absl::StrCat("parallel.min_data: must be in [1, parallel.data = ", p.data(),
-                        "] (got ", p.min_data(), ")"));
+    v->Add(absl::StrCat("parallel.min_data: must be in [1, parallel.data = ", p.data(), "] (got ",
+                        p.min_data(), ")"));
   } else if (p.global_batch_size() % (1LL * p.micro_batch_size() * p.min_data()) != 0) {
     v->Add(absl::StrCat("parallel.min_data: global_batch_size ", p.global_batch_size(),
                         " is not divisible by micro_batch_size * min_data (",
@@ -150,8 +150,8 @@ void ValidateParallel(const JobSpec& spec, Violations* v) {
 void ValidateOptimizer(const OptimizerSpec& o, Violations* v) {
   if (!(o.lr() > 0)) v->Add(absl::StrCat("optimizer.lr: must be > 0 (got ", o.lr(), ")"));
   if (!(o.min_lr() >= 0 && o.min_lr() <= o.lr())) {
-    v->Add(absl::StrCat("optimizer.min_lr: must be in [0, optimizer.lr = ", o.lr(),
-                        "] (got ", o.min_lr(), ")"));
+    v->Add(absl::StrCat("optimizer.min_lr: must be in [0, optimizer.lr = ", o.lr(), "] (got ",
+                        o.min_lr(), ")"));
   }
   v->RequireNonNegative("optimizer.warmup_steps", o.warmup_steps());
   if (o.decay_steps() < o.warmup_steps()) {
@@ -180,8 +180,9 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, Violations* v) {
                         "PRECISION_FP32]"));
   }
   if (spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty()) {
-    v->Add("data.path: must name the .bin/.idx prefix [rule: DATA_FORMAT_MMIDIDX has no "
-           "shipped default]");
+    v->Add(
+        "data.path: must name the .bin/.idx prefix [rule: DATA_FORMAT_MMIDIDX has no "
+        "shipped default]");
   }
 }
 
@@ -225,8 +226,7 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
   text << in.rdbuf();
   absl::StatusOr<JobSpec> spec = ParseJobSpecJson(text.str());
   if (!spec.ok()) {
-    return absl::Status(spec.status().code(),
-                        absl::StrCat(path, ": ", spec.status().message()));
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
 }

@@ -10,10 +10,10 @@
 #define MTRAIN_COORDINATOR_PLAN_JOB_SPEC_VALIDATION_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/job_spec.pb.h"
 
 namespace mtrain {

@@ -13,8 +13,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Parses `json` and expects INVALID_ARGUMENT whose message contains every fragment.
-void ExpectRejected(const std::string& json, const std::string& field,
-                    const std::string& rule) {
+void ExpectRejected(const std::string& json, const std::string& field, const std::string& rule) {
   absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
   ASSERT_FALSE(spec.ok()) << json;
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
@@ -95,8 +94,8 @@ TEST(JobSpecValidationTest, HeadsMustDivideByTensor) {
 }
 
 TEST(JobSpecValidationTest, LayersMustDivideByPipelineTimesVirtualStages) {
-  ExpectRejected(R"({"model": {"num_layers": 6}, "parallel": {"pipeline": 4}})",
-                 "model.num_layers", "num_layers % (pipeline * virtual_stages) == 0");
+  ExpectRejected(R"({"model": {"num_layers": 6}, "parallel": {"pipeline": 4}})", "model.num_layers",
+                 "num_layers % (pipeline * virtual_stages) == 0");
   ExpectRejected(R"({"model": {"num_layers": 6},
                      "parallel": {"pipeline": 2, "virtual_stages": 2,
                                   "global_batch_size": 2,
@@ -157,8 +156,7 @@ TEST(JobSpecValidationTest, LowPrecisionNeedsAGpu) {
 }
 
 TEST(JobSpecValidationTest, ByteTokenizerNeedsVocabOf256) {
-  ExpectRejected(R"({"model": {"vocab_size": 100}})", "model.vocab_size",
-                 "vocab_size >= 256");
+  ExpectRejected(R"({"model": {"vocab_size": 100}})", "model.vocab_size", "vocab_size >= 256");
 }
 
 TEST(JobSpecValidationTest, NameCharactersAreRestricted) {

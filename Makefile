@@ -1,0 +1,34 @@
+# The two commands a new user needs: `make demo` and `make test`. Both install missing
+# Debian packages first (make deps), then build with Bazel (offline).
+BAZEL ?= bazel
+BINARIES := //coordinator //worker //coordinator/cli:trainctl
+
+.PHONY: deps build test demo test-asan test-tsan format clean
+
+deps:
+	@tools/install_deps.sh
+
+build: deps
+	$(BAZEL) build //...
+
+test: deps
+	@tools/run_tests.sh
+
+demo: deps
+	$(BAZEL) build $(BINARIES)
+	@deploy/local/demo.sh
+
+# The whole tree under AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer.
+test-asan: deps
+	@tools/run_tests.sh --config=asan
+
+test-tsan: deps
+	@tools/run_tests.sh --config=tsan \
+	  --test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
+
+format:
+	@git ls-files '*.cc' '*.h' '*.cu' '*.proto' | xargs clang-format -i
+
+clean:
+	$(BAZEL) clean
+	rm -rf build

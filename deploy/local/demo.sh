@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The local demo: a coordinator and 4 CPU workers on loopback, driven with trainctl.
+# Everything started here is stopped on exit, Ctrl-C included.
+#
+#   deploy/local/demo.sh            # run, show, stop
+#   DEMO_HOLD=1 deploy/local/demo.sh   # keep running until Ctrl-C
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+BIN=bazel-bin
+NUM_WORKERS=${NUM_WORKERS:-4}
+STATE=$(mktemp -d -t mtrain-demo.XXXXXX)
+PIDS=()
+
+cleanup() {
+  trap - EXIT INT TERM
+  if ((${#PIDS[@]} > 0)); then
+    kill -TERM "${PIDS[@]}" 2>/dev/null || true
+    # Give each process a few seconds to stop cleanly, then make sure.
+    for _ in $(seq 50); do
+      alive=0
+      for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      ((alive)) || break
+      sleep 0.1
+    done
+    kill -KILL "${PIDS[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+  fi
+  echo "demo: stopped everything; logs were in $STATE"
+}
+trap cleanup EXIT
+trap 'echo; echo "demo: interrupted"; exit 130' INT TERM
+
+for binary in coordinator/coordinator worker/worker coordinator/cli/trainctl; do
+  [[ -x "$BIN/$binary" ]] || { echo "demo: $BIN/$binary missing: run 'make demo'" >&2; exit 1; }
+done
+
+"$BIN/coordinator/coordinator" --listen=127.0.0.1:0 >"$STATE/coordinator.log" 2>&1 &
+PIDS+=($!)
+address=""
+for _ in $(seq 200); do
+  address=$(sed -n 's/^coordinator listening on //p' "$STATE/coordinator.log")
+  [[ -n "$address" ]] && break
+  sleep 0.1
+done
+[[ -n "$address" ]] || { echo "demo: coordinator did not start:" >&2; cat "$STATE/coordinator.log" >&2; exit 1; }
+echo "demo: coordinator listening on $address"
+
+for i in $(seq 0 $((NUM_WORKERS - 1))); do
+  "$BIN/worker/worker" --coordinator="$address" --device=cpu --worker_id="demo-worker-$i" \
+    >"$STATE/worker-$i.log" 2>&1 &
+  PIDS+=($!)
+done
+
+trainctl() { "$BIN/coordinator/cli/trainctl" --coordinator="$address" "$@"; }
+for _ in $(seq 100); do
+  alive=$(trainctl workers --json 2>/dev/null | grep -c '"alive":true' || true)
+  ((alive == NUM_WORKERS)) && break
+  sleep 0.2
+done
+echo "demo: $alive of $NUM_WORKERS workers registered and heartbeating:"
+trainctl workers
+((alive == NUM_WORKERS)) || { echo "demo: workers failed to register; see $STATE" >&2; exit 1; }
+
+echo
+echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address workers"
+if [[ -n "${DEMO_HOLD:-}" ]]; then
+  echo "demo: running until Ctrl-C"
+  while true; do sleep 1; done
+fi
