@@ -1,0 +1,47 @@
+// Causal multi-head self-attention core (the part between the QKV projection and the
+// output projection), for the heads this rank holds.
+//
+// Layout: qkv[B, S, 3, H, D] is exactly the output of the fused QKV matmul
+// ([B*S, 3*H*D], Q block then K block then V block, heads contiguous inside each block);
+// out[B, S, H, D] = [B*S, H*D] feeds the output projection.
+//   att[b, h, i, j] = softmax_j<=i( q_i . k_j / sqrt(D) )     (j > i masked out)
+//   out[b, i, h]    = sum_j dropout(att)[b, h, i, j] v_j
+// Conventions: see matmul.h.
+#ifndef MTRAIN_KERNELS_ATTENTION_H_
+#define MTRAIN_KERNELS_ATTENTION_H_
+
+#include <cstdint>
+
+namespace mtrain::cpu {
+
+struct AttentionShape {
+  int batch = 0;     // B
+  int seq = 0;       // S
+  int heads = 0;     // H: heads on this rank
+  int head_dim = 0;  // D
+};
+
+// Dropout on the attention probabilities (see dropout.h). The mask index of element
+// (b, h, i, j) is ((b * total_heads + head_offset + h) * S + i) * S + j, so a rank holding
+// heads [head_offset, head_offset + H) of `total_heads` drops what a single rank would.
+struct AttentionDropout {
+  float p = 0.0f;  // 0 disables
+  uint64_t key = 0;
+  int head_offset = 0;
+  int total_heads = 0;  // 0 means H
+};
+
+// Writes out[B, S, H*D] and saves the softmax probabilities att[B, H, S, S] (before
+// dropout; the upper triangle is written as 0) for the backward pass.
+template <typename T>
+void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
+                      const AttentionDropout& dropout);
+
+// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D]. `scratch` holds B*H*S*S elements.
+template <typename T>
+void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv, T* scratch,
+                       const AttentionShape& shape, const AttentionDropout& dropout);
+
+}  // namespace mtrain::cpu
+
+#endif  // MTRAIN_KERNELS_ATTENTION_H_

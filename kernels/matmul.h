@@ -1,0 +1,32 @@
+// Fully connected layer: out = in @ weight^T + bias, with weight stored [out_features,
+// in_features] as torch.nn.Linear stores it (so checkpoints map one to one).
+//
+// Conventions shared by every kernel in this directory:
+//  - Row-major, contiguous; shapes in the comments as [rows, cols].
+//  - Templates instantiated for float (training) and double (finite-difference tests).
+//  - Backward outputs are ACCUMULATED (+=) into the gradient buffers, never overwritten;
+//    callers zero gradients once per step. This makes residual branches and gradient
+//    accumulation across microbatches free.
+//  - CPU implementations live in the .cc beside the header, in namespace mtrain::cpu; a
+//    CUDA implementation with the same signature goes in namespace mtrain::cuda.
+#ifndef MTRAIN_KERNELS_MATMUL_H_
+#define MTRAIN_KERNELS_MATMUL_H_
+
+namespace mtrain::cpu {
+
+// out[M, N] = in[M, K] @ weight[N, K]^T + bias[N]. `bias` may be null. `out` is
+// overwritten.
+template <typename T>
+void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, int K, int N);
+
+// Given d_out[M, N]:
+//   d_in[M, K]     += d_out @ weight        (skipped when d_in is null)
+//   d_weight[N, K] += d_out^T @ in
+//   d_bias[N]      += column sums of d_out  (skipped when d_bias is null)
+template <typename T>
+void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight,
+                    T* d_bias, int M, int K, int N);
+
+}  // namespace mtrain::cpu
+
+#endif  // MTRAIN_KERNELS_MATMUL_H_
