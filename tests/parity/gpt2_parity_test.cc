@@ -1,0 +1,115 @@
+// The engine against PyTorch (tests/parity/gpt2_reference.py wrote the reference from the
+// engine's own initial weights): logits and loss to 1e-5 relative, every gradient to
+// 1e-4 relative, and the losses and final weights of 5 AdamW steps.
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/parity/parity_config.h"
+#include "worker/engine/gpt_model.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/safetensors.h"
+#include "worker/engine/single_rank_step.h"
+
+namespace mtrain {
+namespace {
+
+// max |a - b| / max |b|: relative to the tensor's scale, so that tiny elements of a
+// tensor do not dominate.
+double RelativeError(const float* a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+class Gpt2ParityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<SafetensorsFile> file =
+        ReadSafetensors("tests/parity/gpt2_reference.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    reference_ = *std::move(file);
+    model_ = std::make_unique<GptModel<float>>(layout_, kParityBatch, ModelOptions{});
+    for (const ParamTensor& tensor : layout_.tensors()) {
+      std::vector<float> w = Floats("weights." + tensor.name);
+      ASSERT_EQ(w.size(), tensor.size) << tensor.name;
+      std::copy(w.begin(), w.end(), model_->params() + tensor.offset);
+    }
+    absl::StatusOr<std::vector<int32_t>> tokens = TensorAsInt32(reference_.tensors.at("tokens"));
+    ASSERT_TRUE(tokens.ok());
+    const int S = shape_.seq_length;
+    for (int step = 0; step < kParitySteps; ++step) {
+      TokenBatch batch;
+      for (int b = 0; b < kParityBatch; ++b) {
+        const int32_t* window = tokens->data() + (step * kParityBatch + b) * (S + 1);
+        batch.inputs.insert(batch.inputs.end(), window, window + S);
+        batch.targets.insert(batch.targets.end(), window + 1, window + S + 1);
+      }
+      batches_.push_back(std::move(batch));
+    }
+  }
+
+  std::vector<float> Floats(const std::string& name) {
+    auto it = reference_.tensors.find(name);
+    EXPECT_NE(it, reference_.tensors.end()) << name;
+    if (it == reference_.tensors.end()) return {};
+    return *TensorAsFloats(it->second);
+  }
+
+  const ModelShape shape_ = ParityShape();
+  const ParameterLayout layout_{shape_, WholeModel(shape_)};
+  SafetensorsFile reference_;
+  std::unique_ptr<GptModel<float>> model_;
+  std::vector<TokenBatch> batches_;
+};
+
+TEST_F(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
+  model_->ZeroGrads();
+  auto acts = model_->NewActivations();
+  MicrobatchInput<float> input;
+  input.id = {1, 0};
+  input.tokens = batches_[0].inputs.data();
+  input.targets = batches_[0].targets.data();
+  absl::StatusOr<double> sum = model_->Forward(input, acts.get());
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const double tokens = static_cast<double>(batches_[0].inputs.size());
+  ASSERT_TRUE(model_->Backward(acts.get(), nullptr, static_cast<float>(1.0 / tokens)).ok());
+
+  const double loss = *sum / tokens;
+  const double reference_loss = Floats("loss")[0];
+  EXPECT_LT(std::abs(loss - reference_loss) / reference_loss, 1e-5)
+      << loss << " vs " << reference_loss;
+  const std::vector<float> logits = Floats("logits");
+  ASSERT_EQ(logits.size(), batches_[0].inputs.size() * shape_.padded_vocab);
+  EXPECT_LT(RelativeError(model_->logits(*acts), logits), 1e-5);
+  for (const ParamTensor& tensor : layout_.tensors()) {
+    const std::vector<float> grad = Floats("grad." + tensor.name);
+    ASSERT_EQ(grad.size(), tensor.size) << tensor.name;
+    EXPECT_LT(RelativeError(model_->grads() + tensor.offset, grad), 1e-4) << tensor.name;
+  }
+}
+
+TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
+  const OptimizerSpec spec = ParityOptimizer();
+  AdamWOptimizer optimizer(layout_, spec, 0, layout_.total_size());
+  const std::vector<float> reference_losses = Floats("step_losses");
+  ASSERT_EQ(reference_losses.size(), static_cast<size_t>(kParitySteps));
+  for (int step = 1; step <= kParitySteps; ++step) {
+    absl::StatusOr<StepStats> stats =
+        SingleRankStep(*model_, optimizer, spec.grad_clip(), step, {batches_[step - 1]});
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_LT(std::abs(stats->loss - reference_losses[step - 1]) / reference_losses[step - 1],
+              1e-5)
+        << "step " << step << ": " << stats->loss << " vs " << reference_losses[step - 1];
+  }
+  for (const ParamTensor& tensor : layout_.tensors()) {
+    EXPECT_LT(RelativeError(model_->params() + tensor.offset, Floats("final." + tensor.name)),
+              1e-4)
+        << tensor.name;
+  }
+}
+
+}  // namespace
+}  // namespace mtrain

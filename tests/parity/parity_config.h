@@ -1,0 +1,43 @@
+// The tiny GPT-2 compared with PyTorch (tests/parity/gpt2_reference.py). Changing it
+// means regenerating gpt2_reference.safetensors.
+#ifndef MTRAIN_TESTS_PARITY_PARITY_CONFIG_H_
+#define MTRAIN_TESTS_PARITY_PARITY_CONFIG_H_
+
+#include "proto/job_spec.pb.h"
+#include "worker/engine/model_shape.h"
+
+namespace mtrain {
+
+inline ModelShape ParityShape() {
+  ModelShape shape;
+  shape.num_layers = 2;
+  shape.num_heads = 4;
+  shape.hidden = 32;
+  shape.seq_length = 32;
+  shape.vocab = 250;  // padded to 256: the padding must stay out of the loss
+  shape.padded_vocab = 256;
+  return shape;
+}
+
+inline constexpr int kParityBatch = 2;
+inline constexpr int kParitySteps = 5;
+inline constexpr unsigned long long kParityInitSeed = 1234;
+
+inline OptimizerSpec ParityOptimizer() {
+  OptimizerSpec spec;
+  spec.set_lr(1e-3f);
+  spec.set_min_lr(1e-4f);
+  spec.set_warmup_steps(2);
+  spec.set_decay_steps(5);
+  spec.set_weight_decay(0.01f);
+  spec.set_beta1(0.9f);
+  spec.set_beta2(0.95f);
+  spec.set_eps(1e-8f);
+  // Low enough that clipping really happens in some steps.
+  spec.set_grad_clip(0.5f);
+  return spec;
+}
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_TESTS_PARITY_PARITY_CONFIG_H_

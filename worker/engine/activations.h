@@ -1,0 +1,66 @@
+// The activations the GPT model keeps between forward and backward.
+#ifndef MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_
+#define MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/engine/model_shape.h"
+
+namespace mtrain {
+
+// Identifies a microbatch for dropout masks: the same (step, first_sample) gives the same
+// masks on every rank and in every recomputation.
+struct MicrobatchId {
+  int64_t step = 0;          // optimizer step, 1-based
+  int64_t first_sample = 0;  // index of its first sequence within the global batch
+};
+
+// What one layer's backward needs from its forward. N = B * S tokens.
+template <typename T>
+struct LayerActivations {
+  std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
+  std::vector<T> qkv;                       // [N, 3 Cl]
+  std::vector<T> att;                       // [B, Hl, S, S]
+  std::vector<T> attn_y;                    // [N, Cl]
+  std::vector<T> h1;                        // [N, C] residual after attention
+  std::vector<T> ln2, ln2_mean, ln2_rstd;
+  std::vector<T> fc;    // [N, Fl] before GeLU
+  std::vector<T> gelu;  // [N, Fl]
+
+  LayerActivations(const ModelShape& s, const ModelPlacement& p, int batch) {
+    const size_t n = static_cast<size_t>(batch) * s.seq_length;
+    const size_t C = s.hidden;
+    ln1.resize(n * C);
+    ln1_mean.resize(n);
+    ln1_rstd.resize(n);
+    qkv.resize(n * 3 * p.local_hidden(s));
+    att.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length * s.seq_length);
+    attn_y.resize(n * p.local_hidden(s));
+    h1.resize(n * C);
+    ln2.resize(n * C);
+    ln2_mean.resize(n);
+    ln2_rstd.resize(n);
+    fc.resize(n * p.local_ffn(s));
+    gelu.resize(n * p.local_ffn(s));
+  }
+};
+
+// The activations of one microbatch in flight through this rank's layers.
+template <typename T>
+struct Activations {
+  MicrobatchId id;
+  std::vector<int32_t> tokens, targets, positions;  // [N]
+  // Residual stream: the input of each local layer, then the output of the last one.
+  std::vector<std::vector<T>> layer_io;
+  // Per-layer saved activations (empty when recomputing).
+  std::vector<std::unique_ptr<LayerActivations<T>>> saved;
+  // Head (last stage).
+  std::vector<T> lnf, lnf_mean, lnf_rstd, logits, ce_max, ce_sum_exp, ce_target;
+  bool has_forward = false;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_

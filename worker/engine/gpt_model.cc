@@ -1,0 +1,338 @@
+#include "worker/engine/gpt_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/status_macros.h"
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+namespace mtrain {
+namespace {
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// Dropout sites inside a layer, and the embedding (layer -1).
+enum DropoutSite { kEmbeddingSite = 0, kAttentionProbSite = 1, kAttentionOutSite = 2,
+                   kMlpOutSite = 3 };
+
+template <typename T>
+void Zero(std::vector<T>& v) {
+  std::fill(v.begin(), v.end(), T(0));
+}
+
+template <typename T>
+void AddInto(const T* src, T* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// out[rows, C] += bias[C] on every row.
+template <typename T>
+void AddBias(const T* bias, T* out, int rows, int C) {
+  for (int r = 0; r < rows; ++r) {
+    T* row = out + static_cast<size_t>(r) * C;
+    for (int c = 0; c < C; ++c) row[c] += bias[c];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
+                      TensorParallelOps<T> tensor_ops)
+    : layout_(layout),
+      shape_(layout.shape()),
+      placement_(layout.placement()),
+      batch_(micro_batch),
+      options_(options),
+      tensor_ops_(std::move(tensor_ops)),
+      params_(layout.total_size()),
+      grads_(layout.total_size()) {
+  p_ = layout_.View(params_.data());
+  g_ = layout_.View(grads_.data());
+  const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
+  d_ln_.resize(n * shape_.hidden);
+  d_branch_.resize(n * shape_.hidden);
+  d_fc_.resize(n * placement_.local_ffn(shape_));
+  d_gelu_.resize(n * placement_.local_ffn(shape_));
+  d_qkv_.resize(n * 3 * placement_.local_hidden(shape_));
+  d_attn_y_.resize(n * placement_.local_hidden(shape_));
+  d_att_scratch_.resize(static_cast<size_t>(batch_) * placement_.local_heads(shape_) *
+                        shape_.seq_length * shape_.seq_length);
+  if (options_.recompute) {
+    recompute_scratch_ = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_);
+  }
+}
+
+template <typename T>
+GptModel<T>::~GptModel() = default;
+
+template <typename T>
+void GptModel<T>::ZeroGrads() {
+  Zero(grads_);
+}
+
+template <typename T>
+std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
+  auto acts = std::make_unique<Activations<T>>();
+  const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
+  const size_t C = shape_.hidden;
+  acts->tokens.resize(n);
+  acts->targets.resize(n);
+  acts->positions.resize(n);
+  for (size_t i = 0; i < n; ++i) acts->positions[i] = static_cast<int32_t>(i % shape_.seq_length);
+  acts->layer_io.assign(placement_.num_layers + 1, std::vector<T>(n * C));
+  if (!options_.recompute) {
+    for (int l = 0; l < placement_.num_layers; ++l) {
+      acts->saved.push_back(std::make_unique<LayerActivations<T>>(shape_, placement_, batch_));
+    }
+  }
+  if (placement_.has_head) {
+    const size_t Vl = placement_.local_vocab(shape_);
+    acts->lnf.resize(n * C);
+    acts->lnf_mean.resize(n);
+    acts->lnf_rstd.resize(n);
+    acts->logits.resize(n * Vl);
+    acts->ce_max.resize(n);
+    acts->ce_sum_exp.resize(n);
+    acts->ce_target.resize(n);
+  }
+  return acts;
+}
+
+template <typename T>
+absl::Status GptModel<T>::AllReduce(T* data, size_t count, ReduceOp op) {
+  if (placement_.tensor_size == 1) return absl::OkStatus();
+  if (!tensor_ops_.all_reduce) {
+    return absl::FailedPreconditionError("tensor parallel model without a communicator");
+  }
+  return tensor_ops_.all_reduce(data, count, op);
+}
+
+template <typename T>
+uint64_t GptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
+  return cpu::DropoutKey(options_.seed, static_cast<uint64_t>(id.step),
+                         static_cast<uint64_t>(id.first_sample),
+                         static_cast<uint64_t>((global_layer + 1) * 4 + site));
+}
+
+template <typename T>
+absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
+                                       LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Cl = placement_.local_hidden(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+
+  // Attention block.
+  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
+                           s->ln1_rstd.data(), N, C, kLayerNormEps);
+  cpu::MatmulForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C, 3 * Cl);
+  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
+                            shape_.head_dim()};
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->att.data(), shape, att_dropout);
+  // Row-parallel projection: partial sums on each tensor rank, all-reduced, then the
+  // (replicated) bias once.
+  cpu::MatmulForward<T>(s->attn_y.data(), w.proj_weight, nullptr, out, N, Cl, C);
+  RETURN_IF_ERROR(AllReduce(out, NC, ReduceOp::kSum));
+  AddBias(w.proj_bias, out, N, C);
+  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
+
+  // MLP block.
+  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
+                           s->ln2_mean.data(), s->ln2_rstd.data(), N, C, kLayerNormEps);
+  cpu::MatmulForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
+  cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
+  cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, out, N, Fl, C);
+  RETURN_IF_ERROR(AllReduce(out, NC, ReduceOp::kSum));
+  AddBias(w.fc_proj_bias, out, N, C);
+  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  for (size_t i = 0; i < NC; ++i) out[i] += s->h1[i];
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
+                                        const LayerActivations<T>& s, T* d_out, T* d_x) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Cl = placement_.local_hidden(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+
+  // d_out is the gradient of the layer output = h1 + mlp branch. Reuse it as d_h1.
+  T* d_h1 = d_out;
+  Zero(d_branch_);
+  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, p,
+                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  Zero(d_gelu_);
+  cpu::MatmulBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight, d_gelu_.data(),
+                         g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  Zero(d_fc_);
+  cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
+  Zero(d_ln_);
+  cpu::MatmulBackward<T>(d_fc_.data(), s.ln2.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
+                         g.fc_bias, N, C, Fl);
+  // Conjugate of the identity copy into the column-parallel GEMM.
+  RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+  cpu::LayerNormBackward<T>(d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
+                            s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N, C);
+
+  // Attention block: d_x = d_h1 + (through the attention branch).
+  std::copy(d_h1, d_h1 + NC, d_x);
+  Zero(d_branch_);
+  cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
+                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  Zero(d_attn_y_);
+  cpu::MatmulBackward<T>(d_branch_.data(), s.attn_y.data(), w.proj_weight, d_attn_y_.data(),
+                         g.proj_weight, g.proj_bias, N, Cl, C);
+  Zero(d_qkv_);
+  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
+                            shape_.head_dim()};
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.att.data(), d_qkv_.data(),
+                            d_att_scratch_.data(), shape, att_dropout);
+  Zero(d_ln_);
+  cpu::MatmulBackward<T>(d_qkv_.data(), s.ln1.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
+                         g.qkv_bias, N, C, 3 * Cl);
+  RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+  cpu::LayerNormBackward<T>(d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),
+                            d_x, g.ln1_gamma, g.ln1_beta, N, C);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
+                                            Activations<T>* acts, T* hidden_out) {
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(N) * C;
+  acts->id = input.id;
+  T* x0 = acts->layer_io[0].data();
+  if (placement_.has_embedding) {
+    std::copy(input.tokens, input.tokens + N, acts->tokens.begin());
+    cpu::EmbeddingForward<T>(input.tokens, p_.wte, x0, N, C, placement_.vocab_start(shape_),
+                             placement_.local_vocab(shape_), /*accumulate=*/false);
+    RETURN_IF_ERROR(AllReduce(x0, NC, ReduceOp::kSum));  // vocab-parallel embedding
+    cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
+                             /*accumulate=*/true);
+    cpu::DropoutForward<T>(x0, x0, NC, options_.dropout,
+                           DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
+  } else {
+    std::copy(input.hidden_in, input.hidden_in + NC, x0);
+  }
+  for (int l = 0; l < placement_.num_layers; ++l) {
+    LayerActivations<T>* scratch = options_.recompute ? recompute_scratch_.get() : acts->saved[l].get();
+    RETURN_IF_ERROR(LayerForward(l, input.id, acts->layer_io[l].data(),
+                                 acts->layer_io[l + 1].data(), scratch));
+  }
+  acts->has_forward = true;
+  const T* x_last = acts->layer_io[placement_.num_layers].data();
+  if (!placement_.has_head) {
+    if (hidden_out != nullptr) std::copy(x_last, x_last + NC, hidden_out);
+    return 0.0;
+  }
+
+  std::copy(input.targets, input.targets + N, acts->targets.begin());
+  cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
+                           acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C, kLayerNormEps);
+  const int Vl = placement_.local_vocab(shape_);
+  cpu::MatmulForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N, C, Vl);
+  const int vocab_start = placement_.vocab_start(shape_);
+  cpu::VocabShard shard{N, Vl, std::clamp(shape_.vocab - vocab_start, 0, Vl), vocab_start};
+  cpu::CrossEntropyLocalMax<T>(acts->logits.data(), shard, acts->ce_max.data());
+  RETURN_IF_ERROR(AllReduce(acts->ce_max.data(), N, ReduceOp::kMax));
+  cpu::CrossEntropyLocalSums<T>(acts->logits.data(), acts->targets.data(), acts->ce_max.data(),
+                                shard, acts->ce_sum_exp.data(), acts->ce_target.data());
+  RETURN_IF_ERROR(AllReduce(acts->ce_sum_exp.data(), N, ReduceOp::kSum));
+  RETURN_IF_ERROR(AllReduce(acts->ce_target.data(), N, ReduceOp::kSum));
+  std::vector<T> losses(N);
+  cpu::CrossEntropyLosses<T>(acts->ce_max.data(), acts->ce_sum_exp.data(),
+                             acts->ce_target.data(), N, losses.data());
+  double sum = 0;
+  for (T loss : losses) sum += static_cast<double>(loss);
+  return sum;
+}
+
+template <typename T>
+absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
+                                   T d_loss_per_token, T* d_hidden_in) {
+  if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(N) * C;
+  // d_x holds the gradient of the residual stream as it flows down the layers.
+  std::vector<T> d_x(NC, T(0));
+  if (placement_.has_head) {
+    const int Vl = placement_.local_vocab(shape_);
+    const int vocab_start = placement_.vocab_start(shape_);
+    cpu::VocabShard shard{N, Vl, std::clamp(shape_.vocab - vocab_start, 0, Vl), vocab_start};
+    std::vector<T> d_logits(static_cast<size_t>(N) * Vl, T(0));
+    cpu::CrossEntropyBackward<T>(acts->logits.data(), acts->targets.data(),
+                                 acts->ce_max.data(), acts->ce_sum_exp.data(), shard,
+                                 d_loss_per_token, d_logits.data());
+    Zero(d_ln_);
+    cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte,
+                           nullptr, N, C, Vl);
+    RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+    cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
+                              p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
+                              d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);
+  } else {
+    std::copy(d_hidden_out, d_hidden_out + NC, d_x.begin());
+  }
+
+  std::vector<T> d_below(NC);
+  for (int l = placement_.num_layers - 1; l >= 0; --l) {
+    const T* x = acts->layer_io[l].data();
+    LayerActivations<T>* scratch = acts->saved.empty() ? nullptr : acts->saved[l].get();
+    if (options_.recompute) {
+      // Same input, same dropout keys: the recomputed activations are bit-identical.
+      scratch = recompute_scratch_.get();
+      std::vector<T> discard(NC);
+      RETURN_IF_ERROR(LayerForward(l, acts->id, x, discard.data(), scratch));
+    }
+    RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *scratch, d_x.data(), d_below.data()));
+    d_x.swap(d_below);
+  }
+
+  if (placement_.has_embedding) {
+    Zero(d_branch_);
+    cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout,
+                            DropoutKeyFor(acts->id, -1, kEmbeddingSite), 0);
+    cpu::EmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
+                              placement_.vocab_start(shape_), placement_.local_vocab(shape_));
+    cpu::EmbeddingBackward<T>(acts->positions.data(), d_branch_.data(), g_.wpe, N, C, 0,
+                              shape_.seq_length);
+  } else if (d_hidden_in != nullptr) {
+    std::copy(d_x.begin(), d_x.end(), d_hidden_in);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+const T* GptModel<T>::logits(const Activations<T>& acts) const {
+  return acts.logits.data();
+}
+
+template class GptModel<float>;
+template class GptModel<double>;
+
+}  // namespace mtrain

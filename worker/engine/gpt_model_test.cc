@@ -1,0 +1,200 @@
+#include "worker/engine/gpt_model.h"
+
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "worker/engine/parameter_init.h"
+
+namespace mtrain {
+namespace {
+
+// A model small enough for finite differences over every parameter, with a vocabulary
+// that needs padding (13 real tokens in 128 columns).
+ModelShape TinyShape() {
+  ModelShape shape;
+  shape.num_layers = 2;
+  shape.num_heads = 2;
+  shape.hidden = 8;
+  shape.seq_length = 4;
+  shape.vocab = 13;
+  shape.padded_vocab = 128;
+  return shape;
+}
+
+constexpr int kBatch = 2;
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  return tokens;
+}
+
+// Mean loss of one microbatch.
+template <typename T>
+double Loss(GptModel<T>& model, const std::vector<int32_t>& tokens,
+            const std::vector<int32_t>& targets) {
+  auto acts = model.NewActivations();
+  MicrobatchInput<T> input;
+  input.id = {3, 0};
+  input.tokens = tokens.data();
+  input.targets = targets.data();
+  absl::StatusOr<double> sum = model.Forward(input, acts.get());
+  EXPECT_TRUE(sum.ok()) << sum.status();
+  return *sum / static_cast<double>(tokens.size());
+}
+
+template <typename T>
+double LossAndGrad(GptModel<T>& model, const std::vector<int32_t>& tokens,
+                   const std::vector<int32_t>& targets) {
+  model.ZeroGrads();
+  auto acts = model.NewActivations();
+  MicrobatchInput<T> input;
+  input.id = {3, 0};
+  input.tokens = tokens.data();
+  input.targets = targets.data();
+  absl::StatusOr<double> sum = model.Forward(input, acts.get());
+  EXPECT_TRUE(sum.ok()) << sum.status();
+  EXPECT_TRUE(model.Backward(acts.get(), nullptr, T(1) / tokens.size()).ok());
+  return *sum / static_cast<double>(tokens.size());
+}
+
+class GptModelGradientTest : public ::testing::TestWithParam<float> {};
+
+// Every parameter's gradient against central finite differences in float64, with dropout
+// (deterministic masks) at the given rate.
+TEST_P(GptModelGradientTest, MatchesFiniteDifferencesForEveryParameter) {
+  const ModelShape shape = TinyShape();
+  ParameterLayout layout(shape, WholeModel(shape));
+  ModelOptions options;
+  options.dropout = GetParam();
+  options.seed = 11;
+  GptModel<double> model(layout, kBatch, options);
+  InitializeParameters(layout, 5, model.params());
+  // Larger weights than the 0.02 init make every path of the network matter.
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  for (size_t i = 0; i < model.num_params(); ++i) model.params()[i] += normal(rng);
+  const int n = kBatch * shape.seq_length;
+  const auto tokens = RandomTokens(n, shape.vocab, 2);
+  const auto targets = RandomTokens(n, shape.vocab, 3);
+
+  LossAndGrad(model, tokens, targets);
+  const std::vector<double> analytic(model.grads(), model.grads() + model.num_params());
+  const double h = 1e-5;
+  int checked = 0;
+  for (const ParamTensor& tensor : layout.tensors()) {
+    double worst = 0;
+    for (size_t i = 0; i < tensor.size; ++i) {
+      const size_t k = tensor.offset + i;
+      const double saved = model.params()[k];
+      model.params()[k] = saved + h;
+      const double plus = Loss(model, tokens, targets);
+      model.params()[k] = saved - h;
+      const double minus = Loss(model, tokens, targets);
+      model.params()[k] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      const double error = std::abs(numeric - analytic[k]) /
+                           std::max(1e-3, std::abs(numeric) + std::abs(analytic[k]));
+      worst = std::max(worst, error);
+      ++checked;
+    }
+    EXPECT_LT(worst, 1e-5) << tensor.name;
+  }
+  EXPECT_EQ(checked, static_cast<int>(model.num_params()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, GptModelGradientTest, ::testing::Values(0.0f, 0.25f));
+
+TEST(GptModelTest, PaddedVocabularyRowsGetNoGradient) {
+  const ModelShape shape = TinyShape();
+  ParameterLayout layout(shape, WholeModel(shape));
+  GptModel<float> model(layout, kBatch, ModelOptions{});
+  InitializeParameters(layout, 5, model.params());
+  const int n = kBatch * shape.seq_length;
+  LossAndGrad(model, RandomTokens(n, shape.vocab, 2), RandomTokens(n, shape.vocab, 3));
+  const ParamTensor* wte = layout.Find("wte");
+  ASSERT_NE(wte, nullptr);
+  double real_rows = 0;
+  for (int row = 0; row < shape.padded_vocab; ++row) {
+    for (int c = 0; c < shape.hidden; ++c) {
+      const float g = model.grads()[wte->offset + row * shape.hidden + c];
+      if (row >= shape.vocab) {
+        ASSERT_EQ(g, 0.0f) << "padded row " << row;
+      } else {
+        real_rows += std::abs(g);
+      }
+    }
+  }
+  EXPECT_GT(real_rows, 0);
+}
+
+TEST(GptModelTest, RecomputationIsBitIdentical) {
+  ModelShape shape = TinyShape();
+  shape.vocab = 256;
+  shape.padded_vocab = 256;
+  shape.hidden = 32;
+  shape.seq_length = 16;
+  ParameterLayout layout(shape, WholeModel(shape));
+  ModelOptions plain;
+  plain.dropout = 0.1f;
+  plain.seed = 9;
+  ModelOptions recompute = plain;
+  recompute.recompute = true;
+  GptModel<float> a(layout, kBatch, plain);
+  GptModel<float> b(layout, kBatch, recompute);
+  InitializeParameters(layout, 5, a.params());
+  InitializeParameters(layout, 5, b.params());
+  const int n = kBatch * shape.seq_length;
+  const auto tokens = RandomTokens(n, shape.vocab, 2);
+  const auto targets = RandomTokens(n, shape.vocab, 3);
+  const double loss_a = LossAndGrad(a, tokens, targets);
+  const double loss_b = LossAndGrad(b, tokens, targets);
+  EXPECT_EQ(loss_a, loss_b);
+  for (size_t i = 0; i < a.num_params(); ++i) {
+    ASSERT_EQ(a.grads()[i], b.grads()[i]) << "parameter element " << i;
+  }
+}
+
+TEST(GptModelTest, LaterTokensDoNotChangeEarlierLogits) {
+  const ModelShape shape = TinyShape();
+  ParameterLayout layout(shape, WholeModel(shape));
+  GptModel<float> model(layout, 1, ModelOptions{});
+  InitializeParameters(layout, 5, model.params());
+  auto tokens = RandomTokens(shape.seq_length, shape.vocab, 2);
+  const auto targets = RandomTokens(shape.seq_length, shape.vocab, 3);
+  auto run = [&](const std::vector<int32_t>& t) {
+    auto acts = model.NewActivations();
+    MicrobatchInput<float> input;
+    input.tokens = t.data();
+    input.targets = targets.data();
+    EXPECT_TRUE(model.Forward(input, acts.get()).ok());
+    const float* logits = model.logits(*acts);
+    return std::vector<float>(logits, logits + shape.seq_length * shape.padded_vocab);
+  };
+  const std::vector<float> before = run(tokens);
+  tokens.back() = (tokens.back() + 1) % shape.vocab;
+  const std::vector<float> after = run(tokens);
+  const size_t last_row = static_cast<size_t>(shape.seq_length - 1) * shape.padded_vocab;
+  for (size_t i = 0; i < last_row; ++i) ASSERT_EQ(before[i], after[i]) << i;
+  bool last_changed = false;
+  for (size_t i = last_row; i < before.size(); ++i) last_changed |= before[i] != after[i];
+  EXPECT_TRUE(last_changed);
+}
+
+TEST(GptModelTest, InitialLossIsNearLogVocab) {
+  ModelShape shape = TinyShape();
+  shape.vocab = 256;
+  shape.padded_vocab = 256;
+  shape.hidden = 32;
+  ParameterLayout layout(shape, WholeModel(shape));
+  GptModel<float> model(layout, kBatch, ModelOptions{});
+  InitializeParameters(layout, 5, model.params());
+  const int n = kBatch * shape.seq_length;
+  const double loss = Loss(model, RandomTokens(n, 256, 2), RandomTokens(n, 256, 3));
+  EXPECT_NEAR(loss, std::log(256.0), 0.05);
+}
+
+}  // namespace
+}  // namespace mtrain

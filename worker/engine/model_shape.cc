@@ -1,0 +1,24 @@
+#include "worker/engine/model_shape.h"
+
+#include "coordinator/plan/job_spec_validation.h"
+
+namespace mtrain {
+
+ModelPlacement WholeModel(const ModelShape& shape) {
+  ModelPlacement placement;
+  placement.num_layers = shape.num_layers;
+  return placement;
+}
+
+ModelShape ShapeFromSpec(const JobSpec& spec) {
+  ModelShape shape;
+  shape.num_layers = spec.model().num_layers();
+  shape.num_heads = spec.model().num_heads();
+  shape.hidden = spec.model().hidden_size();
+  shape.seq_length = spec.model().seq_length();
+  shape.vocab = spec.model().vocab_size();
+  shape.padded_vocab = PaddedVocabSize(shape.vocab, spec.parallel().tensor());
+  return shape;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,48 @@
+// The sizes of a GPT model and which part of it one rank holds.
+#ifndef MTRAIN_WORKER_ENGINE_MODEL_SHAPE_H_
+#define MTRAIN_WORKER_ENGINE_MODEL_SHAPE_H_
+
+#include "absl/status/statusor.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+// The global model (what a single rank would hold).
+struct ModelShape {
+  int num_layers = 0;
+  int num_heads = 0;
+  int hidden = 0;        // C
+  int seq_length = 0;    // S
+  int vocab = 0;         // real tokens; logits beyond are padding
+  int padded_vocab = 0;  // multiple of 128 * tensor
+  int head_dim() const { return hidden / num_heads; }
+  int ffn_hidden() const { return 4 * hidden; }
+};
+
+// The part of the model one rank holds: a slice of the heads, MLP width and vocabulary
+// (tensor parallel), a run of layers (pipeline parallel).
+struct ModelPlacement {
+  int tensor_size = 1;
+  int tensor_rank = 0;
+  int first_layer = 0;  // global index of this rank's first layer
+  int num_layers = 0;   // layers on this rank
+  bool has_embedding = true;  // first pipeline stage: token + position embedding
+  bool has_head = true;       // last pipeline stage: final LayerNorm, tied output layer, loss
+
+  // Local sizes.
+  int local_heads(const ModelShape& s) const { return s.num_heads / tensor_size; }
+  int local_hidden(const ModelShape& s) const { return s.hidden / tensor_size; }
+  int local_ffn(const ModelShape& s) const { return s.ffn_hidden() / tensor_size; }
+  int local_vocab(const ModelShape& s) const { return s.padded_vocab / tensor_size; }
+  int vocab_start(const ModelShape& s) const { return tensor_rank * local_vocab(s); }
+};
+
+// A placement holding the whole model (one rank).
+ModelPlacement WholeModel(const ModelShape& shape);
+
+// The shape of a validated spec (defaults applied).
+ModelShape ShapeFromSpec(const JobSpec& spec);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_MODEL_SHAPE_H_

@@ -1,0 +1,116 @@
+#include "worker/engine/parameter_layout.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mtrain {
+
+size_t ParameterLayout::Add(std::string name, std::vector<int64_t> global_shape,
+                            std::vector<int64_t> local_shape, std::vector<int64_t> global_offset,
+                            ParamInit init, bool weight_decay) {
+  ParamTensor tensor;
+  tensor.name = std::move(name);
+  tensor.offset = total_size_;
+  size_t size = 1;
+  for (int64_t d : local_shape) size *= static_cast<size_t>(d);
+  tensor.size = size;
+  tensor.global_shape = std::move(global_shape);
+  tensor.local_shape = std::move(local_shape);
+  tensor.global_offset = std::move(global_offset);
+  tensor.init = init;
+  tensor.weight_decay = weight_decay;
+  total_size_ += size;
+  tensors_.push_back(std::move(tensor));
+  return tensors_.back().offset;
+}
+
+ParameterLayout::ParameterLayout(const ModelShape& shape, const ModelPlacement& placement)
+    : shape_(shape), placement_(placement) {
+  const int64_t C = shape.hidden;
+  const int64_t S = shape.seq_length;
+  const int64_t Vp = shape.padded_vocab;
+  const int64_t r = placement.tensor_rank;
+  const int64_t Cl = placement.local_hidden(shape);
+  const int64_t Fl = placement.local_ffn(shape);
+  const int64_t Vl = placement.local_vocab(shape);
+  using P = ParamInit;
+  if (placement.has_embedding || placement.has_head) {
+    Add("wte", {Vp, C}, {Vl, C}, {r * Vl, 0}, P::kNormal, true);
+  }
+  if (placement.has_embedding) Add("wpe", {S, C}, {S, C}, {0, 0}, P::kNormal, true);
+  for (int i = 0; i < placement.num_layers; ++i) {
+    const std::string p = absl::StrCat("layers.", placement.first_layer + i, ".");
+    Add(p + "ln1.weight", {C}, {C}, {0}, P::kOnes, false);
+    Add(p + "ln1.bias", {C}, {C}, {0}, P::kZeros, false);
+    Add(p + "attn.qkv.weight", {3, C, C}, {3, Cl, C}, {0, r * Cl, 0}, P::kNormal, true);
+    Add(p + "attn.qkv.bias", {3, C}, {3, Cl}, {0, r * Cl}, P::kZeros, false);
+    Add(p + "attn.proj.weight", {C, C}, {C, Cl}, {0, r * Cl}, P::kScaledNormal, true);
+    Add(p + "attn.proj.bias", {C}, {C}, {0}, P::kZeros, false);
+    Add(p + "ln2.weight", {C}, {C}, {0}, P::kOnes, false);
+    Add(p + "ln2.bias", {C}, {C}, {0}, P::kZeros, false);
+    Add(p + "mlp.fc.weight", {4 * C, C}, {Fl, C}, {r * Fl, 0}, P::kNormal, true);
+    Add(p + "mlp.fc.bias", {4 * C}, {Fl}, {r * Fl}, P::kZeros, false);
+    Add(p + "mlp.proj.weight", {C, 4 * C}, {C, Fl}, {0, r * Fl}, P::kScaledNormal, true);
+    Add(p + "mlp.proj.bias", {C}, {C}, {0}, P::kZeros, false);
+  }
+  if (placement.has_head) {
+    Add("lnf.weight", {C}, {C}, {0}, P::kOnes, false);
+    Add("lnf.bias", {C}, {C}, {0}, P::kZeros, false);
+  }
+}
+
+const ParamTensor* ParameterLayout::Find(const std::string& name) const {
+  for (const ParamTensor& tensor : tensors_) {
+    if (tensor.name == name) return &tensor;
+  }
+  return nullptr;
+}
+
+template <typename T>
+ModelView<T> ParameterLayout::View(T* base) const {
+  ModelView<T> view;
+  auto at = [&](const std::string& name) -> T* {
+    const ParamTensor* tensor = Find(name);
+    return tensor == nullptr ? nullptr : base + tensor->offset;
+  };
+  view.wte = at("wte");
+  view.wpe = at("wpe");
+  for (int i = 0; i < placement_.num_layers; ++i) {
+    const std::string p = absl::StrCat("layers.", placement_.first_layer + i, ".");
+    LayerView<T> layer;
+    layer.ln1_gamma = at(p + "ln1.weight");
+    layer.ln1_beta = at(p + "ln1.bias");
+    layer.qkv_weight = at(p + "attn.qkv.weight");
+    layer.qkv_bias = at(p + "attn.qkv.bias");
+    layer.proj_weight = at(p + "attn.proj.weight");
+    layer.proj_bias = at(p + "attn.proj.bias");
+    layer.ln2_gamma = at(p + "ln2.weight");
+    layer.ln2_beta = at(p + "ln2.bias");
+    layer.fc_weight = at(p + "mlp.fc.weight");
+    layer.fc_bias = at(p + "mlp.fc.bias");
+    layer.fc_proj_weight = at(p + "mlp.proj.weight");
+    layer.fc_proj_bias = at(p + "mlp.proj.bias");
+    view.layers.push_back(layer);
+  }
+  view.lnf_gamma = at("lnf.weight");
+  view.lnf_beta = at("lnf.bias");
+  return view;
+}
+
+template ModelView<float> ParameterLayout::View(float* base) const;
+template ModelView<double> ParameterLayout::View(double* base) const;
+
+int64_t GlobalIndex(const ParamTensor& tensor, int64_t local_index) {
+  const size_t rank = tensor.local_shape.size();
+  int64_t global = 0;
+  int64_t stride = 1;
+  // Walk dimensions from the innermost, peeling local coordinates off local_index.
+  for (size_t k = rank; k-- > 0;) {
+    const int64_t coordinate = local_index % tensor.local_shape[k];
+    local_index /= tensor.local_shape[k];
+    global += (coordinate + tensor.global_offset[k]) * stride;
+    stride *= tensor.global_shape[k];
+  }
+  return global;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,113 @@
+// Where every parameter of one rank lives in the rank's single contiguous buffer.
+//
+// All parameters sit in one flat buffer (and their gradients in another of the same
+// layout), so gradient all-reduce, clipping, the optimizer and checkpoints are operations
+// on flat ranges. Each entry also records the tensor's GLOBAL shape and where this rank's
+// shard sits in it, which is what lets initialisation and checkpoints be independent of
+// the parallel layout.
+//
+// Tensor names and global shapes (C hidden, S seq, Vp padded vocab; per layer i):
+//   wte                      [Vp, C]      token embedding, tied output layer; split on Vp
+//   wpe                      [S, C]       position embedding
+//   layers.i.ln1.weight/bias [C]
+//   layers.i.attn.qkv.weight [3, C, C]    Q, K, V blocks of [out=C, in=C]; split on dim 1
+//   layers.i.attn.qkv.bias   [3, C]       split on dim 1
+//   layers.i.attn.proj.weight [C, C]      [out, in]; split on in (row parallel)
+//   layers.i.attn.proj.bias  [C]
+//   layers.i.ln2.weight/bias [C]
+//   layers.i.mlp.fc.weight   [4C, C]      split on out (column parallel)
+//   layers.i.mlp.fc.bias     [4C]         split
+//   layers.i.mlp.proj.weight [C, 4C]      split on in (row parallel)
+//   layers.i.mlp.proj.bias   [C]
+//   lnf.weight/bias          [C]
+#ifndef MTRAIN_WORKER_ENGINE_PARAMETER_LAYOUT_H_
+#define MTRAIN_WORKER_ENGINE_PARAMETER_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/engine/model_shape.h"
+
+namespace mtrain {
+
+enum class ParamInit {
+  kNormal,        // N(0, 0.02)
+  kScaledNormal,  // N(0, 0.02 / sqrt(2 L)): output projections of attention and MLP
+  kOnes,          // LayerNorm gains
+  kZeros,         // biases
+};
+
+struct ParamTensor {
+  std::string name;
+  size_t offset = 0;  // elements from the start of the buffer
+  size_t size = 0;    // elements held by this rank
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> local_shape;
+  std::vector<int64_t> global_offset;  // index of the shard's first element per dimension
+  ParamInit init = ParamInit::kNormal;
+  // AdamW's decoupled decay applies to weight matrices and embeddings, not to biases or
+  // LayerNorm parameters.
+  bool weight_decay = false;
+};
+
+// Typed views into a flat buffer (parameters or gradients); shapes are local.
+template <typename T>
+struct LayerView {
+  T* ln1_gamma;   // [C]
+  T* ln1_beta;    // [C]
+  T* qkv_weight;  // [3 * C_local, C]
+  T* qkv_bias;    // [3 * C_local]
+  T* proj_weight;  // [C, C_local]
+  T* proj_bias;    // [C]
+  T* ln2_gamma;    // [C]
+  T* ln2_beta;     // [C]
+  T* fc_weight;    // [4C_local, C]
+  T* fc_bias;      // [4C_local]
+  T* fc_proj_weight;  // [C, 4C_local]
+  T* fc_proj_bias;    // [C]
+};
+
+template <typename T>
+struct ModelView {
+  T* wte = nullptr;  // [V_local, C]; null unless first or last stage
+  T* wpe = nullptr;  // [S, C]; null unless first stage
+  std::vector<LayerView<T>> layers;  // this rank's layers, in order
+  T* lnf_gamma = nullptr;  // [C]; last stage only
+  T* lnf_beta = nullptr;   // [C]
+};
+
+class ParameterLayout {
+ public:
+  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement);
+
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  size_t total_size() const { return total_size_; }
+  const ModelShape& shape() const { return shape_; }
+  const ModelPlacement& placement() const { return placement_; }
+
+  // Null if this rank does not hold the tensor.
+  const ParamTensor* Find(const std::string& name) const;
+
+  template <typename T>
+  ModelView<T> View(T* base) const;
+
+ private:
+  size_t Add(std::string name, std::vector<int64_t> global_shape,
+             std::vector<int64_t> local_shape, std::vector<int64_t> global_offset,
+             ParamInit init, bool weight_decay);
+
+  ModelShape shape_;
+  ModelPlacement placement_;
+  std::vector<ParamTensor> tensors_;
+  size_t total_size_ = 0;
+};
+
+// Global row-major index of the element at local row-major index `local_index` of
+// `tensor`'s shard.
+int64_t GlobalIndex(const ParamTensor& tensor, int64_t local_index);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_PARAMETER_LAYOUT_H_

@@ -1,0 +1,194 @@
+#include "worker/engine/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mtrain {
+namespace {
+
+// Bounds a header we are willing to parse (the format's own reference limit is 100 MB).
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+
+int DtypeSize(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "F64" || dtype == "I64") return 8;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16") return 2;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL") return 1;
+  return 0;
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      out += buffer;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+absl::Status Malformed(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(path, ": not a valid safetensors file: ", what));
+}
+
+}  // namespace
+
+int64_t SafetensorsTensor::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsTensor MakeF32Tensor(std::vector<int64_t> shape, const float* data) {
+  SafetensorsTensor tensor{"F32", std::move(shape), ""};
+  tensor.bytes.assign(reinterpret_cast<const char*>(data), tensor.num_elements() * 4);
+  return tensor;
+}
+
+SafetensorsTensor MakeI32Tensor(std::vector<int64_t> shape, const int32_t* data) {
+  SafetensorsTensor tensor{"I32", std::move(shape), ""};
+  tensor.bytes.assign(reinterpret_cast<const char*>(data), tensor.num_elements() * 4);
+  return tensor;
+}
+
+absl::StatusOr<std::vector<float>> TensorAsFloats(const SafetensorsTensor& tensor) {
+  const int64_t n = tensor.num_elements();
+  std::vector<float> values(n);
+  if (tensor.dtype == "F32") {
+    std::memcpy(values.data(), tensor.bytes.data(), n * 4);
+  } else if (tensor.dtype == "F64") {
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      std::memcpy(&v, tensor.bytes.data() + 8 * i, 8);
+      values[i] = static_cast<float>(v);
+    }
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("expected F32 or F64, got ", tensor.dtype));
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tensor) {
+  if (tensor.dtype != "I32") {
+    return absl::InvalidArgumentError(absl::StrCat("expected I32, got ", tensor.dtype));
+  }
+  std::vector<int32_t> values(tensor.num_elements());
+  std::memcpy(values.data(), tensor.bytes.data(), values.size() * 4);
+  return values;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file) {
+  std::vector<std::string> entries;
+  if (!file.metadata.empty()) {
+    std::vector<std::string> pairs;
+    for (const auto& [key, value] : file.metadata) {
+      pairs.push_back(absl::StrCat("\"", JsonEscape(key), "\":\"", JsonEscape(value), "\""));
+    }
+    entries.push_back(absl::StrCat("\"__metadata__\":{", absl::StrJoin(pairs, ","), "}"));
+  }
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : file.tensors) {
+    entries.push_back(absl::StrCat("\"", JsonEscape(name), "\":{\"dtype\":\"", tensor.dtype,
+                                   "\",\"shape\":[", absl::StrJoin(tensor.shape, ","),
+                                   "],\"data_offsets\":[", offset, ",",
+                                   offset + tensor.bytes.size(), "]}"));
+    offset += tensor.bytes.size();
+  }
+  std::string header = absl::StrCat("{", absl::StrJoin(entries, ","), "}");
+  // Pad with spaces to 8-byte alignment, as the reference writer does.
+  while (header.size() % 8 != 0) header += ' ';
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary));
+    const uint64_t length = header.size();
+    char length_bytes[8];
+    for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<char>((length >> (8 * i)) & 0xFF);
+    out.write(length_bytes, 8);
+    out.write(header.data(), header.size());
+    for (const auto& [name, tensor] : file.tensors) out.write(tensor.bytes.data(), tensor.bytes.size());
+    if (!out) return absl::InternalError(absl::StrCat("write failed: ", temporary));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string content = buffer.str();
+  if (content.size() < 8) return Malformed(path, "shorter than the 8-byte header length");
+  uint64_t header_length = 0;
+  for (int i = 0; i < 8; ++i) {
+    header_length |= static_cast<uint64_t>(static_cast<unsigned char>(content[i])) << (8 * i);
+  }
+  if (header_length > kMaxHeaderBytes || header_length > content.size() - 8) {
+    return Malformed(path, absl::StrCat("header length ", header_length, " exceeds the file"));
+  }
+  google::protobuf::Struct header;
+  const auto parsed =
+      google::protobuf::util::JsonStringToMessage(content.substr(8, header_length), &header);
+  if (!parsed.ok()) return Malformed(path, absl::StrCat("header JSON: ", parsed.ToString()));
+  const uint64_t data_start = 8 + header_length;
+  const uint64_t data_size = content.size() - data_start;
+  SafetensorsFile file;
+  for (const auto& [name, value] : header.fields()) {
+    if (name == "__metadata__") {
+      for (const auto& [key, item] : value.struct_value().fields()) {
+        file.metadata[key] = item.string_value();
+      }
+      continue;
+    }
+    const auto& fields = value.struct_value().fields();
+    auto dtype = fields.find("dtype");
+    auto shape = fields.find("shape");
+    auto offsets = fields.find("data_offsets");
+    if (dtype == fields.end() || shape == fields.end() || offsets == fields.end() ||
+        offsets->second.list_value().values_size() != 2) {
+      return Malformed(path, absl::StrCat("tensor '", name, "' lacks dtype/shape/data_offsets"));
+    }
+    SafetensorsTensor tensor;
+    tensor.dtype = dtype->second.string_value();
+    const int element_size = DtypeSize(tensor.dtype);
+    if (element_size == 0) {
+      return Malformed(path, absl::StrCat("tensor '", name, "' has unknown dtype ", tensor.dtype));
+    }
+    for (const auto& d : shape->second.list_value().values()) {
+      if (d.number_value() < 0) return Malformed(path, absl::StrCat("tensor '", name, "' negative dim"));
+      tensor.shape.push_back(static_cast<int64_t>(d.number_value()));
+    }
+    const uint64_t begin = static_cast<uint64_t>(offsets->second.list_value().values(0).number_value());
+    const uint64_t end = static_cast<uint64_t>(offsets->second.list_value().values(1).number_value());
+    if (begin > end || end > data_size) {
+      return Malformed(path, absl::StrCat("tensor '", name, "' data [", begin, ", ", end,
+                                          ") is outside the ", data_size, " data bytes"));
+    }
+    if (static_cast<uint64_t>(tensor.num_elements()) * element_size != end - begin) {
+      return Malformed(path, absl::StrCat("tensor '", name, "' shape does not match its ",
+                                          end - begin, " bytes"));
+    }
+    tensor.bytes = content.substr(data_start + begin, end - begin);
+    file.tensors[name] = std::move(tensor);
+  }
+  return file;
+}
+
+}  // namespace mtrain
