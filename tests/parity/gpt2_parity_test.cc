@@ -105,9 +105,18 @@ TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
         << "step " << step << ": " << stats->loss << " vs " << reference_losses[step - 1];
   }
   for (const ParamTensor& tensor : layout_.tensors()) {
-    EXPECT_LT(RelativeError(model_->params() + tensor.offset, Floats("final." + tensor.name)),
-              1e-4)
-        << tensor.name;
+    std::vector<float> ours(model_->params() + tensor.offset,
+                            model_->params() + tensor.offset + tensor.size);
+    std::vector<float> reference = Floats("final." + tensor.name);
+    if (tensor.name.find("attn.qkv.bias") != std::string::npos) {
+      // The key bias adds the same q.b to every score of a row, which softmax ignores: its
+      // true gradient is 0 and both implementations see only rounding noise, which Adam's
+      // normalisation turns into lr-sized steps of random sign. Compare Q and V only.
+      const int C = shape_.hidden;
+      ours.erase(ours.begin() + C, ours.begin() + 2 * C);
+      reference.erase(reference.begin() + C, reference.begin() + 2 * C);
+    }
+    EXPECT_LT(RelativeError(ours.data(), reference), 1e-4) << tensor.name;
   }
 }
 

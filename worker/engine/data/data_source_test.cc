@@ -1,0 +1,222 @@
+#include "worker/engine/data/data_source.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/engine/data/indexed_dataset_writer.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+namespace fs = std::filesystem;
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+// A fresh directory under the test's temporary directory.
+std::string MakeDir(const std::string& name) {
+  const fs::path dir = fs::path(TempDir()) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+}
+
+TEST(DataSourceTest, DefaultSpecOpensTheShippedCorpus) {
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(DataSpec());
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(absl::EndsWith((*dataset)->source(), "tests/data/shakespeare.txt"))
+      << (*dataset)->source();
+  EXPECT_EQ((*dataset)->size(), static_cast<int64_t>(fs::file_size((*dataset)->source())));
+  EXPECT_GT((*dataset)->size(), 1000000);
+  std::vector<int32_t> head(6);
+  ASSERT_TRUE((*dataset)->Read(0, 6, head.data()).ok());
+  EXPECT_THAT(head, ElementsAre('H', 'A', 'M', 'L', 'E', 'T'));
+}
+
+TEST(DataSourceTest, FindsTheCorpusFromTheExecutableAlone) {
+  // Neither the working directory nor the runfiles variables: only /proc/self/exe, as for
+  // a binary started from anywhere. bazel puts the test's runfiles tree beside it.
+  CorpusSearchContext context;
+  context.executable = CurrentCorpusSearchContext().executable;
+  ASSERT_FALSE(context.executable.empty());
+  absl::StatusOr<std::string> found = FindDefaultCorpus(context);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(absl::EndsWith(*found, "tests/data/shakespeare.txt")) << *found;
+}
+
+TEST(DataSourceTest, FindsTheCorpusThroughTheRunfilesVariables) {
+  const CorpusSearchContext current = CurrentCorpusSearchContext();
+  ASSERT_FALSE(current.test_srcdir.empty()) << "bazel test sets TEST_SRCDIR";
+  CorpusSearchContext context;
+  context.test_srcdir = current.test_srcdir;
+  absl::StatusOr<std::string> found = FindDefaultCorpus(context);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, current.test_srcdir + "/mtrain/tests/data/shakespeare.txt");
+}
+
+TEST(DataSourceTest, CandidatesFollowTheDocumentedOrder) {
+  CorpusSearchContext context;
+  context.data_dir = "/data";
+  context.cwd = "/home/u/repo";
+  context.runfiles_dir = "/rf";
+  context.test_srcdir = "/src/";
+  context.executable = "/home/u/repo/bin/worker";
+  EXPECT_THAT(DefaultCorpusCandidates(context),
+              ElementsAre("/data/shakespeare.txt",                    //
+                          "/home/u/repo/tests/data/shakespeare.txt",  //
+                          "/home/u/tests/data/shakespeare.txt",       //
+                          "/home/tests/data/shakespeare.txt",         //
+                          "/tests/data/shakespeare.txt",              //
+                          "/rf/mtrain/tests/data/shakespeare.txt",    //
+                          "/src/mtrain/tests/data/shakespeare.txt",   //
+                          "/home/u/repo/bin/worker.runfiles/mtrain/tests/data/shakespeare.txt",
+                          "/home/u/repo/bin/tests/data/shakespeare.txt"));  // the rest: dups
+}
+
+TEST(DataSourceTest, SearchOrderDecidesBetweenCopies) {
+  const std::string root = MakeDir("search_order");
+  WriteFile(root + "/repo/tests/data/shakespeare.txt", "repo");
+  WriteFile(root + "/data/shakespeare.txt", "data dir");
+  WriteFile(root + "/exe/prog.runfiles/mtrain/tests/data/shakespeare.txt", "runfiles");
+  fs::create_directories(root + "/repo/a/b");
+
+  CorpusSearchContext context;
+  context.cwd = root + "/repo/a/b";  // found two levels up
+  context.executable = root + "/exe/prog";
+  EXPECT_EQ(FindDefaultCorpus(context).value_or(""), root + "/repo/tests/data/shakespeare.txt");
+  context.data_dir = root + "/data";  // MTRAIN_DATA_DIR comes first
+  EXPECT_EQ(FindDefaultCorpus(context).value_or(""), root + "/data/shakespeare.txt");
+  context.data_dir = root + "/nothing_here";  // a wrong one falls through
+  context.cwd = "/";
+  EXPECT_EQ(FindDefaultCorpus(context).value_or(""),
+            root + "/exe/prog.runfiles/mtrain/tests/data/shakespeare.txt");
+}
+
+TEST(DataSourceTest, MtrainDataDirEnvironmentVariableIsHonoured) {
+  const std::string dir = MakeDir("env_data_dir");
+  WriteFile(dir + "/shakespeare.txt", "hello");
+  ASSERT_EQ(setenv("MTRAIN_DATA_DIR", dir.c_str(), 1), 0);
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(DataSpec());
+  unsetenv("MTRAIN_DATA_DIR");
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_EQ((*dataset)->source(), dir + "/shakespeare.txt");
+  EXPECT_EQ((*dataset)->size(), 5);
+}
+
+TEST(DataSourceTest, MissingCorpusIsNotFoundListingThePlacesTried) {
+  const std::string root = MakeDir("no_corpus");
+  CorpusSearchContext context;
+  context.data_dir = root + "/data";
+  context.cwd = root;
+  context.executable = root + "/bin/prog";
+  absl::StatusOr<std::string> found = FindDefaultCorpus(context);
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kNotFound);
+  for (const std::string& candidate : DefaultCorpusCandidates(context)) {
+    EXPECT_THAT(found.status().message(), HasSubstr(candidate));
+  }
+  EXPECT_THAT(found.status().message(), HasSubstr("MTRAIN_DATA_DIR"));
+}
+
+TEST(DataSourceTest, MissingTextPathIsNotFoundNamingTheField) {
+  DataSpec spec;
+  spec.set_path(TempDir() + "/does_not_exist.txt");
+  spec.set_format(DATA_FORMAT_TEXT);
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(spec);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(dataset.status().message(), AllOf(HasSubstr("data.path"), HasSubstr(spec.path())));
+}
+
+TEST(DataSourceTest, OpensIndexedDatasets) {
+  const std::string prefix = MakeDir("indexed") + "/corpus";
+  ASSERT_TRUE(WriteIndexedDataset(prefix, {{1, 2, 3}, {4}}).ok());
+  DataSpec spec;
+  spec.set_path(prefix);
+  spec.set_format(DATA_FORMAT_MMIDIDX);
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(spec);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_EQ((*dataset)->size(), 4);
+  std::vector<int32_t> tokens(4);
+  ASSERT_TRUE((*dataset)->Read(0, 4, tokens.data()).ok());
+  EXPECT_THAT(tokens, ElementsAre(1, 2, 3, 4));
+
+  spec.set_path(prefix + "_missing");
+  EXPECT_EQ(OpenDataset(spec).status().code(), absl::StatusCode::kNotFound);
+  spec.clear_path();
+  absl::Status no_path = OpenDataset(spec).status();
+  EXPECT_EQ(no_path.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_path.message(), HasSubstr("data.path"));
+}
+
+TEST(DataSourceTest, RejectsUnknownFormatsAndTokenizers) {
+  DataSpec spec;
+  spec.set_format(static_cast<DataFormat>(9));
+  absl::Status format = OpenDataset(spec).status();
+  EXPECT_EQ(format.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(format.message(), HasSubstr("data.format"));
+  spec.set_format(DATA_FORMAT_TEXT);
+  spec.set_tokenizer(static_cast<Tokenizer>(5));
+  absl::Status tokenizer = OpenDataset(spec).status();
+  EXPECT_EQ(tokenizer.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tokenizer.message(), HasSubstr("data.tokenizer"));
+}
+
+TEST(DataSourceTest, ChecksTokenIdsAgainstTheVocabulary) {
+  const std::string prefix = MakeDir("vocab") + "/wide";
+  ASSERT_TRUE(WriteIndexedDataset(prefix, {{1, 2}, {70000, 3}}).ok());
+  DataSpec spec;
+  spec.set_path(prefix);
+  spec.set_format(DATA_FORMAT_MMIDIDX);
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(spec);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(CheckTokensFitVocab(**dataset, 70001).ok());
+  absl::Status too_small = CheckTokensFitVocab(**dataset, 65536);
+  EXPECT_EQ(too_small.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_small.message(),
+              AllOf(HasSubstr("data.path"), HasSubstr(prefix), HasSubstr("model.vocab_size"),
+                    HasSubstr("token id 70000 at token offset 2"), HasSubstr("65536")));
+  EXPECT_EQ(CheckTokensFitVocab(**dataset, 0).code(), absl::StatusCode::kInvalidArgument);
+
+  const std::string negative = MakeDir("vocab_negative") + "/negative";
+  ASSERT_TRUE(WriteIndexedDataset(negative, {{5, -1}}).ok());
+  spec.set_path(negative);
+  dataset = OpenDataset(spec);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_THAT(CheckTokensFitVocab(**dataset, 256).message(), HasSubstr("token id -1"));
+}
+
+TEST(DataSourceTest, ByteCorpusFitsTheDefaultVocabulary) {
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(DataSpec());
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(CheckTokensFitVocab(**dataset, 256).ok());
+  // Below 256 the ids are actually scanned: the corpus is ASCII ('~' is 126 at most) ...
+  EXPECT_TRUE(CheckTokensFitVocab(**dataset, 128).ok());
+  // ... and lowercase letters reach 'z' (122).
+  absl::Status status = CheckTokensFitVocab(**dataset, 100);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model.vocab_size (100)"));
+}
+
+}  // namespace
+}  // namespace mtrain

@@ -1,0 +1,48 @@
+#include "worker/engine/data/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mtrain {
+
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot stat ", path));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const size_t size = static_cast<size_t>(info.st_size);
+  const char* data = nullptr;
+  if (size > 0) {
+    void* mapped = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped == MAP_FAILED) {
+      const int error = errno;
+      close(fd);
+      return absl::ErrnoToStatus(error, absl::StrCat("cannot mmap ", path));
+    }
+    data = static_cast<const char*>(mapped);
+  }
+  // The mapping keeps the file's pages reachable; the descriptor is no longer needed.
+  close(fd);
+  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+}
+
+}  // namespace mtrain

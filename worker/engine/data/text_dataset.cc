@@ -1,0 +1,30 @@
+#include "worker/engine/data/text_dataset.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/engine/data/byte_tokenizer.h"
+#include "worker/engine/data/mapped_file.h"
+
+namespace mtrain {
+
+absl::StatusOr<std::unique_ptr<TextDataset>> TextDataset::Open(const std::string& path) {
+  // Mapping rather than streaming reads the file in one pass without a second copy of it.
+  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  if (file->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the text file is empty; a dataset needs at least one token"));
+  }
+  return std::unique_ptr<TextDataset>(new TextDataset(path, ByteTokenizer::Encode(file->bytes())));
+}
+
+absl::Status TextDataset::Read(int64_t offset, int length, int32_t* out) const {
+  RETURN_IF_ERROR(CheckReadRange(*this, offset, length));
+  std::copy_n(tokens_.data() + offset, length, out);
+  return absl::OkStatus();
+}
+
+int64_t TextDataset::vocab_upper_bound() const { return ByteTokenizer::kVocabSize; }
+
+}  // namespace mtrain

@@ -1,0 +1,41 @@
+// A raw text file tokenized with the byte tokenizer and held in memory (4 bytes per byte of
+// text): the DATA_FORMAT_TEXT source, meant for corpora of a few hundred MB at most. Larger
+// corpora belong in the indexed (MMIDIDX) format, which is memory-mapped instead.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<TextDataset> data, TextDataset::Open(path));
+#ifndef MTRAIN_WORKER_ENGINE_DATA_TEXT_DATASET_H_
+#define MTRAIN_WORKER_ENGINE_DATA_TEXT_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/data/token_dataset.h"
+
+namespace mtrain {
+
+class TextDataset final : public TokenDataset {
+ public:
+  // Reads and tokenizes the whole file. NOT_FOUND if it does not exist; INVALID_ARGUMENT if
+  // it is empty or not a regular file; the message names the path.
+  static absl::StatusOr<std::unique_ptr<TextDataset>> Open(const std::string& path);
+
+  int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }
+  absl::Status Read(int64_t offset, int length, int32_t* out) const override;
+  int64_t vocab_upper_bound() const override;
+  std::string source() const override { return path_; }
+
+ private:
+  TextDataset(std::string path, std::vector<int32_t> tokens)
+      : path_(std::move(path)), tokens_(std::move(tokens)) {}
+
+  std::string path_;
+  std::vector<int32_t> tokens_;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_DATA_TEXT_DATASET_H_
