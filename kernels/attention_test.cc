@@ -1,0 +1,281 @@
+#include "kernels/attention.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/dropout.h"
+#include "kernels/test_util.h"
+
+namespace mtrain::cpu {
+namespace {
+
+using kernel_testing::Dot;
+using kernel_testing::ExpectGradientNear;
+using kernel_testing::NumericalGradient;
+using kernel_testing::RandomFloatVector;
+using kernel_testing::RandomVector;
+
+size_t QkvSize(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch) * s.seq * 3 * s.heads * s.head_dim;
+}
+size_t OutSize(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch) * s.seq * s.heads * s.head_dim;
+}
+size_t AttSize(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch) * s.heads * s.seq * s.seq;
+}
+
+// Offset of element d of block (0 = q, 1 = k, 2 = v) of head h at token (b, i).
+size_t QkvIndex(const AttentionShape& s, int b, int i, int block, int h, int d) {
+  return ((((static_cast<size_t>(b) * s.seq + i) * 3 + block) * s.heads + h) * s.head_dim) + d;
+}
+
+// The documented math, one head and one query at a time, in double.
+template <typename T>
+void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
+                    const AttentionDropout& dropout, std::vector<double>* out,
+                    std::vector<double>* att) {
+  const int total_heads = dropout.total_heads > 0 ? dropout.total_heads : s.heads;
+  out->assign(OutSize(s), 0.0);
+  att->assign(AttSize(s), 0.0);
+  for (int b = 0; b < s.batch; ++b) {
+    for (int h = 0; h < s.heads; ++h) {
+      for (int i = 0; i < s.seq; ++i) {
+        std::vector<double> scores(i + 1);
+        double max_score = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.head_dim; ++d) {
+            dot += static_cast<double>(qkv[QkvIndex(s, b, i, 0, h, d)]) *
+                   static_cast<double>(qkv[QkvIndex(s, b, j, 1, h, d)]);
+          }
+          scores[j] = dot / std::sqrt(static_cast<double>(s.head_dim));
+          max_score = std::max(max_score, scores[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(scores[j] - max_score);
+        for (int j = 0; j <= i; ++j) {
+          const double probability = std::exp(scores[j] - max_score) / sum;
+          (*att)[((static_cast<size_t>(b) * s.heads + h) * s.seq + i) * s.seq + j] = probability;
+          const uint64_t index =
+              ((static_cast<uint64_t>(b) * total_heads + dropout.head_offset + h) * s.seq + i) *
+                  s.seq +
+              j;
+          double weight = probability;
+          if (dropout.p > 0) {
+            weight = DropoutKeep(dropout.key, index, dropout.p) ? weight / (1.0 - dropout.p) : 0;
+          }
+          for (int d = 0; d < s.head_dim; ++d) {
+            (*out)[((static_cast<size_t>(b) * s.seq + i) * s.heads + h) * s.head_dim + d] +=
+                weight * static_cast<double>(qkv[QkvIndex(s, b, j, 2, h, d)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+bool BitIdentical(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+const AttentionShape kSmallShape{/*batch=*/2, /*seq=*/5, /*heads=*/3, /*head_dim=*/4};
+
+TEST(AttentionTest, ForwardMatchesNaiveInDouble) {
+  std::mt19937_64 rng(1);
+  const std::vector<double> qkv = RandomVector(QkvSize(kSmallShape), rng, -2.0, 2.0);
+  for (float p : {0.0f, 0.3f}) {
+    const AttentionDropout dropout{p, DropoutKey(1, 2, 3), 0, 0};
+    std::vector<double> out(OutSize(kSmallShape)), att(AttSize(kSmallShape), 9.0);
+    AttentionForward(qkv.data(), out.data(), att.data(), kSmallShape, dropout);
+    std::vector<double> expected_out, expected_att;
+    NaiveAttention(qkv, kSmallShape, dropout, &expected_out, &expected_att);
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 1e-13) << i;
+    // Includes the upper triangle, which must be written as exactly 0.
+    for (size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(att[i], expected_att[i], 1e-14) << i;
+  }
+}
+
+TEST(AttentionTest, ForwardMatchesNaiveInFloat) {
+  const AttentionShape shape{2, 37, 2, 16};
+  std::mt19937_64 rng(2);
+  const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
+  const AttentionDropout dropout{0.1f, DropoutKey(4, 5), 0, 0};
+  std::vector<float> out(OutSize(shape)), att(AttSize(shape));
+  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+  std::vector<double> expected_out, expected_att;
+  NaiveAttention(qkv, shape, dropout, &expected_out, &expected_att);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 2e-5) << i;
+  for (size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(att[i], expected_att[i], 2e-6) << i;
+}
+
+TEST(AttentionTest, FutureTokensDoNotChangeEarlierOutputs) {
+  const AttentionShape shape{1, 8, 2, 4};
+  std::mt19937_64 rng(3);
+  const std::vector<double> qkv = RandomVector(QkvSize(shape), rng);
+  const AttentionDropout dropout{0.3f, DropoutKey(6, 0), 0, 0};
+  std::vector<double> out(OutSize(shape)), att(AttSize(shape));
+  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+  const size_t token_width = static_cast<size_t>(shape.heads) * shape.head_dim;
+  for (int i = 0; i < shape.seq - 1; ++i) {
+    // Replace q, k and v of every token after i.
+    std::vector<double> changed = qkv;
+    for (size_t e = static_cast<size_t>(i + 1) * 3 * token_width; e < changed.size(); ++e) {
+      changed[e] = 10.0 * std::sin(static_cast<double>(e));
+    }
+    std::vector<double> changed_out(out.size()), changed_att(att.size());
+    AttentionForward(changed.data(), changed_out.data(), changed_att.data(), shape, dropout);
+    for (size_t e = 0; e < (i + 1) * token_width; ++e) {
+      EXPECT_EQ(out[e], changed_out[e]) << "position " << i << " element " << e;
+    }
+    // ...while the last position does see the change.
+    EXPECT_NE(out.back(), changed_out.back()) << i;
+  }
+}
+
+TEST(AttentionTest, HeadSliceDropsWhatASingleRankDrops) {
+  // A rank holding heads [2, 4) of 4 must reproduce exactly those heads of the full run.
+  const AttentionShape full{2, 6, 4, 3};
+  const AttentionShape slice{2, 6, 2, 3};
+  const int head_offset = 2;
+  std::mt19937_64 rng(4);
+  const std::vector<double> qkv = RandomVector(QkvSize(full), rng);
+  std::vector<double> slice_qkv(QkvSize(slice));
+  for (int b = 0; b < full.batch; ++b) {
+    for (int i = 0; i < full.seq; ++i) {
+      for (int block = 0; block < 3; ++block) {
+        for (int h = 0; h < slice.heads; ++h) {
+          for (int d = 0; d < full.head_dim; ++d) {
+            slice_qkv[QkvIndex(slice, b, i, block, h, d)] =
+                qkv[QkvIndex(full, b, i, block, head_offset + h, d)];
+          }
+        }
+      }
+    }
+  }
+  const uint64_t key = DropoutKey(8, 9);
+  std::vector<double> out(OutSize(full)), att(AttSize(full));
+  AttentionForward(qkv.data(), out.data(), att.data(), full, AttentionDropout{0.4f, key, 0, 0});
+  std::vector<double> slice_out(OutSize(slice)), slice_att(AttSize(slice));
+  AttentionForward(slice_qkv.data(), slice_out.data(), slice_att.data(), slice,
+                   AttentionDropout{0.4f, key, head_offset, full.heads});
+  for (int b = 0; b < full.batch; ++b) {
+    for (int i = 0; i < full.seq; ++i) {
+      for (int h = 0; h < slice.heads; ++h) {
+        for (int d = 0; d < full.head_dim; ++d) {
+          const size_t full_index =
+              ((static_cast<size_t>(b) * full.seq + i) * full.heads + head_offset + h) *
+                  full.head_dim +
+              d;
+          const size_t slice_index =
+              ((static_cast<size_t>(b) * slice.seq + i) * slice.heads + h) * slice.head_dim + d;
+          EXPECT_EQ(out[full_index], slice_out[slice_index]);
+        }
+      }
+    }
+  }
+}
+
+// L = <AttentionForward(qkv), R>, and its analytic gradient from AttentionBackward.
+struct AttentionProblem {
+  AttentionShape shape;
+  AttentionDropout dropout;
+  std::vector<double> qkv, r;
+
+  AttentionProblem(uint64_t seed, float p, AttentionShape problem_shape = {2, 4, 2, 3})
+      : shape(problem_shape), dropout{p, DropoutKey(seed, 77), 0, 0} {
+    std::mt19937_64 rng(seed);
+    qkv = RandomVector(QkvSize(shape), rng, -1.5, 1.5);
+    r = RandomVector(OutSize(shape), rng);
+  }
+
+  double Objective() const {
+    std::vector<double> out(OutSize(shape)), att(AttSize(shape));
+    AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+    return Dot(out, r);
+  }
+
+  void Backward(std::vector<double>* d_qkv) const {
+    std::vector<double> out(OutSize(shape)), att(AttSize(shape));
+    std::vector<double> scratch(AttSize(shape), 0.0);
+    AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+    AttentionBackward(r.data(), qkv.data(), att.data(), d_qkv->data(), scratch.data(), shape,
+                      dropout);
+  }
+};
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesWithoutDropout) {
+  AttentionProblem problem(5, 0.0f);
+  std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+  problem.Backward(&d_qkv);
+  ExpectGradientNear(d_qkv, NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+                     "d_qkv");
+}
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesWithDropout) {
+  AttentionProblem problem(6, 0.3f);
+  std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+  problem.Backward(&d_qkv);
+  ExpectGradientNear(d_qkv, NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+                     "d_qkv");
+}
+
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesOnTiledShape) {
+  // Long and wide enough for the kernel's full register tiles as well as its row and column
+  // remainders.
+  AttentionProblem problem(9, 0.3f, AttentionShape{1, 11, 2, 10});
+  std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+  problem.Backward(&d_qkv);
+  ExpectGradientNear(d_qkv, NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+                     "d_qkv");
+}
+
+TEST(AttentionTest, BackwardAccumulates) {
+  AttentionProblem problem(7, 0.3f);
+  std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+  problem.Backward(&d_qkv);
+  const std::vector<double> once = d_qkv;
+  problem.Backward(&d_qkv);
+  for (size_t i = 0; i < d_qkv.size(); ++i) EXPECT_EQ(d_qkv[i], 2 * once[i]) << i;
+}
+
+struct AttentionRun {
+  std::vector<float> out, att, d_qkv;
+};
+
+AttentionRun RunAttention(int threads) {
+  const AttentionShape shape{2, 48, 3, 16};
+  const AttentionDropout dropout{0.2f, DropoutKey(10, 11), 0, 0};
+  std::mt19937_64 rng(8);
+  const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
+  const std::vector<float> d_out = RandomFloatVector(OutSize(shape), rng);
+  AttentionRun run{std::vector<float>(OutSize(shape)), std::vector<float>(AttSize(shape)),
+                   std::vector<float>(QkvSize(shape), 0.0f)};
+  std::vector<float> scratch(AttSize(shape));
+  const int previous_threads = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  AttentionForward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
+  AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
+                    shape, dropout);
+  omp_set_num_threads(previous_threads);
+  return run;
+}
+
+TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
+  const AttentionRun one = RunAttention(1);
+  for (int threads : {2, 3}) {
+    const AttentionRun many = RunAttention(threads);
+    EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
+    EXPECT_TRUE(BitIdentical(one.att, many.att)) << threads;
+    EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
+  }
+}
+
+}  // namespace
+}  // namespace mtrain::cpu

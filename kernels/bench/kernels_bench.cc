@@ -1,0 +1,113 @@
+// Benchmarks the CPU matmul and attention kernels at GPT-2-small-like shapes (scaled down
+// in batch) and prints one table row per kernel: milliseconds per call and GFLOP/s.
+//
+// FLOP counts: a multiply-add is 2 FLOPs. Matmul forward 2 M K N, backward 4 M K N (d_in and
+// d_weight). Attention counts only the causal half of the S x S scores it computes: forward
+// 4 D per (query, key) pair (q.k and p v), backward 8 D (dP, dV, dQ, dK).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/dropout.h"
+#include "kernels/matmul.h"
+
+namespace mtrain::cpu {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& value : values) value = uniform(rng);
+  return values;
+}
+
+// Median seconds per call: two untimed warm-up calls (page faults, BLAS buffers), then as
+// many timed calls as fit in about two seconds, at least five. The median shrugs off calls
+// slowed down by other work on the machine.
+double SecondsPerCall(const std::function<void()>& call) {
+  call();
+  call();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> seconds;
+  double total = 0;
+  while (seconds.size() < 5 || total < 2.0) {
+    const Clock::time_point start = Clock::now();
+    call();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    total += seconds.back();
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+void PrintRow(const std::string& kernel, const std::string& shape, double flops, double seconds) {
+  std::printf("| %-22s | %-26s | %9.3f | %8.1f |\n", kernel.c_str(), shape.c_str(), seconds * 1e3,
+              flops / seconds * 1e-9);
+}
+
+void BenchMatmul() {
+  const int M = 1024, K = 768, N = 3072;
+  const std::vector<float> in = RandomFloats(static_cast<size_t>(M) * K, 1);
+  const std::vector<float> weight = RandomFloats(static_cast<size_t>(N) * K, 2);
+  const std::vector<float> bias = RandomFloats(N, 3);
+  const std::vector<float> d_out = RandomFloats(static_cast<size_t>(M) * N, 4);
+  std::vector<float> out(static_cast<size_t>(M) * N);
+  std::vector<float> d_in(in.size(), 0.0f), d_weight(weight.size(), 0.0f), d_bias(N, 0.0f);
+  const std::string shape = "M=1024 K=768 N=3072";
+  const double mkn = static_cast<double>(M) * K * N;
+  PrintRow("matmul forward", shape, 2 * mkn, SecondsPerCall([&] {
+             MatmulForward(in.data(), weight.data(), bias.data(), out.data(), M, K, N);
+           }));
+  PrintRow("matmul backward", shape, 4 * mkn, SecondsPerCall([&] {
+             MatmulBackward(d_out.data(), in.data(), weight.data(), d_in.data(), d_weight.data(),
+                            d_bias.data(), M, K, N);
+           }));
+}
+
+void BenchAttention(float dropout_p) {
+  const AttentionShape shape{/*batch=*/4, /*seq=*/256, /*heads=*/12, /*head_dim=*/64};
+  const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
+  const size_t width = static_cast<size_t>(shape.heads) * shape.head_dim;
+  const size_t att_size = static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq;
+  const std::vector<float> qkv = RandomFloats(tokens * 3 * width, 5);
+  const std::vector<float> d_out = RandomFloats(tokens * width, 6);
+  std::vector<float> out(tokens * width), att(att_size), scratch(att_size);
+  std::vector<float> d_qkv(qkv.size(), 0.0f);
+  const AttentionDropout dropout{dropout_p, DropoutKey(1, 2), 0, 0};
+  const double pairs =
+      static_cast<double>(shape.batch) * shape.heads * shape.seq * (shape.seq + 1) / 2;
+  char shape_text[64];
+  std::snprintf(shape_text, sizeof(shape_text), "B=4 S=256 H=12 D=64 p=%.1f", dropout_p);
+  PrintRow("attention forward", shape_text, 4.0 * shape.head_dim * pairs, SecondsPerCall([&] {
+             AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+           }));
+  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+  PrintRow("attention backward", shape_text, 8.0 * shape.head_dim * pairs, SecondsPerCall([&] {
+             AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), scratch.data(),
+                               shape, dropout);
+           }));
+}
+
+}  // namespace
+}  // namespace mtrain::cpu
+
+int main() {
+  std::printf("float32; OpenMP threads %d, OpenBLAS threads %d\n\n", omp_get_max_threads(),
+              openblas_get_num_threads());
+  std::printf("| %-22s | %-26s | %9s | %8s |\n", "kernel", "shape", "ms/call", "GFLOP/s");
+  std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(10, '-').c_str());
+  mtrain::cpu::BenchMatmul();
+  mtrain::cpu::BenchAttention(0.0f);
+  mtrain::cpu::BenchAttention(0.1f);
+  return 0;
+}

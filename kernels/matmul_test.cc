@@ -1,0 +1,161 @@
+#include "kernels/matmul.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/test_util.h"
+
+namespace mtrain::cpu {
+namespace {
+
+using kernel_testing::Dot;
+using kernel_testing::ExpectGradientNear;
+using kernel_testing::NumericalGradient;
+using kernel_testing::RandomFloatVector;
+using kernel_testing::RandomVector;
+
+// out = in @ weight^T + bias by the definition, one output element at a time.
+template <typename T>
+std::vector<double> NaiveLinear(const std::vector<T>& in, const std::vector<T>& weight,
+                                const T* bias, int M, int K, int N) {
+  std::vector<double> out(static_cast<size_t>(M) * N);
+  for (int m = 0; m < M; ++m) {
+    for (int n = 0; n < N; ++n) {
+      double sum = bias != nullptr ? static_cast<double>(bias[n]) : 0.0;
+      for (int k = 0; k < K; ++k) {
+        sum += static_cast<double>(in[m * K + k]) * static_cast<double>(weight[n * K + k]);
+      }
+      out[m * N + n] = sum;
+    }
+  }
+  return out;
+}
+
+TEST(MatmulTest, ForwardMatchesTripleLoopInDouble) {
+  std::mt19937_64 rng(1);
+  const int M = 7, K = 5, N = 3;
+  std::vector<double> in = RandomVector(M * K, rng);
+  std::vector<double> weight = RandomVector(N * K, rng);
+  std::vector<double> bias = RandomVector(N, rng);
+  for (const double* b :
+       {static_cast<const double*>(bias.data()), static_cast<const double*>(nullptr)}) {
+    std::vector<double> out(M * N, 123.0);  // overwritten, not accumulated
+    MatmulForward(in.data(), weight.data(), b, out.data(), M, K, N);
+    const std::vector<double> expected = NaiveLinear(in, weight, b, M, K, N);
+    for (int i = 0; i < M * N; ++i) EXPECT_NEAR(out[i], expected[i], 1e-14) << i;
+  }
+}
+
+TEST(MatmulTest, ForwardMatchesTripleLoopInFloatAtBlockingSizes) {
+  // Sizes that are not multiples of any GEMM block, and a K past OpenBLAS's K-blocking.
+  std::mt19937_64 rng(2);
+  const int M = 67, K = 333, N = 129;
+  std::vector<float> in = RandomFloatVector(M * K, rng);
+  std::vector<float> weight = RandomFloatVector(N * K, rng);
+  std::vector<float> bias = RandomFloatVector(N, rng);
+  std::vector<float> out(M * N);
+  MatmulForward(in.data(), weight.data(), bias.data(), out.data(), M, K, N);
+  const std::vector<double> expected = NaiveLinear(in, weight, bias.data(), M, K, N);
+  for (int i = 0; i < M * N; ++i) EXPECT_NEAR(out[i], expected[i], 1e-4) << i;
+}
+
+TEST(MatmulTest, ForwardWithEmptyInnerDimensionIsBias) {
+  const std::vector<double> bias = {1.5, -2.0};
+  std::vector<double> out(3 * 2, 7.0);
+  MatmulForward<double>(nullptr, nullptr, bias.data(), out.data(), 3, 0, 2);
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_EQ(out[m * 2], 1.5);
+    EXPECT_EQ(out[m * 2 + 1], -2.0);
+  }
+}
+
+// Everything a gradient check needs: inputs, the random projection R of the output, and the
+// analytic gradients of L = <out, R>.
+struct LinearProblem {
+  int M = 4, K = 6, N = 5;
+  std::vector<double> in, weight, bias, r;
+
+  explicit LinearProblem(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    in = RandomVector(M * K, rng);
+    weight = RandomVector(N * K, rng);
+    bias = RandomVector(N, rng);
+    r = RandomVector(M * N, rng);
+  }
+
+  double Objective() const {
+    std::vector<double> out(M * N);
+    MatmulForward(in.data(), weight.data(), bias.data(), out.data(), M, K, N);
+    return Dot(out, r);
+  }
+};
+
+TEST(MatmulTest, BackwardMatchesFiniteDifferences) {
+  LinearProblem problem(3);
+  std::vector<double> d_in(problem.M * problem.K, 0.0);
+  std::vector<double> d_weight(problem.N * problem.K, 0.0);
+  std::vector<double> d_bias(problem.N, 0.0);
+  MatmulBackward(problem.r.data(), problem.in.data(), problem.weight.data(), d_in.data(),
+                 d_weight.data(), d_bias.data(), problem.M, problem.K, problem.N);
+  auto objective = [&] { return problem.Objective(); };
+  ExpectGradientNear(d_in, NumericalGradient(&problem.in, objective), "d_in");
+  ExpectGradientNear(d_weight, NumericalGradient(&problem.weight, objective), "d_weight");
+  ExpectGradientNear(d_bias, NumericalGradient(&problem.bias, objective), "d_bias");
+}
+
+TEST(MatmulTest, BackwardAccumulates) {
+  LinearProblem problem(4);
+  std::vector<double> d_in(problem.M * problem.K, 0.0);
+  std::vector<double> d_weight(problem.N * problem.K, 0.0);
+  std::vector<double> d_bias(problem.N, 0.0);
+  auto backward = [&] {
+    MatmulBackward(problem.r.data(), problem.in.data(), problem.weight.data(), d_in.data(),
+                   d_weight.data(), d_bias.data(), problem.M, problem.K, problem.N);
+  };
+  backward();
+  const std::vector<double> once_in = d_in, once_weight = d_weight, once_bias = d_bias;
+  backward();
+  for (size_t i = 0; i < d_in.size(); ++i) EXPECT_NEAR(d_in[i], 2 * once_in[i], 1e-14);
+  for (size_t i = 0; i < d_weight.size(); ++i) {
+    EXPECT_NEAR(d_weight[i], 2 * once_weight[i], 1e-14);
+  }
+  for (size_t i = 0; i < d_bias.size(); ++i) EXPECT_EQ(d_bias[i], 2 * once_bias[i]);
+}
+
+TEST(MatmulTest, BackwardSkipsNullInputAndBiasGradients) {
+  LinearProblem problem(5);
+  std::vector<double> d_weight(problem.N * problem.K, 0.0);
+  MatmulBackward<double>(problem.r.data(), problem.in.data(), problem.weight.data(), nullptr,
+                         d_weight.data(), nullptr, problem.M, problem.K, problem.N);
+  std::vector<double> d_weight_full(problem.N * problem.K, 0.0);
+  std::vector<double> d_in(problem.M * problem.K, 0.0);
+  std::vector<double> d_bias(problem.N, 0.0);
+  MatmulBackward(problem.r.data(), problem.in.data(), problem.weight.data(), d_in.data(),
+                 d_weight_full.data(), d_bias.data(), problem.M, problem.K, problem.N);
+  EXPECT_EQ(d_weight, d_weight_full);
+}
+
+TEST(MatmulTest, FloatBackwardMatchesDouble) {
+  std::mt19937_64 rng(6);
+  const int M = 33, K = 40, N = 17;
+  std::vector<float> in = RandomFloatVector(M * K, rng);
+  std::vector<float> weight = RandomFloatVector(N * K, rng);
+  std::vector<float> d_out = RandomFloatVector(M * N, rng);
+  std::vector<float> d_in(M * K, 0.0f), d_weight(N * K, 0.0f), d_bias(N, 0.0f);
+  MatmulBackward(d_out.data(), in.data(), weight.data(), d_in.data(), d_weight.data(),
+                 d_bias.data(), M, K, N);
+  const std::vector<double> in64(in.begin(), in.end());
+  const std::vector<double> weight64(weight.begin(), weight.end());
+  const std::vector<double> d_out64(d_out.begin(), d_out.end());
+  std::vector<double> d_in64(M * K, 0.0), d_weight64(N * K, 0.0), d_bias64(N, 0.0);
+  MatmulBackward(d_out64.data(), in64.data(), weight64.data(), d_in64.data(), d_weight64.data(),
+                 d_bias64.data(), M, K, N);
+  for (int i = 0; i < M * K; ++i) EXPECT_NEAR(d_in[i], d_in64[i], 1e-5);
+  for (int i = 0; i < N * K; ++i) EXPECT_NEAR(d_weight[i], d_weight64[i], 1e-5);
+  for (int i = 0; i < N; ++i) EXPECT_NEAR(d_bias[i], d_bias64[i], 1e-5);
+}
+
+}  // namespace
+}  // namespace mtrain::cpu
