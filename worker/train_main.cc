@@ -8,13 +8,12 @@
 #include <fstream>
 #include <string>
 
-#include <cblas.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/plan/job_spec_validation.h"
+#include "kernels/cpu_threads.h"
 #include "worker/engine/trainer.h"
 #include "worker/step_metrics_format.h"
 
@@ -33,20 +32,14 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-void SetThreads(int threads) {
-  if (threads <= 0) return;
-  openblas_set_num_threads(threads);
-  // OpenMP kernels read OMP_NUM_THREADS when their runtime starts; set it before then.
-  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-}
-
 int Run() {
   const std::string spec_path = absl::GetFlag(FLAGS_spec);
   if (spec_path.empty()) return Fail(absl::InvalidArgumentError("--spec is required"));
   absl::StatusOr<JobSpec> spec = LoadJobSpecFile(spec_path);
   if (!spec.ok()) return Fail(spec.status());
   if (absl::GetFlag(FLAGS_steps) > 0) spec->mutable_train()->set_steps(absl::GetFlag(FLAGS_steps));
-  SetThreads(absl::GetFlag(FLAGS_threads));
+  const int threads = absl::GetFlag(FLAGS_threads);
+  cpu::SetCpuThreads(threads > 0 ? threads : cpu::AvailableCores());
 
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*spec);
   if (!trainer.ok()) return Fail(trainer.status());

@@ -1,5 +1,7 @@
 #include "coordinator/plan/job_spec_defaults.h"
 
+#include <algorithm>
+
 namespace mtrain {
 namespace {
 
@@ -33,7 +35,8 @@ void ApplyOptimizerDefaults(int steps, OptimizerSpec* optimizer) {
   MTRAIN_DEFAULT(optimizer, lr, kDefaultLr);
   MTRAIN_DEFAULT(optimizer, min_lr, optimizer->lr() / 10);
   MTRAIN_DEFAULT(optimizer, warmup_steps, kDefaultWarmupSteps);
-  MTRAIN_DEFAULT(optimizer, decay_steps, steps);
+  // Never before the warm-up ends, so a short run with the default warm-up stays valid.
+  MTRAIN_DEFAULT(optimizer, decay_steps, std::max(steps, optimizer->warmup_steps()));
   MTRAIN_DEFAULT(optimizer, weight_decay, kDefaultWeightDecay);
   MTRAIN_DEFAULT(optimizer, beta1, kDefaultBeta1);
   MTRAIN_DEFAULT(optimizer, beta2, kDefaultBeta2);

@@ -58,6 +58,12 @@ TEST(JobSpecValidationTest, DerivedDefaultsFollowExplicitValues) {
   EXPECT_FLOAT_EQ(spec->optimizer().min_lr(), 1e-4f);
 }
 
+TEST(JobSpecValidationTest, ShortRunsKeepDecayAfterWarmup) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"train": {"steps": 3}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().decay_steps(), kDefaultWarmupSteps);
+}
+
 TEST(JobSpecValidationTest, FullMegatronStyleSpecIsAccepted) {
   absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({
     "name": "gpt-demo",
