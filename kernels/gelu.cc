@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 namespace mtrain::cpu {
@@ -16,8 +17,9 @@ constexpr size_t kParallelThreshold = size_t{1} << 15;
 // arithmetic: about 2 ulp, branch-free. Inputs are clamped to the range where the result
 // is finite and normal.
 inline float ExpFloat(float x) {
-  x = std::fmin(std::fmax(x, -87.0f), 88.0f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorises; nearbyint does not).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -25,9 +27,8 @@ inline float ExpFloat(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int exponent = static_cast<int>(n) + 127;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
-  const unsigned bits = static_cast<unsigned>(exponent) << 23;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
 }
@@ -44,7 +45,7 @@ constexpr T kCubicCoefficient = static_cast<T>(0.044715);
 
 template <typename T>
 void GeluForward(const T* x, T* y, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
   for (size_t i = 0; i < n; ++i) {
     // 0.5 (1 + tanh u) = e / (1 + e) with e = exp(2u): no cancellation in either tail.
     const T v = x[i];
@@ -56,7 +57,7 @@ void GeluForward(const T* x, T* y, size_t n) {
 
 template <typename T>
 void GeluBackward(const T* d_y, const T* x, T* d_x, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
   for (size_t i = 0; i < n; ++i) {
     const T v = x[i];
     const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);

@@ -13,7 +13,7 @@ PACKAGES=(
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libgloo-dev
-  libopenblas-dev
+  libopenblas-dev libopenblas0-openmp
   libsqlite3-dev
 )
 
