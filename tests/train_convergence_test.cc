@@ -32,9 +32,9 @@ TEST(TrainConvergenceTest, LossFallsFromLn256ToBelow2Point5OnShakespeare) {
   std::ofstream(spec_path) << R"({
     "name": "converge",
     "model": {"num_layers": 4, "num_heads": 4, "hidden_size": 128, "seq_length": 128},
-    "parallel": {"micro_batch_size": 8, "global_batch_size": 8},
+    "parallel": {"micro_batch_size": 8, "global_batch_size": 16},
     "optimizer": {"lr": 2e-3, "warmup_steps": 20},
-    "train": {"steps": 250, "dropout": 0.0, "seed": 1234},
+    "train": {"steps": 350, "dropout": 0.0, "seed": 1234},
     "device": "DEVICE_CPU"
   })";
   const std::string metrics_path = dir + "/metrics.jsonl";
@@ -53,13 +53,14 @@ TEST(TrainConvergenceTest, LossFallsFromLn256ToBelow2Point5OnShakespeare) {
     losses.push_back(JsonField(line, "loss"));
     EXPECT_GT(JsonField(line, "tokens_per_second"), 0) << line;
   }
-  ASSERT_EQ(losses.size(), 250u);
+  ASSERT_EQ(losses.size(), 350u);
   EXPECT_NEAR(losses.front(), std::log(256.0), 0.1);
+  // Single steps are noisy (16 random windows); judge the mean of the last 20.
   double tail = 0;
-  for (size_t i = losses.size() - 10; i < losses.size(); ++i) tail += losses[i] / 10;
-  EXPECT_LT(tail, 2.5) << "mean loss of the last 10 steps";
+  for (size_t i = losses.size() - 20; i < losses.size(); ++i) tail += losses[i] / 20;
+  EXPECT_LT(tail, 2.5) << "mean loss of the last 20 steps";
   // The progress line of every step went to stdout.
-  EXPECT_NE((*train)->Log().find("step 250/250 | loss"), std::string::npos);
+  EXPECT_NE((*train)->Log().find("step 350/350 | loss"), std::string::npos);
 }
 
 }  // namespace
