@@ -19,11 +19,13 @@ demo: deps
 	@deploy/local/demo.sh
 
 # The whole tree under AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer.
+# Every target is built; `large` tests (long training runs, 10x slower when instrumented)
+# are left out: the same code paths run in the smaller engine tests.
 test-asan: deps
-	@tools/run_tests.sh --config=asan
+	@tools/run_tests.sh --config=asan --test_size_filters=-large
 
 test-tsan: deps
-	@tools/run_tests.sh --config=tsan \
+	@tools/run_tests.sh --config=tsan --test_size_filters=-large \
 	  --test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
 
 format:
