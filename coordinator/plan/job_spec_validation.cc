@@ -117,6 +117,13 @@ void ValidateParallel(const JobSpec& spec, Violations* v) {
                         " needs parallel.schedule SCHEDULE_INTERLEAVED_1F1B [rule: "
                         "virtual_stages > 1 only with interleaving]"));
   }
+  if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B && p.pipeline() < 2) {
+    // One stage would hold the first and the last chunk, and with them the tied embedding
+    // twice; and there is no bubble to shrink.
+    v->Add(absl::StrCat("parallel.pipeline: ", p.pipeline(),
+                        " is too small for SCHEDULE_INTERLEAVED_1F1B [rule: interleaving "
+                        "needs pipeline >= 2]"));
+  }
   const long long per_microbatch_step = 1LL * p.micro_batch_size() * p.data();
   if (p.global_batch_size() % per_microbatch_step != 0) {
     v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(),

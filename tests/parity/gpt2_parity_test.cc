@@ -93,7 +93,7 @@ TEST_F(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
 
 TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
   const OptimizerSpec spec = ParityOptimizer();
-  AdamWOptimizer optimizer(layout_, spec, 0, layout_.total_size());
+  AdamWOptimizer optimizer(layout_.tensors(), spec, 0, layout_.total_size());
   const std::vector<float> reference_losses = Floats("step_losses");
   ASSERT_EQ(reference_losses.size(), static_cast<size_t>(kParitySteps));
   for (int step = 1; step <= kParitySteps; ++step) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "common/status_macros.h"
 #include "kernels/attention.h"
@@ -31,30 +32,42 @@ void AddInto(const T* src, T* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-// out[rows, C] += bias[C] on every row.
-template <typename T>
-void AddBias(const T* bias, T* out, int rows, int C) {
-  for (int r = 0; r < rows; ++r) {
-    T* row = out + static_cast<size_t>(r) * C;
-    for (int c = 0; c < C; ++c) row[c] += bias[c];
-  }
-}
-
 }  // namespace
 
 template <typename T>
 GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-                      TensorParallelOps<T> tensor_ops)
+                      TensorParallelGroup<T> tensor_group, SharedParameterBuffers<T> shared)
     : layout_(layout),
       shape_(layout.shape()),
       placement_(layout.placement()),
       batch_(micro_batch),
       options_(options),
-      tensor_ops_(std::move(tensor_ops)),
-      params_(layout.total_size()),
-      grads_(layout.total_size()) {
-  p_ = layout_.View(params_.data());
-  g_ = layout_.View(grads_.data());
+      tp_(std::move(tensor_group)) {
+  if (shared.params != nullptr) {
+    params_ = shared.params;
+    grads_ = shared.grads;
+  } else {
+    owned_params_.resize(layout.end_offset());
+    owned_grads_.resize(layout.end_offset());
+    params_ = owned_params_.data();
+    grads_ = owned_grads_.data();
+  }
+  p_ = layout_.View(params_);
+  g_ = layout_.View(grads_);
+  // Tensors in layout order: [wte] [wpe] then 12 per layer, then [lnf.weight lnf.bias].
+  layer_tensors_.resize(placement_.num_layers);
+  for (const ParamTensor& tensor : layout_.tensors()) {
+    if (tensor.name == "wte") {
+      wte_tensor_ = &tensor;
+    } else if (tensor.name == "wpe") {
+      wpe_tensor_ = &tensor;
+    } else if (tensor.name.rfind("lnf.", 0) == 0) {
+      head_tensors_.push_back(&tensor);
+    } else {
+      const int global_layer = std::stoi(tensor.name.substr(tensor.name.find('.') + 1));
+      layer_tensors_[global_layer - placement_.first_layer].push_back(&tensor);
+    }
+  }
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
   d_ln_.resize(n * shape_.hidden);
   d_branch_.resize(n * shape_.hidden);
@@ -74,7 +87,7 @@ GptModel<T>::~GptModel() = default;
 
 template <typename T>
 void GptModel<T>::ZeroGrads() {
-  Zero(grads_);
+  std::fill(grads_ + layout_.begin_offset(), grads_ + layout_.end_offset(), T(0));
 }
 
 template <typename T>
@@ -106,12 +119,11 @@ std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
 }
 
 template <typename T>
-absl::Status GptModel<T>::AllReduce(T* data, size_t count, ReduceOp op) {
-  if (placement_.tensor_size == 1) return absl::OkStatus();
-  if (!tensor_ops_.all_reduce) {
-    return absl::FailedPreconditionError("tensor parallel model without a communicator");
-  }
-  return tensor_ops_.all_reduce(data, count, op);
+cpu::VocabShard GptModel<T>::VocabShardOf(int rows) const {
+  const int local = placement_.local_vocab(shape_);
+  const int start = placement_.vocab_start(shape_);
+  // Columns past the real vocabulary are padding, excluded from the softmax.
+  return cpu::VocabShard{rows, local, std::clamp(shape_.vocab - start, 0, local), start};
 }
 
 template <typename T>
@@ -136,28 +148,26 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   // Attention block.
   cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
                            s->ln1_rstd.data(), N, C, kLayerNormEps);
-  cpu::MatmulForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C, 3 * Cl);
+  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N,
+                                     C, 3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->att.data(), shape, att_dropout);
-  // Row-parallel projection: partial sums on each tensor rank, all-reduced, then the
-  // (replicated) bias once.
-  cpu::MatmulForward<T>(s->attn_y.data(), w.proj_weight, nullptr, out, N, Cl, C);
-  RETURN_IF_ERROR(AllReduce(out, NC, ReduceOp::kSum));
-  AddBias(w.proj_bias, out, N, C);
+  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->attn_y.data(), w.proj_weight,
+                                                  w.proj_bias, out, N, Cl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
 
   // MLP block.
   cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
                            s->ln2_mean.data(), s->ln2_rstd.data(), N, C, kLayerNormEps);
-  cpu::MatmulForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
+  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C,
+                                     Fl);
   cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
-  cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, out, N, Fl, C);
-  RETURN_IF_ERROR(AllReduce(out, NC, ReduceOp::kSum));
-  AddBias(w.fc_proj_bias, out, N, C);
+  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
+                                                  w.fc_proj_bias, out, N, Fl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
   for (size_t i = 0; i < NC; ++i) out[i] += s->h1[i];
   return absl::OkStatus();
@@ -182,15 +192,14 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, p,
                           DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
   Zero(d_gelu_);
-  cpu::MatmulBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight, d_gelu_.data(),
-                         g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
+                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   Zero(d_fc_);
   cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
   Zero(d_ln_);
-  cpu::MatmulBackward<T>(d_fc_.data(), s.ln2.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
-                         g.fc_bias, N, C, Fl);
-  // Conjugate of the identity copy into the column-parallel GEMM.
-  RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), s.ln2.data(),
+                                                      w.fc_weight, d_ln_.data(), g.fc_weight,
+                                                      g.fc_bias, N, C, Fl));
   cpu::LayerNormBackward<T>(d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
                             s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N, C);
 
@@ -200,8 +209,8 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   Zero(d_attn_y_);
-  cpu::MatmulBackward<T>(d_branch_.data(), s.attn_y.data(), w.proj_weight, d_attn_y_.data(),
-                         g.proj_weight, g.proj_bias, N, Cl, C);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.attn_y.data(), w.proj_weight,
+                                   d_attn_y_.data(), g.proj_weight, g.proj_bias, N, Cl, C);
   Zero(d_qkv_);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                             shape_.head_dim()};
@@ -210,9 +219,9 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.att.data(), d_qkv_.data(),
                             d_att_scratch_.data(), shape, att_dropout);
   Zero(d_ln_);
-  cpu::MatmulBackward<T>(d_qkv_.data(), s.ln1.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
-                         g.qkv_bias, N, C, 3 * Cl);
-  RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
+                                                      w.qkv_weight, d_ln_.data(), g.qkv_weight,
+                                                      g.qkv_bias, N, C, 3 * Cl));
   cpu::LayerNormBackward<T>(d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),
                             d_x, g.ln1_gamma, g.ln1_beta, N, C);
   return absl::OkStatus();
@@ -228,9 +237,9 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
   T* x0 = acts->layer_io[0].data();
   if (placement_.has_embedding) {
     std::copy(input.tokens, input.tokens + N, acts->tokens.begin());
-    cpu::EmbeddingForward<T>(input.tokens, p_.wte, x0, N, C, placement_.vocab_start(shape_),
-                             placement_.local_vocab(shape_), /*accumulate=*/false);
-    RETURN_IF_ERROR(AllReduce(x0, NC, ReduceOp::kSum));  // vocab-parallel embedding
+    RETURN_IF_ERROR(tp::VocabParallelEmbeddingForward<T>(tp_, input.tokens, p_.wte, x0, N, C,
+                                                         placement_.vocab_start(shape_),
+                                                         placement_.local_vocab(shape_)));
     cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
                              /*accumulate=*/true);
     cpu::DropoutForward<T>(x0, x0, NC, options_.dropout,
@@ -254,18 +263,14 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
   cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
                            acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C, kLayerNormEps);
   const int Vl = placement_.local_vocab(shape_);
-  cpu::MatmulForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N, C, Vl);
-  const int vocab_start = placement_.vocab_start(shape_);
-  cpu::VocabShard shard{N, Vl, std::clamp(shape_.vocab - vocab_start, 0, Vl), vocab_start};
-  cpu::CrossEntropyLocalMax<T>(acts->logits.data(), shard, acts->ce_max.data());
-  RETURN_IF_ERROR(AllReduce(acts->ce_max.data(), N, ReduceOp::kMax));
-  cpu::CrossEntropyLocalSums<T>(acts->logits.data(), acts->targets.data(), acts->ce_max.data(),
-                                shard, acts->ce_sum_exp.data(), acts->ce_target.data());
-  RETURN_IF_ERROR(AllReduce(acts->ce_sum_exp.data(), N, ReduceOp::kSum));
-  RETURN_IF_ERROR(AllReduce(acts->ce_target.data(), N, ReduceOp::kSum));
+  // The tied output layer: column-parallel over the vocabulary (the input was copied in),
+  // its logits never gathered.
+  tp::ColumnParallelLinearForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N,
+                                     C, Vl);
   std::vector<T> losses(N);
-  cpu::CrossEntropyLosses<T>(acts->ce_max.data(), acts->ce_sum_exp.data(),
-                             acts->ce_target.data(), N, losses.data());
+  RETURN_IF_ERROR(tp::VocabParallelCrossEntropyForward<T>(
+      tp_, acts->logits.data(), acts->targets.data(), VocabShardOf(N),
+      {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, losses.data()));
   double sum = 0;
   for (T loss : losses) sum += static_cast<double>(loss);
   return sum;
@@ -273,28 +278,34 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
 
 template <typename T>
 absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
-                                   T d_loss_per_token, T* d_hidden_in) {
+                                   T d_loss_per_token, T* d_hidden_in,
+                                   const GradReadyHook* on_grad_ready) {
   if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
   // d_x holds the gradient of the residual stream as it flows down the layers.
   std::vector<T> d_x(NC, T(0));
+  auto report = [&](const ParamTensor* tensor) {
+    if (on_grad_ready != nullptr && tensor != nullptr) (*on_grad_ready)(*tensor);
+  };
   if (placement_.has_head) {
     const int Vl = placement_.local_vocab(shape_);
-    const int vocab_start = placement_.vocab_start(shape_);
-    cpu::VocabShard shard{N, Vl, std::clamp(shape_.vocab - vocab_start, 0, Vl), vocab_start};
     std::vector<T> d_logits(static_cast<size_t>(N) * Vl, T(0));
-    cpu::CrossEntropyBackward<T>(acts->logits.data(), acts->targets.data(),
-                                 acts->ce_max.data(), acts->ce_sum_exp.data(), shard,
-                                 d_loss_per_token, d_logits.data());
+    tp::VocabParallelCrossEntropyBackward<T>(
+        acts->logits.data(), acts->targets.data(), VocabShardOf(N),
+        {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()},
+        d_loss_per_token, d_logits.data());
     Zero(d_ln_);
-    cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte,
-                           nullptr, N, C, Vl);
-    RETURN_IF_ERROR(AllReduce(d_ln_.data(), NC, ReduceOp::kSum));
+    RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits.data(), acts->lnf.data(),
+                                                        p_.wte, d_ln_.data(), g_.wte, nullptr,
+                                                        N, C, Vl));
     cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
                               p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
                               d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);
+    for (const ParamTensor* tensor : head_tensors_) report(tensor);
+    // The embedding stage also adds the input embedding's gradient to the tied table.
+    if (!placement_.has_embedding) report(wte_tensor_);
   } else {
     std::copy(d_hidden_out, d_hidden_out + NC, d_x.begin());
   }
@@ -311,16 +322,20 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
     }
     RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *scratch, d_x.data(), d_below.data()));
     d_x.swap(d_below);
+    for (const ParamTensor* tensor : layer_tensors_[l]) report(tensor);
   }
 
   if (placement_.has_embedding) {
     Zero(d_branch_);
     cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout,
                             DropoutKeyFor(acts->id, -1, kEmbeddingSite), 0);
-    cpu::EmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
-                              placement_.vocab_start(shape_), placement_.local_vocab(shape_));
+    tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
+                                          placement_.vocab_start(shape_),
+                                          placement_.local_vocab(shape_));
     cpu::EmbeddingBackward<T>(acts->positions.data(), d_branch_.data(), g_.wpe, N, C, 0,
                               shape_.seq_length);
+    report(wte_tensor_);
+    report(wpe_tensor_);
   } else if (d_hidden_in != nullptr) {
     std::copy(d_x.begin(), d_x.end(), d_hidden_in);
   }

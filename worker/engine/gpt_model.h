@@ -8,10 +8,13 @@
 // logits = LNf(x_L) @ wte^T (tied), softmax cross-entropy with padded vocabulary columns
 // excluded.
 //
-// Tensor parallelism enters only through `TensorParallelOps` at Megatron's conjugate
-// points (all-reduce after the row-parallel GEMMs in forward, all-reduce of the input
-// gradients of the column-parallel GEMMs in backward, the vocab-parallel embedding and
-// cross-entropy scalars); with one tensor rank they are never called.
+// Tensor parallelism enters through Megatron's layers (worker/parallel/tensor_parallel.h):
+// QKV and MLP fc column-parallel, attention output and MLP proj row-parallel, the
+// vocab-parallel embedding and cross-entropy; with one tensor rank they never communicate.
+//
+// Parameters live in a buffer the model may own (single rank) or share with the rank's
+// other model chunks (interleaved pipeline): tensor offsets in the layout are absolute
+// indices into that buffer.
 //
 // With recompute on, a layer keeps only its input and recomputes the rest in backward,
 // with the same dropout masks (counter-based), so results are bit-identical either way.
@@ -34,16 +37,9 @@
 #include "absl/status/statusor.h"
 #include "worker/engine/activations.h"
 #include "worker/engine/parameter_layout.h"
+#include "worker/parallel/tensor_parallel.h"
 
 namespace mtrain {
-
-enum class ReduceOp { kSum, kMax };
-
-// Collectives over this rank's tensor-parallel group. Unused when tensor_size == 1.
-template <typename T>
-struct TensorParallelOps {
-  std::function<absl::Status(T* data, size_t count, ReduceOp op)> all_reduce;
-};
 
 struct ModelOptions {
   float dropout = 0.0f;
@@ -59,21 +55,36 @@ struct MicrobatchInput {
   const T* hidden_in = nullptr;       // [B, S, C]; stages after the first
 };
 
+// Buffers shared with other model chunks of the rank; offsets come from the layout.
+template <typename T>
+struct SharedParameterBuffers {
+  T* params = nullptr;
+  T* grads = nullptr;
+};
+
+// Called during Backward for each parameter tensor whose gradient this backward will not
+// touch again (after its layer, the head or the embedding is done): the data-parallel
+// gradient buckets start their all-reduce from it.
+using GradReadyHook = std::function<void(const ParamTensor& tensor)>;
 
 template <typename T>
 class GptModel {
  public:
-  // `layout` must outlive the model. `micro_batch` is B.
+  // `layout` must outlive the model. `micro_batch` is B. Without `shared` buffers the model
+  // owns buffers of layout.end_offset() elements.
   GptModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-           TensorParallelOps<T> tensor_ops = {});
+           TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
   ~GptModel();
 
-  T* params() { return params_.data(); }
-  T* grads() { return grads_.data(); }
-  const T* params() const { return params_.data(); }
-  const T* grads() const { return grads_.data(); }
-  size_t num_params() const { return params_.size(); }
+  // Base of the parameter (gradient) buffer: tensor t is at params() + t.offset.
+  T* params() { return params_; }
+  T* grads() { return grads_; }
+  const T* params() const { return params_; }
+  const T* grads() const { return grads_; }
+  // Elements of the buffer up to this model's last tensor.
+  size_t num_params() const { return layout_.end_offset(); }
   const ParameterLayout& layout() const { return layout_; }
+  // Zeroes this model's gradients (its layout's range only).
   void ZeroGrads();
 
   std::unique_ptr<Activations<T>> NewActivations() const;
@@ -88,18 +99,20 @@ class GptModel {
   // stage seeds it with d_loss_per_token (the derivative of the step's loss with respect to
   // each token's loss); other stages take d_hidden_out from the next stage. Stages after
   // the first write the gradient of their input into d_hidden_in.
+  // `on_grad_ready`, if given, is called for each of this model's tensors as its gradient
+  // becomes final for this backward.
   absl::Status Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
-                        T* d_hidden_in = nullptr);
+                        T* d_hidden_in = nullptr, const GradReadyHook* on_grad_ready = nullptr);
 
   // The logits of the last Forward (last stage): [B*S, V_local], padded columns included.
   const T* logits(const Activations<T>& acts) const;
 
  private:
-  absl::Status AllReduce(T* data, size_t count, ReduceOp op);
   absl::Status LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                             LayerActivations<T>* saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
+  cpu::VocabShard VocabShardOf(int rows) const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
 
   const ParameterLayout& layout_;
@@ -107,11 +120,18 @@ class GptModel {
   const ModelPlacement placement_;
   const int batch_;
   const ModelOptions options_;
-  TensorParallelOps<T> tensor_ops_;
-  std::vector<T> params_;
-  std::vector<T> grads_;
+  TensorParallelGroup<T> tp_;
+  std::vector<T> owned_params_, owned_grads_;  // empty with shared buffers
+  T* params_;
+  T* grads_;
   ModelView<T> p_;  // views into params_
   ModelView<T> g_;  // views into grads_
+  // The tensors reported to GradReadyHook: per local layer, the head's (final LayerNorm),
+  // and the embeddings (null when absent).
+  std::vector<std::vector<const ParamTensor*>> layer_tensors_;
+  std::vector<const ParamTensor*> head_tensors_;
+  const ParamTensor* wte_tensor_ = nullptr;
+  const ParamTensor* wpe_tensor_ = nullptr;
   // Backward temporaries, shared by all microbatches (one backward runs at a time).
   std::unique_ptr<LayerActivations<T>> recompute_scratch_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_, d_att_scratch_;

@@ -6,9 +6,9 @@
 
 namespace mtrain {
 
-AdamWOptimizer::AdamWOptimizer(const ParameterLayout& layout, const OptimizerSpec& spec,
+AdamWOptimizer::AdamWOptimizer(std::vector<ParamTensor> tensors, const OptimizerSpec& spec,
                                size_t begin, size_t end)
-    : layout_(layout),
+    : tensors_(std::move(tensors)),
       spec_(spec),
       begin_(begin),
       end_(end),
@@ -34,7 +34,7 @@ void AdamWOptimizer::Update(float* params, const float* grads, long long step, d
   h.step = step;
   h.grad_scale = static_cast<float>(grad_scale);
   // Walk the tensors overlapping [begin, end): each gets its own decay setting.
-  for (const ParamTensor& tensor : layout_.tensors()) {
+  for (const ParamTensor& tensor : tensors_) {
     const size_t lo = std::max(begin_, tensor.offset);
     const size_t hi = std::min(end_, tensor.offset + tensor.size);
     if (lo >= hi) continue;

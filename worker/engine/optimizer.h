@@ -17,7 +17,8 @@ namespace mtrain {
 
 class AdamWOptimizer {
  public:
-  AdamWOptimizer(const ParameterLayout& layout, const OptimizerSpec& spec, size_t begin,
+  // `tensors` locate every parameter in the flat buffer (for their weight-decay setting).
+  AdamWOptimizer(std::vector<ParamTensor> tensors, const OptimizerSpec& spec, size_t begin,
                  size_t end);
 
   // Learning rate of update number `step` (1-based).
@@ -34,7 +35,7 @@ class AdamWOptimizer {
   size_t end() const { return end_; }
 
  private:
-  const ParameterLayout& layout_;
+  const std::vector<ParamTensor> tensors_;
   OptimizerSpec spec_;
   cpu::LrSchedule schedule_;
   size_t begin_, end_;

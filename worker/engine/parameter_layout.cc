@@ -9,7 +9,7 @@ size_t ParameterLayout::Add(std::string name, std::vector<int64_t> global_shape,
                             ParamInit init, bool weight_decay) {
   ParamTensor tensor;
   tensor.name = std::move(name);
-  tensor.offset = total_size_;
+  tensor.offset = end_offset_;
   size_t size = 1;
   for (int64_t d : local_shape) size *= static_cast<size_t>(d);
   tensor.size = size;
@@ -18,13 +18,14 @@ size_t ParameterLayout::Add(std::string name, std::vector<int64_t> global_shape,
   tensor.global_offset = std::move(global_offset);
   tensor.init = init;
   tensor.weight_decay = weight_decay;
-  total_size_ += size;
+  end_offset_ += size;
   tensors_.push_back(std::move(tensor));
   return tensors_.back().offset;
 }
 
-ParameterLayout::ParameterLayout(const ModelShape& shape, const ModelPlacement& placement)
-    : shape_(shape), placement_(placement) {
+ParameterLayout::ParameterLayout(const ModelShape& shape, const ModelPlacement& placement,
+                                 size_t base_offset)
+    : shape_(shape), placement_(placement), begin_offset_(base_offset), end_offset_(base_offset) {
   const int64_t C = shape.hidden;
   const int64_t S = shape.seq_length;
   const int64_t Vp = shape.padded_vocab;

@@ -80,10 +80,16 @@ struct ModelView {
 
 class ParameterLayout {
  public:
-  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement);
+  // Tensor offsets start at `base_offset`: a rank holding several model chunks
+  // (interleaved pipeline) lays them out one after another in one buffer.
+  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement,
+                  size_t base_offset = 0);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  size_t total_size() const { return total_size_; }
+  // Elements of this layout, which occupy [begin_offset(), end_offset()) of the buffer.
+  size_t total_size() const { return end_offset_ - begin_offset_; }
+  size_t begin_offset() const { return begin_offset_; }
+  size_t end_offset() const { return end_offset_; }
   const ModelShape& shape() const { return shape_; }
   const ModelPlacement& placement() const { return placement_; }
 
@@ -101,7 +107,8 @@ class ParameterLayout {
   ModelShape shape_;
   ModelPlacement placement_;
   std::vector<ParamTensor> tensors_;
-  size_t total_size_ = 0;
+  size_t begin_offset_ = 0;
+  size_t end_offset_ = 0;
 };
 
 // Global row-major index of the element at local row-major index `local_index` of

@@ -1,6 +1,8 @@
-#include "worker/engine/trainer.h"
+#include "worker/trainer.h"
 
+#include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
+#include "coordinator/plan/rank_grid.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -16,8 +18,19 @@ JobSpec TinySpec(const std::string& extra_train) {
   return *spec;
 }
 
+// A one-rank trainer: groups of one member need no transport.
+absl::StatusOr<std::unique_ptr<Trainer>> SingleRankTrainer(const JobSpec& spec) {
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "test", 1, {});
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<RankGrid> grid = RankGrid::Create(1, 1, 1);
+  if (!grid.ok()) return grid.status();
+  absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
+  if (!groups.ok()) return groups.status();
+  return Trainer::Create((*plan)[0], std::move(*groups), TrainerOptions{});
+}
+
 std::vector<double> Losses(const JobSpec& spec, std::vector<float>* final_params) {
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(spec);
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   std::vector<double> losses;
   for (int i = 0; i < spec.train().steps(); ++i) {
@@ -28,7 +41,7 @@ std::vector<double> Losses(const JobSpec& spec, std::vector<float>* final_params
     EXPECT_GT(metrics->mfu(), 0);
     losses.push_back(metrics->loss());
   }
-  const GptModel<float>& model = (*trainer)->model();
+  const RankModel& model = (*trainer)->model();
   final_params->assign(model.params(), model.params() + model.num_params());
   return losses;
 }
@@ -59,17 +72,32 @@ TEST(TrainerTest, DropoutAndSeedChangeTraining) {
   EXPECT_NE(Losses(other_seed, &params), no_dropout);
 }
 
-TEST(TrainerTest, ParallelSpecsAreRefusedClearly) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"parallel": {"tensor": 2}})");
-  ASSERT_TRUE(spec.ok());
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(*spec);
-  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+TEST(TrainerTest, GroupsWithoutTransportAreRefusedClearly) {
+  absl::StatusOr<RankGrid> grid = RankGrid::Create(2, 1, 1);
+  ASSERT_TRUE(grid.ok());
+  absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
+  EXPECT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(groups.status().message().find("tensor-0"), absl::string_view::npos)
+      << groups.status();
+}
+
+TEST(TrainerTest, GatherWeightsReturnsEveryTensorInFull) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(TinySpec(""));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<std::map<std::string, FullTensor>> weights = (*trainer)->GatherWeights();
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(weights->size(), (*trainer)->model().tensors().size());
+  const FullTensor& wte = weights->at("wte");
+  EXPECT_EQ(wte.shape, (std::vector<int64_t>{256, 32}));
+  const ParamTensor* t = (*trainer)->model().Find("wte");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(wte.values[5], (*trainer)->model().params()[t->offset + 5]);
 }
 
 TEST(TrainerTest, MissingDataFileNamesThePath) {
   JobSpec spec = TinySpec("");
   spec.mutable_data()->set_path("/nonexistent/corpus.txt");
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::Create(spec);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(spec);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(trainer.status().message().find("/nonexistent/corpus.txt"), absl::string_view::npos);
 }

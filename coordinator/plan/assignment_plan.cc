@@ -1,0 +1,73 @@
+#include "coordinator/plan/assignment_plan.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/plan/job_spec_validation.h"
+#include "coordinator/plan/layer_partition.h"
+#include "coordinator/plan/pipeline_schedule.h"
+#include "coordinator/plan/rank_grid.h"
+#include "coordinator/plan/schedule_checker.h"
+
+namespace mtrain {
+
+absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
+                                                        const std::string& job_id,
+                                                        int64_t generation,
+                                                        const std::vector<Peer>& peers) {
+  const ParallelSpec& parallel = spec.parallel();
+  ASSIGN_OR_RETURN(const RankGrid grid,
+                   RankGrid::Create(parallel.tensor(), parallel.pipeline(), parallel.data()));
+  const int world = grid.world_size();
+  if (!peers.empty() && static_cast<int>(peers.size()) != world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan for ", world, " ranks got ", peers.size(), " peers"));
+  }
+  ScheduleConfig config;
+  config.schedule = parallel.schedule();
+  config.pipeline = parallel.pipeline();
+  config.virtual_stages = parallel.virtual_stages();
+  config.microbatches = NumMicrobatches(parallel);
+
+  // Schedules depend only on the stage; peers are the ranks of one pipeline group.
+  std::vector<Assignment> plan(world);
+  for (int rank = 0; rank < world; ++rank) {
+    const GridCoordinates c = grid.Coordinates(rank);
+    const std::vector<int> stage_ranks = grid.GroupMembers(GroupKind::kPipeline, rank);
+    Assignment& a = plan[rank];
+    a.set_job_id(job_id);
+    a.set_generation(generation);
+    *a.mutable_spec() = spec;
+    RankCoordinates* coords = a.mutable_rank();
+    coords->set_global_rank(rank);
+    coords->set_world_size(world);
+    coords->set_tp_rank(c.tp);
+    coords->set_pp_rank(c.pp);
+    coords->set_dp_rank(c.dp);
+    ASSIGN_OR_RETURN(std::vector<LayerRange> chunks,
+                     PartitionLayers(spec.model().num_layers(), parallel.pipeline(),
+                                     parallel.virtual_stages(), c.pp));
+    for (LayerRange& chunk : chunks) *a.add_layers() = std::move(chunk);
+    ASSIGN_OR_RETURN(*a.mutable_schedule(), BuildPipelineSchedule(config, c.pp, stage_ranks));
+    for (int r = 0; r < world; ++r) {
+      Peer* peer = a.add_peers();
+      if (!peers.empty()) *peer = peers[r];
+      peer->set_global_rank(r);
+      if (peer->host().empty()) peer->set_host("127.0.0.1");
+    }
+    a.set_rendezvous_prefix(absl::StrCat(job_id, "/gen-", generation, "/"));
+  }
+  // Prove every pipeline group's schedules before anyone runs them.
+  for (const std::vector<int>& group : grid.AllGroups(GroupKind::kPipeline)) {
+    std::vector<PipelineSchedule> schedules;
+    for (int rank : group) schedules.push_back(plan[rank].schedule());
+    absl::StatusOr<ScheduleReport> report = CheckPipelineSchedules(config, schedules, group);
+    if (!report.ok()) {
+      return absl::InternalError(
+          absl::StrCat("generated pipeline schedule failed its check: ", report.status().message()));
+    }
+  }
+  return plan;
+}
+
+}  // namespace mtrain

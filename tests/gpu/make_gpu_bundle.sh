@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Packs binaries for the GPU test machine (which has no Bazel and no Debian packages):
+# each binary plus every shared library it needs that is not part of glibc, into
+# build/gpu_bundle.tar.xz. CUDA runtime is linked statically; cuBLAS/NCCL come from the
+# GPU machine's own CUDA (PyTorch's wheels), so they are left out.
+#
+#   tests/gpu/make_gpu_bundle.sh [extra bazel targets...]
+#   # on the GPU machine:
+#   tar -xJf build/gpu_bundle.tar.xz -C /tmp && tests/gpu/run_on_gpu.sh /tmp/gpu_bundle
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+TARGETS=(//kernels:cuda_device_query_test //worker //worker:train "$@")
+bazel build "${TARGETS[@]}" >/dev/null
+BIN=$(bazel info bazel-bin 2>/dev/null)
+OUT=build/gpu_bundle
+rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/data"
+
+for target in "${TARGETS[@]}"; do
+  path=${target#//}
+  [[ "$path" == *:* ]] || path="$path:${path##*/}"
+  binary="$BIN/${path/://}"
+  cp "$binary" "$OUT/bin/"
+  # Libraries resolved by the loader here, minus glibc's own and CUDA's big libraries.
+  ldd "$binary" | awk '/=> \//{print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*) ;;
+      libcublas*|libnccl*|libcudart*) ;;
+      *) cp -L "$lib" "$OUT/lib/" ;;
+    esac
+  done
+done
+cp tests/data/shakespeare.txt "$OUT/data/"
+tar -cJf build/gpu_bundle.tar.xz -C build gpu_bundle
+du -h build/gpu_bundle.tar.xz

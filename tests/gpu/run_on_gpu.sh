@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the GPU checks from an unpacked bundle (see make_gpu_bundle.sh) and prints a short
+# table last. CUDA libraries come from the machine: /usr/local/cuda if present, else the
+# NVIDIA wheels PyTorch installed.
+set -uo pipefail
+BUNDLE=${1:-/tmp/gpu_bundle}
+cuda_libs=""
+for dir in /usr/local/cuda/lib64 $(python3 -c "import nvidia, os; print(' '.join(os.path.join(p, d, 'lib') for p in nvidia.__path__ for d in os.listdir(p)))" 2>/dev/null); do
+  [[ -d "$dir" ]] && cuda_libs="$cuda_libs:$dir"
+done
+export LD_LIBRARY_PATH="$BUNDLE/lib$cuda_libs"
+export MTRAIN_DATA_DIR="$BUNDLE/data"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+
+results=()
+check() {
+  local name=$1
+  shift
+  if "$@" >"/tmp/$name.log" 2>&1; then results+=("$name|PASS"); else results+=("$name|FAIL"); fi
+  tail -5 "/tmp/$name.log"
+}
+check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
+check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"
+
+echo
+printf '%-28s %s\n' CHECK RESULT
+for row in "${results[@]}"; do printf '%-28s %s\n' "${row%%|*}" "${row##*|}"; done

@@ -1,0 +1,99 @@
+// Members as separate processes: the parent forks them before anything Gloo-related (an
+// event-loop thread) exists in it, and they meet only through a DirectoryStore on disk.
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/key_value_store.h"
+
+namespace mtrain {
+namespace {
+
+constexpr int kMembers = 3;
+constexpr size_t kCount = 100000;
+
+// The whole life of one member; returns its exit code (0 = every check passed).
+int RunMember(const std::string& directory, int rank) {
+  absl::StatusOr<std::unique_ptr<DirectoryStore>> store = DirectoryStore::Open(directory);
+  absl::StatusOr<GlooDevice> device = CreateGlooDevice("127.0.0.1");
+  if (!store.ok() || !device.ok()) return 2;
+  GroupSpec spec;
+  spec.name = "data-0";
+  spec.members = {4, 5, 6};
+  spec.global_rank = spec.members[rank];
+  spec.timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Communicator>> group =
+      ConnectGlooGroup(**store, *device, spec);
+  if (!group.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, group.status().ToString().c_str());
+    return 3;
+  }
+  std::vector<float> data(kCount);
+  for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>((rank + 1) * (i % 100));
+  absl::Status status = (*group)->AllReduce(data.data(), kCount, ReduceOp::kSum);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+    return 4;
+  }
+  for (size_t i = 0; i < kCount; ++i) {
+    if (data[i] != static_cast<float>(6 * (i % 100))) {
+      std::fprintf(stderr, "rank %d: element %zu is %f\n", rank, i, data[i]);
+      return 5;
+    }
+  }
+  // A point-to-point message around the ring as well.
+  const int right = (rank + 1) % kMembers;
+  const int left = (rank + kMembers - 1) % kMembers;
+  const int64_t out = 1000 + rank;
+  int64_t in = 0;
+  absl::StatusOr<std::unique_ptr<PendingSend>> send =
+      (*group)->StartSend(&out, sizeof(out), right, 11);
+  if (!send.ok()) return 6;
+  status = (*group)->Recv(&in, sizeof(in), left, 11);
+  if (!status.ok() || !(*send)->Wait().ok() || in != 1000 + left) return 7;
+  return (*group)->Barrier().ok() ? 0 : 8;
+}
+
+TEST(GlooMultiprocessTest, ForkedMembersAllReduceThroughADirectoryStore) {
+  const char* root = std::getenv("TEST_TMPDIR");
+  const std::string directory =
+      absl::StrCat(root != nullptr ? root : "/tmp", "/gloo-multiprocess-", ::getpid());
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < kMembers; ++rank) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) ::_exit(RunMember(directory, rank));
+    children.push_back(pid);
+  }
+  // Reap every child; kill the stragglers after a generous bound so a hang fails the test
+  // instead of stalling it.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (int rank = 0; rank < kMembers; ++rank) {
+    int wait_status = 0;
+    pid_t done = 0;
+    while ((done = ::waitpid(children[rank], &wait_status, WNOHANG)) == 0 &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (done == 0) {
+      ::kill(children[rank], SIGKILL);
+      ::waitpid(children[rank], &wait_status, 0);
+      ADD_FAILURE() << "rank " << rank << " hung";
+      continue;
+    }
+    ASSERT_TRUE(WIFEXITED(wait_status)) << "rank " << rank << " crashed";
+    EXPECT_EQ(WEXITSTATUS(wait_status), 0) << "rank " << rank << " failed a check";
+  }
+}
+
+}  // namespace
+}  // namespace mtrain

@@ -1,0 +1,125 @@
+#include "worker/parallel/grad_buckets.h"
+
+#include <algorithm>
+
+namespace mtrain {
+
+GradientBuckets::GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads,
+                                 Communicator* data_group, size_t bucket_elements)
+    : grads_(grads), group_(data_group) {
+  std::vector<const ParamTensor*> order;
+  for (const ParamTensor& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const ParamTensor* a, const ParamTensor* b) { return a->offset > b->offset; });
+  for (const ParamTensor* t : order) tensor_offsets_.push_back(t->offset);
+  std::reverse(tensor_offsets_.begin(), tensor_offsets_.end());
+  tensor_ready_.assign(tensor_offsets_.size(), 0);
+  // From the end of the buffer down: close a bucket once it reaches the target size.
+  Bucket current;
+  bool open = false;
+  for (const ParamTensor* t : order) {
+    if (!open) {
+      current = Bucket{};
+      current.end = t->offset + t->size;
+      open = true;
+    }
+    current.begin = t->offset;
+    if (current.end - current.begin >= bucket_elements) {
+      buckets_.push_back(current);
+      open = false;
+    }
+  }
+  if (open) buckets_.push_back(current);
+  if (group_ != nullptr && group_->size() > 1) {
+    thread_ = std::thread([this] { CommunicationLoop(); });
+  }
+}
+
+GradientBuckets::~GradientBuckets() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_or_done_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<std::pair<size_t, size_t>> GradientBuckets::BucketRanges() const {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const Bucket& b : buckets_) ranges.emplace_back(b.begin, b.end);
+  return ranges;
+}
+
+int GradientBuckets::BucketOf(size_t offset) const {
+  // Buckets are in descending order of position.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (offset >= buckets_[i].begin && offset < buckets_[i].end) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void GradientBuckets::StartStep() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Bucket& b : buckets_) {
+    b.pending = b.end - b.begin;
+    b.launched = false;
+  }
+  std::fill(tensor_ready_.begin(), tensor_ready_.end(), 0);
+  first_error_ = absl::OkStatus();
+  launched_early_ = 0;
+}
+
+void GradientBuckets::MarkReady(const ParamTensor& tensor) {
+  const auto it = std::lower_bound(tensor_offsets_.begin(), tensor_offsets_.end(), tensor.offset);
+  if (it == tensor_offsets_.end() || *it != tensor.offset) return;
+  const size_t index = it - tensor_offsets_.begin();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tensor_ready_[index]) return;  // reported twice: count it once
+  tensor_ready_[index] = 1;
+  const int b = BucketOf(tensor.offset);
+  if (b < 0) return;
+  buckets_[b].pending -= tensor.size;
+  if (buckets_[b].pending == 0) {
+    ++launched_early_;
+    Launch(b);
+  }
+}
+
+void GradientBuckets::Launch(int bucket) {
+  buckets_[bucket].launched = true;
+  if (!thread_.joinable()) return;  // size-1 group: nothing to reduce
+  queue_.push_back(bucket);
+  ++outstanding_;
+  work_or_done_.notify_all();
+}
+
+absl::Status GradientBuckets::Finish() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!buckets_[b].launched) Launch(static_cast<int>(b));
+  }
+  work_or_done_.wait(lock, [this] { return outstanding_ == 0; });
+  return first_error_;
+}
+
+void GradientBuckets::CommunicationLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_or_done_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping with nothing left
+    const int b = queue_.front();
+    queue_.pop_front();
+    const Bucket bucket = buckets_[b];
+    const bool skip = !first_error_.ok();  // the group is unusable after an error
+    lock.unlock();
+    absl::Status status = skip ? absl::OkStatus()
+                               : group_->AllReduce(grads_ + bucket.begin,
+                                                   bucket.end - bucket.begin, ReduceOp::kSum);
+    lock.lock();
+    if (!status.ok() && first_error_.ok()) first_error_ = status;
+    --outstanding_;
+    work_or_done_.notify_all();
+  }
+}
+
+}  // namespace mtrain

@@ -1,0 +1,94 @@
+// Data-parallel gradient reduction in contiguous buckets, overlapped with the backward
+// pass.
+//
+// The flat gradient buffer is cut into buckets of about `bucket_elements` each, walking the
+// tensors from the END of the buffer (the backward pass produces the last layers' gradients
+// first), never splitting a tensor. During the last microbatch's backward the model
+// reports each tensor whose gradient is final (GradReadyHook); when every tensor of a bucket
+// is final, the bucket's all-reduce starts on a communication thread while the backward
+// goes on computing earlier layers. Finish() waits for all of them.
+//
+// Gradients are summed, not averaged: each replica's loss gradient is already scaled by
+// 1 / (tokens in the GLOBAL batch), so the sum over replicas is the average of their mean
+// gradients, exactly the single-rank gradient of the global batch.
+//
+//   GradientBuckets buckets(model.tensors(), model.grads(), data_group, 1 << 20);
+//   buckets.StartStep();
+//   ... backward with hook [&](const ParamTensor& t) { buckets.MarkReady(t); } ...
+//   RETURN_IF_ERROR(buckets.Finish());
+//
+// Thread-safety: MarkReady, StartStep and Finish are called from the training thread; the
+// communication thread is internal.
+#ifndef MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_
+#define MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/engine/parameter_layout.h"
+#include "worker/parallel/communicator.h"
+
+namespace mtrain {
+
+// PyTorch DDP's default is 25 MB; on CPU and small models smaller buckets overlap more.
+inline constexpr size_t kDefaultBucketElements = 1 << 20;  // 4 MiB of fp32
+
+class GradientBuckets {
+ public:
+  // `tensors` must tile [0, end of the last tensor) of `grads` without gaps (as a
+  // RankModel's do). `data_group` may have size 1: then nothing is communicated.
+  GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads,
+                  Communicator* data_group, size_t bucket_elements);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // Forgets the previous step's readiness. Requires the previous step to be Finish()ed.
+  void StartStep();
+  // The gradient of `tensor` (identified by its offset) is final for this step.
+  void MarkReady(const ParamTensor& tensor);
+  // Marks every tensor not yet reported ready (a tensor the hook never saw), waits for
+  // every bucket's all-reduce and returns the first error.
+  absl::Status Finish();
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // [begin, end) element ranges of the buckets, in launch order (end of buffer first).
+  std::vector<std::pair<size_t, size_t>> BucketRanges() const;
+  // Buckets whose all-reduce started before Finish() was called in the last step: a
+  // measure of overlap.
+  int buckets_launched_early() const { return launched_early_; }
+
+ private:
+  struct Bucket {
+    size_t begin = 0, end = 0;
+    size_t pending = 0;  // elements not yet reported ready this step
+    bool launched = false;
+  };
+  void Launch(int bucket);  // requires mutex_
+  void CommunicationLoop();
+  int BucketOf(size_t offset) const;
+
+  float* const grads_;
+  Communicator* const group_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> tensor_offsets_;  // sorted; one per tensor
+  std::vector<char> tensor_ready_;      // per tensor, this step
+
+  std::mutex mutex_;
+  std::condition_variable work_or_done_;
+  std::deque<int> queue_;  // buckets to all-reduce, guarded by mutex_
+  int outstanding_ = 0;    // launched, not yet reduced; guarded by mutex_
+  absl::Status first_error_;  // guarded by mutex_
+  bool stopping_ = false;     // guarded by mutex_
+  int launched_early_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_

@@ -1,0 +1,174 @@
+#include "worker/parallel/pipeline_executor.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/plan/pipeline_schedule.h"
+
+namespace mtrain {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Describe(const PipelineAction& a) {
+  return absl::StrCat(PipelineAction::Kind_Name(a.kind()), "(microbatch ", a.microbatch(),
+                      ", chunk ", a.chunk(), ", peer ", a.peer_rank(), ")");
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(RankModel* model, PipelineSchedule schedule, int stage,
+                                   int pipeline, Communicator* p2p)
+    : model_(model),
+      schedule_(std::move(schedule)),
+      stage_(stage),
+      pipeline_(pipeline),
+      p2p_(p2p),
+      num_chunks_(model->num_chunks()),
+      activation_elements_(static_cast<size_t>(model->shape().seq_length) *
+                           model->shape().hidden),
+      last_backward_(model->num_chunks(), 0),
+      free_acts_(model->num_chunks()) {
+  for (int i = 0; i < schedule_.actions_size(); ++i) {
+    const PipelineAction& a = schedule_.actions(i);
+    if (a.kind() == PipelineAction::BACKWARD && a.chunk() >= 0 && a.chunk() < num_chunks_) {
+      last_backward_[a.chunk()] = i;
+    }
+  }
+}
+
+absl::StatusOr<double> PipelineExecutor::RunStep(const std::vector<Microbatch>& microbatches,
+                                                 float d_loss_per_token,
+                                                 const GradReadyHook* on_final_grads) {
+  timings_ = PipelineTimings{};
+  in_flight_.clear();
+  in_flight_.resize(microbatches.size() * num_chunks_);
+  double loss_sum = 0;
+  for (int i = 0; i < schedule_.actions_size(); ++i) {
+    absl::Status status = Execute(i, microbatches, d_loss_per_token, on_final_grads, &loss_sum);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("pipeline stage ", stage_, ", action ", i, " ",
+                                       Describe(schedule_.actions(i)), ": ", status.message()));
+    }
+  }
+  RETURN_IF_ERROR(CompleteSends());
+  return loss_sum;
+}
+
+absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatch>& microbatches,
+                                       float d_loss_per_token,
+                                       const GradReadyHook* on_final_grads, double* loss_sum) {
+  const PipelineAction& action = schedule_.actions(index);
+  const int mb = action.microbatch();
+  const int c = action.chunk();
+  if (mb < 0 || mb >= static_cast<int>(microbatches.size()) || c < 0 || c >= num_chunks_) {
+    return absl::InvalidArgumentError(absl::StrCat("the schedule names microbatch ", mb,
+                                                   " or chunk ", c, " that this rank lacks (",
+                                                   microbatches.size(), " microbatches, ",
+                                                   num_chunks_, " chunks)"));
+  }
+  std::unique_ptr<InFlight>& slot = in_flight_[static_cast<size_t>(mb) * num_chunks_ + c];
+  if (slot == nullptr) slot = std::make_unique<InFlight>();
+  GptModel<float>& chunk = model_->chunk(c);
+  const ModelPlacement& placement = chunk.layout().placement();
+  const size_t elements = activation_elements_ * (microbatches[mb].tokens.size() /
+                                                  model_->shape().seq_length);
+  switch (action.kind()) {
+    case PipelineAction::RECV_FORWARD:
+      slot->input.resize(elements);
+      return Receive(action, &slot->input);
+    case PipelineAction::FORWARD: {
+      if (!placement.has_embedding && slot->input.size() != elements) {
+        return absl::FailedPreconditionError("forward before its input was received");
+      }
+      if (!free_acts_[c].empty()) {
+        slot->acts = std::move(free_acts_[c].back());
+        free_acts_[c].pop_back();
+      } else {
+        slot->acts = chunk.NewActivations();
+      }
+      MicrobatchInput<float> input;
+      input.id = microbatches[mb].id;
+      input.tokens = microbatches[mb].tokens.data();
+      input.targets = microbatches[mb].targets.data();
+      input.hidden_in = placement.has_embedding ? nullptr : slot->input.data();
+      if (!placement.has_head) slot->output.resize(elements);
+      const auto start = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(const double sum, chunk.Forward(input, slot->acts.get(),
+                                                       slot->output.data()));
+      timings_.compute_seconds += SecondsSince(start);
+      *loss_sum += sum;
+      std::vector<float>().swap(slot->input);  // copied into the activations
+      return absl::OkStatus();
+    }
+    case PipelineAction::SEND_FORWARD:
+      return StartSend(action, &slot->output);
+    case PipelineAction::RECV_BACKWARD:
+      slot->d_output.resize(elements);
+      return Receive(action, &slot->d_output);
+    case PipelineAction::BACKWARD: {
+      if (slot->acts == nullptr) return absl::FailedPreconditionError("backward before forward");
+      if (!placement.has_head && slot->d_output.size() != elements) {
+        return absl::FailedPreconditionError("backward before its output gradient arrived");
+      }
+      if (!placement.has_embedding) slot->d_input.resize(elements);
+      const GradReadyHook* hook = index == last_backward_[c] ? on_final_grads : nullptr;
+      const auto start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(chunk.Backward(slot->acts.get(),
+                                     placement.has_head ? nullptr : slot->d_output.data(),
+                                     d_loss_per_token,
+                                     placement.has_embedding ? nullptr : slot->d_input.data(),
+                                     hook));
+      timings_.compute_seconds += SecondsSince(start);
+      slot->acts->has_forward = false;
+      free_acts_[c].push_back(std::move(slot->acts));
+      std::vector<float>().swap(slot->d_output);
+      return absl::OkStatus();
+    }
+    case PipelineAction::SEND_BACKWARD:
+      return StartSend(action, &slot->d_input);
+    default:
+      return absl::InvalidArgumentError("unknown action kind");
+  }
+}
+
+absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vector<float>* data) {
+  if (data->empty()) return absl::FailedPreconditionError("send before its data was computed");
+  if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> pending,
+                   p2p_->StartSend(data->data(), data->size() * sizeof(float),
+                                   action.peer_rank(),
+                                   PipelineMessageTag(action, stage_, pipeline_)));
+  // Moving the vector keeps its heap block, which the pending send points into.
+  sends_.push_back(Send{std::move(pending), std::move(*data)});
+  data->clear();
+  return absl::OkStatus();
+}
+
+absl::Status PipelineExecutor::Receive(const PipelineAction& action, std::vector<float>* data) {
+  if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = p2p_->Recv(data->data(), data->size() * sizeof(float),
+                                   action.peer_rank(),
+                                   PipelineMessageTag(action, stage_, pipeline_));
+  timings_.wait_seconds += SecondsSince(start);
+  return status;
+}
+
+absl::Status PipelineExecutor::CompleteSends() {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status first;
+  for (Send& send : sends_) {
+    absl::Status status = send.pending->Wait();
+    if (first.ok() && !status.ok()) first = status;
+  }
+  sends_.clear();
+  timings_.wait_seconds += SecondsSince(start);
+  return first;
+}
+
+}  // namespace mtrain

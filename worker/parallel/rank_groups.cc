@@ -1,0 +1,76 @@
+#include "worker/parallel/rank_groups.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/parallel/solo_communicator.h"
+
+namespace mtrain {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Communicator>> Connect(const std::string& name,
+                                                      std::vector<int> members, int rank,
+                                                      const GroupTransport& transport) {
+  if (members.size() == 1) return MakeSoloCommunicator(absl::StrCat(name, " (rank ", rank, ")"));
+  if (transport.store == nullptr || transport.device == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group ", name, " has ", members.size(),
+                     " members but no rendezvous store or transport was given"));
+  }
+  GroupSpec spec;
+  spec.name = transport.key_prefix + name;
+  spec.members = std::move(members);
+  spec.global_rank = rank;
+  spec.timeout = transport.timeout;
+  return ConnectGlooGroup(*transport.store, *transport.device, spec);
+}
+
+}  // namespace
+
+void RankGroups::AbortAll() {
+  for (Communicator* group :
+       {tensor.get(), data.get(), pipeline.get(), model.get(), embedding.get(), world.get()}) {
+    if (group != nullptr) group->Abort();
+  }
+}
+
+absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
+                                             const GroupTransport& transport) {
+  if (global_rank < 0 || global_rank >= grid.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", global_rank, " is outside [0, ",
+                                                   grid.world_size(), ")"));
+  }
+  RankGroups groups;
+  for (GroupKind kind : kAllGroupKinds) {
+    std::vector<int> members = grid.GroupMembers(kind, global_rank);
+    if (members.empty()) continue;  // middle stages have no embedding group
+    const std::string name =
+        absl::StrCat(GroupKindName(kind), "-", grid.GroupIndex(kind, global_rank));
+    ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
+                     Connect(name, std::move(members), global_rank, transport));
+    switch (kind) {
+      case GroupKind::kTensor:
+        groups.tensor = std::move(group);
+        break;
+      case GroupKind::kData:
+        groups.data = std::move(group);
+        break;
+      case GroupKind::kPipeline:
+        groups.pipeline = std::move(group);
+        break;
+      case GroupKind::kModelParallel:
+        groups.model = std::move(group);
+        break;
+      case GroupKind::kEmbedding:
+        groups.embedding = std::move(group);
+        break;
+    }
+  }
+  std::vector<int> everyone;
+  for (int r = 0; r < grid.world_size(); ++r) everyone.push_back(r);
+  ASSIGN_OR_RETURN(groups.world, Connect("world", std::move(everyone), global_rank, transport));
+  return groups;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,49 @@
+// Every process group one rank belongs to, built from the rank grid (one function derives
+// them all: RankGrid::GroupMembers) and handed to the trainer explicitly.
+//
+// Groups are created in the fixed order of kAllGroupKinds on every rank, so no rank waits
+// in a rendezvous for a group its peers have not reached. A group of one member is a
+// SoloCommunicator: no transport at all (a single-rank run needs no network).
+//
+//   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
+//   groups.tensor->AllReduce(...);
+#ifndef MTRAIN_WORKER_PARALLEL_RANK_GROUPS_H_
+#define MTRAIN_WORKER_PARALLEL_RANK_GROUPS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/plan/rank_grid.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/key_value_store.h"
+
+namespace mtrain {
+
+struct RankGroups {
+  std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> pipeline;
+  std::unique_ptr<Communicator> model;      // tensor x pipeline: one replica
+  std::unique_ptr<Communicator> embedding;  // null on middle pipeline stages
+  std::unique_ptr<Communicator> world;      // point-to-point by global rank; gathers
+
+  // Aborts every group (unblocks operations in progress). Safe from another thread.
+  void AbortAll();
+};
+
+struct GroupTransport {
+  KeyValueStore* store = nullptr;     // rendezvous; unused when the world is one rank
+  const GlooDevice* device = nullptr;  // unused when the world is one rank
+  std::string key_prefix;             // keeps generations of a job apart in one store
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
+                                             const GroupTransport& transport);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_PARALLEL_RANK_GROUPS_H_

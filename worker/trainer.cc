@@ -1,0 +1,305 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/plan/job_spec_validation.h"
+#include "coordinator/plan/layer_partition.h"
+#include "kernels/grad_norm.h"
+#include "worker/engine/data/data_source.h"
+#include "worker/engine/flops.h"
+#include "worker/engine/safetensors.h"
+
+namespace mtrain {
+namespace {
+
+// Tag of the weight-gather messages on the world group; far above any pipeline tag.
+constexpr uint64_t kGatherTag = uint64_t{1} << 62;
+
+TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
+  TensorParallelGroup<float> tp;
+  tp.size = group->size();
+  tp.rank = group->rank();
+  tp.all_reduce = [group](float* data, size_t count, ReduceOp op) {
+    return group->AllReduce(data, count, op);
+  };
+  tp.all_gather = [group](const float* in, float* out, size_t count) {
+    return group->AllGather(in, out, count);
+  };
+  return tp;
+}
+
+// The chunk placements of the rank at `coords`, derived from the spec alone (every rank
+// can compute every other rank's layout, which the weight gather relies on).
+absl::StatusOr<std::vector<ModelPlacement>> PlacementsOf(const JobSpec& spec, int tp, int pp) {
+  const ParallelSpec& par = spec.parallel();
+  ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
+                   PartitionLayers(spec.model().num_layers(), par.pipeline(),
+                                   par.virtual_stages(), pp));
+  std::vector<ChunkLayers> layers;
+  for (const LayerRange& r : ranges) layers.push_back({r.first_layer(), r.num_layers()});
+  return ChunkPlacements(layers, pp, par.pipeline(), par.tensor(), tp);
+}
+
+bool IsTensorSharded(const ParamTensor& t) { return t.local_shape != t.global_shape; }
+
+}  // namespace
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assignment,
+                                                         RankGroups groups,
+                                                         const TrainerOptions& options) {
+  const JobSpec& spec = assignment.spec();
+  const ParallelSpec& par = spec.parallel();
+  const RankCoordinates& rank = assignment.rank();
+  if (rank.world_size() != par.tensor() * par.pipeline() * par.data()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assignment.rank.world_size ", rank.world_size(), " != tensor * pipeline * data (",
+        par.tensor() * par.pipeline() * par.data(), ")"));
+  }
+  if (groups.tensor == nullptr || groups.data == nullptr || groups.model == nullptr ||
+      groups.world == nullptr) {
+    return absl::InvalidArgumentError("trainer needs the tensor, data, model and world groups");
+  }
+  std::unique_ptr<Trainer> t(new Trainer);
+  t->assignment_ = assignment;
+  t->groups_ = std::move(groups);
+  t->shape_ = ShapeFromSpec(spec);
+  t->micro_batch_ = par.micro_batch_size();
+  t->microbatches_ = NumMicrobatches(par);
+  ASSIGN_OR_RETURN(t->data_, OpenDataset(spec.data()));
+  RETURN_IF_ERROR(CheckTokensFitVocab(*t->data_, spec.model().vocab_size()));
+  ASSIGN_OR_RETURN(SequenceSampler sampler,
+                   SequenceSampler::Create(t->data_->size(), t->shape_.seq_length,
+                                           spec.train().seed()));
+  t->sampler_ = std::make_unique<SequenceSampler>(sampler);
+
+  std::vector<ChunkLayers> layers;
+  for (const LayerRange& r : assignment.layers()) {
+    layers.push_back({r.first_layer(), r.num_layers()});
+  }
+  ModelOptions model_options;
+  model_options.dropout = spec.train().dropout();
+  model_options.recompute = spec.train().recompute();
+  model_options.seed = spec.train().seed();
+  const bool zero = par.zero_stage() == 1 && par.data() > 1;
+  ASSIGN_OR_RETURN(
+      t->model_,
+      RankModel::Create(t->shape_,
+                        ChunkPlacements(layers, rank.pp_rank(), par.pipeline(), par.tensor(),
+                                        rank.tp_rank()),
+                        t->micro_batch_, model_options, TensorGroupOf(t->groups_.tensor.get()),
+                        zero ? par.data() : 1));
+  t->model_->Initialize(spec.train().seed());
+  if (assignment.schedule().num_microbatches() != t->microbatches_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("assignment.schedule.num_microbatches ",
+                     assignment.schedule().num_microbatches(), " != ", t->microbatches_,
+                     " microbatches per replica of the spec"));
+  }
+  t->executor_ = std::make_unique<PipelineExecutor>(t->model_.get(), assignment.schedule(),
+                                                    rank.pp_rank(), par.pipeline(),
+                                                    t->groups_.world.get());
+  t->buckets_ = std::make_unique<GradientBuckets>(t->model_->tensors(), t->model_->grads(),
+                                                  t->groups_.data.get(),
+                                                  options.bucket_elements);
+  size_t begin = 0;
+  size_t end = t->model_->num_params();
+  if (zero) {
+    t->shard_size_ = t->model_->buffer_size() / par.data();
+    t->shard_begin_ = t->shard_size_ * rank.dp_rank();
+    begin = std::min(t->shard_begin_, end);
+    end = std::min(t->shard_begin_ + t->shard_size_, end);
+  }
+  t->optimizer_ =
+      std::make_unique<AdamWOptimizer>(t->model_->tensors(), spec.optimizer(), begin, end);
+  t->flops_per_step_ = ModelFlopsPerIteration(t->shape_, par.global_batch_size());
+  t->peak_flops_ = PeakFlopsPerDevice(options.device_kind) * rank.world_size();
+  return t;
+}
+
+bool Trainer::computes_loss() const {
+  return assignment_.rank().pp_rank() == assignment_.spec().parallel().pipeline() - 1;
+}
+
+absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(long long step) const {
+  const int S = shape_.seq_length;
+  std::vector<Microbatch> microbatches(microbatches_);
+  for (int k = 0; k < microbatches_; ++k) {
+    // Microbatch k of replica r is microbatch r * m + k of the global batch.
+    const int64_t first = (static_cast<int64_t>(assignment_.rank().dp_rank()) * microbatches_ + k) *
+                          micro_batch_;
+    std::vector<int64_t> indices(micro_batch_);
+    for (int i = 0; i < micro_batch_; ++i) indices[i] = first + i;
+    Microbatch& mb = microbatches[k];
+    mb.id = {step, first};
+    mb.tokens.resize(static_cast<size_t>(micro_batch_) * S);
+    mb.targets.resize(static_cast<size_t>(micro_batch_) * S);
+    RETURN_IF_ERROR(sampler_->Fill(*data_, step, indices, absl::MakeSpan(mb.tokens),
+                                   absl::MakeSpan(mb.targets)));
+  }
+  return microbatches;
+}
+
+bool Trainer::IsTiedCopyElsewhere(const ParamTensor& tensor) const {
+  // With pipelining the tied embedding lives on the first and the last stage; its
+  // gradient is all-reduced between them, and the first stage's copy is the one counted.
+  return tensor.name == "wte" && assignment_.spec().parallel().pipeline() > 1 &&
+         assignment_.rank().pp_rank() != 0;
+}
+
+double Trainer::GradientSumOfSquares() const {
+  double sum = 0;
+  const bool tensor_rank0 = assignment_.rank().tp_rank() == 0;
+  for (const ParamTensor& t : model_->tensors()) {
+    if (!IsTensorSharded(t) && !tensor_rank0) continue;  // replicated: counted on rank 0
+    if (IsTiedCopyElsewhere(t)) continue;
+    sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
+  }
+  return sum;
+}
+
+absl::StatusOr<StepMetrics> Trainer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  const long long step = step_ + 1;
+  const JobSpec& spec = assignment_.spec();
+  const ParallelSpec& par = spec.parallel();
+  const double global_tokens = static_cast<double>(par.global_batch_size()) * shape_.seq_length;
+  ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches, LoadMicrobatches(step));
+
+  model_->ZeroGrads();
+  buckets_->StartStep();
+  const bool tied_elsewhere = par.pipeline() > 1;
+  const GradReadyHook hook = [&](const ParamTensor& tensor) {
+    // The tied embedding is final only after the exchange between the stages below.
+    if (tied_elsewhere && tensor.name == "wte") return;
+    buckets_->MarkReady(tensor);
+  };
+  ASSIGN_OR_RETURN(double loss_sum,
+                   executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens),
+                                      &hook));
+  if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
+    RETURN_IF_ERROR(groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size,
+                                                 ReduceOp::kSum));
+    buckets_->MarkReady(*wte);
+  }
+  RETURN_IF_ERROR(buckets_->Finish());
+
+  StepMetrics metrics;
+  if (computes_loss()) {
+    RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
+    metrics.set_loss(loss_sum / global_tokens);
+  }
+  double sum_squares = GradientSumOfSquares();
+  RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
+  const double grad_norm = std::sqrt(sum_squares);
+  if (!std::isfinite(grad_norm)) {
+    return absl::InternalError(
+        absl::StrCat("step ", step, ": gradient norm is not finite: training diverged"));
+  }
+  const double lr = optimizer_->LearningRate(step);
+  optimizer_->Update(model_->params(), model_->grads(), step, lr,
+                     cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip()));
+  if (shard_size_ > 0) {
+    // ZeRO-1: each replica updated its slice; every replica needs all of them.
+    std::vector<float> gathered(model_->buffer_size());
+    RETURN_IF_ERROR(groups_.data->AllGather(model_->params() + shard_begin_, gathered.data(),
+                                            shard_size_));
+    std::copy(gathered.begin(), gathered.end(), model_->params());
+  }
+  step_ = step;
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics.set_job_id(assignment_.job_id());
+  metrics.set_generation(assignment_.generation());
+  metrics.set_global_rank(assignment_.rank().global_rank());
+  metrics.set_step(step);
+  metrics.set_lr(lr);
+  metrics.set_grad_norm(grad_norm);
+  metrics.set_step_seconds(seconds);
+  metrics.set_tokens_per_second(global_tokens / seconds);
+  metrics.set_model_tflops(flops_per_step_ / seconds / 1e12);
+  metrics.set_mfu(flops_per_step_ / seconds / peak_flops_);
+  metrics.set_loss_scale(1.0);
+  metrics.set_collective_seconds(std::max(0.0, seconds - executor_->last_timings().compute_seconds));
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
+  const JobSpec& spec = assignment_.spec();
+  const ParallelSpec& par = spec.parallel();
+  const int me = assignment_.rank().global_rank();
+  ASSIGN_OR_RETURN(const RankGrid grid,
+                   RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
+  Communicator& world = *groups_.world;
+  // Replica 0 holds every parameter once (data-parallel replicas are identical).
+  if (me != 0) {
+    if (grid.Coordinates(me).dp == 0) {
+      RETURN_IF_ERROR(world.Send(model_->params(), model_->num_params() * sizeof(float), 0,
+                                 kGatherTag));
+    }
+    return std::map<std::string, FullTensor>();
+  }
+  std::map<std::string, FullTensor> full;
+  std::map<std::string, std::vector<char>> written;  // which elements are filled
+  for (int rank = 0; rank < grid.world_size(); ++rank) {
+    const GridCoordinates c = grid.Coordinates(rank);
+    if (c.dp != 0) continue;
+    ASSIGN_OR_RETURN(std::vector<ModelPlacement> placements, PlacementsOf(spec, c.tp, c.pp));
+    std::vector<ParamTensor> tensors;
+    size_t offset = 0;
+    for (const ModelPlacement& p : placements) {
+      ParameterLayout layout(shape_, p, offset);
+      offset = layout.end_offset();
+      tensors.insert(tensors.end(), layout.tensors().begin(), layout.tensors().end());
+    }
+    std::vector<float> received;
+    const float* values = model_->params();
+    if (rank != 0) {
+      received.resize(offset);
+      RETURN_IF_ERROR(world.Recv(received.data(), offset * sizeof(float), rank, kGatherTag));
+      values = received.data();
+    }
+    for (const ParamTensor& t : tensors) {
+      FullTensor& out = full[t.name];
+      std::vector<char>& filled = written[t.name];
+      if (out.values.empty()) {
+        out.shape = t.global_shape;
+        int64_t n = 1;
+        for (int64_t d : t.global_shape) n *= d;
+        out.values.assign(n, 0.0f);
+        filled.assign(n, 0);
+      }
+      for (size_t i = 0; i < t.size; ++i) {
+        const int64_t g = GlobalIndex(t, static_cast<int64_t>(i));
+        const float v = values[t.offset + i];
+        if (filled[g] && out.values[g] != v) {
+          return absl::InternalError(absl::StrCat(
+              "replicas of ", t.name, " disagree at element ", g, " (rank ", rank, " has ", v,
+              ", another rank ", out.values[g], ")"));
+        }
+        out.values[g] = v;
+        filled[g] = 1;
+      }
+    }
+  }
+  return full;
+}
+
+absl::Status Trainer::SaveWeights(const std::string& path) {
+  ASSIGN_OR_RETURN(const auto full, GatherWeights());
+  if (assignment_.rank().global_rank() != 0) return absl::OkStatus();
+  SafetensorsFile file;
+  for (const auto& [name, tensor] : full) {
+    file.tensors[name] = MakeF32Tensor(tensor.shape, tensor.values.data());
+  }
+  file.metadata["step"] = std::to_string(step_);
+  return WriteSafetensors(path, file);
+}
+
+}  // namespace mtrain

@@ -1,0 +1,109 @@
+// Training of one rank of a job under any (tensor, pipeline, data) layout: the data of its
+// replica, its model chunks, its pipeline schedule, the tied-embedding and data-parallel
+// gradient reductions, gradient clipping over the whole model, AdamW (optionally ZeRO-1).
+// `train` (static mode) and the worker daemon drive it step by step from an Assignment.
+//
+// One optimizer step on this rank:
+//   1. the replica's microbatches (global batch indices, so every layout sees the same
+//      samples and dropout masks), run through the pipeline schedule;
+//   2. the tied embedding's gradient all-reduced between the first and last stage;
+//   3. data-parallel buckets all-reduced (started during the last backward);
+//   4. loss summed over the data group; gradient norm over the model-parallel group,
+//      counting each parameter once (tensor-replicated ones on tensor rank 0 only, the tied
+//      embedding on the first stage only);
+//   5. AdamW on the whole buffer, or on this rank's 1/d of it followed by an all-gather
+//      of the parameters (ZeRO-1).
+//
+//   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
+//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), {}));
+//   while (trainer->completed_steps() < steps) ASSIGN_OR_RETURN(auto m, trainer->Step());
+#ifndef MTRAIN_WORKER_TRAINER_H_
+#define MTRAIN_WORKER_TRAINER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/assignment.pb.h"
+#include "proto/coordinator.pb.h"
+#include "worker/engine/data/sequence_sampler.h"
+#include "worker/engine/data/token_dataset.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/rank_model.h"
+#include "worker/parallel/grad_buckets.h"
+#include "worker/parallel/pipeline_executor.h"
+#include "worker/parallel/rank_groups.h"
+
+namespace mtrain {
+
+struct TrainerOptions {
+  size_t bucket_elements = kDefaultBucketElements;
+  std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
+};
+
+// A whole tensor under its global name.
+struct FullTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+class Trainer {
+ public:
+  // `assignment.spec` must be resolved. Opens the data, builds and initialises the rank's
+  // model chunks from train.seed. INVALID_ARGUMENT for an assignment inconsistent with
+  // its spec.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Assignment& assignment,
+                                                         RankGroups groups,
+                                                         const TrainerOptions& options);
+  ~Trainer();
+
+  // Runs the next optimizer step (collective: every rank of the job calls it).
+  absl::StatusOr<StepMetrics> Step();
+
+  // Whether this rank holds the last virtual stage (and so reports the loss).
+  bool computes_loss() const;
+  long long completed_steps() const { return step_; }
+  const RankModel& model() const { return *model_; }
+  const RankCoordinates& coordinates() const { return assignment_.rank(); }
+  const PipelineTimings& last_pipeline_timings() const { return executor_->last_timings(); }
+  int num_gradient_buckets() const { return buckets_->num_buckets(); }
+
+  // Collective over the world: global rank 0 receives every tensor in full under its
+  // global name; other ranks get an empty map. INTERNAL if two copies of a replicated
+  // tensor disagree (they must be bit-identical).
+  absl::StatusOr<std::map<std::string, FullTensor>> GatherWeights();
+  // GatherWeights, then rank 0 writes them as safetensors.
+  absl::Status SaveWeights(const std::string& path);
+
+  // Unblocks a step in progress (another thread; the job is being torn down).
+  void Abort() { groups_.AbortAll(); }
+
+ private:
+  Trainer() = default;
+  absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(long long step) const;
+  double GradientSumOfSquares() const;
+  bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
+
+  Assignment assignment_;
+  RankGroups groups_;
+  ModelShape shape_;
+  int micro_batch_ = 0;
+  int microbatches_ = 0;  // per replica per step
+  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<SequenceSampler> sampler_;
+  std::unique_ptr<RankModel> model_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  size_t shard_begin_ = 0;  // ZeRO-1: this rank's slice of the flat buffer
+  size_t shard_size_ = 0;   // 0 without ZeRO
+  double flops_per_step_ = 0;
+  double peak_flops_ = 0;  // of every device of the job
+  long long step_ = 0;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_TRAINER_H_
