@@ -111,10 +111,13 @@ int Run(const std::vector<std::string>& extra_flags) {
   ::signal(SIGTERM, OnSignal);
   std::vector<pid_t> pids(world);
   for (int rank = 0; rank < world; ++rank) {
-    std::vector<std::string> argv = {
-        train, "--spec=" + spec_path, absl::StrCat("--rank=", rank),
-        absl::StrCat("--world_size=", world), "--rendezvous_dir=" + rendezvous,
-        "--metrics_jsonl=" + out_dir + "/metrics.jsonl", absl::StrCat("--threads=", threads)};
+    std::vector<std::string> argv = {train,
+                                     "--spec=" + spec_path,
+                                     absl::StrCat("--rank=", rank),
+                                     absl::StrCat("--world_size=", world),
+                                     "--rendezvous_dir=" + rendezvous,
+                                     "--metrics_jsonl=" + out_dir + "/metrics.jsonl",
+                                     absl::StrCat("--threads=", threads)};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     pids[rank] = Spawn(argv, absl::StrCat(out_dir, "/rank-", rank, ".log"));
   }
@@ -178,8 +181,9 @@ int Run(const std::vector<std::string>& extra_flags) {
     std::fprintf(stderr, "launch: rank exit codes:\n");
     for (int rank = 0; rank < world; ++rank) {
       std::fprintf(stderr, "  rank %d: %d%s\n", rank, codes[rank],
-                   codes[rank] == 0 ? "" : absl::StrCat("  (see ", out_dir, "/rank-", rank,
-                                                        ".log)").c_str());
+                   codes[rank] == 0
+                       ? ""
+                       : absl::StrCat("  (see ", out_dir, "/rank-", rank, ".log)").c_str());
     }
     return 1;
   }

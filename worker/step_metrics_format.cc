@@ -20,21 +20,22 @@ std::string JsonNumber(double value) {
 std::string StepMetricsJson(const StepMetrics& m) {
   std::string json = absl::StrCat("{\"step\":", m.step());
   if (m.has_loss()) absl::StrAppend(&json, ",\"loss\":", JsonNumber(m.loss()));
-  absl::StrAppend(&json, ",\"lr\":", JsonNumber(m.lr()), ",\"grad_norm\":",
-                  JsonNumber(m.grad_norm()), ",\"step_seconds\":", JsonNumber(m.step_seconds()),
+  absl::StrAppend(&json, ",\"lr\":", JsonNumber(m.lr()),
+                  ",\"grad_norm\":", JsonNumber(m.grad_norm()),
+                  ",\"step_seconds\":", JsonNumber(m.step_seconds()),
                   ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second()),
-                  ",\"model_tflops\":", JsonNumber(m.model_tflops()), ",\"mfu\":",
-                  JsonNumber(m.mfu()), ",\"rank\":", m.global_rank(), "}");
+                  ",\"model_tflops\":", JsonNumber(m.model_tflops()),
+                  ",\"mfu\":", JsonNumber(m.mfu()), ",\"rank\":", m.global_rank(), "}");
   return json;
 }
 
 std::string StepProgressLine(const StepMetrics& m, long long total_steps) {
-  std::string line = absl::StrFormat("step %lld/%lld", static_cast<long long>(m.step()),
-                                     total_steps);
+  std::string line =
+      absl::StrFormat("step %lld/%lld", static_cast<long long>(m.step()), total_steps);
   if (m.has_loss()) absl::StrAppend(&line, absl::StrFormat(" | loss %.4f", m.loss()));
-  absl::StrAppend(&line, absl::StrFormat(" | lr %.2e | grad_norm %.3f | %.0f tok/s | mfu %.2f%%",
-                                         m.lr(), m.grad_norm(), m.tokens_per_second(),
-                                         100.0 * m.mfu()));
+  absl::StrAppend(&line,
+                  absl::StrFormat(" | lr %.2e | grad_norm %.3f | %.0f tok/s | mfu %.2f%%", m.lr(),
+                                  m.grad_norm(), m.tokens_per_second(), 100.0 * m.mfu()));
   return line;
 }
 

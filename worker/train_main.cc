@@ -64,7 +64,8 @@ class JsonlAppender {
  public:
   absl::Status Open(const std::string& path) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd_ < 0) return absl::InvalidArgumentError(absl::StrCat("--metrics_jsonl: cannot open ", path));
+    if (fd_ < 0)
+      return absl::InvalidArgumentError(absl::StrCat("--metrics_jsonl: cannot open ", path));
     return absl::OkStatus();
   }
   void Append(const std::string& line) {
@@ -91,10 +92,12 @@ int Run() {
   const int world = par.tensor() * par.pipeline() * par.data();
   const int world_flag = absl::GetFlag(FLAGS_world_size);
   if (world_flag != 0 && world_flag != world) {
-    return Fail(rank, absl::InvalidArgumentError(absl::StrCat(
-                          "--world_size=", world_flag, " but the spec needs tensor * pipeline * "
-                          "data = ", par.tensor(), " * ", par.pipeline(), " * ", par.data(),
-                          " = ", world, " ranks")));
+    return Fail(rank,
+                absl::InvalidArgumentError(absl::StrCat("--world_size=", world_flag,
+                                                        " but the spec needs tensor * pipeline * "
+                                                        "data = ",
+                                                        par.tensor(), " * ", par.pipeline(), " * ",
+                                                        par.data(), " = ", world, " ranks")));
   }
   if (rank < 0 || rank >= world) {
     return Fail(rank, absl::InvalidArgumentError(
@@ -145,15 +148,16 @@ int Run() {
   }
   // One rank narrates: the first that knows the loss.
   const RankCoordinates& coords = (*trainer)->coordinates();
-  const bool narrator = (*trainer)->computes_loss() && coords.tp_rank() == 0 &&
-                        coords.dp_rank() == 0;
+  const bool narrator =
+      (*trainer)->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
   const long long steps = spec->train().steps();
   if (narrator) {
-    std::printf("train: %s, %d layers, hidden %d, %d heads, seq %d, (t,p,d)=(%d,%d,%d) %s, "
-                "%lld steps\n",
-                spec->name().c_str(), spec->model().num_layers(), spec->model().hidden_size(),
-                spec->model().num_heads(), spec->model().seq_length(), par.tensor(),
-                par.pipeline(), par.data(), Schedule_Name(par.schedule()).c_str(), steps);
+    std::printf(
+        "train: %s, %d layers, hidden %d, %d heads, seq %d, (t,p,d)=(%d,%d,%d) %s, "
+        "%lld steps\n",
+        spec->name().c_str(), spec->model().num_layers(), spec->model().hidden_size(),
+        spec->model().num_heads(), spec->model().seq_length(), par.tensor(), par.pipeline(),
+        par.data(), Schedule_Name(par.schedule()).c_str(), steps);
     std::fflush(stdout);
   }
   while ((*trainer)->completed_steps() < steps) {

@@ -16,8 +16,9 @@
 namespace mtrain {
 namespace {
 
-// Tag of the weight-gather messages on the world group; far above any pipeline tag.
-constexpr uint64_t kGatherTag = uint64_t{1} << 62;
+// Tag of the weight-gather messages on the world group: above every pipeline tag
+// (microbatch < 2^32), below the 2^55 communicators accept.
+constexpr uint64_t kGatherTag = uint64_t{1} << 54;
 
 TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
   TensorParallelGroup<float> tp;
@@ -36,9 +37,9 @@ TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
 // can compute every other rank's layout, which the weight gather relies on).
 absl::StatusOr<std::vector<ModelPlacement>> PlacementsOf(const JobSpec& spec, int tp, int pp) {
   const ParallelSpec& par = spec.parallel();
-  ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
-                   PartitionLayers(spec.model().num_layers(), par.pipeline(),
-                                   par.virtual_stages(), pp));
+  ASSIGN_OR_RETURN(
+      std::vector<LayerRange> ranges,
+      PartitionLayers(spec.model().num_layers(), par.pipeline(), par.virtual_stages(), pp));
   std::vector<ChunkLayers> layers;
   for (const LayerRange& r : ranges) layers.push_back({r.first_layer(), r.num_layers()});
   return ChunkPlacements(layers, pp, par.pipeline(), par.tensor(), tp);
@@ -73,9 +74,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->microbatches_ = NumMicrobatches(par);
   ASSIGN_OR_RETURN(t->data_, OpenDataset(spec.data()));
   RETURN_IF_ERROR(CheckTokensFitVocab(*t->data_, spec.model().vocab_size()));
-  ASSIGN_OR_RETURN(SequenceSampler sampler,
-                   SequenceSampler::Create(t->data_->size(), t->shape_.seq_length,
-                                           spec.train().seed()));
+  ASSIGN_OR_RETURN(
+      SequenceSampler sampler,
+      SequenceSampler::Create(t->data_->size(), t->shape_.seq_length, spec.train().seed()));
   t->sampler_ = std::make_unique<SequenceSampler>(sampler);
 
   std::vector<ChunkLayers> layers;
@@ -88,25 +89,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   model_options.seed = spec.train().seed();
   const bool zero = par.zero_stage() == 1 && par.data() > 1;
   ASSIGN_OR_RETURN(
-      t->model_,
-      RankModel::Create(t->shape_,
-                        ChunkPlacements(layers, rank.pp_rank(), par.pipeline(), par.tensor(),
-                                        rank.tp_rank()),
-                        t->micro_batch_, model_options, TensorGroupOf(t->groups_.tensor.get()),
-                        zero ? par.data() : 1));
+      t->model_, RankModel::Create(t->shape_,
+                                   ChunkPlacements(layers, rank.pp_rank(), par.pipeline(),
+                                                   par.tensor(), rank.tp_rank()),
+                                   t->micro_batch_, model_options,
+                                   TensorGroupOf(t->groups_.tensor.get()), zero ? par.data() : 1));
   t->model_->Initialize(spec.train().seed());
   if (assignment.schedule().num_microbatches() != t->microbatches_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("assignment.schedule.num_microbatches ",
-                     assignment.schedule().num_microbatches(), " != ", t->microbatches_,
-                     " microbatches per replica of the spec"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "assignment.schedule.num_microbatches ", assignment.schedule().num_microbatches(),
+        " != ", t->microbatches_, " microbatches per replica of the spec"));
   }
-  t->executor_ = std::make_unique<PipelineExecutor>(t->model_.get(), assignment.schedule(),
-                                                    rank.pp_rank(), par.pipeline(),
-                                                    t->groups_.world.get());
+  t->executor_ =
+      std::make_unique<PipelineExecutor>(t->model_.get(), assignment.schedule(), rank.pp_rank(),
+                                         par.pipeline(), t->groups_.world.get());
   t->buckets_ = std::make_unique<GradientBuckets>(t->model_->tensors(), t->model_->grads(),
-                                                  t->groups_.data.get(),
-                                                  options.bucket_elements);
+                                                  t->groups_.data.get(), options.bucket_elements);
   size_t begin = 0;
   size_t end = t->model_->num_params();
   if (zero) {
@@ -131,8 +129,8 @@ absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(long long step
   std::vector<Microbatch> microbatches(microbatches_);
   for (int k = 0; k < microbatches_; ++k) {
     // Microbatch k of replica r is microbatch r * m + k of the global batch.
-    const int64_t first = (static_cast<int64_t>(assignment_.rank().dp_rank()) * microbatches_ + k) *
-                          micro_batch_;
+    const int64_t first =
+        (static_cast<int64_t>(assignment_.rank().dp_rank()) * microbatches_ + k) * micro_batch_;
     std::vector<int64_t> indices(micro_batch_);
     for (int i = 0; i < micro_batch_; ++i) indices[i] = first + i;
     Microbatch& mb = microbatches[k];
@@ -179,12 +177,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     if (tied_elsewhere && tensor.name == "wte") return;
     buckets_->MarkReady(tensor);
   };
-  ASSIGN_OR_RETURN(double loss_sum,
-                   executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens),
-                                      &hook));
+  ASSIGN_OR_RETURN(
+      double loss_sum,
+      executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens), &hook));
   if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
-    RETURN_IF_ERROR(groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size,
-                                                 ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
     buckets_->MarkReady(*wte);
   }
   RETURN_IF_ERROR(buckets_->Finish());
@@ -207,8 +205,8 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (shard_size_ > 0) {
     // ZeRO-1: each replica updated its slice; every replica needs all of them.
     std::vector<float> gathered(model_->buffer_size());
-    RETURN_IF_ERROR(groups_.data->AllGather(model_->params() + shard_begin_, gathered.data(),
-                                            shard_size_));
+    RETURN_IF_ERROR(
+        groups_.data->AllGather(model_->params() + shard_begin_, gathered.data(), shard_size_));
     std::copy(gathered.begin(), gathered.end(), model_->params());
   }
   step_ = step;
@@ -226,7 +224,8 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_model_tflops(flops_per_step_ / seconds / 1e12);
   metrics.set_mfu(flops_per_step_ / seconds / peak_flops_);
   metrics.set_loss_scale(1.0);
-  metrics.set_collective_seconds(std::max(0.0, seconds - executor_->last_timings().compute_seconds));
+  metrics.set_collective_seconds(
+      std::max(0.0, seconds - executor_->last_timings().compute_seconds));
   return metrics;
 }
 
@@ -234,14 +233,13 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
   const JobSpec& spec = assignment_.spec();
   const ParallelSpec& par = spec.parallel();
   const int me = assignment_.rank().global_rank();
-  ASSIGN_OR_RETURN(const RankGrid grid,
-                   RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
+  ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
   Communicator& world = *groups_.world;
   // Replica 0 holds every parameter once (data-parallel replicas are identical).
   if (me != 0) {
     if (grid.Coordinates(me).dp == 0) {
-      RETURN_IF_ERROR(world.Send(model_->params(), model_->num_params() * sizeof(float), 0,
-                                 kGatherTag));
+      RETURN_IF_ERROR(
+          world.Send(model_->params(), model_->num_params() * sizeof(float), 0, kGatherTag));
     }
     return std::map<std::string, FullTensor>();
   }
@@ -279,9 +277,9 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
         const int64_t g = GlobalIndex(t, static_cast<int64_t>(i));
         const float v = values[t.offset + i];
         if (filled[g] && out.values[g] != v) {
-          return absl::InternalError(absl::StrCat(
-              "replicas of ", t.name, " disagree at element ", g, " (rank ", rank, " has ", v,
-              ", another rank ", out.values[g], ")"));
+          return absl::InternalError(absl::StrCat("replicas of ", t.name, " disagree at element ",
+                                                  g, " (rank ", rank, " has ", v, ", another rank ",
+                                                  out.values[g], ")"));
         }
         out.values[g] = v;
         filled[g] = 1;

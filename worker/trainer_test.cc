@@ -77,8 +77,7 @@ TEST(TrainerTest, GroupsWithoutTransportAreRefusedClearly) {
   ASSERT_TRUE(grid.ok());
   absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
   EXPECT_EQ(groups.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(groups.status().message().find("tensor-0"), absl::string_view::npos)
-      << groups.status();
+  EXPECT_NE(groups.status().message().find("tensor-0"), absl::string_view::npos) << groups.status();
 }
 
 TEST(TrainerTest, GatherWeightsReturnsEveryTensorInFull) {

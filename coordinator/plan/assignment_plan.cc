@@ -63,8 +63,8 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
     for (int rank : group) schedules.push_back(plan[rank].schedule());
     absl::StatusOr<ScheduleReport> report = CheckPipelineSchedules(config, schedules, group);
     if (!report.ok()) {
-      return absl::InternalError(
-          absl::StrCat("generated pipeline schedule failed its check: ", report.status().message()));
+      return absl::InternalError(absl::StrCat("generated pipeline schedule failed its check: ",
+                                              report.status().message()));
     }
   }
   return plan;

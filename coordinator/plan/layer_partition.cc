@@ -9,10 +9,10 @@ absl::StatusOr<std::vector<LayerRange>> PartitionLayers(int num_layers, int pipe
                                                         int virtual_stages, int stage) {
   if (pipeline <= 0 || virtual_stages <= 0 || num_layers <= 0 ||
       num_layers % (pipeline * virtual_stages) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot split ", num_layers, " layers into ", pipeline, " stages x ",
-                     virtual_stages, " chunks [rule: num_layers % (pipeline * virtual_stages) "
-                     "== 0]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", num_layers, " layers into ", pipeline, " stages x ", virtual_stages,
+        " chunks [rule: num_layers % (pipeline * virtual_stages) "
+        "== 0]"));
   }
   if (stage < 0 || stage >= pipeline) {
     return absl::InvalidArgumentError(

@@ -23,9 +23,9 @@ const char* GroupKindName(GroupKind kind) {
 
 absl::StatusOr<RankGrid> RankGrid::Create(int tensor, int pipeline, int data) {
   if (tensor <= 0 || pipeline <= 0 || data <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rank grid degrees must be positive (tensor=",
-                                                   tensor, ", pipeline=", pipeline,
-                                                   ", data=", data, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank grid degrees must be positive (tensor=", tensor, ", pipeline=", pipeline,
+                     ", data=", data, ")"));
   }
   return RankGrid(tensor, pipeline, data);
 }

@@ -19,8 +19,12 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 
 // Dropout sites inside a layer, and the embedding (layer -1).
-enum DropoutSite { kEmbeddingSite = 0, kAttentionProbSite = 1, kAttentionOutSite = 2,
-                   kMlpOutSite = 3 };
+enum DropoutSite {
+  kEmbeddingSite = 0,
+  kAttentionProbSite = 1,
+  kAttentionOutSite = 2,
+  kMlpOutSite = 3
+};
 
 template <typename T>
 void Zero(std::vector<T>& v) {
@@ -148,23 +152,22 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   // Attention block.
   cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
                            s->ln1_rstd.data(), N, C, kLayerNormEps);
-  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N,
-                                     C, 3 * Cl);
+  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
+                                     3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->att.data(), shape, att_dropout);
-  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->attn_y.data(), w.proj_weight,
-                                                  w.proj_bias, out, N, Cl, C));
+  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->attn_y.data(), w.proj_weight, w.proj_bias,
+                                                  out, N, Cl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
 
   // MLP block.
-  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
-                           s->ln2_mean.data(), s->ln2_rstd.data(), N, C, kLayerNormEps);
-  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C,
-                                     Fl);
+  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
+                           s->ln2_rstd.data(), N, C, kLayerNormEps);
+  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
   cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
   RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
                                                   w.fc_proj_bias, out, N, Fl, C));
@@ -197,9 +200,9 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   Zero(d_fc_);
   cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
   Zero(d_ln_);
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), s.ln2.data(),
-                                                      w.fc_weight, d_ln_.data(), g.fc_weight,
-                                                      g.fc_bias, N, C, Fl));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), s.ln2.data(), w.fc_weight,
+                                                      d_ln_.data(), g.fc_weight, g.fc_bias, N, C,
+                                                      Fl));
   cpu::LayerNormBackward<T>(d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
                             s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N, C);
 
@@ -222,14 +225,14 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
                                                       w.qkv_weight, d_ln_.data(), g.qkv_weight,
                                                       g.qkv_bias, N, C, 3 * Cl));
-  cpu::LayerNormBackward<T>(d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),
-                            d_x, g.ln1_gamma, g.ln1_beta, N, C);
+  cpu::LayerNormBackward<T>(d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(), d_x,
+                            g.ln1_gamma, g.ln1_beta, N, C);
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
-                                            Activations<T>* acts, T* hidden_out) {
+absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Activations<T>* acts,
+                                            T* hidden_out) {
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -248,9 +251,10 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
     std::copy(input.hidden_in, input.hidden_in + NC, x0);
   }
   for (int l = 0; l < placement_.num_layers; ++l) {
-    LayerActivations<T>* scratch = options_.recompute ? recompute_scratch_.get() : acts->saved[l].get();
-    RETURN_IF_ERROR(LayerForward(l, input.id, acts->layer_io[l].data(),
-                                 acts->layer_io[l + 1].data(), scratch));
+    LayerActivations<T>* scratch =
+        options_.recompute ? recompute_scratch_.get() : acts->saved[l].get();
+    RETURN_IF_ERROR(
+        LayerForward(l, input.id, acts->layer_io[l].data(), acts->layer_io[l + 1].data(), scratch));
   }
   acts->has_forward = true;
   const T* x_last = acts->layer_io[placement_.num_layers].data();
@@ -265,8 +269,8 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
   const int Vl = placement_.local_vocab(shape_);
   // The tied output layer: column-parallel over the vocabulary (the input was copied in),
   // its logits never gathered.
-  tp::ColumnParallelLinearForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N,
-                                     C, Vl);
+  tp::ColumnParallelLinearForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N, C,
+                                     Vl);
   std::vector<T> losses(N);
   RETURN_IF_ERROR(tp::VocabParallelCrossEntropyForward<T>(
       tp_, acts->logits.data(), acts->targets.data(), VocabShardOf(N),
@@ -277,9 +281,8 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input,
 }
 
 template <typename T>
-absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
-                                   T d_loss_per_token, T* d_hidden_in,
-                                   const GradReadyHook* on_grad_ready) {
+absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
+                                   T* d_hidden_in, const GradReadyHook* on_grad_ready) {
   if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
@@ -294,12 +297,11 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
     std::vector<T> d_logits(static_cast<size_t>(N) * Vl, T(0));
     tp::VocabParallelCrossEntropyBackward<T>(
         acts->logits.data(), acts->targets.data(), VocabShardOf(N),
-        {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()},
-        d_loss_per_token, d_logits.data());
+        {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, d_loss_per_token,
+        d_logits.data());
     Zero(d_ln_);
-    RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits.data(), acts->lnf.data(),
-                                                        p_.wte, d_ln_.data(), g_.wte, nullptr,
-                                                        N, C, Vl));
+    RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+        tp_, d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte, nullptr, N, C, Vl));
     cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
                               p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
                               d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);

@@ -50,9 +50,9 @@ struct ModelOptions {
 template <typename T>
 struct MicrobatchInput {
   MicrobatchId id;
-  const int32_t* tokens = nullptr;    // [B, S]; first stage only
-  const int32_t* targets = nullptr;   // [B, S]; last stage only
-  const T* hidden_in = nullptr;       // [B, S, C]; stages after the first
+  const int32_t* tokens = nullptr;   // [B, S]; first stage only
+  const int32_t* targets = nullptr;  // [B, S]; last stage only
+  const T* hidden_in = nullptr;      // [B, S, C]; stages after the first
 };
 
 // Buffers shared with other model chunks of the rank; offsets come from the layout.

@@ -64,17 +64,15 @@ class Communicator {
   virtual absl::Status AllGather(const float* in, float* out, size_t count) = 0;
 
   // in[size() * count] is reduced over members; member r receives block r in out[count].
-  virtual absl::Status ReduceScatter(const float* in, float* out, size_t count,
-                                     ReduceOp op) = 0;
+  virtual absl::Status ReduceScatter(const float* in, float* out, size_t count, ReduceOp op) = 0;
 
   // data[count] of member `root` is copied to every member.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
 
   // Point to point. A message is matched by (sender, receiver, tag); several messages with
   // one tag between the same pair arrive in order. StartSend returns at once.
-  virtual absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data,
-                                                                 size_t bytes, int peer,
-                                                                 uint64_t tag) = 0;
+  virtual absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes,
+                                                                 int peer, uint64_t tag) = 0;
   // Blocks until the message (exactly `bytes` long) has arrived.
   virtual absl::Status Recv(void* data, size_t bytes, int peer, uint64_t tag) = 0;
   // StartSend + Wait.

@@ -241,8 +241,8 @@ struct GroupState {
       return MarkBroken(absl::InternalError(
           absl::StrCat(what, " in group ", name, ": Gloo check failed: ", e.what())));
     } catch (const std::exception& e) {
-      return MarkBroken(absl::InternalError(
-          absl::StrCat(what, " in group ", name, ": ", e.what())));
+      return MarkBroken(
+          absl::InternalError(absl::StrCat(what, " in group ", name, ": ", e.what())));
     } catch (...) {
       return MarkBroken(
           absl::InternalError(absl::StrCat(what, " in group ", name, ": unknown exception")));
@@ -405,8 +405,7 @@ class GlooCommunicator : public Communicator {
         WaitRecv(*recv_buffer, state_->timeout_ms);
         WaitSend(*send_buffer, state_->timeout_ms);
         const bool last = step == n - 2;  // then block == r
-        reduce(last ? out : receiving, receiving, in + static_cast<size_t>(block) * count,
-               count);
+        reduce(last ? out : receiving, receiving, in + static_cast<size_t>(block) * count, count);
         // The block just reduced is the next one to send.
         std::swap(sending, receiving);
         std::swap(send_buffer, recv_buffer);
@@ -429,8 +428,8 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes,
-                                                         int peer, uint64_t tag) override {
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes, int peer,
+                                                         uint64_t tag) override {
     const std::string what = absl::StrCat("Send to group rank ", peer, " with tag ", tag);
     if (absl::Status s = CheckPointToPoint(what, data, bytes, peer, tag); !s.ok()) return s;
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
@@ -458,9 +457,9 @@ class GlooCommunicator : public Communicator {
     if (status.ok() && sent_bytes != bytes) {
       // The group is out of step with its peer; MarkBroken closes the connections, so the
       // sender fails now rather than after its timeout.
-      return state_->MarkBroken(absl::InvalidArgumentError(
-          absl::StrCat(what, " in group ", state_->name, ": expected ", bytes,
-                       " bytes, the peer sent ", sent_bytes)));
+      return state_->MarkBroken(
+          absl::InvalidArgumentError(absl::StrCat(what, " in group ", state_->name, ": expected ",
+                                                  bytes, " bytes, the peer sent ", sent_bytes)));
     }
     if (status.ok() && bytes > 0) {
       std::unique_ptr<UnboundBuffer> payload = state_->context->createUnboundBuffer(data, bytes);
@@ -519,8 +518,8 @@ class GlooCommunicator : public Communicator {
     return absl::OkStatus();
   }
 
-  absl::Status CheckPointToPoint(const std::string& what, const void* data, size_t bytes,
-                                 int peer, uint64_t tag) const {
+  absl::Status CheckPointToPoint(const std::string& what, const void* data, size_t bytes, int peer,
+                                 uint64_t tag) const {
     if (peer < 0 || peer >= size()) {
       return InvalidArgument(what, absl::StrCat("peer out of range [0, ", size(), ")"));
     }

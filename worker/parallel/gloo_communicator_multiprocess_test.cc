@@ -31,8 +31,7 @@ int RunMember(const std::string& directory, int rank) {
   spec.members = {4, 5, 6};
   spec.global_rank = spec.members[rank];
   spec.timeout = absl::Seconds(30);
-  absl::StatusOr<std::unique_ptr<Communicator>> group =
-      ConnectGlooGroup(**store, *device, spec);
+  absl::StatusOr<std::unique_ptr<Communicator>> group = ConnectGlooGroup(**store, *device, spec);
   if (!group.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, group.status().ToString().c_str());
     return 3;

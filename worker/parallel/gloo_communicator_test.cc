@@ -116,13 +116,9 @@ void GlooCollectiveTest::CheckAllReduce(size_t count) {
   });
 }
 
-TEST_P(GlooCollectiveTest, AllReduceFloatIsExact) {
-  CheckAllReduce<float>(1037);
-}
+TEST_P(GlooCollectiveTest, AllReduceFloatIsExact) { CheckAllReduce<float>(1037); }
 
-TEST_P(GlooCollectiveTest, AllReduceDoubleIsExact) {
-  CheckAllReduce<double>(1037);
-}
+TEST_P(GlooCollectiveTest, AllReduceDoubleIsExact) { CheckAllReduce<double>(1037); }
 
 // 3 MiB of floats: Gloo's ring then cuts every block into several 1 MiB segments.
 TEST_P(GlooCollectiveTest, AllReduceLargeIsExact) {
@@ -160,9 +156,9 @@ TEST_P(GlooCollectiveTest, AllReduceResultsAreBitIdenticalOnEveryMember) {
     ASSERT_EQ(results[rank].size(), kCount);
     EXPECT_EQ(std::memcmp(results[rank].data(), results[0].data(), kCount * sizeof(float)), 0)
         << "float results of rank " << rank << " differ from rank 0's";
-    EXPECT_EQ(std::memcmp(double_results[rank].data(), double_results[0].data(),
-                          kCount * sizeof(double)),
-              0)
+    EXPECT_EQ(
+        std::memcmp(double_results[rank].data(), double_results[0].data(), kCount * sizeof(double)),
+        0)
         << "double results of rank " << rank << " differ from rank 0's";
   }
   for (size_t i = 0; i < kCount; ++i) {
@@ -201,22 +197,23 @@ TEST_P(GlooCollectiveTest, AllGather) {
 
 TEST_P(GlooCollectiveTest, ReduceScatterSumAndMax) {
   for (const size_t count : {size_t{1}, size_t{1000}, size_t{300000}}) {
-    RunMembers(GroupName(absl::StrCat("reduce-scatter-", count)), n(), kTimeout,
-               [&](int rank, Communicator& group) {
-                 std::vector<float> in(count * n());
-                 for (size_t j = 0; j < in.size(); ++j) {
-                   in[j] = static_cast<float>((rank + 1) * static_cast<int>(j % 977));
-                 }
-                 std::vector<float> sum(count, -1.0f), max(count, -1.0f);
-                 ASSERT_TRUE(group.ReduceScatter(in.data(), sum.data(), count, ReduceOp::kSum).ok());
-                 ASSERT_TRUE(group.ReduceScatter(in.data(), max.data(), count, ReduceOp::kMax).ok());
-                 const int rank_sum = n() * (n() + 1) / 2;
-                 for (size_t i = 0; i < count; ++i) {
-                   const int base = static_cast<int>((rank * count + i) % 977);
-                   ASSERT_EQ(sum[i], static_cast<float>(rank_sum * base)) << rank << " " << i;
-                   ASSERT_EQ(max[i], static_cast<float>(n() * base)) << rank << " " << i;
-                 }
-               });
+    RunMembers(
+        GroupName(absl::StrCat("reduce-scatter-", count)), n(), kTimeout,
+        [&](int rank, Communicator& group) {
+          std::vector<float> in(count * n());
+          for (size_t j = 0; j < in.size(); ++j) {
+            in[j] = static_cast<float>((rank + 1) * static_cast<int>(j % 977));
+          }
+          std::vector<float> sum(count, -1.0f), max(count, -1.0f);
+          ASSERT_TRUE(group.ReduceScatter(in.data(), sum.data(), count, ReduceOp::kSum).ok());
+          ASSERT_TRUE(group.ReduceScatter(in.data(), max.data(), count, ReduceOp::kMax).ok());
+          const int rank_sum = n() * (n() + 1) / 2;
+          for (size_t i = 0; i < count; ++i) {
+            const int base = static_cast<int>((rank * count + i) % 977);
+            ASSERT_EQ(sum[i], static_cast<float>(rank_sum * base)) << rank << " " << i;
+            ASSERT_EQ(max[i], static_cast<float>(n() * base)) << rank << " " << i;
+          }
+        });
   }
 }
 
@@ -247,8 +244,8 @@ TEST_P(GlooCollectiveTest, BarrierWaitsForEveryMember) {
       absl::SleepFor(absl::Milliseconds(20 * ((rank + round) % n())));
       arrived.fetch_add(1);
       ASSERT_TRUE(group.Barrier().ok());
-      EXPECT_GE(arrived.load(), round * n()) << "rank " << rank << " left round " << round
-                                             << " early";
+      EXPECT_GE(arrived.load(), round * n())
+          << "rank " << rank << " left round " << round << " early";
       ASSERT_TRUE(group.Barrier().ok());  // nobody starts the next round before all checked
     }
   });
@@ -367,7 +364,7 @@ TEST_F(GlooGroupTest, DestroyingAPendingSendWaitsForIt) {
       {
         auto send = group.StartSend(data.data(), data.size() * 4, 1, 9);
         ASSERT_TRUE(send.ok());
-      }  // blocks here until rank 1 has taken the message
+      }                                 // blocks here until rank 1 has taken the message
       data.assign(data.size(), -1.0f);  // would corrupt the message had it not been sent
     } else {
       absl::SleepFor(absl::Milliseconds(200));

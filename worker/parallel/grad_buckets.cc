@@ -112,9 +112,9 @@ void GradientBuckets::CommunicationLoop() {
     const Bucket bucket = buckets_[b];
     const bool skip = !first_error_.ok();  // the group is unusable after an error
     lock.unlock();
-    absl::Status status = skip ? absl::OkStatus()
-                               : group_->AllReduce(grads_ + bucket.begin,
-                                                   bucket.end - bucket.begin, ReduceOp::kSum);
+    absl::Status status =
+        skip ? absl::OkStatus()
+             : group_->AllReduce(grads_ + bucket.begin, bucket.end - bucket.begin, ReduceOp::kSum);
     lock.lock();
     if (!status.ok() && first_error_.ok()) first_error_ = status;
     --outstanding_;

@@ -42,8 +42,8 @@ class GradientBuckets {
  public:
   // `tensors` must tile [0, end of the last tensor) of `grads` without gaps (as a
   // RankModel's do). `data_group` may have size 1: then nothing is communicated.
-  GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads,
-                  Communicator* data_group, size_t bucket_elements);
+  GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads, Communicator* data_group,
+                  size_t bucket_elements);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -81,8 +81,8 @@ class GradientBuckets {
 
   std::mutex mutex_;
   std::condition_variable work_or_done_;
-  std::deque<int> queue_;  // buckets to all-reduce, guarded by mutex_
-  int outstanding_ = 0;    // launched, not yet reduced; guarded by mutex_
+  std::deque<int> queue_;     // buckets to all-reduce, guarded by mutex_
+  int outstanding_ = 0;       // launched, not yet reduced; guarded by mutex_
   absl::Status first_error_;  // guarded by mutex_
   bool stopping_ = false;     // guarded by mutex_
   int launched_early_ = 0;

@@ -28,8 +28,8 @@ constexpr absl::Duration kMaxPollInterval = absl::Milliseconds(50);
 std::string ErrnoText(int error) { return std::strerror(error); }
 
 bool IsPlainKeyChar(char c) {
-  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-';
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
 }
 
 // "%XX" for every byte outside [A-Za-z0-9._-], and for a leading '.': that keeps the keys
@@ -83,8 +83,7 @@ bool FileExists(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DirectoryStore>> DirectoryStore::Open(
-    const std::string& directory) {
+absl::StatusOr<std::unique_ptr<DirectoryStore>> DirectoryStore::Open(const std::string& directory) {
   if (directory.empty()) {
     return absl::InvalidArgumentError("DirectoryStore: empty directory name");
   }
@@ -114,22 +113,21 @@ absl::Status DirectoryStore::Set(const std::string& key, const std::string& valu
   // Unique per process, thread and call, so concurrent writers of one key never share a
   // temporary file; the rename makes the last writer win atomically.
   static std::atomic<uint64_t> counter{0};
-  const std::string temp_path =
-      absl::StrCat(directory_, "/.tmp-", ::getpid(), "-",
-                   std::hash<std::thread::id>()(std::this_thread::get_id()), "-",
-                   counter.fetch_add(1));
+  const std::string temp_path = absl::StrCat(
+      directory_, "/.tmp-", ::getpid(), "-",
+      std::hash<std::thread::id>()(std::this_thread::get_id()), "-", counter.fetch_add(1));
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::InternalError(absl::StrCat("DirectoryStore: create ", temp_path, ": ",
-                                            ErrnoText(errno)));
+    return absl::InternalError(
+        absl::StrCat("DirectoryStore: create ", temp_path, ": ", ErrnoText(errno)));
   }
   absl::Status status = WriteAll(fd, value, temp_path);
   if (::close(fd) != 0 && status.ok()) {
     status = absl::InternalError(absl::StrCat("close ", temp_path, ": ", ErrnoText(errno)));
   }
   if (status.ok() && ::rename(temp_path.c_str(), PathOf(key).c_str()) != 0) {
-    status = absl::InternalError(absl::StrCat("DirectoryStore: rename to ", PathOf(key),
-                                              ": ", ErrnoText(errno)));
+    status = absl::InternalError(
+        absl::StrCat("DirectoryStore: rename to ", PathOf(key), ": ", ErrnoText(errno)));
   }
   if (!status.ok()) ::unlink(temp_path.c_str());
   return status;
@@ -143,8 +141,7 @@ absl::StatusOr<std::string> DirectoryStore::Get(const std::string& key) {
     if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat("key-value store: key '", key, "' is not set"));
     }
-    return absl::InternalError(absl::StrCat("DirectoryStore: open ", path, ": ",
-                                            ErrnoText(errno)));
+    return absl::InternalError(absl::StrCat("DirectoryStore: open ", path, ": ", ErrnoText(errno)));
   }
   std::string value;
   char chunk[4096];
@@ -154,8 +151,8 @@ absl::StatusOr<std::string> DirectoryStore::Get(const std::string& key) {
       if (errno == EINTR) continue;
       const int error = errno;
       ::close(fd);
-      return absl::InternalError(absl::StrCat("DirectoryStore: read ", path, ": ",
-                                              ErrnoText(error)));
+      return absl::InternalError(
+          absl::StrCat("DirectoryStore: read ", path, ": ", ErrnoText(error)));
     }
     if (n == 0) break;
     value.append(chunk, static_cast<size_t>(n));
@@ -164,8 +161,7 @@ absl::StatusOr<std::string> DirectoryStore::Get(const std::string& key) {
   return value;
 }
 
-absl::Status DirectoryStore::Wait(const std::vector<std::string>& keys,
-                                  absl::Duration timeout) {
+absl::Status DirectoryStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
   for (const std::string& key : keys) {
     if (absl::Status status = CheckKey(key); !status.ok()) return status;
   }
@@ -173,11 +169,10 @@ absl::Status DirectoryStore::Wait(const std::vector<std::string>& keys,
   std::vector<std::string> missing = keys;
   absl::Duration interval = kFirstPollInterval;
   for (;;) {
-    missing.erase(std::remove_if(missing.begin(), missing.end(),
-                                 [this](const std::string& key) {
-                                   return FileExists(PathOf(key));
-                                 }),
-                  missing.end());
+    missing.erase(
+        std::remove_if(missing.begin(), missing.end(),
+                       [this](const std::string& key) { return FileExists(PathOf(key)); }),
+        missing.end());
     if (missing.empty()) return absl::OkStatus();
     const absl::Time now = absl::Now();
     if (now >= deadline) {

@@ -89,9 +89,18 @@ TEST(DirectoryStoreTest, KeysWithOddCharactersAreOneFileEach) {
   const std::string directory = FreshDirectory();
   std::unique_ptr<DirectoryStore> store = OpenStore(directory);
   ASSERT_NE(store, nullptr);
-  const std::vector<std::string> keys = {
-      "tensor-3/gloo/0", "tensor-3%2Fgloo%2F0", "a b", "a\tb", "..", ".", ".hidden",
-      "x/../y", "ü", "plain.name_1-2", "/leading", "trailing/"};
+  const std::vector<std::string> keys = {"tensor-3/gloo/0",
+                                         "tensor-3%2Fgloo%2F0",
+                                         "a b",
+                                         "a\tb",
+                                         "..",
+                                         ".",
+                                         ".hidden",
+                                         "x/../y",
+                                         "ü",
+                                         "plain.name_1-2",
+                                         "/leading",
+                                         "trailing/"};
   for (size_t i = 0; i < keys.size(); ++i) {
     ASSERT_TRUE(store->Set(keys[i], "value " + std::to_string(i)).ok()) << keys[i];
   }

@@ -28,8 +28,7 @@ PipelineExecutor::PipelineExecutor(RankModel* model, PipelineSchedule schedule, 
       pipeline_(pipeline),
       p2p_(p2p),
       num_chunks_(model->num_chunks()),
-      activation_elements_(static_cast<size_t>(model->shape().seq_length) *
-                           model->shape().hidden),
+      activation_elements_(static_cast<size_t>(model->shape().seq_length) * model->shape().hidden),
       last_backward_(model->num_chunks(), 0),
       free_acts_(model->num_chunks()) {
   for (int i = 0; i < schedule_.actions_size(); ++i) {
@@ -60,23 +59,22 @@ absl::StatusOr<double> PipelineExecutor::RunStep(const std::vector<Microbatch>& 
 }
 
 absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatch>& microbatches,
-                                       float d_loss_per_token,
-                                       const GradReadyHook* on_final_grads, double* loss_sum) {
+                                       float d_loss_per_token, const GradReadyHook* on_final_grads,
+                                       double* loss_sum) {
   const PipelineAction& action = schedule_.actions(index);
   const int mb = action.microbatch();
   const int c = action.chunk();
   if (mb < 0 || mb >= static_cast<int>(microbatches.size()) || c < 0 || c >= num_chunks_) {
-    return absl::InvalidArgumentError(absl::StrCat("the schedule names microbatch ", mb,
-                                                   " or chunk ", c, " that this rank lacks (",
-                                                   microbatches.size(), " microbatches, ",
-                                                   num_chunks_, " chunks)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the schedule names microbatch ", mb, " or chunk ", c, " that this rank lacks (",
+        microbatches.size(), " microbatches, ", num_chunks_, " chunks)"));
   }
   std::unique_ptr<InFlight>& slot = in_flight_[static_cast<size_t>(mb) * num_chunks_ + c];
   if (slot == nullptr) slot = std::make_unique<InFlight>();
   GptModel<float>& chunk = model_->chunk(c);
   const ModelPlacement& placement = chunk.layout().placement();
-  const size_t elements = activation_elements_ * (microbatches[mb].tokens.size() /
-                                                  model_->shape().seq_length);
+  const size_t elements =
+      activation_elements_ * (microbatches[mb].tokens.size() / model_->shape().seq_length);
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
       slot->input.resize(elements);
@@ -98,8 +96,8 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
       input.hidden_in = placement.has_embedding ? nullptr : slot->input.data();
       if (!placement.has_head) slot->output.resize(elements);
       const auto start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(const double sum, chunk.Forward(input, slot->acts.get(),
-                                                       slot->output.data()));
+      ASSIGN_OR_RETURN(const double sum,
+                       chunk.Forward(input, slot->acts.get(), slot->output.data()));
       timings_.compute_seconds += SecondsSince(start);
       *loss_sum += sum;
       std::vector<float>().swap(slot->input);  // copied into the activations
@@ -118,11 +116,9 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
       if (!placement.has_embedding) slot->d_input.resize(elements);
       const GradReadyHook* hook = index == last_backward_[c] ? on_final_grads : nullptr;
       const auto start = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(chunk.Backward(slot->acts.get(),
-                                     placement.has_head ? nullptr : slot->d_output.data(),
-                                     d_loss_per_token,
-                                     placement.has_embedding ? nullptr : slot->d_input.data(),
-                                     hook));
+      RETURN_IF_ERROR(chunk.Backward(
+          slot->acts.get(), placement.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
+          placement.has_embedding ? nullptr : slot->d_input.data(), hook));
       timings_.compute_seconds += SecondsSince(start);
       slot->acts->has_forward = false;
       free_acts_[c].push_back(std::move(slot->acts));
@@ -140,8 +136,7 @@ absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vect
   if (data->empty()) return absl::FailedPreconditionError("send before its data was computed");
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
   ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> pending,
-                   p2p_->StartSend(data->data(), data->size() * sizeof(float),
-                                   action.peer_rank(),
+                   p2p_->StartSend(data->data(), data->size() * sizeof(float), action.peer_rank(),
                                    PipelineMessageTag(action, stage_, pipeline_)));
   // Moving the vector keeps its heap block, which the pending send points into.
   sends_.push_back(Send{std::move(pending), std::move(*data)});
@@ -152,8 +147,7 @@ absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vect
 absl::Status PipelineExecutor::Receive(const PipelineAction& action, std::vector<float>* data) {
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
   const auto start = std::chrono::steady_clock::now();
-  absl::Status status = p2p_->Recv(data->data(), data->size() * sizeof(float),
-                                   action.peer_rank(),
+  absl::Status status = p2p_->Recv(data->data(), data->size() * sizeof(float), action.peer_rank(),
                                    PipelineMessageTag(action, stage_, pipeline_));
   timings_.wait_seconds += SecondsSince(start);
   return status;

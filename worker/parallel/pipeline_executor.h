@@ -25,9 +25,9 @@ namespace mtrain {
 
 // One microbatch of this data-parallel replica.
 struct Microbatch {
-  MicrobatchId id;                // id.first_sample: index in the GLOBAL batch (dropout)
-  std::vector<int32_t> tokens;    // [B, S]; read on the first virtual stage
-  std::vector<int32_t> targets;   // [B, S]; read on the last virtual stage
+  MicrobatchId id;               // id.first_sample: index in the GLOBAL batch (dropout)
+  std::vector<int32_t> tokens;   // [B, S]; read on the first virtual stage
+  std::vector<int32_t> targets;  // [B, S]; read on the last virtual stage
 };
 
 // Where the last step's time went on this rank.
@@ -77,8 +77,8 @@ class PipelineExecutor {
   const int pipeline_;
   Communicator* const p2p_;
   const int num_chunks_;
-  const size_t activation_elements_;       // B * S * C
-  std::vector<size_t> last_backward_;      // per chunk: index of its last BACKWARD action
+  const size_t activation_elements_;   // B * S * C
+  std::vector<size_t> last_backward_;  // per chunk: index of its last BACKWARD action
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_acts_;  // per chunk
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;

@@ -38,8 +38,8 @@ void RankGroups::AbortAll() {
 absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
                                              const GroupTransport& transport) {
   if (global_rank < 0 || global_rank >= grid.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", global_rank, " is outside [0, ",
-                                                   grid.world_size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", global_rank, " is outside [0, ", grid.world_size(), ")"));
   }
   RankGroups groups;
   for (GroupKind kind : kAllGroupKinds) {

@@ -35,9 +35,9 @@ struct RankGroups {
 };
 
 struct GroupTransport {
-  KeyValueStore* store = nullptr;     // rendezvous; unused when the world is one rank
+  KeyValueStore* store = nullptr;      // rendezvous; unused when the world is one rank
   const GlooDevice* device = nullptr;  // unused when the world is one rank
-  std::string key_prefix;             // keeps generations of a job apart in one store
+  std::string key_prefix;              // keeps generations of a job apart in one store
   absl::Duration timeout = absl::Minutes(5);
 };
 

@@ -14,8 +14,7 @@ template <typename T>
 absl::Status Reduce(const TensorParallelGroup<T>& group, T* data, size_t count, ReduceOp op) {
   if (group.size == 1) return absl::OkStatus();
   if (!group.all_reduce) {
-    return absl::FailedPreconditionError(
-        "tensor-parallel group of size > 1 without an all-reduce");
+    return absl::FailedPreconditionError("tensor-parallel group of size > 1 without an all-reduce");
   }
   return group.all_reduce(data, count, op);
 }
@@ -36,16 +35,15 @@ absl::Status AllReduceSum(const TensorParallelGroup<T>& group, T* data, size_t c
 }
 
 template <typename T>
-absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, T* full,
-                           int rows, int cols) {
+absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, T* full, int rows,
+                           int cols) {
   const size_t block = static_cast<size_t>(rows) * cols;
   if (group.size == 1) {
     std::copy(local, local + block, full);
     return absl::OkStatus();
   }
   if (!group.all_gather) {
-    return absl::FailedPreconditionError(
-        "tensor-parallel group of size > 1 without an all-gather");
+    return absl::FailedPreconditionError("tensor-parallel group of size > 1 without an all-gather");
   }
   // The collective concatenates whole blocks ([rank][rows][cols]); interleave them into
   // rows of size * cols.
@@ -62,8 +60,8 @@ absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, 
 }
 
 template <typename T>
-void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows,
-                  int cols, bool accumulate) {
+void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows, int cols,
+                  bool accumulate) {
   const size_t full_cols = static_cast<size_t>(cols) * group.size;
   for (int row = 0; row < rows; ++row) {
     const T* src = full + row * full_cols + static_cast<size_t>(group.rank) * cols;
@@ -73,8 +71,8 @@ void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, 
 }
 
 template <typename T>
-void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* y, int N,
-                                 int in, int out_local) {
+void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* y, int N, int in,
+                                 int out_local) {
   cpu::MatmulForward<T>(x, weight, bias, y, N, in, out_local);
 }
 
@@ -88,8 +86,8 @@ absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>& group, c
 
 template <typename T>
 absl::Status RowParallelLinearForward(const TensorParallelGroup<T>& group, const T* x_local,
-                                      const T* weight, const T* bias, T* y, int N,
-                                      int in_local, int out) {
+                                      const T* weight, const T* bias, T* y, int N, int in_local,
+                                      int out) {
   // The bias is added once, after the reduction: adding it on every rank before would
   // count it `size` times.
   cpu::MatmulForward<T>(x_local, weight, nullptr, y, N, in_local, out);
@@ -105,24 +103,23 @@ void RowParallelLinearBackward(const T* d_y, const T* x_local, const T* weight, 
 }
 
 template <typename T>
-absl::Status VocabParallelEmbeddingForward(const TensorParallelGroup<T>& group,
-                                           const int32_t* ids, const T* table_local, T* out,
-                                           int N, int C, int vocab_start, int vocab_local) {
+absl::Status VocabParallelEmbeddingForward(const TensorParallelGroup<T>& group, const int32_t* ids,
+                                           const T* table_local, T* out, int N, int C,
+                                           int vocab_start, int vocab_local) {
   cpu::EmbeddingForward<T>(ids, table_local, out, N, C, vocab_start, vocab_local,
                            /*accumulate=*/false);
   return Reduce(group, out, static_cast<size_t>(N) * C, ReduceOp::kSum);
 }
 
 template <typename T>
-void VocabParallelEmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table_local,
-                                    int N, int C, int vocab_start, int vocab_local) {
+void VocabParallelEmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table_local, int N,
+                                    int C, int vocab_start, int vocab_local) {
   cpu::EmbeddingBackward<T>(ids, d_out, d_table_local, N, C, vocab_start, vocab_local);
 }
 
 template <typename T>
-absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>& group,
-                                              const T* logits, const int32_t* targets,
-                                              const cpu::VocabShard& shard,
+absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>& group, const T* logits,
+                                              const int32_t* targets, const cpu::VocabShard& shard,
                                               const CrossEntropyStats<T>& stats, T* losses) {
   const int N = shard.rows;
   cpu::CrossEntropyLocalMax<T>(logits, shard, stats.max);
@@ -140,35 +137,29 @@ void VocabParallelCrossEntropyBackward(const T* logits, const int32_t* targets,
                                        const cpu::VocabShard& shard,
                                        const CrossEntropyStats<T>& stats, T d_loss_per_token,
                                        T* d_logits) {
-  cpu::CrossEntropyBackward<T>(logits, targets, stats.max, stats.sum_exp, shard,
-                               d_loss_per_token, d_logits);
+  cpu::CrossEntropyBackward<T>(logits, targets, stats.max, stats.sum_exp, shard, d_loss_per_token,
+                               d_logits);
 }
 
-#define MTRAIN_INSTANTIATE_TP(T)                                                            \
-  template absl::Status AllReduceSum(const TensorParallelGroup<T>&, T*, size_t);            \
-  template absl::Status GatherLastDim(const TensorParallelGroup<T>&, const T*, T*, int,     \
-                                      int);                                                 \
-  template void SplitLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int, bool);  \
-  template void ColumnParallelLinearForward(const T*, const T*, const T*, T*, int, int,     \
-                                            int);                                           \
-  template absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>&,         \
-                                                     const T*, const T*, const T*, T*, T*,  \
-                                                     T*, int, int, int);                    \
-  template absl::Status RowParallelLinearForward(const TensorParallelGroup<T>&, const T*,   \
-                                                 const T*, const T*, T*, int, int, int);    \
-  template void RowParallelLinearBackward(const T*, const T*, const T*, T*, T*, T*, int,    \
-                                          int, int);                                        \
-  template absl::Status VocabParallelEmbeddingForward(const TensorParallelGroup<T>&,        \
-                                                      const int32_t*, const T*, T*, int,    \
-                                                      int, int, int);                       \
-  template void VocabParallelEmbeddingBackward(const int32_t*, const T*, T*, int, int, int,  \
-                                               int);                                        \
-  template absl::Status VocabParallelCrossEntropyForward(                                   \
-      const TensorParallelGroup<T>&, const T*, const int32_t*, const cpu::VocabShard&,      \
-      const CrossEntropyStats<T>&, T*);                                                     \
-  template void VocabParallelCrossEntropyBackward(const T*, const int32_t*,                 \
-                                                  const cpu::VocabShard&,                   \
-                                                  const CrossEntropyStats<T>&, T, T*);
+#define MTRAIN_INSTANTIATE_TP(T)                                                                  \
+  template absl::Status AllReduceSum(const TensorParallelGroup<T>&, T*, size_t);                  \
+  template absl::Status GatherLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int);     \
+  template void SplitLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int, bool);        \
+  template void ColumnParallelLinearForward(const T*, const T*, const T*, T*, int, int, int);     \
+  template absl::Status ColumnParallelLinearBackward(                                             \
+      const TensorParallelGroup<T>&, const T*, const T*, const T*, T*, T*, T*, int, int, int);    \
+  template absl::Status RowParallelLinearForward(const TensorParallelGroup<T>&, const T*,         \
+                                                 const T*, const T*, T*, int, int, int);          \
+  template void RowParallelLinearBackward(const T*, const T*, const T*, T*, T*, T*, int, int,     \
+                                          int);                                                   \
+  template absl::Status VocabParallelEmbeddingForward(                                            \
+      const TensorParallelGroup<T>&, const int32_t*, const T*, T*, int, int, int, int);           \
+  template void VocabParallelEmbeddingBackward(const int32_t*, const T*, T*, int, int, int, int); \
+  template absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>&, const T*, \
+                                                         const int32_t*, const cpu::VocabShard&,  \
+                                                         const CrossEntropyStats<T>&, T*);        \
+  template void VocabParallelCrossEntropyBackward(                                                \
+      const T*, const int32_t*, const cpu::VocabShard&, const CrossEntropyStats<T>&, T, T*);
 
 MTRAIN_INSTANTIATE_TP(float)
 MTRAIN_INSTANTIATE_TP(double)

@@ -54,21 +54,21 @@ absl::Status AllReduceSum(const TensorParallelGroup<T>& group, T* data, size_t c
 
 // Gather forward: full[rows, size * cols] from every rank's local[rows, cols].
 template <typename T>
-absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, T* full,
-                           int rows, int cols);
+absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, T* full, int rows,
+                           int cols);
 
 // Scatter forward / gather backward: local[rows, cols] = this rank's column block of
 // full[rows, size * cols]. With accumulate, adds instead of overwriting.
 template <typename T>
-void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows,
-                  int cols, bool accumulate);
+void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows, int cols,
+                  bool accumulate);
 
 // --- Layers ---------------------------------------------------------------------------
 
 // y[N, out_local] = x[N, in] @ weight[out_local, in]^T + bias[out_local].
 template <typename T>
-void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* y, int N,
-                                 int in, int out_local);
+void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* y, int N, int in,
+                                 int out_local);
 
 // Accumulates d_weight, d_bias and d_x[N, in], then all-reduces d_x (f's conjugate):
 // every rank ends with the full input gradient. `d_x` must hold only this layer's
@@ -81,8 +81,8 @@ absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>& group, c
 // y[N, out] = all-reduce(x_local[N, in_local] @ weight[out, in_local]^T) + bias[out].
 template <typename T>
 absl::Status RowParallelLinearForward(const TensorParallelGroup<T>& group, const T* x_local,
-                                      const T* weight, const T* bias, T* y, int N,
-                                      int in_local, int out);
+                                      const T* weight, const T* bias, T* y, int N, int in_local,
+                                      int out);
 
 // d_y is the same on every rank (g's conjugate is the identity): accumulates d_weight,
 // d_bias (identical on every rank, as the replicated bias must be) and d_x_local.
@@ -93,14 +93,14 @@ void RowParallelLinearBackward(const T* d_y, const T* x_local, const T* weight, 
 // out[N, C] = the rows of `ids` in the full table, from this rank's rows
 // [vocab_start, vocab_start + vocab_local) of it and an all-reduce.
 template <typename T>
-absl::Status VocabParallelEmbeddingForward(const TensorParallelGroup<T>& group,
-                                           const int32_t* ids, const T* table_local, T* out,
-                                           int N, int C, int vocab_start, int vocab_local);
+absl::Status VocabParallelEmbeddingForward(const TensorParallelGroup<T>& group, const int32_t* ids,
+                                           const T* table_local, T* out, int N, int C,
+                                           int vocab_start, int vocab_local);
 
 // d_table_local += d_out rows of ids held here (the all-reduce's conjugate is identity).
 template <typename T>
-void VocabParallelEmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table_local,
-                                    int N, int C, int vocab_start, int vocab_local);
+void VocabParallelEmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table_local, int N,
+                                    int C, int vocab_start, int vocab_local);
 
 // Per-token scalars kept for the backward.
 template <typename T>
@@ -112,9 +112,8 @@ struct CrossEntropyStats {
 
 // Per-token losses[N] from this rank's logits[N, V_local] (columns described by `shard`).
 template <typename T>
-absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>& group,
-                                              const T* logits, const int32_t* targets,
-                                              const cpu::VocabShard& shard,
+absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>& group, const T* logits,
+                                              const int32_t* targets, const cpu::VocabShard& shard,
                                               const CrossEntropyStats<T>& stats, T* losses);
 
 // d_logits[N, V_local] += d_loss_per_token * (softmax - onehot) on this rank's columns:
