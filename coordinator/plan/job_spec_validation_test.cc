@@ -121,6 +121,13 @@ TEST(JobSpecValidationTest, InterleavingNeedsMicrobatchesDivisibleByPipeline) {
                   .ok());
 }
 
+TEST(JobSpecValidationTest, InterleavingNeedsTwoStages) {
+  ExpectRejected(R"({"model": {"num_layers": 4},
+                     "parallel": {"pipeline": 1, "virtual_stages": 2,
+                                  "schedule": "SCHEDULE_INTERLEAVED_1F1B"}})",
+                 "parallel.pipeline", "interleaving needs pipeline >= 2");
+}
+
 TEST(JobSpecValidationTest, VirtualStagesNeedInterleavedSchedule) {
   ExpectRejected(R"({"model": {"num_layers": 8},
                      "parallel": {"pipeline": 2, "virtual_stages": 2,

@@ -1,0 +1,126 @@
+#include "worker/parallel/grad_buckets.h"
+
+#include <mutex>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+// A data-parallel group of two whose all-reduce doubles the data (as summing two identical
+// replicas would) and records which ranges were reduced, and when.
+class RecordingGroup : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  absl::Status AllReduce(float* data, size_t count, ReduceOp) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!fail_with_.ok()) return fail_with_;
+    for (size_t i = 0; i < count; ++i) data[i] *= 2;
+    reduced_.emplace_back(data, count);
+    return absl::OkStatus();
+  }
+  absl::Status AllReduce(double*, size_t, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status AllGather(const float*, float*, size_t) override { return absl::OkStatus(); }
+  absl::Status ReduceScatter(const float*, float*, size_t, ReduceOp) override {
+    return absl::OkStatus();
+  }
+  absl::Status Broadcast(float*, size_t, int) override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void*, size_t, int,
+                                                         uint64_t) override {
+    return absl::UnimplementedError("no p2p");
+  }
+  absl::Status Recv(void*, size_t, int, uint64_t) override {
+    return absl::UnimplementedError("no p2p");
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+  void Abort() override {}
+
+  std::vector<std::pair<float*, size_t>> reduced() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reduced_;
+  }
+  void FailWith(absl::Status s) { fail_with_ = std::move(s); }
+
+ private:
+  std::string name_ = "data-0 (ranks 0,1)";
+  std::mutex mutex_;
+  std::vector<std::pair<float*, size_t>> reduced_;
+  absl::Status fail_with_;
+};
+
+std::vector<ParamTensor> Tensors(const std::vector<size_t>& sizes) {
+  std::vector<ParamTensor> tensors;
+  size_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ParamTensor t;
+    t.name = "t" + std::to_string(i);
+    t.offset = offset;
+    t.size = sizes[i];
+    offset += sizes[i];
+    tensors.push_back(t);
+  }
+  return tensors;
+}
+
+TEST(GradientBucketsTest, BucketsTileTheBufferFromTheEndWithoutSplittingTensors) {
+  const auto tensors = Tensors({4, 4, 10, 3, 3});  // [0,4) [4,8) [8,18) [18,21) [21,24)
+  std::vector<float> grads(24, 1.0f);
+  RecordingGroup group;
+  GradientBuckets buckets(tensors, grads.data(), &group, 6);
+  // From the end: t4+t3 = 6 -> bucket; t2 = 10 -> bucket; t1+t0 = 8 -> bucket.
+  EXPECT_EQ(buckets.BucketRanges(),
+            (std::vector<std::pair<size_t, size_t>>{{18, 24}, {8, 18}, {0, 8}}));
+}
+
+TEST(GradientBucketsTest, ABucketIsReducedAsSoonAsAllItsTensorsAreReady) {
+  const auto tensors = Tensors({4, 4, 10, 3, 3});
+  std::vector<float> grads(24, 1.0f);
+  RecordingGroup group;
+  GradientBuckets buckets(tensors, grads.data(), &group, 6);
+  buckets.StartStep();
+  buckets.MarkReady(tensors[4]);
+  buckets.MarkReady(tensors[3]);
+  buckets.MarkReady(tensors[3]);  // reported twice: counted once
+  buckets.MarkReady(tensors[2]);
+  ASSERT_TRUE(buckets.Finish().ok());
+  EXPECT_EQ(buckets.buckets_launched_early(), 2);
+  // Every element reduced exactly once, the last bucket only at Finish.
+  for (float g : grads) EXPECT_EQ(g, 2.0f);
+  const auto reduced = group.reduced();
+  ASSERT_EQ(reduced.size(), 3u);
+  EXPECT_EQ(reduced[0].first, grads.data() + 18);
+  EXPECT_EQ(reduced[1].first, grads.data() + 8);
+  EXPECT_EQ(reduced[2].first, grads.data() + 0);
+  // A second step starts afresh.
+  buckets.StartStep();
+  ASSERT_TRUE(buckets.Finish().ok());
+  for (float g : grads) EXPECT_EQ(g, 4.0f);
+}
+
+TEST(GradientBucketsTest, ACommunicationErrorReachesFinish) {
+  const auto tensors = Tensors({5, 5});
+  std::vector<float> grads(10, 1.0f);
+  RecordingGroup group;
+  group.FailWith(absl::DeadlineExceededError("all-reduce in data-0 timed out"));
+  GradientBuckets buckets(tensors, grads.data(), &group, 5);
+  buckets.StartStep();
+  buckets.MarkReady(tensors[1]);
+  const absl::Status status = buckets.Finish();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find("data-0"), absl::string_view::npos);
+}
+
+TEST(GradientBucketsTest, AGroupOfOneCommunicatesNothing) {
+  const auto tensors = Tensors({5});
+  std::vector<float> grads(5, 1.0f);
+  GradientBuckets buckets(tensors, grads.data(), nullptr, 5);
+  buckets.StartStep();
+  ASSERT_TRUE(buckets.Finish().ok());
+  for (float g : grads) EXPECT_EQ(g, 1.0f);
+}
+
+}  // namespace
+}  // namespace mtrain
