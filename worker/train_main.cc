@@ -19,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
@@ -49,6 +50,9 @@ ABSL_FLAG(int, steps, 0, "override train.steps (0 = use the spec)");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "bound on rendezvous and on every collective or message");
 ABSL_FLAG(double, bucket_mb, 4.0, "data-parallel gradient bucket size in MiB");
+ABSL_FLAG(std::string, stage_timings, "",
+          "every rank appends one JSON object per step: its pipeline stage, step time and "
+          "the part spent computing (for measuring the pipeline bubble)");
 
 namespace mtrain {
 namespace {
@@ -146,6 +150,12 @@ int Run() {
     absl::Status opened = metrics_file.Open(metrics_path);
     if (!opened.ok()) return Fail(rank, opened);
   }
+  JsonlAppender timings_file;
+  const std::string timings_path = absl::GetFlag(FLAGS_stage_timings);
+  if (!timings_path.empty()) {
+    absl::Status opened = timings_file.Open(timings_path);
+    if (!opened.ok()) return Fail(rank, opened);
+  }
   // One rank narrates: the first that knows the loss.
   const RankCoordinates& coords = (*trainer)->coordinates();
   const bool narrator =
@@ -168,6 +178,13 @@ int Run() {
       std::fflush(stdout);
     }
     if ((*trainer)->computes_loss()) metrics_file.Append(StepMetricsJson(*metrics));
+    const PipelineTimings& timings = (*trainer)->last_pipeline_timings();
+    timings_file.Append(absl::StrFormat(
+        "{\"step\":%d,\"rank\":%d,\"pp_stage\":%d,\"step_seconds\":%.6f,"
+        "\"pipeline_seconds\":%.6f,\"compute_seconds\":%.6f,\"wait_seconds\":%.6f}",
+        metrics->step(), rank, coords.pp_rank(), metrics->step_seconds(),
+        timings.compute_seconds + timings.wait_seconds, timings.compute_seconds,
+        timings.wait_seconds));
   }
   const std::string weights = absl::GetFlag(FLAGS_save_weights);
   if (!weights.empty()) {

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Measures the pipeline bubble: per stage, the time spent waiting for neighbours against
+the time spent computing, next to Megatron's analytic bubble (p-1)/m ((p-1)/(v m)
+interleaved). A benchmark, not a test: it prints a table (and --markdown a table for
+docs/PERFORMANCE.md).
+
+    bazel build //worker:launch //worker:train
+    python3 tests/bench/pipeline_bubble.py [--steps 8] [--markdown]
+
+Each configuration runs as real `train` processes (one per stage, one thread each) started
+by `launch`; every rank appends its per-step timings (--stage_timings). The bubble of a
+stage is median(wait) / median(compute) over the steps after the first two (warm-up).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CONFIGS = [  # (pipeline, microbatches, virtual stages, schedule)
+    (2, 2, 1, "SCHEDULE_1F1B"),
+    (2, 4, 1, "SCHEDULE_1F1B"),
+    (2, 8, 1, "SCHEDULE_1F1B"),
+    (2, 8, 1, "SCHEDULE_GPIPE"),
+    (2, 4, 2, "SCHEDULE_INTERLEAVED_1F1B"),
+    (2, 8, 2, "SCHEDULE_INTERLEAVED_1F1B"),
+    (4, 4, 1, "SCHEDULE_1F1B"),
+    (4, 8, 1, "SCHEDULE_1F1B"),
+]
+
+
+def run(p, m, v, schedule, steps, bin_dir, work):
+    name = f"p{p}_m{m}_v{v}_{schedule.split('_', 1)[1].lower()}"
+    spec = {
+        "name": name,
+        "model": {"num_layers": 8, "num_heads": 8, "hidden_size": 256, "seq_length": 256},
+        "parallel": {"pipeline": p, "virtual_stages": v, "schedule": schedule,
+                     "micro_batch_size": 2, "global_batch_size": 2 * m},
+        "train": {"steps": steps, "dropout": 0.0},
+        "device": "DEVICE_CPU",
+    }
+    spec_path = os.path.join(work, name + ".json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    out = os.path.join(work, name)
+    timings = os.path.join(work, name + ".timings.jsonl")
+    subprocess.run([os.path.join(bin_dir, "worker/launch"), f"--spec={spec_path}",
+                    f"--out_dir={out}", "--threads_per_rank=1", "--",
+                    f"--stage_timings={timings}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    per_stage = {}
+    with open(timings) as f:
+        for line in f:
+            row = json.loads(line)
+            if row["step"] <= 2:
+                continue
+            per_stage.setdefault(row["pp_stage"], []).append(row)
+    bubbles = []
+    for stage in sorted(per_stage):
+        rows = per_stage[stage]
+        wait = statistics.median(r["wait_seconds"] for r in rows)
+        compute = statistics.median(r["compute_seconds"] for r in rows)
+        bubbles.append(wait / compute)
+    step_ms = 1000 * statistics.median(r["step_seconds"] for r in per_stage[0])
+    ideal = (p - 1) / (v * m)
+    return name, p, m, v, ideal, bubbles, step_ms
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--bin-dir", default=None,
+                        help="where the binaries are (default: `bazel info bazel-bin`)")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    if args.bin_dir is None:
+        # Not the bazel-bin symlink: it follows whichever configuration built last.
+        args.bin_dir = subprocess.run(["bazel", "info", "bazel-bin"], cwd=ROOT, check=True,
+                                      capture_output=True, text=True).stdout.strip()
+    results = []
+    with tempfile.TemporaryDirectory() as work:
+        for p, m, v, schedule in CONFIGS:
+            print(f"running p={p} m={m} v={v} {schedule} ...", file=sys.stderr, flush=True)
+            results.append(run(p, m, v, schedule, args.steps, args.bin_dir, work))
+    if args.markdown:
+        print("| schedule | p | m | v | ideal (p-1)/(v m) | measured wait/compute per stage | step ms |")
+        print("|---|---|---|---|---|---|---|")
+        for name, p, m, v, ideal, bubbles, step_ms in results:
+            stages = " / ".join(f"{b:.2f}" for b in bubbles)
+            print(f"| {name.split('_', 3)[3]} | {p} | {m} | {v} | {ideal:.3f} | {stages} | "
+                  f"{step_ms:.0f} |")
+    else:
+        print(f"{'config':32} {'ideal':>7}  measured per stage (wait/compute)")
+        for name, p, m, v, ideal, bubbles, step_ms in results:
+            print(f"{name:32} {ideal:7.3f}  " + "  ".join(f"{b:.3f}" for b in bubbles))
+
+
+if __name__ == "__main__":
+    main()
