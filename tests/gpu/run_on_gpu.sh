@@ -20,6 +20,7 @@ check() {
   tail -5 "/tmp/$name.log"
 }
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
+check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"
 
 echo

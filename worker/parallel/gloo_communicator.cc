@@ -3,6 +3,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -44,8 +45,8 @@ constexpr uint64_t kReduceScatterSlot = uint64_t{0x81} << 56;
 // A tag takes the slot's low 56 bits minus one, which tells header from payload.
 constexpr uint64_t kMaxTag = (uint64_t{1} << 55) - 1;
 
-uint64_t HeaderSlot(uint64_t tag) { return kPointToPointSlots | (0 * tag << 1); }
-uint64_t PayloadSlot(uint64_t tag) { return kPointToPointSlots | (0 * tag << 1) | 1; }
+uint64_t HeaderSlot(uint64_t tag) { return kPointToPointSlots | (tag << 1); }
+uint64_t PayloadSlot(uint64_t tag) { return kPointToPointSlots | (tag << 1) | 1; }
 
 // Gloo takes whole milliseconds; round up so a short timeout never becomes zero.
 std::chrono::milliseconds ToMillis(absl::Duration duration) {
@@ -404,7 +405,7 @@ class GlooCommunicator : public Communicator {
         send_buffer->send(right, kReduceScatterSlot);
         WaitRecv(*recv_buffer, state_->timeout_ms);
         WaitSend(*send_buffer, state_->timeout_ms);
-        const bool last = step == n - 1;
+        const bool last = step == n - 2;  // then block == r
         reduce(last ? out : receiving, receiving, in + static_cast<size_t>(block) * count, count);
         // The block just reduced is the next one to send.
         std::swap(sending, receiving);
@@ -483,7 +484,7 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  void Abort() override {}
+  void Abort() override { state_->Abort(); }
 
  private:
   template <typename T>
@@ -535,8 +536,8 @@ class GlooCommunicator : public Communicator {
 }  // namespace
 
 absl::StatusOr<GlooDevice> CreateGlooDevice(const std::string& host) {
-  // Gloo dereferences a failed lookup (it crashes on a name that does not resolve), so
-  // resolve the name here first.
+  // Gloo crashes on a name that does not resolve and leaks its lookup when no address can
+  // be bound, so check both here first: resolve, then bind a socket to some address.
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_UNSPEC;
@@ -547,7 +548,20 @@ absl::StatusOr<GlooDevice> CreateGlooDevice(const std::string& host) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a Gloo TCP device for host '",
                                                    host, "': ", ::gai_strerror(lookup)));
   }
+  bool bindable = false;
+  for (const addrinfo* address = addresses; address != nullptr && !bindable;
+       address = address->ai_next) {
+    const int fd =
+        ::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
+    if (fd < 0) continue;
+    bindable = ::bind(fd, address->ai_addr, address->ai_addrlen) == 0;
+    ::close(fd);
+  }
   ::freeaddrinfo(addresses);
+  if (!bindable) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create a Gloo TCP device for host '",
+                                                   host, "': not an address of this machine"));
+  }
   gloo::transport::tcp::attr attr;
   attr.hostname = host;
   try {

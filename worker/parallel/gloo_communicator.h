@@ -8,8 +8,11 @@
 //
 // Rendezvous: every member publishes its TCP addresses under "<spec.name>/gloo/..." in the
 // store and waits for the others', then connects a full mesh (one TCP connection per pair
-// of members). Groups may be created in any order and concurrently from several threads;
-// the members of one group only have to create it within spec.timeout of each other.
+// of members). ConnectGlooGroup blocks until all members have joined (or spec.timeout), so
+// a process that creates several groups one after another must do so in an order that
+// agrees with its peers' (e.g. every process walks the same global list of groups);
+// groups created from separate threads have no such constraint. Keys are never deleted:
+// a new generation of a job needs new group names (or a fresh store directory).
 //
 // Algorithms (each chosen so that results do not depend on timing):
 //   AllReduce      Gloo's ring (reduce-scatter then all-gather): every element is reduced
