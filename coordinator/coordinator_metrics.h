@@ -1,0 +1,71 @@
+// The coordinator's Prometheus metrics, served over HTTP by prometheus-cpp's Exposer on
+// the coordinator's --http address at /metrics. Names and units follow Prometheus
+// conventions (`_seconds`, `_total`, ratios 0..1) and labels stay bounded: job, rank,
+// tp_rank, pp_stage, dp_rank, state, method, code.
+//
+//   mtrain_job_state{job,state}                 1 for the job's current state, else 0
+//   mtrain_job_step{job}                        last completed step
+//   mtrain_job_loss{job}                        its loss
+//   mtrain_job_tokens_per_second{job}
+//   mtrain_job_model_tflops{job}                model TFLOP/s (Megatron's formula)
+//   mtrain_job_mfu_ratio{job}                   model FLOPs utilisation, 0..1
+//   mtrain_job_loss_scale{job}
+//   mtrain_job_skipped_steps_total{job}         steps skipped by the loss scaler
+//   mtrain_job_restarts_total{job}
+//   mtrain_step_duration_seconds{job,rank,tp_rank,pp_stage,dp_rank}   histogram
+//   mtrain_workers_registered, mtrain_workers_alive
+//   mtrain_heartbeats_missed_total              workers declared dead for silence
+//   mtrain_rpc_errors_total{method,code}        RPCs answered with an error
+//
+//   ASSIGN_OR_RETURN(auto metrics, CoordinatorMetrics::Start("127.0.0.1:0"));
+//   metrics->ObserveStep("job-1", step_metrics, coordinates);
+//
+// Thread-safe.
+#ifndef MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
+#define MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/assignment.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace mtrain {
+
+class CoordinatorMetrics {
+ public:
+  // Serves /metrics on `http_address` (HOST:PORT; port 0 picks a free one).
+  // UNAVAILABLE if the address cannot be bound. An empty address serves nothing (the
+  // metrics are still kept, e.g. for tests through Scrape()).
+  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(
+      const std::string& http_address);
+  ~CoordinatorMetrics();
+
+  // The bound port (0 when not serving).
+  int port() const;
+
+  void SetJobState(const std::string& job_id, JobState state);
+  // One rank's step: the histogram for its coordinates; the job gauges when it carries
+  // the loss.
+  void ObserveStep(const std::string& job_id, const StepMetrics& metrics,
+                   const RankCoordinates& coordinates);
+  void SetJobRestarts(const std::string& job_id, int restarts);
+  void SetWorkers(int registered, int alive);
+  void AddMissedHeartbeat();
+  // `method` is the RPC's name ("SubmitJob"), `code` the gRPC code's name
+  // ("INVALID_ARGUMENT").
+  void AddRpcError(const std::string& method, const std::string& code);
+
+  // The current exposition text (what /metrics serves).
+  std::string Scrape() const;
+
+ private:
+  struct Impl;
+  explicit CoordinatorMetrics(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
