@@ -6,7 +6,7 @@
 // The job state machine (proto/coordinator.proto):
 //
 //   PENDING --> PLACING --> RUNNING --> SUCCEEDED
-//      |           |           |  \\--> FAILED
+//      |           |           |  \--> FAILED
 //      |           |           |
 //      +-----------+-----------+-----> CANCELLED
 //                  ^           |
