@@ -1,8 +1,15 @@
 // The coordinator daemon: serves the Coordinator gRPC service (plus health and
-// reflection) until SIGINT or SIGTERM.
+// reflection) and Prometheus metrics until SIGINT or SIGTERM. Jobs live in
+// --state_dir/jobs.sqlite and survive restarts.
 //
-//   coordinator --listen=127.0.0.1:0     # port 0 picks a free port and prints it
+//   coordinator --listen=127.0.0.1:0 --http=127.0.0.1:0 --state_dir=/var/lib/mtrain
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,7 +19,12 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "absl/strings/ascii.h"
 #include "common/clock.h"
+#include "common/notification.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
 #include "common/shutdown_signal.h"
 #include "coordinator/grpc_service.h"
 #include "coordinator/rendezvous_store.h"
@@ -27,6 +39,15 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, mtrain::kDefaultHeartbeatInterval,
           "how often workers are asked to heartbeat");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, mtrain::kDefaultHeartbeatTimeout,
           "a worker silent for this long is considered dead");
+ABSL_FLAG(std::string, http, "127.0.0.1:9464",
+          "HOST:PORT serving Prometheus /metrics; port 0 picks a free port (printed); empty "
+          "disables");
+ABSL_FLAG(std::string, state_dir, "mtrain_state",
+          "directory of the job database (jobs.sqlite); created if missing");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding a bearer token; when set, mutating RPCs must carry it");
+ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
+          "an assigned worker reporting idle this long lost its rank");
 
 namespace mtrain {
 namespace {
@@ -45,7 +66,45 @@ int Run() {
   }
   WorkerRegistry workers(RealClock::Get(), registry_options);
   RendezvousStore rendezvous;
-  CoordinatorGrpcService service(&workers, &rendezvous);
+
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (::mkdir(state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "coordinator: cannot create --state_dir %s: %s\n", state_dir.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir + "/jobs.sqlite");
+  if (!store.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
+      CoordinatorMetrics::Start(absl::GetFlag(FLAGS_http));
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "coordinator: --http: %s\n", metrics.status().ToString().c_str());
+    return 1;
+  }
+  std::string token;
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    token = std::string(absl::StripTrailingAsciiWhitespace(text.str()));
+    if (!in || token.empty()) {
+      std::fprintf(stderr, "coordinator: --auth_token_file %s is unreadable or empty\n",
+                   path.c_str());
+      return 2;
+    }
+  }
+  JobManagerOptions job_options;
+  job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
+  absl::StatusOr<std::unique_ptr<JobManager>> jobs = JobManager::Create(
+      RealClock::Get(), &workers, store->get(), &rendezvous, metrics->get(), job_options);
+  if (!jobs.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", jobs.status().ToString().c_str());
+    return 1;
+  }
+  CoordinatorGrpcService service(&workers, &rendezvous, jobs->get(), metrics->get(), token);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -62,7 +121,22 @@ int Run() {
   const std::string host = listen.substr(0, listen.rfind(':'));
   // Tests and launchers read this line to find a port picked by the OS.
   std::printf("coordinator listening on %s:%d\n", host.c_str(), port);
+  if ((*metrics)->port() > 0) {
+    const std::string http = absl::GetFlag(FLAGS_http);
+    std::printf("coordinator metrics on http://%s:%d/metrics\n",
+                http.substr(0, http.rfind(':')).c_str(), (*metrics)->port());
+  }
+  std::printf("coordinator state in %s%s\n", state_dir.c_str(),
+              token.empty() ? "" : "; mutating RPCs need the bearer token");
   std::fflush(stdout);
+
+  // Admission, placement and failure detection run on their own clock.
+  Notification stop_ticking;
+  std::thread ticker([&] {
+    while (!stop_ticking.WaitForNotificationWithTimeout(absl::Milliseconds(200))) {
+      (*jobs)->Tick();
+    }
+  });
 
   std::thread waiter([&shutdown, &server] {
     const int signal_number = shutdown.WaitForSignal();
@@ -72,6 +146,8 @@ int Run() {
   });
   server->Wait();
   waiter.join();
+  stop_ticking.Notify();
+  ticker.join();
   return 0;
 }
 

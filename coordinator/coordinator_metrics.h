@@ -4,6 +4,8 @@
 // tp_rank, pp_stage, dp_rank, state, method, code.
 //
 //   mtrain_job_state{job,state}                 1 for the job's current state, else 0
+//                                               (state: pending, placing, running,
+//                                               succeeded, failed, cancelled)
 //   mtrain_job_step{job}                        last completed step
 //   mtrain_job_loss{job}                        its loss
 //   mtrain_job_tokens_per_second{job}
@@ -38,8 +40,7 @@ class CoordinatorMetrics {
   // Serves /metrics on `http_address` (HOST:PORT; port 0 picks a free one).
   // UNAVAILABLE if the address cannot be bound. An empty address serves nothing (the
   // metrics are still kept, e.g. for tests through Scrape()).
-  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(
-      const std::string& http_address);
+  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Start(const std::string& http_address);
   ~CoordinatorMetrics();
 
   // The bound port (0 when not serving).

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "coordinator/plan/job_spec_validation.h"
 
 namespace mtrain {
 namespace {
@@ -13,18 +12,73 @@ namespace {
 // A client may ask to wait at most this long in one call, so a forgotten waiter cannot
 // pin a server thread forever.
 constexpr absl::Duration kMaxRendezvousWait = absl::Minutes(10);
+// A watcher re-checks its connection this often while the job is quiet.
+constexpr absl::Duration kWatchPoll = absl::Seconds(1);
+
+const char* CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int index = static_cast<int>(code);
+  return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
+}
 
 }  // namespace
 
-CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous)
-    : workers_(workers), rendezvous_(rendezvous) {}
+CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers,
+                                               RendezvousStore* rendezvous, JobManager* jobs,
+                                               CoordinatorMetrics* metrics,
+                                               std::string auth_token)
+    : workers_(workers),
+      rendezvous_(rendezvous),
+      jobs_(jobs),
+      metrics_(metrics),
+      auth_token_(std::move(auth_token)) {}
+
+grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& context) const {
+  if (auth_token_.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it != metadata.end() &&
+      std::string(it->second.data(), it->second.size()) == "Bearer " + auth_token_) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      it == metadata.end()
+                          ? "this coordinator requires a bearer token (trainctl --token_file)"
+                          : "the bearer token is not the coordinator's");
+}
+
+grpc::Status CoordinatorGrpcService::Answer(const char* method,
+                                            const grpc::Status& status) const {
+  if (!status.ok() && metrics_ != nullptr) {
+    metrics_->AddRpcError(method, CodeName(status.error_code()));
+  }
+  return status;
+}
+
+grpc::Status CoordinatorGrpcService::NoJobs() const {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this coordinator runs no job manager");
+}
+
+#define MTRAIN_AUTHORIZE(method)                              \
+  do {                                                        \
+    grpc::Status auth = Authorize(*context);                  \
+    if (!auth.ok()) return Answer(method, auth);              \
+  } while (0)
 
 grpc::Status CoordinatorGrpcService::RegisterWorker(grpc::ServerContext* context,
                                                     const RegisterWorkerRequest* request,
                                                     RegisterWorkerResponse* response) {
+  MTRAIN_AUTHORIZE("RegisterWorker");
   bool restarted = false;
   absl::Status status = workers_->Register(request->worker(), &restarted);
-  if (!status.ok()) return ToGrpcStatus(status);
+  if (!status.ok()) return Answer("RegisterWorker", ToGrpcStatus(status));
+  // A new incarnation lost whatever the old one ran; so did a worker re-registering after
+  // a coordinator restart (it is told to abort through its heartbeats).
+  if (restarted && jobs_ != nullptr) jobs_->OnWorkerRestarted(request->worker().worker_id());
   response->set_heartbeat_interval_ms(
       absl::ToInt64Milliseconds(workers_->options().heartbeat_interval));
   response->set_heartbeat_timeout_ms(
@@ -35,7 +89,15 @@ grpc::Status CoordinatorGrpcService::RegisterWorker(grpc::ServerContext* context
 grpc::Status CoordinatorGrpcService::Heartbeat(grpc::ServerContext* context,
                                                const HeartbeatRequest* request,
                                                HeartbeatResponse* response) {
-  return ToGrpcStatus(workers_->Heartbeat(*request));
+  MTRAIN_AUTHORIZE("Heartbeat");
+  absl::Status status = workers_->Heartbeat(*request);
+  if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
+  if (jobs_ != nullptr) {
+    for (WorkerCommand& command : jobs_->OnHeartbeat(*request)) {
+      *response->add_commands() = std::move(command);
+    }
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,
@@ -50,24 +112,71 @@ grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::SubmitJob(grpc::ServerContext* context,
                                                const SubmitJobRequest* request,
                                                SubmitJobResponse* response) {
-  // Bad specs get their real error now; running jobs needs the job store and scheduler.
-  absl::StatusOr<JobSpec> spec = ResolveJobSpec(request->spec());
-  if (!spec.ok()) return ToGrpcStatus(spec.status());
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "the spec is valid, but this coordinator cannot run jobs yet");
+  MTRAIN_AUTHORIZE("SubmitJob");
+  if (jobs_ == nullptr) return Answer("SubmitJob", NoJobs());
+  absl::StatusOr<std::string> id = jobs_->Submit(request->spec());
+  if (!id.ok()) return Answer("SubmitJob", ToGrpcStatus(id.status()));
+  response->set_job_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext* context,
+                                            const GetJobRequest* request, JobStatus* response) {
+  if (jobs_ == nullptr) return Answer("GetJob", NoJobs());
+  absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id());
+  if (!job.ok()) return Answer("GetJob", ToGrpcStatus(job.status()));
+  *response = *std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::ListJobs(grpc::ServerContext* context,
+                                              const ListJobsRequest* request,
+                                              ListJobsResponse* response) {
+  if (jobs_ == nullptr) return Answer("ListJobs", NoJobs());
+  absl::StatusOr<std::vector<JobStatus>> jobs = jobs_->List();
+  if (!jobs.ok()) return Answer("ListJobs", ToGrpcStatus(jobs.status()));
+  for (JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::CancelJob(grpc::ServerContext* context,
+                                               const CancelJobRequest* request,
+                                               CancelJobResponse* response) {
+  MTRAIN_AUTHORIZE("CancelJob");
+  if (jobs_ == nullptr) return Answer("CancelJob", NoJobs());
+  return Answer("CancelJob", ToGrpcStatus(jobs_->Cancel(request->job_id())));
+}
+
+grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
+                                              const WatchJobRequest* request,
+                                              grpc::ServerWriter<JobStatus>* writer) {
+  if (jobs_ == nullptr) return Answer("WatchJob", NoJobs());
+  int64_t seen = 0;
+  while (!context->IsCancelled()) {
+    absl::StatusOr<std::pair<JobStatus, int64_t>> next =
+        jobs_->WaitForChange(request->job_id(), seen, kWatchPoll);
+    if (!next.ok()) return Answer("WatchJob", ToGrpcStatus(next.status()));
+    if (next->second != seen || seen == 0) {
+      seen = next->second;
+      if (!writer->Write(next->first)) return grpc::Status::CANCELLED;
+      if (IsTerminalJobState(next->first.state())) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status::CANCELLED;
 }
 
 grpc::Status CoordinatorGrpcService::KeyValueSet(grpc::ServerContext* context,
                                                  const KeyValueSetRequest* request,
                                                  KeyValueSetResponse* response) {
-  return ToGrpcStatus(rendezvous_->Set(request->key(), request->value()));
+  MTRAIN_AUTHORIZE("KeyValueSet");
+  return Answer("KeyValueSet", ToGrpcStatus(rendezvous_->Set(request->key(), request->value())));
 }
 
 grpc::Status CoordinatorGrpcService::KeyValueGet(grpc::ServerContext* context,
                                                  const KeyValueGetRequest* request,
                                                  KeyValueGetResponse* response) {
   absl::StatusOr<std::string> value = rendezvous_->Get(request->key());
-  if (!value.ok()) return ToGrpcStatus(value.status());
+  if (!value.ok()) return Answer("KeyValueGet", ToGrpcStatus(value.status()));
   response->set_value(*std::move(value));
   return grpc::Status::OK;
 }
@@ -79,7 +188,31 @@ grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                                      : kDefaultRendezvousWait;
   timeout = std::min(timeout, kMaxRendezvousWait);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-  return ToGrpcStatus(rendezvous_->Wait(keys, timeout));
+  return Answer("KeyValueWait", ToGrpcStatus(rendezvous_->Wait(keys, timeout)));
 }
+
+grpc::Status CoordinatorGrpcService::ReportMetrics(grpc::ServerContext* context,
+                                                   grpc::ServerReader<StepMetrics>* reader,
+                                                   ReportMetricsResponse* response) {
+  MTRAIN_AUTHORIZE("ReportMetrics");
+  if (jobs_ == nullptr) return Answer("ReportMetrics", NoJobs());
+  StepMetrics metrics;
+  while (reader->Read(&metrics)) {
+    absl::Status status = jobs_->OnMetrics(metrics);
+    // A stale generation ends the stream: the rank learns it must stop.
+    if (!status.ok()) return Answer("ReportMetrics", ToGrpcStatus(status));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::ReportRankResult(grpc::ServerContext* context,
+                                                      const RankResult* request,
+                                                      ReportRankResultResponse* response) {
+  MTRAIN_AUTHORIZE("ReportRankResult");
+  if (jobs_ == nullptr) return Answer("ReportRankResult", NoJobs());
+  return Answer("ReportRankResult", ToGrpcStatus(jobs_->OnRankResult(*request)));
+}
+
+#undef MTRAIN_AUTHORIZE
 
 }  // namespace mtrain

@@ -1,9 +1,16 @@
 // The thin gRPC adapter of the coordinator: converts protos and statuses and delegates to
-// the logic classes (WorkerRegistry, RendezvousStore, ...), which are tested without a
-// network. No decisions are made here.
+// the logic classes (WorkerRegistry, RendezvousStore, JobManager), which are tested
+// without a network. No decisions are made here, except authentication: when the
+// coordinator has a token, every mutating RPC must carry `authorization: Bearer <token>`
+// (else UNAUTHENTICATED and nothing changes); reads (ListWorkers, GetJob, ListJobs,
+// WatchJob, KeyValueGet/Wait) are open.
 #ifndef MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 #define MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 
+#include <string>
+
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/worker_registry.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -12,8 +19,10 @@ namespace mtrain {
 
 class CoordinatorGrpcService final : public Coordinator::Service {
  public:
-  // Both must outlive the service.
-  CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous);
+  // Pointers must outlive the service; `jobs` and `metrics` may be null (job RPCs then
+  // answer UNAVAILABLE). An empty `auth_token` disables authentication.
+  CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous, JobManager* jobs,
+                         CoordinatorMetrics* metrics, std::string auth_token);
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
@@ -24,6 +33,14 @@ class CoordinatorGrpcService final : public Coordinator::Service {
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const SubmitJobRequest* request,
                          SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const GetJobRequest* request,
+                      JobStatus* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const ListJobsRequest* request,
+                        ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const CancelJobRequest* request,
+                         CancelJobResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
+                        grpc::ServerWriter<JobStatus>* writer) override;
 
   grpc::Status KeyValueSet(grpc::ServerContext* context, const KeyValueSetRequest* request,
                            KeyValueSetResponse* response) override;
@@ -32,13 +49,26 @@ class CoordinatorGrpcService final : public Coordinator::Service {
   grpc::Status KeyValueWait(grpc::ServerContext* context, const KeyValueWaitRequest* request,
                             KeyValueWaitResponse* response) override;
 
-  // GetJob, ListJobs, CancelJob, WatchJob, ReportMetrics, ReportRankResult and
-  // UploadCheckpoint are not overridden yet: the generated base class answers
-  // UNIMPLEMENTED, as the contract documents.
+  grpc::Status ReportMetrics(grpc::ServerContext* context, grpc::ServerReader<StepMetrics>* reader,
+                             ReportMetricsResponse* response) override;
+  grpc::Status ReportRankResult(grpc::ServerContext* context, const RankResult* request,
+                                ReportRankResultResponse* response) override;
+
+  // UploadCheckpoint is not overridden yet: the generated base class answers
+  // UNIMPLEMENTED, as the contract documents (checkpoints arrive with their milestone).
 
  private:
+  // UNAUTHENTICATED unless the call carries the token (or none is configured).
+  grpc::Status Authorize(const grpc::ServerContext& context) const;
+  // Counts an error answer in the metrics and passes it through.
+  grpc::Status Answer(const char* method, const grpc::Status& status) const;
+  grpc::Status NoJobs() const;
+
   WorkerRegistry* const workers_;
   RendezvousStore* const rendezvous_;
+  JobManager* const jobs_;
+  CoordinatorMetrics* const metrics_;
+  const std::string auth_token_;
 };
 
 }  // namespace mtrain

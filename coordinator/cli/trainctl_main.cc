@@ -1,10 +1,17 @@
 // trainctl: the command-line client of the coordinator.
 //
-//   trainctl [--coordinator=HOST:PORT] COMMAND [ARGS]
+//   trainctl [flags] COMMAND [ARGS]
 //
-// Exit status 0 on success; otherwise non-zero with a one-line reason on stderr.
+// Exit status 0 on success; 2 for a usage error (unknown command, wrong number of
+// arguments, conflicting flags); otherwise 1. Every failure prints exactly one line,
+// `trainctl COMMAND: REASON`, on stderr.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,16 +19,29 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "coordinator/cli/auth_token.h"
+#include "coordinator/cli/job_table.h"
+#include "coordinator/cli/job_text.h"
+#include "coordinator/cli/job_watch.h"
+#include "coordinator/cli/progress_bar.h"
 #include "coordinator/cli/worker_table.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/step_metrics_format.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
 ABSL_FLAG(bool, json, false, "print machine-readable JSON (one object per line)");
-ABSL_FLAG(int, timeout_seconds, 10, "deadline of each RPC");
+ABSL_FLAG(int, timeout_seconds, 10, "deadline of each RPC (not of a watch stream)");
+ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only if it succeeds");
+ABSL_FLAG(std::string, token, "", "bearer token sent with every RPC (prefer --token_file)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token (trailing whitespace stripped)");
 
 namespace mtrain {
 namespace {
@@ -31,48 +51,90 @@ constexpr const char* kUsage = R"(trainctl: drive the training coordinator
 usage: trainctl [flags] COMMAND [ARGS]
 
 commands:
-  workers               list registered workers (--json for JSON lines)
+  workers               list registered workers (--json: one JSON object per worker)
   validate SPEC.json    check a job spec locally and print it with defaults filled in
-  submit SPEC.json      submit a job (validated locally first)
-  status JOB            show one job (--json)
-  list                  list jobs
+  submit SPEC.json      validate locally, submit, print the job id; with --wait follow the
+                        job with a progress line and exit 0 only if it SUCCEEDED
+  status JOB            summarise one job (--json: the JobStatus as protobuf JSON)
+  watch JOB             follow a job until it ends (--json: one StepMetrics JSON line per
+                        step, the format of `train --metrics_jsonl`)
+  list                  table of jobs (--json: one JobStatus JSON object per job)
   cancel JOB            cancel a job
-  watch JOB             stream a job's progress (--json for JSON lines)
+  help                  this text
 
 flags:
-  --coordinator=HOST:PORT   (default 127.0.0.1:7070)
+  --coordinator=HOST:PORT   coordinator address (default 127.0.0.1:7070)
   --json                    JSON output
-  --timeout_seconds=N       RPC deadline (default 10)
+  --timeout_seconds=N       deadline of each RPC (default 10; watch streams have none)
+  --wait                    submit: follow the job until it ends
+  --token=STRING            bearer token sent with every RPC
+  --token_file=FILE         read the bearer token from FILE (trailing whitespace stripped)
+
+exit status: 0 success; 2 usage error; 1 anything else, with one line on stderr.
 )";
 
-// A failed command: printed as one line on stderr, exit status 1.
+// Without a terminal the progress line is printed at most this often (plus once at the
+// end): often enough to show the job is alive, rarely enough to keep a long job's log short.
+constexpr absl::Duration kPlainProgressInterval = absl::Seconds(10);
+
+// A failed command: one line on stderr (newlines in a server message are flattened so
+// the line stays one), exit status 1.
+int FailWithReason(const std::string& command, const std::string& reason) {
+  const std::string line = absl::StrReplaceAll(reason, {{"\r", " "}, {"\n", " "}});
+  std::fflush(stdout);
+  std::fprintf(stderr, "trainctl %s: %s\n", command.c_str(), line.c_str());
+  return 1;
+}
+
 int Fail(const std::string& command, const absl::Status& status) {
   std::string reason = status.ToString();
   if (status.code() == absl::StatusCode::kUnimplemented && status.message().empty()) {
     reason += "this coordinator does not serve the RPC yet";
   }
-  std::fprintf(stderr, "trainctl %s: %s\n", command.c_str(), reason.c_str());
-  return 1;
+  return FailWithReason(command, reason);
+}
+
+// A usage error: one line on stderr, exit status 2.
+int UsageError(const std::string& command, const std::string& reason) {
+  const std::string who = command.empty() ? "trainctl" : absl::StrCat("trainctl ", command);
+  std::fprintf(stderr, "%s: %s (see trainctl help)\n", who.c_str(), reason.c_str());
+  return 2;
 }
 
 class Client {
  public:
-  explicit Client(const std::string& address)
-      : stub_(Coordinator::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  Client(const std::string& address, std::string token)
+      : stub_(
+            Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
+        token_(std::move(token)) {}
 
   Coordinator::Stub* stub() { return stub_.get(); }
 
-  // A context with the --timeout_seconds deadline.
+  // A context with the --timeout_seconds deadline, for unary RPCs.
   std::unique_ptr<grpc::ClientContext> Context() {
-    auto context = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<grpc::ClientContext> context = StreamContext();
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(absl::GetFlag(FLAGS_timeout_seconds)));
     return context;
   }
 
+  // No deadline: a watch lasts as long as the job.
+  std::unique_ptr<grpc::ClientContext> StreamContext() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    if (!token_.empty()) {
+      context->AddMetadata(kAuthorizationMetadataKey, absl::StrCat(kBearerPrefix, token_));
+    }
+    return context;
+  }
+
+  // The call's status, with a fix suggested when the coordinator wanted a token.
+  absl::Status Check(const grpc::Status& status) const {
+    return ExplainUnauthenticated(FromGrpcStatus(status), !token_.empty());
+  }
+
  private:
   std::unique_ptr<Coordinator::Stub> stub_;
+  std::string token_;
 };
 
 std::string ToJsonLine(const google::protobuf::Message& message) {
@@ -83,9 +145,101 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   return json;
 }
 
+// How a followed job is shown on stdout.
+enum class WatchOutput {
+  kJsonSteps,  // --json: one StepMetricsJson line per new step, nothing else.
+  kTerminal,   // a TTY: notices as lines, progress as one line redrawn with '\r'.
+  kPlainLines  // a pipe or file: notices and a progress line every kPlainProgressInterval.
+};
+
+WatchOutput ChooseWatchOutput() {
+  if (absl::GetFlag(FLAGS_json)) return WatchOutput::kJsonSteps;
+  return isatty(STDOUT_FILENO) ? WatchOutput::kTerminal : WatchOutput::kPlainLines;
+}
+
+int TerminalColumns() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0) return 0;
+  return size.ws_col;
+}
+
+class WatchPrinter {
+ public:
+  explicit WatchPrinter(WatchOutput output) : output_(output) {}
+
+  void Print(const JobWatcher::Update& update, const JobStatus& status) {
+    if (output_ == WatchOutput::kJsonSteps) {
+      if (update.new_step) std::printf("%s\n", StepMetricsJson(status.latest()).c_str());
+    } else {
+      const absl::Time now = absl::Now();
+      const std::string progress =
+          RenderProgressLine(status, TotalSteps(status), JobElapsed(status, now));
+      if (output_ == WatchOutput::kTerminal) {
+        // "\r\033[K" returns to the start of the progress line and clears it, so a notice
+        // replaces the bar and the bar is redrawn below it.
+        for (const std::string& notice : update.notices) {
+          std::printf("\r\033[K%s\n", notice.c_str());
+        }
+        std::printf("\r\033[K%s", FitToColumns(progress, TerminalColumns()).c_str());
+        bar_drawn_ = true;
+      } else {
+        for (const std::string& notice : update.notices) std::printf("%s\n", notice.c_str());
+        if (update.finished || !last_plain_line_.has_value() ||
+            (update.new_step && now - *last_plain_line_ >= kPlainProgressInterval)) {
+          std::printf("%s\n", progress.c_str());
+          last_plain_line_ = now;
+        }
+      }
+    }
+    // A reader at the other end of a pipe sees each line as it happens.
+    std::fflush(stdout);
+  }
+
+  // Ends the redrawn line so what follows starts on a fresh one.
+  void Finish() {
+    if (bar_drawn_) std::printf("\n");
+    bar_drawn_ = false;
+    std::fflush(stdout);
+  }
+
+ private:
+  const WatchOutput output_;
+  bool bar_drawn_ = false;
+  std::optional<absl::Time> last_plain_line_;
+};
+
+// Streams WatchJob until the job finishes. The job has ended when a status with state
+// SUCCEEDED, FAILED or CANCELLED arrives; the stream is then closed from this side. A
+// stream that ends or breaks before that is a failure (the job may still be running).
+int FollowJob(Client& client, const std::string& command, const std::string& job_id) {
+  std::unique_ptr<grpc::ClientContext> context = client.StreamContext();
+  WatchJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<JobStatus>> reader =
+      client.stub()->WatchJob(context.get(), request);
+  JobWatcher watcher(job_id);
+  WatchPrinter printer(ChooseWatchOutput());
+  JobStatus status;
+  bool finished = false;
+  while (!finished && reader->Read(&status)) {
+    const JobWatcher::Update update = watcher.Observe(status);
+    printer.Print(update, status);
+    finished = update.finished;
+  }
+  printer.Finish();
+  // Finished: the rest of the stream is of no interest; cancelling makes Finish return at
+  // once even from a coordinator that would keep the stream open.
+  if (finished) context->TryCancel();
+  const absl::Status stream_status = client.Check(reader->Finish());
+  const std::optional<std::string> failure =
+      watcher.FailureReason(finished ? absl::OkStatus() : stream_status);
+  if (failure.has_value()) return FailWithReason(command, *failure);
+  return 0;
+}
+
 int Workers(Client& client) {
   ListWorkersResponse response;
-  absl::Status status = FromGrpcStatus(
+  absl::Status status = client.Check(
       client.stub()->ListWorkers(client.Context().get(), ListWorkersRequest(), &response));
   if (!status.ok()) return Fail("workers", status);
   if (absl::GetFlag(FLAGS_json)) {
@@ -117,10 +271,17 @@ int Submit(Client& client, const std::string& path) {
   *request.mutable_spec() = *spec;
   SubmitJobResponse response;
   absl::Status status =
-      FromGrpcStatus(client.stub()->SubmitJob(client.Context().get(), request, &response));
+      client.Check(client.stub()->SubmitJob(client.Context().get(), request, &response));
   if (!status.ok()) return Fail("submit", status);
-  std::printf("%s\n", response.job_id().c_str());
-  return 0;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", ToJsonLine(response).c_str());
+  } else {
+    std::printf("%s\n", response.job_id().c_str());
+  }
+  // The id first and at once: whoever waits can already cancel the job from elsewhere.
+  std::fflush(stdout);
+  if (!absl::GetFlag(FLAGS_wait)) return 0;
+  return FollowJob(client, "submit", response.job_id());
 }
 
 int Status(Client& client, const std::string& job_id) {
@@ -128,18 +289,26 @@ int Status(Client& client, const std::string& job_id) {
   request.set_job_id(job_id);
   JobStatus response;
   absl::Status status =
-      FromGrpcStatus(client.stub()->GetJob(client.Context().get(), request, &response));
+      client.Check(client.stub()->GetJob(client.Context().get(), request, &response));
   if (!status.ok()) return Fail("status", status);
-  std::printf("%s\n", ToJsonLine(response).c_str());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", ToJsonLine(response).c_str());
+  } else {
+    std::printf("%s", FormatJobStatus(response, absl::Now()).c_str());
+  }
   return 0;
 }
 
 int List(Client& client) {
   ListJobsResponse response;
   absl::Status status =
-      FromGrpcStatus(client.stub()->ListJobs(client.Context().get(), ListJobsRequest(), &response));
+      client.Check(client.stub()->ListJobs(client.Context().get(), ListJobsRequest(), &response));
   if (!status.ok()) return Fail("list", status);
-  for (const JobStatus& job : response.jobs()) std::printf("%s\n", ToJsonLine(job).c_str());
+  if (absl::GetFlag(FLAGS_json)) {
+    for (const JobStatus& job : response.jobs()) std::printf("%s\n", ToJsonLine(job).c_str());
+  } else {
+    std::printf("%s", FormatJobTable(response, absl::Now()).c_str());
+  }
   return 0;
 }
 
@@ -148,49 +317,53 @@ int Cancel(Client& client, const std::string& job_id) {
   request.set_job_id(job_id);
   CancelJobResponse response;
   absl::Status status =
-      FromGrpcStatus(client.stub()->CancelJob(client.Context().get(), request, &response));
+      client.Check(client.stub()->CancelJob(client.Context().get(), request, &response));
   if (!status.ok()) return Fail("cancel", status);
+  if (!absl::GetFlag(FLAGS_json)) std::printf("cancelled %s\n", job_id.c_str());
   return 0;
 }
 
-int Watch(Client& client, const std::string& job_id) {
-  grpc::ClientContext context;  // No deadline: a watch lasts as long as the job.
-  WatchJobRequest request;
-  request.set_job_id(job_id);
-  auto reader = client.stub()->WatchJob(&context, request);
-  JobStatus update;
-  while (reader->Read(&update)) std::printf("%s\n", ToJsonLine(update).c_str());
-  absl::Status status = FromGrpcStatus(reader->Finish());
-  if (!status.ok()) return Fail("watch", status);
-  return 0;
+// Arguments each command takes after its name.
+std::optional<size_t> ArgumentCount(const std::string& command) {
+  if (command == "workers" || command == "list" || command == "help") return 0;
+  if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
+      command == "cancel") {
+    return 1;
+  }
+  return std::nullopt;
 }
 
 int Run(const std::vector<char*>& args) {
-  if (args.size() < 2) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
-  }
+  if (args.size() < 2) return UsageError("", "missing COMMAND");
   const std::string command = args[1];
-  const size_t want_args = (command == "workers" || command == "list") ? 0 : 1;
-  if (command == "help" || command == "--help") {
+  const std::optional<size_t> want_args = ArgumentCount(command);
+  if (!want_args.has_value()) return UsageError(command, "unknown command");
+  if (args.size() != 2 + *want_args) {
+    return UsageError(command,
+                      absl::StrCat("expected ", *want_args, " argument(s), got ", args.size() - 2));
+  }
+  if (command == "help") {
     std::printf("%s", kUsage);
     return 0;
   }
-  if (args.size() != 2 + want_args) {
-    std::fprintf(stderr, "trainctl %s: expected %zu argument(s), got %zu (see trainctl help)\n",
-                 command.c_str(), want_args, args.size() - 2);
-    return 2;
+  if (absl::GetFlag(FLAGS_wait) && command != "submit") {
+    return UsageError(command, "--wait applies only to submit");
   }
   if (command == "validate") return Validate(args[2]);
-  Client client(absl::GetFlag(FLAGS_coordinator));
+
+  if (!absl::GetFlag(FLAGS_token).empty() && !absl::GetFlag(FLAGS_token_file).empty()) {
+    return UsageError(command, "give --token or --token_file, not both");
+  }
+  absl::StatusOr<std::string> token =
+      ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return Fail(command, token.status());
+  Client client(absl::GetFlag(FLAGS_coordinator), *std::move(token));
   if (command == "workers") return Workers(client);
   if (command == "list") return List(client);
   if (command == "submit") return Submit(client, args[2]);
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
-  if (command == "watch") return Watch(client, args[2]);
-  std::fprintf(stderr, "trainctl: unknown command '%s' (see trainctl help)\n", command.c_str());
-  return 2;
+  return FollowJob(client, "watch", args[2]);
 }
 
 }  // namespace

@@ -1,0 +1,340 @@
+// Runs the trainctl binary against an in-process fake coordinator: exit statuses, the
+// one-line errors, the bearer token on the wire, and what watch prints for a scripted
+// WatchJob stream. The coordinator's real job logic is tested in coordinator/.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/step_metrics_format.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class FakeCoordinator final : public Coordinator::Service {
+ public:
+  // Mutating RPCs need `authorization: Bearer <token>` when `token` is set.
+  void RequireToken(std::string token) { token_ = std::move(token); }
+  // What WatchJob sends, then how it ends.
+  void ScriptWatch(std::vector<JobStatus> statuses, grpc::Status end) {
+    watch_script_ = std::move(statuses);
+    watch_end_ = std::move(end);
+  }
+  // Keep the stream open after the script (a coordinator that does not end it).
+  void HoldWatchOpen() { hold_open_ = true; }
+  void SetJob(JobStatus job) { job_ = std::move(job); }
+
+  std::string last_authorization() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const SubmitJobRequest* request,
+                         SubmitJobResponse* response) override {
+    grpc::Status auth = Authorize(*context);
+    if (!auth.ok()) return auth;
+    response->set_job_id("job-1");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext* context, const GetJobRequest* request,
+                      JobStatus* response) override {
+    Authorize(*context);
+    if (request->job_id() != job_.job_id()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
+    }
+    *response = job_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext* context, const ListJobsRequest* request,
+                        ListJobsResponse* response) override {
+    *response->add_jobs() = job_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext* context, const CancelJobRequest* request,
+                         CancelJobResponse* response) override {
+    grpc::Status auth = Authorize(*context);
+    if (!auth.ok()) return auth;
+    if (request->job_id() != job_.job_id()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + request->job_id());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
+                        grpc::ServerWriter<JobStatus>* writer) override {
+    for (const JobStatus& status : watch_script_) {
+      if (!writer->Write(status)) return grpc::Status::CANCELLED;
+    }
+    if (hold_open_) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(20);
+      while (!context->IsCancelled() && absl::Now() < give_up)
+        absl::SleepFor(absl::Milliseconds(5));
+    }
+    return watch_end_;
+  }
+
+ private:
+  grpc::Status Authorize(const grpc::ServerContext& context) {
+    const auto it = context.client_metadata().find("authorization");
+    const std::string value = it == context.client_metadata().end()
+                                  ? ""
+                                  : std::string(it->second.data(), it->second.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_authorization_ = value;
+    }
+    if (token_.empty() || value == "Bearer " + token_) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong bearer token");
+  }
+
+  std::string token_;
+  std::vector<JobStatus> watch_script_;
+  grpc::Status watch_end_;
+  bool hold_open_ = false;
+  JobStatus job_;
+  std::mutex mu_;
+  std::string last_authorization_;
+};
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string TempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream content;
+  content << file.rdbuf();
+  return content.str();
+}
+
+std::string WriteFile(const std::string& name, const std::string& content) {
+  const std::string path = TempDir() + "/" + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+JobStatus Status(JobState state, int64_t step, double loss = 0) {
+  JobStatus status;
+  status.set_job_id("job-1");
+  status.mutable_spec()->set_name("tiny");
+  status.mutable_spec()->mutable_train()->set_steps(4);
+  status.set_state(state);
+  status.set_generation(1);
+  status.set_step(step);
+  status.set_submitted_unix_ms(absl::ToUnixMillis(absl::Now() - absl::Seconds(75)));
+  if (step > 0) {
+    status.set_loss(loss);
+    status.set_tokens_per_second(1000);
+    StepMetrics* latest = status.mutable_latest();
+    latest->set_job_id("job-1");
+    latest->set_step(step);
+    latest->set_loss(loss);
+    latest->set_lr(1e-3);
+    latest->set_tokens_per_second(1000);
+    latest->set_step_seconds(0.25);
+    latest->set_global_rank(3);
+  }
+  return status;
+}
+
+class TrainctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port_, 0);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  // Runs trainctl with `args` (shell words) against the fake; stdout is a file, not a TTY.
+  Result Run(const std::string& args) {
+    const std::string out = TempDir() + "/stdout";
+    const std::string err = TempDir() + "/stderr";
+    const std::string command =
+        absl::StrCat("coordinator/cli/trainctl --coordinator=127.0.0.1:", port_, " ", args, " >",
+                     out, " 2>", err);
+    const int status = std::system(command.c_str());
+    Result result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = ReadFile(out);
+    result.err = ReadFile(err);
+    return result;
+  }
+
+  FakeCoordinator fake_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(TrainctlTest, WatchJsonPrintsEachStepOnceInTheTrainFormat) {
+  fake_.ScriptWatch({Status(JOB_STATE_PLACING, 0), Status(JOB_STATE_RUNNING, 1, 5.5),
+                     Status(JOB_STATE_RUNNING, 1, 5.5), Status(JOB_STATE_RUNNING, 2, 5.25),
+                     Status(JOB_STATE_SUCCEEDED, 2, 5.25)},
+                    grpc::Status::OK);
+  const Result result = Run("--json watch job-1");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_THAT(Lines(result.out),
+              ElementsAre(StepMetricsJson(Status(JOB_STATE_RUNNING, 1, 5.5).latest()),
+                          StepMetricsJson(Status(JOB_STATE_RUNNING, 2, 5.25).latest())));
+  EXPECT_THAT(result.out, StartsWith("{\"step\":1,\"loss\":5.5,"));
+}
+
+TEST_F(TrainctlTest, WatchOfAFailedJobFailsWithItsMessage) {
+  JobStatus failed = Status(JOB_STATE_FAILED, 1, 5.5);
+  failed.set_message("rank 1: DEADLINE_EXCEEDED\nin tp group 0");
+  fake_.ScriptWatch({Status(JOB_STATE_RUNNING, 1, 5.5), failed}, grpc::Status::OK);
+  const Result result = Run("watch job-1");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err,
+            "trainctl watch: job job-1 FAILED: rank 1: DEADLINE_EXCEEDED in tp group 0\n");
+  EXPECT_THAT(result.out, HasSubstr("job job-1: RUNNING\n"));
+  EXPECT_THAT(result.out, HasSubstr("job job-1: RUNNING -> FAILED: rank 1"));
+}
+
+TEST_F(TrainctlTest, WatchEndsWhenTheJobEndsEvenIfTheStreamStaysOpen) {
+  fake_.ScriptWatch({Status(JOB_STATE_CANCELLED, 0)}, grpc::Status::OK);
+  fake_.HoldWatchOpen();
+  const absl::Time start = absl::Now();
+  const Result result = Run("watch job-1");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err, "trainctl watch: job job-1 CANCELLED\n");
+}
+
+TEST_F(TrainctlTest, SubmitWaitFollowsTheJobToSuccess) {
+  fake_.ScriptWatch({Status(JOB_STATE_PENDING, 0), Status(JOB_STATE_RUNNING, 1, 5.5),
+                     Status(JOB_STATE_RUNNING, 2, 5.0), Status(JOB_STATE_SUCCEEDED, 4, 4.0)},
+                    grpc::Status::OK);
+  const Result result = Run(absl::StrCat("submit ", WriteFile("spec.json", "{}"), " --wait"));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  const std::vector<std::string> lines = Lines(result.out);
+  ASSERT_GE(lines.size(), 4u) << result.out;
+  EXPECT_EQ(lines[0], "job-1");
+  EXPECT_EQ(lines[1], "job job-1: PENDING");
+  EXPECT_THAT(lines[2], StartsWith("PENDING [----"));
+  EXPECT_THAT(lines[2], HasSubstr("ETA --"));
+  EXPECT_THAT(result.out, HasSubstr("job job-1: PENDING -> RUNNING\n"));
+  EXPECT_THAT(result.out, HasSubstr("job job-1: RUNNING -> SUCCEEDED\n"));
+  EXPECT_THAT(lines.back(), StartsWith("SUCCEEDED [####################] step 4/4 100%"));
+}
+
+TEST_F(TrainctlTest, SubmitWaitFailsWhenTheStreamBreaks) {
+  fake_.ScriptWatch({Status(JOB_STATE_RUNNING, 3, 4.5)},
+                    grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down"));
+  const Result result = Run(absl::StrCat("--wait submit ", WriteFile("spec.json", "{}")));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(Lines(result.out)[0], "job-1");
+  ASSERT_EQ(Lines(result.err).size(), 1u) << result.err;
+  EXPECT_THAT(result.err, StartsWith("trainctl submit: the watch stream of job job-1 ended before "
+                                     "the job did (last seen RUNNING at step 3/4): UNAVAILABLE: "
+                                     "coordinator shutting down"));
+}
+
+TEST_F(TrainctlTest, TokenTravelsAsBearerMetadata) {
+  fake_.RequireToken("s3cret");
+  const std::string spec = WriteFile("spec.json", "{}");
+
+  Result refused = Run("submit " + spec);
+  EXPECT_EQ(refused.exit_code, 1);
+  ASSERT_EQ(Lines(refused.err).size(), 1u) << refused.err;
+  EXPECT_THAT(refused.err, StartsWith("trainctl submit: UNAUTHENTICATED: "));
+  EXPECT_THAT(refused.err, HasSubstr("pass --token_file=FILE"));
+
+  Result wrong = Run("--token=guess cancel job-1");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_THAT(wrong.err, HasSubstr("check --token_file"));
+
+  Result accepted = Run("--token_file=" + WriteFile("token", "s3cret\n") + " submit " + spec);
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.err;
+  EXPECT_EQ(accepted.out, "job-1\n");
+  EXPECT_EQ(fake_.last_authorization(), "Bearer s3cret");
+
+  // Read-only calls carry it too.
+  fake_.SetJob(Status(JOB_STATE_RUNNING, 1, 5.5));
+  EXPECT_EQ(Run("--token=abc status job-1").exit_code, 0);
+  EXPECT_EQ(fake_.last_authorization(), "Bearer abc");
+}
+
+TEST_F(TrainctlTest, UnreadableTokenFileIsAClearError) {
+  const Result result = Run("--token_file=" + TempDir() + "/absent list");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err, absl::StrCat("trainctl list: INVALID_ARGUMENT: --token_file=", TempDir(),
+                                     "/absent: cannot read: No such file or directory\n"));
+}
+
+TEST_F(TrainctlTest, StatusAndList) {
+  JobStatus job = Status(JOB_STATE_RUNNING, 2, 5.25);
+  job.add_workers("w0");
+  fake_.SetJob(job);
+  Result status = Run("status job-1");
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("state       RUNNING\n"));
+  EXPECT_THAT(status.out, HasSubstr("step        2/4 (50%)\n"));
+  EXPECT_THAT(status.out, HasSubstr("workers     1 (0:w0)\n"));
+
+  Result json = Run("status job-1 --json");
+  EXPECT_EQ(json.exit_code, 0);
+  EXPECT_EQ(Lines(json.out).size(), 1u);
+  EXPECT_THAT(json.out, HasSubstr("\"job_id\":\"job-1\""));
+  EXPECT_THAT(json.out, HasSubstr("\"state\":\"JOB_STATE_RUNNING\""));
+
+  Result missing = Run("status job-2");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "trainctl status: NOT_FOUND: no job job-2\n");
+
+  Result list = Run("list");
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_EQ(Lines(list.out).size(), 2u);
+  EXPECT_THAT(list.out, HasSubstr("tiny"));
+  EXPECT_THAT(list.out, HasSubstr("1m15s"));
+}
+
+TEST_F(TrainctlTest, UsageErrorsExitTwoWithOneLine) {
+  for (const char* args : {"", "frobnicate", "status", "watch a b", "--wait status job-1",
+                           "--token=a --token_file=b list"}) {
+    const Result result = Run(args);
+    EXPECT_EQ(result.exit_code, 2) << args;
+    EXPECT_EQ(Lines(result.err).size(), 1u) << args << ": " << result.err;
+    EXPECT_THAT(result.err, StartsWith("trainctl")) << args;
+  }
+  EXPECT_EQ(Run("frobnicate").err, "trainctl frobnicate: unknown command (see trainctl help)\n");
+}
+
+}  // namespace
+}  // namespace mtrain

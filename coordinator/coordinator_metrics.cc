@@ -1,0 +1,310 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace mtrain {
+namespace {
+
+// Step durations range from milliseconds (a tiny CPU model) to minutes (a large model with
+// many microbatches on a slow interconnect). A 1-2.5-5 series from 1 ms to 1000 s covers
+// that with 19 buckets, small enough to keep one histogram per rank, and its boundaries
+// read naturally on a dashboard ("le=0.25").
+prometheus::Histogram::BucketBoundaries StepDurationBuckets() {
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double decade = 1e-3; decade < 1e3; decade *= 10) {
+    buckets.push_back(decade);
+    buckets.push_back(decade * 2.5);
+    buckets.push_back(decade * 5);
+  }
+  buckets.push_back(1e3);
+  return buckets;
+}
+
+// The `state` label: the enum's name without its prefix, lower case ("running"). Taken
+// from the proto descriptor so a state added to the proto appears here without an edit.
+std::vector<std::pair<JobState, std::string>> StateLabels() {
+  std::vector<std::pair<JobState, std::string>> labels;
+  const google::protobuf::EnumDescriptor* descriptor = JobState_descriptor();
+  for (int i = 0; i < descriptor->value_count(); ++i) {
+    const auto state = static_cast<JobState>(descriptor->value(i)->number());
+    if (state == JOB_STATE_UNSPECIFIED) continue;
+    labels.emplace_back(state, absl::AsciiStrToLower(
+                                   absl::StripPrefix(descriptor->value(i)->name(), "JOB_STATE_")));
+  }
+  return labels;
+}
+
+// Moves a counter up to `total` (a cumulative count reported by someone else). Counters
+// must never decrease, so a lower total (e.g. a loss scaler restored from an older
+// checkpoint) leaves it where it is.
+void AdvanceCounterTo(prometheus::Counter& counter, double total) {
+  const double delta = total - counter.Value();
+  if (delta > 0) counter.Increment(delta);
+}
+
+}  // namespace
+
+struct CoordinatorMetrics::Impl {
+  // One job's series, created when the job is first mentioned. Pointers into the
+  // registry's families, which never remove a series, so they stay valid.
+  struct JobSeries {
+    std::vector<std::pair<JobState, prometheus::Gauge*>> states;
+    prometheus::Counter* skipped_steps = nullptr;
+    prometheus::Counter* restarts = nullptr;
+    // Created by the first step carrying a loss, so a job that has not trained yet shows
+    // no made-up zero loss.
+    prometheus::Gauge* step = nullptr;
+    prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* tokens_per_second = nullptr;
+    prometheus::Gauge* model_tflops = nullptr;
+    prometheus::Gauge* mfu = nullptr;
+    prometheus::Gauge* loss_scale = nullptr;
+    // The newest (generation, step) shown in the gauges. Several ranks carry the loss and
+    // their streams interleave, so an older report must not move the gauges back; a
+    // restart from a checkpoint goes back in step but forward in generation.
+    std::pair<int64_t, int64_t> newest{-1, -1};
+  };
+
+  // (job, global rank, tp_rank, pp_stage, dp_rank).
+  using RankKey = std::tuple<std::string, int, int, int, int>;
+
+  Impl()
+      : registry(std::make_shared<prometheus::Registry>()),
+        state_labels(StateLabels()),
+        step_buckets(StepDurationBuckets()),
+        job_state(prometheus::BuildGauge()
+                      .Name("mtrain_job_state")
+                      .Help("1 for the job's current state, 0 for the others.")
+                      .Register(*registry)),
+        job_step(prometheus::BuildGauge()
+                     .Name("mtrain_job_step")
+                     .Help("Last completed training step of the job.")
+                     .Register(*registry)),
+        job_loss(prometheus::BuildGauge()
+                     .Name("mtrain_job_loss")
+                     .Help("Training loss of the job's last completed step.")
+                     .Register(*registry)),
+        job_tokens_per_second(prometheus::BuildGauge()
+                                  .Name("mtrain_job_tokens_per_second")
+                                  .Help("Training throughput of the job's last step in tokens "
+                                        "per second.")
+                                  .Register(*registry)),
+        job_model_tflops(prometheus::BuildGauge()
+                             .Name("mtrain_job_model_tflops")
+                             .Help("Model TFLOP/s of the job's last step (Megatron's model "
+                                   "FLOPs formula, without recomputation).")
+                             .Register(*registry)),
+        job_mfu(prometheus::BuildGauge()
+                    .Name("mtrain_job_mfu_ratio")
+                    .Help("Model FLOPs utilisation of the job's last step, 0..1.")
+                    .Register(*registry)),
+        job_loss_scale(prometheus::BuildGauge()
+                           .Name("mtrain_job_loss_scale")
+                           .Help("Dynamic loss scale of the job's last step.")
+                           .Register(*registry)),
+        job_skipped_steps(prometheus::BuildCounter()
+                              .Name("mtrain_job_skipped_steps_total")
+                              .Help("Steps the loss scaler skipped because gradients "
+                                    "overflowed.")
+                              .Register(*registry)),
+        job_restarts(prometheus::BuildCounter()
+                         .Name("mtrain_job_restarts_total")
+                         .Help("Times the job restarted from a checkpoint after a failure.")
+                         .Register(*registry)),
+        step_duration(prometheus::BuildHistogram()
+                          .Name("mtrain_step_duration_seconds")
+                          .Help("Duration of one training step on one rank.")
+                          .Register(*registry)),
+        workers_registered(prometheus::BuildGauge()
+                               .Name("mtrain_workers_registered")
+                               .Help("Workers registered with the coordinator.")
+                               .Register(*registry)
+                               .Add({})),
+        workers_alive(prometheus::BuildGauge()
+                          .Name("mtrain_workers_alive")
+                          .Help("Registered workers heartbeating in time.")
+                          .Register(*registry)
+                          .Add({})),
+        heartbeats_missed(prometheus::BuildCounter()
+                              .Name("mtrain_heartbeats_missed_total")
+                              .Help("Workers declared dead for missing their heartbeats.")
+                              .Register(*registry)
+                              .Add({})),
+        rpc_errors(prometheus::BuildCounter()
+                       .Name("mtrain_rpc_errors_total")
+                       .Help("RPCs the coordinator answered with an error, by method and "
+                             "gRPC code.")
+                       .Register(*registry)) {}
+
+  // The job's series, created on first use. Requires `mutex`.
+  JobSeries& Job(const std::string& job_id) {
+    auto [it, inserted] = jobs.try_emplace(job_id);
+    JobSeries& series = it->second;
+    if (inserted) {
+      for (const auto& [state, label] : state_labels) {
+        series.states.emplace_back(state, &job_state.Add({{"job", job_id}, {"state", label}}));
+      }
+      // Present from the start at 0, so rate() and increase() see the first increment.
+      series.skipped_steps = &job_skipped_steps.Add({{"job", job_id}});
+      series.restarts = &job_restarts.Add({{"job", job_id}});
+    }
+    return series;
+  }
+
+  const std::shared_ptr<prometheus::Registry> registry;
+  const std::vector<std::pair<JobState, std::string>> state_labels;
+  const prometheus::Histogram::BucketBoundaries step_buckets;
+
+  prometheus::Family<prometheus::Gauge>& job_state;
+  prometheus::Family<prometheus::Gauge>& job_step;
+  prometheus::Family<prometheus::Gauge>& job_loss;
+  prometheus::Family<prometheus::Gauge>& job_tokens_per_second;
+  prometheus::Family<prometheus::Gauge>& job_model_tflops;
+  prometheus::Family<prometheus::Gauge>& job_mfu;
+  prometheus::Family<prometheus::Gauge>& job_loss_scale;
+  prometheus::Family<prometheus::Counter>& job_skipped_steps;
+  prometheus::Family<prometheus::Counter>& job_restarts;
+  prometheus::Family<prometheus::Histogram>& step_duration;
+  prometheus::Gauge& workers_registered;
+  prometheus::Gauge& workers_alive;
+  prometheus::Counter& heartbeats_missed;
+  prometheus::Family<prometheus::Counter>& rpc_errors;
+
+  // prometheus-cpp's metrics are thread-safe on their own; the mutex keeps the maps and
+  // the read-then-write updates (one-hot state, counters advanced to a total, the newest
+  // step) consistent. std::mutex rather than absl::Mutex: see common/notification.h.
+  std::mutex mutex;
+  std::map<std::string, JobSeries> jobs;  // Guarded by mutex.
+  // Family::Add builds a histogram (and copies the buckets) before it finds the existing
+  // one, so each rank's histogram is looked up here instead, once per step.
+  std::map<RankKey, prometheus::Histogram*> rank_step_durations;  // Guarded by mutex.
+
+  int port = 0;
+  // Last member: destroyed first, so no scrape runs while the rest is torn down.
+  std::unique_ptr<prometheus::Exposer> exposer;
+};
+
+absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
+    const std::string& http_address) {
+  auto impl = std::make_unique<Impl>();
+  if (!http_address.empty()) {
+    // The Exposer (civetweb underneath) reports a failed bind only by throwing; keep the
+    // exception inside this module and hand callers a status they can retry on.
+    try {
+      impl->exposer = std::make_unique<prometheus::Exposer>(http_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", http_address, ": ", e.what()));
+    }
+    impl->exposer->RegisterCollectable(impl->registry);
+    const std::vector<int> ports = impl->exposer->GetListeningPorts();
+    if (ports.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", http_address, ": no listening port"));
+    }
+    impl->port = ports.front();
+  }
+  return std::unique_ptr<CoordinatorMetrics>(new CoordinatorMetrics(std::move(impl)));
+}
+
+CoordinatorMetrics::CoordinatorMetrics(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CoordinatorMetrics::~CoordinatorMetrics() = default;
+
+int CoordinatorMetrics::port() const { return impl_->port; }
+
+void CoordinatorMetrics::SetJobState(const std::string& job_id, JobState state) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  for (auto& [gauge_state, gauge] : impl_->Job(job_id).states) {
+    gauge->Set(gauge_state == state ? 1 : 0);
+  }
+}
+
+void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetrics& metrics,
+                                     const RankCoordinates& coordinates) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl::JobSeries& job = impl_->Job(job_id);
+
+  const Impl::RankKey key{job_id, coordinates.global_rank(), coordinates.tp_rank(),
+                          coordinates.pp_rank(), coordinates.dp_rank()};
+  prometheus::Histogram*& histogram = impl_->rank_step_durations[key];
+  if (histogram == nullptr) {
+    histogram = &impl_->step_duration.Add({{"job", job_id},
+                                           {"rank", absl::StrCat(coordinates.global_rank())},
+                                           {"tp_rank", absl::StrCat(coordinates.tp_rank())},
+                                           {"pp_stage", absl::StrCat(coordinates.pp_rank())},
+                                           {"dp_rank", absl::StrCat(coordinates.dp_rank())}},
+                                          impl_->step_buckets);
+  }
+  // A NaN or negative duration (a broken clock on a worker) would poison the histogram's
+  // _sum for good; leave it out.
+  const double seconds = metrics.step_seconds();
+  if (std::isfinite(seconds) && seconds >= 0) histogram->Observe(seconds);
+
+  // The job's gauges follow the ranks that compute the loss (as JobStatus.latest does):
+  // the other ranks' throughput figures are partial views of the same step.
+  if (!metrics.has_loss()) return;
+  const std::pair<int64_t, int64_t> report{metrics.generation(), metrics.step()};
+  if (report < job.newest) return;
+  job.newest = report;
+  if (job.step == nullptr) {
+    const prometheus::Labels labels{{"job", job_id}};
+    job.step = &impl_->job_step.Add(labels);
+    job.loss = &impl_->job_loss.Add(labels);
+    job.tokens_per_second = &impl_->job_tokens_per_second.Add(labels);
+    job.model_tflops = &impl_->job_model_tflops.Add(labels);
+    job.mfu = &impl_->job_mfu.Add(labels);
+    job.loss_scale = &impl_->job_loss_scale.Add(labels);
+  }
+  job.step->Set(static_cast<double>(metrics.step()));
+  job.loss->Set(metrics.loss());
+  job.tokens_per_second->Set(metrics.tokens_per_second());
+  job.model_tflops->Set(metrics.model_tflops());
+  job.mfu->Set(metrics.mfu());
+  job.loss_scale->Set(metrics.loss_scale());
+  AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
+}
+
+void CoordinatorMetrics::SetJobRestarts(const std::string& job_id, int restarts) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  AdvanceCounterTo(*impl_->Job(job_id).restarts, restarts);
+}
+
+void CoordinatorMetrics::SetWorkers(int registered, int alive) {
+  impl_->workers_registered.Set(registered);
+  impl_->workers_alive.Set(alive);
+}
+
+void CoordinatorMetrics::AddMissedHeartbeat() { impl_->heartbeats_missed.Increment(); }
+
+void CoordinatorMetrics::AddRpcError(const std::string& method, const std::string& code) {
+  // Family::Add finds the existing series under the family's own lock; errors are rare
+  // enough that the throwaway counter it builds first does not matter.
+  impl_->rpc_errors.Add({{"method", method}, {"code", code}}).Increment();
+}
+
+std::string CoordinatorMetrics::Scrape() const {
+  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+}
+
+}  // namespace mtrain

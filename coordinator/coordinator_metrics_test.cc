@@ -1,0 +1,417 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kPromtool[] = "/usr/bin/promtool";
+
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+};
+
+// A minimal HTTP/1.0 GET over a plain socket: the test checks what a Prometheus server
+// would really receive, without depending on curl. HTTP/1.0 makes the server close the
+// connection after the body, so reading to EOF reads exactly one response.
+absl::StatusOr<HttpResponse> HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket() failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to 127.0.0.1:", port));
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1:", port, "\r\n\r\n");
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, 0);
+    if (n <= 0) {
+      close(fd);
+      return absl::InternalError("send() failed");
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string raw;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) raw.append(buffer, n);
+  close(fd);
+
+  const size_t header_end = raw.find("\r\n\r\n");
+  if (header_end == std::string::npos) return absl::InternalError("no end of headers");
+  // "HTTP/1.x 200 OK"
+  std::vector<std::string> status_line =
+      absl::StrSplit(raw.substr(0, raw.find("\r\n")), absl::MaxSplits(' ', 2));
+  HttpResponse response;
+  if (status_line.size() < 2 || !absl::SimpleAtoi(status_line[1], &response.status)) {
+    return absl::InternalError(absl::StrCat("bad status line in: ", raw.substr(0, 100)));
+  }
+  response.body = raw.substr(header_end + 4);
+  return response;
+}
+
+// The value of the sample whose name-and-labels part is exactly `series` (labels in the
+// order prometheus-cpp writes them: sorted by name), or nullopt if absent.
+std::optional<double> SampleValue(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, series) || !absl::ConsumePrefix(&line, " ")) continue;
+    double value;
+    if (absl::SimpleAtod(line, &value)) return value;
+  }
+  return std::nullopt;
+}
+
+std::string StepSeries(int rank, int tp, int pp, int dp, const std::string& suffix) {
+  return absl::StrCat("mtrain_step_duration_seconds", suffix, "{dp_rank=\"", dp,
+                      "\",job=\"job-1\",pp_stage=\"", pp, "\",rank=\"", rank, "\",tp_rank=\"", tp,
+                      "\"}");
+}
+
+// Runs `promtool check metrics` with `text` on its standard input; returns the exit code
+// and fills *output with what it printed (lint problems go to stderr).
+int RunPromtool(const std::string& text, std::string* output) {
+  const char* tmpdir = std::getenv("TEST_TMPDIR");
+  const std::string input = absl::StrCat(tmpdir ? tmpdir : "/tmp", "/scrape.txt");
+  std::ofstream(input) << text;
+  const std::string command = absl::StrCat(kPromtool, " check metrics < ", input, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+RankCoordinates Coordinates(int rank, int tp, int pp, int dp) {
+  RankCoordinates coordinates;
+  coordinates.set_global_rank(rank);
+  coordinates.set_world_size(8);
+  coordinates.set_tp_rank(tp);
+  coordinates.set_pp_rank(pp);
+  coordinates.set_dp_rank(dp);
+  return coordinates;
+}
+
+StepMetrics Step(int64_t step, double seconds, std::optional<double> loss = std::nullopt) {
+  StepMetrics metrics;
+  metrics.set_job_id("job-1");
+  metrics.set_generation(1);
+  metrics.set_step(step);
+  metrics.set_step_seconds(seconds);
+  if (loss) metrics.set_loss(*loss);
+  metrics.set_tokens_per_second(12345);
+  metrics.set_model_tflops(87.5);
+  metrics.set_mfu(0.25);
+  metrics.set_loss_scale(65536);
+  metrics.set_skipped_steps(2);
+  return metrics;
+}
+
+std::unique_ptr<CoordinatorMetrics> StartOnLoopback() {
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
+      CoordinatorMetrics::Start("127.0.0.1:0");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  if (!metrics.ok()) return nullptr;
+  EXPECT_GT((*metrics)->port(), 0);
+  return std::move(metrics).value();
+}
+
+// Feeds one job through a realistic life: two ranks of the last pipeline stage carry the
+// loss, two of the first do not; workers, a missed heartbeat and RPC errors.
+void FeedJob(CoordinatorMetrics& metrics) {
+  metrics.SetJobState("job-1", JOB_STATE_PENDING);
+  metrics.SetJobState("job-1", JOB_STATE_RUNNING);
+  metrics.SetWorkers(4, 3);
+  metrics.AddMissedHeartbeat();
+  metrics.AddRpcError("SubmitJob", "INVALID_ARGUMENT");
+  metrics.AddRpcError("SubmitJob", "INVALID_ARGUMENT");
+  metrics.AddRpcError("Heartbeat", "NOT_FOUND");
+  // t=2, p=2, d=1: ranks 0,1 on stage 0; ranks 2,3 on stage 1 (the loss).
+  for (int64_t step = 1; step <= 3; ++step) {
+    metrics.ObserveStep("job-1", Step(step, 0.3), Coordinates(0, 0, 0, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3), Coordinates(1, 1, 0, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step), Coordinates(2, 0, 1, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step), Coordinates(3, 1, 1, 0));
+  }
+  // Rank 3 reports a fourth step with a different duration.
+  metrics.ObserveStep("job-1", Step(4, 7.0, 2.5), Coordinates(3, 1, 1, 0));
+  metrics.SetJobRestarts("job-1", 1);
+}
+
+TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  FeedJob(*metrics);
+
+  absl::StatusOr<HttpResponse> response = HttpGet(metrics->port(), "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  const std::string& text = response->body;
+  // /metrics is Scrape() behind the Exposer's own exposer_* series (nothing changed since,
+  // and the text format carries no timestamps).
+  EXPECT_TRUE(absl::EndsWith(text, metrics->Scrape())) << text;
+  EXPECT_THAT(text, HasSubstr("exposer_scrapes_total"));
+
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_job_state gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_job_skipped_steps_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_job_restarts_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_step_duration_seconds histogram"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_heartbeats_missed_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_rpc_errors_total counter"));
+
+  EXPECT_THAT(text, HasSubstr("mtrain_job_loss{job=\"job-1\"} 2.5\n"));
+  EXPECT_EQ(SampleValue(text, "mtrain_job_step{job=\"job-1\"}"), 4);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_tokens_per_second{job=\"job-1\"}"), 12345);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_model_tflops{job=\"job-1\"}"), 87.5);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_mfu_ratio{job=\"job-1\"}"), 0.25);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_loss_scale{job=\"job-1\"}"), 65536);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_skipped_steps_total{job=\"job-1\"}"), 2);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_restarts_total{job=\"job-1\"}"), 1);
+
+  EXPECT_EQ(SampleValue(text, "mtrain_workers_registered"), 4);
+  EXPECT_EQ(SampleValue(text, "mtrain_workers_alive"), 3);
+  EXPECT_EQ(SampleValue(text, "mtrain_heartbeats_missed_total"), 1);
+  EXPECT_EQ(
+      SampleValue(text, "mtrain_rpc_errors_total{code=\"INVALID_ARGUMENT\",method=\"SubmitJob\"}"),
+      2);
+  EXPECT_EQ(SampleValue(text, "mtrain_rpc_errors_total{code=\"NOT_FOUND\",method=\"Heartbeat\"}"),
+            1);
+
+  // One histogram per rank, labelled with its coordinates.
+  EXPECT_EQ(SampleValue(text, StepSeries(0, 0, 0, 0, "_count")), 3);
+  EXPECT_EQ(SampleValue(text, StepSeries(1, 1, 0, 0, "_count")), 3);
+  EXPECT_EQ(SampleValue(text, StepSeries(2, 0, 1, 0, "_count")), 3);
+  EXPECT_EQ(SampleValue(text, StepSeries(3, 1, 1, 0, "_count")), 4);
+  EXPECT_NEAR(*SampleValue(text, StepSeries(3, 1, 1, 0, "_sum")), 3 * 0.3 + 7.0, 1e-9);
+  EXPECT_EQ(SampleValue(text, StepSeries(3, 1, 1, 0, "_bucket")), std::nullopt);
+  // Buckets are cumulative: the 7 s step is above 5 s and within 10 s.
+  const std::string rank3_labels = "dp_rank=\"0\",job=\"job-1\",pp_stage=\"1\",rank=\"3\"";
+  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
+                                           ",tp_rank=\"1\",le=\"5\"}")),
+            3);
+  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
+                                           ",tp_rank=\"1\",le=\"10\"}")),
+            4);
+  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
+                                           ",tp_rank=\"1\",le=\"+Inf\"}")),
+            4);
+}
+
+TEST(CoordinatorMetricsTest, JobStateIsOneHotOverEveryState) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const std::vector<std::string> states = {"pending",   "placing", "running",
+                                           "succeeded", "failed",  "cancelled"};
+  auto state_values = [&](const std::string& text) {
+    std::vector<double> values;
+    for (const std::string& state : states) {
+      values.push_back(
+          SampleValue(text, absl::StrCat("mtrain_job_state{job=\"job-1\",state=\"", state, "\"}"))
+              .value_or(-1));
+    }
+    return values;
+  };
+
+  metrics->SetJobState("job-1", JOB_STATE_PLACING);
+  EXPECT_THAT(state_values(metrics->Scrape()), testing::ElementsAre(0, 1, 0, 0, 0, 0));
+  metrics->SetJobState("job-1", JOB_STATE_RUNNING);
+  EXPECT_THAT(state_values(metrics->Scrape()), testing::ElementsAre(0, 0, 1, 0, 0, 0));
+  metrics->SetJobState("job-1", JOB_STATE_FAILED);
+  absl::StatusOr<HttpResponse> response = HttpGet(metrics->port(), "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_THAT(state_values(response->body), testing::ElementsAre(0, 0, 0, 0, 1, 0));
+  EXPECT_THAT(response->body, Not(HasSubstr("unspecified")));
+}
+
+TEST(CoordinatorMetricsTest, CumulativeCountersNeverDecrease) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const std::string restarts = "mtrain_job_restarts_total{job=\"job-1\"}";
+  const std::string skipped = "mtrain_job_skipped_steps_total{job=\"job-1\"}";
+
+  // Present at 0 as soon as the job is known, so rate() sees the first increment.
+  metrics->SetJobState("job-1", JOB_STATE_PENDING);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), restarts), 0);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), skipped), 0);
+
+  metrics->SetJobRestarts("job-1", 2);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), restarts), 2);
+  metrics->SetJobRestarts("job-1", 1);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), restarts), 2);
+  metrics->SetJobRestarts("job-1", 3);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), restarts), 3);
+
+  StepMetrics step = Step(10, 0.1, 3.0);
+  step.set_skipped_steps(5);
+  metrics->ObserveStep("job-1", step, Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), skipped), 5);
+  // After a restart from an older checkpoint the scaler's own count is lower.
+  step.set_generation(2);
+  step.set_step(8);
+  step.set_skipped_steps(4);
+  metrics->ObserveStep("job-1", step, Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), skipped), 5);
+  step.set_step(9);
+  step.set_skipped_steps(7);
+  metrics->ObserveStep("job-1", step, Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), skipped), 7);
+}
+
+TEST(CoordinatorMetricsTest, JobGaugesFollowTheNewestStepCarryingTheLoss) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const std::string loss = "mtrain_job_loss{job=\"job-1\"}";
+  const std::string step = "mtrain_job_step{job=\"job-1\"}";
+
+  // A rank without the loss adds to its histogram but makes up no job loss.
+  metrics->ObserveStep("job-1", Step(1, 0.2), Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), loss), std::nullopt);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), StepSeries(0, 0, 0, 0, "_count")), 1);
+
+  metrics->ObserveStep("job-1", Step(5, 0.2, 4.0), Coordinates(1, 0, 1, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), loss), 4.0);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), step), 5);
+  // Another loss rank's stream lags behind: the gauges keep the newest step.
+  metrics->ObserveStep("job-1", Step(4, 0.2, 4.5), Coordinates(2, 0, 1, 1));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), loss), 4.0);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), step), 5);
+  // A restart resumes from an older step in a newer generation.
+  StepMetrics resumed = Step(3, 0.2, 4.75);
+  resumed.set_generation(2);
+  metrics->ObserveStep("job-1", resumed, Coordinates(1, 0, 1, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), loss), 4.75);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), step), 3);
+}
+
+TEST(CoordinatorMetricsTest, ScrapePassesPromtoolCheckMetrics) {
+  ASSERT_EQ(access(kPromtool, X_OK), 0)
+      << kPromtool << " not found: run `make deps` (installs Debian's prometheus package)";
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  FeedJob(*metrics);
+  absl::StatusOr<HttpResponse> response = HttpGet(metrics->port(), "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->status, 200);
+
+  std::string output;
+  EXPECT_EQ(RunPromtool(response->body, &output), 0) << output;
+  EXPECT_EQ(output, "") << "promtool lint complaints on:\n" << response->body;
+
+  // The check can fail: a counter without _total is a lint complaint.
+  std::string bad_output;
+  EXPECT_NE(RunPromtool("# HELP bad_events Events.\n# TYPE bad_events counter\nbad_events 1\n",
+                        &bad_output),
+            0);
+  EXPECT_THAT(bad_output, HasSubstr("_total"));
+}
+
+TEST(CoordinatorMetricsTest, PortInUseIsUnavailable) {
+  std::unique_ptr<CoordinatorMetrics> first = StartOnLoopback();
+  ASSERT_NE(first, nullptr);
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> second =
+      CoordinatorMetrics::Start(absl::StrCat("127.0.0.1:", first->port()));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat(first->port())));
+  // The first keeps serving.
+  absl::StatusOr<HttpResponse> response = HttpGet(first->port(), "/metrics");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+}
+
+TEST(CoordinatorMetricsTest, UnbindableAddressIsUnavailable) {
+  for (const std::string address : {"not-an-address", "127.0.0.1:99999"}) {
+    EXPECT_EQ(CoordinatorMetrics::Start(address).status().code(), absl::StatusCode::kUnavailable)
+        << address;
+  }
+}
+
+TEST(CoordinatorMetricsTest, EmptyAddressServesNothingButKeepsMetrics) {
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics = CoordinatorMetrics::Start("");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ((*metrics)->port(), 0);
+  FeedJob(**metrics);
+  const std::string text = (*metrics)->Scrape();
+  EXPECT_THAT(text, HasSubstr("mtrain_job_loss{job=\"job-1\"} 2.5\n"));
+  EXPECT_EQ(SampleValue(text, "mtrain_heartbeats_missed_total"), 1);
+}
+
+TEST(CoordinatorMetricsTest, StopsServingWhenDestroyed) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const int port = metrics->port();
+  metrics.reset();
+  EXPECT_FALSE(HttpGet(port, "/metrics").ok());
+}
+
+TEST(CoordinatorMetricsTest, ConcurrentUpdatesAndScrapesAddUp) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kRanks = 4;
+  constexpr int kSteps = 200;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    threads.emplace_back([&metrics, rank] {
+      for (int step = 1; step <= kSteps; ++step) {
+        metrics->ObserveStep("job-1", Step(step, 0.01, 1.0), Coordinates(rank, rank, 0, 0));
+        metrics->SetJobRestarts("job-1", step);
+        metrics->SetJobState("job-1", step % 2 ? JOB_STATE_RUNNING : JOB_STATE_PLACING);
+        metrics->AddRpcError("ReportMetrics", "ABORTED");
+      }
+    });
+  }
+  threads.emplace_back([&metrics] {
+    for (int i = 0; i < 20; ++i) {
+      absl::StatusOr<HttpResponse> response = HttpGet(metrics->port(), "/metrics");
+      EXPECT_TRUE(response.ok()) << response.status();
+    }
+  });
+  for (std::thread& thread : threads) thread.join();
+
+  const std::string text = metrics->Scrape();
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_EQ(SampleValue(text, StepSeries(rank, rank, 0, 0, "_count")), kSteps) << rank;
+  }
+  EXPECT_EQ(SampleValue(text, "mtrain_job_restarts_total{job=\"job-1\"}"), kSteps);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_step{job=\"job-1\"}"), kSteps);
+  EXPECT_EQ(SampleValue(text, "mtrain_rpc_errors_total{code=\"ABORTED\",method=\"ReportMetrics\"}"),
+            kRanks * kSteps);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_state{job=\"job-1\",state=\"placing\"}").value() +
+                SampleValue(text, "mtrain_job_state{job=\"job-1\",state=\"running\"}").value(),
+            1);
+}
+
+}  // namespace
+}  // namespace mtrain

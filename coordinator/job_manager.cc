@@ -1,0 +1,423 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "coordinator/plan/assignment_plan.h"
+#include "coordinator/plan/job_spec_validation.h"
+
+namespace mtrain {
+namespace {
+
+int WorldSize(const JobSpec& spec) {
+  return spec.parallel().tensor() * spec.parallel().pipeline() * spec.parallel().data();
+}
+
+// The rank whose metrics stand for the job: the first rank of the last pipeline stage
+// (it computes the loss; its tensor and data peers report the same numbers).
+int ReportingRank(const JobSpec& spec) {
+  return spec.parallel().tensor() * spec.parallel().data() * (spec.parallel().pipeline() - 1);
+}
+
+WorkerCommand AbortOf(const std::string& job_id, int64_t generation, const std::string& why) {
+  WorkerCommand command;
+  AbortCommand* abort = command.mutable_abort();
+  abort->set_job_id(job_id);
+  abort->set_generation(generation);
+  abort->set_reason(why);
+  return command;
+}
+
+}  // namespace
+
+JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,
+                       RendezvousStore* rendezvous, CoordinatorMetrics* metrics,
+                       JobManagerOptions options)
+    : clock_(clock),
+      workers_(workers),
+      store_(store),
+      rendezvous_(rendezvous),
+      metrics_(metrics),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
+    const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
+    CoordinatorMetrics* metrics, JobManagerOptions options) {
+  std::unique_ptr<JobManager> manager(
+      new JobManager(clock, workers, store, rendezvous, metrics, options));
+  RETURN_IF_ERROR(manager->Recover());
+  return manager;
+}
+
+int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
+
+absl::Status JobManager::Recover() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(const std::vector<JobStatus> jobs, store_->ListJobs());
+  for (const JobStatus& job : jobs) {
+    // The generation a previous coordinator ran is gone with its rendezvous state; its
+    // workers are told to abort when they re-register. The job waits for a new placement.
+    const std::string why = "coordinator restarted; the job is queued again";
+    if (job.state() == JOB_STATE_RUNNING) {
+      RETURN_IF_ERROR(TransitionLocked(job.job_id(), JOB_STATE_PLACING, why));
+    }
+    if (job.state() == JOB_STATE_RUNNING || job.state() == JOB_STATE_PLACING) {
+      RETURN_IF_ERROR(TransitionLocked(job.job_id(), JOB_STATE_PENDING, why));
+    }
+    if (metrics_ != nullptr) {
+      absl::StatusOr<JobStatus> now = store_->GetJob(job.job_id());
+      if (now.ok()) metrics_->SetJobState(job.job_id(), now->state());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::TransitionLocked(const std::string& job_id, JobState to,
+                                          const std::string& message) {
+  RETURN_IF_ERROR(store_->Transition(job_id, to, message, NowMs()));
+  if (metrics_ != nullptr) metrics_->SetJobState(job_id, to);
+  BumpLocked(job_id);
+  return absl::OkStatus();
+}
+
+void JobManager::BumpLocked(const std::string& job_id) {
+  ++versions_[job_id];
+  changed_.notify_all();
+}
+
+absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
+  ASSIGN_OR_RETURN(const JobSpec resolved, ResolveJobSpec(spec));
+  const int world = WorldSize(resolved);
+  const int alive = workers_->CountAlive();
+  if (world > alive) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel: the job needs tensor * pipeline * data = ", world, " workers but only ",
+        alive, " are registered and alive [rule: world size <= live workers]"));
+  }
+  std::string job_id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ASSIGN_OR_RETURN(job_id, store_->CreateJob(resolved, NowMs()));
+    if (metrics_ != nullptr) metrics_->SetJobState(job_id, JOB_STATE_PENDING);
+    BumpLocked(job_id);
+  }
+  Tick();
+  return job_id;
+}
+
+absl::StatusOr<JobStatus> JobManager::Get(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->GetJob(job_id);
+}
+
+absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->ListJobs();
+}
+
+absl::Status JobManager::Cancel(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(job_id));
+  if (IsTerminalJobState(job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        job_id, " already ended (", JobState_Name(job.state()), "); nothing to cancel"));
+  }
+  if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
+  RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(
+    const std::string& job_id, int64_t seen, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  changed_.wait_until(lock, deadline, [&] { return versions_[job_id] != seen; });
+  ASSIGN_OR_RETURN(JobStatus status, store_->GetJob(job_id));
+  return std::make_pair(std::move(status), versions_[job_id]);
+}
+
+std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string& worker = request.worker_id();
+  std::vector<WorkerCommand> commands;
+  commands.swap(outbox_[worker]);
+  const auto assigned = worker_job_.find(worker);
+  if (request.state() == WORKER_STATE_BUSY) {
+    idle_since_.erase(worker);
+    const auto active = active_.find(request.job_id());
+    const bool current = assigned != worker_job_.end() && assigned->second == request.job_id() &&
+                         active != active_.end() &&
+                         active->second.generation == request.generation();
+    const bool abort_queued = std::any_of(commands.begin(), commands.end(), [](const auto& c) {
+      return c.has_abort();
+    });
+    if (!current && !abort_queued) {
+      // A rank of a generation this coordinator does not run (ended, or from before a
+      // coordinator restart): stop it so the worker is free.
+      commands.push_back(AbortOf(request.job_id(), request.generation(),
+                                 "not part of a live generation of this coordinator"));
+    }
+  } else if (assigned != worker_job_.end() && commands.empty()) {
+    idle_since_.emplace(worker, clock_->Now());
+  }
+  return commands;
+}
+
+void JobManager::OnWorkerRestarted(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  outbox_.erase(worker_id);
+  const auto assigned = worker_job_.find(worker_id);
+  if (assigned == worker_job_.end()) return;
+  FailGenerationLocked(assigned->second,
+                       absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
+}
+
+absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = active_.find(metrics.job_id());
+  if (it == active_.end() || it->second.generation != metrics.generation()) {
+    ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(metrics.job_id()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        metrics.job_id(), " generation ", metrics.generation(), " is not running (job is ",
+        JobState_Name(job.state()), ", generation ", job.generation(), "): stop"));
+  }
+  ActiveJob& job = it->second;
+  const int rank = metrics.global_rank();
+  if (rank < 0 || rank >= static_cast<int>(job.plan.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("global_rank ", rank, " is outside the job"));
+  }
+  if (!job.running) {
+    job.running = true;
+    RETURN_IF_ERROR(TransitionLocked(metrics.job_id(), JOB_STATE_RUNNING,
+                                     absl::StrCat("generation ", job.generation, " training")));
+  }
+  if (metrics_ != nullptr) metrics_->ObserveStep(metrics.job_id(), metrics, job.plan[rank].rank());
+  if (rank == ReportingRank(job.spec)) {
+    RETURN_IF_ERROR(store_->RecordStep(metrics.job_id(), metrics, NowMs()));
+    BumpLocked(metrics.job_id());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnRankResult(const RankResult& result) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = active_.find(result.job_id());
+    if (it == active_.end() || it->second.generation != result.generation()) {
+      RETURN_IF_ERROR(store_->GetJob(result.job_id()).status());
+      return absl::FailedPreconditionError(absl::StrCat(
+          result.job_id(), " generation ", result.generation(), " is not running"));
+    }
+    ActiveJob& job = it->second;
+    const int rank = result.global_rank();
+    if (rank < 0 || rank >= static_cast<int>(job.workers.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("global_rank ", rank, " is outside the job"));
+    }
+    if (result.code() != 0) {
+      FailGenerationLocked(
+          result.job_id(),
+          absl::StrCat("rank ", rank, " on worker ", job.workers[rank], " failed: ",
+                       absl::StatusCodeToString(static_cast<absl::StatusCode>(result.code())),
+                       ": ", result.message()));
+    } else {
+      job.finished.insert(rank);
+      if (job.finished.size() == job.workers.size()) {
+        const std::string job_id = result.job_id();
+        if (!job.running) {  // finished before any step was reported (e.g. 0 steps left)
+          RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_RUNNING, "ranks finished"));
+        }
+        EndGenerationLocked(job_id, "");
+        RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_SUCCEEDED, "all ranks finished"));
+      }
+    }
+  }
+  Tick();  // workers may have been freed
+  return absl::OkStatus();
+}
+
+void JobManager::EndGenerationLocked(const std::string& job_id, const std::string& reason) {
+  const auto it = active_.find(job_id);
+  if (it == active_.end()) return;
+  const ActiveJob& job = it->second;
+  for (size_t rank = 0; rank < job.workers.size(); ++rank) {
+    const std::string& worker = job.workers[rank];
+    // An assignment not yet delivered is simply withdrawn; a delivered rank is stopped
+    // (a finished one has exited already, and the abort is a no-op for it).
+    std::vector<WorkerCommand>& queued = outbox_[worker];
+    queued.erase(std::remove_if(queued.begin(), queued.end(),
+                                [&](const WorkerCommand& c) {
+                                  return c.has_assign() && c.assign().job_id() == job_id;
+                                }),
+                 queued.end());
+    if (!reason.empty() && job.finished.count(static_cast<int>(rank)) == 0) {
+      queued.push_back(AbortOf(job_id, job.generation, reason));
+    }
+    worker_job_.erase(worker);
+    idle_since_.erase(worker);
+  }
+  if (!job.plan.empty()) rendezvous_->ErasePrefix(job.plan[0].rendezvous_prefix());
+  active_.erase(it);
+}
+
+void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason) {
+  const auto it = active_.find(job_id);
+  if (it == active_.end()) return;
+  const JobSpec spec = it->second.spec;
+  const int64_t generation = it->second.generation;
+  const int restarts = it->second.restarts;
+  const bool was_running = it->second.running;
+  EndGenerationLocked(job_id, reason);
+  (void)store_->AppendEvent(job_id, "generation_failed",
+                            absl::StrCat("generation ", generation, ": ", reason), NowMs());
+  if (restarts >= spec.train().max_restarts()) {
+    (void)TransitionLocked(job_id, JOB_STATE_FAILED,
+                           absl::StrCat(reason, " (restart budget of ",
+                                        spec.train().max_restarts(), " spent)"));
+    return;
+  }
+  (void)store_->SetPlacement(job_id, generation, restarts + 1, {}, NowMs());
+  if (metrics_ != nullptr) metrics_->SetJobRestarts(job_id, restarts + 1);
+  if (was_running) {
+    (void)TransitionLocked(job_id, JOB_STATE_PLACING,
+                           absl::StrCat("restart ", restarts + 1, " after: ", reason));
+  }
+  if (!TryPlaceLocked(job_id, spec, generation + 1, restarts + 1)) {
+    (void)TransitionLocked(job_id, JOB_STATE_PENDING, "waiting for free workers to restart");
+  }
+}
+
+std::vector<std::string> JobManager::FreeWorkersLocked() const {
+  std::vector<std::string> free;
+  for (const WorkerStatus& w : workers_->List()) {
+    if (!w.alive() || worker_job_.count(w.worker().worker_id()) > 0) continue;
+    // A worker still running an aborted rank reports BUSY until it has stopped it.
+    if (w.state() == WORKER_STATE_BUSY) continue;
+    free.push_back(w.worker().worker_id());
+  }
+  return free;
+}
+
+bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
+                                int64_t generation, int restarts) {
+  const int t = spec.parallel().tensor();
+  const int groups_needed = spec.parallel().pipeline() * spec.parallel().data();
+  std::map<std::string, WorkerInfo> info;
+  for (const WorkerStatus& w : workers_->List()) info[w.worker().worker_id()] = w.worker();
+  // Candidates by device kind: CUDA workers for CUDA jobs, CPU for CPU jobs; AUTO takes
+  // CUDA workers if enough are free, else CPU ones (never a mix: one job, one engine).
+  std::vector<DeviceKind> kinds;
+  if (spec.device() == DEVICE_CUDA) kinds = {DEVICE_KIND_CUDA};
+  else if (spec.device() == DEVICE_CPU) kinds = {DEVICE_KIND_CPU};
+  else kinds = {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
+  const std::vector<std::string> free = FreeWorkersLocked();
+  for (DeviceKind kind : kinds) {
+    // Tensor-parallel groups (t consecutive ranks) each on one host.
+    std::map<std::string, std::vector<std::string>> by_host;
+    for (const std::string& id : free) {
+      if (info[id].device_kind() == kind) by_host[info[id].host()].push_back(id);
+    }
+    std::vector<std::string> ranks;
+    for (const auto& [host, ids] : by_host) {
+      for (size_t g = 0; g + t <= ids.size() && ranks.size() < groups_needed * size_t(t); g += t) {
+        ranks.insert(ranks.end(), ids.begin() + g, ids.begin() + g + t);
+      }
+    }
+    if (static_cast<int>(ranks.size()) < groups_needed * t) continue;
+    std::vector<Peer> peers;
+    for (const std::string& id : ranks) {
+      Peer peer;
+      peer.set_worker_id(id);
+      peer.set_host(info[id].host());
+      peers.push_back(peer);
+    }
+    absl::StatusOr<std::vector<Assignment>> plan =
+        PlanAssignments(spec, job_id, generation, peers);
+    if (!plan.ok()) {
+      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
+                             absl::StrCat("cannot plan the job: ", plan.status().message()));
+      return true;  // dealt with: nothing to wait for
+    }
+    ActiveJob job;
+    job.spec = spec;
+    job.generation = generation;
+    job.restarts = restarts;
+    job.plan = *std::move(plan);
+    job.workers = ranks;
+    job.placed_at = clock_->Now();
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      WorkerCommand command;
+      *command.mutable_assign() = job.plan[r];
+      outbox_[ranks[r]].push_back(std::move(command));
+      worker_job_[ranks[r]] = job_id;
+    }
+    active_[job_id] = std::move(job);
+    (void)store_->SetPlacement(job_id, generation, restarts, ranks, NowMs());
+    absl::StatusOr<JobStatus> status = store_->GetJob(job_id);
+    if (status.ok() && status->state() != JOB_STATE_PLACING) {
+      (void)TransitionLocked(job_id, JOB_STATE_PLACING,
+                             absl::StrCat("generation ", generation, " on ", ranks.size(),
+                                          " workers: ", absl::StrJoin(ranks, ",")));
+    } else {
+      (void)store_->AppendEvent(job_id, "placed",
+                                absl::StrCat("generation ", generation, " on ",
+                                             absl::StrJoin(ranks, ",")),
+                                NowMs());
+      BumpLocked(job_id);
+    }
+    return true;
+  }
+  return false;
+}
+
+void JobManager::AdmitLocked() {
+  absl::StatusOr<std::vector<JobStatus>> jobs = store_->ListJobs();
+  if (!jobs.ok()) return;
+  for (const JobStatus& job : *jobs) {
+    if (job.state() != JOB_STATE_PENDING) continue;
+    // Oldest first; a job that does not fit holds back the ones behind it.
+    if (!TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1, job.restarts())) return;
+  }
+}
+
+void JobManager::DetectLostRanksLocked() {
+  std::map<std::string, bool> alive;
+  int registered = 0, live = 0;
+  for (const WorkerStatus& w : workers_->List()) {
+    alive[w.worker().worker_id()] = w.alive();
+    ++registered;
+    live += w.alive() ? 1 : 0;
+  }
+  if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
+  const absl::Time now = clock_->Now();
+  std::vector<std::pair<std::string, std::string>> failures;
+  for (const auto& [job_id, job] : active_) {
+    for (size_t rank = 0; rank < job.workers.size(); ++rank) {
+      const std::string& worker = job.workers[rank];
+      if (job.finished.count(static_cast<int>(rank)) > 0) continue;
+      if (!alive[worker]) {
+        if (metrics_ != nullptr) metrics_->AddMissedHeartbeat();
+        failures.emplace_back(job_id, absl::StrCat("worker ", worker, " (rank ", rank,
+                                                   ") stopped heartbeating"));
+        break;
+      }
+      const auto idle = idle_since_.find(worker);
+      if (idle != idle_since_.end() && now - idle->second > options_.lost_rank_grace) {
+        failures.emplace_back(job_id, absl::StrCat("worker ", worker, " (rank ", rank,
+                                                   ") is idle: its training process ended "
+                                                   "without reporting"));
+        break;
+      }
+    }
+  }
+  for (const auto& [job_id, reason] : failures) FailGenerationLocked(job_id, reason);
+}
+
+void JobManager::Tick() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DetectLostRanksLocked();
+  AdmitLocked();
+}
+
+}  // namespace mtrain

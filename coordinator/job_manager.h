@@ -1,0 +1,142 @@
+// The coordinator's job logic, independent of gRPC: admission, placement, generations,
+// the commands workers receive with their heartbeats, progress and results from ranks,
+// failure handling and cancellation. Durable state lives in the JobStore; time comes
+// from an injected Clock, so every timeout is testable without sleeping.
+//
+// One job, one generation at a time:
+//   Submit -> PENDING. Tick() admits jobs in submission order (the oldest waiting job
+//   first; a job that does not fit blocks the ones behind it, so big jobs are not
+//   starved): it picks free alive workers, keeping each tensor-parallel group on one host,
+//   plans every rank (coordinator/plan/assignment_plan.h) with generation + 1, and queues
+//   an `assign` command per worker -> PLACING. The first step reported -> RUNNING. Every
+//   rank reporting OK -> SUCCEEDED.
+//   A rank reporting an error, a worker dying or restarting, or a worker found idle that
+//   should be running its rank, fails the generation: its surviving workers are told to
+//   abort, its rendezvous keys are dropped, and the job is re-placed while
+//   train.max_restarts allows (-> PLACING, or PENDING until workers are free), else FAILED.
+//   Cancel aborts the generation -> CANCELLED.
+//   A coordinator that restarts finds jobs it was running in the store: it re-queues them
+//   (their workers re-register and are told to abort what they ran).
+//
+// Thread-safe: every method may be called from any gRPC thread.
+#ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
+#define MTRAIN_COORDINATOR_JOB_MANAGER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/worker_registry.h"
+#include "proto/assignment.pb.h"
+#include "proto/coordinator.pb.h"
+
+namespace mtrain {
+
+struct JobManagerOptions {
+  // A worker that heartbeats IDLE this long after being given a rank it has not finished
+  // lost its rank (its training process died without reporting).
+  absl::Duration lost_rank_grace = absl::Seconds(10);
+};
+
+class JobManager {
+ public:
+  // All pointers must outlive the manager; `metrics` may be null. Re-queues jobs a
+  // previous coordinator left PLACING or RUNNING.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(const Clock* clock,
+                                                            WorkerRegistry* workers,
+                                                            JobStore* store,
+                                                            RendezvousStore* rendezvous,
+                                                            CoordinatorMetrics* metrics,
+                                                            JobManagerOptions options);
+
+  // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
+  // field and rule, or when the job needs more workers than are registered and alive.
+  absl::StatusOr<std::string> Submit(const JobSpec& spec);
+  // NOT_FOUND for an unknown job.
+  absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
+  absl::StatusOr<std::vector<JobStatus>> List() const;
+  // NOT_FOUND; FAILED_PRECONDITION if the job already ended.
+  absl::Status Cancel(const std::string& job_id);
+
+  // Blocks until the job's status differs from version `seen` (0 = return at once) or
+  // `timeout` passes; returns the status and its version. NOT_FOUND for an unknown job.
+  absl::StatusOr<std::pair<JobStatus, int64_t>> WaitForChange(const std::string& job_id,
+                                                              int64_t seen,
+                                                              absl::Duration timeout);
+
+  // A worker heartbeat (already accepted by the registry): the commands for it.
+  std::vector<WorkerCommand> OnHeartbeat(const HeartbeatRequest& request);
+  // A worker registered again under a new incarnation: what it ran is lost.
+  void OnWorkerRestarted(const std::string& worker_id);
+  // A rank's step. NOT_FOUND (unknown job); FAILED_PRECONDITION (stale generation: the
+  // rank should stop).
+  absl::Status OnMetrics(const StepMetrics& metrics);
+  // A rank's end. Same errors as OnMetrics.
+  absl::Status OnRankResult(const RankResult& result);
+
+  // Admission, placement and failure detection; call periodically (and it is called
+  // after events that may let a job start).
+  void Tick();
+
+ private:
+  // A job with a live generation (PLACING or RUNNING).
+  struct ActiveJob {
+    JobSpec spec;
+    int64_t generation = 0;
+    int restarts = 0;
+    std::vector<Assignment> plan;        // by global rank
+    std::vector<std::string> workers;    // by global rank
+    std::set<int> finished;              // ranks that reported OK
+    bool running = false;                // a step was reported
+    absl::Time placed_at;
+  };
+
+  JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,
+             RendezvousStore* rendezvous, CoordinatorMetrics* metrics,
+             JobManagerOptions options);
+  absl::Status Recover();
+
+  // All require mutex_.
+  void AdmitLocked();
+  // Places `job_id` if enough workers are free; false (nothing changed) otherwise.
+  bool TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
+                      int restarts);
+  void FailGenerationLocked(const std::string& job_id, const std::string& reason);
+  void EndGenerationLocked(const std::string& job_id, const std::string& reason);
+  absl::Status TransitionLocked(const std::string& job_id, JobState to,
+                                const std::string& message);
+  void DetectLostRanksLocked();
+  std::vector<std::string> FreeWorkersLocked() const;
+  void BumpLocked(const std::string& job_id);
+  int64_t NowMs() const;
+
+  const Clock* const clock_;
+  WorkerRegistry* const workers_;
+  JobStore* const store_;
+  RendezvousStore* const rendezvous_;
+  CoordinatorMetrics* const metrics_;
+  const JobManagerOptions options_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, ActiveJob> active_;                    // guarded by mutex_
+  std::map<std::string, std::vector<WorkerCommand>> outbox_;   // by worker; guarded
+  std::map<std::string, std::string> worker_job_;              // busy worker -> job; guarded
+  std::map<std::string, absl::Time> idle_since_;               // assigned worker seen idle
+  std::map<std::string, int64_t> versions_;                    // job -> change count
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COORDINATOR_JOB_MANAGER_H_

@@ -1,0 +1,286 @@
+#include "coordinator/job_manager.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/plan/job_spec_validation.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Spec(const std::string& parallel, int max_restarts = 1) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(absl::StrCat(
+      R"({"parallel": )", parallel, R"(, "train": {"steps": 2, "max_restarts": )", max_restarts,
+      "}}"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    path_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/jobs-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                         ".sqlite");
+    std::remove(path_.c_str());
+    Reopen();
+  }
+
+  void Reopen() {
+    manager_.reset();
+    store_.reset();
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    absl::StatusOr<std::unique_ptr<JobManager>> manager =
+        JobManager::Create(&clock_, &registry_, store_.get(), &rendezvous_, nullptr, {});
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = std::move(*manager);
+  }
+
+  void AddWorker(const std::string& id, const std::string& host) {
+    WorkerInfo info;
+    info.set_worker_id(id);
+    info.set_host(host);
+    info.set_device_kind(DEVICE_KIND_CPU);
+    info.set_incarnation_id("inc-" + id);
+    bool restarted = false;
+    ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  }
+
+  // One heartbeat from `id` in `state` (BUSY with the job and generation it was given).
+  std::vector<WorkerCommand> Beat(const std::string& id, WorkerState state,
+                                  const std::string& job = "", int64_t generation = 0) {
+    HeartbeatRequest request;
+    request.set_worker_id(id);
+    request.set_incarnation_id("inc-" + id);
+    request.set_state(state);
+    request.set_job_id(job);
+    request.set_generation(generation);
+    EXPECT_TRUE(registry_.Heartbeat(request).ok());
+    return manager_->OnHeartbeat(request);
+  }
+
+  JobState State(const std::string& job) {
+    absl::StatusOr<JobStatus> status = manager_->Get(job);
+    EXPECT_TRUE(status.ok()) << status.status();
+    return status.ok() ? status->state() : JOB_STATE_UNSPECIFIED;
+  }
+
+  // Delivers the assignments of `job` to `workers`; returns them by rank.
+  std::map<int, Assignment> Deliver(const std::vector<std::string>& workers) {
+    std::map<int, Assignment> by_rank;
+    for (const std::string& w : workers) {
+      for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+        if (c.has_assign()) by_rank[c.assign().rank().global_rank()] = c.assign();
+      }
+    }
+    return by_rank;
+  }
+
+  StepMetrics Step(const Assignment& a, int64_t step, double loss) {
+    StepMetrics m;
+    m.set_job_id(a.job_id());
+    m.set_generation(a.generation());
+    m.set_global_rank(a.rank().global_rank());
+    m.set_step(step);
+    m.set_loss(loss);
+    return m;
+  }
+
+  RankResult Result(const Assignment& a, absl::StatusCode code, const std::string& message = "") {
+    RankResult r;
+    r.set_job_id(a.job_id());
+    r.set_generation(a.generation());
+    r.set_global_rank(a.rank().global_rank());
+    r.set_code(static_cast<int>(code));
+    r.set_message(message);
+    return r;
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  WorkerRegistry registry_{&clock_, WorkerRegistryOptions{}};
+  RendezvousStore rendezvous_;
+  std::string path_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+};
+
+TEST_F(JobManagerTest, RejectsJobsLargerThanTheLiveWorkersWithTheRule) {
+  AddWorker("w0", "a");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"tensor": 2})"));
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("needs tensor * pipeline * data = 2 workers"),
+            absl::string_view::npos)
+      << id.status();
+  JobSpec bad;  // 4 heads (the default) cannot split over 3 tensor ranks
+  bad.mutable_parallel()->set_tensor(3);
+  absl::StatusOr<std::string> rejected = manager_->Submit(bad);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rejected.status().message().find("model.num_heads"), absl::string_view::npos);
+}
+
+TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
+  // Two hosts, two workers each, interleaved ids: each tensor pair must share a host.
+  AddWorker("w0", "hostA");
+  AddWorker("w1", "hostB");
+  AddWorker("w2", "hostA");
+  AddWorker("w3", "hostB");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"tensor": 2, "pipeline": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1", "w2", "w3"});
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int r = 0; r < 4; r += 2) {
+    EXPECT_EQ(ranks[r].peers(r).host(), ranks[r].peers(r + 1).host()) << "tensor group " << r;
+  }
+  EXPECT_EQ(ranks[0].generation(), 1);
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[2], 1, 5.5)).ok());  // rank 2: loss rank
+  EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
+  EXPECT_EQ(manager_->Get(*id)->latest().loss(), 5.5);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(manager_->OnRankResult(Result(ranks[r], absl::StatusCode::kOk)).ok());
+  }
+  EXPECT_EQ(State(*id), JOB_STATE_SUCCEEDED);
+  // A late report of the finished generation is refused as stale.
+  EXPECT_EQ(manager_->OnMetrics(Step(ranks[2], 2, 5.0)).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, SecondJobWaitsForWorkersThenRuns) {
+  for (int i = 0; i < 4; ++i) AddWorker(absl::StrCat("w", i), "h");
+  absl::StatusOr<std::string> first = manager_->Submit(Spec(R"({"data": 4, "global_batch_size": 4})"));
+  absl::StatusOr<std::string> second = manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(State(*first), JOB_STATE_PLACING);
+  EXPECT_EQ(State(*second), JOB_STATE_PENDING);
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1", "w2", "w3"});
+  for (auto& [r, a] : ranks) ASSERT_TRUE(manager_->OnRankResult(Result(a, absl::StatusCode::kOk)).ok());
+  EXPECT_EQ(State(*first), JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(State(*second), JOB_STATE_PLACING);
+}
+
+TEST_F(JobManagerTest, CancelAbortsTheGenerationAndFreesWorkers) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
+  ASSERT_TRUE(manager_->Cancel(*id).ok());
+  EXPECT_EQ(State(*id), JOB_STATE_CANCELLED);
+  std::vector<WorkerCommand> commands = Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(commands[0].has_abort());
+  EXPECT_EQ(manager_->Cancel(*id).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->Cancel("job-99").code(), absl::StatusCode::kNotFound);
+  // The workers take the next job once they report idle.
+  Beat("w0", WORKER_STATE_IDLE);
+  Beat("w1", WORKER_STATE_IDLE);
+  absl::StatusOr<std::string> next = manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(State(*next), JOB_STATE_PLACING);
+}
+
+TEST_F(JobManagerTest, FailedRankRestartsTheJobWithANewGenerationUntilTheBudgetIsSpent) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/1));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+  ASSERT_TRUE(manager_->OnRankResult(Result(ranks[1], absl::StatusCode::kDeadlineExceeded,
+                                            "all-reduce in data-0 timed out")).ok());
+  // The survivor is told to abort first, then gets its rank of the new generation.
+  std::vector<WorkerCommand> commands = Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  ASSERT_FALSE(commands.empty());
+  EXPECT_TRUE(commands[0].has_abort());
+  std::map<int, Assignment> again = Deliver({"w0", "w1"});
+  for (const WorkerCommand& c : commands) {
+    if (c.has_assign()) again[c.assign().rank().global_rank()] = c.assign();
+  }
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].generation(), 2);
+  EXPECT_EQ(manager_->Get(*id)->restarts(), 1);
+  // The old generation's reports are stale now.
+  EXPECT_EQ(manager_->OnMetrics(Step(ranks[0], 2, 5.0)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A second failure spends the budget.
+  ASSERT_TRUE(manager_->OnRankResult(Result(again[0], absl::StatusCode::kInternal, "boom")).ok());
+  EXPECT_EQ(State(*id), JOB_STATE_FAILED);
+  EXPECT_NE(manager_->Get(*id)->message().find("boom"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, ADeadWorkerFailsItsGeneration) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0", "w1"});
+  // w1 goes silent past the heartbeat timeout while w0 keeps beating.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  }
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_FAILED);
+  EXPECT_NE(manager_->Get(*id)->message().find("w1"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, ARankThatVanishedWithoutReportingIsNoticed) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({})", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0"});
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("w0", WORKER_STATE_IDLE);
+  }
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_FAILED);
+}
+
+TEST_F(JobManagerTest, ARestartedCoordinatorQueuesItsRunningJobsAgain) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({})"));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+  EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
+  Reopen();  // the same database, a new coordinator
+  EXPECT_EQ(State(*id), JOB_STATE_PENDING);
+  // Its worker still runs the old generation: it is told to stop, then gets the new one.
+  std::vector<WorkerCommand> commands = Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(commands[0].has_abort());
+  Beat("w0", WORKER_STATE_IDLE);
+  manager_->Tick();
+  std::map<int, Assignment> again = Deliver({"w0"});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].generation(), 2);
+}
+
+TEST_F(JobManagerTest, WatchersWakeOnChanges) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({})"));
+  ASSERT_TRUE(id.ok());
+  auto first = manager_->WaitForChange(*id, 0, absl::Seconds(1));
+  ASSERT_TRUE(first.ok());
+  // Nothing changes: the wait times out with the same version.
+  auto quiet = manager_->WaitForChange(*id, first->second, absl::Milliseconds(50));
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_EQ(quiet->second, first->second);
+  ASSERT_TRUE(manager_->Cancel(*id).ok());
+  auto changed = manager_->WaitForChange(*id, first->second, absl::Seconds(1));
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(changed->first.state(), JOB_STATE_CANCELLED);
+  EXPECT_EQ(manager_->WaitForChange("job-404", 0, absl::Milliseconds(1)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mtrain
