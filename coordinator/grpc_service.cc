@@ -152,15 +152,34 @@ grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
                                               grpc::ServerWriter<JobStatus>* writer) {
   if (jobs_ == nullptr) return Answer("WatchJob", NoJobs());
   int64_t seen = 0;
+  // The last step whose metrics were sent. Starting at 0 replays a job's history to a
+  // watcher that arrives late.
+  int64_t last_step = 0;
   while (!context->IsCancelled()) {
     absl::StatusOr<std::pair<JobStatus, int64_t>> next =
         jobs_->WaitForChange(request->job_id(), seen, kWatchPoll);
     if (!next.ok()) return Answer("WatchJob", ToGrpcStatus(next.status()));
-    if (next->second != seen || seen == 0) {
-      seen = next->second;
-      if (!writer->Write(next->first)) return grpc::Status::CANCELLED;
-      if (IsTerminalJobState(next->first.state())) return grpc::Status::OK;
+    if (next->second == seen && seen != 0) continue;
+    seen = next->second;
+    const JobStatus& status = next->first;
+    // Several steps may have passed since the last send: fill them in from the step
+    // table, so a watcher sees every step (trainctl watch --json prints one line each).
+    if (status.has_latest() && status.latest().step() > last_step + 1) {
+      absl::StatusOr<std::vector<StepMetrics>> steps = jobs_->Steps(request->job_id());
+      if (steps.ok()) {
+        for (const StepMetrics& m : *steps) {
+          if (m.step() <= last_step || m.step() >= status.latest().step()) continue;
+          JobStatus between = status;
+          between.set_step(m.step());
+          if (m.has_loss()) between.set_loss(m.loss());
+          *between.mutable_latest() = m;
+          if (!writer->Write(between)) return grpc::Status::CANCELLED;
+        }
+      }
     }
+    if (status.has_latest()) last_step = status.latest().step();
+    if (!writer->Write(status)) return grpc::Status::CANCELLED;
+    if (IsTerminalJobState(status.state())) return grpc::Status::OK;
   }
   return grpc::Status::CANCELLED;
 }

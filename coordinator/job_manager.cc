@@ -117,6 +117,11 @@ absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
   return store_->ListJobs();
 }
 
+absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->Steps(job_id);
+}
+
 absl::Status JobManager::Cancel(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(job_id));

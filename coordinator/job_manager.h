@@ -75,6 +75,9 @@ class JobManager {
                                                               int64_t seen,
                                                               absl::Duration timeout);
 
+  // The recorded per-step metrics of the job's reporting rank, in step order.
+  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
+
   // A worker heartbeat (already accepted by the registry): the commands for it.
   std::vector<WorkerCommand> OnHeartbeat(const HeartbeatRequest& request);
   // A worker registered again under a new incarnation: what it ran is lost.

@@ -15,6 +15,7 @@ PACKAGES=(
   libgloo-dev
   libopenblas-dev libopenblas0-openmp
   libsqlite3-dev
+  prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`
 )
 
 missing=()

@@ -8,21 +8,83 @@
 #include "common/grpc_status.h"
 
 namespace mtrain {
-namespace {
 
-void SetDeadline(grpc::ClientContext* context) {
+WorkerAgent::WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info, RankProcess* ranks,
+                         std::string token)
+    : stub_(stub), info_(std::move(info)), ranks_(ranks), token_(std::move(token)) {}
+
+void WorkerAgent::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(kControlRpcDeadline));
+  if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
 }
 
-}  // namespace
+void WorkerAgent::Execute(const WorkerCommand& command) {
+  if (ranks_ == nullptr) return;
+  if (command.has_abort()) {
+    const AbortCommand& abort = command.abort();
+    const Assignment& running = ranks_->assignment();
+    if (ranks_->running() && running.job_id() == abort.job_id() &&
+        running.generation() == abort.generation()) {
+      std::fprintf(stderr, "worker %s: aborting %s generation %lld rank %d: %s\n",
+                   info_.worker_id().c_str(), abort.job_id().c_str(),
+                   static_cast<long long>(abort.generation()), running.rank().global_rank(),
+                   abort.reason().c_str());
+      ranks_->Abort();
+    }
+    return;
+  }
+  if (command.has_assign()) {
+    const Assignment& a = command.assign();
+    if (ranks_->running()) ranks_->Abort();  // an older generation the coordinator replaced
+    absl::Status started = ranks_->Start(a);
+    std::fprintf(stderr, "worker %s: %s %s generation %lld rank %d of %d%s\n",
+                 info_.worker_id().c_str(), started.ok() ? "running" : "cannot run",
+                 a.job_id().c_str(), static_cast<long long>(a.generation()),
+                 a.rank().global_rank(), a.rank().world_size(),
+                 started.ok() ? "" : absl::StrCat(": ", started.ToString()).c_str());
+    if (!started.ok()) {
+      grpc::ClientContext context;
+      Prepare(&context);
+      RankResult result;
+      result.set_job_id(a.job_id());
+      result.set_generation(a.generation());
+      result.set_global_rank(a.rank().global_rank());
+      result.set_code(static_cast<int>(started.code()));
+      result.set_message(std::string(started.message()));
+      ReportRankResultResponse response;
+      (void)stub_->ReportRankResult(&context, result, &response);
+    }
+  }
+}
 
-WorkerAgent::WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info)
-    : stub_(stub), info_(std::move(info)) {}
+void WorkerAgent::CheckRank() {
+  if (ranks_ == nullptr) return;
+  RankExit exit;
+  if (ranks_->Poll(&exit) || exit.assignment.job_id().empty()) return;
+  // Exit codes 0 and 1 mean the rank reported its result itself (train_main.cc).
+  if (!exit.signaled && (exit.exit_code == 0 || exit.exit_code == 1)) return;
+  const std::string how = exit.signaled ? absl::StrCat("was killed by signal ", exit.signal)
+                                        : absl::StrCat("exited with code ", exit.exit_code);
+  std::fprintf(stderr, "worker %s: rank %d of %s %s (log %s)\n", info_.worker_id().c_str(),
+               exit.assignment.rank().global_rank(), exit.assignment.job_id().c_str(),
+               how.c_str(), exit.log_path.c_str());
+  grpc::ClientContext context;
+  Prepare(&context);
+  RankResult result;
+  result.set_job_id(exit.assignment.job_id());
+  result.set_generation(exit.assignment.generation());
+  result.set_global_rank(exit.assignment.rank().global_rank());
+  result.set_code(static_cast<int>(absl::StatusCode::kInternal));
+  result.set_message(absl::StrCat("training process on worker ", info_.worker_id(), " ", how,
+                                  " without reporting; log ", exit.log_path));
+  ReportRankResultResponse response;
+  (void)stub_->ReportRankResult(&context, result, &response);
+}
 
 absl::Status WorkerAgent::Register() {
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   RegisterWorkerRequest request;
   *request.mutable_worker() = info_;
   RegisterWorkerResponse response;
@@ -39,16 +101,24 @@ absl::Status WorkerAgent::Register() {
 }
 
 absl::Status WorkerAgent::SendHeartbeat() {
+  CheckRank();
   grpc::ClientContext context;
-  SetDeadline(&context);
+  Prepare(&context);
   HeartbeatRequest request;
   request.set_worker_id(info_.worker_id());
   request.set_incarnation_id(info_.incarnation_id());
-  request.set_state(WORKER_STATE_IDLE);
+  const bool busy = ranks_ != nullptr && ranks_->running();
+  request.set_state(busy ? WORKER_STATE_BUSY : WORKER_STATE_IDLE);
+  if (busy) {
+    request.set_job_id(ranks_->assignment().job_id());
+    request.set_generation(ranks_->assignment().generation());
+  }
   HeartbeatResponse response;
   absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
-  if (status.ok()) ++heartbeats_;
-  return status;
+  if (!status.ok()) return status;
+  ++heartbeats_;
+  for (const WorkerCommand& command : response.commands()) Execute(command);
+  return absl::OkStatus();
 }
 
 void WorkerAgent::ReportState(const std::string& state, const std::string& message) {

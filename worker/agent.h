@@ -5,7 +5,11 @@
 //   WorkerAgent agent(stub.get(), info);
 //   agent.Run(&stop);   // returns once `stop` is notified
 //
-// Later issues add executing the Assignment carried by heartbeat responses.
+// With a RankProcess the agent also executes the commands heartbeat responses carry:
+// `assign` starts the rank in its own process (stopping an older one first), `abort` stops
+// the named generation's rank. Heartbeats report BUSY with the job and generation while a
+// rank runs. A rank process that dies without reporting (a crash, a signal) is reported
+// to the coordinator on its behalf, with its log's path.
 #ifndef MTRAIN_WORKER_AGENT_H_
 #define MTRAIN_WORKER_AGENT_H_
 
@@ -16,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/notification.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "worker/rank_process.h"
 
 namespace mtrain {
 
@@ -27,8 +32,11 @@ inline constexpr absl::Duration kControlRpcDeadline = absl::Seconds(3);
 
 class WorkerAgent {
  public:
-  // `stub` must outlive the agent. `info` must carry worker_id and incarnation_id.
-  WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info);
+  // `stub` (and `ranks`, if given) must outlive the agent. `info` must carry worker_id and
+  // incarnation_id. Without `ranks` the agent only registers and heartbeats (IDLE). A
+  // non-empty `token` is sent as a bearer token with every RPC.
+  WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info, RankProcess* ranks = nullptr,
+              std::string token = "");
 
   // Registers and heartbeats until `stop` is notified.
   void Run(Notification* stop);
@@ -40,11 +48,17 @@ class WorkerAgent {
  private:
   absl::Status Register();
   absl::Status SendHeartbeat();
+  void Execute(const WorkerCommand& command);
+  // Reaps an exited rank; reports it if the rank could not report itself.
+  void CheckRank();
+  void Prepare(grpc::ClientContext* context) const;
   // Prints `message` once per change of connection state, so a long outage is one line.
   void ReportState(const std::string& state, const std::string& message);
 
   Coordinator::StubInterface* const stub_;
   const WorkerInfo info_;
+  RankProcess* const ranks_;
+  const std::string token_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   std::string reported_state_;
   // Read by other threads (tests) while Run() writes them.

@@ -4,6 +4,12 @@
 //
 //   train --spec=job.json --metrics_jsonl=metrics.jsonl                  # one rank
 //   train --spec=job.json --rank=R --world_size=W --rendezvous_dir=DIR   # rank R of W
+//   train --assignment=FILE --coordinator=HOST:PORT    # a rank a worker daemon was given
+//
+// With --assignment (written by the worker daemon: a binary Assignment proto) the rank
+// rendezvouses through the coordinator's key-value RPCs, streams every step's metrics to
+// it and reports its result at the end; the coordinator ending the metrics stream (the
+// generation is no longer live) stops the rank.
 //
 // `launch` starts all W ranks of a spec on this machine. Ranks that compute the loss (the
 // last pipeline stage) append one JSON object per step to --metrics_jsonl; the first of
@@ -12,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -21,17 +28,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/rank_grid.h"
 #include "kernels/cpu_threads.h"
+#include "worker/coordinator_client.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"
 #include "worker/parallel/rank_groups.h"
 #include "worker/step_metrics_format.h"
 #include "worker/trainer.h"
 
-ABSL_FLAG(std::string, spec, "", "job spec JSON file (required)");
+ABSL_FLAG(std::string, spec, "", "job spec JSON file (static mode)");
+ABSL_FLAG(std::string, assignment, "",
+          "binary Assignment proto from the worker daemon (coordinator mode; replaces "
+          "--spec, --rank, --world_size and --rendezvous_dir)");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address (coordinator mode)");
+ABSL_FLAG(std::string, token_file, "", "bearer token for the coordinator (coordinator mode)");
 ABSL_FLAG(int, rank, 0, "this process's global rank");
 ABSL_FLAG(int, world_size, 0,
           "number of ranks; must equal tensor * pipeline * data of the spec (0: take it "
@@ -85,112 +99,149 @@ class JsonlAppender {
   int fd_ = -1;
 };
 
-int Run() {
-  const int rank = absl::GetFlag(FLAGS_rank);
+// Where this rank's plan and rendezvous come from.
+struct RankSetup {
+  Assignment assignment;
+  std::unique_ptr<KeyValueStore> store;            // null for a single-rank static run
+  std::unique_ptr<CoordinatorClient> coordinator;  // coordinator mode only
+  std::string host;                                // where this rank's connections listen
+};
+
+absl::StatusOr<RankSetup> StaticSetup(int rank) {
   const std::string spec_path = absl::GetFlag(FLAGS_spec);
-  if (spec_path.empty()) return Fail(rank, absl::InvalidArgumentError("--spec is required"));
-  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(spec_path);
-  if (!spec.ok()) return Fail(rank, spec.status());
-  if (absl::GetFlag(FLAGS_steps) > 0) spec->mutable_train()->set_steps(absl::GetFlag(FLAGS_steps));
-  const ParallelSpec& par = spec->parallel();
+  if (spec_path.empty()) return absl::InvalidArgumentError("--spec (or --assignment) is required");
+  ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecFile(spec_path));
+  const ParallelSpec& par = spec.parallel();
   const int world = par.tensor() * par.pipeline() * par.data();
   const int world_flag = absl::GetFlag(FLAGS_world_size);
   if (world_flag != 0 && world_flag != world) {
-    return Fail(rank,
-                absl::InvalidArgumentError(absl::StrCat("--world_size=", world_flag,
-                                                        " but the spec needs tensor * pipeline * "
-                                                        "data = ",
-                                                        par.tensor(), " * ", par.pipeline(), " * ",
-                                                        par.data(), " = ", world, " ranks")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--world_size=", world_flag, " but the spec needs tensor * pipeline * data = ",
+        par.tensor(), " * ", par.pipeline(), " * ", par.data(), " = ", world, " ranks"));
   }
   if (rank < 0 || rank >= world) {
-    return Fail(rank, absl::InvalidArgumentError(
-                          absl::StrCat("--rank=", rank, " is outside [0, ", world, ")")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=", rank, " is outside [0, ", world, ")"));
   }
   const std::string rendezvous_dir = absl::GetFlag(FLAGS_rendezvous_dir);
   if (world > 1 && rendezvous_dir.empty()) {
-    return Fail(rank, absl::InvalidArgumentError(absl::StrCat(
-                          "--rendezvous_dir is required for a world of ", world, " ranks")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rendezvous_dir is required for a world of ", world, " ranks"));
   }
-  const int threads = absl::GetFlag(FLAGS_threads);
-  cpu::SetCpuThreads(threads > 0 ? threads : cpu::AvailableCores());
+  ASSIGN_OR_RETURN(std::vector<Assignment> plan, PlanAssignments(spec, "static", 1, {}));
+  RankSetup setup;
+  setup.assignment = std::move(plan[rank]);
+  setup.host = absl::GetFlag(FLAGS_host);
+  if (world > 1) {
+    ASSIGN_OR_RETURN(setup.store, DirectoryStore::Open(rendezvous_dir));
+  }
+  return setup;
+}
 
-  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(*spec, "static", 1, {});
-  if (!plan.ok()) return Fail(rank, plan.status());
-  absl::StatusOr<RankGrid> grid = RankGrid::Create(par.tensor(), par.pipeline(), par.data());
-  if (!grid.ok()) return Fail(rank, grid.status());
+absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  RankSetup setup;
+  if (!in || !setup.assignment.ParseFromIstream(&in)) {
+    return absl::InvalidArgumentError(absl::StrCat("--assignment: cannot read ", path));
+  }
+  // The coordinator planned with a resolved spec; resolving again checks it.
+  ASSIGN_OR_RETURN(*setup.assignment.mutable_spec(), ResolveJobSpec(setup.assignment.spec()));
+  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(absl::GetFlag(FLAGS_token_file)));
+  setup.coordinator =
+      std::make_unique<CoordinatorClient>(absl::GetFlag(FLAGS_coordinator), std::move(token));
+  setup.store = std::make_unique<CoordinatorKeyValueStore>(setup.coordinator.get(),
+                                                           setup.assignment.rendezvous_prefix());
+  const int rank = setup.assignment.rank().global_rank();
+  setup.host = rank < setup.assignment.peers_size() ? setup.assignment.peers(rank).host() : "";
+  if (setup.host.empty()) setup.host = "127.0.0.1";
+  return setup;
+}
 
-  std::unique_ptr<DirectoryStore> store;
+absl::Status Train(RankSetup& setup) {
+  const Assignment& assignment = setup.assignment;
+  const JobSpec& spec = assignment.spec();
+  const ParallelSpec& par = spec.parallel();
+  const int rank = assignment.rank().global_rank();
+  ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
   std::optional<GlooDevice> device;
   GroupTransport transport;
   transport.timeout = absl::GetFlag(FLAGS_collective_timeout);
-  if (world > 1) {
-    absl::StatusOr<std::unique_ptr<DirectoryStore>> opened = DirectoryStore::Open(rendezvous_dir);
-    if (!opened.ok()) return Fail(rank, opened.status());
-    store = std::move(*opened);
-    absl::StatusOr<GlooDevice> created = CreateGlooDevice(absl::GetFlag(FLAGS_host));
-    if (!created.ok()) return Fail(rank, created.status());
-    device = std::move(*created);
-    transport.store = store.get();
+  if (grid.world_size() > 1) {
+    ASSIGN_OR_RETURN(device, CreateGlooDevice(setup.host));
+    transport.store = setup.store.get();
     transport.device = &*device;
   }
-  absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, rank, transport);
-  if (!groups.ok()) return Fail(rank, groups.status());
-
+  ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
   TrainerOptions options;
   options.bucket_elements =
       std::max<size_t>(1, static_cast<size_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4));
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create((*plan)[rank], std::move(*groups), options);
-  if (!trainer.ok()) return Fail(rank, trainer.status());
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                   Trainer::Create(assignment, std::move(groups), options));
 
   JsonlAppender metrics_file;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_jsonl);
-  if (!metrics_path.empty() && (*trainer)->computes_loss()) {
-    absl::Status opened = metrics_file.Open(metrics_path);
-    if (!opened.ok()) return Fail(rank, opened);
+  if (!metrics_path.empty() && trainer->computes_loss()) {
+    RETURN_IF_ERROR(metrics_file.Open(metrics_path));
   }
   JsonlAppender timings_file;
   const std::string timings_path = absl::GetFlag(FLAGS_stage_timings);
-  if (!timings_path.empty()) {
-    absl::Status opened = timings_file.Open(timings_path);
-    if (!opened.ok()) return Fail(rank, opened);
-  }
+  if (!timings_path.empty()) RETURN_IF_ERROR(timings_file.Open(timings_path));
   // One rank narrates: the first that knows the loss.
-  const RankCoordinates& coords = (*trainer)->coordinates();
-  const bool narrator =
-      (*trainer)->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
-  const long long steps = spec->train().steps();
+  const RankCoordinates& coords = trainer->coordinates();
+  const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
+  const long long steps = spec.train().steps();
   if (narrator) {
     std::printf(
         "train: %s, %d layers, hidden %d, %d heads, seq %d, (t,p,d)=(%d,%d,%d) %s, "
         "%lld steps\n",
-        spec->name().c_str(), spec->model().num_layers(), spec->model().hidden_size(),
-        spec->model().num_heads(), spec->model().seq_length(), par.tensor(), par.pipeline(),
+        spec.name().c_str(), spec.model().num_layers(), spec.model().hidden_size(),
+        spec.model().num_heads(), spec.model().seq_length(), par.tensor(), par.pipeline(),
         par.data(), Schedule_Name(par.schedule()).c_str(), steps);
     std::fflush(stdout);
   }
-  while ((*trainer)->completed_steps() < steps) {
-    absl::StatusOr<StepMetrics> metrics = (*trainer)->Step();
-    if (!metrics.ok()) return Fail(rank, metrics.status());
+  while (trainer->completed_steps() < steps) {
+    ASSIGN_OR_RETURN(const StepMetrics metrics, trainer->Step());
     if (narrator) {
-      std::printf("%s\n", StepProgressLine(*metrics, steps).c_str());
+      std::printf("%s\n", StepProgressLine(metrics, steps).c_str());
       std::fflush(stdout);
     }
-    if ((*trainer)->computes_loss()) metrics_file.Append(StepMetricsJson(*metrics));
-    const PipelineTimings& timings = (*trainer)->last_pipeline_timings();
-    timings_file.Append(absl::StrFormat(
-        "{\"step\":%d,\"rank\":%d,\"pp_stage\":%d,\"step_seconds\":%.6f,"
-        "\"pipeline_seconds\":%.6f,\"compute_seconds\":%.6f,\"wait_seconds\":%.6f}",
-        metrics->step(), rank, coords.pp_rank(), metrics->step_seconds(),
-        timings.compute_seconds + timings.wait_seconds, timings.compute_seconds,
-        timings.wait_seconds));
+    if (trainer->computes_loss()) metrics_file.Append(StepMetricsJson(metrics));
+    const PipelineTimings& timings = trainer->last_pipeline_timings();
+    timings_file.Append(
+        absl::StrFormat("{\"step\":%d,\"rank\":%d,\"pp_stage\":%d,\"step_seconds\":%.6f,"
+                        "\"pipeline_seconds\":%.6f,\"compute_seconds\":%.6f,\"wait_seconds\":%.6f}",
+                        metrics.step(), rank, coords.pp_rank(), metrics.step_seconds(),
+                        timings.compute_seconds + timings.wait_seconds, timings.compute_seconds,
+                        timings.wait_seconds));
+    if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
   }
   const std::string weights = absl::GetFlag(FLAGS_save_weights);
-  if (!weights.empty()) {
-    absl::Status saved = (*trainer)->SaveWeights(weights);
-    if (!saved.ok()) return Fail(rank, saved);
+  if (!weights.empty()) RETURN_IF_ERROR(trainer->SaveWeights(weights));
+  return absl::OkStatus();
+}
+
+int Run() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  cpu::SetCpuThreads(threads > 0 ? threads : cpu::AvailableCores());
+  const std::string assignment_path = absl::GetFlag(FLAGS_assignment);
+  int rank = absl::GetFlag(FLAGS_rank);
+  absl::StatusOr<RankSetup> setup =
+      assignment_path.empty() ? StaticSetup(rank) : CoordinatorSetup(assignment_path);
+  // Exit codes in coordinator mode: 0 done, 1 failed and reported, 2 failed without a
+  // report (the worker daemon then reports for the rank).
+  if (!setup.ok()) return Fail(rank, setup.status()) + (assignment_path.empty() ? 0 : 1);
+  rank = setup->assignment.rank().global_rank();
+  const absl::Status result = Train(*setup);
+  if (setup->coordinator != nullptr) {
+    absl::Status reported = setup->coordinator->ReportResult(setup->assignment, result);
+    if (!reported.ok()) {
+      std::fprintf(stderr, "train[rank %d]: could not report the result: %s\n", rank,
+                   reported.ToString().c_str());
+      if (!result.ok()) Fail(rank, result);
+      return 2;
+    }
   }
+  if (!result.ok()) return Fail(rank, result);
   return 0;
 }
 

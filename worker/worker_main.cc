@@ -18,15 +18,33 @@
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent.h"
+#include "worker/coordinator_client.h"
+#include "worker/rank_process.h"
 #include "worker/device_inventory.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if a GPU works, else CPU), cpu or cuda");
 ABSL_FLAG(std::string, worker_id, "",
           "stable identity across restarts; default HOST-PID (a new worker each start)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the coordinator's bearer token (when it requires one)");
+ABSL_FLAG(std::string, train_binary, "",
+          "the `train` binary that runs assigned ranks (default: beside this binary)");
+ABSL_FLAG(int, threads, 0, "CPU threads of each rank this worker runs (0: all cores)");
+ABSL_FLAG(std::string, log_dir, "",
+          "where assigned ranks' logs go (default /tmp/mtrain-worker-ID)");
 
 namespace mtrain {
 namespace {
+
+std::string SiblingBinary(const std::string& name) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return name;
+  self[n] = '\0';
+  const std::string path(self);
+  return path.substr(0, path.rfind('/') + 1) + name;
+}
 
 // 64 random bits as hex: distinguishes this process start from any other.
 std::string NewIncarnationId() {
@@ -59,10 +77,30 @@ int Run() {
               address.c_str());
   std::fflush(stdout);
 
+  absl::StatusOr<std::string> token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    std::fprintf(stderr, "worker: --token_file: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  RankProcessOptions rank_options;
+  rank_options.train_binary = absl::GetFlag(FLAGS_train_binary);
+  if (rank_options.train_binary.empty()) rank_options.train_binary = SiblingBinary("train");
+  if (::access(rank_options.train_binary.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "worker: %s is not executable (--train_binary)\n",
+                 rank_options.train_binary.c_str());
+    return 2;
+  }
+  rank_options.coordinator = address;
+  rank_options.token_file = absl::GetFlag(FLAGS_token_file);
+  rank_options.threads = absl::GetFlag(FLAGS_threads);
+  rank_options.log_dir = absl::GetFlag(FLAGS_log_dir);
+  if (rank_options.log_dir.empty()) rank_options.log_dir = "/tmp/mtrain-worker-" + worker_id;
+  RankProcess ranks(rank_options);
+
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   std::unique_ptr<Coordinator::Stub> stub = Coordinator::NewStub(channel);
-  WorkerAgent agent(stub.get(), *info);
+  WorkerAgent agent(stub.get(), *info, &ranks, *token);
 
   Notification stop;
   std::thread waiter([&shutdown, &stop, &worker_id] {

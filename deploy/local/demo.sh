@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The local demo: a coordinator and 4 CPU workers on loopback, driven with trainctl.
-# Everything started here is stopped on exit, Ctrl-C included.
+# The local demo: a coordinator and 4 CPU workers on loopback; trainctl submits the demo
+# job (deploy/local/demo_job.json: the shipped corpus, tensor 2 x pipeline 2, 1F1B) and
+# follows it to the end, then a summary is printed. Everything started here is stopped on
+# exit, Ctrl-C included.
 #
-#   deploy/local/demo.sh            # run, show, stop
-#   DEMO_HOLD=1 deploy/local/demo.sh   # keep running until Ctrl-C
+#   deploy/local/demo.sh                       # run the demo job, summarise, stop
+#   DEMO_JOB=my_job.json deploy/local/demo.sh  # another spec
+#   DEMO_HOLD=1 deploy/local/demo.sh           # keep everything running until Ctrl-C
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-BIN=bazel-bin
+BIN=${BIN:-$(bazel info bazel-bin 2>/dev/null || echo bazel-bin)}
+JOB_SPEC=${DEMO_JOB:-deploy/local/demo_job.json}
 NUM_WORKERS=${NUM_WORKERS:-4}
 STATE=$(mktemp -d -t mtrain-demo.XXXXXX)
 PIDS=()
@@ -35,7 +39,8 @@ for binary in coordinator/coordinator worker/worker coordinator/cli/trainctl; do
   [[ -x "$BIN/$binary" ]] || { echo "demo: $BIN/$binary missing: run 'make demo'" >&2; exit 1; }
 done
 
-"$BIN/coordinator/coordinator" --listen=127.0.0.1:0 >"$STATE/coordinator.log" 2>&1 &
+"$BIN/coordinator/coordinator" --listen=127.0.0.1:0 --http=127.0.0.1:0 \
+  --state_dir="$STATE/coordinator" >"$STATE/coordinator.log" 2>&1 &
 PIDS+=($!)
 address=""
 for _ in $(seq 200); do
@@ -45,10 +50,13 @@ for _ in $(seq 200); do
 done
 [[ -n "$address" ]] || { echo "demo: coordinator did not start:" >&2; cat "$STATE/coordinator.log" >&2; exit 1; }
 echo "demo: coordinator listening on $address"
+metrics_url=$(sed -n 's/^coordinator metrics on //p' "$STATE/coordinator.log")
+echo "demo: Prometheus metrics at $metrics_url"
 
 for i in $(seq 0 $((NUM_WORKERS - 1))); do
+  # One thread per rank: the demo's 4 ranks share this machine's cores.
   "$BIN/worker/worker" --coordinator="$address" --device=cpu --worker_id="demo-worker-$i" \
-    >"$STATE/worker-$i.log" 2>&1 &
+    --threads=1 --log_dir="$STATE/ranks" >"$STATE/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done
 
@@ -62,8 +70,20 @@ echo "demo: $alive of $NUM_WORKERS workers registered and heartbeating:"
 trainctl workers
 ((alive == NUM_WORKERS)) || { echo "demo: workers failed to register; see $STATE" >&2; exit 1; }
 
+
 echo
-echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address workers"
+echo "demo: submitting $JOB_SPEC"
+if ! trainctl submit --wait "$JOB_SPEC"; then
+  echo "demo: the job did not succeed; logs: $STATE (ranks/ holds each rank's log)" >&2
+  trainctl list >&2 || true
+  exit 1
+fi
+job=$(trainctl list --json | sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' | tail -n 1)
+echo
+echo "demo: summary of $job"
+trainctl status "$job"
+echo "demo: metrics were served at $metrics_url; job database and rank logs in $STATE"
+echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address list"
 if [[ -n "${DEMO_HOLD:-}" ]]; then
   echo "demo: running until Ctrl-C"
   while true; do sleep 1; done

@@ -1,0 +1,69 @@
+// Runs the rank a worker daemon was assigned in its own process: `train --assignment=...`
+// (so a crash in the engine never takes the daemon down, and aborting a rank is a signal).
+// At most one rank at a time.
+//
+//   RankProcess ranks(options);
+//   RETURN_IF_ERROR(ranks.Start(assignment));
+//   if (!ranks.Poll(&exit)) ...   // reaps the child once it has exited
+//   ranks.Abort();                // SIGTERM, then SIGKILL after the grace period
+//
+// Not thread-safe: the agent's loop owns it.
+#ifndef MTRAIN_WORKER_RANK_PROCESS_H_
+#define MTRAIN_WORKER_RANK_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/assignment.pb.h"
+
+namespace mtrain {
+
+struct RankProcessOptions {
+  std::string train_binary;  // path of `train`
+  std::string coordinator;   // HOST:PORT handed to the rank
+  std::string token_file;    // handed to the rank; may be empty
+  int threads = 0;           // --threads of the rank; 0: all cores
+  std::string log_dir;       // assignment files and one log per rank run
+  absl::Duration abort_grace = absl::Seconds(3);
+};
+
+// How a rank process ended.
+struct RankExit {
+  Assignment assignment;
+  int exit_code = 0;     // valid when !signaled
+  int signal = 0;        // valid when signaled
+  bool signaled = false;
+  bool aborted = false;  // we stopped it
+  std::string log_path;
+};
+
+class RankProcess {
+ public:
+  explicit RankProcess(RankProcessOptions options);
+  ~RankProcess();  // aborts a running rank
+
+  // Starts the rank. FAILED_PRECONDITION if one is running; INTERNAL if it cannot start.
+  absl::Status Start(const Assignment& assignment);
+  // True while a rank runs. Once it has exited, fills *exit (once) and returns false.
+  bool Poll(RankExit* exit);
+  // Stops the running rank (no-op if none) and reaps it; *exit describes it if given.
+  void Abort(RankExit* exit = nullptr);
+
+  bool running() const { return pid_ > 0; }
+  const Assignment& assignment() const { return assignment_; }
+
+ private:
+  void Reaped(int status, RankExit* exit);
+
+  const RankProcessOptions options_;
+  pid_t pid_ = -1;
+  Assignment assignment_;
+  std::string log_path_;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_RANK_PROCESS_H_
