@@ -16,20 +16,31 @@ constexpr absl::Duration kMaxRendezvousWait = absl::Minutes(10);
 constexpr absl::Duration kWatchPoll = absl::Seconds(1);
 
 const char* CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",        "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int index = static_cast<int>(code);
   return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
 }
 
 }  // namespace
 
-CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers,
-                                               RendezvousStore* rendezvous, JobManager* jobs,
-                                               CoordinatorMetrics* metrics,
+CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous,
+                                               JobManager* jobs, CoordinatorMetrics* metrics,
                                                std::string auth_token)
     : workers_(workers),
       rendezvous_(rendezvous),
@@ -51,8 +62,7 @@ grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& contex
                           : "the bearer token is not the coordinator's");
 }
 
-grpc::Status CoordinatorGrpcService::Answer(const char* method,
-                                            const grpc::Status& status) const {
+grpc::Status CoordinatorGrpcService::Answer(const char* method, const grpc::Status& status) const {
   if (!status.ok() && metrics_ != nullptr) {
     metrics_->AddRpcError(method, CodeName(status.error_code()));
   }
@@ -63,10 +73,10 @@ grpc::Status CoordinatorGrpcService::NoJobs() const {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this coordinator runs no job manager");
 }
 
-#define MTRAIN_AUTHORIZE(method)                              \
-  do {                                                        \
-    grpc::Status auth = Authorize(*context);                  \
-    if (!auth.ok()) return Answer(method, auth);              \
+#define MTRAIN_AUTHORIZE(method)                 \
+  do {                                           \
+    grpc::Status auth = Authorize(*context);     \
+    if (!auth.ok()) return Answer(method, auth); \
   } while (0)
 
 grpc::Status CoordinatorGrpcService::RegisterWorker(grpc::ServerContext* context,

@@ -93,8 +93,8 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   const int alive = workers_->CountAlive();
   if (world > alive) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parallel: the job needs tensor * pipeline * data = ", world, " workers but only ",
-        alive, " are registered and alive [rule: world size <= live workers]"));
+        "parallel: the job needs tensor * pipeline * data = ", world, " workers but only ", alive,
+        " are registered and alive [rule: world size <= live workers]"));
   }
   std::string job_id;
   {
@@ -134,8 +134,9 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(
-    const std::string& job_id, int64_t seen, absl::Duration timeout) {
+absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(const std::string& job_id,
+                                                                        int64_t seen,
+                                                                        absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   changed_.wait_until(lock, deadline, [&] { return versions_[job_id] != seen; });
@@ -155,9 +156,8 @@ std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& reque
     const bool current = assigned != worker_job_.end() && assigned->second == request.job_id() &&
                          active != active_.end() &&
                          active->second.generation == request.generation();
-    const bool abort_queued = std::any_of(commands.begin(), commands.end(), [](const auto& c) {
-      return c.has_abort();
-    });
+    const bool abort_queued =
+        std::any_of(commands.begin(), commands.end(), [](const auto& c) { return c.has_abort(); });
     if (!current && !abort_queued) {
       // A rank of a generation this coordinator does not run (ended, or from before a
       // coordinator restart): stop it so the worker is free.
@@ -212,8 +212,8 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
     const auto it = active_.find(result.job_id());
     if (it == active_.end() || it->second.generation != result.generation()) {
       RETURN_IF_ERROR(store_->GetJob(result.job_id()).status());
-      return absl::FailedPreconditionError(absl::StrCat(
-          result.job_id(), " generation ", result.generation(), " is not running"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(result.job_id(), " generation ", result.generation(), " is not running"));
     }
     ActiveJob& job = it->second;
     const int rank = result.global_rank();
@@ -224,8 +224,8 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
       FailGenerationLocked(
           result.job_id(),
           absl::StrCat("rank ", rank, " on worker ", job.workers[rank], " failed: ",
-                       absl::StatusCodeToString(static_cast<absl::StatusCode>(result.code())),
-                       ": ", result.message()));
+                       absl::StatusCodeToString(static_cast<absl::StatusCode>(result.code())), ": ",
+                       result.message()));
     } else {
       job.finished.insert(rank);
       if (job.finished.size() == job.workers.size()) {
@@ -277,9 +277,9 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   (void)store_->AppendEvent(job_id, "generation_failed",
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (restarts >= spec.train().max_restarts()) {
-    (void)TransitionLocked(job_id, JOB_STATE_FAILED,
-                           absl::StrCat(reason, " (restart budget of ",
-                                        spec.train().max_restarts(), " spent)"));
+    (void)TransitionLocked(
+        job_id, JOB_STATE_FAILED,
+        absl::StrCat(reason, " (restart budget of ", spec.train().max_restarts(), " spent)"));
     return;
   }
   (void)store_->SetPlacement(job_id, generation, restarts + 1, {}, NowMs());
@@ -304,8 +304,8 @@ std::vector<std::string> JobManager::FreeWorkersLocked() const {
   return free;
 }
 
-bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
-                                int64_t generation, int restarts) {
+bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
+                                int restarts) {
   const int t = spec.parallel().tensor();
   const int groups_needed = spec.parallel().pipeline() * spec.parallel().data();
   std::map<std::string, WorkerInfo> info;
@@ -313,9 +313,12 @@ bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
   // Candidates by device kind: CUDA workers for CUDA jobs, CPU for CPU jobs; AUTO takes
   // CUDA workers if enough are free, else CPU ones (never a mix: one job, one engine).
   std::vector<DeviceKind> kinds;
-  if (spec.device() == DEVICE_CUDA) kinds = {DEVICE_KIND_CUDA};
-  else if (spec.device() == DEVICE_CPU) kinds = {DEVICE_KIND_CPU};
-  else kinds = {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
+  if (spec.device() == DEVICE_CUDA)
+    kinds = {DEVICE_KIND_CUDA};
+  else if (spec.device() == DEVICE_CPU)
+    kinds = {DEVICE_KIND_CPU};
+  else
+    kinds = {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
   const std::vector<std::string> free = FreeWorkersLocked();
   for (DeviceKind kind : kinds) {
     // Tensor-parallel groups (t consecutive ranks) each on one host.
@@ -337,8 +340,7 @@ bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
       peer.set_host(info[id].host());
       peers.push_back(peer);
     }
-    absl::StatusOr<std::vector<Assignment>> plan =
-        PlanAssignments(spec, job_id, generation, peers);
+    absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, job_id, generation, peers);
     if (!plan.ok()) {
       (void)TransitionLocked(job_id, JOB_STATE_FAILED,
                              absl::StrCat("cannot plan the job: ", plan.status().message()));
@@ -365,10 +367,9 @@ bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
                              absl::StrCat("generation ", generation, " on ", ranks.size(),
                                           " workers: ", absl::StrJoin(ranks, ",")));
     } else {
-      (void)store_->AppendEvent(job_id, "placed",
-                                absl::StrCat("generation ", generation, " on ",
-                                             absl::StrJoin(ranks, ",")),
-                                NowMs());
+      (void)store_->AppendEvent(
+          job_id, "placed",
+          absl::StrCat("generation ", generation, " on ", absl::StrJoin(ranks, ",")), NowMs());
       BumpLocked(job_id);
     }
     return true;
@@ -403,8 +404,8 @@ void JobManager::DetectLostRanksLocked() {
       if (job.finished.count(static_cast<int>(rank)) > 0) continue;
       if (!alive[worker]) {
         if (metrics_ != nullptr) metrics_->AddMissedHeartbeat();
-        failures.emplace_back(job_id, absl::StrCat("worker ", worker, " (rank ", rank,
-                                                   ") stopped heartbeating"));
+        failures.emplace_back(
+            job_id, absl::StrCat("worker ", worker, " (rank ", rank, ") stopped heartbeating"));
         break;
       }
       const auto idle = idle_since_.find(worker);

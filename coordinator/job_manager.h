@@ -53,12 +53,9 @@ class JobManager {
  public:
   // All pointers must outlive the manager; `metrics` may be null. Re-queues jobs a
   // previous coordinator left PLACING or RUNNING.
-  static absl::StatusOr<std::unique_ptr<JobManager>> Create(const Clock* clock,
-                                                            WorkerRegistry* workers,
-                                                            JobStore* store,
-                                                            RendezvousStore* rendezvous,
-                                                            CoordinatorMetrics* metrics,
-                                                            JobManagerOptions options);
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(
+      const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
+      CoordinatorMetrics* metrics, JobManagerOptions options);
 
   // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
   // field and rule, or when the job needs more workers than are registered and alive.
@@ -72,8 +69,7 @@ class JobManager {
   // Blocks until the job's status differs from version `seen` (0 = return at once) or
   // `timeout` passes; returns the status and its version. NOT_FOUND for an unknown job.
   absl::StatusOr<std::pair<JobStatus, int64_t>> WaitForChange(const std::string& job_id,
-                                                              int64_t seen,
-                                                              absl::Duration timeout);
+                                                              int64_t seen, absl::Duration timeout);
 
   // The recorded per-step metrics of the job's reporting rank, in step order.
   absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
@@ -98,16 +94,15 @@ class JobManager {
     JobSpec spec;
     int64_t generation = 0;
     int restarts = 0;
-    std::vector<Assignment> plan;        // by global rank
-    std::vector<std::string> workers;    // by global rank
-    std::set<int> finished;              // ranks that reported OK
-    bool running = false;                // a step was reported
+    std::vector<Assignment> plan;      // by global rank
+    std::vector<std::string> workers;  // by global rank
+    std::set<int> finished;            // ranks that reported OK
+    bool running = false;              // a step was reported
     absl::Time placed_at;
   };
 
   JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,
-             RendezvousStore* rendezvous, CoordinatorMetrics* metrics,
-             JobManagerOptions options);
+             RendezvousStore* rendezvous, CoordinatorMetrics* metrics, JobManagerOptions options);
   absl::Status Recover();
 
   // All require mutex_.
@@ -117,8 +112,7 @@ class JobManager {
                       int restarts);
   void FailGenerationLocked(const std::string& job_id, const std::string& reason);
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
-  absl::Status TransitionLocked(const std::string& job_id, JobState to,
-                                const std::string& message);
+  absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   void DetectLostRanksLocked();
   std::vector<std::string> FreeWorkersLocked() const;
   void BumpLocked(const std::string& job_id);
@@ -133,11 +127,11 @@ class JobManager {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::map<std::string, ActiveJob> active_;                    // guarded by mutex_
-  std::map<std::string, std::vector<WorkerCommand>> outbox_;   // by worker; guarded
-  std::map<std::string, std::string> worker_job_;              // busy worker -> job; guarded
-  std::map<std::string, absl::Time> idle_since_;               // assigned worker seen idle
-  std::map<std::string, int64_t> versions_;                    // job -> change count
+  std::map<std::string, ActiveJob> active_;                   // guarded by mutex_
+  std::map<std::string, std::vector<WorkerCommand>> outbox_;  // by worker; guarded
+  std::map<std::string, std::string> worker_job_;             // busy worker -> job; guarded
+  std::map<std::string, absl::Time> idle_since_;              // assigned worker seen idle
+  std::map<std::string, int64_t> versions_;                   // job -> change count
 };
 
 }  // namespace mtrain

@@ -10,9 +10,9 @@ namespace mtrain {
 namespace {
 
 JobSpec Spec(const std::string& parallel, int max_restarts = 1) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(absl::StrCat(
-      R"({"parallel": )", parallel, R"(, "train": {"steps": 2, "max_restarts": )", max_restarts,
-      "}}"));
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(
+      absl::StrCat(R"({"parallel": )", parallel, R"(, "train": {"steps": 2, "max_restarts": )",
+                   max_restarts, "}}"));
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -21,9 +21,9 @@ class JobManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* tmp = std::getenv("TEST_TMPDIR");
-    path_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/jobs-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                         ".sqlite");
+    path_ =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/jobs-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".sqlite");
     std::remove(path_.c_str());
     Reopen();
   }
@@ -152,13 +152,16 @@ TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
 
 TEST_F(JobManagerTest, SecondJobWaitsForWorkersThenRuns) {
   for (int i = 0; i < 4; ++i) AddWorker(absl::StrCat("w", i), "h");
-  absl::StatusOr<std::string> first = manager_->Submit(Spec(R"({"data": 4, "global_batch_size": 4})"));
-  absl::StatusOr<std::string> second = manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  absl::StatusOr<std::string> first =
+      manager_->Submit(Spec(R"({"data": 4, "global_batch_size": 4})"));
+  absl::StatusOr<std::string> second =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(State(*first), JOB_STATE_PLACING);
   EXPECT_EQ(State(*second), JOB_STATE_PENDING);
   std::map<int, Assignment> ranks = Deliver({"w0", "w1", "w2", "w3"});
-  for (auto& [r, a] : ranks) ASSERT_TRUE(manager_->OnRankResult(Result(a, absl::StatusCode::kOk)).ok());
+  for (auto& [r, a] : ranks)
+    ASSERT_TRUE(manager_->OnRankResult(Result(a, absl::StatusCode::kOk)).ok());
   EXPECT_EQ(State(*first), JOB_STATE_SUCCEEDED);
   EXPECT_EQ(State(*second), JOB_STATE_PLACING);
 }
@@ -179,7 +182,8 @@ TEST_F(JobManagerTest, CancelAbortsTheGenerationAndFreesWorkers) {
   // The workers take the next job once they report idle.
   Beat("w0", WORKER_STATE_IDLE);
   Beat("w1", WORKER_STATE_IDLE);
-  absl::StatusOr<std::string> next = manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  absl::StatusOr<std::string> next =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(State(*next), JOB_STATE_PLACING);
 }
@@ -192,8 +196,10 @@ TEST_F(JobManagerTest, FailedRankRestartsTheJobWithANewGenerationUntilTheBudgetI
   ASSERT_TRUE(id.ok());
   std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
   ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
-  ASSERT_TRUE(manager_->OnRankResult(Result(ranks[1], absl::StatusCode::kDeadlineExceeded,
-                                            "all-reduce in data-0 timed out")).ok());
+  ASSERT_TRUE(manager_
+                  ->OnRankResult(Result(ranks[1], absl::StatusCode::kDeadlineExceeded,
+                                        "all-reduce in data-0 timed out"))
+                  .ok());
   // The survivor is told to abort first, then gets its rank of the new generation.
   std::vector<WorkerCommand> commands = Beat("w0", WORKER_STATE_BUSY, *id, 1);
   ASSERT_FALSE(commands.empty());

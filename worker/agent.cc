@@ -40,8 +40,8 @@ void WorkerAgent::Execute(const WorkerCommand& command) {
     absl::Status started = ranks_->Start(a);
     std::fprintf(stderr, "worker %s: %s %s generation %lld rank %d of %d%s\n",
                  info_.worker_id().c_str(), started.ok() ? "running" : "cannot run",
-                 a.job_id().c_str(), static_cast<long long>(a.generation()),
-                 a.rank().global_rank(), a.rank().world_size(),
+                 a.job_id().c_str(), static_cast<long long>(a.generation()), a.rank().global_rank(),
+                 a.rank().world_size(),
                  started.ok() ? "" : absl::StrCat(": ", started.ToString()).c_str());
     if (!started.ok()) {
       grpc::ClientContext context;
@@ -67,8 +67,8 @@ void WorkerAgent::CheckRank() {
   const std::string how = exit.signaled ? absl::StrCat("was killed by signal ", exit.signal)
                                         : absl::StrCat("exited with code ", exit.exit_code);
   std::fprintf(stderr, "worker %s: rank %d of %s %s (log %s)\n", info_.worker_id().c_str(),
-               exit.assignment.rank().global_rank(), exit.assignment.job_id().c_str(),
-               how.c_str(), exit.log_path.c_str());
+               exit.assignment.rank().global_rank(), exit.assignment.job_id().c_str(), how.c_str(),
+               exit.log_path.c_str());
   grpc::ClientContext context;
   Prepare(&context);
   RankResult result;

@@ -24,8 +24,8 @@ RankProcess::~RankProcess() { Abort(); }
 
 absl::Status RankProcess::Start(const Assignment& assignment) {
   if (running()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "already running ", assignment_.job_id(), " generation ", assignment_.generation()));
+    return absl::FailedPreconditionError(absl::StrCat("already running ", assignment_.job_id(),
+                                                      " generation ", assignment_.generation()));
   }
   ::mkdir(options_.log_dir.c_str(), 0755);
   const std::string base =

@@ -33,8 +33,8 @@ struct RankProcessOptions {
 // How a rank process ended.
 struct RankExit {
   Assignment assignment;
-  int exit_code = 0;     // valid when !signaled
-  int signal = 0;        // valid when signaled
+  int exit_code = 0;  // valid when !signaled
+  int signal = 0;     // valid when signaled
   bool signaled = false;
   bool aborted = false;  // we stopped it
   std::string log_path;

@@ -19,8 +19,8 @@
 #include "grpcpp/grpcpp.h"
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
-#include "worker/rank_process.h"
 #include "worker/device_inventory.h"
+#include "worker/rank_process.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if a GPU works, else CPU), cpu or cuda");
@@ -79,7 +79,8 @@ int Run() {
 
   absl::StatusOr<std::string> token = ReadTokenFile(absl::GetFlag(FLAGS_token_file));
   if (!token.ok()) {
-    std::fprintf(stderr, "worker: --token_file: %s\n", std::string(token.status().message()).c_str());
+    std::fprintf(stderr, "worker: --token_file: %s\n",
+                 std::string(token.status().message()).c_str());
     return 2;
   }
   RankProcessOptions rank_options;
