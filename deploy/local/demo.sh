@@ -73,7 +73,11 @@ trainctl workers
 
 echo
 echo "demo: submitting $JOB_SPEC"
-if ! trainctl submit --wait "$JOB_SPEC"; then
+# In the background and waited for, so that a signal to this script runs its trap at once
+# (bash defers traps while a foreground command runs).
+trainctl submit --wait "$JOB_SPEC" &
+PIDS+=($!)
+if ! wait $!; then
   echo "demo: the job did not succeed; logs: $STATE (ranks/ holds each rank's log)" >&2
   trainctl list >&2 || true
   exit 1
