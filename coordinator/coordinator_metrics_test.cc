@@ -32,7 +32,6 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-
 // The value of the sample whose name-and-labels part is exactly `series` (labels in the
 // order prometheus-cpp writes them: sorted by name), or nullopt if absent.
 std::optional<double> SampleValue(const std::string& text, const std::string& series) {

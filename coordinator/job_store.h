@@ -74,8 +74,7 @@ class JobStore {
   // Records one step's metrics from the loss-reporting rank: the job's latest step, loss,
   // tokens/s and JobStatus.latest, and one summary row per step (a repeated step, after a
   // restart, replaces its row).
-  absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics,
-                          int64_t now_ms);
+  absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics, int64_t now_ms);
   // The per-step rows, in step order.
   absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
 

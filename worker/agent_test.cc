@@ -17,7 +17,8 @@ class InProcessCoordinator {
  public:
   explicit InProcessCoordinator(int port)
       : registry_(RealClock::Get(), {absl::Milliseconds(20), absl::Seconds(5)}),
-        service_(&registry_, &rendezvous_, /*jobs=*/nullptr, /*metrics=*/nullptr, /*auth_token=*/"") {
+        service_(&registry_, &rendezvous_, /*jobs=*/nullptr, /*metrics=*/nullptr,
+                 /*auth_token=*/"") {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
                              &port_);

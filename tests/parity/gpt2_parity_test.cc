@@ -100,8 +100,7 @@ TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
     absl::StatusOr<StepStats> stats =
         SingleRankStep(*model_, optimizer, spec.grad_clip(), step, {batches_[step - 1]});
     ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_LT(std::abs(stats->loss - reference_losses[step - 1]) / reference_losses[step - 1],
-              1e-5)
+    EXPECT_LT(std::abs(stats->loss - reference_losses[step - 1]) / reference_losses[step - 1], 1e-5)
         << "step " << step << ": " << stats->loss << " vs " << reference_losses[step - 1];
   }
   for (const ParamTensor& tensor : layout_.tensors()) {

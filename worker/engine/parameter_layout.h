@@ -55,35 +55,34 @@ struct ParamTensor {
 // Typed views into a flat buffer (parameters or gradients); shapes are local.
 template <typename T>
 struct LayerView {
-  T* ln1_gamma;   // [C]
-  T* ln1_beta;    // [C]
-  T* qkv_weight;  // [3 * C_local, C]
-  T* qkv_bias;    // [3 * C_local]
-  T* proj_weight;  // [C, C_local]
-  T* proj_bias;    // [C]
-  T* ln2_gamma;    // [C]
-  T* ln2_beta;     // [C]
-  T* fc_weight;    // [4C_local, C]
-  T* fc_bias;      // [4C_local]
+  T* ln1_gamma;       // [C]
+  T* ln1_beta;        // [C]
+  T* qkv_weight;      // [3 * C_local, C]
+  T* qkv_bias;        // [3 * C_local]
+  T* proj_weight;     // [C, C_local]
+  T* proj_bias;       // [C]
+  T* ln2_gamma;       // [C]
+  T* ln2_beta;        // [C]
+  T* fc_weight;       // [4C_local, C]
+  T* fc_bias;         // [4C_local]
   T* fc_proj_weight;  // [C, 4C_local]
   T* fc_proj_bias;    // [C]
 };
 
 template <typename T>
 struct ModelView {
-  T* wte = nullptr;  // [V_local, C]; null unless first or last stage
-  T* wpe = nullptr;  // [S, C]; null unless first stage
+  T* wte = nullptr;                  // [V_local, C]; null unless first or last stage
+  T* wpe = nullptr;                  // [S, C]; null unless first stage
   std::vector<LayerView<T>> layers;  // this rank's layers, in order
-  T* lnf_gamma = nullptr;  // [C]; last stage only
-  T* lnf_beta = nullptr;   // [C]
+  T* lnf_gamma = nullptr;            // [C]; last stage only
+  T* lnf_beta = nullptr;             // [C]
 };
 
 class ParameterLayout {
  public:
   // Tensor offsets start at `base_offset`: a rank holding several model chunks
   // (interleaved pipeline) lays them out one after another in one buffer.
-  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement,
-                  size_t base_offset = 0);
+  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement, size_t base_offset = 0);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // Elements of this layout, which occupy [begin_offset(), end_offset()) of the buffer.
@@ -100,9 +99,8 @@ class ParameterLayout {
   ModelView<T> View(T* base) const;
 
  private:
-  size_t Add(std::string name, std::vector<int64_t> global_shape,
-             std::vector<int64_t> local_shape, std::vector<int64_t> global_offset,
-             ParamInit init, bool weight_decay);
+  size_t Add(std::string name, std::vector<int64_t> global_shape, std::vector<int64_t> local_shape,
+             std::vector<int64_t> global_offset, ParamInit init, bool weight_decay);
 
   ModelShape shape_;
   ModelPlacement placement_;
