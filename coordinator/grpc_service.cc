@@ -157,6 +157,16 @@ grpc::Status CoordinatorGrpcService::CancelJob(grpc::ServerContext* context,
   return Answer("CancelJob", ToGrpcStatus(jobs_->Cancel(request->job_id())));
 }
 
+grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
+                                                   const ListJobEventsRequest* request,
+                                                   ListJobEventsResponse* response) {
+  if (jobs_ == nullptr) return Answer("ListJobEvents", NoJobs());
+  absl::StatusOr<std::vector<JobEvent>> events = jobs_->Events(request->job_id());
+  if (!events.ok()) return Answer("ListJobEvents", ToGrpcStatus(events.status()));
+  for (JobEvent& event : *events) *response->add_events() = std::move(event);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
                                               const WatchJobRequest* request,
                                               grpc::ServerWriter<JobStatus>* writer) {

@@ -117,6 +117,11 @@ absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
   return store_->ListJobs();
 }
 
+absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->Events(job_id);
+}
+
 absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return store_->Steps(job_id);

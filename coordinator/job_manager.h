@@ -71,6 +71,9 @@ class JobManager {
   absl::StatusOr<std::pair<JobStatus, int64_t>> WaitForChange(const std::string& job_id,
                                                               int64_t seen, absl::Duration timeout);
 
+  // The job's event log, oldest first. NOT_FOUND for an unknown job.
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+
   // The recorded per-step metrics of the job's reporting rank, in step order.
   absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
 

@@ -733,7 +733,11 @@ absl::StatusOr<std::vector<JobEvent>> JobStore::Events(const std::string& job_id
   while (true) {
     ASSIGN_OR_RETURN(const bool row, query.Step());
     if (!row) break;
-    events.push_back(JobEvent{query.Int(0), query.Bytes(1), query.Bytes(2)});
+    JobEvent event;
+    event.set_unix_ms(query.Int(0));
+    event.set_kind(query.Bytes(1));
+    event.set_message(query.Bytes(2));
+    events.push_back(std::move(event));
   }
   return events;
 }

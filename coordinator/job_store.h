@@ -38,11 +38,8 @@ namespace mtrain {
 bool IsAllowedJobTransition(JobState from, JobState to);
 bool IsTerminalJobState(JobState state);
 
-struct JobEvent {
-  int64_t unix_ms = 0;
-  std::string kind;     // e.g. "submitted", "state", "placed", "rank_failed", "cancelled"
-  std::string message;  // human-readable detail
-};
+// Events are proto/coordinator.proto's JobEvent: unix_ms, kind (e.g. "submitted",
+// "state", "placed", "generation_failed"), message (human-readable detail).
 
 class JobStore {
  public:

@@ -363,15 +363,15 @@ TEST(JobStoreTest, EventsAreKeptInOrderWithTheAutomaticOnes) {
   ASSERT_EQ(events.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     SCOPED_TRACE(i);
-    EXPECT_EQ(events[i].unix_ms, std::get<0>(expected[i]));
-    EXPECT_EQ(events[i].kind, std::get<1>(expected[i]));
-    EXPECT_EQ(events[i].message, std::get<2>(expected[i]));
+    EXPECT_EQ(events[i].unix_ms(), std::get<0>(expected[i]));
+    EXPECT_EQ(events[i].kind(), std::get<1>(expected[i]));
+    EXPECT_EQ(events[i].message(), std::get<2>(expected[i]));
   }
 
   ASSERT_OK_AND_ASSIGN(const std::vector<JobEvent> other_events, store->Events(other));
   ASSERT_EQ(other_events.size(), 2u);
-  EXPECT_EQ(other_events[0].kind, "submitted");
-  EXPECT_EQ(other_events[1].message, "w2");
+  EXPECT_EQ(other_events[0].kind(), "submitted");
+  EXPECT_EQ(other_events[1].message(), "w2");
 }
 
 // ---------------------------------------------------------------- steps and placement
@@ -461,7 +461,7 @@ std::string Snapshot(const JobStore& store) {
     absl::StatusOr<std::vector<JobEvent>> events = store.Events(job.job_id());
     if (!events.ok()) return events.status().ToString();
     for (const JobEvent& e : *events) {
-      absl::StrAppend(&out, " event ", e.unix_ms, " ", e.kind, " ", e.message, "\n");
+      absl::StrAppend(&out, " event ", e.unix_ms(), " ", e.kind(), " ", e.message(), "\n");
     }
     absl::StatusOr<std::vector<StepMetrics>> steps = store.Steps(job.job_id());
     if (!steps.ok()) return steps.status().ToString();
@@ -516,8 +516,8 @@ void ExpectHistory(const JobStore& store) {
   EXPECT_EQ(steps[1].loss(), 5.0);
   ASSERT_OK_AND_ASSIGN(const std::vector<JobEvent> events, store.Events("job-1"));
   ASSERT_EQ(events.size(), 5u);  // submitted, 3 state changes, checkpoint.
-  EXPECT_EQ(events[3].kind, "checkpoint");
-  EXPECT_EQ(events[4].message, "RUNNING -> PLACING: restart");
+  EXPECT_EQ(events[3].kind(), "checkpoint");
+  EXPECT_EQ(events[4].message(), "RUNNING -> PLACING: restart");
 }
 
 TEST(JobStoreTest, ReopenAfterCloseKeepsEverything) {

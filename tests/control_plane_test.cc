@@ -255,6 +255,13 @@ TEST_F(ControlPlaneTest, JobsQueueAndCancelFreesWorkersWithinSeconds) {
   auto [wait_code, wait_output] = Trainctl({"watch", short_job}, absl::Minutes(2));
   EXPECT_EQ(wait_code, 0) << wait_output;
   EXPECT_EQ(StateOf(short_job), JOB_STATE_SUCCEEDED);
+  // The event log tells the story, in order.
+  auto [events_code, events] = Trainctl({"events", long_job});
+  EXPECT_EQ(events_code, 0) << events;
+  EXPECT_THAT(events, HasSubstr("submitted"));
+  EXPECT_THAT(events, HasSubstr("PENDING -> PLACING"));
+  EXPECT_THAT(events, HasSubstr("RUNNING -> CANCELLED: cancelled by a user"));
+  EXPECT_LT(events.find("PLACING -> RUNNING"), events.find("RUNNING -> CANCELLED"));
   // Cancelling a finished job is refused and says why.
   auto [again, again_output] = Trainctl({"cancel", short_job});
   EXPECT_NE(again, 0);

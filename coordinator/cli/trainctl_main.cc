@@ -60,6 +60,7 @@ commands:
                         step, the format of `train --metrics_jsonl`)
   list                  table of jobs (--json: one JobStatus JSON object per job)
   cancel JOB            cancel a job
+  events JOB            the job's event log (submitted, state changes, placements, failures)
   help                  this text
 
 flags:
@@ -323,11 +324,33 @@ int Cancel(Client& client, const std::string& job_id) {
   return 0;
 }
 
+// The job's event log, oldest first: "TIME  KIND  MESSAGE" (--json: one JobEvent per line).
+int Events(Client& client, const std::string& job_id) {
+  ListJobEventsRequest request;
+  request.set_job_id(job_id);
+  ListJobEventsResponse response;
+  absl::Status status =
+      client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &response));
+  if (!status.ok()) return Fail("events", status);
+  for (const JobEvent& event : response.events()) {
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", ToJsonLine(event).c_str());
+    } else {
+      std::printf("%s  %-18s %s\n",
+                  absl::FormatTime("%Y-%m-%d %H:%M:%E3S", absl::FromUnixMillis(event.unix_ms()),
+                                   absl::LocalTimeZone())
+                      .c_str(),
+                  event.kind().c_str(), event.message().c_str());
+    }
+  }
+  return 0;
+}
+
 // Arguments each command takes after its name.
 std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
-      command == "cancel") {
+      command == "cancel" || command == "events") {
     return 1;
   }
   return std::nullopt;
@@ -363,6 +386,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "submit") return Submit(client, args[2]);
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
+  if (command == "events") return Events(client, args[2]);
   return FollowJob(client, "watch", args[2]);
 }
 
