@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "file holding a bearer token; when set, mutating RPCs must carry it");
 ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
           "an assigned worker reporting idle this long lost its rank");
+ABSL_FLAG(absl::Duration, shrink_grace, absl::Seconds(30),
+          "a failed job waits this long for a replacement worker before running with fewer "
+          "data-parallel replicas (down to parallel.min_data)");
 
 namespace mtrain {
 namespace {
@@ -98,6 +101,7 @@ int Run() {
   }
   JobManagerOptions job_options;
   job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
+  job_options.shrink_grace = absl::GetFlag(FLAGS_shrink_grace);
   absl::StatusOr<std::unique_ptr<JobManager>> jobs = JobManager::Create(
       RealClock::Get(), &workers, store->get(), &rendezvous, metrics->get(), job_options);
   if (!jobs.ok()) {

@@ -135,6 +135,7 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
         job_id, " already ended (", JobState_Name(job.state()), "); nothing to cancel"));
   }
   if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
+  restart_waiting_since_.erase(job_id);
   RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   return absl::OkStatus();
 }
@@ -274,7 +275,9 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
 void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason) {
   const auto it = active_.find(job_id);
   if (it == active_.end()) return;
-  const JobSpec spec = it->second.spec;
+  // Restart at the submitted size (a generation may have run shrunk).
+  absl::StatusOr<JobStatus> submitted = store_->GetJob(job_id);
+  const JobSpec spec = submitted.ok() ? submitted->spec() : it->second.spec;
   const int64_t generation = it->second.generation;
   const int restarts = it->second.restarts;
   const bool was_running = it->second.running;
@@ -295,6 +298,7 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   }
   if (!TryPlaceLocked(job_id, spec, generation + 1, restarts + 1)) {
     (void)TransitionLocked(job_id, JOB_STATE_PENDING, "waiting for free workers to restart");
+    restart_waiting_since_[job_id] = clock_->Now();
   }
 }
 
@@ -309,8 +313,49 @@ std::vector<std::string> JobManager::FreeWorkersLocked() const {
   return free;
 }
 
+namespace {
+
+// The data-parallel degrees a job may shrink to, largest first: from data - 1 down to
+// min_data, keeping the global batch (global_batch_size % (micro_batch_size * d) == 0) and,
+// interleaved, microbatches % pipeline == 0.
+std::vector<int> ShrunkDataDegrees(const JobSpec& spec) {
+  const ParallelSpec& p = spec.parallel();
+  std::vector<int> degrees;
+  for (int d = p.data() - 1; d >= std::max(1, p.min_data()); --d) {
+    if (p.global_batch_size() % (p.micro_batch_size() * d) != 0) continue;
+    const int microbatches = p.global_batch_size() / (p.micro_batch_size() * d);
+    if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B && microbatches % p.pipeline() != 0) continue;
+    degrees.push_back(d);
+  }
+  return degrees;
+}
+
+}  // namespace
+
 bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                                int restarts) {
+                                int restarts, bool allow_shrink) {
+  if (PlaceLocked(job_id, spec, generation, restarts)) return true;
+  if (!allow_shrink) return false;
+  for (int d : ShrunkDataDegrees(spec)) {
+    JobSpec shrunk = spec;
+    shrunk.mutable_parallel()->set_data(d);
+    if (PlaceLocked(job_id, shrunk, generation, restarts)) {
+      (void)store_->AppendEvent(
+          job_id, "shrunk",
+          absl::StrCat("no replacement worker within ", absl::FormatDuration(options_.shrink_grace),
+                       ": data parallelism ", spec.parallel().data(), " -> ", d,
+                       ", global batch kept (", NumMicrobatches(shrunk.parallel()),
+                       " microbatches per replica)"),
+          NowMs());
+      BumpLocked(job_id);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
+                             int restarts) {
   const int t = spec.parallel().tensor();
   const int groups_needed = spec.parallel().pipeline() * spec.parallel().data();
   std::map<std::string, WorkerInfo> info;
@@ -388,7 +433,14 @@ void JobManager::AdmitLocked() {
   for (const JobStatus& job : *jobs) {
     if (job.state() != JOB_STATE_PENDING) continue;
     // Oldest first; a job that does not fit holds back the ones behind it.
-    if (!TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1, job.restarts())) return;
+    const auto waiting = restart_waiting_since_.find(job.job_id());
+    const bool allow_shrink = waiting != restart_waiting_since_.end() &&
+                              clock_->Now() - waiting->second >= options_.shrink_grace;
+    if (!TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1, job.restarts(),
+                        allow_shrink)) {
+      return;
+    }
+    restart_waiting_since_.erase(job.job_id());
   }
 }
 

@@ -47,6 +47,10 @@ struct JobManagerOptions {
   // A worker that heartbeats IDLE this long after being given a rank it has not finished
   // lost its rank (its training process died without reporting).
   absl::Duration lost_rank_grace = absl::Seconds(10);
+  // A job waiting to restart after a failure gets this long for a replacement worker;
+  // then, if parallel.min_data allows, it runs with fewer data-parallel replicas (the
+  // same global batch, more microbatches per replica).
+  absl::Duration shrink_grace = absl::Seconds(30);
 };
 
 class JobManager {
@@ -110,9 +114,14 @@ class JobManager {
 
   // All require mutex_.
   void AdmitLocked();
-  // Places `job_id` if enough workers are free; false (nothing changed) otherwise.
+  // Places `job_id` if enough workers are free; false (nothing changed) otherwise. With
+  // `allow_shrink`, tries fewer data-parallel replicas (down to min_data) when the full
+  // job does not fit.
   bool TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                      int restarts);
+                      int restarts, bool allow_shrink = false);
+  // Places exactly `spec` (already shrunk, if it is); false if the workers are not there.
+  bool PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
+                   int restarts);
   void FailGenerationLocked(const std::string& job_id, const std::string& reason);
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
@@ -135,6 +144,7 @@ class JobManager {
   std::map<std::string, std::string> worker_job_;             // busy worker -> job; guarded
   std::map<std::string, absl::Time> idle_since_;              // assigned worker seen idle
   std::map<std::string, int64_t> versions_;                   // job -> change count
+  std::map<std::string, absl::Time> restart_waiting_since_;   // failed job waiting -> since
 };
 
 }  // namespace mtrain

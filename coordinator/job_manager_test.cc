@@ -1,5 +1,6 @@
 #include "coordinator/job_manager.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -235,6 +236,48 @@ TEST_F(JobManagerTest, ADeadWorkerFailsItsGeneration) {
   manager_->Tick();
   EXPECT_EQ(State(*id), JOB_STATE_FAILED);
   EXPECT_NE(manager_->Get(*id)->message().find("w1"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, WithoutAReplacementTheJobShrinksDataParallelismKeepingTheBatch) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(
+      R"({"parallel": {"data": 2, "min_data": 1, "micro_batch_size": 1, "global_batch_size": 4},
+          "train": {"steps": 2, "max_restarts": 2}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::string> id = manager_->Submit(*spec);
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0", "w1"});
+  // w1 dies; w0 aborts its rank and waits, idle.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("w0", WORKER_STATE_IDLE);
+  }
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_PENDING);
+  // No replacement within the grace period: one replica, the same global batch.
+  std::map<int, Assignment> ranks;
+  for (int i = 0; i < 31 && ranks.empty(); ++i) {
+    clock_.Advance(absl::Seconds(1));
+    for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
+      if (c.has_assign()) ranks[c.assign().rank().global_rank()] = c.assign();
+    }
+    manager_->Tick();
+    // Still waiting for a replacement before the grace period is over.
+    if (i < 28) {
+      EXPECT_EQ(State(*id), JOB_STATE_PENDING) << "second " << i;
+    }
+  }
+  for (auto& [r, a] : Deliver({"w0"})) ranks[r] = a;
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].spec().parallel().data(), 1);
+  EXPECT_EQ(ranks[0].spec().parallel().global_batch_size(), 4);
+  EXPECT_EQ(ranks[0].schedule().num_microbatches(), 4);
+  EXPECT_EQ(ranks[0].rank().world_size(), 1);
+  absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(*id);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(std::any_of(events->begin(), events->end(),
+                          [](const JobEvent& e) { return e.kind() == "shrunk"; }));
 }
 
 TEST_F(JobManagerTest, ARankThatVanishedWithoutReportingIsNoticed) {
