@@ -180,10 +180,19 @@ int Run(const std::vector<std::string>& extra_flags) {
   if (!ok) {
     std::fprintf(stderr, "launch: rank exit codes:\n");
     for (int rank = 0; rank < world; ++rank) {
-      std::fprintf(stderr, "  rank %d: %d%s\n", rank, codes[rank],
-                   codes[rank] == 0
-                       ? ""
-                       : absl::StrCat("  (see ", out_dir, "/rank-", rank, ".log)").c_str());
+      const std::string log = absl::StrCat(out_dir, "/rank-", rank, ".log");
+      if (codes[rank] == 0) {
+        std::fprintf(stderr, "  rank %d: 0\n", rank);
+        continue;
+      }
+      // The rank's last line is its error (train prints one line when it fails).
+      std::ifstream in(log);
+      std::string line, last;
+      while (std::getline(in, line)) {
+        if (!line.empty()) last = line;
+      }
+      std::fprintf(stderr, "  rank %d: %d  %s  (log %s)\n", rank, codes[rank], last.c_str(),
+                   log.c_str());
     }
     return 1;
   }

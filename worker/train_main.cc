@@ -64,6 +64,12 @@ ABSL_FLAG(int, steps, 0, "override train.steps (0 = use the spec)");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "bound on rendezvous and on every collective or message");
 ABSL_FLAG(double, bucket_mb, 4.0, "data-parallel gradient bucket size in MiB");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "write checkpoints here (DIR/step-NNNNNNNN, docs/CHECKPOINT_FORMAT.md) every "
+          "train.checkpoint_every steps and after the last step; a directory all ranks share");
+ABSL_FLAG(std::string, resume_from, "",
+          "a checkpoint directory (DIR/step-NNNNNNNN), written under any parallel layout, to "
+          "continue from");
 ABSL_FLAG(std::string, stage_timings, "",
           "every rank appends one JSON object per step: its pipeline stage, step time and "
           "the part spent computing (for measuring the pipeline bubble)");
@@ -178,6 +184,13 @@ absl::Status Train(RankSetup& setup) {
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                    Trainer::Create(assignment, std::move(groups), options));
 
+  if (const std::string resume = absl::GetFlag(FLAGS_resume_from); !resume.empty()) {
+    RETURN_IF_ERROR(trainer->LoadCheckpoint(resume));
+  }
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const int64_t checkpoint_every = spec.train().checkpoint_every();
+  int64_t last_saved = -1;
+
   JsonlAppender metrics_file;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_jsonl);
   if (!metrics_path.empty() && trainer->computes_loss()) {
@@ -214,6 +227,15 @@ absl::Status Train(RankSetup& setup) {
                         timings.compute_seconds + timings.wait_seconds, timings.compute_seconds,
                         timings.wait_seconds));
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
+    if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {
+      ASSIGN_OR_RETURN(const std::string saved, trainer->SaveCheckpoint(checkpoint_dir));
+      last_saved = metrics.step();
+      if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
+    }
+  }
+  if (!checkpoint_dir.empty() && last_saved != trainer->completed_steps()) {
+    ASSIGN_OR_RETURN(const std::string saved, trainer->SaveCheckpoint(checkpoint_dir));
+    if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
   }
   const std::string weights = absl::GetFlag(FLAGS_save_weights);
   if (!weights.empty()) RETURN_IF_ERROR(trainer->SaveWeights(weights));

@@ -9,6 +9,7 @@
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/layer_partition.h"
 #include "kernels/grad_norm.h"
+#include "worker/engine/checkpoint.h"
 #include "worker/engine/data/data_source.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/safetensors.h"
@@ -16,9 +17,11 @@
 namespace mtrain {
 namespace {
 
-// Tag of the weight-gather messages on the world group: above every pipeline tag
-// (microbatch < 2^32), below the 2^55 communicators accept.
+// Tags of the weight-gather and checkpoint-record messages on the world group: above every
+// pipeline tag (microbatch < 2^32), below the 2^55 communicators accept.
 constexpr uint64_t kGatherTag = uint64_t{1} << 54;
+constexpr uint64_t kRecordSizeTag = kGatherTag + 1;
+constexpr uint64_t kRecordTag = kGatherTag + 2;
 
 TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
   TensorParallelGroup<float> tp;
@@ -287,6 +290,100 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
     }
   }
   return full;
+}
+
+absl::Status Trainer::FullMoments(std::vector<float>* m, std::vector<float>* v) {
+  m->assign(model_->buffer_size(), 0.0f);
+  v->assign(model_->buffer_size(), 0.0f);
+  const size_t begin = optimizer_->begin();
+  std::copy(optimizer_->first_moment().begin(), optimizer_->first_moment().end(),
+            m->begin() + begin);
+  std::copy(optimizer_->second_moment().begin(), optimizer_->second_moment().end(),
+            v->begin() + begin);
+  if (shard_size_ == 0) return absl::OkStatus();
+  // ZeRO-1: every replica holds 1/d of the moments; gather them like the parameters.
+  for (std::vector<float>* moments : {m, v}) {
+    std::vector<float> gathered(model_->buffer_size());
+    RETURN_IF_ERROR(
+        groups_.data->AllGather(moments->data() + shard_begin_, gathered.data(), shard_size_));
+    *moments = std::move(gathered);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root) {
+  const JobSpec& spec = assignment_.spec();
+  const ParallelSpec& par = spec.parallel();
+  const RankCoordinates& me = assignment_.rank();
+  const std::string dir = absl::StrCat(root, "/", CheckpointDirName(step_));
+  std::vector<float> m, v;
+  RETURN_IF_ERROR(FullMoments(&m, &v));
+  ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
+  Communicator& world = *groups_.world;
+  // Data-parallel replicas are identical: replica 0 writes.
+  std::string records;
+  if (me.dp_rank() == 0) {
+    ASSIGN_OR_RETURN(RankShardRecords mine,
+                     WriteRankShards(dir, me.global_rank(), step_, model_->tensors(),
+                                     model_->params(), m.data(), v.data()));
+    records = SerializeRankShardRecords(mine);
+  }
+  if (me.global_rank() != 0) {
+    if (me.dp_rank() == 0) {
+      const uint64_t size = records.size();
+      RETURN_IF_ERROR(world.Send(&size, sizeof(size), 0, kRecordSizeTag));
+      RETURN_IF_ERROR(world.Send(records.data(), records.size(), 0, kRecordTag));
+    }
+  } else {
+    std::vector<RankShardRecords> all;
+    for (int rank = 0; rank < grid.world_size(); ++rank) {
+      if (grid.Coordinates(rank).dp != 0) continue;
+      std::string bytes = records;
+      if (rank != 0) {
+        uint64_t size = 0;
+        RETURN_IF_ERROR(world.Recv(&size, sizeof(size), rank, kRecordSizeTag));
+        bytes.resize(size);
+        RETURN_IF_ERROR(world.Recv(bytes.data(), size, rank, kRecordTag));
+      }
+      ASSIGN_OR_RETURN(RankShardRecords parsed, ParseRankShardRecords(bytes));
+      all.push_back(std::move(parsed));
+    }
+    TrainingState state;
+    state.set_step(step_);
+    state.set_data_position(step_ * par.global_batch_size());
+    state.set_loss_scale(1.0);
+    SetRngSeed(spec.train().seed(), &state);
+    ASSIGN_OR_RETURN(const CheckpointManifest manifest,
+                     BuildManifest(assignment_.job_id(), {par.tensor(), par.pipeline(), par.data()},
+                                   state, all));
+    // Last: only now does the checkpoint exist.
+    RETURN_IF_ERROR(WriteManifest(dir, manifest));
+  }
+  // Nobody moves on (or reads the checkpoint) before the manifest is written.
+  RETURN_IF_ERROR(world.Barrier());
+  return dir;
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& dir) {
+  // Each rank reads only the files its shards overlap, checking each one's CRC-32C.
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, ChecksumVerification::kOnFirstUse));
+  const TrainingState& state = checkpoint.manifest().state();
+  ASSIGN_OR_RETURN(const uint64_t seed, GetRngSeed(state));
+  if (seed != assignment_.spec().train().seed()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, " was trained with train.seed ", seed, " but the spec says ",
+                     assignment_.spec().train().seed(), " [rule: a resumed run keeps its seed]"));
+  }
+  std::vector<float> m(model_->buffer_size()), v(model_->buffer_size());
+  RETURN_IF_ERROR(
+      LoadRankTensors(checkpoint, model_->tensors(), model_->params(), m.data(), v.data()));
+  const size_t begin = optimizer_->begin();
+  std::copy(m.begin() + begin, m.begin() + begin + optimizer_->first_moment().size(),
+            optimizer_->first_moment().begin());
+  std::copy(v.begin() + begin, v.begin() + begin + optimizer_->second_moment().size(),
+            optimizer_->second_moment().begin());
+  step_ = state.step();
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::SaveWeights(const std::string& path) {

@@ -77,6 +77,17 @@ class Trainer {
   // GatherWeights, then rank 0 writes them as safetensors.
   absl::Status SaveWeights(const std::string& path);
 
+  // Collective over the world: writes the checkpoint of the steps completed so far into
+  // `root`/step-NNNNNNNN (docs/CHECKPOINT_FORMAT.md). Data-parallel rank 0 of every
+  // (tensor, pipeline) position writes its shard file (parameters and AdamW moments,
+  // gathered first under ZeRO-1); global rank 0 then writes the manifest, last. Returns
+  // the checkpoint's directory.
+  absl::StatusOr<std::string> SaveCheckpoint(const std::string& root);
+  // Loads a checkpoint written under any layout (re-sliced for this one): parameters,
+  // AdamW moments and the step count, so the next Step() continues exactly where the
+  // saved run was. INVALID_ARGUMENT if it was trained with another seed.
+  absl::Status LoadCheckpoint(const std::string& dir);
+
   // Unblocks a step in progress (another thread; the job is being torn down).
   void Abort() { groups_.AbortAll(); }
 
@@ -85,6 +96,8 @@ class Trainer {
   absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(long long step) const;
   double GradientSumOfSquares() const;
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
+  // The AdamW moments over the whole flat buffer (all-gathered under ZeRO-1).
+  absl::Status FullMoments(std::vector<float>* m, std::vector<float>* v);
 
   Assignment assignment_;
   RankGroups groups_;
