@@ -60,8 +60,7 @@ ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of a running coordinator (req
 ABSL_FLAG(int, workers, 256, "simulated workers; the job's world size");
 ABSL_FLAG(int, workers_per_host, 8, "simulated workers sharing one host name");
 ABSL_FLAG(double, seconds, 20,
-          "length of the measured window, which starts once every rank "
-          "streams metrics");
+          "length of the measured window, which starts once every rank streams metrics");
 ABSL_FLAG(int, heartbeat_ms, 100,
           "heartbeat period of each simulated worker: 10x the default rate (1 s), so a few "
           "hundred simulated workers load the coordinator like a few thousand real ones");
@@ -84,7 +83,7 @@ constexpr auto kUnaryDeadline = std::chrono::seconds(10);
 constexpr auto kSetupTimeout = std::chrono::seconds(60);
 // Wait between retries of a failed registration.
 constexpr auto kRegisterRetry = std::chrono::seconds(1);
-// A simulated step that the job can never finish in a benchmark.
+// Steps of the submitted job: more than any run reaches, so it only ends when cancelled.
 constexpr int kJobSteps = 1000000000;
 // The grpc::StatusCode recorded for a stream Write that failed (the stream is closed).
 constexpr int kStreamClosed = -1;
@@ -118,6 +117,7 @@ struct Recorder {
 struct Progress {
   std::atomic<int> registered{0};  // workers registered at least once
   std::atomic<int> streaming{0};   // metric streams open now
+  std::atomic<int> aborted{0};     // ranks stopped by an `abort` command
   // Last step whose Write completed on the rank the coordinator records in its store.
   std::atomic<int64_t> reporting_rank_step{0};
 };
@@ -129,6 +129,7 @@ struct Tallies {
   int assigns = 0;
   int aborts = 0;
   int reregistrations = 0;
+  size_t assign_bytes = 0;         // the largest `assign` command (it lists every peer)
   int64_t skipped_steps = 0;       // step ticks that found the previous Write still in flight
   std::map<int, int> stream_ends;  // final status code of each metrics stream
 
@@ -138,6 +139,7 @@ struct Tallies {
     assigns += other.assigns;
     aborts += other.aborts;
     reregistrations += other.reregistrations;
+    assign_bytes = std::max(assign_bytes, other.assign_bytes);
     skipped_steps += other.skipped_steps;
     for (const auto& [code, n] : other.stream_ends) stream_ends[code] += n;
   }
@@ -419,6 +421,7 @@ class ClientThread {
   void OnAssign(SimWorker* w, const Assignment& assignment) {
     tallies_.last_assign = Clock::now();
     ++tallies_.assigns;
+    tallies_.assign_bytes = std::max(tallies_.assign_bytes, assignment.ByteSizeLong());
     if (w->state == SimWorker::State::kBusy || w->stream != SimWorker::Stream::kNone) return;
     const ParallelSpec& parallel = assignment.spec().parallel();
     w->state = SimWorker::State::kBusy;
@@ -443,6 +446,7 @@ class ClientThread {
       return;
     }
     w->state = SimWorker::State::kIdle;
+    progress_->aborted.fetch_add(1);
     CloseStream(w);
   }
 
@@ -652,8 +656,9 @@ double QuantileMs(const std::vector<int64_t>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)] / 1e3;
 }
 
-// One table row. `window` selects samples that started inside it and gives the rate; for
-// a one-off phase (registration) the rate is over the samples' own span.
+// One table row. With `in_window`, only samples that started in [from, to) count and the
+// rate is over the window; otherwise (one-off phases such as registration) the rate is
+// over the samples' own span.
 void PrintRow(RpcKind kind, const std::vector<Sample>& all, TimePoint from, TimePoint to,
               bool in_window, const std::string& offered, std::map<std::string, int>* errors) {
   std::vector<int64_t> micros;
@@ -838,8 +843,9 @@ int Run() {
     user_calls.Add(kCancelJob, cancel_start, cancel_status.error_code());
     cancelled = Clock::now();
     // The aborts travel with the next heartbeats; give them a few periods to arrive.
-    WaitFor([&] { return progress.streaming.load() == 0; },
-            std::chrono::seconds(2) + 5 * options.heartbeat_period);
+    WaitFor(
+        [&] { return progress.aborted.load() == num_workers && progress.streaming.load() == 0; },
+        std::chrono::seconds(2) + 5 * options.heartbeat_period);
   } while (false);
 
   for (auto& thread : threads) thread->StopAndJoin();
@@ -895,6 +901,11 @@ int Run() {
       "GetJob said %lld; largest lag over the polls %lld steps\n",
       static_cast<long long>(last_written), static_cast<long long>(last_recorded),
       static_cast<long long>(max_lag));
+  std::printf(
+      "assign commands: %d received, the last %.3f s after SubmitJob returned; the "
+      "largest %.1f KiB (each lists all %d peers)\n",
+      tallies.assigns, Seconds(tallies.last_assign - submitted), tallies.assign_bytes / 1024.0,
+      num_workers);
   std::printf(
       "step ticks skipped because the previous Write was still in flight: %lld; "
       "re-registrations: %d\n",

@@ -15,6 +15,7 @@ bin=$(bazel info bazel-bin 2>/dev/null)
 
 state=$(mktemp -d "${TMPDIR:-/tmp}/coordinator_load.XXXXXX")
 coordinator_pid=""
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   if [[ -n "$coordinator_pid" ]] && kill -0 "$coordinator_pid" 2>/dev/null; then
     kill -TERM "$coordinator_pid" 2>/dev/null || true
@@ -31,6 +32,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Created here, not by the child's redirection, which may not have run yet when the loop
+# below first reads the log.
+: >"$state/coordinator.log"
 "$bin/coordinator/coordinator" --listen=127.0.0.1:0 --http=127.0.0.1:0 \
   --state_dir="$state/state" >"$state/coordinator.log" 2>&1 &
 coordinator_pid=$!
@@ -38,7 +42,7 @@ coordinator_pid=$!
 # The coordinator prints "coordinator listening on HOST:PORT" once it serves.
 address=""
 for _ in $(seq 100); do
-  address=$(sed -n 's/^coordinator listening on \(.*\)$/\1/p' "$state/coordinator.log")
+  address=$(sed -n 's/^coordinator listening on \(.*\)$/\1/p' "$state/coordinator.log" || true)
   [[ -n "$address" ]] && break
   if ! kill -0 "$coordinator_pid" 2>/dev/null; then break; fi
   sleep 0.1
