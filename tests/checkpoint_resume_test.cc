@@ -46,7 +46,7 @@ struct RunResult {
 };
 
 RunResult Launch(const std::string& name, const std::string& spec_json,
-           const std::vector<std::string>& train_flags, int loss_rank) {
+                 const std::vector<std::string>& train_flags, int loss_rank) {
   RunResult run;
   const std::string dir = absl::StrCat(TestTempDir(), "/", name);
   const std::string spec = dir + ".json";

@@ -90,18 +90,6 @@ bool IsVocabularyTensor(absl::string_view name) {
   return name == "wte" || name == FirstMomentName("wte") || name == SecondMomentName("wte");
 }
 
-void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
-  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
-}
-
-uint64_t GetLittleEndian(absl::string_view bytes, size_t at, int size) {
-  uint64_t value = 0;
-  for (int i = 0; i < size; ++i) {
-    value |= uint64_t{static_cast<unsigned char>(bytes[at + i])} << (8 * i);
-  }
-  return value;
-}
-
 // Copies runs of one stored shard into a destination buffer, reading the file through a
 // window so that many short runs (a column slice of a matrix) cost few reads.
 class ShardReader {

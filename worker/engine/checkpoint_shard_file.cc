@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace mtrain {
-namespace {
 
 void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
@@ -16,8 +15,6 @@ uint64_t GetLittleEndian(absl::string_view bytes, size_t at, int size) {
   }
   return value;
 }
-
-}  // namespace
 
 std::string EncodeShardHeader(const ShardFileHeader& header) {
   std::string out(kShardMagic);

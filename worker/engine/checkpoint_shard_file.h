@@ -39,6 +39,11 @@ std::string EncodeShardHeader(const ShardFileHeader& header);
 // is returned as stored: the caller decides which versions it accepts.
 absl::StatusOr<ShardFileHeader> DecodeShardHeader(absl::string_view file, absl::string_view bytes);
 
+// Little-endian integers of `bytes` bytes (the byte order of every header field here and
+// of the manifest envelope), appended to / read from byte strings.
+void PutLittleEndian(uint64_t value, int bytes, std::string* out);
+uint64_t GetLittleEndian(absl::string_view bytes, size_t at, int size);
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_WORKER_ENGINE_CHECKPOINT_SHARD_FILE_H_
