@@ -30,6 +30,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/engine/data/sequence_sampler.h"
 #include "worker/engine/data/token_dataset.h"
+#include "worker/engine/full_tensor.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_model.h"
 #include "worker/parallel/grad_buckets.h"
@@ -41,12 +42,6 @@ namespace mtrain {
 struct TrainerOptions {
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
-};
-
-// A whole tensor under its global name.
-struct FullTensor {
-  std::vector<int64_t> shape;
-  std::vector<float> values;
 };
 
 class Trainer {
