@@ -1,6 +1,6 @@
 // The coordinator daemon: serves the Coordinator gRPC service (plus health and
 // reflection) and Prometheus metrics until SIGINT or SIGTERM. Jobs live in
-// --state_dir/jobs.sqlite and survive restarts.
+// --state_dir/jobs.sqlite and survive restarts; checkpoints in --state_dir/checkpoints.
 //
 //   coordinator --listen=127.0.0.1:0 --http=127.0.0.1:0 --state_dir=/var/lib/mtrain
 #include <sys/stat.h>
@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
+#include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/grpc_service.h"
 #include "coordinator/job_manager.h"
@@ -51,6 +52,11 @@ ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, shrink_grace, absl::Seconds(30),
           "a failed job waits this long for a replacement worker before running with fewer "
           "data-parallel replicas (down to parallel.min_data)");
+ABSL_FLAG(int, keep_checkpoints, 3,
+          "committed checkpoints kept per job (older ones are deleted); at least 1");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
+          "handed to every rank: bound on its rendezvous and on each collective or message; "
+          "a hung peer is named when it runs out");
 
 namespace mtrain {
 namespace {
@@ -99,16 +105,30 @@ int Run() {
       return 2;
     }
   }
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> checkpoints =
+      CheckpointStore::Open(state_dir + "/checkpoints", absl::GetFlag(FLAGS_keep_checkpoints));
+  if (!checkpoints.ok()) {
+    std::fprintf(stderr, "coordinator: --keep_checkpoints/--state_dir: %s\n",
+                 checkpoints.status().ToString().c_str());
+    return 2;
+  }
   JobManagerOptions job_options;
   job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
   job_options.shrink_grace = absl::GetFlag(FLAGS_shrink_grace);
-  absl::StatusOr<std::unique_ptr<JobManager>> jobs = JobManager::Create(
-      RealClock::Get(), &workers, store->get(), &rendezvous, metrics->get(), job_options);
+  job_options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  if (job_options.collective_timeout <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "coordinator: --collective_timeout must be > 0\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<JobManager>> jobs =
+      JobManager::Create(RealClock::Get(), &workers, store->get(), &rendezvous, metrics->get(),
+                         job_options, checkpoints->get());
   if (!jobs.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", jobs.status().ToString().c_str());
     return 1;
   }
-  CoordinatorGrpcService service(&workers, &rendezvous, jobs->get(), metrics->get(), token);
+  CoordinatorGrpcService service(&workers, &rendezvous, jobs->get(), metrics->get(), token,
+                                 checkpoints->get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -79,6 +79,8 @@ struct CoordinatorMetrics::Impl {
     prometheus::Gauge* model_tflops = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* loss_scale = nullptr;
+    prometheus::Gauge* checkpoint_step = nullptr;      // created by the first checkpoint
+    prometheus::Counter* checkpoints_saved = nullptr;  // present from the start at 0
     // The newest (generation, step) shown in the gauges. Several ranks carry the loss and
     // their streams interleave, so an older report must not move the gauges back; a
     // restart from a checkpoint goes back in step but forward in generation.
@@ -131,6 +133,14 @@ struct CoordinatorMetrics::Impl {
                          .Name("mtrain_job_restarts_total")
                          .Help("Times the job restarted from a checkpoint after a failure.")
                          .Register(*registry)),
+        job_checkpoint_step(prometheus::BuildGauge()
+                                .Name("mtrain_job_checkpoint_step")
+                                .Help("Step of the job's newest committed checkpoint.")
+                                .Register(*registry)),
+        job_checkpoints_saved(prometheus::BuildCounter()
+                                  .Name("mtrain_job_checkpoints_saved_total")
+                                  .Help("Checkpoints of the job committed to the store.")
+                                  .Register(*registry)),
         step_duration(prometheus::BuildHistogram()
                           .Name("mtrain_step_duration_seconds")
                           .Help("Duration of one training step on one rank.")
@@ -167,6 +177,7 @@ struct CoordinatorMetrics::Impl {
       // Present from the start at 0, so rate() and increase() see the first increment.
       series.skipped_steps = &job_skipped_steps.Add({{"job", job_id}});
       series.restarts = &job_restarts.Add({{"job", job_id}});
+      series.checkpoints_saved = &job_checkpoints_saved.Add({{"job", job_id}});
     }
     return series;
   }
@@ -184,6 +195,8 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_loss_scale;
   prometheus::Family<prometheus::Counter>& job_skipped_steps;
   prometheus::Family<prometheus::Counter>& job_restarts;
+  prometheus::Family<prometheus::Gauge>& job_checkpoint_step;
+  prometheus::Family<prometheus::Counter>& job_checkpoints_saved;
   prometheus::Family<prometheus::Histogram>& step_duration;
   prometheus::Gauge& workers_registered;
   prometheus::Gauge& workers_alive;
@@ -288,6 +301,16 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
 void CoordinatorMetrics::SetJobRestarts(const std::string& job_id, int restarts) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   AdvanceCounterTo(*impl_->Job(job_id).restarts, restarts);
+}
+
+void CoordinatorMetrics::SetCheckpointStep(const std::string& job_id, int64_t step) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl::JobSeries& job = impl_->Job(job_id);
+  if (job.checkpoint_step == nullptr) {
+    job.checkpoint_step = &impl_->job_checkpoint_step.Add({{"job", job_id}});
+  }
+  job.checkpoint_step->Set(static_cast<double>(step));
+  job.checkpoints_saved->Increment();
 }
 
 void CoordinatorMetrics::SetWorkers(int registered, int alive) {

@@ -14,6 +14,8 @@
 //   mtrain_job_loss_scale{job}
 //   mtrain_job_skipped_steps_total{job}         steps skipped by the loss scaler
 //   mtrain_job_restarts_total{job}
+//   mtrain_job_checkpoint_step{job}             step of the newest committed checkpoint
+//   mtrain_job_checkpoints_saved_total{job}     checkpoints committed to the store
 //   mtrain_step_duration_seconds{job,rank,tp_rank,pp_stage,dp_rank}   histogram
 //   mtrain_workers_registered, mtrain_workers_alive
 //   mtrain_heartbeats_missed_total              workers declared dead for silence
@@ -52,6 +54,8 @@ class CoordinatorMetrics {
   void ObserveStep(const std::string& job_id, const StepMetrics& metrics,
                    const RankCoordinates& coordinates);
   void SetJobRestarts(const std::string& job_id, int restarts);
+  // A checkpoint of `step` was committed.
+  void SetCheckpointStep(const std::string& job_id, int64_t step);
   void SetWorkers(int registered, int alive);
   void AddMissedHeartbeat();
   // `method` is the RPC's name ("SubmitJob"), `code` the gRPC code's name

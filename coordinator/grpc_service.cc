@@ -1,5 +1,6 @@
 #include "coordinator/grpc_service.h"
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,13 @@ const char* CodeName(grpc::StatusCode code) {
 
 CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous,
                                                JobManager* jobs, CoordinatorMetrics* metrics,
-                                               std::string auth_token)
+                                               std::string auth_token, CheckpointStore* checkpoints)
     : workers_(workers),
       rendezvous_(rendezvous),
       jobs_(jobs),
       metrics_(metrics),
-      auth_token_(std::move(auth_token)) {}
+      auth_token_(std::move(auth_token)),
+      checkpoints_(checkpoints) {}
 
 grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& context) const {
   if (auth_token_.empty()) return grpc::Status::OK;
@@ -250,6 +252,106 @@ grpc::Status CoordinatorGrpcService::ReportRankResult(grpc::ServerContext* conte
   MTRAIN_AUTHORIZE("ReportRankResult");
   if (jobs_ == nullptr) return Answer("ReportRankResult", NoJobs());
   return Answer("ReportRankResult", ToGrpcStatus(jobs_->OnRankResult(*request)));
+}
+
+grpc::Status CoordinatorGrpcService::UploadCheckpoint(grpc::ServerContext* context,
+                                                      grpc::ServerReader<CheckpointChunk>* reader,
+                                                      UploadCheckpointResponse* response) {
+  MTRAIN_AUTHORIZE("UploadCheckpoint");
+  if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("UploadCheckpoint", NoJobs());
+  auto fail = [&](const absl::Status& status) {
+    return Answer("UploadCheckpoint", ToGrpcStatus(status));
+  };
+  CheckpointChunk first;
+  if (!reader->Read(&first)) {
+    return fail(absl::InvalidArgumentError("the upload stream carried no chunk"));
+  }
+  if (absl::Status allowed =
+          jobs_->CheckCheckpointUpload(first.job_id(), first.generation(), first.step());
+      !allowed.ok()) {
+    return fail(allowed);
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> upload =
+      checkpoints_->BeginFile(first.job_id(), first.generation(), first.step(), first.file());
+  if (!upload.ok()) return fail(upload.status());
+  CheckpointChunk chunk = first;
+  first.clear_data();  // kept for its header only
+  while (true) {
+    if (chunk.job_id() != first.job_id() || chunk.generation() != first.generation() ||
+        chunk.step() != first.step() || chunk.file() != first.file()) {
+      return fail(absl::InvalidArgumentError(
+          "a chunk names another job, generation, step or file than the stream's first "
+          "[rule: one file per upload stream]"));
+    }
+    if (absl::Status appended = (*upload)->Append(chunk.offset(), chunk.data()); !appended.ok()) {
+      return fail(appended);
+    }
+    if (chunk.last()) break;
+    if (!reader->Read(&chunk)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          first.file(), ": the stream ended without a chunk with `last` set (upload cut off)")));
+    }
+  }
+  absl::StatusOr<uint64_t> received = (*upload)->Finish();
+  if (!received.ok()) return fail(received.status());
+  response->set_bytes_received(*received);
+  if (first.file() == "MANIFEST") {
+    for (const CheckpointInfo& info : checkpoints_->List(first.job_id())) {
+      if (info.step() == first.step()) jobs_->OnCheckpointCommitted(first.job_id(), info);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* context,
+                                                     const ListCheckpointsRequest* request,
+                                                     ListCheckpointsResponse* response) {
+  if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("ListCheckpoints", NoJobs());
+  if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
+    return Answer("ListCheckpoints", ToGrpcStatus(job.status()));
+  }
+  for (CheckpointInfo& info : checkpoints_->List(request->job_id())) {
+    *response->add_checkpoints() = std::move(info);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::DownloadCheckpoint(
+    grpc::ServerContext* context, const DownloadCheckpointRequest* request,
+    grpc::ServerWriter<CheckpointChunk>* writer) {
+  if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("DownloadCheckpoint", NoJobs());
+  if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
+    return Answer("DownloadCheckpoint", ToGrpcStatus(job.status()));
+  }
+  absl::StatusOr<std::string> path =
+      checkpoints_->FilePath(request->job_id(), request->step(), request->file());
+  if (!path.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(path.status()));
+  std::ifstream in(*path, std::ios::binary);
+  if (!in) {
+    return Answer("DownloadCheckpoint",
+                  grpc::Status(grpc::StatusCode::NOT_FOUND, "cannot open " + request->file()));
+  }
+  constexpr size_t kChunkBytes = 1 << 20;
+  std::string buffer(kChunkBytes, '\0');
+  uint64_t offset = 0;
+  CheckpointChunk chunk;
+  chunk.set_job_id(request->job_id());
+  chunk.set_step(request->step());
+  chunk.set_file(request->file());
+  while (true) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const size_t got = static_cast<size_t>(in.gcount());
+    if (in.bad()) {
+      return Answer("DownloadCheckpoint",
+                    grpc::Status(grpc::StatusCode::INTERNAL, "read error on " + request->file()));
+    }
+    chunk.set_offset(offset);
+    chunk.set_data(buffer.data(), got);
+    chunk.set_last(in.eof());
+    offset += got;
+    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
+    if (chunk.last()) return grpc::Status::OK;
+  }
 }
 
 #undef MTRAIN_AUTHORIZE

@@ -3,12 +3,13 @@
 // without a network. No decisions are made here, except authentication: when the
 // coordinator has a token, every mutating RPC must carry `authorization: Bearer <token>`
 // (else UNAUTHENTICATED and nothing changes); reads (ListWorkers, GetJob, ListJobs,
-// WatchJob, KeyValueGet/Wait) are open.
+// WatchJob, KeyValueGet/Wait, ListCheckpoints, DownloadCheckpoint) are open.
 #ifndef MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 #define MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 
 #include <string>
 
+#include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/rendezvous_store.h"
@@ -19,10 +20,12 @@ namespace mtrain {
 
 class CoordinatorGrpcService final : public Coordinator::Service {
  public:
-  // Pointers must outlive the service; `jobs` and `metrics` may be null (job RPCs then
-  // answer UNAVAILABLE). An empty `auth_token` disables authentication.
+  // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
+  // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
+  // authentication.
   CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous, JobManager* jobs,
-                         CoordinatorMetrics* metrics, std::string auth_token);
+                         CoordinatorMetrics* metrics, std::string auth_token,
+                         CheckpointStore* checkpoints = nullptr);
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
@@ -56,8 +59,14 @@ class CoordinatorGrpcService final : public Coordinator::Service {
   grpc::Status ReportRankResult(grpc::ServerContext* context, const RankResult* request,
                                 ReportRankResultResponse* response) override;
 
-  // UploadCheckpoint is not overridden yet: the generated base class answers
-  // UNIMPLEMENTED, as the contract documents (checkpoints arrive with their milestone).
+  grpc::Status UploadCheckpoint(grpc::ServerContext* context,
+                                grpc::ServerReader<CheckpointChunk>* reader,
+                                UploadCheckpointResponse* response) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* context, const ListCheckpointsRequest* request,
+                               ListCheckpointsResponse* response) override;
+  grpc::Status DownloadCheckpoint(grpc::ServerContext* context,
+                                  const DownloadCheckpointRequest* request,
+                                  grpc::ServerWriter<CheckpointChunk>* writer) override;
 
  private:
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
@@ -71,6 +80,7 @@ class CoordinatorGrpcService final : public Coordinator::Service {
   JobManager* const jobs_;
   CoordinatorMetrics* const metrics_;
   const std::string auth_token_;
+  CheckpointStore* const checkpoints_;
 };
 
 }  // namespace mtrain

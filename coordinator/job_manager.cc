@@ -34,19 +34,20 @@ WorkerCommand AbortOf(const std::string& job_id, int64_t generation, const std::
 
 JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,
                        RendezvousStore* rendezvous, CoordinatorMetrics* metrics,
-                       JobManagerOptions options)
+                       JobManagerOptions options, CheckpointStore* checkpoints)
     : clock_(clock),
       workers_(workers),
       store_(store),
       rendezvous_(rendezvous),
       metrics_(metrics),
-      options_(options) {}
+      options_(options),
+      checkpoints_(checkpoints) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
-    CoordinatorMetrics* metrics, JobManagerOptions options) {
+    CoordinatorMetrics* metrics, JobManagerOptions options, CheckpointStore* checkpoints) {
   std::unique_ptr<JobManager> manager(
-      new JobManager(clock, workers, store, rendezvous, metrics, options));
+      new JobManager(clock, workers, store, rendezvous, metrics, options, checkpoints));
   RETURN_IF_ERROR(manager->Recover());
   return manager;
 }
@@ -248,6 +249,65 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
   return absl::OkStatus();
 }
 
+absl::Status JobManager::CheckCheckpointUpload(const std::string& job_id, int64_t generation,
+                                               int64_t step) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(job_id));
+  if (generation == 0) {
+    if (step != 0 || !AwaitsInitialWeightsLocked(job)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(job_id,
+                       " does not await initial weights (generation 0 uploads only step 0 of a "
+                       "PENDING job with train.init_from that has none yet)"));
+    }
+    return absl::OkStatus();
+  }
+  const auto it = active_.find(job_id);
+  if (it == active_.end() || it->second.generation != generation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " generation ", generation, " is not running (job is ",
+                     JobState_Name(job.state()), ", generation ", job.generation(), "): stop"));
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::OnCheckpointCommitted(const std::string& job_id, const CheckpointInfo& info) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    (void)store_->AppendEvent(
+        job_id, "checkpoint",
+        absl::StrCat(info.parameters_only() ? "initial weights" : "checkpoint", " of step ",
+                     info.step(), " stored (", info.total_bytes(), " bytes, ", info.num_files(),
+                     " files, written under (t,p,d)=(", info.tensor(), ",", info.pipeline(), ",",
+                     info.data(), "))"),
+        NowMs());
+    if (metrics_ != nullptr) metrics_->SetCheckpointStep(job_id, info.step());
+    BumpLocked(job_id);
+  }
+  Tick();  // initial weights may let the job start
+}
+
+bool JobManager::AwaitsInitialWeightsLocked(const JobStatus& job) const {
+  return job.spec().train().has_init_from() && !job.spec().train().init_from().empty() &&
+         job.generation() == 0 && job.state() == JOB_STATE_PENDING &&
+         (checkpoints_ == nullptr || !checkpoints_->Has(job.job_id(), 0));
+}
+
+std::optional<CheckpointInfo> JobManager::ResumePointLocked(const std::string& job_id) {
+  if (checkpoints_ == nullptr) return std::nullopt;
+  std::vector<std::string> damaged;
+  std::optional<CheckpointInfo> latest = checkpoints_->LatestUsable(job_id, &damaged);
+  for (const std::string& why : damaged) {
+    (void)store_->AppendEvent(
+        job_id, "checkpoint_damaged",
+        absl::StrCat(why, latest.has_value()
+                              ? absl::StrCat("; using checkpoint step ", latest->step())
+                              : std::string("; no older checkpoint: starting from step 0")),
+        NowMs());
+  }
+  return latest;
+}
+
 void JobManager::EndGenerationLocked(const std::string& job_id, const std::string& reason) {
   const auto it = active_.find(job_id);
   if (it == active_.end()) return;
@@ -282,6 +342,8 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   const int restarts = it->second.restarts;
   const bool was_running = it->second.running;
   EndGenerationLocked(job_id, reason);
+  // A rank may have failed on a damaged file: the next placement reads every file again.
+  if (checkpoints_ != nullptr) checkpoints_->ForgetVerified(job_id);
   (void)store_->AppendEvent(job_id, "generation_failed",
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (restarts >= spec.train().max_restarts()) {
@@ -396,6 +458,25 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
                              absl::StrCat("cannot plan the job: ", plan.status().message()));
       return true;  // dealt with: nothing to wait for
     }
+    const std::optional<CheckpointInfo> resume = ResumePointLocked(job_id);
+    if (!resume.has_value() && spec.train().has_init_from() && !spec.train().init_from().empty()) {
+      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
+                             "no usable checkpoint, not even the initial weights of "
+                             "train.init_from: cannot start");
+      return true;
+    }
+    for (Assignment& assignment : *plan) {
+      if (resume.has_value()) assignment.set_resume_step(resume->step());
+      assignment.set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
+    }
+    if (resume.has_value()) {
+      (void)store_->AppendEvent(
+          job_id, "resume",
+          absl::StrCat("generation ", generation, " resumes from checkpoint step ", resume->step(),
+                       " (written under (t,p,d)=(", resume->tensor(), ",", resume->pipeline(), ",",
+                       resume->data(), "))"),
+          NowMs());
+    }
     ActiveJob job;
     job.spec = spec;
     job.generation = generation;
@@ -432,6 +513,8 @@ void JobManager::AdmitLocked() {
   if (!jobs.ok()) return;
   for (const JobStatus& job : *jobs) {
     if (job.state() != JOB_STATE_PENDING) continue;
+    // Waiting for an upload, not for workers: it must not hold back the jobs behind it.
+    if (AwaitsInitialWeightsLocked(job)) continue;
     // Oldest first; a job that does not fit holds back the ones behind it.
     const auto waiting = restart_waiting_since_.find(job.job_id());
     const bool allow_shrink = waiting != restart_waiting_since_.end() &&

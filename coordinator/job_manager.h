@@ -15,6 +15,9 @@
 //   abort, its rendezvous keys are dropped, and the job is re-placed while
 //   train.max_restarts allows (-> PLACING, or PENDING until workers are free), else FAILED.
 //   Cancel aborts the generation -> CANCELLED.
+//   Every placement resumes from the newest checkpoint in the CheckpointStore that passes
+//   its checksums (damaged ones are moved aside, with an event); a job with
+//   train.init_from waits in PENDING until its initial weights (step 0) are uploaded.
 //   A coordinator that restarts finds jobs it was running in the store: it re-queues them
 //   (their workers re-register and are told to abort what they ran).
 //
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
@@ -51,15 +56,19 @@ struct JobManagerOptions {
   // then, if parallel.min_data allows, it runs with fewer data-parallel replicas (the
   // same global batch, more microbatches per replica).
   absl::Duration shrink_grace = absl::Seconds(30);
+  // Handed to every rank: bound on its rendezvous and on each collective or message.
+  absl::Duration collective_timeout = absl::Minutes(5);
 };
 
 class JobManager {
  public:
-  // All pointers must outlive the manager; `metrics` may be null. Re-queues jobs a
-  // previous coordinator left PLACING or RUNNING.
+  // All pointers must outlive the manager; `metrics` and `checkpoints` may be null (no
+  // checkpoints: every placement starts from step 0). Re-queues jobs a previous
+  // coordinator left PLACING or RUNNING.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
       const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
-      CoordinatorMetrics* metrics, JobManagerOptions options);
+      CoordinatorMetrics* metrics, JobManagerOptions options,
+      CheckpointStore* checkpoints = nullptr);
 
   // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
   // field and rule, or when the job needs more workers than are registered and alive.
@@ -91,6 +100,14 @@ class JobManager {
   // A rank's end. Same errors as OnMetrics.
   absl::Status OnRankResult(const RankResult& result);
 
+  // Whether `generation` may upload a checkpoint of `step` now: the live generation of a
+  // running job, or generation 0 with step 0 for a PENDING job whose train.init_from
+  // weights are awaited. NOT_FOUND (job); FAILED_PRECONDITION otherwise.
+  absl::Status CheckCheckpointUpload(const std::string& job_id, int64_t generation,
+                                     int64_t step) const;
+  // A checkpoint was committed: logged as an event; initial weights let the job start.
+  void OnCheckpointCommitted(const std::string& job_id, const CheckpointInfo& info);
+
   // Admission, placement and failure detection; call periodically (and it is called
   // after events that may let a job start).
   void Tick();
@@ -109,7 +126,8 @@ class JobManager {
   };
 
   JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,
-             RendezvousStore* rendezvous, CoordinatorMetrics* metrics, JobManagerOptions options);
+             RendezvousStore* rendezvous, CoordinatorMetrics* metrics, JobManagerOptions options,
+             CheckpointStore* checkpoints);
   absl::Status Recover();
 
   // All require mutex_.
@@ -126,6 +144,10 @@ class JobManager {
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   void DetectLostRanksLocked();
+  // Whether a job with train.init_from still lacks its uploaded initial weights.
+  bool AwaitsInitialWeightsLocked(const JobStatus& job) const;
+  // The checkpoint a new generation resumes from (damaged ones reported as events).
+  std::optional<CheckpointInfo> ResumePointLocked(const std::string& job_id);
   std::vector<std::string> FreeWorkersLocked() const;
   void BumpLocked(const std::string& job_id);
   int64_t NowMs() const;
@@ -136,6 +158,7 @@ class JobManager {
   RendezvousStore* const rendezvous_;
   CoordinatorMetrics* const metrics_;
   const JobManagerOptions options_;
+  CheckpointStore* const checkpoints_;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -1,0 +1,141 @@
+// The coordinator's checkpoint store: where ranks upload their shard files and rank 0 the
+// manifest, where resuming ranks and `trainctl export` download them, and which decides
+// the checkpoint a restart resumes from. The on-disk format of one checkpoint is
+// docs/CHECKPOINT_FORMAT.md; this class adds where checkpoints live and how they arrive.
+//
+//   <root>/<job>/step-00000020/              committed: MANIFEST present and verified
+//   <root>/<job>/staging/gen-3/step-00000030/ a generation's upload in progress
+//   <root>/<job>/damaged-step-00000040/      failed its checksums; kept for inspection
+//
+// An upload writes into its generation's staging directory (so a generation that dies
+// half-way never touches a committed checkpoint); committing the MANIFEST checks that
+// every listed file is there with its size and CRC-32C, then renames the staging
+// directory to step-NNNNNNNN in one step, replacing an older copy of the same step. Only
+// the last `keep_last` committed checkpoints of a job are kept; staging directories of
+// older generations are dropped at each commit.
+//
+// Thread-safe. No gRPC here: the adapter (grpc_service.cc) feeds it chunks.
+#ifndef MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
+#define MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/coordinator.pb.h"
+#include "worker/engine/file_io.h"
+
+namespace mtrain {
+
+class CheckpointStore;
+
+// One file arriving in chunks. Chunks must come in order, without gaps.
+class CheckpointFileUpload {
+ public:
+  // INVALID_ARGUMENT if `offset` is not where the previous chunk ended.
+  absl::Status Append(uint64_t offset, absl::string_view data);
+  // Makes the file durable in the staging directory; for the MANIFEST, verifies and
+  // commits the checkpoint (CheckpointStore::Commit's errors). Returns the bytes received.
+  absl::StatusOr<uint64_t> Finish();
+
+ private:
+  friend class CheckpointStore;
+  CheckpointFileUpload(CheckpointStore* store, std::string job_id, int64_t generation, int64_t step,
+                       std::string file, std::optional<AtomicFileWriter> writer)
+      : store_(store),
+        job_id_(std::move(job_id)),
+        generation_(generation),
+        step_(step),
+        file_(std::move(file)),
+        writer_(std::move(writer)) {}
+
+  CheckpointStore* store_;
+  std::string job_id_;
+  int64_t generation_;
+  int64_t step_;
+  std::string file_;
+  std::optional<AtomicFileWriter> writer_;  // shard files; the MANIFEST is kept in memory
+  std::string manifest_bytes_;
+  uint64_t received_ = 0;
+};
+
+class CheckpointStore {
+ public:
+  // Creates `root` if needed. INVALID_ARGUMENT if keep_last < 1.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& root,
+                                                               int keep_last);
+
+  // Starts receiving `file` ("rank-NNNNN.bin" or "MANIFEST") of `step` from `generation`.
+  // Whether the generation may upload is the job manager's call, made before.
+  // INVALID_ARGUMENT naming the rule for a bad job id, file name or step.
+  absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> BeginFile(const std::string& job_id,
+                                                                  int64_t generation, int64_t step,
+                                                                  const std::string& file);
+
+  // Commits `step` of the generation's staging directory with this manifest. The manifest
+  // must parse, obey docs/CHECKPOINT_FORMAT.md's rules and name this job and step
+  // (INVALID_ARGUMENT); every file it lists must be in staging with its size and CRC-32C
+  // (DATA_LOSS naming the file). Then applies retention.
+  absl::StatusOr<CheckpointInfo> Commit(const std::string& job_id, int64_t generation, int64_t step,
+                                        absl::string_view manifest_bytes);
+
+  // Committed checkpoints of the job, oldest first (none for an unknown job).
+  std::vector<CheckpointInfo> List(const std::string& job_id) const;
+  bool Has(const std::string& job_id, int64_t step) const;
+
+  // Path of a committed checkpoint's file. INVALID_ARGUMENT for a bad name; NOT_FOUND if
+  // the checkpoint or the file does not exist.
+  absl::StatusOr<std::string> FilePath(const std::string& job_id, int64_t step,
+                                       const std::string& file) const;
+  // Directory of a committed checkpoint; NOT_FOUND if there is none for `step`.
+  absl::StatusOr<std::string> CheckpointDir(const std::string& job_id, int64_t step) const;
+
+  // The newest committed checkpoint whose every file passes its size and CRC-32C check,
+  // i.e. the one a restart resumes from. A checkpoint that fails is moved aside to
+  // damaged-step-NNNNNNNN and described in `damaged` (one line each, newest first), so it
+  // is never offered again. Files verified before and not modified since (same size and
+  // modification time) are not read again. nullopt when nothing usable remains.
+  std::optional<CheckpointInfo> LatestUsable(const std::string& job_id,
+                                             std::vector<std::string>* damaged);
+
+  // Forgets which files were verified (e.g. after a rank failed to load one), so the next
+  // LatestUsable reads every file again.
+  void ForgetVerified(const std::string& job_id);
+
+  const std::string& root() const { return root_; }
+  int keep_last() const { return keep_last_; }
+
+ private:
+  friend class CheckpointFileUpload;
+  CheckpointStore(std::string root, int keep_last)
+      : root_(std::move(root)), keep_last_(keep_last) {}
+
+  std::string JobDir(const std::string& job_id) const;
+  std::string StagingDir(const std::string& job_id, int64_t generation, int64_t step) const;
+  // Requires mutex_.
+  std::vector<int64_t> CommittedStepsLocked(const std::string& job_id) const;
+  void ApplyRetentionLocked(const std::string& job_id, int64_t generation);
+  absl::Status VerifyLocked(const std::string& job_id, int64_t step);
+
+  const std::string root_;
+  const int keep_last_;
+  mutable std::mutex mutex_;
+  // (job, step) -> per-file (size, mtime ns) of the last successful verification.
+  std::map<std::pair<std::string, int64_t>, std::vector<std::pair<int64_t, int64_t>>> verified_;
+};
+
+// "rank-NNNNN.bin" or "MANIFEST"; anything else (paths, temporary names) is refused.
+bool IsCheckpointFileName(absl::string_view file);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_

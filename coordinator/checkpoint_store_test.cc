@@ -1,0 +1,235 @@
+#include "coordinator/checkpoint_store.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/engine/checkpoint.h"
+
+namespace mtrain {
+namespace {
+namespace fs = std::filesystem;
+
+// Two ranks, each holding half of one [4, 2] tensor (rows split), as a real writer would.
+std::vector<ParamTensor> HalfTensors(int rank) {
+  ParamTensor t;
+  t.name = "w";
+  t.offset = 0;
+  t.size = 4;
+  t.global_shape = {4, 2};
+  t.local_shape = {2, 2};
+  t.global_offset = {2 * rank, 0};
+  return {t};
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class CheckpointStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = fs::path(::testing::TempDir()) /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(base_);
+    auto store = CheckpointStore::Open((base_ / "store").string(), /*keep_last=*/2);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  // Writes step `step` as two ranks would (values depend on the step) into a scratch
+  // directory and returns the manifest's bytes; the shard files stay there.
+  std::string WriteSource(int64_t step) {
+    const std::string dir = (base_ / "src" / CheckpointDirName(step)).string();
+    std::vector<RankShardRecords> records;
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<float> params(4), m(4), v(4);
+      for (int i = 0; i < 4; ++i) {
+        params[i] = float(step * 100 + rank * 10 + i);
+        m[i] = params[i] / 2;
+        v[i] = params[i] / 4;
+      }
+      auto written =
+          WriteRankShards(dir, rank, step, HalfTensors(rank), params.data(), m.data(), v.data());
+      EXPECT_TRUE(written.ok()) << written.status();
+      records.push_back(*written);
+    }
+    TrainingState state;
+    state.set_step(step);
+    SetRngSeed(7, &state);
+    auto manifest = BuildManifest("job-1", {1, 2, 1}, state, records);
+    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    return SerializeManifest(*manifest);
+  }
+
+  // Uploads `bytes` as `file` in chunks of `chunk` bytes.
+  absl::Status Upload(int64_t generation, int64_t step, const std::string& file,
+                      const std::string& bytes, size_t chunk = 7) {
+    auto upload = store_->BeginFile("job-1", generation, step, file);
+    if (!upload.ok()) return upload.status();
+    for (size_t offset = 0; offset < bytes.size(); offset += chunk) {
+      absl::Status s = (*upload)->Append(offset, absl::string_view(bytes).substr(offset, chunk));
+      if (!s.ok()) return s;
+    }
+    auto finished = (*upload)->Finish();
+    if (!finished.ok()) return finished.status();
+    EXPECT_EQ(*finished, bytes.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status UploadCheckpoint(int64_t generation, int64_t step) {
+    const std::string manifest = WriteSource(step);
+    const std::string src = (base_ / "src" / CheckpointDirName(step)).string();
+    for (const char* file : {"rank-00000.bin", "rank-00001.bin"}) {
+      absl::Status s = Upload(generation, step, file, ReadAll(src + "/" + file));
+      if (!s.ok()) return s;
+    }
+    return Upload(generation, step, "MANIFEST", manifest);
+  }
+
+  std::string Committed(int64_t step, const std::string& file) {
+    return (base_ / "store" / "job-1" / CheckpointDirName(step) / file).string();
+  }
+
+  fs::path base_;
+  std::unique_ptr<CheckpointStore> store_;
+};
+
+TEST_F(CheckpointStoreTest, CommittedCheckpointLoadsAndIsListed) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  const std::vector<CheckpointInfo> list = store_->List("job-1");
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].step(), 10);
+  EXPECT_EQ(list[0].pipeline(), 2);
+  EXPECT_EQ(list[0].num_files(), 2);
+  EXPECT_FALSE(list[0].parameters_only());
+  EXPECT_GT(list[0].total_bytes(), 2u * 64);
+  EXPECT_TRUE(store_->Has("job-1", 10));
+  // What was committed is a complete checkpoint, loadable in full.
+  auto dir = store_->CheckpointDir("job-1", 10);
+  ASSERT_TRUE(dir.ok());
+  auto checkpoint = OpenCheckpoint(*dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ParamTensor whole = HalfTensors(0)[0];
+  whole.size = 8;
+  whole.local_shape = {4, 2};
+  whole.global_offset = {0, 0};
+  std::vector<float> params(8);
+  ASSERT_TRUE(LoadRankTensors(*checkpoint, {whole}, params.data(), nullptr, nullptr).ok());
+  EXPECT_EQ(params[0], 1000);
+  EXPECT_EQ(params[7], 1013);
+  // Staging is gone once committed.
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / "staging" / "gen-1" / "step-00000010"));
+}
+
+TEST_F(CheckpointStoreTest, KeepsTheLastKAndDropsOlderGenerationsStaging) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  // Generation 1 dies half-way through step 20.
+  ASSERT_TRUE(Upload(1, 20, "rank-00000.bin", "partial").ok());
+  ASSERT_TRUE(UploadCheckpoint(2, 20).ok());
+  ASSERT_TRUE(UploadCheckpoint(2, 30).ok());
+  const std::vector<CheckpointInfo> list = store_->List("job-1");
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].step(), 20);
+  EXPECT_EQ(list[1].step(), 30);
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / CheckpointDirName(10)));
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / "staging" / "gen-1"));
+}
+
+TEST_F(CheckpointStoreTest, ARepeatedStepReplacesTheOlderCopy) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  ASSERT_TRUE(UploadCheckpoint(2, 10).ok());
+  EXPECT_EQ(store_->List("job-1").size(), 1u);
+  EXPECT_TRUE(OpenCheckpoint(*store_->CheckpointDir("job-1", 10)).ok());
+}
+
+TEST_F(CheckpointStoreTest, ManifestWithoutItsShardsIsNotCommitted) {
+  const std::string manifest = WriteSource(10);
+  const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
+  ASSERT_TRUE(Upload(1, 10, "rank-00000.bin", ReadAll(src + "/rank-00000.bin")).ok());
+  absl::Status s = Upload(1, 10, "MANIFEST", manifest);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("rank-00001.bin"), std::string::npos) << s;
+  EXPECT_FALSE(store_->Has("job-1", 10));
+  // A shard whose bytes differ from what the manifest recorded.
+  std::string flipped = ReadAll(src + "/rank-00001.bin");
+  flipped[100] ^= 1;
+  ASSERT_TRUE(Upload(1, 10, "rank-00001.bin", flipped).ok());
+  s = Upload(1, 10, "MANIFEST", manifest);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_FALSE(store_->Has("job-1", 10));
+}
+
+TEST_F(CheckpointStoreTest, RefusesBadNamesOffsetsAndManifests) {
+  EXPECT_EQ(store_->BeginFile("job-1", 1, 10, "../x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->BeginFile("job-1", 1, 10, "rank-00000.bin.tmp").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->BeginFile("../job", 1, 10, "MANIFEST").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->BeginFile("job-1", 1, -1, "MANIFEST").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto upload = store_->BeginFile("job-1", 1, 10, "rank-00000.bin");
+  ASSERT_TRUE(upload.ok());
+  ASSERT_TRUE((*upload)->Append(0, "abc").ok());
+  absl::Status gap = (*upload)->Append(5, "def");
+  EXPECT_EQ(gap.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gap.message().find("offset"), std::string::npos) << gap;
+  // A manifest of another step, and garbage.
+  const std::string manifest = WriteSource(10);
+  absl::Status wrong = Upload(1, 20, "MANIFEST", manifest);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument) << wrong;
+  EXPECT_EQ(Upload(1, 10, "MANIFEST", "not a manifest").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->FilePath("job-1", 10, "../../etc/passwd").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->FilePath("job-1", 10, "MANIFEST").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointStoreTest, DamagedNewestFallsBackToThePreviousAndIsMovedAside) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  ASSERT_TRUE(UploadCheckpoint(1, 20).ok());
+  std::vector<std::string> damaged;
+  auto latest = store_->LatestUsable("job-1", &damaged);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 20);
+  EXPECT_TRUE(damaged.empty());
+
+  // One bit flipped in a shard of step 20, after it was verified and cached.
+  {
+    std::fstream f(Committed(20, "rank-00001.bin"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(80);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(80);
+    f.write(&c, 1);
+  }
+  latest = store_->LatestUsable("job-1", &damaged);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 10);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].find("step 20"), std::string::npos) << damaged[0];
+  EXPECT_NE(damaged[0].find("DATA_LOSS"), std::string::npos) << damaged[0];
+  EXPECT_NE(damaged[0].find("rank-00001.bin"), std::string::npos) << damaged[0];
+  EXPECT_TRUE(fs::exists(base_ / "store" / "job-1" / "damaged-step-00000020" / "MANIFEST"));
+  EXPECT_FALSE(store_->Has("job-1", 20));
+
+  // A truncated shard of step 10: nothing usable remains.
+  fs::resize_file(Committed(10, "rank-00000.bin"), 70);
+  damaged.clear();
+  EXPECT_FALSE(store_->LatestUsable("job-1", &damaged).has_value());
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].find("step 10"), std::string::npos) << damaged[0];
+}
+
+TEST_F(CheckpointStoreTest, KeepLastMustBePositive) {
+  EXPECT_EQ(CheckpointStore::Open((base_ / "x").string(), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mtrain
