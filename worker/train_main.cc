@@ -9,7 +9,12 @@
 // With --assignment (written by the worker daemon: a binary Assignment proto) the rank
 // rendezvouses through the coordinator's key-value RPCs, streams every step's metrics to
 // it and reports its result at the end; the coordinator ending the metrics stream (the
-// generation is no longer live) stops the rank.
+// generation is no longer live) stops the rank. It resumes from the coordinator's
+// checkpoint named in the assignment (downloading only the files its shards overlap) and
+// uploads its checkpoints to the coordinator's store.
+//
+// SIGTERM or SIGINT aborts every communicator of the rank (a collective in progress
+// returns at once), so the rank reports "aborted" and exits instead of hanging.
 //
 // `launch` starts all W ranks of a spec on this machine. Ranks that compute the loss (the
 // last pipeline stage) append one JSON object per step to --metrics_jsonl; the first of
@@ -17,10 +22,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -28,12 +40,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/rank_grid.h"
 #include "kernels/cpu_threads.h"
+#include "worker/checkpoint_transfer.h"
 #include "worker/coordinator_client.h"
+#include "worker/engine/checkpoint.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"
 #include "worker/parallel/rank_groups.h"
@@ -105,6 +120,79 @@ class JsonlAppender {
   int fd_ = -1;
 };
 
+// The trainer a signal must abort, once it exists.
+std::mutex abort_mutex;
+Trainer* abortable_trainer = nullptr;  // guarded by abort_mutex
+bool abort_requested = false;          // guarded by abort_mutex
+
+// SIGTERM/SIGINT (the worker daemon's abort, launch's shutdown, Ctrl-C): abort the
+// communicators so a blocked collective returns and the rank can report; give up after a
+// few seconds.
+void WatchForAbort(ShutdownSignal* signals) {
+  std::thread([signals] {
+    const int number = signals->WaitForSignal();
+    std::fprintf(stderr, "train: signal %d: aborting communicators\n", number);
+    {
+      std::lock_guard<std::mutex> lock(abort_mutex);
+      abort_requested = true;
+      if (abortable_trainer != nullptr) abortable_trainer->Abort();
+    }
+    absl::SleepFor(absl::Seconds(5));
+    std::fprintf(stderr, "train: still running 5s after the abort: exiting\n");
+    std::_Exit(128 + number);
+  }).detach();
+}
+
+// Uploads this rank's checkpoint files to the coordinator's store (coordinator mode).
+class CoordinatorCheckpointUploader : public CheckpointUploader {
+ public:
+  CoordinatorCheckpointUploader(CoordinatorClient* client, const Assignment& assignment)
+      : client_(client), assignment_(assignment) {}
+
+  absl::Status UploadShard(int64_t step, const std::string& dir, const std::string& file) override {
+    return UploadCheckpointFile(client_->stub(), Prepare(), assignment_.job_id(),
+                                assignment_.generation(), step, file, dir + "/" + file);
+  }
+  absl::Status CommitManifest(int64_t step, const CheckpointManifest& manifest) override {
+    return UploadCheckpointBytes(client_->stub(), Prepare(), assignment_.job_id(),
+                                 assignment_.generation(), step, kManifestFileName,
+                                 SerializeManifest(manifest));
+  }
+
+ private:
+  PrepareContext Prepare() const {
+    return [this](grpc::ClientContext* context) { client_->Prepare(context, absl::Hours(1)); };
+  }
+  CoordinatorClient* const client_;
+  const Assignment& assignment_;
+};
+
+// A private scratch directory under $TMPDIR (or /tmp), removed by the destructor.
+class ScratchDir {
+ public:
+  static absl::StatusOr<ScratchDir> Create(const std::string& label) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/mtrain-", label, "-XXXXXX");
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a directory like ", pattern, ": ", std::strerror(errno)));
+    }
+    return ScratchDir(pattern);
+  }
+  ScratchDir(ScratchDir&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  ScratchDir(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 // Where this rank's plan and rendezvous come from.
 struct RankSetup {
   Assignment assignment;
@@ -171,7 +259,9 @@ absl::Status Train(RankSetup& setup) {
   ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
   std::optional<GlooDevice> device;
   GroupTransport transport;
-  transport.timeout = absl::GetFlag(FLAGS_collective_timeout);
+  transport.timeout = assignment.collective_timeout_ms() > 0
+                          ? absl::Milliseconds(assignment.collective_timeout_ms())
+                          : absl::GetFlag(FLAGS_collective_timeout);
   if (grid.world_size() > 1) {
     ASSIGN_OR_RETURN(device, CreateGlooDevice(setup.host));
     transport.store = setup.store.get();
@@ -183,13 +273,52 @@ absl::Status Train(RankSetup& setup) {
       std::max<size_t>(1, static_cast<size_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                    Trainer::Create(assignment, std::move(groups), options));
+  {
+    std::lock_guard<std::mutex> lock(abort_mutex);
+    if (abort_requested) return absl::AbortedError("aborted by a signal before training");
+    abortable_trainer = trainer.get();
+  }
+  struct ForgetTrainer {
+    ~ForgetTrainer() {
+      std::lock_guard<std::mutex> lock(abort_mutex);
+      abortable_trainer = nullptr;
+    }
+  } forget_trainer;
 
   if (const std::string resume = absl::GetFlag(FLAGS_resume_from); !resume.empty()) {
     RETURN_IF_ERROR(trainer->LoadCheckpoint(resume));
   }
-  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  std::optional<ScratchDir> scratch;
+  std::unique_ptr<CheckpointUploader> uploader;
+  if (setup.coordinator != nullptr) {
+    // Checkpoints live in the coordinator's store; this machine only stages them.
+    ASSIGN_OR_RETURN(ScratchDir created,
+                     ScratchDir::Create(absl::StrCat(assignment.job_id(), "-g",
+                                                     assignment.generation(), "-r", rank)));
+    scratch.emplace(std::move(created));
+    checkpoint_dir = scratch->path() + "/save";
+    uploader = std::make_unique<CoordinatorCheckpointUploader>(setup.coordinator.get(), assignment);
+    if (assignment.has_resume_step()) {
+      const std::string dir = scratch->path() + "/resume";
+      const PrepareContext prepare = [&](grpc::ClientContext* context) {
+        setup.coordinator->Prepare(context, absl::Hours(1));
+      };
+      auto needed = [&](const CheckpointManifest& manifest, const std::string& file) {
+        const std::vector<std::string> files = trainer->CheckpointFilesNeeded(manifest);
+        return std::find(files.begin(), files.end(), file) != files.end();
+      };
+      RETURN_IF_ERROR(DownloadCheckpoint(setup.coordinator->stub(), prepare, assignment.job_id(),
+                                         assignment.resume_step(), dir, needed)
+                          .status());
+      RETURN_IF_ERROR(trainer->LoadCheckpoint(dir, /*subset=*/true));
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
   const int64_t checkpoint_every = spec.train().checkpoint_every();
-  int64_t last_saved = -1;
+  // A resumed run does not save the step it resumed from again.
+  int64_t last_saved = trainer->completed_steps() > 0 ? trainer->completed_steps() : -1;
 
   JsonlAppender metrics_file;
   const std::string metrics_path = absl::GetFlag(FLAGS_metrics_jsonl);
@@ -228,13 +357,15 @@ absl::Status Train(RankSetup& setup) {
                         timings.wait_seconds));
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {
-      ASSIGN_OR_RETURN(const std::string saved, trainer->SaveCheckpoint(checkpoint_dir));
+      ASSIGN_OR_RETURN(const std::string saved,
+                       trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
       last_saved = metrics.step();
       if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
     }
   }
   if (!checkpoint_dir.empty() && last_saved != trainer->completed_steps()) {
-    ASSIGN_OR_RETURN(const std::string saved, trainer->SaveCheckpoint(checkpoint_dir));
+    ASSIGN_OR_RETURN(const std::string saved,
+                     trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
     if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
   }
   const std::string weights = absl::GetFlag(FLAGS_save_weights);
@@ -243,6 +374,10 @@ absl::Status Train(RankSetup& setup) {
 }
 
 int Run() {
+  // Before any thread exists (see ShutdownSignal); never destroyed, as its watcher
+  // thread never ends.
+  static ShutdownSignal* const signals = new ShutdownSignal;
+  WatchForAbort(signals);
   const int threads = absl::GetFlag(FLAGS_threads);
   cpu::SetCpuThreads(threads > 0 ? threads : cpu::AvailableCores());
   const std::string assignment_path = absl::GetFlag(FLAGS_assignment);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -311,7 +312,8 @@ absl::Status Trainer::FullMoments(std::vector<float>* m, std::vector<float>* v) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root) {
+absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
+                                                    CheckpointUploader* uploader) {
   const JobSpec& spec = assignment_.spec();
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& me = assignment_.rank();
@@ -326,6 +328,14 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root) {
     ASSIGN_OR_RETURN(RankShardRecords mine,
                      WriteRankShards(dir, me.global_rank(), step_, model_->tensors(),
                                      model_->params(), m.data(), v.data()));
+    if (uploader != nullptr) {
+      // Uploaded before the records go to rank 0: rank 0 commits only after every
+      // writer's file is in the store.
+      const std::string file = ShardFileName(me.global_rank());
+      RETURN_IF_ERROR(uploader->UploadShard(step_, dir, file));
+      std::error_code ignored;
+      std::filesystem::remove(absl::StrCat(dir, "/", file), ignored);
+    }
     records = SerializeRankShardRecords(mine);
   }
   if (me.global_rank() != 0) {
@@ -357,17 +367,42 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root) {
                      BuildManifest(assignment_.job_id(), {par.tensor(), par.pipeline(), par.data()},
                                    state, all));
     // Last: only now does the checkpoint exist.
-    RETURN_IF_ERROR(WriteManifest(dir, manifest));
+    if (uploader != nullptr) {
+      RETURN_IF_ERROR(uploader->CommitManifest(step_, manifest));
+    } else {
+      RETURN_IF_ERROR(WriteManifest(dir, manifest));
+    }
   }
   // Nobody moves on (or reads the checkpoint) before the manifest is written.
   RETURN_IF_ERROR(world.Barrier());
   return dir;
 }
 
-absl::Status Trainer::LoadCheckpoint(const std::string& dir) {
+std::vector<std::string> Trainer::CheckpointFilesNeeded(const CheckpointManifest& manifest) const {
+  return FilesOverlapping(manifest, model_->tensors(), /*with_moments=*/true);
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
   // Each rank reads only the files its shards overlap, checking each one's CRC-32C.
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, ChecksumVerification::kOnFirstUse));
+  ASSIGN_OR_RETURN(Checkpoint checkpoint,
+                   OpenCheckpoint(dir, subset ? ChecksumVerification::kOnFirstUseSubset
+                                              : ChecksumVerification::kOnFirstUse));
   const TrainingState& state = checkpoint.manifest().state();
+  const bool parameters_only =
+      !model_->tensors().empty() &&
+      checkpoint.Find(FirstMomentName(model_->tensors().front().name)) == nullptr;
+  if (parameters_only) {
+    // Initial weights: nothing random has been drawn yet, so the seed need not match.
+    if (state.step() != 0) {
+      return absl::DataLossError(absl::StrCat(
+          dir, " has no optimizer moments but is at step ", state.step(),
+          " [rule: only step-0 checkpoints (initial weights) may be parameters only]"));
+    }
+    RETURN_IF_ERROR(
+        LoadRankTensors(checkpoint, model_->tensors(), model_->params(), nullptr, nullptr));
+    step_ = 0;
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const uint64_t seed, GetRngSeed(state));
   if (seed != assignment_.spec().train().seed()) {
     return absl::InvalidArgumentError(

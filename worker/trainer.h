@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/assignment.pb.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "worker/engine/data/sequence_sampler.h"
 #include "worker/engine/data/token_dataset.h"
@@ -42,6 +43,18 @@ namespace mtrain {
 struct TrainerOptions {
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
+};
+
+// Where a checkpoint's files go besides the local directory: the coordinator's store.
+class CheckpointUploader {
+ public:
+  virtual ~CheckpointUploader() = default;
+  // Each writing rank, once its shard file `file` is complete in `dir`.
+  virtual absl::Status UploadShard(int64_t step, const std::string& dir,
+                                   const std::string& file) = 0;
+  // Global rank 0, once every writer's UploadShard has returned: commits the checkpoint
+  // (in place of writing the MANIFEST locally).
+  virtual absl::Status CommitManifest(int64_t step, const CheckpointManifest& manifest) = 0;
 };
 
 class Trainer {
@@ -76,12 +89,19 @@ class Trainer {
   // `root`/step-NNNNNNNN (docs/CHECKPOINT_FORMAT.md). Data-parallel rank 0 of every
   // (tensor, pipeline) position writes its shard file (parameters and AdamW moments,
   // gathered first under ZeRO-1); global rank 0 then writes the manifest, last. Returns
-  // the checkpoint's directory.
-  absl::StatusOr<std::string> SaveCheckpoint(const std::string& root);
+  // the checkpoint's directory. With an `uploader`, every shard file is uploaded (then
+  // deleted locally) before rank 0 commits the manifest through it instead of writing it.
+  absl::StatusOr<std::string> SaveCheckpoint(const std::string& root,
+                                             CheckpointUploader* uploader = nullptr);
   // Loads a checkpoint written under any layout (re-sliced for this one): parameters,
   // AdamW moments and the step count, so the next Step() continues exactly where the
-  // saved run was. INVALID_ARGUMENT if it was trained with another seed.
-  absl::Status LoadCheckpoint(const std::string& dir);
+  // saved run was. INVALID_ARGUMENT if it was trained with another seed. A
+  // parameters-only checkpoint (initial weights, train.init_from) sets the parameters and
+  // leaves the optimizer fresh. `subset`: the directory holds only the files this rank's
+  // tensors overlap (FilesOverlapping), as a resuming rank downloads them.
+  absl::Status LoadCheckpoint(const std::string& dir, bool subset = false);
+  // The checkpoint files this rank needs from a checkpoint with `manifest`.
+  std::vector<std::string> CheckpointFilesNeeded(const CheckpointManifest& manifest) const;
 
   // Unblocks a step in progress (another thread; the job is being torn down).
   void Abort() { groups_.AbortAll(); }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <system_error>
 #include <utility>
 
@@ -508,6 +509,7 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir,
   for (int i = 0; i < manifest.files_size(); ++i) {
     const FileChecksum& file = manifest.files(i);
     checkpoint.file_index_[file.file()] = i;
+    if (verification == ChecksumVerification::kOnFirstUseSubset) continue;
     // Existence and size are cheap and catch the common damage (a missing or truncated
     // upload) at once, whatever the verification mode.
     const std::string path = JoinPath(dir, file.file());
@@ -631,6 +633,36 @@ absl::StatusOr<uint64_t> GetRngSeed(const TrainingState& state) {
         absl::StrCat("training state's RNG seed has ", it->second.size(), " bytes, expected 8"));
   }
   return GetLittleEndian(it->second, 0, 8);
+}
+
+}  // namespace mtrain
+
+namespace mtrain {
+
+std::vector<std::string> FilesOverlapping(const CheckpointManifest& manifest,
+                                          absl::Span<const ParamTensor> tensors,
+                                          bool with_moments) {
+  absl::flat_hash_map<std::string, const TensorEntry*> entries;
+  for (const TensorEntry& entry : manifest.tensors()) entries[entry.name()] = &entry;
+  std::set<std::string> files;
+  for (const ParamTensor& tensor : tensors) {
+    const HyperRectangle wanted{tensor.global_offset, tensor.local_shape};
+    std::vector<std::string> names = {tensor.name};
+    if (with_moments) {
+      names.push_back(FirstMomentName(tensor.name));
+      names.push_back(SecondMomentName(tensor.name));
+    }
+    for (const std::string& name : names) {
+      const auto it = entries.find(name);
+      if (it == entries.end()) continue;
+      for (const TensorShard& shard : it->second->shards()) {
+        const HyperRectangle stored{{shard.global_offset().begin(), shard.global_offset().end()},
+                                    {shard.shape().begin(), shard.shape().end()}};
+        if (Intersect(stored, wanted).has_value()) files.insert(shard.file());
+      }
+    }
+  }
+  return std::vector<std::string>(files.begin(), files.end());
 }
 
 }  // namespace mtrain

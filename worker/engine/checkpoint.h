@@ -138,6 +138,10 @@ enum class ChecksumVerification {
   // CRC-32C is checked in full the first time LoadRankTensors reads from it. A resuming
   // rank then reads only the files its shards overlap, not the whole checkpoint.
   kOnFirstUse,
+  // Like kOnFirstUse, but OpenCheckpoint does not require every listed file: a rank that
+  // downloaded only the files it needs (FilesOverlapping) opens that subset. A missing
+  // file is DATA_LOSS when LoadRankTensors first needs it.
+  kOnFirstUseSubset,
 };
 
 // A complete checkpoint on disk: its validated manifest and its directory. Movable; not
@@ -192,6 +196,13 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(
 // the file if a shard file read is damaged.
 absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ParamTensor> tensors,
                              float* params, float* first_moment, float* second_moment);
+
+// The files of `manifest` holding some part of `tensors` (each a rank's hyper-rectangle),
+// and of their moments "optimizer.m/v.<name>" when `with_moments`: what a rank must fetch
+// to LoadRankTensors. Sorted; tensors the manifest lacks are ignored here (the load names
+// them).
+std::vector<std::string> FilesOverlapping(const CheckpointManifest& manifest,
+                                          absl::Span<const ParamTensor> tensors, bool with_moments);
 
 // -------------------------------------------------------------------- training state
 

@@ -579,5 +579,48 @@ TEST(CheckpointTest, WritingRejectsInconsistentTensors) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A resuming rank fetches only the files its shards overlap and opens that subset.
+TEST(CheckpointTest, RankLoadsFromOnlyTheFilesItsShardsOverlap) {
+  const std::string dir = FreshDir("subset");
+  const CheckpointManifest manifest = WriteCheckpoint(dir, Layout{2, 2, 1}, 30);
+  // Stage 1 of a (1, 2) layout holds the second half of the layers and the tied
+  // embedding: the files of stage 1 (ranks 2, 3) and, for wte, of stage 0 (ranks 0, 1)
+  // or stage 1 (both hold it; the manifest keeps the first writer's copy).
+  const std::vector<ParamTensor> last_stage = RankTensors(Layout{1, 2, 1}, 0, 1);
+  const std::vector<std::string> files = FilesOverlapping(manifest, last_stage, true);
+  EXPECT_EQ(files, (std::vector<std::string>{"rank-00000.bin", "rank-00001.bin", "rank-00002.bin",
+                                             "rank-00003.bin"}));
+  // Without the embedding, stage 1's own layers come only from ranks 2 and 3.
+  std::vector<ParamTensor> layers_only;
+  for (const ParamTensor& t : last_stage) {
+    if (t.name.rfind("layers.", 0) == 0) layers_only.push_back(t);
+  }
+  const std::vector<std::string> layer_files = FilesOverlapping(manifest, layers_only, true);
+  EXPECT_EQ(layer_files, (std::vector<std::string>{"rank-00002.bin", "rank-00003.bin"}));
+  // Delete the files the layers do not need: the subset opens and loads exactly.
+  std::filesystem::remove(dir + "/rank-00000.bin");
+  std::filesystem::remove(dir + "/rank-00001.bin");
+  EXPECT_EQ(OpenCheckpoint(dir, ChecksumVerification::kOnFirstUse).status().code(),
+            absl::StatusCode::kDataLoss);
+  absl::StatusOr<Checkpoint> subset = OpenCheckpoint(dir, ChecksumVerification::kOnFirstUseSubset);
+  ASSERT_TRUE(subset.ok()) << subset.status();
+  RankBuffers b;
+  for (auto& buffer : b.buffer) buffer.assign(BufferSize(layers_only) + 8, kUntouched);
+  ASSERT_TRUE(LoadRankTensors(*subset, layers_only, b.buffer[0].data(), b.buffer[1].data(),
+                              b.buffer[2].data())
+                  .ok());
+  for (const ParamTensor& t : layers_only) {
+    ASSERT_EQ(b.buffer[2][t.offset + t.size - 1],
+              ReferenceValue(2, t.name, GlobalIndex(t, t.size - 1)))
+        << t.name;
+  }
+  // A tensor whose file is absent is DATA_LOSS naming the file when first needed.
+  std::vector<float> params(BufferSize(last_stage) + 8);
+  const absl::Status missing =
+      LoadRankTensors(*subset, last_stage, params.data(), nullptr, nullptr);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kDataLoss) << missing;
+  EXPECT_NE(missing.message().find("rank-0000"), std::string::npos) << missing;
+}
+
 }  // namespace
 }  // namespace mtrain
