@@ -40,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/scratch_dir.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "coordinator/plan/assignment_plan.h"
@@ -49,6 +50,9 @@
 #include "worker/checkpoint_transfer.h"
 #include "worker/coordinator_client.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_tensors.h"
+#include "worker/engine/hf_gpt2.h"
+#include "worker/engine/safetensors.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"
 #include "worker/parallel/rank_groups.h"
@@ -167,32 +171,6 @@ class CoordinatorCheckpointUploader : public CheckpointUploader {
   const Assignment& assignment_;
 };
 
-// A private scratch directory under $TMPDIR (or /tmp), removed by the destructor.
-class ScratchDir {
- public:
-  static absl::StatusOr<ScratchDir> Create(const std::string& label) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/mtrain-", label, "-XXXXXX");
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("cannot create a directory like ", pattern, ": ", std::strerror(errno)));
-    }
-    return ScratchDir(pattern);
-  }
-  ScratchDir(ScratchDir&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
-  ScratchDir(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
-
 // Where this rank's plan and rendezvous come from.
 struct RankSetup {
   Assignment assignment;
@@ -287,6 +265,16 @@ absl::Status Train(RankSetup& setup) {
 
   if (const std::string resume = absl::GetFlag(FLAGS_resume_from); !resume.empty()) {
     RETURN_IF_ERROR(trainer->LoadCheckpoint(resume));
+  } else if (setup.coordinator == nullptr && !spec.train().init_from().empty()) {
+    // Static mode reads the initial weights itself (under a coordinator they arrive as
+    // the job's step-0 checkpoint); a parameters-only checkpoint re-slices them for this
+    // rank like any other.
+    ASSIGN_OR_RETURN(const SafetensorsFile file, ReadSafetensors(spec.train().init_from()));
+    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(file, spec.model()));
+    ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
+    RETURN_IF_ERROR(
+        WriteParameterCheckpoint(init.path(), "static", 0, weights, spec.train().seed()).status());
+    RETURN_IF_ERROR(trainer->LoadCheckpoint(init.path()));
   }
   std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   std::optional<ScratchDir> scratch;

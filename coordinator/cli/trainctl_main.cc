@@ -8,8 +8,10 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,8 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "coordinator/cli/auth_token.h"
+#include "coordinator/cli/checkpoint_commands.h"
+#include "coordinator/cli/checkpoint_table.h"
 #include "coordinator/cli/job_table.h"
 #include "coordinator/cli/job_text.h"
 #include "coordinator/cli/job_watch.h"
@@ -42,6 +46,11 @@ ABSL_FLAG(bool, wait, false, "submit: follow the job until it ends; exit 0 only 
 ABSL_FLAG(std::string, token, "", "bearer token sent with every RPC (prefer --token_file)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token (trailing whitespace stripped)");
+ABSL_FLAG(std::string, init_from, "",
+          "submit: start from this HuggingFace GPT-2 safetensors file (sets train.init_from; "
+          "the weights are checked against the spec, then uploaded with the job)");
+ABSL_FLAG(int64_t, step, -1, "export: the checkpoint's step (default: the newest)");
+ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
 
 namespace mtrain {
 namespace {
@@ -60,7 +69,12 @@ commands:
                         step, the format of `train --metrics_jsonl`)
   list                  table of jobs (--json: one JobStatus JSON object per job)
   cancel JOB            cancel a job
-  events JOB            the job's event log (submitted, state changes, placements, failures)
+  events JOB            the job's event log (submitted, state changes, placements, failures,
+                        checkpoints, resumes)
+  checkpoints JOB       the job's stored checkpoints (--json: one CheckpointInfo per line)
+  export JOB OUT        write a checkpoint (--step=N, default the newest) to directory OUT as
+                        HuggingFace GPT-2 (--format=safetensors): model.safetensors and
+                        config.json, loadable by transformers' GPT2LMHeadModel
   help                  this text
 
 flags:
@@ -68,6 +82,9 @@ flags:
   --json                    JSON output
   --timeout_seconds=N       deadline of each RPC (default 10; watch streams have none)
   --wait                    submit: follow the job until it ends
+  --init-from=FILE          submit: start from a HuggingFace GPT-2 safetensors file
+  --step=N                  export: which checkpoint (default the newest)
+  --format=safetensors      export: the output format
   --token=STRING            bearer token sent with every RPC
   --token_file=FILE         read the bearer token from FILE (trailing whitespace stripped)
 
@@ -117,6 +134,16 @@ class Client {
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::seconds(absl::GetFlag(FLAGS_timeout_seconds)));
     return context;
+  }
+
+  // For checkpoint transfers: the token, and an hour for however large the files are.
+  PrepareContext Transfer() const {
+    return [this](grpc::ClientContext* context) {
+      if (!token_.empty()) {
+        context->AddMetadata(kAuthorizationMetadataKey, absl::StrCat(kBearerPrefix, token_));
+      }
+      context->set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+    };
   }
 
   // No deadline: a watch lasts as long as the job.
@@ -268,12 +295,40 @@ int Validate(const std::string& path) {
 int Submit(Client& client, const std::string& path) {
   absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
   if (!spec.ok()) return Fail("submit", spec.status());
+  if (const std::string init = absl::GetFlag(FLAGS_init_from); !init.empty()) {
+    spec->mutable_train()->set_init_from(init);
+  }
+  // Initial weights are read and checked before the job exists: a wrong file costs
+  // nothing on the coordinator.
+  std::optional<std::map<std::string, FullTensor>> weights;
+  if (!spec->train().init_from().empty()) {
+    absl::StatusOr<std::map<std::string, FullTensor>> read =
+        ReadInitialWeights(spec->train().init_from(), *spec);
+    if (!read.ok()) return Fail("submit", read.status());
+    weights = *std::move(read);
+  }
   SubmitJobRequest request;
   *request.mutable_spec() = *spec;
   SubmitJobResponse response;
   absl::Status status =
       client.Check(client.stub()->SubmitJob(client.Context().get(), request, &response));
   if (!status.ok()) return Fail("submit", status);
+  if (weights.has_value()) {
+    std::fprintf(stderr, "trainctl submit: %s: uploading the initial weights of %s\n",
+                 response.job_id().c_str(), spec->train().init_from().c_str());
+    const absl::Status uploaded = client.Check(ToGrpcStatus(UploadInitialWeights(
+        client.stub(), client.Transfer(), response.job_id(), *spec, *weights)));
+    if (!uploaded.ok()) {
+      // A job without its weights would wait forever: take it back.
+      CancelJobRequest cancel;
+      cancel.set_job_id(response.job_id());
+      CancelJobResponse cancelled;
+      (void)client.stub()->CancelJob(client.Context().get(), cancel, &cancelled);
+      return Fail("submit",
+                  absl::Status(uploaded.code(), absl::StrCat("job ", response.job_id(),
+                                                             " cancelled: ", uploaded.message())));
+    }
+  }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", ToJsonLine(response).c_str());
   } else {
@@ -346,13 +401,53 @@ int Events(Client& client, const std::string& job_id) {
   return 0;
 }
 
+int Checkpoints(Client& client, const std::string& job_id) {
+  ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  ListCheckpointsResponse response;
+  absl::Status status =
+      client.Check(client.stub()->ListCheckpoints(client.Context().get(), request, &response));
+  if (!status.ok()) return Fail("checkpoints", status);
+  if (absl::GetFlag(FLAGS_json)) {
+    for (const CheckpointInfo& c : response.checkpoints()) {
+      std::printf("%s\n", ToJsonLine(c).c_str());
+    }
+  } else {
+    std::printf("%s", FormatCheckpointTable(response, absl::LocalTimeZone()).c_str());
+  }
+  return 0;
+}
+
+int Export(Client& client, const std::string& job_id, const std::string& out_dir) {
+  if (absl::GetFlag(FLAGS_format) != "safetensors") {
+    return UsageError("export", absl::StrCat("--format=", absl::GetFlag(FLAGS_format),
+                                             ": the only format is safetensors"));
+  }
+  GetJobRequest request;
+  request.set_job_id(job_id);
+  JobStatus job;
+  absl::Status status = client.Check(client.stub()->GetJob(client.Context().get(), request, &job));
+  if (!status.ok()) return Fail("export", status);
+  const int64_t step_flag = absl::GetFlag(FLAGS_step);
+  absl::StatusOr<int64_t> step =
+      ExportCheckpoint(client.stub(), client.Transfer(), job,
+                       step_flag >= 0 ? std::optional<int64_t>(step_flag) : std::nullopt, out_dir);
+  if (!step.ok()) return Fail("export", client.Check(ToGrpcStatus(step.status())));
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("exported %s step %lld to %s (model.safetensors, config.json)\n", job_id.c_str(),
+                static_cast<long long>(*step), out_dir.c_str());
+  }
+  return 0;
+}
+
 // Arguments each command takes after its name.
 std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
-      command == "cancel" || command == "events") {
+      command == "cancel" || command == "events" || command == "checkpoints") {
     return 1;
   }
+  if (command == "export") return 2;
   return std::nullopt;
 }
 
@@ -372,6 +467,13 @@ int Run(const std::vector<char*>& args) {
   if (absl::GetFlag(FLAGS_wait) && command != "submit") {
     return UsageError(command, "--wait applies only to submit");
   }
+  if (!absl::GetFlag(FLAGS_init_from).empty() && command != "submit") {
+    return UsageError(command, "--init-from applies only to submit");
+  }
+  if (absl::GetFlag(FLAGS_step) != -1 && command != "export") {
+    return UsageError(command, "--step applies only to export");
+  }
+  if (absl::GetFlag(FLAGS_step) < -1) return UsageError(command, "--step must be >= 0");
   if (command == "validate") return Validate(args[2]);
 
   if (!absl::GetFlag(FLAGS_token).empty() && !absl::GetFlag(FLAGS_token_file).empty()) {
@@ -387,6 +489,8 @@ int Run(const std::vector<char*>& args) {
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
   if (command == "events") return Events(client, args[2]);
+  if (command == "checkpoints") return Checkpoints(client, args[2]);
+  if (command == "export") return Export(client, args[2], args[3]);
   return FollowJob(client, "watch", args[2]);
 }
 
@@ -395,6 +499,17 @@ int Run(const std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(mtrain::kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // Flags may be spelled with dashes (--init-from) as well as underscores (--init_from).
+  std::vector<std::string> spelled(argv, argv + argc);
+  std::vector<char*> normalized;
+  for (std::string& arg : spelled) {
+    if (arg.rfind("--", 0) == 0) {
+      const size_t end = std::min(arg.find('='), arg.size());
+      std::replace(arg.begin() + 2, arg.begin() + end, '-', '_');
+    }
+    normalized.push_back(arg.data());
+  }
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
   return mtrain::Run(args);
 }

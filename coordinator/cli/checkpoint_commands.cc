@@ -1,0 +1,77 @@
+#include "coordinator/cli/checkpoint_commands.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/grpc_status.h"
+#include "common/scratch_dir.h"
+#include "common/status_macros.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/checkpoint_tensors.h"
+#include "worker/engine/hf_gpt2.h"
+#include "worker/engine/safetensors.h"
+
+namespace mtrain {
+
+absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareContext& prepare,
+                                         const JobStatus& job, std::optional<int64_t> step,
+                                         const std::string& out_dir) {
+  ListCheckpointsRequest request;
+  request.set_job_id(job.job_id());
+  ListCheckpointsResponse listed;
+  {
+    grpc::ClientContext context;
+    prepare(&context);
+    RETURN_IF_ERROR(FromGrpcStatus(stub->ListCheckpoints(&context, request, &listed)));
+  }
+  std::vector<int64_t> steps;
+  for (const CheckpointInfo& info : listed.checkpoints()) steps.push_back(info.step());
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat(job.job_id(), " has no checkpoint yet"));
+  }
+  const int64_t chosen = step.value_or(steps.back());
+  if (std::find(steps.begin(), steps.end(), chosen) == steps.end()) {
+    return absl::NotFoundError(absl::StrCat(job.job_id(), " has no checkpoint of step ", chosen,
+                                            " (it has steps ", absl::StrJoin(steps, ", "), ")"));
+  }
+  ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::Create("export"));
+  RETURN_IF_ERROR(
+      DownloadCheckpoint(stub, prepare, job.job_id(), chosen, scratch.path(), nullptr).status());
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(scratch.path()));
+  ASSIGN_OR_RETURN(const auto weights, ReadFullParameters(checkpoint));
+  RETURN_IF_ERROR(ExportHuggingFaceGpt2(weights, job.spec(), out_dir));
+  return chosen;
+}
+
+absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,
+                                                                     const JobSpec& spec) {
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(),
+                        absl::StrCat("train.init_from: ", path, ": ", file.status().message()));
+  }
+  absl::StatusOr<std::map<std::string, FullTensor>> weights =
+      FromHuggingFaceGpt2(*file, spec.model());
+  if (!weights.ok()) {
+    return absl::Status(weights.status().code(),
+                        absl::StrCat("train.init_from: ", path, ": ", weights.status().message()));
+  }
+  return weights;
+}
+
+absl::Status UploadInitialWeights(Coordinator::Stub* stub, const PrepareContext& prepare,
+                                  const std::string& job_id, const JobSpec& spec,
+                                  const std::map<std::string, FullTensor>& weights) {
+  ASSIGN_OR_RETURN(ScratchDir scratch, ScratchDir::Create("init"));
+  ASSIGN_OR_RETURN(
+      const CheckpointManifest manifest,
+      WriteParameterCheckpoint(scratch.path(), job_id, 0, weights, spec.train().seed()));
+  for (const FileChecksum& file : manifest.files()) {
+    RETURN_IF_ERROR(UploadCheckpointFile(stub, prepare, job_id, /*generation=*/0, /*step=*/0,
+                                         file.file(),
+                                         absl::StrCat(scratch.path(), "/", file.file())));
+  }
+  return UploadCheckpointBytes(stub, prepare, job_id, 0, 0, kManifestFileName,
+                               SerializeManifest(manifest));
+}
+
+}  // namespace mtrain

@@ -1,0 +1,46 @@
+// What trainctl does with checkpoints beyond listing them: export one as a HuggingFace
+// GPT-2 directory, and turn a HuggingFace GPT-2 file into a job's initial weights (read
+// and checked before the job is submitted, uploaded after).
+//
+//   ASSIGN_OR_RETURN(int64_t step, ExportCheckpoint(stub, prepare, job, 120, "out/"));
+//   ASSIGN_OR_RETURN(auto weights, ReadInitialWeights("gpt2.safetensors", spec));
+//   ... submit ...
+//   RETURN_IF_ERROR(UploadInitialWeights(stub, prepare, job_id, spec, weights));
+#ifndef MTRAIN_COORDINATOR_CLI_CHECKPOINT_COMMANDS_H_
+#define MTRAIN_COORDINATOR_CLI_CHECKPOINT_COMMANDS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "worker/checkpoint_transfer.h"
+#include "worker/engine/full_tensor.h"
+
+namespace mtrain {
+
+// Downloads checkpoint `step` of `job` (the newest when absent) and writes it to
+// `out_dir` as model.safetensors + config.json that transformers' GPT2LMHeadModel loads
+// (docs/HUGGINGFACE.md). Returns the step exported. NOT_FOUND if the job has no such
+// checkpoint (the message lists the steps it has); the coordinator's and the converter's
+// errors otherwise.
+absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareContext& prepare,
+                                         const JobStatus& job, std::optional<int64_t> step,
+                                         const std::string& out_dir);
+
+// Reads a HuggingFace GPT-2 safetensors file and checks it against `spec` (resolved):
+// our tensors, ready to upload. Errors name the file, the tensor and the spec field.
+absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,
+                                                                     const JobSpec& spec);
+
+// Uploads `weights` as the step-0, parameters-only checkpoint of `job_id` (generation 0),
+// which lets the job, waiting in PENDING, start.
+absl::Status UploadInitialWeights(Coordinator::Stub* stub, const PrepareContext& prepare,
+                                  const std::string& job_id, const JobSpec& spec,
+                                  const std::map<std::string, FullTensor>& weights);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COORDINATOR_CLI_CHECKPOINT_COMMANDS_H_
