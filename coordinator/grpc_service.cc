@@ -191,7 +191,10 @@ grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
       if (steps.ok()) {
         for (const StepMetrics& m : *steps) {
           if (m.step() <= last_step || m.step() >= status.latest().step()) continue;
+          // The job as it was at that step: still running, whatever it is now (a
+          // watcher stops at the first status in a final state).
           JobStatus between = status;
+          if (IsTerminalJobState(between.state())) between.set_state(JOB_STATE_RUNNING);
           between.set_step(m.step());
           if (m.has_loss()) between.set_loss(m.loss());
           *between.mutable_latest() = m;

@@ -1,0 +1,385 @@
+// Elastic recovery end to end, all real processes on loopback (coordinator, worker
+// daemons running `train` ranks, trainctl, and `launch` for uninterrupted references).
+// What issue 6 promises:
+//   - SIGKILL of a worker in the middle of a (2,2,2) job: a spare replaces it, the job
+//     resumes from the coordinator's last checkpoint and ends with exactly the losses and
+//     the weights and optimizer state (shard files byte for byte) of an uninterrupted run;
+//   - a SIGSTOP'd rank is detected within the collective timeout and named in the event
+//     log; a SIGSTOP'd worker daemon within the heartbeat timeout; the job recovers;
+//   - with no replacement, data parallelism shrinks 2 -> 1 with the same global batch
+//     (losses within 1e-5 of the uninterrupted run);
+//   - a bit-flipped shard of the newest checkpoint is caught by its checksum, the previous
+//     checkpoint is used, and an event says so;
+//   - trainctl checkpoints / export / submit --init-from: the exported weights restart a
+//     job exactly where static `train` with train.init_from starts.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+#include "tests/metrics_jsonl.h"
+#include "worker/engine/checkpoint.h"
+#include "worker/engine/safetensors.h"
+
+namespace mtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// A tiny GPT; `parallel` and `train` fields are the caller's.
+std::string SpecJson(const std::string& parallel, const std::string& train) {
+  return absl::StrCat(
+      R"({"name": "elastic", "model": {"num_layers": 4, "num_heads": 4, "hidden_size": 32,
+          "seq_length": 16}, "parallel": {"micro_batch_size": 2, )",
+      parallel, R"(}, "train": {"dropout": 0.1, "seed": 3, )", train,
+      R"(}, "device": "DEVICE_CPU"})");
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class ElasticRestartTest : public ClusterTest {
+ protected:
+  // Runs `spec` uninterrupted as a static world (`launch`); returns its output directory.
+  std::string RunStatic(const std::string& name, const std::string& spec,
+                        std::vector<std::string> train_flags = {}) {
+    const std::string out = Path(name);
+    std::vector<std::string> argv = {"worker/launch", "--spec=" + spec, "--out_dir=" + out,
+                                     "--threads_per_rank=1"};
+    if (!train_flags.empty()) {
+      argv.push_back("--");
+      argv.insert(argv.end(), train_flags.begin(), train_flags.end());
+    }
+    auto launch = ChildProcess::Start(argv, Path(name + ".log"));
+    EXPECT_TRUE(launch.ok()) << launch.status();
+    if (!launch.ok()) return out;
+    absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(5));
+    EXPECT_TRUE(code.ok() && *code == 0) << (*launch)->Log();
+    return out;
+  }
+
+  // Losses of `rank` in a metrics JSONL file, in step order.
+  std::vector<double> Losses(const std::string& jsonl, int rank) {
+    absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(jsonl);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    if (!lines.ok()) return {};
+    absl::StatusOr<std::vector<double>> losses = LossesOfRank(*lines, rank);
+    EXPECT_TRUE(losses.ok()) << losses.status();
+    return losses.ok() ? *losses : std::vector<double>();
+  }
+
+  // The job's recorded loss of every step (what `trainctl watch --json` replays), as a
+  // JSONL file in the format of `train --metrics_jsonl`.
+  std::string JobMetrics(const std::string& job) {
+    auto [code, output] = Trainctl({"watch", "--json", job}, absl::Minutes(1));
+    EXPECT_EQ(code, 0) << output;
+    const std::string path = Path(job + "-watched.jsonl");
+    std::ofstream out(path);
+    for (absl::string_view line : absl::StrSplit(output, '\n')) {
+      if (absl::StartsWith(line, "{\"step\"")) out << line << "\n";
+    }
+    return path;
+  }
+
+  std::string Events(const std::string& job) {
+    auto [code, events] = Trainctl({"events", job});
+    EXPECT_EQ(code, 0) << events;
+    return events;
+  }
+
+  void WaitForStep(const std::string& job, int64_t step, absl::Duration timeout) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<JobStatus> s = Status(job);
+          return s.ok() && s->state() == JOB_STATE_RUNNING && s->step() >= step;
+        },
+        timeout))
+        << Trainctl({"status", job}).second;
+  }
+
+  void WaitForSuccess(const std::string& job, absl::Duration timeout) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const JobState state = StateOf(job);
+          return state == JOB_STATE_SUCCEEDED || state == JOB_STATE_FAILED ||
+                 state == JOB_STATE_CANCELLED;
+        },
+        timeout))
+        << Trainctl({"status", job}).second;
+    ASSERT_EQ(StateOf(job), JOB_STATE_SUCCEEDED) << Trainctl({"status", job}).second << "\n"
+                                                 << Events(job);
+  }
+
+  // The worker daemon running `rank` of the job's current generation.
+  ChildProcess* WorkerOfRank(const std::string& job, int rank) {
+    absl::StatusOr<JobStatus> status = Status(job);
+    if (!status.ok() || rank >= status->workers_size()) return nullptr;
+    return Worker(status->workers(rank));
+  }
+
+  // A committed checkpoint's directory in the coordinator's store.
+  std::string StoredCheckpoint(const std::string& job, int64_t step) {
+    return Path(absl::StrCat("state/checkpoints/", job, "/", CheckpointDirName(step)));
+  }
+};
+
+TEST_F(ElasticRestartTest, SigkilledWorkerOf222JobIsReplacedAndTheRunIsBitExact) {
+  const std::string spec = WriteSpec(
+      "job.json", SpecJson(R"("tensor": 2, "pipeline": 2, "data": 2, "global_batch_size": 8)",
+                           R"("steps": 30, "checkpoint_every": 5)"));
+  const std::string reference =
+      RunStatic("static", spec, {"--checkpoint_dir=" + Path("static/checkpoints")});
+
+  StartCoordinator("127.0.0.1:0", {"--collective_timeout=20s"});
+  StartWorkers(9);  // 8 ranks and a spare
+  const std::string job = Submit(spec);
+  ASSERT_FALSE(job.empty());
+  WaitForStep(job, 12, absl::Minutes(3));
+  // Rank 5 (tensor 1, data 0, stage 1: a writer of checkpoints) dies with its daemon, in
+  // whatever step it is in.
+  ChildProcess* victim = WorkerOfRank(job, 5);
+  ASSERT_NE(victim, nullptr);
+  victim->Signal(SIGKILL);
+  WaitForSuccess(job, absl::Minutes(4));
+
+  absl::StatusOr<JobStatus> status = Status(job);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->restarts(), 1);
+  EXPECT_EQ(status->step(), 30);
+  const std::string events = Events(job);
+  EXPECT_THAT(events, HasSubstr("generation_failed"));
+  EXPECT_THAT(events, HasSubstr("generation 2 resumes from checkpoint step"));
+
+  // Every step's loss equals the uninterrupted run's, to the printed digit.
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 4);
+  ASSERT_EQ(expected.size(), 30u);
+  EXPECT_EQ(Losses(JobMetrics(job), 4), expected);
+  // The final checkpoint (weights and AdamW moments of every writer) byte for byte.
+  const std::string static_final = reference + "/checkpoints/step-00000030";
+  int compared = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(static_final)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "rank-")) continue;
+    const std::string stored = StoredCheckpoint(job, 30) + "/" + name;
+    ASSERT_TRUE(fs::exists(stored)) << stored;
+    EXPECT_TRUE(ReadFile(stored) == ReadFile(entry.path().string())) << name << " differs";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 4);  // the writers: data-parallel rank 0 of each (tensor, stage)
+}
+
+TEST_F(ElasticRestartTest, HungRankAndHungWorkerAreDetectedNamedAndReplaced) {
+  StartCoordinator("127.0.0.1:0", {"--collective_timeout=4s"});
+  StartWorkers(3);  // 2 ranks and a spare
+  const std::string job =
+      Submit(WriteSpec("job.json", SpecJson(R"("pipeline": 2, "global_batch_size": 4)",
+                                            R"("steps": 400, "checkpoint_every": 5)")));
+  WaitForStep(job, 8, absl::Minutes(2));
+
+  // 1. The training process of rank 1 hangs (SIGSTOP); its daemon still heartbeats. Rank
+  //    0 waits in a transfer with rank 1 until the collective timeout, then the watchdog
+  //    names who did not arrive.
+  ChildProcess* worker = WorkerOfRank(job, 1);
+  ASSERT_NE(worker, nullptr);
+  const int rank_pid = RankProcessOf(worker->pid());
+  ASSERT_GT(rank_pid, 0);
+  const absl::Time stopped = absl::Now();
+  ASSERT_EQ(::kill(rank_pid, SIGSTOP), 0);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(Events(job), "generation_failed"); },
+                      absl::Seconds(30)));
+  const absl::Duration detected = absl::Now() - stopped;
+  std::printf("hung rank detected after %.1f s (collective timeout 4 s)\n",
+              absl::ToDoubleSeconds(detected));
+  // Within the timeout plus the watchdog's wait for peer reports (3 s) and polling slack.
+  EXPECT_LT(detected, absl::Seconds(4 + 3 + 6));
+  std::string events = Events(job);
+  EXPECT_THAT(events, HasSubstr("DEADLINE_EXCEEDED"));
+  EXPECT_THAT(events, HasSubstr("global rank 1"));
+  ::kill(rank_pid, SIGCONT);  // harmless if the daemon's abort already killed it
+
+  // 2. The job recovers and trains on.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(job);
+        return s.ok() && s->generation() >= 2 && s->state() == JOB_STATE_RUNNING && s->step() >= 15;
+      },
+      absl::Minutes(2)))
+      << Trainctl({"status", job}).second << Events(job);
+
+  // 3. A whole worker daemon hangs: its heartbeats stop; the coordinator names it and the
+  //    rank it ran, and a free worker takes over.
+  ChildProcess* daemon = WorkerOfRank(job, 0);
+  ASSERT_NE(daemon, nullptr);
+  daemon->Signal(SIGSTOP);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(job);
+        return s.ok() && s->generation() >= 3 && s->state() == JOB_STATE_RUNNING;
+      },
+      absl::Minutes(2)))
+      << Trainctl({"status", job}).second << Events(job);
+  events = Events(job);
+  EXPECT_THAT(events, HasSubstr("(rank 0) stopped heartbeating"));
+  daemon->Signal(SIGCONT);
+  EXPECT_EQ(Trainctl({"cancel", job}).first, 0);
+}
+
+TEST_F(ElasticRestartTest, WithoutReplacementDataParallelismShrinksKeepingTheGlobalBatch) {
+  const std::string spec =
+      WriteSpec("job.json", SpecJson(R"("data": 2, "min_data": 1, "global_batch_size": 8)",
+                                     R"("steps": 24, "checkpoint_every": 4)"));
+  const std::string reference = RunStatic("static", spec);
+  StartCoordinator("127.0.0.1:0", {"--shrink_grace=2s", "--collective_timeout=10s"});
+  StartWorkers(2);  // no spare
+  const std::string job = Submit(spec);
+  WaitForStep(job, 9, absl::Minutes(2));
+  ChildProcess* victim = WorkerOfRank(job, 1);
+  ASSERT_NE(victim, nullptr);
+  victim->Signal(SIGKILL);
+  WaitForSuccess(job, absl::Minutes(3));
+  const std::string events = Events(job);
+  EXPECT_THAT(events, HasSubstr("data parallelism 2 -> 1, global batch kept (4 microbatches"));
+  EXPECT_THAT(events, HasSubstr("resumes from checkpoint step"));
+  // The same global batch: the losses continue those of the uninterrupted d=2 run (only
+  // the order of the gradient sum differs).
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+  const std::vector<double> got = Losses(JobMetrics(job), 0);
+  ASSERT_EQ(expected.size(), 24u);
+  ASSERT_EQ(got.size(), 24u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], expected[i], 1e-5 * std::abs(expected[i])) << "step " << i + 1;
+  }
+}
+
+TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
+  StartCoordinator("127.0.0.1:0", {"--collective_timeout=10s"});
+  StartWorkers(3);
+  const std::string job =
+      Submit(WriteSpec("job.json", SpecJson(R"("pipeline": 2, "global_batch_size": 4)",
+                                            R"("steps": 400, "checkpoint_every": 3)")));
+  WaitForStep(job, 10, absl::Minutes(2));
+  // Freeze both ranks so no newer checkpoint lands while the newest is damaged.
+  ChildProcess* w0 = WorkerOfRank(job, 0);
+  ChildProcess* w1 = WorkerOfRank(job, 1);
+  ASSERT_TRUE(w0 != nullptr && w1 != nullptr);
+  const int rank0 = RankProcessOf(w0->pid());
+  const int rank1 = RankProcessOf(w1->pid());
+  ASSERT_TRUE(rank0 > 0 && rank1 > 0);
+  ::kill(rank0, SIGSTOP);
+  ::kill(rank1, SIGSTOP);
+  absl::SleepFor(absl::Milliseconds(500));  // a commit already sent completes first
+  auto [code, table] = Trainctl({"checkpoints", "--json", job});
+  ASSERT_EQ(code, 0) << table;
+  std::vector<int64_t> steps;
+  for (absl::string_view line : absl::StrSplit(table, '\n', absl::SkipEmpty())) {
+    const size_t at = line.find("\"step\":\"");
+    if (at != absl::string_view::npos)
+      steps.push_back(std::stoll(std::string(line.substr(at + 8))));
+  }
+  ASSERT_GE(steps.size(), 2u) << table;
+  const int64_t newest = steps.back();
+  const int64_t previous = steps[steps.size() - 2];
+  {
+    const std::string shard = StoredCheckpoint(job, newest) + "/rank-00001.bin";
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << shard;
+    f.seekg(200);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x04;
+    f.seekp(200);
+    f.write(&c, 1);
+  }
+  // The rank on w1 dies (with its daemon); rank 0 resumes and fails on the lost peer.
+  w1->Signal(SIGKILL);
+  ::kill(rank0, SIGCONT);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(job);
+        return s.ok() && s->generation() >= 2 && s->state() == JOB_STATE_RUNNING &&
+               s->step() > previous;
+      },
+      absl::Minutes(2)))
+      << Trainctl({"status", job}).second << Events(job);
+  const std::string events = Events(job);
+  EXPECT_THAT(events,
+              HasSubstr(absl::StrCat("checkpoint step ", newest, " is damaged (DATA_LOSS")));
+  EXPECT_THAT(events, HasSubstr("rank-00001.bin fails its CRC-32C"));
+  EXPECT_THAT(events, HasSubstr(absl::StrCat("using checkpoint step ", previous)));
+  EXPECT_THAT(events, HasSubstr(absl::StrCat("resumes from checkpoint step ", previous)));
+  EXPECT_TRUE(fs::exists(
+      Path(absl::StrCat("state/checkpoints/", job, "/damaged-", CheckpointDirName(newest)))));
+  EXPECT_EQ(Trainctl({"cancel", job}).first, 0);
+}
+
+TEST_F(ElasticRestartTest, ExportedWeightsStartANewJobAsStaticInitFromDoes) {
+  StartCoordinator();
+  StartWorkers(2);
+  const std::string parallel = R"("pipeline": 2, "global_batch_size": 4)";
+  const std::string first =
+      Submit(WriteSpec("first.json", SpecJson(parallel, R"("steps": 20, "checkpoint_every": 10)")));
+  WaitForSuccess(first, absl::Minutes(2));
+  auto [listed, table] = Trainctl({"checkpoints", first});
+  ASSERT_EQ(listed, 0) << table;
+  EXPECT_THAT(table, HasSubstr("LAYOUT(t,p,d)"));
+  EXPECT_THAT(table, HasSubstr("1,2,1"));
+
+  const std::string out = Path("exported");
+  auto [exported, export_output] =
+      Trainctl({"export", first, "--step", "20", "--format", "safetensors", out});
+  ASSERT_EQ(exported, 0) << export_output;
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file->tensors.count("transformer.h.3.attn.c_attn.weight") > 0);
+  EXPECT_EQ(file->tensors.at("transformer.h.3.attn.c_attn.weight").shape,
+            (std::vector<int64_t>{32, 96}));
+  EXPECT_EQ(file->tensors.at("transformer.wte.weight").shape, (std::vector<int64_t>{256, 32}));
+  EXPECT_THAT(ReadFile(out + "/config.json"), HasSubstr("\"n_layer\": 4"));
+  EXPECT_NE(Trainctl({"export", first, "--step", "7", out}).first, 0);
+
+  // A job started from the exported file (weights only, fresh optimizer) trains exactly
+  // like static `train` with train.init_from; both start far below a fresh model's loss.
+  const std::string init_spec =
+      WriteSpec("init.json", SpecJson(parallel, absl::StrCat(R"("steps": 4, "init_from": ")", out,
+                                                             R"(/model.safetensors")")));
+  const std::string reference = RunStatic("static-init", init_spec);
+  const std::string second = Submit(WriteSpec("second.json", SpecJson(parallel, R"("steps": 4)")),
+                                    {"--init-from=" + out + "/model.safetensors"});
+  WaitForSuccess(second, absl::Minutes(2));
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 1);
+  ASSERT_EQ(expected.size(), 4u);
+  EXPECT_EQ(Losses(JobMetrics(second), 1), expected);
+  // The trained weights carried over: far below where the first job started.
+  const std::vector<double> first_losses = Losses(JobMetrics(first), 1);
+  ASSERT_EQ(first_losses.size(), 20u);
+  EXPECT_LT(expected[0], first_losses[0] - 0.2);
+  const std::string events = Events(second);
+  EXPECT_THAT(events, HasSubstr("initial weights of step 0 stored"));
+  EXPECT_THAT(events, HasSubstr("resumes from checkpoint step 0"));
+
+  // A file that does not fit the spec is refused before any job exists.
+  auto [refused, refused_output] =
+      Trainctl({"submit", WriteSpec("wide.json", R"({"model": {"num_layers": 4, "num_heads": 4,
+        "hidden_size": 64, "seq_length": 16}, "device": "DEVICE_CPU"})"),
+                "--init-from=" + out + "/model.safetensors"});
+  EXPECT_NE(refused, 0);
+  EXPECT_THAT(refused_output, HasSubstr("train.init_from"));
+  EXPECT_THAT(refused_output, HasSubstr("hidden_size"));
+  EXPECT_THAT(Trainctl({"list"}).second, ::testing::Not(HasSubstr("job-3")));
+}
+
+}  // namespace
+}  // namespace mtrain
