@@ -276,10 +276,10 @@ void JobManager::OnCheckpointCommitted(const std::string& job_id, const Checkpoi
     std::lock_guard<std::mutex> lock(mutex_);
     (void)store_->AppendEvent(
         job_id, "checkpoint",
-        absl::StrCat(info.parameters_only() ? "initial weights" : "checkpoint", " of step ",
-                     info.step(), " stored (", info.total_bytes(), " bytes, ", info.num_files(),
-                     " files, written under (t,p,d)=(", info.tensor(), ",", info.pipeline(), ",",
-                     info.data(), "))"),
+        absl::StrCat(info.parameters_only() && info.step() == 0 ? "initial weights" : "checkpoint",
+                     " of step ", info.step(), " stored (", info.total_bytes(), " bytes, ",
+                     info.num_files(), " files, written under (t,p,d)=(", info.tensor(), ",",
+                     info.pipeline(), ",", info.data(), "))"),
         NowMs());
     if (metrics_ != nullptr) metrics_->SetCheckpointStep(job_id, info.step());
     BumpLocked(job_id);

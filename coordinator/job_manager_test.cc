@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "gtest/gtest.h"
+#include "worker/engine/checkpoint_tensors.h"
 
 namespace mtrain {
 namespace {
@@ -26,6 +29,14 @@ class JobManagerTest : public ::testing::Test {
         absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/jobs-",
                      ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".sqlite");
     std::remove(path_.c_str());
+    checkpoint_root_ =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/checkpoints-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(checkpoint_root_);
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> checkpoints =
+        CheckpointStore::Open(checkpoint_root_, /*keep_last=*/3);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    checkpoints_ = std::move(*checkpoints);
     Reopen();
   }
 
@@ -35,8 +46,8 @@ class JobManagerTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    absl::StatusOr<std::unique_ptr<JobManager>> manager =
-        JobManager::Create(&clock_, &registry_, store_.get(), &rendezvous_, nullptr, {});
+    absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Create(
+        &clock_, &registry_, store_.get(), &rendezvous_, nullptr, {}, checkpoints_.get());
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = std::move(*manager);
   }
@@ -101,6 +112,41 @@ class JobManagerTest : public ::testing::Test {
     return r;
   }
 
+  // Commits a small parameters-only checkpoint of `step` for `job` from `generation`
+  // through the store's upload path, as the gRPC adapter would.
+  void CommitCheckpoint(const std::string& job, int64_t generation, int64_t step) {
+    const std::string src = absl::StrCat(checkpoint_root_, "-src/", job, "-", step);
+    std::map<std::string, FullTensor> tensors;
+    tensors["w"] = FullTensor{{2, 2}, {1, 2, 3, float(step)}};
+    absl::StatusOr<CheckpointManifest> manifest =
+        WriteParameterCheckpoint(src, job, step, tensors, 1234);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    for (const std::string file : {"rank-00000.bin", "MANIFEST"}) {
+      std::ifstream in(src + "/" + file, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      ASSERT_TRUE(manager_->CheckCheckpointUpload(job, generation, step).ok());
+      auto upload = checkpoints_->BeginFile(job, generation, step, file);
+      ASSERT_TRUE(upload.ok()) << upload.status();
+      ASSERT_TRUE((*upload)->Append(0, bytes).ok());
+      ASSERT_TRUE((*upload)->Finish().ok());
+    }
+    for (const CheckpointInfo& info : checkpoints_->List(job)) {
+      if (info.step() == step) manager_->OnCheckpointCommitted(job, info);
+    }
+  }
+
+  std::string EventLog(const std::string& job) {
+    std::string text;
+    absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(job);
+    EXPECT_TRUE(events.ok());
+    if (events.ok()) {
+      for (const JobEvent& e : *events) absl::StrAppend(&text, e.kind(), ": ", e.message(), "\n");
+    }
+    return text;
+  }
+
+  std::string checkpoint_root_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
   FakeClock clock_{absl::FromUnixSeconds(1000)};
   WorkerRegistry registry_{&clock_, WorkerRegistryOptions{}};
   RendezvousStore rendezvous_;
@@ -329,6 +375,89 @@ TEST_F(JobManagerTest, WatchersWakeOnChanges) {
   EXPECT_EQ(changed->first.state(), JOB_STATE_CANCELLED);
   EXPECT_EQ(manager_->WaitForChange("job-404", 0, absl::Milliseconds(1)).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/2));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_FALSE(ranks[0].has_resume_step());  // nothing to resume from yet
+  EXPECT_EQ(ranks[0].collective_timeout_ms(), 5 * 60 * 1000);
+  // Only the live generation uploads; generation 0 only for initial weights.
+  EXPECT_TRUE(manager_->CheckCheckpointUpload(*id, 1, 5).ok());
+  EXPECT_EQ(manager_->CheckCheckpointUpload(*id, 2, 5).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->CheckCheckpointUpload(*id, 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->CheckCheckpointUpload("job-99", 1, 5).code(), absl::StatusCode::kNotFound);
+  CommitCheckpoint(*id, 1, 5);
+  CommitCheckpoint(*id, 1, 10);
+  EXPECT_NE(EventLog(*id).find("checkpoint of step 10 stored"), std::string::npos) << EventLog(*id);
+
+  // The newest checkpoint is damaged: the restart takes the one before, and says so.
+  {
+    std::fstream f(checkpoint_root_ + "/" + *id + "/step-00000010/rank-00000.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(70);
+    f.put('\x7f');
+  }
+  ASSERT_TRUE(manager_->OnRankResult(Result(ranks[0], absl::StatusCode::kInternal, "boom")).ok());
+  std::map<int, Assignment> again;
+  for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
+    if (c.has_assign()) again[c.assign().rank().global_rank()] = c.assign();
+  }
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].generation(), 2);
+  ASSERT_TRUE(again[0].has_resume_step());
+  EXPECT_EQ(again[0].resume_step(), 5);
+  const std::string log = EventLog(*id);
+  EXPECT_NE(log.find("checkpoint_damaged: checkpoint step 10 is damaged (DATA_LOSS"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("using checkpoint step 5"), std::string::npos) << log;
+  EXPECT_NE(log.find("resume: generation 2 resumes from checkpoint step 5"), std::string::npos)
+      << log;
+}
+
+TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  JobSpec with_init = Spec("{}");
+  with_init.mutable_train()->set_init_from("gpt2.safetensors");
+  absl::StatusOr<std::string> waiting = manager_->Submit(with_init);
+  ASSERT_TRUE(waiting.ok());
+  absl::StatusOr<std::string> other = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(other.ok());
+  manager_->Tick();
+  EXPECT_EQ(State(*waiting), JOB_STATE_PENDING);
+  EXPECT_EQ(State(*other), JOB_STATE_PLACING);  // not held back by the older job
+  // Generation 0 may upload step 0 only, and only while the weights are missing.
+  EXPECT_EQ(manager_->CheckCheckpointUpload(*waiting, 0, 3).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(manager_->CheckCheckpointUpload(*other, 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  CommitCheckpoint(*waiting, 0, 0);
+  EXPECT_EQ(State(*waiting), JOB_STATE_PLACING);
+  EXPECT_EQ(manager_->CheckCheckpointUpload(*waiting, 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
+  bool found = false;
+  for (const auto& [rank, a] : ranks) {
+    if (a.job_id() != *waiting) continue;
+    found = true;
+    ASSERT_TRUE(a.has_resume_step());
+    EXPECT_EQ(a.resume_step(), 0);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_NE(EventLog(*waiting).find("initial weights of step 0 stored"), std::string::npos);
 }
 
 }  // namespace
