@@ -86,6 +86,10 @@ job=$(trainctl list --json | sed -n 's/.*"job_id": *"\([^"]*\)".*/\1/p' | tail -
 echo
 echo "demo: summary of $job"
 trainctl status "$job"
+echo
+echo "demo: checkpoints of $job in the coordinator's store (a restart resumes from the newest):"
+trainctl checkpoints "$job"
+echo "demo: export one for HuggingFace transformers with:  trainctl export $job OUT_DIR"
 echo "demo: metrics were served at $metrics_url; job database and rank logs in $STATE"
 echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address list"
 if [[ -n "${DEMO_HOLD:-}" ]]; then

@@ -5,9 +5,23 @@
 // interface are ranks WITHIN the group (0 .. size()-1).
 //
 // Every call is bounded by the group's timeout and returns a status instead of hanging:
-//   DEADLINE_EXCEEDED  the operation did not complete in time; the message names the
-//                      operation, the group and, for point-to-point, the peer.
-//   UNAVAILABLE        the transport failed (a peer closed its connection or died).
+//   DEADLINE_EXCEEDED  the operation did not complete in time. The message names the
+//                      operation with its number (collectives count from 1 in call order,
+//                      the same on every member; messages per peer and direction), the
+//                      group with its members' global ranks, the timeout, and the
+//                      watchdog's verdict on who is to blame (group_watchdog.h): the peers
+//                      that did not arrive, by global and group rank, either silent (hung,
+//                      dead or behind) or failed in another operation, or that every member
+//                      arrived (the transport stalled); for a message, what the peer
+//                      reported it was doing, if anything. E.g.
+//                        AllReduce #57 in group data-2 (ranks 2,6) did not complete within
+//                        5s; did not arrive: global rank 6 (group rank 1): no watchdog
+//                        report within 3s (hung, dead or behind)
+//                      If the store fails, the message says why the watchdog could not tell.
+//                      A member whose collective failed because another member timed out
+//                      in it (and closed its connections) reports DEADLINE_EXCEEDED too.
+//   UNAVAILABLE        the transport failed (a peer closed its connection or died); the
+//                      message carries the watchdog's verdict as for DEADLINE_EXCEEDED.
 //   INVALID_ARGUMENT   a bad peer rank, root or size.
 //   FAILED_PRECONDITION the group was aborted (Abort) or is unusable after an error.
 // After any error the group must not be used again: its members may disagree about
@@ -85,6 +99,9 @@ class Communicator {
   virtual void Abort() = 0;
 };
 
+// See GroupSpec::watchdog_wait.
+inline constexpr absl::Duration kDefaultWatchdogWait = absl::Seconds(3);
+
 // What a backend needs to build one member's view of a group (gloo_communicator.h,
 // nccl_communicator.h). Every member passes the same name, members and timeout.
 struct GroupSpec {
@@ -98,6 +115,12 @@ struct GroupSpec {
   int global_rank = 0;
   // Bound on the rendezvous and on every wait of every operation.
   absl::Duration timeout = absl::Seconds(60);
+  // After an operation times out or its transport fails, how long a member waits for its
+  // peers' watchdog reports (group_watchdog.h), at most `timeout`. Members stuck in the
+  // same operation fail within moments of each other, so a few seconds tell a hung peer
+  // from a live one. A failing operation returns up to this much later. Zero turns the
+  // watchdog off (the store is then used only to connect).
+  absl::Duration watchdog_wait = kDefaultWatchdogWait;
 };
 
 // The caller's group rank: the index of spec.global_rank in spec.members.

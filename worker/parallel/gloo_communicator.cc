@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -31,6 +32,7 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/parallel/group_watchdog.h"
 
 namespace mtrain {
 namespace {
@@ -149,6 +151,8 @@ struct GroupState {
   absl::Duration timeout;
   std::chrono::milliseconds timeout_ms{1};
   std::shared_ptr<gloo::Context> context;  // null for a group of one
+  // Numbers the operations and explains failures; reports to the rendezvous store.
+  std::unique_ptr<GroupWatchdog> watchdog;
 
   std::atomic<bool> aborted{false};
   std::mutex mutex;
@@ -158,10 +162,6 @@ struct GroupState {
   absl::Status broken;
 
   int size() const { return static_cast<int>(members.size()); }
-
-  std::string PeerText(int peer) const {
-    return absl::StrCat("group rank ", peer, " (global rank ", members[peer], ")");
-  }
 
   absl::Status CheckUsable(const std::string& what) {
     if (aborted.load()) {
@@ -176,14 +176,29 @@ struct GroupState {
     return absl::OkStatus();
   }
 
-  // Records the error that makes the group unusable and closes this member's connections:
-  // after a failure no transfer may still touch a caller's buffer once the operation has
-  // returned, and peers learn at once (UNAVAILABLE) instead of waiting out their timeouts.
-  absl::Status MarkBroken(absl::Status status) {
+  // Makes the group unusable after `failure` of `op` and returns what the operation
+  // returns: `failure` as the watchdog explains it (group_watchdog.h), with `detail`, the
+  // transport's words, at the end.
+  //
+  // The connections are closed first, before the watchdog waits for the peers' reports:
+  // no transfer may touch a caller's buffer once the operation has returned, and a peer
+  // fails (UNAVAILABLE) at its next transfer to this member instead of after its timeout,
+  // and reports to the watchdog too. (Gloo has already closed them itself if a wait timed
+  // out. It does not wake a peer already blocked in a wait: that peer times out on its own
+  // clock, at about the same moment if it entered the operation at about the same time.)
+  absl::Status Fail(const GroupOperation& op, const absl::Status& failure,
+                    const std::string& detail) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (broken.ok()) broken = failure;
+      CloseConnections();
+    }
+    absl::Status explained =
+        watchdog->Explain(op, failure, detail, [this] { return aborted.load(); });
+    // Later calls then say why the group is unusable in the watchdog's words.
     std::lock_guard<std::mutex> lock(mutex);
-    if (broken.ok()) broken = status;
-    CloseConnections();
-    return status;
+    if (broken == failure) broken = explained;
+    return explained;
   }
 
   // Fails every pending and future transfer on this member's connections, the way Gloo
@@ -219,34 +234,34 @@ struct GroupState {
   // Runs Gloo calls, turning whatever they throw into the status the Communicator
   // contract asks for. Any failure leaves the group unusable.
   template <typename Body>
-  absl::Status Run(const std::string& what, Body&& body) {
+  absl::Status Run(const GroupOperation& op, Body&& body) {
+    const std::string what = absl::StrCat(op.Text(), " in group ", name);
     try {
       body();
       return absl::OkStatus();
     } catch (const WaitAborted&) {
-      return MarkBroken(absl::FailedPreconditionError(
-          absl::StrCat(what, " in group ", name, ": the group was aborted")));
+      return Fail(op, absl::FailedPreconditionError(absl::StrCat(what, ": the group was aborted")),
+                  "");
     } catch (const gloo::IoException& e) {
       if (aborted.load()) {
-        return MarkBroken(absl::FailedPreconditionError(
-            absl::StrCat(what, " in group ", name, ": the group was aborted")));
+        return Fail(
+            op, absl::FailedPreconditionError(absl::StrCat(what, ": the group was aborted")), "");
       }
+      const std::string detail = absl::StrCat("Gloo: ", e.what());
       if (absl::StrContains(e.what(), "Timed out")) {
-        return MarkBroken(absl::DeadlineExceededError(
-            absl::StrCat(what, " in group ", name, " did not complete within ",
-                         absl::FormatDuration(timeout), " (", e.what(), ")")));
+        return Fail(op,
+                    absl::DeadlineExceededError(absl::StrCat(what, " did not complete within ",
+                                                             absl::FormatDuration(timeout))),
+                    detail);
       }
-      return MarkBroken(absl::UnavailableError(
-          absl::StrCat(what, " in group ", name, ": transport failed: ", e.what())));
+      return Fail(op, absl::UnavailableError(absl::StrCat(what, ": transport failed")), detail);
     } catch (const gloo::EnforceNotMet& e) {
-      return MarkBroken(absl::InternalError(
-          absl::StrCat(what, " in group ", name, ": Gloo check failed: ", e.what())));
+      return Fail(op, absl::InternalError(absl::StrCat(what, ": Gloo check failed: ", e.what())),
+                  "");
     } catch (const std::exception& e) {
-      return MarkBroken(
-          absl::InternalError(absl::StrCat(what, " in group ", name, ": ", e.what())));
+      return Fail(op, absl::InternalError(absl::StrCat(what, ": ", e.what())), "");
     } catch (...) {
-      return MarkBroken(
-          absl::InternalError(absl::StrCat(what, " in group ", name, ": unknown exception")));
+      return Fail(op, absl::InternalError(absl::StrCat(what, ": unknown exception")), "");
     }
   }
 };
@@ -278,10 +293,10 @@ class WaitRegistration {
 
 class GlooPendingSend : public PendingSend {
  public:
-  GlooPendingSend(std::shared_ptr<GroupState> state, const void* data, size_t bytes, int peer,
-                  uint64_t tag)
+  GlooPendingSend(std::shared_ptr<GroupState> state, GroupOperation op, const void* data,
+                  size_t bytes, uint64_t tag)
       : state_(std::move(state)),
-        what_(absl::StrCat("Send to ", state_->PeerText(peer), " with tag ", tag)),
+        op_(std::move(op)),
         header_(std::make_unique<uint64_t>(bytes)),
         header_buffer_(state_->context->createUnboundBuffer(header_.get(), sizeof(uint64_t))),
         header_registration_(*state_, header_buffer_.get()) {
@@ -290,9 +305,9 @@ class GlooPendingSend : public PendingSend {
       payload_buffer_ = state_->context->createUnboundBuffer(const_cast<void*>(data), bytes);
       payload_registration_ = std::make_unique<WaitRegistration>(*state_, payload_buffer_.get());
     }
-    start_status_ = state_->Run(what_, [&] {
-      header_buffer_->send(peer, HeaderSlot(tag));
-      if (payload_buffer_ != nullptr) payload_buffer_->send(peer, PayloadSlot(tag));
+    start_status_ = state_->Run(op_, [&] {
+      header_buffer_->send(op_.peer, HeaderSlot(tag));
+      if (payload_buffer_ != nullptr) payload_buffer_->send(op_.peer, PayloadSlot(tag));
     });
   }
 
@@ -304,9 +319,9 @@ class GlooPendingSend : public PendingSend {
     if (waited_) return result_;
     waited_ = true;
     result_ = start_status_;
-    if (result_.ok()) result_ = state_->CheckUsable(what_);
+    if (result_.ok()) result_ = state_->CheckUsable(op_.Text());
     if (result_.ok()) {
-      result_ = state_->Run(what_, [&] {
+      result_ = state_->Run(op_, [&] {
         WaitSend(*header_buffer_, state_->timeout_ms);
         if (payload_buffer_ != nullptr) WaitSend(*payload_buffer_, state_->timeout_ms);
       });
@@ -317,7 +332,7 @@ class GlooPendingSend : public PendingSend {
 
  private:
   std::shared_ptr<GroupState> state_;
-  const std::string what_;
+  const GroupOperation op_;
   std::unique_ptr<uint64_t> header_;  // the payload's length, what the receiver checks
   std::unique_ptr<UnboundBuffer> header_buffer_;
   WaitRegistration header_registration_;
@@ -351,12 +366,13 @@ class GlooCommunicator : public Communicator {
       return InvalidArgument(what, "null or overlapping buffers");
     }
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
+    const GroupOperation operation = state_->watchdog->NextCollective(what);
     if (count == 0) return absl::OkStatus();
     if (size() == 1) {
       std::memcpy(out, in, bytes);
       return absl::OkStatus();
     }
-    return state_->Run(what, [&] {
+    return state_->Run(operation, [&] {
       gloo::AllgatherOptions options(state_->context);
       // Gloo only reads the input; its API takes T*.
       options.setInput(const_cast<float*>(in), count);
@@ -378,6 +394,7 @@ class GlooCommunicator : public Communicator {
       return InvalidArgument(what, "null or overlapping buffers");
     }
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
+    const GroupOperation operation = state_->watchdog->NextCollective(what);
     if (count == 0) return absl::OkStatus();
     if (size() == 1) {
       std::memcpy(out, in, bytes);
@@ -398,7 +415,7 @@ class GlooCommunicator : public Communicator {
     WaitRegistration send_registration(*state_, send_buffer.get());
     WaitRegistration recv_registration(*state_, recv_buffer.get());
     std::memcpy(sending, in + static_cast<size_t>((r + n - 1) % n) * count, bytes);
-    return state_->Run(what, [&] {
+    return state_->Run(operation, [&] {
       for (int step = 0; step < n - 1; ++step) {
         const int block = (r - step - 2 + 2 * n) % n;
         recv_buffer->recv(left, kReduceScatterSlot);
@@ -419,8 +436,10 @@ class GlooCommunicator : public Communicator {
     if (root < 0 || root >= size()) return InvalidArgument(what, "root out of range");
     if (count > 0 && data == nullptr) return InvalidArgument(what, "null buffer");
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
+    const GroupOperation operation =
+        state_->watchdog->NextCollective("Broadcast", absl::StrCat(" from group rank ", root));
     if (count == 0 || size() == 1) return absl::OkStatus();
-    return state_->Run(what, [&] {
+    return state_->Run(operation, [&] {
       gloo::BroadcastOptions options(state_->context);
       options.setOutput(data, count);
       options.setRoot(root);
@@ -434,38 +453,41 @@ class GlooCommunicator : public Communicator {
     const std::string what = absl::StrCat("Send to group rank ", peer, " with tag ", tag);
     if (absl::Status s = CheckPointToPoint(what, data, bytes, peer, tag); !s.ok()) return s;
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
-    auto pending = std::make_unique<GlooPendingSend>(state_, data, bytes, peer, tag);
+    auto pending = std::make_unique<GlooPendingSend>(state_, state_->watchdog->NextSend(peer, tag),
+                                                     data, bytes, tag);
     if (!pending->start_status().ok()) return pending->start_status();
     return std::unique_ptr<PendingSend>(std::move(pending));
   }
 
   absl::Status Recv(void* data, size_t bytes, int peer, uint64_t tag) override {
-    std::string what = absl::StrCat("Recv from group rank ", peer, " with tag ", tag);
+    const std::string what = absl::StrCat("Recv from group rank ", peer, " with tag ", tag);
     if (absl::Status s = CheckPointToPoint(what, data, bytes, peer, tag); !s.ok()) return s;
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
-    what = absl::StrCat("Recv from ", state_->PeerText(peer), " with tag ", tag);
+    const GroupOperation operation = state_->watchdog->NextRecv(peer, tag);
     uint64_t sent_bytes = 0;
     std::unique_ptr<UnboundBuffer> header =
         state_->context->createUnboundBuffer(&sent_bytes, sizeof(sent_bytes));
     absl::Status status;
     {
       WaitRegistration registration(*state_, header.get());
-      status = state_->Run(what, [&] {
+      status = state_->Run(operation, [&] {
         header->recv(peer, HeaderSlot(tag));
         WaitRecv(*header, state_->timeout_ms);
       });
     }
     if (status.ok() && sent_bytes != bytes) {
-      // The group is out of step with its peer; MarkBroken closes the connections, so the
-      // sender fails now rather than after its timeout.
-      return state_->MarkBroken(
-          absl::InvalidArgumentError(absl::StrCat(what, " in group ", state_->name, ": expected ",
-                                                  bytes, " bytes, the peer sent ", sent_bytes)));
+      // The group is out of step with its peer; Fail closes the connections, so the sender
+      // fails now rather than after its timeout (and learns why from the watchdog report).
+      return state_->Fail(operation,
+                          absl::InvalidArgumentError(absl::StrCat(
+                              operation.Text(), " in group ", state_->name, ": expected ", bytes,
+                              " bytes, the peer sent ", sent_bytes)),
+                          "");
     }
     if (status.ok() && bytes > 0) {
       std::unique_ptr<UnboundBuffer> payload = state_->context->createUnboundBuffer(data, bytes);
       WaitRegistration registration(*state_, payload.get());
-      status = state_->Run(what, [&] {
+      status = state_->Run(operation, [&] {
         payload->recv(peer, PayloadSlot(tag));
         WaitRecv(*payload, state_->timeout_ms);
       });
@@ -476,8 +498,9 @@ class GlooCommunicator : public Communicator {
   absl::Status Barrier() override {
     const std::string what = "Barrier";
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
+    const GroupOperation operation = state_->watchdog->NextCollective(what);
     if (size() == 1) return absl::OkStatus();
-    return state_->Run(what, [&] {
+    return state_->Run(operation, [&] {
       gloo::BarrierOptions options(state_->context);
       options.setTimeout(state_->timeout_ms);
       gloo::barrier(options);
@@ -493,8 +516,9 @@ class GlooCommunicator : public Communicator {
     if (absl::Status s = CheckCount(what, count, 1); !s.ok()) return s;
     if (count > 0 && data == nullptr) return InvalidArgument(what, "null buffer");
     if (absl::Status s = state_->CheckUsable(what); !s.ok()) return s;
+    const GroupOperation operation = state_->watchdog->NextCollective(what);
     if (count == 0 || size() == 1) return absl::OkStatus();
-    return state_->Run(what, [&] {
+    return state_->Run(operation, [&] {
       gloo::AllreduceOptions options(state_->context);
       options.setOutput(data, count);
       // Ring, never bcube: see the file comment in gloo_communicator.h on why every
@@ -586,6 +610,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectGlooGroup(KeyValueStore& st
   state->rank = *rank;
   state->timeout = spec.timeout;
   state->timeout_ms = ToMillis(spec.timeout);
+  state->watchdog = std::make_unique<GroupWatchdog>(&store, spec, state->rank);
   if (state->size() > 1) {
     auto context = std::make_shared<gloo::rendezvous::Context>(state->rank, state->size());
     // Also bounds connecting the pairs and is the default for every later operation.

@@ -12,7 +12,9 @@
 // a process that creates several groups one after another must do so in an order that
 // agrees with its peers' (e.g. every process walks the same global list of groups);
 // groups created from separate threads have no such constraint. Keys are never deleted:
-// a new generation of a job needs new group names (or a fresh store directory).
+// a new generation of a job needs new group names (or a fresh store directory). The group
+// keeps the store: after a failure its watchdog reports under "<spec.name>/watchdog/..."
+// (group_watchdog.h).
 //
 // Algorithms (each chosen so that results do not depend on timing):
 //   AllReduce      Gloo's ring (reduce-scatter then all-gather): every element is reduced
@@ -30,8 +32,16 @@
 //
 // Timeouts: spec.timeout bounds every single wait inside an operation (an operation that
 // keeps making progress is not cut off; one stalled for spec.timeout is). A timed-out
-// member closes its connections, so its peers fail soon after with UNAVAILABLE instead of
-// waiting out their own timeouts.
+// member closes its connections, so a peer fails (UNAVAILABLE) at its next transfer to it
+// instead of waiting out its own timeout; a peer already blocked in a wait is not woken
+// (Gloo does not) and times out on its own clock. Every member that reached the operation
+// then reports to the group's watchdog and waits up to spec.watchdog_wait for the others'
+// reports, so each returns DEADLINE_EXCEEDED naming the members that never arrived (a
+// stopped, dead or lagging rank), e.g. "AllReduce #57 in group data-2 (ranks 2,6) did not
+// complete within 5s; did not arrive: global rank 6 (group rank 1): no watchdog report
+// within 3s (hung, dead or behind)". A member that failed with UNAVAILABLE in a collective
+// another member timed out in returns DEADLINE_EXCEEDED too; one whose connections failed
+// otherwise (a peer died) returns UNAVAILABLE with the same verdict.
 //
 // A group of one member needs no network: collectives are local copies. Point-to-point
 // needs a peer other than oneself (INVALID_ARGUMENT otherwise).
@@ -74,7 +84,8 @@ absl::StatusOr<GlooDevice> CreateGlooDevice(const std::string& host);
 // Connects this member to its group (see the file comment). Blocks until every member has
 // connected: DEADLINE_EXCEEDED naming the group and the members still missing after
 // spec.timeout; INVALID_ARGUMENT for a bad spec; UNAVAILABLE if a connection fails.
-// `store` is used only during this call.
+// `store` must outlive the group: the group's watchdog reports to it after a failure
+// (nothing touches it between this call and a failure).
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectGlooGroup(KeyValueStore& store,
                                                                const GlooDevice& device,
                                                                const GroupSpec& spec);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -47,12 +48,43 @@ GroupSpec Spec(const std::string& name, int size, int rank, absl::Duration timeo
   return spec;
 }
 
+// The watchdog's verdict: what follows "did not arrive: " up to the transport's words.
+std::string NotArrived(const absl::Status& status) {
+  const std::string message(status.message());
+  const size_t start = message.find("did not arrive: ");
+  if (start == std::string::npos) return "";
+  const size_t end = message.find("; Gloo: ", start);
+  return message.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+// Passes through to a real store until told to fail, like a coordinator that goes away.
+class FailingStore : public KeyValueStore {
+ public:
+  explicit FailingStore(KeyValueStore* inner) : inner_(inner) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    if (failing) return absl::UnavailableError("store down");
+    return inner_->Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key) override {
+    if (failing) return absl::UnavailableError("store down");
+    return inner_->Get(key);
+  }
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
+    if (failing) return absl::UnavailableError("store down");
+    return inner_->Wait(keys, timeout);
+  }
+  std::atomic<bool> failing{false};
+
+ private:
+  KeyValueStore* inner_;
+};
+
 bool Contains(const absl::Status& status, const std::string& text) {
   return status.message().find(text) != absl::string_view::npos;
 }
 
 class GlooGroupTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<DirectoryStore>> store = DirectoryStore::Open(FreshDirectory());
     ASSERT_TRUE(store.ok()) << store.status();
@@ -60,14 +92,19 @@ class GlooGroupTest : public ::testing::Test {
   }
 
   // Connects the `size` members of group `name` on `size` threads and runs body on each.
-  void RunMembers(const std::string& name, int size, absl::Duration timeout, const Body& body) {
+  // `store` defaults to store_; `adjust` may change a member's spec.
+  void RunMembers(const std::string& name, int size, absl::Duration timeout, const Body& body,
+                  KeyValueStore* store = nullptr,
+                  const std::function<void(int rank, GroupSpec&)>& adjust = nullptr) {
     std::vector<std::thread> threads;
     for (int rank = 0; rank < size; ++rank) {
       threads.emplace_back([&, rank] {
         absl::StatusOr<GlooDevice> device = CreateGlooDevice("127.0.0.1");
         ASSERT_TRUE(device.ok()) << device.status();
+        GroupSpec spec = Spec(name, size, rank, timeout);
+        if (adjust) adjust(rank, spec);
         absl::StatusOr<std::unique_ptr<Communicator>> group =
-            ConnectGlooGroup(*store_, *device, Spec(name, size, rank, timeout));
+            ConnectGlooGroup(store != nullptr ? *store : *store_, *device, spec);
         ASSERT_TRUE(group.ok()) << group.status();
         ASSERT_EQ((*group)->rank(), rank);
         ASSERT_EQ((*group)->size(), size);
@@ -383,6 +420,11 @@ TEST_F(GlooGroupTest, ASizeMismatchFailsBothSidesCleanly) {
     if (rank == 0) {
       const absl::Status status = group.Send(data.data(), 100 * 4, 1, 3);
       EXPECT_FALSE(status.ok());
+      // The receiver's watchdog report tells the sender why its connection closed.
+      EXPECT_TRUE(Contains(status,
+                           "the peer reported: global rank 11 (group rank 1): failed in Recv #1 "
+                           "from group rank 0 (global rank 10) with tag 3 (INVALID_ARGUMENT)"))
+          << status;
     } else {
       const absl::Status status = group.Recv(data.data(), 50 * 4, 0, 3);
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
@@ -454,22 +496,127 @@ TEST_F(GlooGroupTest, CollectiveAPeerNeverJoinsTimesOutNamingTheGroup) {
       const absl::Duration took = absl::Now() - start;
       rank0_done = true;
       EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-      EXPECT_TRUE(Contains(status, "AllReduce")) << status;
-      EXPECT_TRUE(Contains(status, "tensor-3 (ranks 10,11)")) << status;
-      EXPECT_GE(took, absl::Milliseconds(900));
-      EXPECT_LT(took, absl::Seconds(3));
+      EXPECT_TRUE(Contains(status,
+                           "AllReduce #1 in group tensor-3 (ranks 10,11) did not "
+                           "complete within 1s"))
+          << status;
+      EXPECT_EQ(NotArrived(status),
+                "did not arrive: global rank 11 (group rank 1): no watchdog report within 1s "
+                "(hung, dead or behind)")
+          << status;
+      // The timeout, then the watchdog's wait (at most the timeout).
+      EXPECT_GE(took, absl::Milliseconds(1900));
+      EXPECT_LT(took, absl::Seconds(4));
       // The group is unusable afterwards.
       EXPECT_EQ(group.Barrier().code(), absl::StatusCode::kFailedPrecondition);
     } else {
       while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
       // The timed-out member closed its connections: this member fails at once rather
-      // than after its own timeout.
+      // than after its own timeout, and its watchdog finds the peer's report at once.
       const absl::Time start = absl::Now();
       const absl::Status status = group.Barrier();
       EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+      EXPECT_TRUE(Contains(status,
+                           "did not arrive: global rank 10 (group rank 0): timed out in "
+                           "AllReduce #1 (members called different collectives as #1)"))
+          << status;
       EXPECT_LT(absl::Now() - start, absl::Milliseconds(900));
     }
   });
+}
+
+// The hang the watchdog is for: one member of four never calls AllReduce #2 (as if stopped
+// with SIGSTOP between two steps; gloo_communicator_multiprocess_test.cc does stop one).
+// Every member that did call it must name that one, by global rank, and no other, and the
+// members fail together, not one timeout after another.
+//
+// With a shorter `first_timeout`, member 0 times out while the others still have time
+// left (as when members entered the collective at different moments): its watchdog wait
+// must still hear from them when they time out later, and they, whose next transfer to
+// member 0 may find its connections closed (UNAVAILABLE), must still report a timeout.
+void ExpectEveryCallerNamesTheSkipper(GlooGroupTest& test, const std::string& name,
+                                      absl::Duration first_timeout, absl::Duration others_timeout) {
+  constexpr int kMembers = 4;
+  constexpr int kSkipper = 2;  // global rank 12: neither end of the ring
+  std::atomic<int> finished{0};
+  std::vector<absl::Status> results(kMembers);
+  std::vector<absl::Duration> took(kMembers);
+  test.RunMembers(
+      name, kMembers, others_timeout,
+      [&](int rank, Communicator& group) {
+        std::vector<float> data(10000, 1.0f);
+        ASSERT_TRUE(group.AllReduce(data.data(), data.size(), ReduceOp::kSum).ok());
+        if (rank == kSkipper) {
+          // Stays connected, as a stopped process's sockets do, until the others are done.
+          while (finished.load() < kMembers - 1) absl::SleepFor(absl::Milliseconds(10));
+          return;
+        }
+        const absl::Time start = absl::Now();
+        results[rank] = group.AllReduce(data.data(), data.size(), ReduceOp::kSum);
+        took[rank] = absl::Now() - start;
+        finished.fetch_add(1);
+      },
+      nullptr,
+      [&](int rank, GroupSpec& spec) {
+        // Not what the contract asks for (members pass the same timeout), only a way to
+        // choose which member times out first.
+        if (rank == 0) spec.timeout = first_timeout;
+      });
+  for (int rank = 0; rank < kMembers; ++rank) {
+    if (rank == kSkipper) continue;
+    const absl::Status& status = results[rank];
+    const absl::Duration timeout = rank == 0 ? first_timeout : others_timeout;
+    std::printf("%s rank %d: %s\n", name.c_str(), rank, status.ToString().c_str());
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << rank << ": " << status;
+    EXPECT_TRUE(Contains(status, absl::StrCat("AllReduce #2 in group ", name,
+                                              " (ranks 10,11,12,13) did not complete within ",
+                                              absl::FormatDuration(timeout))))
+        << status;
+    EXPECT_EQ(NotArrived(status),
+              absl::StrCat("did not arrive: global rank 12 (group rank 2): no watchdog report "
+                           "within ",
+                           absl::FormatDuration(timeout), " (hung, dead or behind)"))
+        << "rank " << rank << ": " << status;
+    EXPECT_LT(took[rank], absl::Seconds(7)) << status;
+  }
+}
+
+TEST_F(GlooGroupTest, EveryMemberOfAHungCollectiveNamesTheMemberThatSkippedIt) {
+  ExpectEveryCallerNamesTheSkipper(*this, "data-skip", absl::Seconds(2), absl::Seconds(2));
+}
+
+TEST_F(GlooGroupTest, MembersThatTimeOutAtDifferentMomentsNameTheSkipperToo) {
+  ExpectEveryCallerNamesTheSkipper(*this, "data-skip-skewed", absl::Seconds(1),
+                                   absl::Milliseconds(1500));
+}
+
+// A chain of waits: 0 waits for 1, which waits for 2, which never sends. The member that
+// waits for the silent one names it; the member further down the chain names what its
+// peer is stuck in, which leads to the same culprit.
+TEST_F(GlooGroupTest, RecvChainsLeadToTheSilentSender) {
+  std::atomic<int> finished{0};
+  std::vector<absl::Status> results(3);
+  RunMembers("pipeline-chain", 3, absl::Seconds(1), [&](int rank, Communicator& group) {
+    if (rank == 2) {
+      while (finished.load() < 2) absl::SleepFor(absl::Milliseconds(10));
+      return;
+    }
+    char buffer[8];
+    results[rank] = group.Recv(buffer, sizeof(buffer), rank + 1, 1);
+    finished.fetch_add(1);
+  });
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kDeadlineExceeded) << results[1];
+  EXPECT_EQ(NotArrived(results[1]),
+            "did not arrive: global rank 12 (group rank 2): no watchdog report within 1s (hung, "
+            "dead or behind)")
+      << results[1];
+  // DEADLINE_EXCEEDED or UNAVAILABLE, depending on whether 0's or 1's wait ran out first.
+  EXPECT_FALSE(results[0].ok());
+  EXPECT_TRUE(Contains(results[0],
+                       "the peer reported: global rank 11 (group rank 1): timed out in Recv #1 "
+                       "from group rank 2 (global rank 12) with tag 1"))
+      << results[0];
 }
 
 TEST_F(GlooGroupTest, RecvFromASilentPeerTimesOutNamingThePeer) {
@@ -482,11 +629,16 @@ TEST_F(GlooGroupTest, RecvFromASilentPeerTimesOutNamingThePeer) {
       const absl::Duration took = absl::Now() - start;
       rank0_done = true;
       EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-      EXPECT_TRUE(Contains(status, "group rank 1 (global rank 11)")) << status;
-      EXPECT_TRUE(Contains(status, "tag 77")) << status;
-      EXPECT_TRUE(Contains(status, "pipeline-0")) << status;
-      EXPECT_GE(took, absl::Milliseconds(900));
-      EXPECT_LT(took, absl::Seconds(3));
+      EXPECT_TRUE(Contains(status,
+                           "Recv #1 from group rank 1 (global rank 11) with tag 77 in "
+                           "group pipeline-0 (ranks 10,11) did not complete within 1s"))
+          << status;
+      EXPECT_EQ(NotArrived(status),
+                "did not arrive: global rank 11 (group rank 1): no watchdog report within 1s "
+                "(hung, dead or behind)")
+          << status;
+      EXPECT_GE(took, absl::Milliseconds(1900));
+      EXPECT_LT(took, absl::Seconds(4));
     } else {
       while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
     }
@@ -501,11 +653,61 @@ TEST_F(GlooGroupTest, SendToAPeerThatNeverReceivesTimesOut) {
       const absl::Status status = group.Send(data.data(), data.size(), 1, 5);
       rank0_done = true;
       EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-      EXPECT_TRUE(Contains(status, "Send to group rank 1 (global rank 11)")) << status;
+      EXPECT_TRUE(Contains(status, "Send #1 to group rank 1 (global rank 11) with tag 5"))
+          << status;
+      EXPECT_TRUE(Contains(status, "did not arrive: global rank 11 (group rank 1)")) << status;
     } else {
       while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
     }
   });
+}
+
+// A store that fails when the watchdog needs it must not change the outcome: the
+// operation still returns DEADLINE_EXCEEDED, saying why nobody was named.
+TEST_F(GlooGroupTest, AFailingStoreLeavesTheTimeoutAndSaysWhyNobodyIsNamed) {
+  FailingStore store(store_.get());
+  std::atomic<bool> rank0_done{false};
+  RunMembers(
+      "tensor-store", 2, absl::Seconds(1),
+      [&](int rank, Communicator& group) {
+        if (rank == 0) {
+          store.failing = true;  // after both connected
+          float x = 1.0f;
+          const absl::Status status = group.AllReduce(&x, 1, ReduceOp::kSum);
+          rank0_done = true;
+          EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+          EXPECT_TRUE(Contains(status,
+                               "AllReduce #1 in group tensor-store (ranks 10,11) did not "
+                               "complete within 1s; the watchdog could not tell who is "
+                               "missing: publishing this member's report failed: store "
+                               "down"))
+              << status;
+        } else {
+          while (!rank0_done) absl::SleepFor(absl::Milliseconds(10));
+        }
+      },
+      &store);
+}
+
+// No store traffic on the normal path: a healthy run leaves no watchdog key behind.
+TEST_F(GlooGroupTest, AHealthyRunWritesNoWatchdogReports) {
+  RunMembers("healthy", 3, kTimeout, [&](int rank, Communicator& group) {
+    for (int round = 0; round < 5; ++round) {
+      float x = 1.0f;
+      ASSERT_TRUE(group.AllReduce(&x, 1, ReduceOp::kSum).ok());
+      ASSERT_EQ(x, 3.0f);
+      int64_t out = rank, in = -1;
+      auto send = group.StartSend(&out, sizeof(out), (rank + 1) % 3, round);
+      ASSERT_TRUE(send.ok());
+      ASSERT_TRUE(group.Recv(&in, sizeof(in), (rank + 2) % 3, round).ok());
+      ASSERT_TRUE((*send)->Wait().ok());
+      ASSERT_TRUE(group.Barrier().ok());
+    }
+  });
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(store_->Get(absl::StrCat("healthy/watchdog/", rank)).status().code(),
+              absl::StatusCode::kNotFound);
+  }
 }
 
 TEST_F(GlooGroupTest, AbortFromAnotherThreadUnblocksRecvPromptly) {

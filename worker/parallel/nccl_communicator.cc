@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/parallel/group_watchdog.h"
 
 namespace mtrain {
 namespace {
@@ -48,13 +49,14 @@ struct SendRecord {
 // shared_ptr, so the communicator may be destroyed first.
 class NcclGroup {
  public:
-  NcclGroup(std::string name, std::vector<int> members, int rank, int device,
-            absl::Duration timeout)
-      : name_(std::move(name)),
-        members_(std::move(members)),
+  // `store` must outlive the group (its watchdog reports there after a failure).
+  NcclGroup(KeyValueStore* store, const GroupSpec& spec, int rank, int device)
+      : name_(GroupDisplayName(spec)),
         rank_(rank),
+        size_(static_cast<int>(spec.members.size())),
         device_(device),
-        timeout_(timeout) {}
+        timeout_(spec.timeout),
+        watchdog_(store, spec, rank) {}
 
   ~NcclGroup() {
     cudaSetDevice(device_);
@@ -85,11 +87,9 @@ class NcclGroup {
   const std::string& name() const { return name_; }
   float* barrier_scratch() const { return scratch_; }
   int rank() const { return rank_; }
-  int size() const { return static_cast<int>(members_.size()); }
-
-  std::string PeerText(int peer) const {
-    return absl::StrCat("group rank ", peer, " (global rank ", members_[peer], ")");
-  }
+  int size() const { return size_; }
+  // Numbers the operations (one thread at a time, as the Communicator contract says).
+  GroupWatchdog& watchdog() { return watchdog_; }
 
   // Creates the stream and the communicator; polls the non-blocking initialisation until
   // `deadline`.
@@ -152,28 +152,16 @@ class NcclGroup {
 
   // Issues `enqueue` (NCCL calls on comm/stream), preceded in one NCCL group by the sends
   // StartSend recorded, then waits for the stream. `enqueue` may be empty (just flush).
-  absl::Status Run(const std::string& what,
+  // A failure goes through the watchdog (group_watchdog.h), outside the lock so that
+  // Abort stays prompt: after a timeout the peers that reached the same operation time
+  // out within moments too (each polls its own deadline) and report, and the message
+  // names those that never did.
+  absl::Status Run(const GroupOperation& op,
                    const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& enqueue) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (comm_ == nullptr) return Aborted(what);
-      ncclResult_t result = ncclGroupStart();
-      for (const SendRecord& send : unissued_sends_) {
-        if (result == ncclSuccess) {
-          result = ncclSend(send.data, send.bytes, ncclUint8, send.peer, comm_, stream_);
-        }
-      }
-      unissued_sends_.clear();
-      if (result == ncclSuccess && enqueue) result = enqueue(comm_, stream_);
-      const ncclResult_t ended = ncclGroupEnd();
-      if (result == ncclSuccess) result = ended;
-      if (result != ncclSuccess && result != ncclInProgress) {
-        return FailLocked(
-            absl::Status(CodeOf(result), absl::StrCat(what, " in group ", name_, ": ",
-                                                      ncclGetErrorString(result), LastError())));
-      }
-    }
-    return Complete(what);
+    absl::Status status = Issue(op.Text(), enqueue);
+    if (status.ok()) status = Complete(op.Text());
+    if (status.ok()) return status;
+    return watchdog_.Explain(op, status, "", [this] { return aborted_.load(); });
   }
 
   void RecordSend(const void* data, size_t bytes, int peer) {
@@ -198,6 +186,29 @@ class NcclGroup {
   }
 
  private:
+  // Issues the recorded sends and `enqueue` as one NCCL group.
+  absl::Status Issue(const std::string& what,
+                     const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& enqueue) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (comm_ == nullptr) return Aborted(what);
+    ncclResult_t result = ncclGroupStart();
+    for (const SendRecord& send : unissued_sends_) {
+      if (result == ncclSuccess) {
+        result = ncclSend(send.data, send.bytes, ncclUint8, send.peer, comm_, stream_);
+      }
+    }
+    unissued_sends_.clear();
+    if (result == ncclSuccess && enqueue) result = enqueue(comm_, stream_);
+    const ncclResult_t ended = ncclGroupEnd();
+    if (result == ncclSuccess) result = ended;
+    if (result != ncclSuccess && result != ncclInProgress) {
+      return FailLocked(absl::Status(
+          CodeOf(result),
+          absl::StrCat(what, " in group ", name_, ": ", ncclGetErrorString(result), LastError())));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Aborted(const std::string& what) const {
     if (!aborted_.load()) {
       return absl::FailedPreconditionError(
@@ -269,10 +280,11 @@ class NcclGroup {
   }
 
   const std::string name_;
-  const std::vector<int> members_;
   const int rank_;
+  const int size_;
   const int device_;
   const absl::Duration timeout_;
+  GroupWatchdog watchdog_;
   cudaStream_t stream_ = nullptr;
   float* scratch_ = nullptr;  // one float on the device, for Barrier's all-reduce
   std::atomic<bool> aborted_{false};
@@ -284,8 +296,8 @@ class NcclGroup {
 
 class NcclPendingSend : public PendingSend {
  public:
-  NcclPendingSend(std::shared_ptr<NcclGroup> group, std::string what)
-      : group_(std::move(group)), what_(std::move(what)) {}
+  NcclPendingSend(std::shared_ptr<NcclGroup> group, GroupOperation op)
+      : group_(std::move(group)), op_(std::move(op)) {}
   ~NcclPendingSend() override { Wait().IgnoreError(); }
 
   // Issues the send if no Recv has yet, then waits for the stream: the send is done when
@@ -293,14 +305,14 @@ class NcclPendingSend : public PendingSend {
   absl::Status Wait() override {
     if (waited_) return result_;
     waited_ = true;
-    result_ = group_->Begin(what_);
-    if (result_.ok()) result_ = group_->Run(what_, nullptr);
+    result_ = group_->Begin(op_.Text());
+    if (result_.ok()) result_ = group_->Run(op_, nullptr);
     return result_;
   }
 
  private:
   std::shared_ptr<NcclGroup> group_;
-  const std::string what_;
+  const GroupOperation op_;
   bool waited_ = false;
   absl::Status result_;
 };
@@ -323,8 +335,10 @@ class NcclCommunicator : public Communicator {
   absl::Status AllGather(const float* in, float* out, size_t count) override {
     const std::string what = "AllGather";
     if (count > 0 && (in == nullptr || out == nullptr)) return Invalid(what, "null buffer");
-    if (absl::Status s = group_->Begin(what); !s.ok() || count == 0) return s;
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation = group_->watchdog().NextCollective(what);
+    if (count == 0) return absl::OkStatus();
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllGather(in, out, count, ncclFloat32, comm, stream);
     });
   }
@@ -332,8 +346,10 @@ class NcclCommunicator : public Communicator {
   absl::Status ReduceScatter(const float* in, float* out, size_t count, ReduceOp op) override {
     const std::string what = "ReduceScatter";
     if (count > 0 && (in == nullptr || out == nullptr)) return Invalid(what, "null buffer");
-    if (absl::Status s = group_->Begin(what); !s.ok() || count == 0) return s;
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation = group_->watchdog().NextCollective(what);
+    if (count == 0) return absl::OkStatus();
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclReduceScatter(in, out, count, ncclFloat32, NcclOp(op), comm, stream);
     });
   }
@@ -342,30 +358,33 @@ class NcclCommunicator : public Communicator {
     const std::string what = absl::StrCat("Broadcast from group rank ", root);
     if (root < 0 || root >= size()) return Invalid(what, "root out of range");
     if (count > 0 && data == nullptr) return Invalid(what, "null buffer");
-    if (absl::Status s = group_->Begin(what); !s.ok() || count == 0) return s;
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation =
+        group_->watchdog().NextCollective("Broadcast", absl::StrCat(" from group rank ", root));
+    if (count == 0) return absl::OkStatus();
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclBroadcast(data, data, count, ncclFloat32, root, comm, stream);
     });
   }
 
   absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes, int peer,
                                                          uint64_t tag) override {
-    std::string what = absl::StrCat("Send to group rank ", peer, " with tag ", tag);
+    const std::string what = absl::StrCat("Send to group rank ", peer, " with tag ", tag);
     if (absl::Status s = CheckPeer(what, data, bytes, peer); !s.ok()) return s;
     if (absl::Status s = group_->Begin(what); !s.ok()) return s;
-    what = absl::StrCat("Send to ", group_->PeerText(peer), " with tag ", tag);
+    GroupOperation operation = group_->watchdog().NextSend(peer, tag);
     if (bytes > 0) group_->RecordSend(data, bytes, peer);
-    return std::unique_ptr<PendingSend>(new NcclPendingSend(group_, std::move(what)));
+    return std::unique_ptr<PendingSend>(new NcclPendingSend(group_, std::move(operation)));
   }
 
   absl::Status Recv(void* data, size_t bytes, int peer, uint64_t tag) override {
-    std::string what = absl::StrCat("Recv from group rank ", peer, " with tag ", tag);
+    const std::string what = absl::StrCat("Recv from group rank ", peer, " with tag ", tag);
     if (absl::Status s = CheckPeer(what, data, bytes, peer); !s.ok()) return s;
     if (absl::Status s = group_->Begin(what); !s.ok()) return s;
-    what = absl::StrCat("Recv from ", group_->PeerText(peer), " with tag ", tag);
+    const GroupOperation operation = group_->watchdog().NextRecv(peer, tag);
     // An empty message moves nothing in NCCL; the sender skips it too.
     if (bytes == 0) return absl::OkStatus();
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclRecv(data, bytes, ncclUint8, peer, comm, stream);
     });
   }
@@ -374,8 +393,9 @@ class NcclCommunicator : public Communicator {
   absl::Status Barrier() override {
     const std::string what = "Barrier";
     if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation = group_->watchdog().NextCollective(what);
     float* scratch = group_->barrier_scratch();
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm, stream);
     });
   }
@@ -388,8 +408,10 @@ class NcclCommunicator : public Communicator {
   absl::Status AllReduceImpl(void* data, size_t count, ncclDataType_t type, ReduceOp op) {
     const std::string what = "AllReduce";
     if (count > 0 && data == nullptr) return Invalid(what, "null buffer");
-    if (absl::Status s = group_->Begin(what); !s.ok() || count == 0) return s;
-    return group_->Run(what, [&](ncclComm_t comm, cudaStream_t stream) {
+    if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation = group_->watchdog().NextCollective(what);
+    if (count == 0) return absl::OkStatus();
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(data, data, count, type, NcclOp(op), comm, stream);
     });
   }
@@ -476,7 +498,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclGroup(KeyValueStore& st
     std::memcpy(id.internal, value->data(), sizeof(id.internal));
   }
 
-  auto group = std::make_shared<NcclGroup>(name, spec.members, *rank, cuda_device, spec.timeout);
+  auto group = std::make_shared<NcclGroup>(&store, spec, *rank, cuda_device);
   if (absl::Status status = group->Init(id, deadline); !status.ok()) return status;
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(group)));
 }

@@ -10,8 +10,9 @@
 // (ncclConfig_t::blocking = 0): initialisation and every operation are polled
 // (ncclCommGetAsyncError, cudaStreamQuery) until done, so nothing can hang past the
 // timeout; on timeout the communicator is aborted (ncclCommAbort) and the call returns
-// DEADLINE_EXCEEDED. Abort() calls ncclCommAbort (from any thread), which also stops
-// kernels in flight.
+// DEADLINE_EXCEEDED naming the members that did not arrive, as the Gloo backend does: the
+// members report to the store through the group's watchdog (group_watchdog.h). Abort()
+// calls ncclCommAbort (from any thread), which also stops kernels in flight.
 //
 // Buffers are device memory on `cuda_device`. Every operation runs on the communicator's
 // own CUDA stream and returns when it has completed there, so: finish (synchronize) the
@@ -42,7 +43,7 @@ namespace mtrain {
 // Connects this member to its group on GPU `cuda_device`. Blocks until every member has
 // joined: DEADLINE_EXCEEDED after spec.timeout; INVALID_ARGUMENT for a bad spec or device
 // index; UNAVAILABLE without a CUDA device or when NCCL fails to connect.
-// `store` is used only during this call.
+// `store` must outlive the group: the group's watchdog reports to it after a failure.
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclGroup(KeyValueStore& store,
                                                                const GroupSpec& spec,
                                                                int cuda_device);

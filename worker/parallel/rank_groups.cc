@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(const std::string& name,
   spec.members = std::move(members);
   spec.global_rank = rank;
   spec.timeout = transport.timeout;
+  spec.watchdog_wait = transport.watchdog_wait;
   return ConnectGlooGroup(*transport.store, *transport.device, spec);
 }
 

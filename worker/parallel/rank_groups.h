@@ -35,10 +35,14 @@ struct RankGroups {
 };
 
 struct GroupTransport {
-  KeyValueStore* store = nullptr;      // rendezvous; unused when the world is one rank
+  // Rendezvous, and the groups' watchdog reports after a failure (group_watchdog.h), so it
+  // must outlive the groups. Unused when the world is one rank.
+  KeyValueStore* store = nullptr;
   const GlooDevice* device = nullptr;  // unused when the world is one rank
   std::string key_prefix;              // keeps generations of a job apart in one store
   absl::Duration timeout = absl::Minutes(5);
+  // GroupSpec::watchdog_wait of every group.
+  absl::Duration watchdog_wait = kDefaultWatchdogWait;
 };
 
 absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
