@@ -320,6 +320,20 @@ absl::Status Train(RankSetup& setup) {
   const RankCoordinates& coords = trainer->coordinates();
   const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
   const long long steps = spec.train().steps();
+  // Saves the steps completed so far; the narrator says where and how long it took.
+  auto save = [&]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(const std::string saved,
+                     trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
+    last_saved = trainer->completed_steps();
+    if (narrator) {
+      std::printf("checkpoint: step %lld saved in %.2f s %s\n", trainer->completed_steps(),
+                  absl::ToDoubleSeconds(absl::Now() - start),
+                  uploader != nullptr ? "to the coordinator's store" : ("in " + saved).c_str());
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  };
   if (narrator) {
     std::printf(
         "train: %s, %d layers, hidden %d, %d heads, seq %d, (t,p,d)=(%d,%d,%d) %s, "
@@ -345,16 +359,11 @@ absl::Status Train(RankSetup& setup) {
                         timings.wait_seconds));
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {
-      ASSIGN_OR_RETURN(const std::string saved,
-                       trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
-      last_saved = metrics.step();
-      if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
+      RETURN_IF_ERROR(save());
     }
   }
   if (!checkpoint_dir.empty() && last_saved != trainer->completed_steps()) {
-    ASSIGN_OR_RETURN(const std::string saved,
-                     trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
-    if (narrator) std::printf("checkpoint: %s\n", saved.c_str());
+    RETURN_IF_ERROR(save());
   }
   const std::string weights = absl::GetFlag(FLAGS_save_weights);
   if (!weights.empty()) RETURN_IF_ERROR(trainer->SaveWeights(weights));
