@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -342,8 +343,12 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   const int restarts = it->second.restarts;
   const bool was_running = it->second.running;
   EndGenerationLocked(job_id, reason);
-  // A rank may have failed on a damaged file: the next placement reads every file again.
-  if (checkpoints_ != nullptr) checkpoints_->ForgetVerified(job_id);
+  // A rank found a damaged file the store's cache vouched for (damage that kept the file's
+  // size and time): the next placement reads every file again. Not after other failures,
+  // since reading a large checkpoint in full holds up the manager.
+  if (checkpoints_ != nullptr && absl::StrContains(reason, "DATA_LOSS")) {
+    checkpoints_->ForgetVerified(job_id);
+  }
   (void)store_->AppendEvent(job_id, "generation_failed",
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (restarts >= spec.train().max_restarts()) {
