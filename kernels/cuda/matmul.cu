@@ -1,0 +1,189 @@
+#include <string>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/matmul.h"
+
+namespace mtrain::cuda {
+namespace {
+
+absl::Status BlasStatus(cublasStatus_t status, const std::string& what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(what + ": cuBLASLt status " + std::to_string(int(status)));
+}
+
+template <typename T>
+cudaDataType_t DataType();
+template <>
+cudaDataType_t DataType<float>() {
+  return CUDA_R_32F;
+}
+template <>
+cudaDataType_t DataType<__nv_bfloat16>() {
+  return CUDA_R_16BF;
+}
+
+// Owns the descriptors of one cublasLtMatmul call.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Descriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d && d != c) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+#define MTRAIN_BLAS(call) \
+  if (absl::Status s = BlasStatus((call), #call); !s.ok()) return s
+
+// Column-major D[m, n] = alpha op(A) op(B) + beta C, all leading dimensions dense. A and B
+// are AB_T, C and D are CD_T. fp32 inputs compute in strict fp32 (no TF32).
+template <typename AB_T, typename CD_T>
+absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int n, int k,
+                  const AB_T* a, int lda, const AB_T* b, int ldb, float beta, CD_T* c, int ldc,
+                  cublasLtEpilogue_t epilogue, const void* bias, void* aux, int ld_aux,
+                  cudaStream_t stream) {
+  Descriptors desc;
+  MTRAIN_BLAS(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MTRAIN_BLAS(
+      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  MTRAIN_BLAS(
+      cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                             sizeof(epilogue)));
+  if (bias != nullptr) {
+    const cudaDataType_t bias_type = DataType<CD_T>();
+    MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof(bias)));
+    MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                               &bias_type, sizeof(bias_type)));
+  }
+  if (aux != nullptr) {
+    const int64_t ld = ld_aux;
+    const cudaDataType_t aux_type = DataType<CD_T>();
+    MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &aux, sizeof(aux)));
+    MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                               sizeof(ld)));
+    MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                               &aux_type, sizeof(aux_type)));
+  }
+  const int a_rows = transpose_a ? k : m, a_cols = transpose_a ? m : k;
+  const int b_rows = transpose_b ? n : k, b_cols = transpose_b ? k : n;
+  MTRAIN_BLAS(cublasLtMatrixLayoutCreate(&desc.a, DataType<AB_T>(), a_rows, a_cols, lda));
+  MTRAIN_BLAS(cublasLtMatrixLayoutCreate(&desc.b, DataType<AB_T>(), b_rows, b_cols, ldb));
+  MTRAIN_BLAS(cublasLtMatrixLayoutCreate(&desc.c, DataType<CD_T>(), m, n, ldc));
+  desc.d = desc.c;
+  MTRAIN_BLAS(cublasLtMatmulPreferenceCreate(&desc.preference));
+  const size_t workspace = CublasLt::kWorkspaceBytes;
+  MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  MTRAIN_BLAS(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c, desc.d,
+                                             desc.preference, 1, &heuristic, &found));
+  if (found == 0) {
+    return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM (m " +
+                                    std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                                    std::to_string(k) + ", epilogue " +
+                                    std::to_string(int(epilogue)) + ")");
+  }
+  const float alpha = 1.0f;
+  MTRAIN_BLAS(cublasLtMatmul(blas.handle(), desc.op, &alpha, a, desc.a, b, desc.b, &beta, c, desc.c,
+                             c, desc.d, &heuristic.algo, blas.workspace(), workspace, stream));
+  return absl::OkStatus();
+}
+
+// d_bias[n] += sum over rows of d_out[M, N] (fixed order per column: deterministic).
+template <typename T>
+__global__ void BiasGradKernel(const T* d_out, int M, int N, float* d_bias) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= N) return;
+  float sum = 0;
+  for (int row = 0; row < M; ++row) sum += ToFloat(d_out[size_t(row) * N + col]);
+  d_bias[col] += sum;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CublasLt>> CublasLt::Create() {
+  std::unique_ptr<CublasLt> blas(new CublasLt());
+  MTRAIN_BLAS(cublasLtCreate(&blas->handle_));
+  if (absl::Status s =
+          CudaStatus(cudaMalloc(&blas->workspace_, kWorkspaceBytes), "cuBLASLt workspace");
+      !s.ok()) {
+    return s;
+  }
+  return blas;
+}
+
+CublasLt::~CublasLt() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+template <typename T>
+absl::Status MatmulForward(CublasLt& blas, const T* in, const T* weight, const T* bias, T* out,
+                           int M, int K, int N, cudaStream_t stream, T* pre_gelu) {
+  if (M <= 0 || K <= 0 || N <= 0) return absl::InvalidArgumentError("MatmulForward: empty shape");
+  if (pre_gelu != nullptr && bias == nullptr) {
+    return absl::InvalidArgumentError("MatmulForward: the GeLU epilogue needs a bias");
+  }
+  // Row-major out[M, N] is column-major out'[N, M] = weight'^T in', where weight' [K, N] and
+  // in' [K, M] are the column-major views of the row-major weight and input.
+  const cublasLtEpilogue_t epilogue = pre_gelu != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                      : bias != nullptr   ? CUBLASLT_EPILOGUE_BIAS
+                                                          : CUBLASLT_EPILOGUE_DEFAULT;
+  return Gemm<T, T>(blas, /*transpose_a=*/true, /*transpose_b=*/false, N, M, K, weight, K, in, K,
+                    /*beta=*/0.0f, out, N, epilogue, bias, pre_gelu, N, stream);
+}
+
+template <typename T>
+absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T* weight, T* d_in,
+                            float* d_weight, float* d_bias, int M, int K, int N,
+                            cudaStream_t stream) {
+  if (M <= 0 || K <= 0 || N <= 0) {
+    return absl::InvalidArgumentError("MatmulBackward: empty shape");
+  }
+  if (d_in != nullptr) {
+    // d_in'[K, M] += weight'[K, N] d_out'[N, M]
+    if (absl::Status s = Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, 1.0f, d_in, K,
+                                    CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // d_weight'[K, N] += in'[K, M] d_out'^T[M, N], accumulated into fp32.
+  if (absl::Status s = Gemm<T, float>(blas, false, true, K, N, M, in, K, d_out, N, 1.0f, d_weight,
+                                      K, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
+      !s.ok()) {
+    return s;
+  }
+  if (d_bias != nullptr) {
+    BiasGradKernel<T><<<(N + 255) / 256, 256, 0, stream>>>(d_out, M, N, d_bias);
+    return LastLaunchStatus("MatmulBackward (bias)");
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status MatmulForward<float>(CublasLt&, const float*, const float*, const float*,
+                                           float*, int, int, int, cudaStream_t, float*);
+template absl::Status MatmulForward<__nv_bfloat16>(CublasLt&, const __nv_bfloat16*,
+                                                   const __nv_bfloat16*, const __nv_bfloat16*,
+                                                   __nv_bfloat16*, int, int, int, cudaStream_t,
+                                                   __nv_bfloat16*);
+template absl::Status MatmulBackward<float>(CublasLt&, const float*, const float*, const float*,
+                                            float*, float*, float*, int, int, int, cudaStream_t);
+template absl::Status MatmulBackward<__nv_bfloat16>(CublasLt&, const __nv_bfloat16*,
+                                                    const __nv_bfloat16*, const __nv_bfloat16*,
+                                                    __nv_bfloat16*, float*, float*, int, int, int,
+                                                    cudaStream_t);
+
+}  // namespace mtrain::cuda
