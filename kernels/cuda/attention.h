@@ -1,0 +1,39 @@
+// Causal multi-head attention on the GPU in the flash-attention manner: the S x S score
+// matrix never exists in memory. Each query row keeps a running max and sum (online
+// softmax) while key/value tiles stream through shared memory; the forward saves only the
+// per-row log-sum-exp, and the backward recomputes the probabilities from it.
+// Semantics are kernels/attention.h's (qkv[B, S, 3, H, D] in, out[B, S, H, D]), dropout
+// included: the same counter-based masks (kernels/dropout.h) at the same global indices,
+// so the GPU drops exactly what the CPU and every parallel layout drop.
+// T is float or __nv_bfloat16; arithmetic is float. Head dims 32, 64 and 128. Every output
+// element is written by one thread in a fixed order: deterministic.
+#ifndef MTRAIN_KERNELS_CUDA_ATTENTION_H_
+#define MTRAIN_KERNELS_CUDA_ATTENTION_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "kernels/attention.h"
+
+namespace mtrain::cuda {
+
+using cpu::AttentionDropout;
+using cpu::AttentionShape;
+
+// out[B, S, H*D] (overwritten) and lse[B, H, S] (log-sum-exp of each row's scaled scores,
+// for the backward). INVALID_ARGUMENT for an unsupported head dim.
+template <typename T>
+absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
+                                   const AttentionDropout& dropout, cudaStream_t stream);
+
+// Accumulates d_qkv[B, S, 3*H*D] (+=) from d_out, with the forward's out and lse. Uses
+// stream-ordered scratch for the per-row sums of d_out * out.
+template <typename T>
+absl::Status FlashAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
+                                    T* d_qkv, const AttentionShape& shape,
+                                    const AttentionDropout& dropout, cudaStream_t stream);
+
+}  // namespace mtrain::cuda
+
+#endif  // MTRAIN_KERNELS_CUDA_ATTENTION_H_
