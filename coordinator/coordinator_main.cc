@@ -1,5 +1,6 @@
 // The coordinator daemon: serves the Coordinator gRPC service (plus health and
-// reflection) and Prometheus metrics until SIGINT or SIGTERM. Jobs live in
+// reflection), and on --http Prometheus metrics and the status page, until SIGINT or
+// SIGTERM. Jobs live in
 // --state_dir/jobs.sqlite and survive restarts; checkpoints in --state_dir/checkpoints.
 //
 //   coordinator --listen=127.0.0.1:0 --http=127.0.0.1:0 --state_dir=/var/lib/mtrain
@@ -26,6 +27,8 @@
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/grpc_service.h"
+#include "coordinator/http_routes.h"
+#include "coordinator/http_server.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
@@ -41,8 +44,11 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, mtrain::kDefaultHeartbeatInterval,
 ABSL_FLAG(absl::Duration, heartbeat_timeout, mtrain::kDefaultHeartbeatTimeout,
           "a worker silent for this long is considered dead");
 ABSL_FLAG(std::string, http, "127.0.0.1:9464",
-          "HOST:PORT serving Prometheus /metrics; port 0 picks a free port (printed); empty "
-          "disables");
+          "HOST:PORT serving Prometheus /metrics and the status page at /; port 0 picks a "
+          "free port (printed); empty disables");
+ABSL_FLAG(std::string, chart_js, mtrain::kDefaultChartJsPath,
+          "Chart.js (UMD build) that the status page draws with, read at start and served "
+          "at /static/chart.js; if unreadable the page shows its tables without the chart");
 ABSL_FLAG(std::string, state_dir, "mtrain_state",
           "directory of the job database (jobs.sqlite); created if missing");
 ABSL_FLAG(std::string, auth_token_file, "",
@@ -87,10 +93,11 @@ int Run() {
     std::fprintf(stderr, "coordinator: %s\n", store.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
-      CoordinatorMetrics::Start(absl::GetFlag(FLAGS_http));
+  // The metrics are kept here and served by our own HTTP server below (with the status
+  // page), so prometheus-cpp's Exposer binds nothing.
+  absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics = CoordinatorMetrics::Start("");
   if (!metrics.ok()) {
-    std::fprintf(stderr, "coordinator: --http: %s\n", metrics.status().ToString().c_str());
+    std::fprintf(stderr, "coordinator: metrics: %s\n", metrics.status().ToString().c_str());
     return 1;
   }
   std::string token;
@@ -130,6 +137,27 @@ int Run() {
   CoordinatorGrpcService service(&workers, &rendezvous, jobs->get(), metrics->get(), token,
                                  checkpoints->get());
 
+  // Declared after everything its routes read, so it stops (joining its threads) first.
+  std::unique_ptr<CoordinatorHttpRoutes> routes;
+  std::unique_ptr<HttpServer> http_server;
+  const std::string http = absl::GetFlag(FLAGS_http);
+  if (!http.empty()) {
+    absl::StatusOr<std::string> chart_js = ReadChartJs(absl::GetFlag(FLAGS_chart_js));
+    if (!chart_js.ok()) {
+      std::fprintf(stderr, "coordinator: --chart_js: %s; the status page will have no chart\n",
+                   chart_js.status().ToString().c_str());
+    }
+    routes = std::make_unique<CoordinatorHttpRoutes>(jobs->get(), &workers, metrics->get(),
+                                                     std::move(chart_js));
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        http, [r = routes.get()](const HttpRequest& request) { return r->Handle(request); });
+    if (!started.ok()) {
+      std::fprintf(stderr, "coordinator: --http: %s\n", started.status().ToString().c_str());
+      return 1;
+    }
+    http_server = *std::move(started);
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -145,10 +173,12 @@ int Run() {
   const std::string host = listen.substr(0, listen.rfind(':'));
   // Tests and launchers read this line to find a port picked by the OS.
   std::printf("coordinator listening on %s:%d\n", host.c_str(), port);
-  if ((*metrics)->port() > 0) {
-    const std::string http = absl::GetFlag(FLAGS_http);
-    std::printf("coordinator metrics on http://%s:%d/metrics\n",
-                http.substr(0, http.rfind(':')).c_str(), (*metrics)->port());
+  if (http_server != nullptr) {
+    const std::string http_host = http.substr(0, http.rfind(':'));
+    std::printf("coordinator metrics on http://%s:%d/metrics\n", http_host.c_str(),
+                http_server->port());
+    std::printf("coordinator status page on http://%s:%d/\n", http_host.c_str(),
+                http_server->port());
   }
   std::printf("coordinator state in %s%s\n", state_dir.c_str(),
               token.empty() ? "" : "; mutating RPCs need the bearer token");

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -71,6 +73,7 @@ struct CoordinatorMetrics::Impl {
     std::vector<std::pair<JobState, prometheus::Gauge*>> states;
     prometheus::Counter* skipped_steps = nullptr;
     prometheus::Counter* restarts = nullptr;
+    prometheus::Counter* generation_failures = nullptr;
     // Created by the first step carrying a loss, so a job that has not trained yet shows
     // no made-up zero loss.
     prometheus::Gauge* step = nullptr;
@@ -85,10 +88,21 @@ struct CoordinatorMetrics::Impl {
     // their streams interleave, so an older report must not move the gauges back; a
     // restart from a checkpoint goes back in step but forward in generation.
     std::pair<int64_t, int64_t> newest{-1, -1};
+    // The newest generation any rank reported: the per-rank gauges belong to it.
+    int64_t gauge_generation = -1;
   };
 
   // (job, global rank, tp_rank, pp_stage, dp_rank).
   using RankKey = std::tuple<std::string, int, int, int, int>;
+
+  // One rank's series. The histogram is cumulative and stays; the gauges hold the last
+  // step only and are dropped when a newer generation of the job starts reporting, so a
+  // rank that a shrink or a new layout removed does not stand out as a straggler forever.
+  struct RankSeries {
+    prometheus::Histogram* step_duration = nullptr;
+    prometheus::Gauge* last_step_seconds = nullptr;
+    prometheus::Gauge* bubble = nullptr;
+  };
 
   Impl()
       : registry(std::make_shared<prometheus::Registry>()),
@@ -133,6 +147,12 @@ struct CoordinatorMetrics::Impl {
                          .Name("mtrain_job_restarts_total")
                          .Help("Times the job restarted from a checkpoint after a failure.")
                          .Register(*registry)),
+        job_generation_failures(prometheus::BuildCounter()
+                                    .Name("mtrain_job_generation_failures_total")
+                                    .Help("Generations of the job that failed (a rank's "
+                                          "error, a lost worker); each restarts the job or, "
+                                          "with its restart budget spent, fails it.")
+                                    .Register(*registry)),
         job_checkpoint_step(prometheus::BuildGauge()
                                 .Name("mtrain_job_checkpoint_step")
                                 .Help("Step of the job's newest committed checkpoint.")
@@ -145,6 +165,16 @@ struct CoordinatorMetrics::Impl {
                           .Name("mtrain_step_duration_seconds")
                           .Help("Duration of one training step on one rank.")
                           .Register(*registry)),
+        rank_last_step_seconds(prometheus::BuildGauge()
+                                   .Name("mtrain_rank_last_step_seconds")
+                                   .Help("Duration of the last training step on one rank of "
+                                         "the job's newest generation.")
+                                   .Register(*registry)),
+        pipeline_bubble(prometheus::BuildGauge()
+                            .Name("mtrain_pipeline_bubble_ratio")
+                            .Help("Share of the rank's last step spent waiting on its "
+                                  "pipeline peers, 0..1.")
+                            .Register(*registry)),
         workers_registered(prometheus::BuildGauge()
                                .Name("mtrain_workers_registered")
                                .Help("Workers registered with the coordinator.")
@@ -166,6 +196,19 @@ struct CoordinatorMetrics::Impl {
                              "gRPC code.")
                        .Register(*registry)) {}
 
+  // Removes the job's per-rank gauges (the histograms stay). Requires `mutex`.
+  void DropRankGauges(const std::string& job_id) {
+    for (auto it = ranks.lower_bound(RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
+         it != ranks.end() && std::get<0>(it->first) == job_id; ++it) {
+      RankSeries& series = it->second;
+      if (series.last_step_seconds == nullptr) continue;
+      rank_last_step_seconds.Remove(series.last_step_seconds);
+      pipeline_bubble.Remove(series.bubble);
+      series.last_step_seconds = nullptr;
+      series.bubble = nullptr;
+    }
+  }
+
   // The job's series, created on first use. Requires `mutex`.
   JobSeries& Job(const std::string& job_id) {
     auto [it, inserted] = jobs.try_emplace(job_id);
@@ -177,6 +220,7 @@ struct CoordinatorMetrics::Impl {
       // Present from the start at 0, so rate() and increase() see the first increment.
       series.skipped_steps = &job_skipped_steps.Add({{"job", job_id}});
       series.restarts = &job_restarts.Add({{"job", job_id}});
+      series.generation_failures = &job_generation_failures.Add({{"job", job_id}});
       series.checkpoints_saved = &job_checkpoints_saved.Add({{"job", job_id}});
     }
     return series;
@@ -195,9 +239,12 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_loss_scale;
   prometheus::Family<prometheus::Counter>& job_skipped_steps;
   prometheus::Family<prometheus::Counter>& job_restarts;
+  prometheus::Family<prometheus::Counter>& job_generation_failures;
   prometheus::Family<prometheus::Gauge>& job_checkpoint_step;
   prometheus::Family<prometheus::Counter>& job_checkpoints_saved;
   prometheus::Family<prometheus::Histogram>& step_duration;
+  prometheus::Family<prometheus::Gauge>& rank_last_step_seconds;
+  prometheus::Family<prometheus::Gauge>& pipeline_bubble;
   prometheus::Gauge& workers_registered;
   prometheus::Gauge& workers_alive;
   prometheus::Counter& heartbeats_missed;
@@ -209,8 +256,8 @@ struct CoordinatorMetrics::Impl {
   std::mutex mutex;
   std::map<std::string, JobSeries> jobs;  // Guarded by mutex.
   // Family::Add builds a histogram (and copies the buckets) before it finds the existing
-  // one, so each rank's histogram is looked up here instead, once per step.
-  std::map<RankKey, prometheus::Histogram*> rank_step_durations;  // Guarded by mutex.
+  // one, so each rank's series are looked up here instead, once per step.
+  std::map<RankKey, RankSeries> ranks;  // Guarded by mutex.
 
   int port = 0;
   // Last member: destroyed first, so no scrape runs while the rest is torn down.
@@ -258,21 +305,43 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
   std::lock_guard<std::mutex> lock(impl_->mutex);
   Impl::JobSeries& job = impl_->Job(job_id);
 
+  if (metrics.generation() > job.gauge_generation) {
+    // A new generation: the previous one's ranks are gone (perhaps with another layout).
+    impl_->DropRankGauges(job_id);
+    job.gauge_generation = metrics.generation();
+  }
+  const bool newest_generation = metrics.generation() == job.gauge_generation;
+
   const Impl::RankKey key{job_id, coordinates.global_rank(), coordinates.tp_rank(),
                           coordinates.pp_rank(), coordinates.dp_rank()};
-  prometheus::Histogram*& histogram = impl_->rank_step_durations[key];
-  if (histogram == nullptr) {
-    histogram = &impl_->step_duration.Add({{"job", job_id},
-                                           {"rank", absl::StrCat(coordinates.global_rank())},
-                                           {"tp_rank", absl::StrCat(coordinates.tp_rank())},
-                                           {"pp_stage", absl::StrCat(coordinates.pp_rank())},
-                                           {"dp_rank", absl::StrCat(coordinates.dp_rank())}},
-                                          impl_->step_buckets);
+  Impl::RankSeries& rank = impl_->ranks[key];
+  // Built only when a series is created, not on every step.
+  const auto labels = [&] {
+    return prometheus::Labels{{"job", job_id},
+                              {"rank", absl::StrCat(coordinates.global_rank())},
+                              {"tp_rank", absl::StrCat(coordinates.tp_rank())},
+                              {"pp_stage", absl::StrCat(coordinates.pp_rank())},
+                              {"dp_rank", absl::StrCat(coordinates.dp_rank())}};
+  };
+  if (rank.step_duration == nullptr) {
+    rank.step_duration = &impl_->step_duration.Add(labels(), impl_->step_buckets);
   }
   // A NaN or negative duration (a broken clock on a worker) would poison the histogram's
   // _sum for good; leave it out.
   const double seconds = metrics.step_seconds();
-  if (std::isfinite(seconds) && seconds >= 0) histogram->Observe(seconds);
+  const bool valid_seconds = std::isfinite(seconds) && seconds >= 0;
+  if (valid_seconds) rank.step_duration->Observe(seconds);
+  if (valid_seconds && newest_generation) {
+    if (rank.last_step_seconds == nullptr) {
+      rank.last_step_seconds = &impl_->rank_last_step_seconds.Add(labels());
+      rank.bubble = &impl_->pipeline_bubble.Add(labels());
+    }
+    rank.last_step_seconds->Set(seconds);
+    // Waiting happens inside the step, so the share is within 0..1 but for clock noise.
+    const double wait = metrics.pipeline_wait_seconds();
+    const double share = seconds > 0 && std::isfinite(wait) ? wait / seconds : 0;
+    rank.bubble->Set(std::clamp(share, 0.0, 1.0));
+  }
 
   // The job's gauges follow the ranks that compute the loss (as JobStatus.latest does):
   // the other ranks' throughput figures are partial views of the same step.
@@ -301,6 +370,11 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
 void CoordinatorMetrics::SetJobRestarts(const std::string& job_id, int restarts) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   AdvanceCounterTo(*impl_->Job(job_id).restarts, restarts);
+}
+
+void CoordinatorMetrics::AddGenerationFailure(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->Job(job_id).generation_failures->Increment();
 }
 
 void CoordinatorMetrics::SetCheckpointStep(const std::string& job_id, int64_t step) {

@@ -1,5 +1,6 @@
-// The coordinator's Prometheus metrics, served over HTTP by prometheus-cpp's Exposer on
-// the coordinator's --http address at /metrics. Names and units follow Prometheus
+// The coordinator's Prometheus metrics. The coordinator serves Scrape() at /metrics of its
+// --http address (coordinator/http_server.h, beside the status page); Start() can also
+// serve them alone through prometheus-cpp's Exposer. Names and units follow Prometheus
 // conventions (`_seconds`, `_total`, ratios 0..1) and labels stay bounded: job, rank,
 // tp_rank, pp_stage, dp_rank, state, method, code.
 //
@@ -14,9 +15,17 @@
 //   mtrain_job_loss_scale{job}
 //   mtrain_job_skipped_steps_total{job}         steps skipped by the loss scaler
 //   mtrain_job_restarts_total{job}
+//   mtrain_job_generation_failures_total{job}   generations that failed (a rank's error, a
+//                                               lost worker); each either restarts the job
+//                                               or, with the budget spent, fails it
 //   mtrain_job_checkpoint_step{job}             step of the newest committed checkpoint
 //   mtrain_job_checkpoints_saved_total{job}     checkpoints committed to the store
 //   mtrain_step_duration_seconds{job,rank,tp_rank,pp_stage,dp_rank}   histogram
+//   mtrain_rank_last_step_seconds{job,rank,tp_rank,pp_stage,dp_rank}  the rank's last step
+//   mtrain_pipeline_bubble_ratio{job,rank,tp_rank,pp_stage,dp_rank}   share of the rank's
+//                                               last step spent waiting on pipeline peers
+//   (the two per-rank gauges show the job's newest generation only: a restart with
+//   another layout drops the ranks that no longer exist)
 //   mtrain_workers_registered, mtrain_workers_alive
 //   mtrain_heartbeats_missed_total              workers declared dead for silence
 //   mtrain_rpc_errors_total{method,code}        RPCs answered with an error
@@ -49,11 +58,13 @@ class CoordinatorMetrics {
   int port() const;
 
   void SetJobState(const std::string& job_id, JobState state);
-  // One rank's step: the histogram for its coordinates; the job gauges when it carries
-  // the loss.
+  // One rank's step: the histogram and gauges for its coordinates; the job gauges when it
+  // carries the loss.
   void ObserveStep(const std::string& job_id, const StepMetrics& metrics,
                    const RankCoordinates& coordinates);
   void SetJobRestarts(const std::string& job_id, int restarts);
+  // A generation of the job failed.
+  void AddGenerationFailure(const std::string& job_id);
   // A checkpoint of `step` was committed.
   void SetCheckpointStep(const std::string& job_id, int64_t step);
   void SetWorkers(int registered, int alive);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -59,7 +60,8 @@ RankCoordinates Coordinates(int rank, int tp, int pp, int dp) {
   return coordinates;
 }
 
-StepMetrics Step(int64_t step, double seconds, std::optional<double> loss = std::nullopt) {
+StepMetrics Step(int64_t step, double seconds, std::optional<double> loss = std::nullopt,
+                 double pipeline_wait = 0) {
   StepMetrics metrics;
   metrics.set_job_id("job-1");
   metrics.set_generation(1);
@@ -71,6 +73,7 @@ StepMetrics Step(int64_t step, double seconds, std::optional<double> loss = std:
   metrics.set_mfu(0.25);
   metrics.set_loss_scale(65536);
   metrics.set_skipped_steps(2);
+  metrics.set_pipeline_wait_seconds(pipeline_wait);
   return metrics;
 }
 
@@ -84,7 +87,8 @@ std::unique_ptr<CoordinatorMetrics> StartOnLoopback() {
 }
 
 // Feeds one job through a realistic life: two ranks of the last pipeline stage carry the
-// loss, two of the first do not; workers, a missed heartbeat and RPC errors.
+// loss, two of the first do not (and wait longer on their peers); workers, a missed
+// heartbeat, RPC errors and a failed generation.
 void FeedJob(CoordinatorMetrics& metrics) {
   metrics.SetJobState("job-1", JOB_STATE_PENDING);
   metrics.SetJobState("job-1", JOB_STATE_RUNNING);
@@ -95,13 +99,14 @@ void FeedJob(CoordinatorMetrics& metrics) {
   metrics.AddRpcError("Heartbeat", "NOT_FOUND");
   // t=2, p=2, d=1: ranks 0,1 on stage 0; ranks 2,3 on stage 1 (the loss).
   for (int64_t step = 1; step <= 3; ++step) {
-    metrics.ObserveStep("job-1", Step(step, 0.3), Coordinates(0, 0, 0, 0));
-    metrics.ObserveStep("job-1", Step(step, 0.3), Coordinates(1, 1, 0, 0));
-    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step), Coordinates(2, 0, 1, 0));
-    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step), Coordinates(3, 1, 1, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, std::nullopt, 0.15), Coordinates(0, 0, 0, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, std::nullopt, 0.15), Coordinates(1, 1, 0, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step, 0.06), Coordinates(2, 0, 1, 0));
+    metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step, 0.06), Coordinates(3, 1, 1, 0));
   }
   // Rank 3 reports a fourth step with a different duration.
-  metrics.ObserveStep("job-1", Step(4, 7.0, 2.5), Coordinates(3, 1, 1, 0));
+  metrics.ObserveStep("job-1", Step(4, 7.0, 2.5, 0.7), Coordinates(3, 1, 1, 0));
+  metrics.AddGenerationFailure("job-1");
   metrics.SetJobRestarts("job-1", 1);
 }
 
@@ -125,6 +130,9 @@ TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
   EXPECT_THAT(text, HasSubstr("# TYPE mtrain_step_duration_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("# TYPE mtrain_heartbeats_missed_total counter"));
   EXPECT_THAT(text, HasSubstr("# TYPE mtrain_rpc_errors_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_job_generation_failures_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_rank_last_step_seconds gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_pipeline_bubble_ratio gauge"));
 
   EXPECT_THAT(text, HasSubstr("mtrain_job_loss{job=\"job-1\"} 2.5\n"));
   EXPECT_EQ(SampleValue(text, "mtrain_job_step{job=\"job-1\"}"), 4);
@@ -134,6 +142,7 @@ TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
   EXPECT_EQ(SampleValue(text, "mtrain_job_loss_scale{job=\"job-1\"}"), 65536);
   EXPECT_EQ(SampleValue(text, "mtrain_job_skipped_steps_total{job=\"job-1\"}"), 2);
   EXPECT_EQ(SampleValue(text, "mtrain_job_restarts_total{job=\"job-1\"}"), 1);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_generation_failures_total{job=\"job-1\"}"), 1);
 
   EXPECT_EQ(SampleValue(text, "mtrain_workers_registered"), 4);
   EXPECT_EQ(SampleValue(text, "mtrain_workers_alive"), 3);
@@ -162,6 +171,82 @@ TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
   EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
                                            ",tp_rank=\"1\",le=\"+Inf\"}")),
             4);
+}
+
+std::string RankSeries(const std::string& name, int rank, int tp, int pp, int dp) {
+  return absl::StrCat(name, "{dp_rank=\"", dp, "\",job=\"job-1\",pp_stage=\"", pp, "\",rank=\"",
+                      rank, "\",tp_rank=\"", tp, "\"}");
+}
+
+TEST(CoordinatorMetricsTest, RankGaugesShowTheLastStepAndItsPipelineBubble) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  FeedJob(*metrics);
+  const std::string text = metrics->Scrape();
+  const std::string last = "mtrain_rank_last_step_seconds";
+  const std::string bubble = "mtrain_pipeline_bubble_ratio";
+  EXPECT_EQ(SampleValue(text, RankSeries(last, 0, 0, 0, 0)), 0.3);
+  EXPECT_EQ(SampleValue(text, RankSeries(last, 3, 1, 1, 0)), 7.0);
+  EXPECT_NEAR(*SampleValue(text, RankSeries(bubble, 0, 0, 0, 0)), 0.5, 1e-12);
+  EXPECT_NEAR(*SampleValue(text, RankSeries(bubble, 2, 0, 1, 0)), 0.2, 1e-12);
+  EXPECT_NEAR(*SampleValue(text, RankSeries(bubble, 3, 1, 1, 0)), 0.1, 1e-12);
+
+  // Clock noise cannot push the share outside 0..1; a zero-length step has no bubble.
+  metrics->ObserveStep("job-1", Step(5, 0.2, std::nullopt, 0.25), Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), RankSeries(bubble, 0, 0, 0, 0)), 1.0);
+  metrics->ObserveStep("job-1", Step(6, 0.0, std::nullopt, 0.25), Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), RankSeries(bubble, 0, 0, 0, 0)), 0.0);
+  // A broken duration leaves the last good one.
+  metrics->ObserveStep("job-1", Step(7, std::nan(""), std::nullopt, 0.1), Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), RankSeries(last, 0, 0, 0, 0)), 0.0);
+}
+
+TEST(CoordinatorMetricsTest, RankGaugesFollowTheNewestGeneration) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const std::string last = "mtrain_rank_last_step_seconds";
+  // Generation 1 with d=2: ranks 0 and 1.
+  metrics->ObserveStep("job-1", Step(1, 0.5, 3.0), Coordinates(0, 0, 0, 0));
+  metrics->ObserveStep("job-1", Step(1, 0.9, 3.0), Coordinates(1, 0, 0, 1));
+  EXPECT_EQ(SampleValue(metrics->Scrape(), RankSeries(last, 1, 0, 0, 1)), 0.9);
+
+  // Generation 2 shrunk to d=1: rank 1 no longer exists and must not look like a
+  // straggler; its histogram keeps its history.
+  StepMetrics shrunk = Step(1, 0.4, 3.0);
+  shrunk.set_generation(2);
+  metrics->ObserveStep("job-1", shrunk, Coordinates(0, 0, 0, 0));
+  std::string text = metrics->Scrape();
+  EXPECT_EQ(SampleValue(text, RankSeries(last, 0, 0, 0, 0)), 0.4);
+  EXPECT_EQ(SampleValue(text, RankSeries(last, 1, 0, 0, 1)), std::nullopt);
+  EXPECT_EQ(SampleValue(text, RankSeries("mtrain_pipeline_bubble_ratio", 1, 0, 0, 1)),
+            std::nullopt);
+  EXPECT_EQ(SampleValue(text, StepSeries(1, 0, 0, 1, "_count")), 1);
+
+  // A late report of the old generation does not bring the rank back.
+  metrics->ObserveStep("job-1", Step(2, 0.9, 3.0), Coordinates(1, 0, 0, 1));
+  text = metrics->Scrape();
+  EXPECT_EQ(SampleValue(text, RankSeries(last, 1, 0, 0, 1)), std::nullopt);
+  EXPECT_EQ(SampleValue(text, StepSeries(1, 0, 0, 1, "_count")), 2);
+  // Another job's ranks are untouched by this job's generations.
+  metrics->ObserveStep("job-2", Step(1, 0.25), Coordinates(0, 0, 0, 0));
+  StepMetrics third = Step(2, 0.3, 3.0);
+  third.set_generation(3);
+  metrics->ObserveStep("job-1", third, Coordinates(0, 0, 0, 0));
+  EXPECT_EQ(SampleValue(metrics->Scrape(),
+                        "mtrain_rank_last_step_seconds{dp_rank=\"0\",job=\"job-2\","
+                        "pp_stage=\"0\",rank=\"0\",tp_rank=\"0\"}"),
+            0.25);
+}
+
+TEST(CoordinatorMetricsTest, GenerationFailuresCountFromZero) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const std::string failures = "mtrain_job_generation_failures_total{job=\"job-1\"}";
+  metrics->SetJobState("job-1", JOB_STATE_PENDING);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), failures), 0);
+  metrics->AddGenerationFailure("job-1");
+  metrics->AddGenerationFailure("job-1");
+  EXPECT_EQ(SampleValue(metrics->Scrape(), failures), 2);
 }
 
 TEST(CoordinatorMetricsTest, JobStateIsOneHotOverEveryState) {

@@ -187,7 +187,9 @@ grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
     // Several steps may have passed since the last send: fill them in from the step
     // table, so a watcher sees every step (trainctl watch --json prints one line each).
     if (status.has_latest() && status.latest().step() > last_step + 1) {
-      absl::StatusOr<std::vector<StepMetrics>> steps = jobs_->Steps(request->job_id());
+      // Only the missing range: a long job's whole history is not re-read for each send.
+      absl::StatusOr<std::vector<StepMetrics>> steps =
+          jobs_->Steps(request->job_id(), last_step, status.latest().step() - last_step - 1);
       if (steps.ok()) {
         for (const StepMetrics& m : *steps) {
           if (m.step() <= last_step || m.step() >= status.latest().step()) continue;

@@ -124,9 +124,13 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_
   return store_->Events(job_id);
 }
 
-absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id) const {
+absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id,
+                                                           int64_t after_step,
+                                                           int64_t limit) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return store_->Steps(job_id);
+  // A range of the primary key: a poller asking for what is new does not read the whole
+  // history under the manager's lock.
+  return store_->Steps(job_id, after_step, limit);
 }
 
 absl::Status JobManager::Cancel(const std::string& job_id) {
@@ -351,6 +355,7 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   }
   (void)store_->AppendEvent(job_id, "generation_failed",
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
+  if (metrics_ != nullptr) metrics_->AddGenerationFailure(job_id);
   if (restarts >= spec.train().max_restarts()) {
     (void)TransitionLocked(
         job_id, JOB_STATE_FAILED,

@@ -87,8 +87,10 @@ class JobManager {
   // The job's event log, oldest first. NOT_FOUND for an unknown job.
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
 
-  // The recorded per-step metrics of the job's reporting rank, in step order.
-  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
+  // The recorded per-step metrics of the job's reporting rank, in step order: those after
+  // step `after_step`, at most `limit` (all when negative). NOT_FOUND for an unknown job.
+  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id, int64_t after_step = 0,
+                                                 int64_t limit = -1) const;
 
   // A worker heartbeat (already accepted by the registry): the commands for it.
   std::vector<WorkerCommand> OnHeartbeat(const HeartbeatRequest& request);

@@ -333,7 +333,9 @@ struct JobStore::Impl {
   Statement upsert_step{
       "INSERT INTO steps (job_id, step, metrics) VALUES (?, ?, ?) "
       "ON CONFLICT (job_id, step) DO UPDATE SET metrics = excluded.metrics"};
-  Statement select_steps{"SELECT metrics FROM steps WHERE job_id = ? ORDER BY step"};
+  // LIMIT -1 is SQLite's "no limit".
+  Statement select_steps{
+      "SELECT metrics FROM steps WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?"};
 
   // Every mutation runs inside one of these: all of its statements commit together or not
   // at all, and COMMIT returning means the change is in the WAL (and, with synchronous=FULL,
@@ -691,14 +693,15 @@ absl::Status JobStore::RecordStep(const std::string& job_id, const StepMetrics& 
   return txn.Commit();
 }
 
-absl::StatusOr<std::vector<StepMetrics>> JobStore::Steps(const std::string& job_id) const {
+absl::StatusOr<std::vector<StepMetrics>> JobStore::Steps(const std::string& job_id,
+                                                         int64_t after_step, int64_t limit) const {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   std::vector<StepMetrics> steps;
   Query query(impl_->select_steps);
-  query.Bind(*n);
+  query.Bind(*n).Bind(after_step).Bind(limit < 0 ? int64_t{-1} : limit);
   while (true) {
     ASSIGN_OR_RETURN(const bool row, query.Step());
     if (!row) break;

@@ -72,8 +72,10 @@ class JobStore {
   // tokens/s and JobStatus.latest, and one summary row per step (a repeated step, after a
   // restart, replaces its row).
   absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics, int64_t now_ms);
-  // The per-step rows, in step order.
-  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id) const;
+  // The per-step rows with step > `after_step`, in step order, at most `limit` of them
+  // (all when limit < 0). Steps are numbered from 1, so the defaults give every row.
+  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id, int64_t after_step = 0,
+                                                 int64_t limit = -1) const;
 
   absl::Status AppendEvent(const std::string& job_id, const std::string& kind,
                            const std::string& message, int64_t now_ms);

@@ -405,6 +405,15 @@ TEST(JobStoreTest, RecordStepUpdatesProgressAndARepeatedStepReplacesItsRow) {
   EXPECT_EQ(Bytes(steps[0]), Bytes(MakeStep(1, 9.0)));
   EXPECT_EQ(Bytes(steps[1]), Bytes(rerun));
   EXPECT_EQ(Bytes(steps[2]), Bytes(MakeStep(3, 7.0)));
+  // A poller asks only for what is new, a page at a time.
+  ASSERT_OK_AND_ASSIGN(const std::vector<StepMetrics> after_one, store->Steps(id, 1));
+  ASSERT_EQ(after_one.size(), 2u);
+  EXPECT_EQ(after_one[0].step(), 2);
+  ASSERT_OK_AND_ASSIGN(const std::vector<StepMetrics> first_two, store->Steps(id, 0, 2));
+  ASSERT_EQ(first_two.size(), 2u);
+  EXPECT_EQ(first_two[1].step(), 2);
+  ASSERT_OK_AND_ASSIGN(const std::vector<StepMetrics> none, store->Steps(id, 3));
+  EXPECT_TRUE(none.empty());
 
   // A step without a loss keeps the last one.
   StepMetrics no_loss = MakeStep(3, 0.0);

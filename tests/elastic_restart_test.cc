@@ -130,6 +130,18 @@ class ElasticRestartTest : public ClusterTest {
     return Worker(status->workers(rank));
   }
 
+  // The tail of every rank's log, for a failure message.
+  std::string RankLogs() {
+    std::string out;
+    std::error_code error;
+    for (const fs::directory_entry& entry : fs::directory_iterator(Path("ranks"), error)) {
+      const std::string text = ReadFile(entry.path().string());
+      absl::StrAppend(&out, "--- ", entry.path().filename().string(), " (last 1500 bytes)\n",
+                      text.substr(text.size() > 1500 ? text.size() - 1500 : 0), "\n");
+    }
+    return out;
+  }
+
   // A committed checkpoint's directory in the coordinator's store.
   std::string StoredCheckpoint(const std::string& job, int64_t step) {
     return Path(absl::StrCat("state/checkpoints/", job, "/", CheckpointDirName(step)));
@@ -199,7 +211,9 @@ TEST_F(ElasticRestartTest, HungRankAndHungWorkerAreDetectedNamedAndReplaced) {
   const absl::Time stopped = absl::Now();
   ASSERT_EQ(::kill(rank_pid, SIGSTOP), 0);
   ASSERT_TRUE(WaitFor([&] { return absl::StrContains(Events(job), "generation_failed"); },
-                      absl::Seconds(30)));
+                      absl::Seconds(60)))
+      << "stopped pid " << rank_pid << " of worker pid " << worker->pid() << "\n"
+      << Trainctl({"status", job}).second << Events(job) << RankLogs();
   const absl::Duration detected = absl::Now() - stopped;
   std::printf("hung rank detected after %.1f s (collective timeout 4 s)\n",
               absl::ToDoubleSeconds(detected));

@@ -230,6 +230,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_loss_scale(1.0);
   metrics.set_collective_seconds(
       std::max(0.0, seconds - executor_->last_timings().compute_seconds));
+  metrics.set_pipeline_wait_seconds(executor_->last_timings().wait_seconds);
   return metrics;
 }
 

@@ -52,6 +52,10 @@ done
 echo "demo: coordinator listening on $address"
 metrics_url=$(sed -n 's/^coordinator metrics on //p' "$STATE/coordinator.log")
 echo "demo: Prometheus metrics at $metrics_url"
+status_url=$(sed -n 's/^coordinator status page on //p' "$STATE/coordinator.log")
+if [[ -n "$status_url" ]]; then
+  echo "demo: status page (jobs, live loss chart, workers) at $status_url"
+fi
 
 for i in $(seq 0 $((NUM_WORKERS - 1))); do
   # One thread per rank: the demo's 4 ranks share this machine's cores.

@@ -1,0 +1,250 @@
+#include "coordinator/http_routes.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/worker_registry.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::HasSubstr;
+
+google::protobuf::Struct Parse(const std::string& json) {
+  google::protobuf::Struct parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &parsed);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+  return parsed;
+}
+
+std::string HeaderOf(const HttpResponse& response, const std::string& name) {
+  for (const auto& [key, value] : response.headers) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+// A real job manager over a fresh SQLite file, one registered worker, and one job with
+// a few recorded steps: the routes read exactly what the coordinator would.
+class HttpRoutesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    path_ =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/routes-",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".sqlite");
+    std::remove(path_.c_str());
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics = CoordinatorMetrics::Start("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+    absl::StatusOr<std::unique_ptr<JobManager>> jobs =
+        JobManager::Create(&clock_, &registry_, store_.get(), &rendezvous_, metrics_.get(), {});
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    jobs_ = *std::move(jobs);
+
+    WorkerInfo info;
+    info.set_worker_id("w0");
+    info.set_host("node-a");
+    info.set_device_kind(DEVICE_KIND_CPU);
+    info.set_device_name("cpu");
+    info.set_incarnation_id("inc-0");
+    bool restarted = false;
+    ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+
+    JobSpec spec;
+    spec.set_name("tiny");
+    spec.mutable_train()->set_steps(50);
+    absl::StatusOr<std::string> job = store_->CreateJob(spec, 1000);
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *job;
+    for (int step = 1; step <= 5; ++step) {
+      StepMetrics m;
+      m.set_job_id(job_);
+      m.set_generation(1);
+      m.set_step(step);
+      m.set_loss(6.0 - step);
+      m.set_tokens_per_second(100.0 * step);
+      ASSERT_TRUE(store_->RecordStep(job_, m, 1000 + step).ok());
+    }
+    routes_ = std::make_unique<CoordinatorHttpRoutes>(jobs_.get(), &registry_, metrics_.get(),
+                                                      std::string("/* chart */"));
+  }
+
+  HttpResponse Get(const std::string& path, const std::string& query = "") {
+    return routes_->Handle(HttpRequest{"GET", path, query});
+  }
+
+  std::string path_;
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  WorkerRegistry registry_{&clock_, WorkerRegistryOptions()};
+  RendezvousStore rendezvous_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<CoordinatorHttpRoutes> routes_;
+  std::string job_;
+};
+
+TEST_F(HttpRoutesTest, MetricsAreThePrometheusScrape) {
+  metrics_->SetWorkers(3, 2);
+  const HttpResponse response = Get("/metrics");
+  EXPECT_EQ(response.status, 200);
+  EXPECT_EQ(response.content_type, kPrometheusTextContentType);
+  EXPECT_EQ(response.body, metrics_->Scrape());
+  EXPECT_THAT(response.body, HasSubstr("mtrain_workers_alive 2"));
+}
+
+TEST_F(HttpRoutesTest, ServesThePageItsAssetsAndChartJs) {
+  for (const std::string path : {"/", "/status", "/index.html"}) {
+    const HttpResponse page = Get(path);
+    EXPECT_EQ(page.status, 200) << path;
+    EXPECT_THAT(page.content_type, HasSubstr("text/html")) << path;
+    EXPECT_THAT(page.body, HasSubstr("<canvas id=\"chart\"")) << path;
+    EXPECT_THAT(page.body, HasSubstr("src=\"/static/chart.js\"")) << path;
+    // Nothing from elsewhere: every script and style comes from this server.
+    EXPECT_FALSE(absl::StrContains(page.body, "http://")) << path;
+    EXPECT_FALSE(absl::StrContains(page.body, "https://")) << path;
+    EXPECT_THAT(HeaderOf(page, "Content-Security-Policy"), HasSubstr("default-src 'self'"));
+    EXPECT_EQ(HeaderOf(page, "Cache-Control"), "no-store");
+  }
+  const HttpResponse script = Get("/static/status.js");
+  EXPECT_EQ(script.status, 200);
+  EXPECT_THAT(script.content_type, HasSubstr("javascript"));
+  EXPECT_THAT(script.body, HasSubstr("/api/jobs"));
+  const HttpResponse style = Get("/static/status.css");
+  EXPECT_EQ(style.status, 200);
+  EXPECT_THAT(style.content_type, HasSubstr("text/css"));
+  const HttpResponse chart = Get("/static/chart.js");
+  EXPECT_EQ(chart.status, 200);
+  EXPECT_EQ(chart.body, "/* chart */");
+}
+
+TEST_F(HttpRoutesTest, AMissingChartLibraryIsAStubThatSaysWhy) {
+  const absl::StatusOr<std::string> missing = ReadChartJs("/nonexistent/chart.min.js");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  CoordinatorHttpRoutes routes(jobs_.get(), &registry_, metrics_.get(), missing);
+  const HttpResponse chart = routes.Handle(HttpRequest{"GET", "/static/chart.js", ""});
+  EXPECT_EQ(chart.status, 200);
+  EXPECT_THAT(chart.body, HasSubstr("window.mtrainChartMissing = "));
+  EXPECT_THAT(chart.body, HasSubstr("/nonexistent/chart.min.js"));
+  // The page itself is served all the same.
+  EXPECT_EQ(routes.Handle(HttpRequest{"GET", "/", ""}).status, 200);
+}
+
+TEST_F(HttpRoutesTest, ListsJobsAndOneJob) {
+  const HttpResponse list = Get("/api/jobs");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_EQ(list.content_type, "application/json");
+  const google::protobuf::Struct doc = Parse(list.body);
+  const google::protobuf::ListValue& jobs = doc.fields().at("jobs").list_value();
+  ASSERT_EQ(jobs.values_size(), 1);
+  const google::protobuf::Struct& job = jobs.values(0).struct_value();
+  EXPECT_EQ(job.fields().at("job_id").string_value(), job_);
+  EXPECT_EQ(job.fields().at("name").string_value(), "tiny");
+  EXPECT_EQ(job.fields().at("state").string_value(), "PENDING");
+  EXPECT_EQ(job.fields().at("step").number_value(), 5);
+  EXPECT_EQ(job.fields().at("steps").number_value(), 50);
+  EXPECT_EQ(job.fields().at("loss").number_value(), 1.0);
+
+  const HttpResponse one = Get("/api/jobs/" + job_);
+  EXPECT_EQ(one.status, 200);
+  EXPECT_EQ(Parse(one.body).fields().at("job_id").string_value(), job_);
+}
+
+TEST_F(HttpRoutesTest, StepsComeAfterAStepAPageAtATime) {
+  google::protobuf::Struct all = Parse(Get("/api/jobs/" + job_ + "/steps").body);
+  EXPECT_EQ(all.fields().at("steps").list_value().values_size(), 5);
+  EXPECT_FALSE(all.fields().at("more").bool_value());
+
+  const HttpResponse page = Get("/api/jobs/" + job_ + "/steps", "after=1&limit=2");
+  EXPECT_EQ(page.status, 200);
+  const google::protobuf::Struct doc = Parse(page.body);
+  const google::protobuf::ListValue& steps = doc.fields().at("steps").list_value();
+  ASSERT_EQ(steps.values_size(), 2);
+  EXPECT_EQ(steps.values(0).struct_value().fields().at("step").number_value(), 2);
+  EXPECT_EQ(steps.values(1).struct_value().fields().at("step").number_value(), 3);
+  EXPECT_EQ(steps.values(1).struct_value().fields().at("loss").number_value(), 3.0);
+  EXPECT_EQ(steps.values(1).struct_value().fields().at("tokens_per_second").number_value(), 300);
+  EXPECT_TRUE(doc.fields().at("more").bool_value());
+
+  const google::protobuf::Struct rest = Parse(Get("/api/jobs/" + job_ + "/steps", "after=3").body);
+  EXPECT_EQ(rest.fields().at("steps").list_value().values_size(), 2);
+  EXPECT_FALSE(rest.fields().at("more").bool_value());
+  const google::protobuf::Struct none = Parse(Get("/api/jobs/" + job_ + "/steps", "after=5").body);
+  EXPECT_EQ(none.fields().at("steps").list_value().values_size(), 0);
+}
+
+TEST_F(HttpRoutesTest, ListsWorkersWithTheirHealth) {
+  const HttpResponse response = Get("/api/workers");
+  EXPECT_EQ(response.status, 200);
+  const google::protobuf::Struct doc = Parse(response.body);
+  EXPECT_EQ(doc.fields().at("heartbeat_timeout_ms").number_value(), 10000);
+  const google::protobuf::ListValue& workers = doc.fields().at("workers").list_value();
+  ASSERT_EQ(workers.values_size(), 1);
+  const google::protobuf::Struct& w0 = workers.values(0).struct_value();
+  EXPECT_EQ(w0.fields().at("worker_id").string_value(), "w0");
+  EXPECT_EQ(w0.fields().at("host").string_value(), "node-a");
+  EXPECT_TRUE(w0.fields().at("alive").bool_value());
+
+  clock_.Advance(absl::Seconds(11));  // past the heartbeat timeout
+  const google::protobuf::Struct later = Parse(Get("/api/workers").body);
+  const google::protobuf::Struct& dead =
+      later.fields().at("workers").list_value().values(0).struct_value();
+  EXPECT_FALSE(dead.fields().at("alive").bool_value());
+  EXPECT_EQ(dead.fields().at("last_seen_ms_ago").number_value(), 11000);
+}
+
+TEST_F(HttpRoutesTest, UnknownJobsAre404WithAJsonError) {
+  for (const std::string job : {"job-99", "nonsense", "job-1x", "%00", ""}) {
+    for (const std::string suffix : {"", "/steps"}) {
+      const std::string path = "/api/jobs/" + job + suffix;
+      if (path == "/api/jobs/") continue;  // the list
+      const HttpResponse response = Get(path);
+      EXPECT_EQ(response.status, 404) << path;
+      EXPECT_EQ(response.content_type, "application/json") << path;
+      const google::protobuf::Struct doc = Parse(response.body);
+      EXPECT_EQ(doc.fields().at("code").string_value(), "NOT_FOUND") << path;
+      EXPECT_FALSE(doc.fields().at("error").string_value().empty()) << path;
+    }
+  }
+}
+
+TEST_F(HttpRoutesTest, MalformedQueriesAre400) {
+  for (const std::string query : {"after=x", "after=-1", "limit=1.5", "after=%31", "after="}) {
+    const HttpResponse response = Get("/api/jobs/" + job_ + "/steps", query);
+    EXPECT_EQ(response.status, 400) << query;
+    EXPECT_EQ(Parse(response.body).fields().at("code").string_value(), "INVALID_ARGUMENT") << query;
+  }
+  // Unknown parameters are ignored; limit is capped.
+  EXPECT_EQ(Get("/api/jobs/" + job_ + "/steps", "x=1&limit=99999999").status, 200);
+}
+
+TEST_F(HttpRoutesTest, UnknownPathsAre404) {
+  for (const std::string path :
+       {"/nope", "/static/", "/static/other.js", "/api", "/api/nope", "/api/jobs/job-1/steps/extra",
+        "/api/jobs/job-1/events", "/metrics/", "/status/x"}) {
+    const HttpResponse response = Get(path);
+    EXPECT_EQ(response.status, 404) << path;
+  }
+  EXPECT_EQ(Get("/api/nope").content_type, "application/json");
+}
+
+}  // namespace
+}  // namespace mtrain
