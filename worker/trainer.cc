@@ -61,6 +61,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   const JobSpec& spec = assignment.spec();
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& rank = assignment.rank();
+  // This trainer is the CPU engine. Refusing here, rather than training on the CPU in
+  // fp32, keeps a job (or a benchmark) that asked for the GPU from reporting CPU numbers.
+  if (spec.device() == DEVICE_CUDA) {
+    return absl::UnimplementedError(
+        "device: DEVICE_CUDA: this build trains on the CPU only (the CUDA kernels exist, the "
+        "CUDA engine does not yet); use DEVICE_CPU or DEVICE_AUTO");
+  }
+  if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
+    return absl::UnimplementedError(absl::StrCat(
+        "precision: ", Precision_Name(spec.precision()),
+        " needs the CUDA engine, which this build does not have yet; use PRECISION_FP32"));
+  }
   if (rank.world_size() != par.tensor() * par.pipeline() * par.data()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.rank.world_size ", rank.world_size(), " != tensor * pipeline * data (",

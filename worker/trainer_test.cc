@@ -103,3 +103,25 @@ TEST(TrainerTest, MissingDataFileNamesThePath) {
 
 }  // namespace
 }  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+// The CPU engine must not quietly train a job that asked for the GPU or for bf16/fp16.
+TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionItDoesNotHave) {
+  JobSpec cuda = TinySpec("");
+  cuda.set_device(DEVICE_CUDA);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(cuda);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(trainer.status().message().find("device"), std::string::npos) << trainer.status();
+  JobSpec bf16 = TinySpec("");
+  bf16.set_precision(PRECISION_BF16);
+  trainer = SingleRankTrainer(bf16);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(trainer.status().message().find("PRECISION_BF16"), std::string::npos)
+      << trainer.status();
+  EXPECT_TRUE(SingleRankTrainer(TinySpec("")).ok());
+}
+
+}  // namespace
+}  // namespace mtrain
