@@ -217,8 +217,9 @@ TEST_F(ElasticRestartTest, HungRankAndHungWorkerAreDetectedNamedAndReplaced) {
   const absl::Duration detected = absl::Now() - stopped;
   std::printf("hung rank detected after %.1f s (collective timeout 4 s)\n",
               absl::ToDoubleSeconds(detected));
-  // Within the timeout plus the watchdog's wait for peer reports (3 s) and polling slack.
-  EXPECT_LT(detected, absl::Seconds(4 + 3 + 6));
+  // Within the timeout plus the watchdog's wait for peer reports (3 s), and slack for a
+  // machine busy with other tests (it takes about 7 s on an idle one).
+  EXPECT_LT(detected, absl::Seconds(4 + 3 + 15));
   std::string events = Events(job);
   EXPECT_THAT(events, HasSubstr("DEADLINE_EXCEEDED"));
   EXPECT_THAT(events, HasSubstr("global rank 1"));
