@@ -61,6 +61,18 @@ __host__ __device__ constexpr int TileRows() {
   return 4096 / D;
 }
 
+// The block stages keys and values [start, start + kTile) of head h in shared memory as
+// floats (zeros past the sequence).
+template <typename T, int D, int kTile>
+__device__ __forceinline__ void LoadKeyValueTile(const T* qkv, int b, int h, int start, int S,
+                                                 int H, float (*ks)[D], float (*vs)[D]) {
+  for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+    const int j = start + e / D, d = e % D;
+    ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, h, S, H, D) + d]) : 0.0f;
+    vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, h, S, H, D) + d]) : 0.0f;
+  }
+}
+
 // grid (ceil(S / kRows), B * H), kRows threads: thread t owns query row blockIdx.x*kRows+t.
 template <typename T, int D>
 __global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, DeviceDropout drop) {
@@ -83,11 +95,7 @@ __global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, De
   const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int j = start + e / D, d = e % D;
-      ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, h, S, H, D) + d]) : 0.0f;
-      vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, h, S, H, D) + d]) : 0.0f;
-    }
+    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
     __syncthreads();
     if (!active) continue;
     const int end = min(kTile, i - start + 1);  // causal: keys j <= i
@@ -150,11 +158,7 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* l
   const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int j = start + e / D, d = e % D;
-      ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, h, S, H, D) + d]) : 0.0f;
-      vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, h, S, H, D) + d]) : 0.0f;
-    }
+    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
     __syncthreads();
     if (!active) continue;
     const int end = min(kTile, i - start + 1);
