@@ -1,5 +1,6 @@
 #include "worker/coordinator_client.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -102,7 +103,10 @@ absl::Status CoordinatorKeyValueStore::Wait(const std::vector<std::string>& keys
   client_->Prepare(&context, timeout + kRpcTimeout);
   KeyValueWaitRequest request;
   for (const std::string& key : keys) request.add_keys(prefix_ + key);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  // At least 1 ms, rounded up: the RPC reads 0 as "the coordinator's default" (30 s), so a
+  // caller waiting out the last fraction of a millisecond must not get half a minute.
+  request.set_timeout_ms(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)))));
   KeyValueWaitResponse response;
   return FromGrpcStatus(client_->stub()->KeyValueWait(&context, request, &response));
 }
