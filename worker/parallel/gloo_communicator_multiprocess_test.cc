@@ -102,6 +102,19 @@ std::string TestDirectory(const std::string& name) {
   return absl::StrCat(root != nullptr ? root : "/tmp", "/", name, "-", ::getpid());
 }
 
+// Waits for `pid` until `deadline`; a child still running then is killed (so a hang fails
+// the test instead of stalling it) and false returned.
+bool ReapBefore(pid_t pid, absl::Time deadline, int* wait_status) {
+  pid_t done = 0;
+  while ((done = ::waitpid(pid, wait_status, WNOHANG)) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (done != 0) return true;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, wait_status, 0);
+  return false;
+}
+
 TEST(GlooMultiprocessTest, ForkedMembersAllReduceThroughADirectoryStore) {
   const std::string directory = TestDirectory("gloo-multiprocess");
   std::vector<pid_t> children;
@@ -111,19 +124,10 @@ TEST(GlooMultiprocessTest, ForkedMembersAllReduceThroughADirectoryStore) {
     if (pid == 0) ::_exit(RunMember(directory, rank));
     children.push_back(pid);
   }
-  // Reap every child; kill the stragglers after a generous bound so a hang fails the test
-  // instead of stalling it.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   for (int rank = 0; rank < kMembers; ++rank) {
     int wait_status = 0;
-    pid_t done = 0;
-    while ((done = ::waitpid(children[rank], &wait_status, WNOHANG)) == 0 &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    if (done == 0) {
-      ::kill(children[rank], SIGKILL);
-      ::waitpid(children[rank], &wait_status, 0);
+    if (!ReapBefore(children[rank], deadline, &wait_status)) {
       ADD_FAILURE() << "rank " << rank << " hung";
       continue;
     }
@@ -151,14 +155,7 @@ TEST(GlooMultiprocessTest, AStoppedMemberIsNamedByTheMembersItLeftWaiting) {
   for (int rank = 0; rank < kMembers; ++rank) {
     if (rank == kStopper) continue;
     int wait_status = 0;
-    pid_t done = 0;
-    while ((done = ::waitpid(children[rank], &wait_status, WNOHANG)) == 0 &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    if (done == 0) {
-      ::kill(children[rank], SIGKILL);
-      ::waitpid(children[rank], &wait_status, 0);
+    if (!ReapBefore(children[rank], deadline, &wait_status)) {
       ADD_FAILURE() << "rank " << rank << " hung";
       continue;
     }
