@@ -5,7 +5,9 @@
 #include <nccl.h>
 #include <sqlite3.h>
 
+#include <exception>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,20 +72,30 @@ TEST(SystemLibrariesTest, GlooAllReducesAcrossTwoRanksOverLoopbackTcp) {
   for (int rank = 0; rank < kWorld; ++rank) {
     for (int i = 0; i < kCount; ++i) data[rank][i] = static_cast<float>(i * (rank + 1));
   }
+  // Each rank's context outlives every rank's thread: a rank that finished first would
+  // otherwise close its connections while its peer still drains the last message, and
+  // this 2022 Gloo then fails the peer with "Connection closed by peer".
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(kWorld);
+  std::vector<std::string> errors(kWorld);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < kWorld; ++rank) {
-    ranks.emplace_back([rank, &store, &data] {
-      gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank, kWorld);
-      context->connectFullMesh(store, device);
-      std::vector<float*> buffers = {data[rank].data()};
-      gloo::AllreduceRing<float> allreduce(context, buffers, kCount);
-      allreduce.run();
+    ranks.emplace_back([rank, &store, &data, &contexts, &errors] {
+      try {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        contexts[rank] = std::make_shared<gloo::rendezvous::Context>(rank, kWorld);
+        contexts[rank]->connectFullMesh(store, device);
+        std::vector<float*> buffers = {data[rank].data()};
+        gloo::AllreduceRing<float> allreduce(contexts[rank], buffers, kCount);
+        allreduce.run();
+      } catch (const std::exception& error) {
+        errors[rank] = error.what();
+      }
     });
   }
   for (std::thread& rank : ranks) rank.join();
+  for (int rank = 0; rank < kWorld; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
   for (int rank = 0; rank < kWorld; ++rank) {
     for (int i = 0; i < kCount; ++i) ASSERT_EQ(data[rank][i], 3.0f * i) << rank << " " << i;
   }
