@@ -43,6 +43,19 @@ absl::Status RankProcess::Start(const Assignment& assignment) {
                                    absl::StrCat("--threads=", options_.threads)};
   if (!options_.token_file.empty()) argv.push_back("--token_file=" + options_.token_file);
   log_path_ = base + ".log";
+  // The child's environment, built before fork: after it only async-signal-safe calls.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (options_.hide_gpus && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
+    env.emplace_back(*e);
+  }
+  if (options_.hide_gpus) env.emplace_back("CUDA_VISIBLE_DEVICES=");
+  std::vector<char*> envp;
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (pid == 0) {
@@ -54,10 +67,7 @@ absl::Status RankProcess::Start(const Assignment& assignment) {
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
+    ::execve(args[0], args.data(), envp.data());
     std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);
   }

@@ -27,6 +27,9 @@ struct RankProcessOptions {
   std::string token_file;    // handed to the rank; may be empty
   int threads = 0;           // --threads of the rank; 0: all cores
   std::string log_dir;       // assignment files and one log per rank run
+  // A CPU worker on a machine with GPUs hides them from its ranks (CUDA_VISIBLE_DEVICES
+  // empty), so a DEVICE_AUTO job it was given trains on the CPU as it was placed.
+  bool hide_gpus = false;
   absl::Duration abort_grace = absl::Seconds(3);
 };
 

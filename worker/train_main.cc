@@ -251,6 +251,10 @@ absl::Status Train(RankSetup& setup) {
       std::max<size_t>(1, static_cast<size_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                    Trainer::Create(assignment, std::move(groups), options));
+  if (rank == 0) {
+    std::printf("%s\n", trainer->engine_note().c_str());
+    std::fflush(stdout);
+  }
   {
     std::lock_guard<std::mutex> lock(abort_mutex);
     if (abort_requested) return absl::AbortedError("aborted by a signal before training");

@@ -10,7 +10,10 @@
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/layer_partition.h"
 #include "kernels/grad_norm.h"
+#include "kernels/cuda_device_query.h"
 #include "worker/engine/checkpoint.h"
+#include "worker/engine/cuda/cuda_engine.h"
+#include "worker/engine/engine_choice.h"
 #include "worker/engine/data/data_source.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/safetensors.h"
@@ -61,18 +64,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   const JobSpec& spec = assignment.spec();
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& rank = assignment.rank();
-  // This trainer is the CPU engine. Refusing here, rather than training on the CPU in
-  // fp32, keeps a job (or a benchmark) that asked for the GPU from reporting CPU numbers.
-  if (spec.device() == DEVICE_CUDA) {
-    return absl::UnimplementedError(
-        "device: DEVICE_CUDA: this build trains on the CPU only (the CUDA kernels exist, the "
-        "CUDA engine does not yet); use DEVICE_CPU or DEVICE_AUTO");
-  }
-  if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
-    return absl::UnimplementedError(absl::StrCat(
-        "precision: ", Precision_Name(spec.precision()),
-        " needs the CUDA engine, which this build does not have yet; use PRECISION_FP32"));
-  }
+  // The engine: CPU, or CUDA where the spec and the machine allow (engine_choice.h). A job
+  // that asked for the GPU never silently trains on the CPU.
+  const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
+  ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
   if (rank.world_size() != par.tensor() * par.pipeline() * par.data()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.rank.world_size ", rank.world_size(), " != tensor * pipeline * data (",
@@ -85,6 +80,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   std::unique_ptr<Trainer> t(new Trainer);
   t->assignment_ = assignment;
   t->groups_ = std::move(groups);
+  t->engine_note_ = engine.note;
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
   t->microbatches_ = NumMicrobatches(par);
@@ -133,6 +129,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
       std::make_unique<AdamWOptimizer>(t->model_->tensors(), spec.optimizer(), begin, end);
   t->flops_per_step_ = ModelFlopsPerIteration(t->shape_, par.global_batch_size());
   t->peak_flops_ = PeakFlopsPerDevice(options.device_kind) * rank.world_size();
+  if (engine.kind == EngineKind::kCuda) {
+    // Ranks of one machine take its GPUs in turn (one worker per GPU gives each rank its
+    // own; several ranks may share one, as in the tests on one GPU).
+    cuda::CudaEngineConfig config;
+    config.layout = &t->model_->chunk_layout(0);
+    config.buffer_size = t->model_->buffer_size();
+    config.micro_batch = t->micro_batch_;
+    config.model = model_options;
+    config.precision =
+        spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
+    config.optimizer = spec.optimizer();
+    config.device = rank.global_rank() % static_cast<int>(gpus->size());
+    ASSIGN_OR_RETURN(t->cuda_, cuda::CudaEngine::Create(config));
+    t->engine_note_ += absl::StrCat(", ", t->cuda_->device_name(), " #", config.device, ", ",
+                                    Precision_Name(config.precision));
+    t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
+    RETURN_IF_ERROR(t->SyncToDevice());
+  }
   return t;
 }
 
@@ -185,30 +199,52 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   const double global_tokens = static_cast<double>(par.global_batch_size()) * shape_.seq_length;
   ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches, LoadMicrobatches(step));
 
-  model_->ZeroGrads();
-  buckets_->StartStep();
-  const bool tied_elsewhere = par.pipeline() > 1;
-  const GradReadyHook hook = [&](const ParamTensor& tensor) {
-    // The tied embedding is final only after the exchange between the stages below.
-    if (tied_elsewhere && tensor.name == "wte") return;
-    buckets_->MarkReady(tensor);
-  };
-  ASSIGN_OR_RETURN(
-      double loss_sum,
-      executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens), &hook));
-  if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
-    RETURN_IF_ERROR(
-        groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
-    buckets_->MarkReady(*wte);
+  double loss_sum = 0;
+  double host_collective_seconds = 0;
+  if (cuda_ != nullptr) {
+    ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(microbatches,
+                                                      static_cast<float>(1.0 / global_tokens)));
+    if (groups_.data->size() > 1) {
+      // Data parallelism through the host: the CPU transports (Gloo) carry the gradients.
+      const auto reduce_start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(cuda_->DownloadGradients(model_->grads()));
+      RETURN_IF_ERROR(
+          groups_.data->AllReduce(model_->grads(), model_->buffer_size(), ReduceOp::kSum));
+      RETURN_IF_ERROR(cuda_->UploadGradients(model_->grads()));
+      host_collective_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
+    }
+  } else {
+    model_->ZeroGrads();
+    buckets_->StartStep();
+    const bool tied_elsewhere = par.pipeline() > 1;
+    const GradReadyHook hook = [&](const ParamTensor& tensor) {
+      // The tied embedding is final only after the exchange between the stages below.
+      if (tied_elsewhere && tensor.name == "wte") return;
+      buckets_->MarkReady(tensor);
+    };
+    ASSIGN_OR_RETURN(
+        loss_sum,
+        executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens), &hook));
+    if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
+      RETURN_IF_ERROR(
+          groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
+      buckets_->MarkReady(*wte);
+    }
+    RETURN_IF_ERROR(buckets_->Finish());
   }
-  RETURN_IF_ERROR(buckets_->Finish());
 
   StepMetrics metrics;
   if (computes_loss()) {
     RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
     metrics.set_loss(loss_sum / global_tokens);
   }
-  double sum_squares = GradientSumOfSquares();
+  double sum_squares = 0;
+  if (cuda_ != nullptr) {
+    ASSIGN_OR_RETURN(sum_squares, cuda_->GradientSumOfSquares());
+  } else {
+    sum_squares = GradientSumOfSquares();
+  }
   RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
   const double grad_norm = std::sqrt(sum_squares);
   if (!std::isfinite(grad_norm)) {
@@ -216,8 +252,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
         absl::StrCat("step ", step, ": gradient norm is not finite: training diverged"));
   }
   const double lr = optimizer_->LearningRate(step);
-  optimizer_->Update(model_->params(), model_->grads(), step, lr,
-                     cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip()));
+  const double clip = cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip());
+  if (cuda_ != nullptr) {
+    RETURN_IF_ERROR(cuda_->Update(step, lr, clip));
+  } else {
+    optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
+  }
   if (shard_size_ > 0) {
     // ZeRO-1: each replica updated its slice; every replica needs all of them.
     std::vector<float> gathered(model_->buffer_size());
@@ -241,7 +281,8 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_mfu(flops_per_step_ / seconds / peak_flops_);
   metrics.set_loss_scale(1.0);
   metrics.set_collective_seconds(
-      std::max(0.0, seconds - executor_->last_timings().compute_seconds));
+      cuda_ != nullptr ? host_collective_seconds
+                       : std::max(0.0, seconds - executor_->last_timings().compute_seconds));
   metrics.set_pipeline_wait_seconds(executor_->last_timings().wait_seconds);
   return metrics;
 }
@@ -251,6 +292,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
   const ParallelSpec& par = spec.parallel();
   const int me = assignment_.rank().global_rank();
   ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
+  RETURN_IF_ERROR(SyncFromDevice());
   Communicator& world = *groups_.world;
   // Replica 0 holds every parameter once (data-parallel replicas are identical).
   if (me != 0) {
@@ -331,6 +373,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& me = assignment_.rank();
   const std::string dir = absl::StrCat(root, "/", CheckpointDirName(step_));
+  RETURN_IF_ERROR(SyncFromDevice());
   std::vector<float> m, v;
   RETURN_IF_ERROR(FullMoments(&m, &v));
   ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
@@ -414,7 +457,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
     RETURN_IF_ERROR(
         LoadRankTensors(checkpoint, model_->tensors(), model_->params(), nullptr, nullptr));
     step_ = 0;
-    return absl::OkStatus();
+    return SyncToDevice();
   }
   ASSIGN_OR_RETURN(const uint64_t seed, GetRngSeed(state));
   if (seed != assignment_.spec().train().seed()) {
@@ -431,7 +474,29 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
   std::copy(v.begin() + begin, v.begin() + begin + optimizer_->second_moment().size(),
             optimizer_->second_moment().begin());
   step_ = state.step();
+  return SyncToDevice();
+}
+
+absl::Status Trainer::SyncFromDevice() {
+  if (cuda_ == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(cuda_->DownloadParameters(model_->params()));
+  // Without ZeRO (the CUDA engine's case) the optimizer's moments span the whole buffer
+  // up to its padding.
+  std::vector<float> m(model_->buffer_size()), v(model_->buffer_size());
+  RETURN_IF_ERROR(cuda_->DownloadMoments(m.data(), v.data()));
+  std::copy(m.begin(), m.begin() + optimizer_->first_moment().size(),
+            optimizer_->first_moment().begin());
+  std::copy(v.begin(), v.begin() + optimizer_->second_moment().size(),
+            optimizer_->second_moment().begin());
   return absl::OkStatus();
+}
+
+absl::Status Trainer::SyncToDevice() {
+  if (cuda_ == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(cuda_->UploadParameters(model_->params()));
+  std::vector<float> m, v;
+  RETURN_IF_ERROR(FullMoments(&m, &v));
+  return cuda_->UploadMoments(m.data(), v.data());
 }
 
 absl::Status Trainer::SaveWeights(const std::string& path) {

@@ -40,6 +40,10 @@
 
 namespace mtrain {
 
+namespace cuda {
+class CudaEngine;
+}  // namespace cuda
+
 struct TrainerOptions {
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
@@ -103,6 +107,10 @@ class Trainer {
   // The checkpoint files this rank needs from a checkpoint with `manifest`.
   std::vector<std::string> CheckpointFilesNeeded(const CheckpointManifest& manifest) const;
 
+  // Which engine trains this rank and why (engine_choice.h), for the rank's log.
+  const std::string& engine_note() const { return engine_note_; }
+  bool uses_cuda() const { return cuda_ != nullptr; }
+
   // Unblocks a step in progress (another thread; the job is being torn down).
   void Abort() { groups_.AbortAll(); }
 
@@ -113,6 +121,10 @@ class Trainer {
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
   // The AdamW moments over the whole flat buffer (all-gathered under ZeRO-1).
   absl::Status FullMoments(std::vector<float>* m, std::vector<float>* v);
+  // With the CUDA engine the device holds the training state: these copy parameters and
+  // moments to the host buffers (before checkpoints and gathers) and back (after loads).
+  absl::Status SyncFromDevice();
+  absl::Status SyncToDevice();
 
   Assignment assignment_;
   RankGroups groups_;
@@ -125,6 +137,8 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<cuda::CudaEngine> cuda_;  // null: the CPU engine trains
+  std::string engine_note_;
   size_t shard_begin_ = 0;  // ZeRO-1: this rank's slice of the flat buffer
   size_t shard_size_ = 0;   // 0 without ZeRO
   double flops_per_step_ = 0;

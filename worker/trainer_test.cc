@@ -4,6 +4,7 @@
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/rank_grid.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_device_query.h"
 
 namespace mtrain {
 namespace {
@@ -107,19 +108,25 @@ TEST(TrainerTest, MissingDataFileNamesThePath) {
 namespace mtrain {
 namespace {
 
-// The CPU engine must not quietly train a job that asked for the GPU or for bf16/fp16.
-TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionItDoesNotHave) {
+// A job that asked for the GPU or for bf16 never quietly trains on the CPU: without a GPU
+// it is refused, naming why (engine_choice_test covers every rule).
+TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionWithoutAGpu) {
+  if (QueryCudaDevices().ok()) GTEST_SKIP() << "this machine has a GPU (cuda_engine_test covers it)";
   JobSpec cuda = TinySpec("");
   cuda.set_device(DEVICE_CUDA);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(cuda);
-  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(trainer.status().message().find("device"), std::string::npos) << trainer.status();
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(trainer.status().message().find("DEVICE_CUDA"), std::string::npos) << trainer.status();
   JobSpec bf16 = TinySpec("");
   bf16.set_precision(PRECISION_BF16);
   trainer = SingleRankTrainer(bf16);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(trainer.status().message().find("PRECISION_BF16"), std::string::npos)
       << trainer.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> cpu = SingleRankTrainer(TinySpec(""));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE((*cpu)->uses_cuda());
+  EXPECT_NE((*cpu)->engine_note().find("engine: CPU"), std::string::npos) << (*cpu)->engine_note();
   EXPECT_TRUE(SingleRankTrainer(TinySpec("")).ok());
 }
 

@@ -95,6 +95,7 @@ int Run() {
   rank_options.token_file = absl::GetFlag(FLAGS_token_file);
   rank_options.threads = absl::GetFlag(FLAGS_threads);
   rank_options.log_dir = absl::GetFlag(FLAGS_log_dir);
+  rank_options.hide_gpus = info->device_kind() == DEVICE_KIND_CPU;
   if (rank_options.log_dir.empty()) rank_options.log_dir = "/tmp/mtrain-worker-" + worker_id;
   RankProcess ranks(rank_options);
 

@@ -4,6 +4,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dropout_mask.cuh"
 
 namespace mtrain::cuda {
 namespace {
@@ -11,8 +12,8 @@ namespace {
 // Query (or key) rows per block: one thread each.
 constexpr int kRows = 64;
 
-// kernels/dropout.cc's mask, on the device: splitmix64 at position `index` of the stream
-// seeded with `key`; kept iff the top 24 bits are at or above round(p * 2^24).
+// kernels/dropout.cc's mask (dropout_mask.cuh) over the probabilities, at their global
+// index in [B, total_heads, S, S].
 struct DeviceDropout {
   uint64_t key = 0;
   uint32_t threshold = 0;  // 0: no dropout
@@ -20,18 +21,12 @@ struct DeviceDropout {
   int head_offset = 0;
   int total_heads = 0;
 
-  __device__ __forceinline__ static uint64_t Mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
   // The factor element (b, h, i, j) of the probabilities is multiplied by: 0 or 1/(1-p).
   __device__ __forceinline__ float Factor(int b, int h, int i, int j, int S) const {
     if (threshold == 0) return 1.0f;
     const uint64_t index =
         ((uint64_t(b) * total_heads + head_offset + h) * uint64_t(S) + i) * uint64_t(S) + j;
-    const uint64_t hash = Mix64(key + (index + 1) * 0x9e3779b97f4a7c15ULL);
-    return (hash >> 40) >= threshold ? scale : 0.0f;
+    return DropoutKeep(key, index, threshold) ? scale : 0.0f;
   }
 };
 
@@ -39,7 +34,7 @@ DeviceDropout MakeDropout(const AttentionDropout& d, const AttentionShape& shape
   DeviceDropout out;
   if (d.p > 0) {
     out.key = d.key;
-    out.threshold = static_cast<uint32_t>(std::lround(double(d.p) * 16777216.0));
+    out.threshold = DropoutThreshold(d.p);
     out.scale = 1.0f / (1.0f - d.p);
   }
   out.head_offset = d.head_offset;

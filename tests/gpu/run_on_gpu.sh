@@ -22,7 +22,8 @@ check() {
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 # CUDA kernels against the CPU implementations (each prints its measured errors).
-for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention; do
+for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention dropout embedding \
+    elementwise; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"

@@ -66,40 +66,6 @@ const ParamTensor* ParameterLayout::Find(const std::string& name) const {
   return nullptr;
 }
 
-template <typename T>
-ModelView<T> ParameterLayout::View(T* base) const {
-  ModelView<T> view;
-  auto at = [&](const std::string& name) -> T* {
-    const ParamTensor* tensor = Find(name);
-    return tensor == nullptr ? nullptr : base + tensor->offset;
-  };
-  view.wte = at("wte");
-  view.wpe = at("wpe");
-  for (int i = 0; i < placement_.num_layers; ++i) {
-    const std::string p = absl::StrCat("layers.", placement_.first_layer + i, ".");
-    LayerView<T> layer;
-    layer.ln1_gamma = at(p + "ln1.weight");
-    layer.ln1_beta = at(p + "ln1.bias");
-    layer.qkv_weight = at(p + "attn.qkv.weight");
-    layer.qkv_bias = at(p + "attn.qkv.bias");
-    layer.proj_weight = at(p + "attn.proj.weight");
-    layer.proj_bias = at(p + "attn.proj.bias");
-    layer.ln2_gamma = at(p + "ln2.weight");
-    layer.ln2_beta = at(p + "ln2.bias");
-    layer.fc_weight = at(p + "mlp.fc.weight");
-    layer.fc_bias = at(p + "mlp.fc.bias");
-    layer.fc_proj_weight = at(p + "mlp.proj.weight");
-    layer.fc_proj_bias = at(p + "mlp.proj.bias");
-    view.layers.push_back(layer);
-  }
-  view.lnf_gamma = at("lnf.weight");
-  view.lnf_beta = at("lnf.bias");
-  return view;
-}
-
-template ModelView<float> ParameterLayout::View(float* base) const;
-template ModelView<double> ParameterLayout::View(double* base) const;
-
 int64_t GlobalIndex(const ParamTensor& tensor, int64_t local_index) {
   const size_t rank = tensor.local_shape.size();
   int64_t global = 0;

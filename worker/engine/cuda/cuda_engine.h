@@ -1,0 +1,91 @@
+// The training state of one rank on its GPU, and the compute of a step: fp32 master
+// weights, their bf16 copy that the layers read (mixed precision; fp32 training reads the
+// masters themselves), fp32 gradients and AdamW moments, all in flat device buffers laid
+// out exactly as the host's RankModel buffers, so the Trainer keeps doing data-parallel
+// reductions, checkpoints and weight gathers on the host copy after a Download, and
+// resumes after an Upload.
+//
+//   ASSIGN_OR_RETURN(auto engine, CudaEngine::Create(config));
+//   RETURN_IF_ERROR(engine->UploadParameters(host_params));
+//   ASSIGN_OR_RETURN(double loss_sum, engine->ForwardBackward(microbatches, 1.0f / tokens));
+//   ASSIGN_OR_RETURN(double sum_squares, engine->GradientSumOfSquares());
+//   RETURN_IF_ERROR(engine->Update(step, lr, clip_coefficient));
+#ifndef MTRAIN_WORKER_ENGINE_CUDA_CUDA_ENGINE_H_
+#define MTRAIN_WORKER_ENGINE_CUDA_CUDA_ENGINE_H_
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/job_spec.pb.h"
+#include "worker/engine/cuda/device_buffer.h"
+#include "worker/engine/gpt_model.h"
+#include "worker/engine/parameter_layout.h"
+#include "worker/parallel/pipeline_executor.h"
+
+namespace mtrain::cuda {
+
+struct CudaEngineConfig {
+  const ParameterLayout* layout = nullptr;  // the whole model on one rank; must outlive
+  size_t buffer_size = 0;  // elements of the flat buffers (>= layout end, padding zero)
+  int micro_batch = 0;
+  ModelOptions model;
+  Precision precision = PRECISION_FP32;  // FP32 or BF16
+  OptimizerSpec optimizer;
+  int device = 0;  // CUDA device ordinal
+};
+
+class CudaEngine {
+ public:
+  // Selects the device, allocates every buffer and the activations. INVALID_ARGUMENT for
+  // a layout the CUDA model cannot hold or an unsupported precision (FP16 needs the loss
+  // scaler, not wired yet); FAILED_PRECONDITION without a usable device;
+  // RESOURCE_EXHAUSTED (naming the buffer) when the model does not fit.
+  static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const CudaEngineConfig& config);
+  ~CudaEngine();
+
+  // Host <-> device copies of the flat buffers (buffer_size elements each).
+  absl::Status UploadParameters(const float* params);
+  absl::Status DownloadParameters(float* params);
+  absl::Status UploadMoments(const float* m, const float* v);
+  absl::Status DownloadMoments(float* m, float* v);
+  absl::Status UploadGradients(const float* grads);
+  absl::Status DownloadGradients(float* grads);
+
+  // Zeroes the gradients, then forward and backward of every microbatch, accumulating the
+  // gradients. Returns the sum of the per-token losses (summed in double per microbatch,
+  // in token order, as the CPU engine does).
+  absl::StatusOr<double> ForwardBackward(const std::vector<Microbatch>& microbatches,
+                                         float d_loss_per_token);
+  // Sum of the squared gradients (for global-norm clipping); INTERNAL naming the step's
+  // problem if a gradient is inf or NaN.
+  absl::StatusOr<double> GradientSumOfSquares();
+  // AdamW over the fp32 masters with every gradient multiplied by `grad_scale` (the
+  // clipping coefficient), per tensor with its decay setting; refreshes the bf16 copy.
+  absl::Status Update(long long step, double lr, double grad_scale);
+
+  // Bytes of device memory in use by the whole process (cudaMemGetInfo), for reports.
+  static absl::StatusOr<size_t> DeviceMemoryUsed();
+  const std::string& device_name() const { return device_name_; }
+
+ private:
+  class Model;  // the CudaGptModel of the configured precision
+  CudaEngine() = default;
+  absl::Status RefreshModelCopy();
+
+  CudaEngineConfig config_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer<float> master_, grads_, m_, v_, losses_;
+  DeviceBuffer<uint16_t> bf16_copy_;  // __nv_bfloat16 bits; empty in fp32 training
+  DeviceBuffer<double> sum_of_squares_;
+  DeviceBuffer<int> nonfinite_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace mtrain::cuda
+
+#endif  // MTRAIN_WORKER_ENGINE_CUDA_CUDA_ENGINE_H_

@@ -1,0 +1,88 @@
+#include "worker/engine/engine_choice.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mtrain {
+namespace {
+
+bool IsFp32(Precision precision) {
+  return precision == PRECISION_FP32 || precision == PRECISION_UNSPECIFIED;
+}
+
+absl::Status CpuSupports(const JobSpec& spec) {
+  if (IsFp32(spec.precision())) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "precision: ", Precision_Name(spec.precision()),
+      " needs the CUDA engine (the CPU engine trains in PRECISION_FP32)"));
+}
+
+}  // namespace
+
+absl::Status CudaEngineSupports(const JobSpec& spec) {
+  const ParallelSpec& par = spec.parallel();
+  if (par.tensor() > 1 || par.pipeline() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallel: tensor ", par.tensor(), ", pipeline ", par.pipeline(),
+        ": the CUDA engine runs tensor = pipeline = 1 so far (data parallelism only)"));
+  }
+  if (par.zero_stage() == 1 && par.data() > 1) {
+    return absl::UnimplementedError(
+        "parallel.zero_stage: 1 is not supported by the CUDA engine yet; use 0");
+  }
+  if (spec.precision() == PRECISION_FP16) {
+    return absl::UnimplementedError(
+        "precision: PRECISION_FP16 (with loss scaling) is not wired into the CUDA engine yet; "
+        "use PRECISION_BF16");
+  }
+  const int heads = spec.model().num_heads();
+  const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
+  if (head_dim != 32 && head_dim != 64 && head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model: hidden_size / num_heads = ", head_dim,
+        ": the CUDA attention kernels take head dimensions 32, 64 and 128"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu) {
+  EngineChoice choice;
+  switch (spec.device()) {
+    case DEVICE_CPU: {
+      if (absl::Status s = CpuSupports(spec); !s.ok()) return s;
+      choice.note = "engine: CPU (device: DEVICE_CPU)";
+      return choice;
+    }
+    case DEVICE_CUDA: {
+      if (!gpu.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("device: DEVICE_CUDA but this machine has no usable GPU: ", gpu.message()));
+      }
+      if (absl::Status s = CudaEngineSupports(spec); !s.ok()) return s;
+      choice.kind = EngineKind::kCuda;
+      choice.note = "engine: CUDA (device: DEVICE_CUDA)";
+      return choice;
+    }
+    default: {  // DEVICE_AUTO, DEVICE_UNSPECIFIED
+      if (!gpu.ok()) {
+        if (absl::Status s = CpuSupports(spec); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat(s.message(), "; no usable GPU here: ",
+                                                     gpu.message()));
+        }
+        choice.note = absl::StrCat("engine: CPU (device: auto; no usable GPU: ", gpu.message(), ")");
+        return choice;
+      }
+      const absl::Status supported = CudaEngineSupports(spec);
+      if (supported.ok()) {
+        choice.kind = EngineKind::kCuda;
+        choice.note = "engine: CUDA (device: auto; a GPU is present)";
+        return choice;
+      }
+      if (absl::Status s = CpuSupports(spec); !s.ok()) return supported;
+      choice.note = absl::StrCat("engine: CPU (device: auto; the GPU is not used: ",
+                                 supported.message(), ")");
+      return choice;
+    }
+  }
+}
+
+}  // namespace mtrain

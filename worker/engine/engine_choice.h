@@ -1,0 +1,42 @@
+// Which engine trains a rank: the CPU engine or the CUDA engine, from the spec's device
+// and precision, the parallel layout and whether this machine has a usable GPU. Pure
+// logic (the caller asks CUDA), so every rule is tested on machines without a GPU.
+//
+// Rules:
+//   DEVICE_CPU   -> CPU; precision must be FP32 (bf16/fp16 are CUDA-only).
+//   DEVICE_CUDA  -> CUDA; FAILED_PRECONDITION without a GPU (with CUDA's reason),
+//                   UNIMPLEMENTED for what the CUDA engine cannot run yet (below).
+//   DEVICE_AUTO  -> CUDA when a GPU is usable and the CUDA engine runs the job; otherwise
+//                   the CPU, with a note saying why (a reduced-precision job still needs
+//                   the GPU: UNIMPLEMENTED on the CPU, as for DEVICE_CPU).
+// The CUDA engine (worker/engine/cuda) runs tensor = pipeline = 1 (any data degree, with
+// host-staged gradient all-reduce), without ZeRO, in FP32 or BF16.
+#ifndef MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
+#define MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+enum class EngineKind { kCpu, kCuda };
+
+struct EngineChoice {
+  EngineKind kind = EngineKind::kCpu;
+  // One line for the rank's log: what was chosen and, for DEVICE_AUTO, why.
+  std::string note;
+};
+
+// `gpu` is OK when this machine has a usable GPU, else CUDA's reason.
+absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu);
+
+// OK if the CUDA engine can run `spec`; otherwise UNIMPLEMENTED naming the field and the
+// limit.
+absl::Status CudaEngineSupports(const JobSpec& spec);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_

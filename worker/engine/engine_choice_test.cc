@@ -1,0 +1,87 @@
+#include "worker/engine/engine_choice.h"
+
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Spec(Device device, Precision precision, int tensor = 1, int pipeline = 1) {
+  JobSpec spec;
+  spec.set_device(device);
+  spec.set_precision(precision);
+  spec.mutable_model()->set_num_heads(12);
+  spec.mutable_model()->set_hidden_size(768);
+  spec.mutable_parallel()->set_tensor(tensor);
+  spec.mutable_parallel()->set_pipeline(pipeline);
+  spec.mutable_parallel()->set_data(2);
+  return spec;
+}
+
+const absl::Status kNoGpu = absl::UnavailableError("no CUDA-capable device is detected");
+
+TEST(EngineChoiceTest, AutoUsesTheGpuWhenPresentAndTheCpuOtherwise) {
+  absl::StatusOr<EngineChoice> with_gpu =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), absl::OkStatus());
+  ASSERT_TRUE(with_gpu.ok()) << with_gpu.status();
+  EXPECT_EQ(with_gpu->kind, EngineKind::kCuda);
+  absl::StatusOr<EngineChoice> unspecified =
+      ChooseEngine(Spec(DEVICE_UNSPECIFIED, PRECISION_UNSPECIFIED), absl::OkStatus());
+  ASSERT_TRUE(unspecified.ok());
+  EXPECT_EQ(unspecified->kind, EngineKind::kCuda);
+
+  absl::StatusOr<EngineChoice> without =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32), kNoGpu);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->kind, EngineKind::kCpu);
+  EXPECT_NE(without->note.find("no CUDA-capable device"), std::string::npos) << without->note;
+}
+
+TEST(EngineChoiceTest, AutoFallsBackToTheCpuForLayoutsTheCudaEngineDoesNotRunYet) {
+  absl::StatusOr<EngineChoice> choice =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32, /*tensor=*/2), absl::OkStatus());
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->kind, EngineKind::kCpu);
+  EXPECT_NE(choice->note.find("tensor 2"), std::string::npos) << choice->note;
+  // bf16 cannot fall back: the CPU trains in fp32 only, and the reason is the layout.
+  absl::StatusOr<EngineChoice> bf16 =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16, 1, /*pipeline=*/2), absl::OkStatus());
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(bf16.status().message().find("pipeline 2"), std::string::npos) << bf16.status();
+}
+
+TEST(EngineChoiceTest, ExplicitCudaNeedsAGpuAndASupportedJob) {
+  absl::StatusOr<EngineChoice> no_gpu = ChooseEngine(Spec(DEVICE_CUDA, PRECISION_BF16), kNoGpu);
+  EXPECT_EQ(no_gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_gpu.status().message().find("no CUDA-capable device"), std::string::npos);
+
+  EXPECT_EQ(ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP16), absl::OkStatus()).status().code(),
+            absl::StatusCode::kUnimplemented);
+  JobSpec zero = Spec(DEVICE_CUDA, PRECISION_BF16);
+  zero.mutable_parallel()->set_zero_stage(1);
+  EXPECT_EQ(ChooseEngine(zero, absl::OkStatus()).status().code(),
+            absl::StatusCode::kUnimplemented);
+  JobSpec odd_heads = Spec(DEVICE_CUDA, PRECISION_BF16);
+  odd_heads.mutable_model()->set_hidden_size(12 * 48);
+  absl::StatusOr<EngineChoice> refused = ChooseEngine(odd_heads, absl::OkStatus());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(refused.status().message().find("48"), std::string::npos) << refused.status();
+
+  absl::StatusOr<EngineChoice> ok = ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP32), absl::OkStatus());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->kind, EngineKind::kCuda);
+}
+
+TEST(EngineChoiceTest, CpuTrainsInFp32Only) {
+  absl::StatusOr<EngineChoice> cpu = ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP32), absl::OkStatus());
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->kind, EngineKind::kCpu);
+  absl::StatusOr<EngineChoice> bf16 = ChooseEngine(Spec(DEVICE_CPU, PRECISION_BF16), kNoGpu);
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(bf16.status().message().find("PRECISION_BF16"), std::string::npos);
+  absl::StatusOr<EngineChoice> auto_bf16 = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), kNoGpu);
+  EXPECT_EQ(auto_bf16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(auto_bf16.status().message().find("no usable GPU"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mtrain
