@@ -17,7 +17,7 @@ check() {
   local name=$1
   shift
   if "$@" >"/tmp/$name.log" 2>&1; then results+=("$name|PASS"); else results+=("$name|FAIL"); fi
-  tail -5 "/tmp/$name.log"
+  tail -12 "/tmp/$name.log"
 }
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
@@ -26,6 +26,11 @@ for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention dro
     elementwise; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
+# The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and
+# AdamW steps following the CPU engine.
+check cuda_engine_test "$BUNDLE/bin/cuda_engine_test"
+# Whole training runs with `train`: CUDA vs CPU, d=2 on one GPU vs d=1, bf16 vs fp32.
+check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"
 
 echo
