@@ -25,7 +25,11 @@ std::string StepMetricsJson(const StepMetrics& m) {
                   ",\"step_seconds\":", JsonNumber(m.step_seconds()),
                   ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second()),
                   ",\"model_tflops\":", JsonNumber(m.model_tflops()),
-                  ",\"mfu\":", JsonNumber(m.mfu()), ",\"rank\":", m.global_rank(), "}");
+                  ",\"mfu\":", JsonNumber(m.mfu()), ",\"rank\":", m.global_rank());
+  if (m.has_device_memory_peak_bytes()) {
+    absl::StrAppend(&json, ",\"device_memory_peak_bytes\":", m.device_memory_peak_bytes());
+  }
+  absl::StrAppend(&json, "}");
   return json;
 }
 

@@ -284,6 +284,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       cuda_ != nullptr ? host_collective_seconds
                        : std::max(0.0, seconds - executor_->last_timings().compute_seconds));
   metrics.set_pipeline_wait_seconds(executor_->last_timings().wait_seconds);
+  if (cuda_ != nullptr) {
+    metrics.set_device_memory_peak_bytes(static_cast<int64_t>(cuda::DeviceBufferPeakBytes()));
+  }
   return metrics;
 }
 

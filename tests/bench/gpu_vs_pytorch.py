@@ -145,7 +145,8 @@ def bench_engine(cfg, args):
             return {"error": reason}
         rows = [json.loads(line) for line in metrics.read_text().splitlines()][args.warmup:]
     return {"step_seconds": statistics.median(r["step_seconds"] for r in rows),
-            "peak_bytes": float("nan"), "loss": rows[-1]["loss"]}
+            "peak_bytes": float(rows[-1].get("device_memory_peak_bytes", "nan")),
+            "loss": rows[-1]["loss"]}
 
 
 def main():

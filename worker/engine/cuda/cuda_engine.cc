@@ -236,10 +236,4 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
   return CudaStatus(cudaStreamSynchronize(stream_), "the optimizer step");
 }
 
-absl::StatusOr<size_t> CudaEngine::DeviceMemoryUsed() {
-  size_t free = 0, total = 0;
-  RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free, &total), "reading the device's memory"));
-  return total - free;
-}
-
 }  // namespace mtrain::cuda

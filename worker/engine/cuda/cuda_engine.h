@@ -67,8 +67,6 @@ class CudaEngine {
   // clipping coefficient), per tensor with its decay setting; refreshes the bf16 copy.
   absl::Status Update(long long step, double lr, double grad_scale);
 
-  // Bytes of device memory in use by the whole process (cudaMemGetInfo), for reports.
-  static absl::StatusOr<size_t> DeviceMemoryUsed();
   const std::string& device_name() const { return device_name_; }
 
  private:

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -18,6 +19,12 @@
 #include "kernels/cuda/cuda_status.h"
 
 namespace mtrain::cuda {
+
+// Bytes held by every DeviceBuffer of the process, now and at most so far (the engine's
+// own memory, reported per step; CUDA's context and library workspaces are not in it).
+inline std::atomic<size_t> device_buffer_bytes{0};
+inline std::atomic<size_t> device_buffer_peak_bytes{0};
+inline size_t DeviceBufferPeakBytes() { return device_buffer_peak_bytes.load(); }
 
 template <typename T>
 class DeviceBuffer {
@@ -33,6 +40,10 @@ class DeviceBuffer {
     if (!status.ok()) return status;
     buffer.data_ = static_cast<T*>(data);
     buffer.size_ = n;
+    const size_t now = device_buffer_bytes.fetch_add(buffer.bytes()) + buffer.bytes();
+    size_t peak = device_buffer_peak_bytes.load();
+    while (now > peak && !device_buffer_peak_bytes.compare_exchange_weak(peak, now)) {
+    }
     return buffer;
   }
   ~DeviceBuffer() { Release(); }
@@ -55,7 +66,10 @@ class DeviceBuffer {
 
  private:
   void Release() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) {
+      cudaFree(data_);
+      device_buffer_bytes.fetch_sub(bytes());
+    }
     data_ = nullptr;
     size_ = 0;
   }
