@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "worker/parallel/group_watchdog.h"
 
 namespace mtrain {
@@ -91,9 +92,10 @@ class NcclGroup {
   // Numbers the operations (one thread at a time, as the Communicator contract says).
   GroupWatchdog& watchdog() { return watchdog_; }
 
-  // Creates the stream and the communicator; polls the non-blocking initialisation until
-  // `deadline`.
-  absl::Status Init(const ncclUniqueId& id, absl::Time deadline) {
+  // Creates the stream and the communicator (`create` makes it: from a unique id, or split
+  // from a parent); polls the non-blocking initialisation until `deadline`.
+  absl::Status Init(const std::function<ncclResult_t(ncclComm_t*, ncclConfig_t*)>& create,
+                    const std::string& call, absl::Time deadline) {
     cudaError_t error = cudaSetDevice(device_);
     if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
     if (error == cudaSuccess) error = cudaMalloc(&scratch_, sizeof(float));
@@ -106,10 +108,10 @@ class NcclGroup {
     config.blocking = 0;
     config.commName = name_.c_str();
     std::lock_guard<std::mutex> lock(mutex_);
-    const ncclResult_t started = ncclCommInitRankConfig(&comm_, size(), id, rank_, &config);
+    const ncclResult_t started = create(&comm_, &config);
     if (started != ncclSuccess && started != ncclInProgress) {
       return FailLocked(
-          absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ncclCommInitRankConfig: ",
+          absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ", call, ": ",
                                                      ncclGetErrorString(started), LastError())));
     }
     for (int polls = 0;; ++polls) {
@@ -118,9 +120,15 @@ class NcclGroup {
       if (queried != ncclSuccess) state = queried;
       if (state == ncclSuccess) return absl::OkStatus();
       if (state != ncclInProgress) {
+        // Two members on one GPU: NCCL 2.28 refuses them ("Duplicate GPU detected").
+        const std::string hint =
+            state == ncclInvalidUsage
+                ? " [several ranks on one GPU? NCCL up to 2.29 refuses that; use Gloo for "
+                  "their collectives (train --gpu_collectives=gloo)]"
+                : "";
         return FailLocked(absl::Status(
             CodeOf(state), absl::StrCat("group ", name_, ": NCCL initialisation failed: ",
-                                        ncclGetErrorString(state), LastError())));
+                                        ncclGetErrorString(state), LastError(), hint)));
       }
       if (absl::Now() >= deadline) {
         return FailLocked(absl::DeadlineExceededError(
@@ -130,6 +138,60 @@ class NcclGroup {
       Pause(polls);
     }
   }
+
+  // ncclCommSplit of this (world) communicator, collective over its members: `child` is
+  // initialised as the group of `color` with rank order `key`, or, when null, this member
+  // joins no group (NCCL_SPLIT_NOCOLOR). Polls the non-blocking split until `deadline`.
+  absl::Status Split(NcclGroup* child, int color, int key, absl::Time deadline) {
+    if (absl::Status s = Begin("ncclCommSplit"); !s.ok()) return s;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (comm_ == nullptr) return Aborted("ncclCommSplit");
+    const ncclComm_t parent = comm_;
+    absl::Status status;
+    if (child != nullptr) {
+      lock.unlock();  // the child's Init takes its own lock; the parent stays alive (shared)
+      status = child->Init(
+          [&](ncclComm_t* comm, ncclConfig_t* config) {
+            return ncclCommSplit(parent, color, key, comm, config);
+          },
+          absl::StrCat("ncclCommSplit of ", name_), deadline);
+      lock.lock();
+    } else {
+      ncclComm_t none = nullptr;
+      const ncclResult_t result = ncclCommSplit(parent, NCCL_SPLIT_NOCOLOR, key, &none, nullptr);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        return FailLocked(absl::Status(
+            CodeOf(result), absl::StrCat("group ", name_, ": ncclCommSplit (no group): ",
+                                         ncclGetErrorString(result), LastError())));
+      }
+    }
+    if (!status.ok()) return status;
+    if (comm_ == nullptr) return Aborted("ncclCommSplit");
+    // The parent is non-blocking too: it is usable again once its own state settles.
+    for (int polls = 0;; ++polls) {
+      ncclResult_t state = ncclInProgress;
+      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
+      if (queried != ncclSuccess) state = queried;
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) {
+        return FailLocked(absl::Status(
+            CodeOf(state), absl::StrCat("group ", name_, ": ncclCommSplit failed: ",
+                                        ncclGetErrorString(state), LastError())));
+      }
+      if (absl::Now() >= deadline) {
+        return FailLocked(absl::DeadlineExceededError(absl::StrCat(
+            "group ", name_, ": ncclCommSplit did not complete within ",
+            absl::FormatDuration(timeout_), " (a member missing?)")));
+      }
+      lock.unlock();
+      Pause(polls);
+      lock.lock();
+      if (comm_ == nullptr) return Aborted("ncclCommSplit");
+    }
+  }
+
+  int device() const { return device_; }
+  absl::Duration timeout() const { return timeout_; }
 
   // FAILED_PRECONDITION once aborted or broken; selects the device for this thread.
   absl::Status Begin(const std::string& what) {
@@ -402,6 +464,8 @@ class NcclCommunicator : public Communicator {
 
   void Abort() override { group_->Abort(); }
 
+  const std::shared_ptr<NcclGroup>& group() const { return group_; }
+
  private:
   static ncclRedOp_t NcclOp(ReduceOp op) { return op == ReduceOp::kMax ? ncclMax : ncclSum; }
 
@@ -499,7 +563,38 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclGroup(KeyValueStore& st
   }
 
   auto group = std::make_shared<NcclGroup>(&store, spec, *rank, cuda_device);
-  if (absl::Status status = group->Init(id, deadline); !status.ok()) return status;
+  const int size = static_cast<int>(spec.members.size());
+  const absl::Status status = group->Init(
+      [&](ncclComm_t* comm, ncclConfig_t* config) {
+        return ncclCommInitRankConfig(comm, size, id, *rank, config);
+      },
+      "ncclCommInitRankConfig", deadline);
+  if (!status.ok()) return status;
+  return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(group)));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclGroup(KeyValueStore& store,
+                                                             Communicator& world,
+                                                             const GroupSpec* spec, int color) {
+  auto* parent = dynamic_cast<NcclCommunicator*>(&world);
+  if (parent == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SplitNcclGroup: group ", world.name(), " is not an NCCL communicator"));
+  }
+  if (spec == nullptr) {
+    const absl::Time deadline = absl::Now() + parent->group()->timeout();
+    RETURN_IF_ERROR(parent->group()->Split(nullptr, 0, 0, deadline));
+    return std::unique_ptr<Communicator>();
+  }
+  if (color < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SplitNcclGroup: color ", color, " must be >= 0"));
+  }
+  ASSIGN_OR_RETURN(const int rank, GroupRankOf(*spec));
+  auto group =
+      std::make_shared<NcclGroup>(&store, *spec, rank, parent->group()->device());
+  // Ranks of the new communicator follow the order of spec.members.
+  RETURN_IF_ERROR(parent->group()->Split(group.get(), color, rank, absl::Now() + spec->timeout));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(group)));
 }
 

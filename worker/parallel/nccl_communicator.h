@@ -6,7 +6,8 @@
 //   RETURN_IF_ERROR(group->AllReduce(device_grad, n, ReduceOp::kSum));
 //
 // Rendezvous: group rank 0 creates the NCCL unique id and publishes it under
-// "<spec.name>/nccl-id"; the others wait for it. The communicator is non-blocking
+// "<spec.name>/nccl-id"; the others wait for it. Further groups are split off such a
+// world communicator (SplitNcclGroup, ncclCommSplit) instead of bootstrapping again. The communicator is non-blocking
 // (ncclConfig_t::blocking = 0): initialisation and every operation are polled
 // (ncclCommGetAsyncError, cudaStreamQuery) until done, so nothing can hang past the
 // timeout; on timeout the communicator is aborted (ncclCommAbort) and the call returns
@@ -47,6 +48,16 @@ namespace mtrain {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectNcclGroup(KeyValueStore& store,
                                                                const GroupSpec& spec,
                                                                int cuda_device);
+
+// Splits a group off `world` (a communicator from ConnectNcclGroup over every rank) with
+// ncclCommSplit, so one bootstrap through the store serves every group. Collective over
+// `world`: every member calls it, for the same sequence of group kinds. `spec` is this
+// member's group (its members, in rank order, pass equal specs and the same `color`, e.g.
+// the group's index) or null for a member that joins no group this time; then it returns
+// null. The new group lives on world's GPU. INVALID_ARGUMENT if `world` is not NCCL.
+absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclGroup(KeyValueStore& store,
+                                                             Communicator& world,
+                                                             const GroupSpec* spec, int color);
 
 }  // namespace mtrain
 

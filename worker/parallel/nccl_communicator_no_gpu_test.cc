@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "worker/parallel/key_value_store.h"
 #include "worker/parallel/nccl_communicator.h"
+#include "worker/parallel/solo_communicator.h"
 
 namespace mtrain {
 namespace {
@@ -62,6 +63,26 @@ TEST(NcclWithoutGpuTest, BadSpecIsRejectedBeforeTouchingCuda) {
   spec.members = {0, 1};
   spec.global_rank = 7;
   EXPECT_EQ(ConnectNcclGroup(*store, spec, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+// Splitting needs an NCCL world: anything else is refused with a status, no GPU needed.
+TEST(NcclWithoutGpuTest, SplitRefusesANonNcclWorld) {
+  std::unique_ptr<DirectoryStore> store = OpenStore("split");
+  ASSERT_NE(store, nullptr);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator("world (rank 0)");
+  GroupSpec spec;
+  spec.name = "data-0";
+  spec.members = {0};
+  spec.global_rank = 0;
+  absl::StatusOr<std::unique_ptr<Communicator>> split = SplitNcclGroup(*store, *solo, &spec, 0);
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument) << split.status();
+  EXPECT_NE(split.status().message().find("not an NCCL communicator"), std::string::npos);
 }
 
 }  // namespace

@@ -146,3 +146,35 @@ TEST_F(NcclCommunicatorTest, RendezvousTimesOutWhenRankZeroNeverPublishes) {
 
 }  // namespace
 }  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+// Groups split off the world communicator (ncclCommSplit) work like bootstrapped ones;
+// a member that joins no group gets none.
+TEST_F(NcclCommunicatorTest, GroupsSplitOffTheWorld) {
+  GroupSpec spec;
+  spec.name = "data-0";
+  spec.members = {3};
+  spec.global_rank = 3;
+  spec.timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Communicator>> data = SplitNcclGroup(*store_, *group_, &spec, 0);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_NE(*data, nullptr);
+  EXPECT_EQ((*data)->size(), 1);
+  EXPECT_NE((*data)->name().find("data-0"), std::string::npos);
+  std::vector<float> values = {1.0f, 2.5f};
+  float* device = ToDevice(values);
+  ASSERT_TRUE((*data)->AllReduce(device, values.size(), ReduceOp::kSum).ok());
+  EXPECT_EQ(ToHost(device, values.size()), values);
+
+  absl::StatusOr<std::unique_ptr<Communicator>> none =
+      SplitNcclGroup(*store_, *group_, nullptr, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  // The world still works after the splits.
+  ASSERT_TRUE(group_->AllReduce(device, values.size(), ReduceOp::kSum).ok());
+}
+
+}  // namespace
+}  // namespace mtrain
