@@ -26,6 +26,11 @@ std::string StepMetricsJson(const StepMetrics& m) {
                   ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second()),
                   ",\"model_tflops\":", JsonNumber(m.model_tflops()),
                   ",\"mfu\":", JsonNumber(m.mfu()), ",\"rank\":", m.global_rank());
+  // Loss scaling (fp16) only: the scale after this step and the overflowed steps so far.
+  if (m.loss_scale() > 1.0 || m.skipped_steps() > 0) {
+    absl::StrAppend(&json, ",\"loss_scale\":", JsonNumber(m.loss_scale()),
+                    ",\"skipped_steps\":", m.skipped_steps());
+  }
   if (m.has_device_memory_peak_bytes()) {
     absl::StrAppend(&json, ",\"device_memory_peak_bytes\":", m.device_memory_peak_bytes());
   }

@@ -29,6 +29,15 @@ TEST(StepMetricsFormatTest, JsonLineHasTheContractFieldsAndNoDeviceMemoryOnTheCp
   EXPECT_THAT(json, EndsWith("\"rank\":1}"));
 }
 
+TEST(StepMetricsFormatTest, LossScalingShowsItsScaleAndSkippedSteps) {
+  StepMetrics m = Metrics();
+  m.set_loss_scale(1.0);
+  EXPECT_THAT(StepMetricsJson(m), Not(HasSubstr("loss_scale")));
+  m.set_loss_scale(65536);
+  m.set_skipped_steps(17);
+  EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"loss_scale\":65536,\"skipped_steps\":17}"));
+}
+
 TEST(StepMetricsFormatTest, CudaRanksReportTheirPeakDeviceMemory) {
   StepMetrics m = Metrics();
   m.set_device_memory_peak_bytes(int64_t{5} << 30);

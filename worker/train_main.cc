@@ -47,10 +47,12 @@
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/rank_grid.h"
 #include "kernels/cpu_threads.h"
+#include "kernels/cuda_device_query.h"
 #include "worker/checkpoint_transfer.h"
 #include "worker/coordinator_client.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_tensors.h"
+#include "worker/engine/engine_choice.h"
 #include "worker/engine/hf_gpt2.h"
 #include "worker/engine/safetensors.h"
 #include "worker/parallel/gloo_communicator.h"
@@ -83,6 +85,10 @@ ABSL_FLAG(int, steps, 0, "override train.steps (0 = use the spec)");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "bound on rendezvous and on every collective or message");
 ABSL_FLAG(double, bucket_mb, 4.0, "data-parallel gradient bucket size in MiB");
+ABSL_FLAG(std::string, gpu_collectives, "nccl",
+          "how CUDA ranks sum their gradients: nccl (on the GPU, overlapped with the backward) "
+          "or gloo (through host memory; for several ranks sharing one GPU, which NCCL up to "
+          "2.29 refuses)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "write checkpoints here (DIR/step-NNNNNNNN, docs/CHECKPOINT_FORMAT.md) every "
           "train.checkpoint_every steps and after the last step; a directory all ranks share");
@@ -246,6 +252,19 @@ absl::Status Train(RankSetup& setup) {
     transport.device = &*device;
   }
   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
+  // CUDA ranks sum their gradients with NCCL on the GPU (the Trainer makes the same engine
+  // choice); every rank of the job decides alike, so all or none join the NCCL world.
+  const std::string gpu_collectives = absl::GetFlag(FLAGS_gpu_collectives);
+  if (gpu_collectives != "nccl" && gpu_collectives != "gloo") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_collectives=", gpu_collectives, ": must be nccl or gloo"));
+  }
+  const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
+  ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
+  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" && par.data() > 1) {
+    const int cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
+    RETURN_IF_ERROR(ConnectDeviceDataGroup(grid, rank, transport, cuda_device, &groups));
+  }
   TrainerOptions options;
   options.bucket_elements =
       std::max<size_t>(1, static_cast<size_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4));

@@ -140,8 +140,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     config.precision =
         spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
     config.optimizer = spec.optimizer();
-    config.device = rank.global_rank() % static_cast<int>(gpus->size());
+    // fp16 needs Megatron's dynamic loss scaling (loss_scaler.h); bf16 has fp32's range.
+    if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
+    config.device = CudaDeviceForRank(rank.global_rank(), static_cast<int>(gpus->size()));
     ASSIGN_OR_RETURN(t->cuda_, cuda::CudaEngine::Create(config));
+    // Gradients stay on the GPU where an NCCL data-parallel group exists (train_main
+    // connects one); otherwise they go through the host and the Gloo data group.
+    t->cuda_->SetDataParallelGroup(t->groups_.device_data.get());
     t->engine_note_ += absl::StrCat(", ", t->cuda_->device_name(), " #", config.device, ", ",
                                     Precision_Name(config.precision));
     t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
@@ -201,10 +206,13 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
 
   double loss_sum = 0;
   double host_collective_seconds = 0;
+  // fp16: the backward is seeded with the scaled loss so that small gradients survive.
+  const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
   if (cuda_ != nullptr) {
-    ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(microbatches,
-                                                      static_cast<float>(1.0 / global_tokens)));
-    if (groups_.data->size() > 1) {
+    ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(
+                                   microbatches, static_cast<float>(loss_scale / global_tokens)));
+    host_collective_seconds = cuda_->last_all_reduce_seconds();
+    if (groups_.data->size() > 1 && groups_.device_data == nullptr) {
       // Data parallelism through the host: the CPU transports (Gloo) carry the gradients.
       const auto reduce_start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(cuda_->DownloadGradients(model_->grads()));
@@ -239,24 +247,37 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
     metrics.set_loss(loss_sum / global_tokens);
   }
-  double sum_squares = 0;
-  if (cuda_ != nullptr) {
-    ASSIGN_OR_RETURN(sum_squares, cuda_->GradientSumOfSquares());
-  } else {
-    sum_squares = GradientSumOfSquares();
+  // fp16: unscale; an overflow on any rank of the replica skips the step everywhere (the
+  // replicas saw the same summed gradients, so they agree already).
+  bool apply = true;
+  if (scaler_ != nullptr) {
+    ASSIGN_OR_RETURN(const bool overflow,
+                     cuda_->UnscaleGradients(static_cast<float>(1.0 / loss_scale)));
+    double found = overflow ? 1.0 : 0.0;
+    RETURN_IF_ERROR(groups_.model->AllReduce(&found, 1, ReduceOp::kMax));
+    apply = scaler_->Update(found > 0);
   }
-  RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
-  const double grad_norm = std::sqrt(sum_squares);
-  if (!std::isfinite(grad_norm)) {
-    return absl::InternalError(
-        absl::StrCat("step ", step, ": gradient norm is not finite: training diverged"));
-  }
+  double grad_norm = 0;
   const double lr = optimizer_->LearningRate(step);
-  const double clip = cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip());
-  if (cuda_ != nullptr) {
-    RETURN_IF_ERROR(cuda_->Update(step, lr, clip));
-  } else {
-    optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
+  if (apply) {
+    double sum_squares = 0;
+    if (cuda_ != nullptr) {
+      ASSIGN_OR_RETURN(sum_squares, cuda_->GradientSumOfSquares());
+    } else {
+      sum_squares = GradientSumOfSquares();
+    }
+    RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
+    grad_norm = std::sqrt(sum_squares);
+    if (!std::isfinite(grad_norm)) {
+      return absl::InternalError(
+          absl::StrCat("step ", step, ": gradient norm is not finite: training diverged"));
+    }
+    const double clip = cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip());
+    if (cuda_ != nullptr) {
+      RETURN_IF_ERROR(cuda_->Update(step - skipped_steps(), lr, clip));
+    } else {
+      optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
+    }
   }
   if (shard_size_ > 0) {
     // ZeRO-1: each replica updated its slice; every replica needs all of them.
@@ -279,7 +300,8 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_tokens_per_second(global_tokens / seconds);
   metrics.set_model_tflops(flops_per_step_ / seconds / 1e12);
   metrics.set_mfu(flops_per_step_ / seconds / peak_flops_);
-  metrics.set_loss_scale(1.0);
+  metrics.set_loss_scale(scaler_ != nullptr ? scaler_->scale() : 1.0);
+  metrics.set_skipped_steps(skipped_steps());
   metrics.set_collective_seconds(
       cuda_ != nullptr ? host_collective_seconds
                        : std::max(0.0, seconds - executor_->last_timings().compute_seconds));
@@ -421,6 +443,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
     state.set_step(step_);
     state.set_data_position(step_ * par.global_batch_size());
     state.set_loss_scale(1.0);
+    if (scaler_ != nullptr) scaler_->SaveTo(&state);
     SetRngSeed(spec.train().seed(), &state);
     ASSIGN_OR_RETURN(const CheckpointManifest manifest,
                      BuildManifest(assignment_.job_id(), {par.tensor(), par.pipeline(), par.data()},
@@ -476,6 +499,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
             optimizer_->first_moment().begin());
   std::copy(v.begin() + begin, v.begin() + begin + optimizer_->second_moment().size(),
             optimizer_->second_moment().begin());
+  if (scaler_ != nullptr) RETURN_IF_ERROR(scaler_->RestoreFrom(state));
   step_ = state.step();
   return SyncToDevice();
 }

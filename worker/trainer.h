@@ -32,6 +32,7 @@
 #include "worker/engine/data/sequence_sampler.h"
 #include "worker/engine/data/token_dataset.h"
 #include "worker/engine/full_tensor.h"
+#include "worker/engine/loss_scaler.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_model.h"
 #include "worker/parallel/grad_buckets.h"
@@ -110,6 +111,8 @@ class Trainer {
   // Which engine trains this rank and why (engine_choice.h), for the rank's log.
   const std::string& engine_note() const { return engine_note_; }
   bool uses_cuda() const { return cuda_ != nullptr; }
+  // Steps skipped so far because fp16 gradients overflowed (0 without fp16).
+  long long skipped_steps() const { return scaler_ != nullptr ? scaler_->skipped_steps() : 0; }
 
   // Unblocks a step in progress (another thread; the job is being torn down).
   void Abort() { groups_.AbortAll(); }
@@ -138,6 +141,7 @@ class Trainer {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<cuda::CudaEngine> cuda_;  // null: the CPU engine trains
+  std::unique_ptr<DynamicLossScaler> scaler_;  // fp16 only
   std::string engine_note_;
   size_t shard_begin_ = 0;  // ZeRO-1: this rank's slice of the flat buffer
   size_t shard_size_ = 0;   // 0 without ZeRO

@@ -57,5 +57,11 @@ template absl::Status AdamWUpdate<__nv_bfloat16, __nv_bfloat16>(float*, const __
                                                                 size_t,
                                                                 const cpu::AdamWHyperparameters&,
                                                                 cudaStream_t);
+template absl::Status AdamWUpdate<float, __half>(float*, const float*, float*, float*, __half*,
+                                                 size_t, const cpu::AdamWHyperparameters&,
+                                                 cudaStream_t);
+template absl::Status AdamWUpdate<__half, __half>(float*, const __half*, float*, float*, __half*,
+                                                  size_t, const cpu::AdamWHyperparameters&,
+                                                  cudaStream_t);
 
 }  // namespace mtrain::cuda

@@ -1,13 +1,14 @@
 // AdamW on the GPU over fp32 master weights (mixed precision): the update of
 // kernels/adamw.h computed in float on the fp32 master copy and moments, from gradients
-// stored as G (float or __nv_bfloat16), optionally writing the updated weights into the
-// model's copy P (float or __nv_bfloat16) that forward and backward use. grad_scale in the
-// hyperparameters folds the clipping coefficient and the loss-scale unscaling into one
-// multiply.
+// stored as G (float, __nv_bfloat16 or __half), optionally writing the updated weights into
+// the model's copy P (float, __nv_bfloat16 or __half) that forward and backward use.
+// grad_scale in the hyperparameters folds the clipping coefficient and the loss-scale
+// unscaling into one multiply.
 #ifndef MTRAIN_KERNELS_CUDA_ADAMW_H_
 #define MTRAIN_KERNELS_CUDA_ADAMW_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -19,7 +20,8 @@ namespace mtrain::cuda {
 
 // For each i in [0, n): the update of cpu::AdamWUpdate on master[i], m[i], v[i] with
 // gradient grad[i] * h.grad_scale; then model_copy[i] = master[i] rounded to P unless
-// model_copy is null. Supported (G, P): (float, float), (float, bf16), (bf16, bf16).
+// model_copy is null. Supported (G, P): (float, float), (float, bf16), (bf16, bf16),
+// (float, fp16) (fp16 mixed precision: fp32 gradients, fp16 working copy), (fp16, fp16).
 template <typename G, typename P>
 absl::Status AdamWUpdate(float* master, const G* grad, float* m, float* v, P* model_copy, size_t n,
                          const cpu::AdamWHyperparameters& h, cudaStream_t stream);

@@ -24,10 +24,8 @@ void CheckAdamW(double tolerance) {
   h.grad_scale = 0.5f;
   for (int step = 1; step <= 3; ++step) {
     h.step = step;
-    std::vector<float> grad = testing::RandomFloats(n, 40 + step, -2, 2);
-    if constexpr (sizeof(G) == 2) {
-      for (float& g : grad) g = testing::RoundToBf16(g);
-    }
+    const std::vector<float> grad =
+        testing::RoundedTo<G>(testing::RandomFloats(n, 40 + step, -2, 2));
     DeviceArray<G> dgrad(grad);
     const absl::Status updated = AdamWUpdate<G, P>(dmaster.get(), dgrad.get(), dm.get(), dv.get(),
                                                    dcopy.get(), n, h, nullptr);
@@ -39,9 +37,8 @@ void CheckAdamW(double tolerance) {
   const double master_error = testing::RelativeError(dmaster.Download(), ref_p);
   const double moment_error = testing::RelativeError(dv.Download(), ref_v);
   const double copy_error = testing::RelativeError(dcopy.Download(), ref_p);
-  std::printf("adamw grads %s copy %s: master %.2e, v %.2e, copy %.2e\n",
-              sizeof(G) == 4 ? "fp32" : "bf16", sizeof(P) == 4 ? "fp32" : "bf16", master_error,
-              moment_error, copy_error);
+  std::printf("adamw grads %s copy %s: master %.2e, v %.2e, copy %.2e\n", testing::TypeName<G>(),
+              testing::TypeName<P>(), master_error, moment_error, copy_error);
   // The masters and moments are fp32 whatever the gradients' storage.
   EXPECT_LT(master_error, testing::kFp32Tolerance);
   EXPECT_LT(moment_error, testing::kFp32Tolerance);
@@ -57,6 +54,13 @@ TEST(CudaAdamWTest, Bf16GradientsAndCopyOverFp32Masters) {
   MTRAIN_SKIP_WITHOUT_GPU();
   CheckAdamW<__nv_bfloat16, __nv_bfloat16>(testing::kBf16Tolerance);
   CheckAdamW<float, __nv_bfloat16>(testing::kBf16Tolerance);
+}
+
+// fp16 mixed precision: fp32 gradients (or fp16 ones) into an fp16 working copy.
+TEST(CudaAdamWTest, Fp16CopyOverFp32Masters) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckAdamW<float, __half>(testing::kFp16Tolerance);
+  CheckAdamW<__half, __half>(testing::kFp16Tolerance);
 }
 
 }  // namespace

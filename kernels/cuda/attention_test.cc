@@ -1,5 +1,9 @@
 #include "kernels/cuda/attention.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #include "kernels/attention.h"
 #include "kernels/cuda/test_support.h"
 
@@ -8,13 +12,66 @@ namespace {
 
 using testing::DeviceArray;
 
+// Bound on |lse - reference| (natural-log units). Both sides see the same (bf16-rounded)
+// inputs; the GPU sums the scores in fp32 (bf16 products are exact in fp32), so the error is
+// fp32 rounding of sums of at most D products plus exp/log approximations: ~1e-6 at these
+// input scales. 1e-3 leaves a wide margin and still catches a wrong row, mask or scale
+// (those move lse by O(0.1) or more).
+constexpr double kLseTolerance = 1e-3;
+
+size_t QkvSize(const AttentionShape& shape) {
+  return size_t(shape.batch) * shape.seq * 3 * shape.heads * shape.head_dim;
+}
+
+// lse[b, h, i] = log sum_{j<=i} exp(q_i . k_j / sqrt(D)) in double.
+std::vector<double> ReferenceLse(const std::vector<double>& qkv, const AttentionShape& shape) {
+  const int S = shape.seq, H = shape.heads, D = shape.head_dim;
+  std::vector<double> lse(size_t(shape.batch) * H * S);
+  std::vector<double> scores(S);
+  for (int b = 0; b < shape.batch; ++b) {
+    for (int h = 0; h < H; ++h) {
+      for (int i = 0; i < S; ++i) {
+        const double* q = &qkv[((size_t(b) * S + i) * 3 + 0) * H * D + size_t(h) * D];
+        double row_max = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          const double* k = &qkv[((size_t(b) * S + j) * 3 + 1) * H * D + size_t(h) * D];
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += q[d] * k[d];
+          scores[j] = dot / std::sqrt(double(D));
+          row_max = std::max(row_max, scores[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(scores[j] - row_max);
+        lse[(size_t(b) * H + h) * S + i] = row_max + std::log(sum);
+      }
+    }
+  }
+  return lse;
+}
+
+double MaxAbsError(const std::vector<float>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double error = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    error = std::max(error, std::abs(double(got[i]) - want[i]));
+  }
+  return error;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 // Forward and backward against the CPU attention in double, which materialises the S x S
-// probabilities: the flash kernels must give the same numbers without them.
+// probabilities: the flash kernels must give the same numbers without them. With
+// `repeat`, the forward and the backward run a second time on fresh outputs, which must
+// match the first bit for bit (fixed summation orders, no atomics).
 template <typename T>
-void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout,
-                    double tolerance) {
-  const size_t qkv_size = size_t(shape.batch) * shape.seq * 3 * shape.heads * shape.head_dim;
+void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout, double tolerance,
+                    double lse_tolerance, bool repeat = false) {
+  const size_t qkv_size = QkvSize(shape);
   const size_t out_size = qkv_size / 3;
+  const size_t lse_size = size_t(shape.batch) * shape.heads * shape.seq;
   auto round = [](std::vector<float> v) {
     if constexpr (sizeof(T) == 2) {
       for (float& e : v) e = testing::RoundToBf16(e);
@@ -25,7 +82,7 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   const std::vector<float> d_out = round(testing::RandomFloats(out_size, 92, -1, 1));
   const std::vector<float> d_qkv0 = round(testing::RandomFloats(qkv_size, 93, -0.1, 0.1));
   DeviceArray<T> dqkv(qkv), dout(out_size), ddout(d_out), ddqkv(d_qkv0);
-  DeviceArray<float> dlse(size_t(shape.batch) * shape.heads * shape.seq);
+  DeviceArray<float> dlse(lse_size);
   absl::Status s =
       FlashAttentionForward<T>(dqkv.get(), dout.get(), dlse.get(), shape, dropout, nullptr);
   ASSERT_TRUE(s.ok()) << s;
@@ -41,41 +98,125 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   cpu::AttentionForward<double>(qd.data(), out.data(), att.data(), shape, dropout);
   cpu::AttentionBackward<double>(dod.data(), qd.data(), att.data(), d_qkv.data(), scratch.data(),
                                  shape, dropout);
-  const double out_error = testing::RelativeError(dout.Download(), out);
-  const double grad_error = testing::RelativeError(ddqkv.Download(), d_qkv);
-  std::printf("flash attention %s B%d S%d H%d D%d dropout %.2f: out %.2e, d_qkv %.2e\n",
-              sizeof(T) == 4 ? "fp32" : "bf16", shape.batch, shape.seq, shape.heads, shape.head_dim,
-              dropout.p, out_error, grad_error);
+  const std::vector<float> got_out = dout.Download(), got_lse = dlse.Download();
+  const std::vector<float> got_d_qkv = ddqkv.Download();
+  const double out_error = testing::RelativeError(got_out, out);
+  const double lse_error = MaxAbsError(got_lse, ReferenceLse(qd, shape));
+  const double grad_error = testing::RelativeError(got_d_qkv, d_qkv);
+  std::printf(
+      "flash attention %s B%d S%d H%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
+      "lse %.2e (abs), d_qkv %.2e\n",
+      sizeof(T) == 4 ? "fp32" : "bf16", shape.batch, shape.seq, shape.heads, shape.head_dim,
+      dropout.p, dropout.head_offset, dropout.total_heads > 0 ? dropout.total_heads : shape.heads,
+      out_error, lse_error, grad_error);
   EXPECT_LT(out_error, tolerance);
+  EXPECT_LT(lse_error, lse_tolerance);
   EXPECT_LT(grad_error, tolerance);
+
+  if (!repeat) return;
+  DeviceArray<T> dout2(out_size), ddqkv2(d_qkv0);
+  DeviceArray<float> dlse2(lse_size);
+  s = FlashAttentionForward<T>(dqkv.get(), dout2.get(), dlse2.get(), shape, dropout, nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  // The second backward uses the first forward's out and lse: only the backward varies.
+  s = FlashAttentionBackward<T>(ddout.get(), dqkv.get(), dout.get(), dlse.get(), ddqkv2.get(),
+                                shape, dropout, nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(SameBits(dout2.Download(), got_out)) << "forward out differs between runs";
+  EXPECT_TRUE(SameBits(dlse2.Download(), got_lse)) << "forward lse differs between runs";
+  EXPECT_TRUE(SameBits(ddqkv2.Download(), got_d_qkv)) << "backward d_qkv differs between runs";
+}
+
+AttentionDropout Dropout(float p, int head_offset, int total_heads) {
+  AttentionDropout dropout;
+  dropout.p = p;
+  dropout.key = 0x1234abcd;
+  dropout.head_offset = head_offset;
+  dropout.total_heads = total_heads;
+  return dropout;
 }
 
 TEST(CudaFlashAttentionTest, Fp32MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
   for (int head_dim : {32, 64, 128}) {
-    CheckAttention<float>({2, 200, 3, head_dim}, {}, testing::kFp32Tolerance);
+    CheckAttention<float>({2, 200, 3, head_dim}, {}, testing::kFp32Tolerance, 1e-4);
   }
 }
 
 TEST(CudaFlashAttentionTest, Fp32WithTheCpuDropoutMasks) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  AttentionDropout dropout;
-  dropout.p = 0.1f;
-  dropout.key = 0x1234abcd;
-  dropout.head_offset = 3;  // heads 3..5 of 6, as tensor rank 1 of 2 holds them
-  dropout.total_heads = 6;
-  CheckAttention<float>({2, 130, 3, 64}, dropout, testing::kFp32Tolerance);
+  // Heads 3..5 of 6, as tensor rank 1 of 2 holds them.
+  CheckAttention<float>({2, 130, 3, 64}, Dropout(0.1f, 3, 6), testing::kFp32Tolerance, 1e-4);
 }
 
+// bf16 at head dims 64 and 128 runs on the tensor cores (mma.sync): sequence lengths off
+// the tile sizes (64-key tiles, 64- or 128-query tiles, 16-row warp tiles) leave partial
+// tiles on both sides of the causal diagonal.
 TEST(CudaFlashAttentionTest, Bf16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  CheckAttention<__nv_bfloat16>({2, 256, 4, 64}, {}, testing::kBf16Tolerance);
+  CheckAttention<__nv_bfloat16>({2, 256, 4, 64}, {}, testing::kBf16Tolerance, kLseTolerance);
+}
+
+TEST(CudaFlashAttentionTest, Bf16TensorCoresMatchTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    for (int seq : {100, 257}) {
+      CheckAttention<__nv_bfloat16>({2, seq, 3, head_dim}, {}, testing::kBf16Tolerance,
+                                    kLseTolerance);
+    }
+  }
+}
+
+TEST(CudaFlashAttentionTest, Bf16TensorCoresAtTileEdges) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  // One row; less than one 16-row warp tile; exactly one and just over one 64-row tile;
+  // exactly one and just over one 128-row forward tile (head dim 64).
+  for (int seq : {1, 17, 64, 65, 128, 129}) {
+    CheckAttention<__nv_bfloat16>({1, seq, 2, 64}, {}, testing::kBf16Tolerance, kLseTolerance);
+  }
+  for (int seq : {1, 31, 33, 64, 97}) {
+    CheckAttention<__nv_bfloat16>({1, seq, 1, 128}, {}, testing::kBf16Tolerance, kLseTolerance);
+  }
+}
+
+TEST(CudaFlashAttentionTest, Bf16TensorCoresWithTheCpuDropoutMasks) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  // Heads 3..5 of 6 (tensor rank 1 of 2): the mask index carries the global head.
+  for (int head_dim : {64, 128}) {
+    CheckAttention<__nv_bfloat16>({2, 257, 3, head_dim}, Dropout(0.1f, 3, 6),
+                                  testing::kBf16Tolerance, kLseTolerance);
+  }
+  CheckAttention<__nv_bfloat16>({2, 100, 3, 64}, Dropout(0.2f, 0, 0), testing::kBf16Tolerance,
+                                kLseTolerance);
+}
+
+TEST(CudaFlashAttentionTest, Bf16TensorCoresAreDeterministic) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    CheckAttention<__nv_bfloat16>({2, 257, 3, head_dim}, Dropout(0.1f, 1, 4),
+                                  testing::kBf16Tolerance, kLseTolerance, /*repeat=*/true);
+  }
+}
+
+TEST(CudaFlashAttentionTest, Bf16HeadDim32UsesTheScalarKernels) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckAttention<__nv_bfloat16>({2, 100, 3, 32}, Dropout(0.1f, 0, 0), testing::kBf16Tolerance,
+                                kLseTolerance, /*repeat=*/true);
 }
 
 TEST(CudaFlashAttentionTest, RefusesUnsupportedHeadDims) {
   EXPECT_EQ(
       FlashAttentionForward<float>(nullptr, nullptr, nullptr, {1, 4, 1, 48}, {}, nullptr).code(),
       absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      FlashAttentionForward<__nv_bfloat16>(nullptr, nullptr, nullptr, {1, 4, 1, 96}, {}, nullptr)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlashAttentionBackward<__nv_bfloat16>(nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                  {1, 4, 1, 256}, {}, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

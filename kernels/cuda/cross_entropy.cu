@@ -140,6 +140,9 @@ template absl::Status CrossEntropyLocalStats<float>(const float*, const int32_t*
 template absl::Status CrossEntropyLocalStats<__nv_bfloat16>(const __nv_bfloat16*, const int32_t*,
                                                             const VocabShard&, float*, float*,
                                                             float*, cudaStream_t);
+template absl::Status CrossEntropyLocalStats<__half>(const __half*, const int32_t*,
+                                                     const VocabShard&, float*, float*, float*,
+                                                     cudaStream_t);
 template absl::Status CrossEntropyBackward<float>(const float*, const int32_t*, const float*,
                                                   const float*, const VocabShard&, float, float*,
                                                   cudaStream_t);
@@ -147,5 +150,8 @@ template absl::Status CrossEntropyBackward<__nv_bfloat16>(const __nv_bfloat16*, 
                                                           const float*, const float*,
                                                           const VocabShard&, float, __nv_bfloat16*,
                                                           cudaStream_t);
+template absl::Status CrossEntropyBackward<__half>(const __half*, const int32_t*, const float*,
+                                                   const float*, const VocabShard&, float, __half*,
+                                                   cudaStream_t);
 
 }  // namespace mtrain::cuda

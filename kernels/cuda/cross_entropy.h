@@ -9,11 +9,13 @@
 //   3. CrossEntropyLosses          (per-token losses; the caller averages)
 //   4. CrossEntropyBackward        (d_logits += d_loss * (softmax - onehot))
 //
-// Logits and their gradient are T (float or __nv_bfloat16); every per-token value is float.
+// Logits and their gradient are T (float, __nv_bfloat16 or __half); every per-token value is
+// float.
 #ifndef MTRAIN_KERNELS_CUDA_CROSS_ENTROPY_H_
 #define MTRAIN_KERNELS_CUDA_CROSS_ENTROPY_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

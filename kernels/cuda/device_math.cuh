@@ -1,14 +1,16 @@
 // Device helpers shared by the CUDA kernels: loads and stores that compute in float
-// whatever the storage type, and block-wide reductions.
+// whatever the storage type (float, __nv_bfloat16, __half), and block-wide reductions.
 #ifndef MTRAIN_KERNELS_CUDA_DEVICE_MATH_CUH_
 #define MTRAIN_KERNELS_CUDA_DEVICE_MATH_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace mtrain::cuda {
 
 __device__ __forceinline__ float ToFloat(float x) { return x; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
 
 template <typename T>
 __device__ __forceinline__ T FromFloat(float x);
@@ -19,6 +21,12 @@ __device__ __forceinline__ float FromFloat<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+// Round to nearest even; beyond fp16's range (|x| >= 65520) that is +-inf, which the
+// loss-scaling checks (grad_scale.h) rely on seeing.
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
 }
 
 // Sum over a warp; every lane gets the result.

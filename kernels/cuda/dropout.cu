@@ -12,7 +12,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // The CPU computes the scale in T; for float that is this expression, rounded the same way
-// (and for bf16 storage the arithmetic is float anyway).
+// (and for bf16 or fp16 storage the arithmetic is float anyway).
 float DropoutScale(float p) { return 1.0f / (1.0f - p); }
 
 absl::Status CheckProbability(float p, const char* what) {
@@ -79,9 +79,13 @@ template absl::Status DropoutForward<float>(const float*, float*, size_t, float,
                                             cudaStream_t);
 template absl::Status DropoutForward<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, size_t,
                                                     float, uint64_t, uint64_t, cudaStream_t);
+template absl::Status DropoutForward<__half>(const __half*, __half*, size_t, float, uint64_t,
+                                             uint64_t, cudaStream_t);
 template absl::Status DropoutBackward<float>(const float*, float*, size_t, float, uint64_t,
                                              uint64_t, cudaStream_t);
 template absl::Status DropoutBackward<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, size_t,
                                                      float, uint64_t, uint64_t, cudaStream_t);
+template absl::Status DropoutBackward<__half>(const __half*, __half*, size_t, float, uint64_t,
+                                              uint64_t, cudaStream_t);
 
 }  // namespace mtrain::cuda

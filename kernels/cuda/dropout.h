@@ -1,12 +1,13 @@
 // Dropout on the GPU: the same functions as kernels/dropout.h, on device memory, enqueued
 // on `stream`. The mask is the CPU's counter-based one (dropout_mask.cuh): element i is
 // kept iff keep(key, index_base + i), so the GPU drops exactly what the CPU drops and the
-// backward regenerates the forward's mask. T is float or __nv_bfloat16; arithmetic is in
-// float, and for float it is the CPU's (same scale, same roundings): bit-identical.
+// backward regenerates the forward's mask. T is float, __nv_bfloat16 or __half; arithmetic
+// is in float, and for float it is the CPU's (same scale, same roundings): bit-identical.
 #ifndef MTRAIN_KERNELS_CUDA_DROPOUT_H_
 #define MTRAIN_KERNELS_CUDA_DROPOUT_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

@@ -28,15 +28,9 @@ template <typename T>
 void CheckDropout(float p, uint64_t index_base, double tolerance) {
   const size_t n = 100003;  // not a multiple of any block size
   const uint64_t key = cpu::DropoutKey(1234, 5, 6);
-  auto round = [](std::vector<float> v) {
-    if constexpr (sizeof(T) == 2) {
-      for (float& e : v) e = testing::RoundToBf16(e);
-    }
-    return v;
-  };
-  const std::vector<float> x = round(testing::RandomFloats(n, 21, -3, 3));
-  const std::vector<float> d_y = round(testing::RandomFloats(n, 22, -1, 1));
-  const std::vector<float> d_x0 = round(testing::RandomFloats(n, 23, -1, 1));
+  const std::vector<float> x = testing::RoundedTo<T>(testing::RandomFloats(n, 21, -3, 3));
+  const std::vector<float> d_y = testing::RoundedTo<T>(testing::RandomFloats(n, 22, -1, 1));
+  const std::vector<float> d_x0 = testing::RoundedTo<T>(testing::RandomFloats(n, 23, -1, 1));
   DeviceArray<T> dx(x), dy(n), dinplace(x), ddy(d_y), ddx(d_x0);
   absl::Status s = DropoutForward<T>(dx.get(), dy.get(), n, p, key, index_base, nullptr);
   ASSERT_TRUE(s.ok()) << s;
@@ -64,8 +58,8 @@ void CheckDropout(float p, uint64_t index_base, double tolerance) {
   std::printf(
       "dropout %s p %.2f index_base %llu: dropped %.4f, mask mismatches %zu, forward %.2e, "
       "in place %.2e, backward %.2e\n",
-      sizeof(T) == 4 ? "fp32" : "bf16", p, static_cast<unsigned long long>(index_base),
-      double(dropped) / n, mask_mismatches, forward_error, inplace_error, backward_error);
+      testing::TypeName<T>(), p, static_cast<unsigned long long>(index_base), double(dropped) / n,
+      mask_mismatches, forward_error, inplace_error, backward_error);
   EXPECT_EQ(mask_mismatches, 0u);
   EXPECT_NEAR(double(dropped) / n, p, 0.01);
   if constexpr (sizeof(T) == 4) {
@@ -95,6 +89,15 @@ TEST(CudaDropoutTest, Bf16MatchesTheCpu) {
   for (float p : {0.0f, 0.1f}) {
     for (uint64_t index_base : {uint64_t{0}, kIndexBase}) {
       CheckDropout<__nv_bfloat16>(p, index_base, testing::kBf16Tolerance);
+    }
+  }
+}
+
+TEST(CudaDropoutTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (float p : {0.0f, 0.1f}) {
+    for (uint64_t index_base : {uint64_t{0}, kIndexBase}) {
+      CheckDropout<__half>(p, index_base, testing::kFp16Tolerance);
     }
   }
 }

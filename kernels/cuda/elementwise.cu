@@ -38,7 +38,7 @@ template <typename From, typename To>
 absl::Status ConvertTensor(const From* in, To* out, size_t n, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
   if constexpr (std::is_same_v<From, To>) {
-    // A copy of the bits: a round trip through float would canonicalise bf16 NaNs.
+    // A copy of the bits: a round trip through float would canonicalise bf16 and fp16 NaNs.
     if (in == out) return absl::OkStatus();
     return CudaStatus(cudaMemcpyAsync(out, in, n * sizeof(To), cudaMemcpyDeviceToDevice, stream),
                       "ConvertTensor (copy)");
@@ -50,6 +50,8 @@ absl::Status ConvertTensor(const From* in, To* out, size_t n, cudaStream_t strea
 template absl::Status AddTensors<float>(const float*, const float*, float*, size_t, cudaStream_t);
 template absl::Status AddTensors<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*,
                                                 __nv_bfloat16*, size_t, cudaStream_t);
+template absl::Status AddTensors<__half>(const __half*, const __half*, __half*, size_t,
+                                         cudaStream_t);
 template absl::Status ConvertTensor<float, float>(const float*, float*, size_t, cudaStream_t);
 template absl::Status ConvertTensor<float, __nv_bfloat16>(const float*, __nv_bfloat16*, size_t,
                                                           cudaStream_t);
@@ -58,5 +60,8 @@ template absl::Status ConvertTensor<__nv_bfloat16, float>(const __nv_bfloat16*, 
 template absl::Status ConvertTensor<__nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16*,
                                                                   __nv_bfloat16*, size_t,
                                                                   cudaStream_t);
+template absl::Status ConvertTensor<float, __half>(const float*, __half*, size_t, cudaStream_t);
+template absl::Status ConvertTensor<__half, float>(const __half*, float*, size_t, cudaStream_t);
+template absl::Status ConvertTensor<__half, __half>(const __half*, __half*, size_t, cudaStream_t);
 
 }  // namespace mtrain::cuda

@@ -138,14 +138,22 @@ template absl::Status TokenPositionEmbeddingForward<__nv_bfloat16>(const int32_t
                                                                    const __nv_bfloat16*,
                                                                    __nv_bfloat16*, int, int, int,
                                                                    int, int, cudaStream_t);
+template absl::Status TokenPositionEmbeddingForward<__half>(const int32_t*, const __half*,
+                                                            const __half*, __half*, int, int, int,
+                                                            int, int, cudaStream_t);
 template absl::Status TokenEmbeddingBackward<float>(const float*, const int32_t*, const int32_t*,
                                                     const int32_t*, int, int, float*, cudaStream_t);
 template absl::Status TokenEmbeddingBackward<__nv_bfloat16>(const __nv_bfloat16*, const int32_t*,
                                                             const int32_t*, const int32_t*, int,
                                                             int, float*, cudaStream_t);
+template absl::Status TokenEmbeddingBackward<__half>(const __half*, const int32_t*, const int32_t*,
+                                                     const int32_t*, int, int, float*,
+                                                     cudaStream_t);
 template absl::Status PositionEmbeddingBackward<float>(const float*, int, int, int, float*,
                                                        cudaStream_t);
 template absl::Status PositionEmbeddingBackward<__nv_bfloat16>(const __nv_bfloat16*, int, int, int,
                                                                float*, cudaStream_t);
+template absl::Status PositionEmbeddingBackward<__half>(const __half*, int, int, int, float*,
+                                                        cudaStream_t);
 
 }  // namespace mtrain::cuda

@@ -2,14 +2,15 @@
 // [vocab_start, vocab_start + local_vocab) of the token table (vocab-parallel: tokens other
 // shards hold contribute zeros, so an all-reduce of the outputs gives the full lookup).
 // Same semantics as kernels/embedding.h applied twice (tokens, then positions with
-// accumulate), on device memory, enqueued on `stream`. T is float or __nv_bfloat16;
-// arithmetic is float. Gradients are fp32 and deterministic: no atomics, every gradient
+// accumulate), on device memory, enqueued on `stream`. T is float, __nv_bfloat16 or
+// __half; arithmetic is float. Gradients are fp32 and deterministic: no atomics, every gradient
 // element is summed by one thread in token order, as the CPU's sequential loop does, so
 // fp32 results are bit-identical to the CPU's.
 #ifndef MTRAIN_KERNELS_CUDA_EMBEDDING_H_
 #define MTRAIN_KERNELS_CUDA_EMBEDDING_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

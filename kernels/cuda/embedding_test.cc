@@ -60,16 +60,13 @@ std::vector<int32_t> Tokens(int n) {
 template <typename T>
 void CheckEmbedding(double tolerance) {
   const int n = kBatch * kSeq;
-  auto round = [](std::vector<float> v) {
-    if constexpr (sizeof(T) == 2) {
-      for (float& e : v) e = testing::RoundToBf16(e);
-    }
-    return v;
-  };
   const std::vector<int32_t> tokens = Tokens(n);
-  const std::vector<float> wte = round(testing::RandomFloats(size_t(kLocalVocab) * kC, 62, -1, 1));
-  const std::vector<float> wpe = round(testing::RandomFloats(size_t(kMaxSeq) * kC, 63, -1, 1));
-  const std::vector<float> d_out = round(testing::RandomFloats(size_t(n) * kC, 64, -1, 1));
+  const std::vector<float> wte =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(kLocalVocab) * kC, 62, -1, 1));
+  const std::vector<float> wpe =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(kMaxSeq) * kC, 63, -1, 1));
+  const std::vector<float> d_out =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(n) * kC, 64, -1, 1));
   const std::vector<float> d_wte0 = testing::RandomFloats(size_t(kLocalVocab) * kC, 65, -1, 1);
   const std::vector<float> d_wpe0 = testing::RandomFloats(size_t(kMaxSeq) * kC, 66, -1, 1);
   const EmbeddingGradPlan plan = PlanEmbeddingGrad(tokens.data(), n, kVocabStart, kLocalVocab);
@@ -99,9 +96,7 @@ void CheckEmbedding(double tolerance) {
                                 kLocalVocab);
   cpu::EmbeddingBackward<float>(positions.data(), d_out.data(), d_wpe_ref.data(), n, kC, 0,
                                 kMaxSeq);
-  if constexpr (sizeof(T) == 2) {
-    for (float& e : out_ref) e = testing::RoundToBf16(e);  // the GPU rounds its float sum once
-  }
+  for (float& e : out_ref) e = testing::RoundTo<T>(e);  // the GPU rounds its float sum once
   const std::vector<float> out = dout.Download();
   const std::vector<float> d_wte = ddwte.Download(), d_wpe = ddwpe.Download();
   const double forward_error = testing::RelativeError(out, testing::ToDouble(out_ref));
@@ -110,7 +105,7 @@ void CheckEmbedding(double tolerance) {
   std::printf(
       "embedding %s B%d S%d C%d shard [%d, %d), %zu rows used: forward %.2e (%zu bits differ), "
       "d_wte %.2e (%zu), d_wpe %.2e (%zu)\n",
-      sizeof(T) == 4 ? "fp32" : "bf16", kBatch, kSeq, kC, kVocabStart, kVocabStart + kLocalVocab,
+      testing::TypeName<T>(), kBatch, kSeq, kC, kVocabStart, kVocabStart + kLocalVocab,
       plan.rows.size(), forward_error, BitMismatches(out, out_ref), d_wte_error,
       BitMismatches(d_wte, d_wte_ref), d_wpe_error, BitMismatches(d_wpe, d_wpe_ref));
   EXPECT_LT(forward_error, tolerance);
@@ -131,6 +126,11 @@ TEST(CudaEmbeddingTest, Fp32IsBitIdenticalToTheCpu) {
 TEST(CudaEmbeddingTest, Bf16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
   CheckEmbedding<__nv_bfloat16>(testing::kBf16Tolerance);
+}
+
+TEST(CudaEmbeddingTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckEmbedding<__half>(testing::kFp16Tolerance);
 }
 
 // Host-only: the plan is the CPU's accumulation order, grouped by row.

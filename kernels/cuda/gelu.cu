@@ -51,8 +51,11 @@ absl::Status GeluBackward(const T* d_y, const T* x, T* d_x, size_t n, cudaStream
 template absl::Status GeluForward<float>(const float*, float*, size_t, cudaStream_t);
 template absl::Status GeluForward<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, size_t,
                                                  cudaStream_t);
+template absl::Status GeluForward<__half>(const __half*, __half*, size_t, cudaStream_t);
 template absl::Status GeluBackward<float>(const float*, const float*, float*, size_t, cudaStream_t);
 template absl::Status GeluBackward<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*,
                                                   __nv_bfloat16*, size_t, cudaStream_t);
+template absl::Status GeluBackward<__half>(const __half*, const __half*, __half*, size_t,
+                                           cudaStream_t);
 
 }  // namespace mtrain::cuda

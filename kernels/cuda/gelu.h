@@ -1,9 +1,10 @@
 // GeLU (tanh form, as GPT-2) on the GPU: the same functions as kernels/gelu.h, on device
-// memory, enqueued on `stream`. T is float or __nv_bfloat16; arithmetic is in float.
+// memory, enqueued on `stream`. T is float, __nv_bfloat16 or __half; arithmetic is in float.
 #ifndef MTRAIN_KERNELS_CUDA_GELU_H_
 #define MTRAIN_KERNELS_CUDA_GELU_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

@@ -8,17 +8,14 @@ namespace {
 
 using testing::DeviceArray;
 
+// x in [-x_limit, x_limit]: GeLU's curved part and both tails.
 template <typename T>
-void CheckGelu(double tolerance) {
+void CheckGelu(float x_limit, double tolerance) {
   const size_t n = 100003;  // not a multiple of any block size
-  std::vector<float> x = testing::RandomFloats(n, 11, -6, 6);
-  std::vector<float> d_y = testing::RandomFloats(n, 12, -1, 1);
-  std::vector<float> d_x0 = testing::RandomFloats(n, 13, -1, 1);
-  if constexpr (sizeof(T) == 2) {
-    for (auto* v : {&x, &d_y, &d_x0}) {
-      for (float& e : *v) e = testing::RoundToBf16(e);
-    }
-  }
+  const std::vector<float> x =
+      testing::RoundedTo<T>(testing::RandomFloats(n, 11, -x_limit, x_limit));
+  const std::vector<float> d_y = testing::RoundedTo<T>(testing::RandomFloats(n, 12, -1, 1));
+  const std::vector<float> d_x0 = testing::RoundedTo<T>(testing::RandomFloats(n, 13, -1, 1));
   DeviceArray<T> dx(x), dy(n), ddy(d_y), ddx(d_x0);
   ASSERT_TRUE(GeluForward<T>(dx.get(), dy.get(), n, nullptr).ok());
   ASSERT_TRUE(GeluBackward<T>(ddy.get(), dx.get(), ddx.get(), n, nullptr).ok());
@@ -31,20 +28,25 @@ void CheckGelu(double tolerance) {
   cpu::GeluBackward<double>(d_yd.data(), xd.data(), d_x_ref.data(), n);
   const double forward_error = testing::RelativeError(dy.Download(), y_ref);
   const double backward_error = testing::RelativeError(ddx.Download(), d_x_ref);
-  std::printf("gelu %s: forward %.2e, backward %.2e\n", sizeof(T) == 4 ? "fp32" : "bf16",
-              forward_error, backward_error);
+  std::printf("gelu %s: forward %.2e, backward %.2e\n", testing::TypeName<T>(), forward_error,
+              backward_error);
   EXPECT_LT(forward_error, tolerance);
   EXPECT_LT(backward_error, tolerance);
 }
 
 TEST(CudaGeluTest, Fp32MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  CheckGelu<float>(testing::kFp32Tolerance);
+  CheckGelu<float>(6, testing::kFp32Tolerance);
 }
 
 TEST(CudaGeluTest, Bf16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  CheckGelu<__nv_bfloat16>(testing::kBf16Tolerance);
+  CheckGelu<__nv_bfloat16>(6, testing::kBf16Tolerance);
+}
+
+TEST(CudaGeluTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckGelu<__half>(4, testing::kFp16Tolerance);
 }
 
 }  // namespace

@@ -39,9 +39,11 @@ __global__ void ScaleKernel(T* x, size_t n, float factor, int* found_nonfinite) 
   bool nonfinite = false;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const float v = ToFloat(x[i]) * factor;
-    nonfinite |= !isfinite(v);
-    x[i] = FromFloat<T>(v);
+    // The stored value is checked, not the float product: a product finite in float
+    // overflows fp16 (and, at the very top of float's range, bf16) when rounded to T.
+    const T stored = FromFloat<T>(ToFloat(x[i]) * factor);
+    nonfinite |= !isfinite(ToFloat(stored));
+    x[i] = stored;
   }
   if (nonfinite) *found_nonfinite = 1;
 }
@@ -80,8 +82,11 @@ template absl::Status SumOfSquaresAndNonFinite<float>(const float*, size_t, doub
                                                       cudaStream_t);
 template absl::Status SumOfSquaresAndNonFinite<__nv_bfloat16>(const __nv_bfloat16*, size_t, double*,
                                                               int*, cudaStream_t);
+template absl::Status SumOfSquaresAndNonFinite<__half>(const __half*, size_t, double*, int*,
+                                                       cudaStream_t);
 template absl::Status ScaleAndCheckFinite<float>(float*, size_t, float, int*, cudaStream_t);
 template absl::Status ScaleAndCheckFinite<__nv_bfloat16>(__nv_bfloat16*, size_t, float, int*,
                                                          cudaStream_t);
+template absl::Status ScaleAndCheckFinite<__half>(__half*, size_t, float, int*, cudaStream_t);
 
 }  // namespace mtrain::cuda

@@ -1,10 +1,12 @@
 // Gradient scaling on the GPU: the sum of squares for global-norm clipping (kernels/
 // grad_norm.h) and loss-scale unscaling, both detecting inf/NaN (an fp16 overflow makes
-// the step be skipped; see worker/engine/loss_scaler.h). T is float or __nv_bfloat16.
+// the step be skipped; see worker/engine/loss_scaler.h). T is float, __nv_bfloat16 or
+// __half.
 #ifndef MTRAIN_KERNELS_CUDA_GRAD_SCALE_H_
 #define MTRAIN_KERNELS_CUDA_GRAD_SCALE_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -20,8 +22,9 @@ template <typename T>
 absl::Status SumOfSquaresAndNonFinite(const T* x, size_t n, double* sum_of_squares,
                                       int* found_nonfinite, cudaStream_t stream);
 
-// x[i] *= factor (e.g. 1 / loss scale); *found_nonfinite set to 1 if any result is inf or
-// NaN.
+// x[i] *= factor (e.g. 1 / loss scale); *found_nonfinite set to 1 if any result, as stored
+// in T, is inf or NaN: for __half that includes a finite float product beyond fp16's range
+// (|x * factor| >= 65520 rounds to inf).
 template <typename T>
 absl::Status ScaleAndCheckFinite(T* x, size_t n, float factor, int* found_nonfinite,
                                  cudaStream_t stream);

@@ -141,6 +141,8 @@ template absl::Status LayerNormForward<float>(const float*, const float*, const 
 template absl::Status LayerNormForward<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*,
                                                       const __nv_bfloat16*, __nv_bfloat16*, float*,
                                                       float*, int, int, float, cudaStream_t);
+template absl::Status LayerNormForward<__half>(const __half*, const __half*, const __half*, __half*,
+                                               float*, float*, int, int, float, cudaStream_t);
 template absl::Status LayerNormBackward<float>(const float*, const float*, const float*,
                                                const float*, const float*, float*, float*, float*,
                                                int, int, cudaStream_t);
@@ -148,5 +150,8 @@ template absl::Status LayerNormBackward<__nv_bfloat16>(const __nv_bfloat16*, con
                                                        const __nv_bfloat16*, const float*,
                                                        const float*, __nv_bfloat16*, float*, float*,
                                                        int, int, cudaStream_t);
+template absl::Status LayerNormBackward<__half>(const __half*, const __half*, const __half*,
+                                                const float*, const float*, __half*, float*, float*,
+                                                int, int, cudaStream_t);
 
 }  // namespace mtrain::cuda

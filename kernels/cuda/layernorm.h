@@ -1,12 +1,13 @@
 // LayerNorm over the last dimension on the GPU (kernels/layernorm.h's semantics): fused
 // forward saving per-row mean and rstd, and backward producing d_x and the parameter
-// gradients. T (x, gamma, beta, y, d_y, d_x) is float or __nv_bfloat16; statistics and
-// parameter gradients are float, arithmetic is float. Deterministic: the parameter
+// gradients. T (x, gamma, beta, y, d_y, d_x) is float, __nv_bfloat16 or __half; statistics
+// and parameter gradients are float, arithmetic is float. Deterministic: the parameter
 // gradients are summed over rows in a fixed order (per-block partial sums, then one pass).
 #ifndef MTRAIN_KERNELS_CUDA_LAYERNORM_H_
 #define MTRAIN_KERNELS_CUDA_LAYERNORM_H_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"

@@ -8,20 +8,15 @@ namespace {
 
 using testing::DeviceArray;
 
+// x in [x_lo, x_hi]: off-centre, so the mean matters.
 template <typename T>
-void CheckLayerNorm(int rows, int C, double tolerance) {
+void CheckLayerNorm(int rows, int C, float x_lo, float x_hi, double tolerance) {
   const size_t n = size_t(rows) * C;
-  auto round = [](std::vector<float> v) {
-    if constexpr (sizeof(T) == 2) {
-      for (float& e : v) e = testing::RoundToBf16(e);
-    }
-    return v;
-  };
-  const std::vector<float> x = round(testing::RandomFloats(n, 21, -3, 5));
-  const std::vector<float> gamma = round(testing::RandomFloats(C, 22, 0.5, 1.5));
-  const std::vector<float> beta = round(testing::RandomFloats(C, 23, -0.5, 0.5));
-  const std::vector<float> d_y = round(testing::RandomFloats(n, 24, -1, 1));
-  const std::vector<float> d_x0 = round(testing::RandomFloats(n, 25, -0.1, 0.1));
+  const std::vector<float> x = testing::RoundedTo<T>(testing::RandomFloats(n, 21, x_lo, x_hi));
+  const std::vector<float> gamma = testing::RoundedTo<T>(testing::RandomFloats(C, 22, 0.5, 1.5));
+  const std::vector<float> beta = testing::RoundedTo<T>(testing::RandomFloats(C, 23, -0.5, 0.5));
+  const std::vector<float> d_y = testing::RoundedTo<T>(testing::RandomFloats(n, 24, -1, 1));
+  const std::vector<float> d_x0 = testing::RoundedTo<T>(testing::RandomFloats(n, 25, -0.1, 0.1));
   const std::vector<float> d_gamma0 = testing::RandomFloats(C, 26, -1, 1);
   const std::vector<float> d_beta0 = testing::RandomFloats(C, 27, -1, 1);
 
@@ -52,20 +47,26 @@ void CheckLayerNorm(int rows, int C, double tolerance) {
       testing::RelativeError(ddbeta.Download(), d_beta),
   };
   std::printf("layernorm %s rows %d C %d: y %.2e rstd %.2e d_x %.2e d_gamma %.2e d_beta %.2e\n",
-              sizeof(T) == 4 ? "fp32" : "bf16", rows, C, errors[0], errors[1], errors[2], errors[3],
+              testing::TypeName<T>(), rows, C, errors[0], errors[1], errors[2], errors[3],
               errors[4]);
   for (double e : errors) EXPECT_LT(e, tolerance);
 }
 
 TEST(CudaLayerNormTest, Fp32MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  CheckLayerNorm<float>(1000, 768, testing::kFp32Tolerance);
-  CheckLayerNorm<float>(3, 1000, testing::kFp32Tolerance);  // C not a multiple of 32
+  CheckLayerNorm<float>(1000, 768, -3, 5, testing::kFp32Tolerance);
+  CheckLayerNorm<float>(3, 1000, -3, 5, testing::kFp32Tolerance);  // C not a multiple of 32
 }
 
 TEST(CudaLayerNormTest, Bf16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  CheckLayerNorm<__nv_bfloat16>(517, 1024, testing::kBf16Tolerance);
+  CheckLayerNorm<__nv_bfloat16>(517, 1024, -3, 5, testing::kBf16Tolerance);
+}
+
+TEST(CudaLayerNormTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckLayerNorm<__half>(517, 1024, -3, 4, testing::kFp16Tolerance);
+  CheckLayerNorm<__half>(3, 1000, -3, 4, testing::kFp16Tolerance);  // C not a multiple of 32
 }
 
 }  // namespace

@@ -22,6 +22,10 @@ template <>
 cudaDataType_t DataType<__nv_bfloat16>() {
   return CUDA_R_16BF;
 }
+template <>
+cudaDataType_t DataType<__half>() {
+  return CUDA_R_16F;
+}
 
 // Owns the descriptors of one cublasLtMatmul call.
 struct Descriptors {
@@ -42,7 +46,9 @@ struct Descriptors {
   if (absl::Status s = BlasStatus((call), #call); !s.ok()) return s
 
 // Column-major D[m, n] = alpha op(A) op(B) + beta C, all leading dimensions dense. A and B
-// are AB_T, C and D are CD_T. fp32 inputs compute in strict fp32 (no TF32).
+// are AB_T, C and D are CD_T. fp32 inputs compute in strict fp32 (no TF32); 16-bit inputs
+// (bf16, fp16) use tensor cores accumulating in fp32 (CUBLAS_COMPUTE_32F, not the
+// _FAST_16F variants), with C/D either the inputs' type or fp32.
 template <typename AB_T, typename CD_T>
 absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int n, int k,
                   const AB_T* a, int lda, const AB_T* b, int ldb, float beta, CD_T* c, int ldc,
@@ -59,6 +65,8 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
   MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                              sizeof(epilogue)));
   if (bias != nullptr) {
+    // The bias is D's type, cuBLASLt's rule for fp32, bf16 and fp16 outputs (cublasLt.h,
+    // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: only int8 and fp8 kernels take other types).
     const cudaDataType_t bias_type = DataType<CD_T>();
     MTRAIN_BLAS(cublasLtMatmulDescSetAttribute(desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                sizeof(bias)));
@@ -179,11 +187,15 @@ template absl::Status MatmulForward<__nv_bfloat16>(CublasLt&, const __nv_bfloat1
                                                    const __nv_bfloat16*, const __nv_bfloat16*,
                                                    __nv_bfloat16*, int, int, int, cudaStream_t,
                                                    __nv_bfloat16*);
+template absl::Status MatmulForward<__half>(CublasLt&, const __half*, const __half*, const __half*,
+                                            __half*, int, int, int, cudaStream_t, __half*);
 template absl::Status MatmulBackward<float>(CublasLt&, const float*, const float*, const float*,
                                             float*, float*, float*, int, int, int, cudaStream_t);
 template absl::Status MatmulBackward<__nv_bfloat16>(CublasLt&, const __nv_bfloat16*,
                                                     const __nv_bfloat16*, const __nv_bfloat16*,
                                                     __nv_bfloat16*, float*, float*, int, int, int,
                                                     cudaStream_t);
+template absl::Status MatmulBackward<__half>(CublasLt&, const __half*, const __half*, const __half*,
+                                             __half*, float*, float*, int, int, int, cudaStream_t);
 
 }  // namespace mtrain::cuda

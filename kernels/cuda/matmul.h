@@ -1,8 +1,10 @@
 // Fully connected layers on the GPU with cuBLASLt (kernels/matmul.h's semantics: weight
 // [N, K] as torch.nn.Linear stores it, row-major, backward ACCUMULATES): T = float (fp32
-// compute, no TF32, for exact-precision tests and fp32 training) or __nv_bfloat16 (bf16
-// tensor cores, fp32 accumulation). The forward can fuse the bias, or bias + GeLU (tanh)
-// keeping the pre-activation for the backward, into the GEMM's epilogue.
+// compute, no TF32, for exact-precision tests and fp32 training), __nv_bfloat16 (bf16
+// tensor cores, fp32 accumulation) or __half (fp16 tensor cores, fp32 accumulation, fp16
+// outputs: results beyond fp16's range become inf, which dynamic loss scaling detects). The
+// forward can fuse the bias, or bias + GeLU (tanh) keeping the pre-activation for the
+// backward, into the GEMM's epilogue; bias and pre-activation are T, as the output.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<CublasLt> blas, CublasLt::Create());
 //   RETURN_IF_ERROR(MatmulForward<T>(*blas, in, w, bias, out, M, K, N, stream));
@@ -11,6 +13,7 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

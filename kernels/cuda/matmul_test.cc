@@ -9,23 +9,20 @@ namespace {
 
 using testing::DeviceArray;
 
-template <typename T>
-std::vector<float> Rounded(std::vector<float> v) {
-  if constexpr (sizeof(T) == 2) {
-    for (float& e : v) e = testing::RoundToBf16(e);
-  }
-  return v;
-}
-
-// Forward (plain, bias, bias + GeLU) and backward against the CPU kernels in double.
+// Forward (plain, bias, bias + GeLU) and backward against the CPU kernels in double. The
+// T outputs stay well inside fp16's range (|out|, |d_in| of a few units).
 template <typename T>
 void CheckMatmul(double tolerance) {
   constexpr int M = 257, K = 384, N = 1152;
-  const std::vector<float> in = Rounded<T>(testing::RandomFloats(size_t(M) * K, 81, -1, 1));
-  const std::vector<float> weight = Rounded<T>(testing::RandomFloats(size_t(N) * K, 82, -0.1, 0.1));
-  const std::vector<float> bias = Rounded<T>(testing::RandomFloats(N, 83, -0.5, 0.5));
-  const std::vector<float> d_out = Rounded<T>(testing::RandomFloats(size_t(M) * N, 84, -1, 1));
-  const std::vector<float> d_in0 = Rounded<T>(testing::RandomFloats(size_t(M) * K, 85, -1, 1));
+  const std::vector<float> in =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * K, 81, -1, 1));
+  const std::vector<float> weight =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(N) * K, 82, -0.1, 0.1));
+  const std::vector<float> bias = testing::RoundedTo<T>(testing::RandomFloats(N, 83, -0.5, 0.5));
+  const std::vector<float> d_out =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * N, 84, -1, 1));
+  const std::vector<float> d_in0 =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * K, 85, -1, 1));
   const std::vector<float> d_weight0 = testing::RandomFloats(size_t(N) * K, 86, -1, 1);
   const std::vector<float> d_bias0 = testing::RandomFloats(N, 87, -1, 1);
 
@@ -71,8 +68,8 @@ void CheckMatmul(double tolerance) {
   std::printf(
       "matmul %s %dx%dx%d: out %.2e, +bias %.2e, pre-gelu %.2e, gelu %.2e, d_in %.2e, "
       "d_weight %.2e, d_bias %.2e\n",
-      sizeof(T) == 4 ? "fp32" : "bf16", M, K, N, errors[0], errors[1], errors[2], errors[3],
-      errors[4], errors[5], errors[6]);
+      testing::TypeName<T>(), M, K, N, errors[0], errors[1], errors[2], errors[3], errors[4],
+      errors[5], errors[6]);
   for (double e : errors) EXPECT_LT(e, tolerance);
 }
 
@@ -84,6 +81,58 @@ TEST(CudaMatmulTest, Fp32MatchesTheCpu) {
 TEST(CudaMatmulTest, Bf16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
   CheckMatmul<__nv_bfloat16>(testing::kBf16Tolerance);
+}
+
+TEST(CudaMatmulTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckMatmul<__half>(testing::kFp16Tolerance);
+}
+
+// fp16 results beyond its range must come out non-finite (inf), not saturated at 65504:
+// dynamic loss scaling finds overflows by looking for inf/NaN. Each product sum here is
+// 64 * 64 * 64 = 262144; the fp32 weight gradient (16 * 64 * 64 = 65536) stays finite.
+TEST(CudaMatmulTest, Fp16OverflowIsNotFinite) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  constexpr int M = 16, K = 64, N = 64;
+  absl::StatusOr<std::unique_ptr<CublasLt>> blas = CublasLt::Create();
+  ASSERT_TRUE(blas.ok()) << blas.status();
+  DeviceArray<__half> in(std::vector<float>(M * K, 64.0f)),
+      weight(std::vector<float>(N * K, 64.0f)), bias(std::vector<float>(N, 1.0f)), out(M * N),
+      out_bias(M * N), gelu(M * N), pre(M * N), d_out(std::vector<float>(M * N, 64.0f)),
+      d_in(std::vector<float>(M * K, 0.0f));
+  DeviceArray<float> d_weight(std::vector<float>(N * K, 0.0f));
+  absl::Status s =
+      MatmulForward<__half>(**blas, in.get(), weight.get(), nullptr, out.get(), M, K, N, nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  s = MatmulForward<__half>(**blas, in.get(), weight.get(), bias.get(), out_bias.get(), M, K, N,
+                            nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  s = MatmulForward<__half>(**blas, in.get(), weight.get(), bias.get(), gelu.get(), M, K, N,
+                            nullptr, pre.get());
+  ASSERT_TRUE(s.ok()) << s;
+  s = MatmulBackward<__half>(**blas, d_out.get(), in.get(), weight.get(), d_in.get(),
+                             d_weight.get(), nullptr, M, K, N, nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto finite = [](const std::vector<float>& v) {
+    size_t count = 0;
+    for (float e : v) count += std::isfinite(e);
+    return count;
+  };
+  const std::vector<float> plain = out.Download(), with_bias = out_bias.Download(),
+                           gelu_out = gelu.Download(), pre_gelu = pre.Download(),
+                           grad_in = d_in.Download(), grad_weight = d_weight.Download();
+  std::printf(
+      "fp16 matmul overflow: out[0] %g, +bias %g, gelu %g, pre-gelu %g, d_in %g, d_weight %g; "
+      "finite out %zu, +bias %zu, gelu %zu, pre-gelu %zu, d_in %zu\n",
+      plain[0], with_bias[0], gelu_out[0], pre_gelu[0], grad_in[0], grad_weight[0], finite(plain),
+      finite(with_bias), finite(gelu_out), finite(pre_gelu), finite(grad_in));
+  EXPECT_EQ(finite(plain), 0u);
+  EXPECT_EQ(finite(with_bias), 0u);
+  EXPECT_EQ(finite(gelu_out), 0u);
+  EXPECT_EQ(finite(pre_gelu), 0u);
+  EXPECT_EQ(finite(grad_in), 0u);
+  for (float g : grad_weight) ASSERT_EQ(g, 65536.0f);
 }
 
 TEST(CudaMatmulTest, RefusesGeluWithoutBias) {

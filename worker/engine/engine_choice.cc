@@ -29,11 +29,6 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
     return absl::UnimplementedError(
         "parallel.zero_stage: 1 is not supported by the CUDA engine yet; use 0");
   }
-  if (spec.precision() == PRECISION_FP16) {
-    return absl::UnimplementedError(
-        "precision: PRECISION_FP16 (with loss scaling) is not wired into the CUDA engine yet; "
-        "use PRECISION_BF16");
-  }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {

@@ -10,7 +10,8 @@
 //                   the CPU, with a note saying why (a reduced-precision job still needs
 //                   the GPU: UNIMPLEMENTED on the CPU, as for DEVICE_CPU).
 // The CUDA engine (worker/engine/cuda) runs tensor = pipeline = 1 (any data degree, with
-// host-staged gradient all-reduce), without ZeRO, in FP32 or BF16.
+// NCCL or host-staged gradient all-reduce), without ZeRO, in FP32, BF16 or FP16 (with
+// dynamic loss scaling).
 #ifndef MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 #define MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 
@@ -32,6 +33,12 @@ struct EngineChoice {
 
 // `gpu` is OK when this machine has a usable GPU, else CUDA's reason.
 absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu);
+
+// The GPU a rank uses: ranks take the machine's GPUs in turn (one worker per GPU gives
+// each its own; more ranks than GPUs share them, as tests on one GPU do).
+inline int CudaDeviceForRank(int global_rank, int device_count) {
+  return device_count > 0 ? global_rank % device_count : 0;
+}
 
 // OK if the CUDA engine can run `spec`; otherwise UNIMPLEMENTED naming the field and the
 // limit.

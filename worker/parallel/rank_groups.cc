@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/parallel/nccl_communicator.h"
 #include "worker/parallel/solo_communicator.h"
 
 namespace mtrain {
@@ -30,8 +31,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(const std::string& name,
 }  // namespace
 
 void RankGroups::AbortAll() {
-  for (Communicator* group :
-       {tensor.get(), data.get(), pipeline.get(), model.get(), embedding.get(), world.get()}) {
+  for (Communicator* group : {tensor.get(), data.get(), pipeline.get(), model.get(),
+                              embedding.get(), world.get(), device_data.get(),
+                              device_world.get()}) {
     if (group != nullptr) group->Abort();
   }
 }
@@ -72,6 +74,30 @@ absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_ra
   for (int r = 0; r < grid.world_size(); ++r) everyone.push_back(r);
   ASSIGN_OR_RETURN(groups.world, Connect("world", std::move(everyone), global_rank, transport));
   return groups;
+}
+
+absl::Status ConnectDeviceDataGroup(const RankGrid& grid, int global_rank,
+                                    const GroupTransport& transport, int cuda_device,
+                                    RankGroups* groups) {
+  std::vector<int> members = grid.GroupMembers(GroupKind::kData, global_rank);
+  if (members.size() <= 1) return absl::OkStatus();  // the same on every rank
+  if (transport.store == nullptr) {
+    return absl::FailedPreconditionError("GPU data groups need a rendezvous store");
+  }
+  GroupSpec world;
+  world.name = transport.key_prefix + "nccl-world";
+  for (int r = 0; r < grid.world_size(); ++r) world.members.push_back(r);
+  world.global_rank = global_rank;
+  world.timeout = transport.timeout;
+  world.watchdog_wait = transport.watchdog_wait;
+  ASSIGN_OR_RETURN(groups->device_world, ConnectNcclGroup(*transport.store, world, cuda_device));
+  const int index = grid.GroupIndex(GroupKind::kData, global_rank);
+  GroupSpec data = world;
+  data.name = absl::StrCat(transport.key_prefix, "nccl-data-", index);
+  data.members = std::move(members);
+  ASSIGN_OR_RETURN(groups->device_data,
+                   SplitNcclGroup(*transport.store, *groups->device_world, &data, index));
+  return absl::OkStatus();
 }
 
 }  // namespace mtrain

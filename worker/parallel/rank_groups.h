@@ -29,6 +29,11 @@ struct RankGroups {
   std::unique_ptr<Communicator> model;      // tensor x pipeline: one replica
   std::unique_ptr<Communicator> embedding;  // null on middle pipeline stages
   std::unique_ptr<Communicator> world;      // point-to-point by global rank; gathers
+  // GPU collectives (NCCL) for the CUDA engine's device buffers, next to the host groups
+  // above (which carry losses, norms, checkpoints): a world communicator bootstrapped once
+  // and the data-parallel group split off it. Null unless ConnectDeviceDataGroup ran.
+  std::unique_ptr<Communicator> device_world;
+  std::unique_ptr<Communicator> device_data;
 
   // Aborts every group (unblocks operations in progress). Safe from another thread.
   void AbortAll();
@@ -47,6 +52,13 @@ struct GroupTransport {
 
 absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
                                              const GroupTransport& transport);
+
+// Fills groups->device_world and device_data with NCCL communicators on `cuda_device`
+// (the unique id through transport.store). Every rank of the world calls it. Nothing to
+// do (OK, both stay null) when the data-parallel degree is 1.
+absl::Status ConnectDeviceDataGroup(const RankGrid& grid, int global_rank,
+                                    const GroupTransport& transport, int cuda_device,
+                                    RankGroups* groups);
 
 }  // namespace mtrain
 

@@ -3,7 +3,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -28,8 +32,10 @@ class CudaEngine::Model {
     return fp32 ? fp32->Forward(id, tokens, targets, losses)
                 : bf16->Forward(id, tokens, targets, losses);
   }
-  absl::Status Backward(float d_loss_per_token) {
-    return fp32 ? fp32->Backward(d_loss_per_token) : bf16->Backward(d_loss_per_token);
+  absl::Status Backward(float d_loss_per_token,
+                        const std::function<absl::Status(int)>* on_layer_done) {
+    return fp32 ? fp32->Backward(d_loss_per_token, on_layer_done)
+                : bf16->Backward(d_loss_per_token, on_layer_done);
   }
 };
 
@@ -95,7 +101,32 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
                                       model->blas.get(), engine->stream_));
   }
   engine->model_ = std::move(model);
+
+  // Gradient ranges for the overlapped all-reduce: each layer's tensors are contiguous in
+  // the layout; what is left (embeddings first, final LayerNorm last) is final at the end.
+  const ModelShape& shape = config.layout->shape();
+  std::vector<size_t> lo(shape.num_layers, SIZE_MAX), hi(shape.num_layers, 0);
+  for (const ParamTensor& t : config.layout->tensors()) {
+    if (t.name.rfind("layers.", 0) != 0) {
+      engine->last_ranges_.push_back({t.offset, t.size});
+      continue;
+    }
+    const int layer = std::stoi(t.name.substr(7));
+    lo[layer] = std::min(lo[layer], t.offset);
+    hi[layer] = std::max(hi[layer], t.offset + t.size);
+  }
+  for (int l = 0; l < shape.num_layers; ++l) engine->layer_ranges_.push_back({lo[l], hi[l] - lo[l]});
   return engine;
+}
+
+void CudaEngine::SetDataParallelGroup(Communicator* group) {
+  reducer_ = group != nullptr && group->size() > 1
+                 ? std::make_unique<OverlappedAllReduce>(group, config_.device)
+                 : nullptr;
+}
+
+double CudaEngine::last_all_reduce_seconds() const {
+  return reducer_ != nullptr ? reducer_->last_busy_seconds() : 0.0;
 }
 
 absl::Status CudaEngine::RefreshModelCopy() {
@@ -167,8 +198,27 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
     }
     RETURN_IF_ERROR(model_->Forward(mb.id, mb.tokens.data(), mb.targets.data(),
                                     losses_.get() + k * tokens));
-    RETURN_IF_ERROR(model_->Backward(d_loss_per_token));
+    // The last microbatch's backward finalises each layer's gradients in turn: their
+    // all-reduce starts right away, overlapped with the layers below.
+    const std::function<absl::Status(int)> all_reduce = [&](int layer) -> absl::Status {
+      if (layer >= 0) {
+        const FlatRange& r = layer_ranges_[layer];
+        return reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count);
+      }
+      for (const FlatRange& r : last_ranges_) {
+        RETURN_IF_ERROR(reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count));
+      }
+      return absl::OkStatus();
+    };
+    const bool last = k + 1 == microbatches.size();
+    const absl::Status backward =
+        model_->Backward(d_loss_per_token, reducer_ != nullptr && last ? &all_reduce : nullptr);
+    if (!backward.ok()) {
+      if (reducer_ != nullptr) reducer_->Finish().IgnoreError();  // nothing may stay queued
+      return backward;
+    }
   }
+  if (reducer_ != nullptr) RETURN_IF_ERROR(reducer_->Finish());
   std::vector<float> losses(tokens * microbatches.size());
   RETURN_IF_ERROR(Copy(losses.data(), losses_.get(), losses.size() * sizeof(float),
                        cudaMemcpyDeviceToHost, stream_, "downloading the losses"));
@@ -179,6 +229,17 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
     loss_sum += microbatch_sum;
   }
   return loss_sum;
+}
+
+absl::StatusOr<bool> CudaEngine::UnscaleGradients(float factor) {
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
+                             "clearing the inf/NaN flag"));
+  RETURN_IF_ERROR(
+      ScaleAndCheckFinite<float>(grads_.get(), grads_.size(), factor, nonfinite_.get(), stream_));
+  int nonfinite = 0;
+  RETURN_IF_ERROR(Copy(&nonfinite, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_,
+                       "reading the inf/NaN flag"));
+  return nonfinite != 0;
 }
 
 absl::StatusOr<double> CudaEngine::GradientSumOfSquares() {

@@ -22,8 +22,10 @@
 #include "absl/status/statusor.h"
 #include "proto/job_spec.pb.h"
 #include "worker/engine/cuda/device_buffer.h"
+#include "worker/engine/cuda/overlapped_all_reduce.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
+#include "worker/parallel/communicator.h"
 #include "worker/parallel/pipeline_executor.h"
 
 namespace mtrain::cuda {
@@ -55,11 +57,22 @@ class CudaEngine {
   absl::Status UploadGradients(const float* grads);
   absl::Status DownloadGradients(float* grads);
 
+  // Data parallelism on the GPU: `group` (NCCL, device buffers; must outlive the engine)
+  // sums the gradients of the replicas, each layer's as soon as the last microbatch's
+  // backward has passed it, overlapped with the rest of the backward. Without one,
+  // ForwardBackward leaves the gradients local (the caller reduces them).
+  void SetDataParallelGroup(Communicator* group);
+  // Seconds the last step's overlapped all-reduces took on the communication thread.
+  double last_all_reduce_seconds() const;
+
   // Zeroes the gradients, then forward and backward of every microbatch, accumulating the
-  // gradients. Returns the sum of the per-token losses (summed in double per microbatch,
-  // in token order, as the CPU engine does).
+  // gradients (summed over the replicas with a data-parallel group). Returns the sum of
+  // the per-token losses (in double per microbatch, in token order, as the CPU engine).
   absl::StatusOr<double> ForwardBackward(const std::vector<Microbatch>& microbatches,
                                          float d_loss_per_token);
+  // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale) and returns
+  // whether any is inf or NaN (an overflow: the step is to be skipped).
+  absl::StatusOr<bool> UnscaleGradients(float factor);
   // Sum of the squared gradients (for global-norm clipping); INTERNAL naming the step's
   // problem if a gradient is inf or NaN.
   absl::StatusOr<double> GradientSumOfSquares();
@@ -82,6 +95,15 @@ class CudaEngine {
   DeviceBuffer<double> sum_of_squares_;
   DeviceBuffer<int> nonfinite_;
   std::unique_ptr<Model> model_;
+  // Flat-buffer ranges whose gradients are final after each layer's backward ([layer]),
+  // and after the embeddings' (the embeddings and the final LayerNorm).
+  struct FlatRange {
+    size_t begin = 0;
+    size_t count = 0;
+  };
+  std::vector<FlatRange> layer_ranges_;
+  std::vector<FlatRange> last_ranges_;
+  std::unique_ptr<OverlappedAllReduce> reducer_;
 };
 
 }  // namespace mtrain::cuda

@@ -270,7 +270,8 @@ absl::Status CudaGptModel<T>::Forward(const MicrobatchId& id, const int32_t* tok
 }
 
 template <typename T>
-absl::Status CudaGptModel<T>::Backward(float d_loss_per_token) {
+absl::Status CudaGptModel<T>::Backward(float d_loss_per_token,
+                                       const LayerDoneHook* on_layer_done) {
   if (!has_forward_) return absl::FailedPreconditionError("Backward without Forward");
   has_forward_ = false;
   const int N = batch_ * shape_.seq_length;
@@ -301,6 +302,7 @@ absl::Status CudaGptModel<T>::Backward(float d_loss_per_token) {
     }
     RETURN_IF_ERROR(LayerBackward(l, x, s, d_x_.get(), d_below_.get()));
     std::swap(d_x_, d_below_);
+    if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(l));
   }
 
   // Embeddings: the token table's gradient goes into the tied wte gradient.
@@ -331,6 +333,7 @@ absl::Status CudaGptModel<T>::Backward(float d_loss_per_token) {
                                             stream_));
   RETURN_IF_ERROR(
       PositionEmbeddingBackward<T>(d_branch_.get(), batch_, shape_.seq_length, C, g_.wpe, stream_));
+  if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
   // The plan's host vectors must outlive the copies above (pageable memory is copied
   // before cudaMemcpyAsync returns, but keep that independent of the allocator).
   return CudaStatus(cudaStreamSynchronize(stream_), "the backward pass");

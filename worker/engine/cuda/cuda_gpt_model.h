@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -56,9 +57,14 @@ class CudaGptModel {
   // per-token losses into `losses` (device, float [B*S]) and keeps what Backward needs.
   absl::Status Forward(const MicrobatchId& id, const int32_t* tokens, const int32_t* targets,
                        float* losses);
+  // Called during Backward once a layer's gradient work is enqueued (its index), and with
+  // -1 once the embeddings' is: from then on that part of the gradients is final for this
+  // backward (the data-parallel all-reduce of the last microbatch starts from it).
+  using LayerDoneHook = std::function<absl::Status(int layer)>;
+
   // Backward of the last Forward, seeded with the derivative of the step's loss with
   // respect to each token's loss; accumulates (+=) into the gradients.
-  absl::Status Backward(float d_loss_per_token);
+  absl::Status Backward(float d_loss_per_token, const LayerDoneHook* on_layer_done = nullptr);
 
   // The logits of the last Forward: device [B*S, padded vocab].
   const T* logits() const { return logits_.get(); }

@@ -1,0 +1,72 @@
+// Data-parallel gradient all-reduce overlapped with the backward pass on the GPU: as each
+// layer's gradients become final (the last microbatch's backward has passed the layer),
+// the compute stream records an event and the layer's contiguous gradient range is queued;
+// a communication thread waits for each event and all-reduces the range on the group's
+// own stream (NCCL), while the compute stream goes on with the layers below. Ranges are
+// reduced in the order they were queued, identically on every replica, so the collectives
+// match up across ranks.
+//
+//   OverlappedAllReduce reducer(group, device);
+//   reducer.Enqueue(compute_stream, grads + begin, count);  // per ready range
+//   RETURN_IF_ERROR(reducer.Finish());                        // before the optimizer
+#ifndef MTRAIN_WORKER_ENGINE_CUDA_OVERLAPPED_ALL_REDUCE_H_
+#define MTRAIN_WORKER_ENGINE_CUDA_OVERLAPPED_ALL_REDUCE_H_
+
+#include <cuda_runtime.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/parallel/communicator.h"
+
+namespace mtrain::cuda {
+
+class OverlappedAllReduce {
+ public:
+  // `group` holds device buffers (NCCL) and must outlive this object; `device` is the
+  // CUDA device of the buffers.
+  OverlappedAllReduce(Communicator* group, int device);
+  ~OverlappedAllReduce();
+  OverlappedAllReduce(const OverlappedAllReduce&) = delete;
+  OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
+
+  // Queues the SUM all-reduce of data[0, count) once the work enqueued so far on `stream`
+  // has produced it. After a failure further ranges are skipped; Finish reports it.
+  absl::Status Enqueue(cudaStream_t stream, float* data, size_t count);
+  // Waits until every queued range is reduced; the first error, if any (then the group is
+  // unusable, as after any collective failure).
+  absl::Status Finish();
+  // Seconds the communication thread spent waiting for and in the all-reduces up to the
+  // last Finish (since the Finish before it).
+  double last_busy_seconds() const { return last_busy_seconds_; }
+
+ private:
+  struct Range {
+    cudaEvent_t ready;
+    float* data;
+    size_t count;
+  };
+  void Loop();
+
+  Communicator* const group_;
+  const int device_;
+  std::vector<cudaEvent_t> free_events_;  // guarded by mutex_
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Range> queue_;  // guarded by mutex_
+  int in_flight_ = 0;        // guarded by mutex_
+  bool stop_ = false;        // guarded by mutex_
+  absl::Status status_;      // guarded by mutex_
+  double busy_seconds_ = 0;  // guarded by mutex_ (written by the thread)
+  double last_busy_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace mtrain::cuda
+
+#endif  // MTRAIN_WORKER_ENGINE_CUDA_OVERLAPPED_ALL_REDUCE_H_
