@@ -1131,5 +1131,13 @@ template absl::Status FlashAttentionBackward<__nv_bfloat16>(const __nv_bfloat16*
                                                             const __nv_bfloat16*, const float*,
                                                             __nv_bfloat16*, const AttentionShape&,
                                                             const AttentionDropout&, cudaStream_t);
+// fp16 (mixed precision with loss scaling) takes the scalar kernels: the tensor-core path
+// is bf16 only so far.
+template absl::Status FlashAttentionForward<__half>(const __half*, __half*, float*,
+                                                    const AttentionShape&, const AttentionDropout&,
+                                                    cudaStream_t);
+template absl::Status FlashAttentionBackward<__half>(const __half*, const __half*, const __half*,
+                                                     const float*, __half*, const AttentionShape&,
+                                                     const AttentionDropout&, cudaStream_t);
 
 }  // namespace mtrain::cuda

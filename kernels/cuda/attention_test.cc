@@ -49,13 +49,20 @@ std::vector<double> ReferenceLse(const std::vector<double>& qkv, const Attention
   return lse;
 }
 
+// max |got - want|; infinite where got is not finite (std::max would skip a NaN).
 double MaxAbsError(const std::vector<float>& got, const std::vector<double>& want) {
   EXPECT_EQ(got.size(), want.size());
   double error = 0;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
     error = std::max(error, std::abs(double(got[i]) - want[i]));
   }
   return error;
+}
+
+// How many values are NaN or infinite (testing::RelativeError passes over NaNs).
+size_t NonFinite(const std::vector<float>& values) {
+  return std::count_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -109,6 +116,9 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
       sizeof(T) == 4 ? "fp32" : "bf16", shape.batch, shape.seq, shape.heads, shape.head_dim,
       dropout.p, dropout.head_offset, dropout.total_heads > 0 ? dropout.total_heads : shape.heads,
       out_error, lse_error, grad_error);
+  EXPECT_EQ(NonFinite(got_out), 0u);
+  EXPECT_EQ(NonFinite(got_lse), 0u);
+  EXPECT_EQ(NonFinite(got_d_qkv), 0u);
   EXPECT_LT(out_error, tolerance);
   EXPECT_LT(lse_error, lse_tolerance);
   EXPECT_LT(grad_error, tolerance);

@@ -1,6 +1,7 @@
 #include "worker/engine/cuda/cuda_engine.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <climits>
@@ -26,16 +27,19 @@ class CudaEngine::Model {
   std::unique_ptr<CublasLt> blas;
   std::unique_ptr<CudaGptModel<float>> fp32;
   std::unique_ptr<CudaGptModel<__nv_bfloat16>> bf16;
+  std::unique_ptr<CudaGptModel<__half>> fp16;
 
   absl::Status Forward(const MicrobatchId& id, const int32_t* tokens, const int32_t* targets,
                        float* losses) {
-    return fp32 ? fp32->Forward(id, tokens, targets, losses)
-                : bf16->Forward(id, tokens, targets, losses);
+    if (fp32) return fp32->Forward(id, tokens, targets, losses);
+    if (bf16) return bf16->Forward(id, tokens, targets, losses);
+    return fp16->Forward(id, tokens, targets, losses);
   }
   absl::Status Backward(float d_loss_per_token,
                         const std::function<absl::Status(int)>* on_layer_done) {
-    return fp32 ? fp32->Backward(d_loss_per_token, on_layer_done)
-                : bf16->Backward(d_loss_per_token, on_layer_done);
+    if (fp32) return fp32->Backward(d_loss_per_token, on_layer_done);
+    if (bf16) return bf16->Backward(d_loss_per_token, on_layer_done);
+    return fp16->Backward(d_loss_per_token, on_layer_done);
   }
 };
 
@@ -51,11 +55,12 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
                                                    " is smaller than the layout's ",
                                                    config.layout->end_offset(), " elements"));
   }
-  if (config.precision != PRECISION_FP32 && config.precision != PRECISION_BF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "precision: ", Precision_Name(config.precision),
-        ": the CUDA engine trains in PRECISION_FP32 or PRECISION_BF16 (fp16 with loss scaling "
-        "is not wired into it yet)"));
+  if (config.precision != PRECISION_FP32 && config.precision != PRECISION_BF16 &&
+      config.precision != PRECISION_FP16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision: ", Precision_Name(config.precision),
+                     ": the CUDA engine trains in PRECISION_FP32, PRECISION_BF16 or "
+                     "PRECISION_FP16"));
   }
   int count = 0;
   RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&count), "counting CUDA devices"));
@@ -87,7 +92,14 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
 
   auto model = std::make_unique<Model>();
   ASSIGN_OR_RETURN(model->blas, CublasLt::Create());
-  if (config.precision == PRECISION_BF16) {
+  if (config.precision == PRECISION_FP16) {
+    ASSIGN_OR_RETURN(engine->bf16_copy_,
+                     DeviceBuffer<uint16_t>::Create(n, "the fp16 copy of the weights"));
+    ASSIGN_OR_RETURN(model->fp16, CudaGptModel<__half>::Create(
+                                      *config.layout, config.micro_batch, config.model,
+                                      reinterpret_cast<const __half*>(engine->bf16_copy_.get()),
+                                      engine->grads_.get(), model->blas.get(), engine->stream_));
+  } else if (config.precision == PRECISION_BF16) {
     ASSIGN_OR_RETURN(engine->bf16_copy_,
                      DeviceBuffer<uint16_t>::Create(n, "the bf16 copy of the weights"));
     ASSIGN_OR_RETURN(model->bf16, CudaGptModel<__nv_bfloat16>::Create(
@@ -131,6 +143,10 @@ double CudaEngine::last_all_reduce_seconds() const {
 
 absl::Status CudaEngine::RefreshModelCopy() {
   if (bf16_copy_.size() == 0) return absl::OkStatus();
+  if (config_.precision == PRECISION_FP16) {
+    return ConvertTensor<float, __half>(master_.get(), reinterpret_cast<__half*>(bf16_copy_.get()),
+                                        master_.size(), stream_);
+  }
   return ConvertTensor<float, __nv_bfloat16>(
       master_.get(), reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get()), master_.size(), stream_);
 }
@@ -268,7 +284,9 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
   h.eps = config_.optimizer.eps();
   h.step = step;
   h.grad_scale = static_cast<float>(grad_scale);
-  __nv_bfloat16* copy = reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get());
+  const bool fp16 = config_.precision == PRECISION_FP16;
+  __nv_bfloat16* copy = fp16 ? nullptr : reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get());
+  __half* half_copy = fp16 ? reinterpret_cast<__half*>(bf16_copy_.get()) : nullptr;
   // Consecutive tensors with the same decay setting are updated by one launch.
   const std::vector<ParamTensor>& tensors = config_.layout->tensors();
   size_t i = 0;
@@ -281,7 +299,12 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
     const size_t begin = tensors[i].offset;
     const size_t count = tensors[j - 1].offset + tensors[j - 1].size - begin;
     h.weight_decay = tensors[i].weight_decay ? config_.optimizer.weight_decay() : 0.0f;
-    if (copy != nullptr) {
+    if (half_copy != nullptr) {
+      const absl::Status updated = AdamWUpdate<float, __half>(
+          master_.get() + begin, grads_.get() + begin, m_.get() + begin, v_.get() + begin,
+          half_copy + begin, count, h, stream_);
+      RETURN_IF_ERROR(updated);
+    } else if (copy != nullptr) {
       const absl::Status updated = AdamWUpdate<float, __nv_bfloat16>(
           master_.get() + begin, grads_.get() + begin, m_.get() + begin, v_.get() + begin,
           copy + begin, count, h, stream_);

@@ -35,7 +35,7 @@ struct CudaEngineConfig {
   size_t buffer_size = 0;  // elements of the flat buffers (>= layout end, padding zero)
   int micro_batch = 0;
   ModelOptions model;
-  Precision precision = PRECISION_FP32;  // FP32 or BF16
+  Precision precision = PRECISION_FP32;  // FP32, BF16 or FP16 (the caller scales the loss)
   OptimizerSpec optimizer;
   int device = 0;  // CUDA device ordinal
 };
@@ -43,8 +43,8 @@ struct CudaEngineConfig {
 class CudaEngine {
  public:
   // Selects the device, allocates every buffer and the activations. INVALID_ARGUMENT for
-  // a layout the CUDA model cannot hold or an unsupported precision (FP16 needs the loss
-  // scaler, not wired yet); FAILED_PRECONDITION without a usable device;
+  // a layout the CUDA model cannot hold or an unknown precision; FAILED_PRECONDITION
+  // without a usable device;
   // RESOURCE_EXHAUSTED (naming the buffer) when the model does not fit.
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const CudaEngineConfig& config);
   ~CudaEngine();
@@ -91,7 +91,7 @@ class CudaEngine {
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer<float> master_, grads_, m_, v_, losses_;
-  DeviceBuffer<uint16_t> bf16_copy_;  // __nv_bfloat16 bits; empty in fp32 training
+  DeviceBuffer<uint16_t> bf16_copy_;  // bf16 or fp16 bits; empty in fp32 training
   DeviceBuffer<double> sum_of_squares_;
   DeviceBuffer<int> nonfinite_;
   std::unique_ptr<Model> model_;

@@ -1,6 +1,7 @@
 #include "worker/engine/cuda/cuda_gpt_model.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <string>
 #include <utility>
@@ -341,5 +342,6 @@ absl::Status CudaGptModel<T>::Backward(float d_loss_per_token,
 
 template class CudaGptModel<float>;
 template class CudaGptModel<__nv_bfloat16>;
+template class CudaGptModel<__half>;
 
 }  // namespace mtrain::cuda

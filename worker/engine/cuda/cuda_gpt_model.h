@@ -4,8 +4,8 @@
 // flash attention, fused cross-entropy, deterministic embedding gradients).
 //
 // T is the type of the parameters the layers read and of the activations: float (fp32
-// training, checked against the CPU model) or __nv_bfloat16 (mixed precision: a bf16 copy
-// of fp32 master weights). Parameter gradients are always fp32 ("main grads"), whatever T.
+// training, checked against the CPU model), __nv_bfloat16 or __half (mixed precision: a
+// 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter gradients are always fp32 ("main grads"), whatever T.
 //
 // One rank holding the whole model (tensor = pipeline = 1); the data-parallel replicas
 // each run one. Everything is enqueued on one stream; Forward and Backward return once
