@@ -5,9 +5,9 @@
 // Semantics are kernels/attention.h's (qkv[B, S, 3, H, D] in, out[B, S, H, D]), dropout
 // included: the same counter-based masks (kernels/dropout.h) at the same global indices,
 // so the GPU drops exactly what the CPU and every parallel layout drop.
-// T is float or __nv_bfloat16. Head dims 32, 64 and 128.
-//   fp32 (and bf16 at head dim 32): scalar float kernels, a thread per row; they follow the
-//     CPU closely (the fp32 tests hold them to 1e-5).
+// T is float, __nv_bfloat16 or __half. Head dims 32, 64 and 128.
+//   fp32, fp16, and bf16 at head dim 32: scalar float kernels, a thread per row; they follow
+//     the CPU closely (the fp32 tests hold them to 1e-5).
 //   bf16 at head dims 64 and 128: FlashAttention-2-style tensor-core kernels (mma.sync
 //     m16n8k16, bf16 operands, fp32 accumulation and softmax; the probabilities and dS are
 //     rounded to bf16 as mma operands, so they match the CPU to bf16 precision).

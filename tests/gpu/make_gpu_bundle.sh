@@ -15,6 +15,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //kernels/cuda:grad_scale_test //kernels/cuda:cross_entropy_test //kernels/cuda:matmul_test
          //kernels/cuda:attention_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
          //kernels/cuda:elementwise_test //worker/engine/cuda:cuda_engine_test
+         //worker/engine/cuda:overlapped_all_reduce_test //kernels/cuda:attention_bench
          //worker //worker:train "$@")
 bazel build "${TARGETS[@]}" >/dev/null
 BIN=$(bazel info bazel-bin 2>/dev/null)

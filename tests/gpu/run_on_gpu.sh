@@ -29,8 +29,11 @@ done
 # The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and
 # AdamW steps following the CPU engine.
 check cuda_engine_test "$BUNDLE/bin/cuda_engine_test"
+check overlapped_all_reduce_test "$BUNDLE/bin/overlapped_all_reduce_test"
 # Whole training runs with `train`: CUDA vs CPU, d=2 on one GPU vs d=1, bf16 vs fp32.
 check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
+# Tensor-core attention speed (ms, TFLOP/s) at GPT-2 124M's shapes; compare with SDPA.
+check attention_bench "$BUNDLE/bin/attention_bench"
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"
 
 echo
