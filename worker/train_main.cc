@@ -86,9 +86,10 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "bound on rendezvous and on every collective or message");
 ABSL_FLAG(double, bucket_mb, 4.0, "data-parallel gradient bucket size in MiB");
 ABSL_FLAG(std::string, gpu_collectives, "nccl",
-          "how CUDA ranks sum their gradients: nccl (on the GPU, overlapped with the backward) "
-          "or gloo (through host memory; for several ranks sharing one GPU, which NCCL up to "
-          "2.29 refuses)");
+          "how CUDA ranks sum their gradients and tensor-parallel activations: nccl (on the "
+          "GPU; data-parallel sums overlapped with the backward) or gloo (through host "
+          "memory; for several ranks sharing one GPU, which NCCL up to 2.29 refuses). "
+          "Pipeline messages go through host memory either way");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "write checkpoints here (DIR/step-NNNNNNNN, docs/CHECKPOINT_FORMAT.md) every "
           "train.checkpoint_every steps and after the last step; a directory all ranks share");
@@ -252,8 +253,9 @@ absl::Status Train(RankSetup& setup) {
     transport.device = &*device;
   }
   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
-  // CUDA ranks sum their gradients with NCCL on the GPU (the Trainer makes the same engine
-  // choice); every rank of the job decides alike, so all or none join the NCCL world.
+  // CUDA ranks sum their gradients and tensor-parallel activations with NCCL on the GPU
+  // (the Trainer makes the same engine choice); every rank of the job decides alike, so
+  // all or none join the NCCL world.
   const std::string gpu_collectives = absl::GetFlag(FLAGS_gpu_collectives);
   if (gpu_collectives != "nccl" && gpu_collectives != "gloo") {
     return absl::InvalidArgumentError(
@@ -261,9 +263,10 @@ absl::Status Train(RankSetup& setup) {
   }
   const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
   ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
-  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" && par.data() > 1) {
+  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" &&
+      (par.data() > 1 || par.tensor() > 1)) {
     const int cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
-    RETURN_IF_ERROR(ConnectDeviceDataGroup(grid, rank, transport, cuda_device, &groups));
+    RETURN_IF_ERROR(ConnectDeviceGroups(grid, rank, transport, cuda_device, &groups));
   }
   TrainerOptions options;
   options.bucket_elements =

@@ -4,17 +4,18 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/layer_partition.h"
-#include "kernels/grad_norm.h"
 #include "kernels/cuda_device_query.h"
+#include "kernels/grad_norm.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/cuda/cuda_engine.h"
-#include "worker/engine/engine_choice.h"
 #include "worker/engine/data/data_source.h"
+#include "worker/engine/engine_choice.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/safetensors.h"
 
@@ -53,6 +54,27 @@ absl::StatusOr<std::vector<ModelPlacement>> PlacementsOf(const JobSpec& spec, in
 }
 
 bool IsTensorSharded(const ParamTensor& t) { return t.local_shape != t.global_shape; }
+
+// The flat-buffer ranges of the tensors `keep` selects, adjacent ones merged (the whole
+// model on one rank is a single range).
+std::vector<cuda::FlatRange> MergedRanges(const std::vector<ParamTensor>& tensors,
+                                          const std::function<bool(const ParamTensor&)>& keep) {
+  std::vector<const ParamTensor*> kept;
+  for (const ParamTensor& t : tensors) {
+    if (keep(t)) kept.push_back(&t);
+  }
+  std::sort(kept.begin(), kept.end(),
+            [](const ParamTensor* a, const ParamTensor* b) { return a->offset < b->offset; });
+  std::vector<cuda::FlatRange> ranges;
+  for (const ParamTensor* t : kept) {
+    if (!ranges.empty() && ranges.back().begin + ranges.back().count == t->offset) {
+      ranges.back().count += t->size;
+    } else {
+      ranges.push_back({t->offset, t->size});
+    }
+  }
+  return ranges;
+}
 
 }  // namespace
 
@@ -112,9 +134,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
         "assignment.schedule.num_microbatches ", assignment.schedule().num_microbatches(),
         " != ", t->microbatches_, " microbatches per replica of the spec"));
   }
+  t->cpu_stages_ = std::make_unique<RankModelStages>(t->model_.get());
   t->executor_ =
-      std::make_unique<PipelineExecutor>(t->model_.get(), assignment.schedule(), rank.pp_rank(),
-                                         par.pipeline(), t->groups_.world.get());
+      std::make_unique<PipelineExecutor>(t->cpu_stages_.get(), assignment.schedule(),
+                                         rank.pp_rank(), par.pipeline(), t->groups_.world.get());
   t->buckets_ = std::make_unique<GradientBuckets>(t->model_->tensors(), t->model_->grads(),
                                                   t->groups_.data.get(), options.bucket_elements);
   size_t begin = 0;
@@ -133,8 +156,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     // Ranks of one machine take its GPUs in turn (one worker per GPU gives each rank its
     // own; several ranks may share one, as in the tests on one GPU).
     cuda::CudaEngineConfig config;
-    config.layout = &t->model_->chunk_layout(0);
+    for (int c = 0; c < t->model_->num_chunks(); ++c) {
+      config.chunks.push_back(&t->model_->chunk_layout(c));
+    }
     config.buffer_size = t->model_->buffer_size();
+    // Tensor-parallel sums with NCCL where train_main connected a GPU tensor group,
+    // otherwise through host memory and the Gloo tensor group.
+    config.tensor_group = t->groups_.device_tensor != nullptr ? t->groups_.device_tensor.get()
+                                                              : t->groups_.tensor.get();
+    config.tensor_group_on_device = t->groups_.device_tensor != nullptr;
     config.micro_batch = t->micro_batch_;
     config.model = model_options;
     config.precision =
@@ -144,6 +174,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
     config.device = CudaDeviceForRank(rank.global_rank(), static_cast<int>(gpus->size()));
     ASSIGN_OR_RETURN(t->cuda_, cuda::CudaEngine::Create(config));
+    // Tensor or pipeline parallelism: the schedule's actions run on the GPU chunks.
+    t->executor_ =
+        std::make_unique<PipelineExecutor>(t->cuda_.get(), assignment.schedule(), rank.pp_rank(),
+                                           par.pipeline(), t->groups_.world.get());
     // Gradients stay on the GPU where an NCCL data-parallel group exists (train_main
     // connects one); otherwise they go through the host and the Gloo data group.
     t->cuda_->SetDataParallelGroup(t->groups_.device_data.get());
@@ -185,15 +219,23 @@ bool Trainer::IsTiedCopyElsewhere(const ParamTensor& tensor) const {
          assignment_.rank().pp_rank() != 0;
 }
 
+bool Trainer::IsCountedInNorm(const ParamTensor& tensor) const {
+  // Replicated across tensor ranks: counted on tensor rank 0 only.
+  if (!IsTensorSharded(tensor) && assignment_.rank().tp_rank() != 0) return false;
+  return !IsTiedCopyElsewhere(tensor);
+}
+
 double Trainer::GradientSumOfSquares() const {
   double sum = 0;
-  const bool tensor_rank0 = assignment_.rank().tp_rank() == 0;
   for (const ParamTensor& t : model_->tensors()) {
-    if (!IsTensorSharded(t) && !tensor_rank0) continue;  // replicated: counted on rank 0
-    if (IsTiedCopyElsewhere(t)) continue;
-    sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
+    if (IsCountedInNorm(t)) sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
   }
   return sum;
+}
+
+bool Trainer::WholeModelOnRank() const {
+  const ParallelSpec& par = assignment_.spec().parallel();
+  return model_->num_chunks() == 1 && par.tensor() == 1 && par.pipeline() == 1;
 }
 
 absl::StatusOr<StepMetrics> Trainer::Step() {
@@ -209,16 +251,29 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   // fp16: the backward is seeded with the scaled loss so that small gradients survive.
   const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
   if (cuda_ != nullptr) {
-    ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(
-                                   microbatches, static_cast<float>(loss_scale / global_tokens)));
-    host_collective_seconds = cuda_->last_all_reduce_seconds();
-    if (groups_.data->size() > 1 && groups_.device_data == nullptr) {
-      // Data parallelism through the host: the CPU transports (Gloo) carry the gradients.
+    const float d_loss = static_cast<float>(loss_scale / global_tokens);
+    if (WholeModelOnRank()) {
+      // The fast path: the data-parallel sum overlapped with the backward on NCCL.
+      ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(microbatches, d_loss));
+      host_collective_seconds = cuda_->last_all_reduce_seconds();
+    } else {
+      RETURN_IF_ERROR(cuda_->ZeroGradients());
+      ASSIGN_OR_RETURN(loss_sum, executor_->RunStep(microbatches, d_loss));
+      if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && par.pipeline() > 1) {
+        // The tied embedding's two copies (first and last stage) sum their gradients.
+        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.embedding.get(), /*on_device=*/false,
+                                                  {{wte->offset, wte->size}}));
+      }
+    }
+    const bool summed_on_gpu = WholeModelOnRank() && groups_.device_data != nullptr;
+    if (groups_.data->size() > 1 && !summed_on_gpu) {
       const auto reduce_start = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(cuda_->DownloadGradients(model_->grads()));
-      RETURN_IF_ERROR(
-          groups_.data->AllReduce(model_->grads(), model_->buffer_size(), ReduceOp::kSum));
-      RETURN_IF_ERROR(cuda_->UploadGradients(model_->grads()));
+      if (groups_.device_data != nullptr) {
+        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.device_data.get(), /*on_device=*/true));
+      } else {
+        // Data parallelism through the host: the CPU transports (Gloo) carry the gradients.
+        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.data.get(), /*on_device=*/false));
+      }
       host_collective_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
     }
@@ -231,9 +286,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       if (tied_elsewhere && tensor.name == "wte") return;
       buckets_->MarkReady(tensor);
     };
-    ASSIGN_OR_RETURN(
-        loss_sum,
-        executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens), &hook));
+    cpu_stages_->SetFinalGradsHook(&hook);
+    absl::StatusOr<double> run =
+        executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens));
+    cpu_stages_->SetFinalGradsHook(nullptr);
+    ASSIGN_OR_RETURN(loss_sum, std::move(run));
     if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
       RETURN_IF_ERROR(
           groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
@@ -262,7 +319,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (apply) {
     double sum_squares = 0;
     if (cuda_ != nullptr) {
-      ASSIGN_OR_RETURN(sum_squares, cuda_->GradientSumOfSquares());
+      ASSIGN_OR_RETURN(
+          sum_squares,
+          cuda_->GradientSumOfSquares(MergedRanges(
+              model_->tensors(), [this](const ParamTensor& t) { return IsCountedInNorm(t); })));
     } else {
       sum_squares = GradientSumOfSquares();
     }

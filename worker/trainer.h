@@ -38,6 +38,7 @@
 #include "worker/parallel/grad_buckets.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
+#include "worker/parallel/rank_model_stages.h"
 
 namespace mtrain {
 
@@ -122,6 +123,11 @@ class Trainer {
   absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(long long step) const;
   double GradientSumOfSquares() const;
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
+  // Whether the global gradient norm counts this rank's copy of `tensor` (each parameter
+  // is counted once over the model-parallel group).
+  bool IsCountedInNorm(const ParamTensor& tensor) const;
+  // One chunk, one tensor rank, one stage: the CUDA engine's fast path applies.
+  bool WholeModelOnRank() const;
   // The AdamW moments over the whole flat buffer (all-gathered under ZeRO-1).
   absl::Status FullMoments(std::vector<float>* m, std::vector<float>* v);
   // With the CUDA engine the device holds the training state: these copy parameters and
@@ -137,10 +143,11 @@ class Trainer {
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<SequenceSampler> sampler_;
   std::unique_ptr<RankModel> model_;
+  std::unique_ptr<RankModelStages> cpu_stages_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
-  std::unique_ptr<cuda::CudaEngine> cuda_;  // null: the CPU engine trains
+  std::unique_ptr<cuda::CudaEngine> cuda_;     // null: the CPU engine trains
   std::unique_ptr<DynamicLossScaler> scaler_;  // fp16 only
   std::string engine_note_;
   size_t shard_begin_ = 0;  // ZeRO-1: this rank's slice of the flat buffer

@@ -29,7 +29,8 @@ __global__ void ForwardKernel(const int32_t* tokens, const T* wte, const T* wpe,
     // Other shards' tokens give 0 + wpe, not wpe: the CPU zero-fills then accumulates, and
     // 0 + -0 is +0.
     const float token_value = local >= 0 ? ToFloat(wte[size_t(local) * C + c]) : 0.0f;
-    out[e] = FromFloat<T>(token_value + ToFloat(wpe[(i % seq) * C + c]));
+    const float position_value = wpe != nullptr ? ToFloat(wpe[(i % seq) * C + c]) : 0.0f;
+    out[e] = FromFloat<T>(token_value + position_value);
   }
 }
 

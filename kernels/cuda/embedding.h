@@ -22,7 +22,8 @@ namespace mtrain::cuda {
 
 // out[i, :] = (tokens[i] in the shard ? wte[tokens[i] - vocab_start, :] : 0) + wpe[i % seq, :]
 // for the batch * seq tokens (device, [batch, seq]); wte is the shard [local_vocab, C], wpe
-// [>= seq, C], out [batch * seq, C] (overwritten). Summed in float and rounded once to T.
+// [>= seq, C] or null (no position term: under tensor parallelism one rank adds it before
+// the all-reduce), out [batch * seq, C] (overwritten). Summed in float, rounded once to T.
 // INVALID_ARGUMENT for negative sizes or C <= 0.
 template <typename T>
 absl::Status TokenPositionEmbeddingForward(const int32_t* tokens, const T* wte, const T* wpe,

@@ -10,7 +10,10 @@
      and SHM off) and reported, not required: NCCL 2.28 may refuse it;
   3. CUDA bf16 (1,1,1) stays within 2e-2 of the fp32 losses and its loss falls;
   4. CUDA fp16 (1,1,1) with dynamic loss scaling (from 2^32): the first steps overflow and
-     are skipped (reported in skipped_steps, the scale backs off), then the loss falls.
+     are skipped (reported in skipped_steps, the scale backs off), then the loss falls;
+  5. tensor and pipeline parallelism on the GPU: CUDA fp32 (2,1,1), (1,2,1) (1F1B) and
+     (2,2,1), all ranks on the one GPU with Gloo-staged collectives, reproduce the (1,1,1)
+     CUDA losses to 1e-5; bf16 (2,1,1) and (1,2,1) stay within 2e-2 of bf16 (1,1,1).
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -36,26 +39,26 @@ SPEC = {
 
 
 def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_workaround=False,
-        steps=None):
+        steps=None, tensor=1, pipeline=1):
     spec = json.loads(json.dumps(SPEC))
     spec["device"], spec["precision"] = device, precision
-    spec["parallel"]["data"] = data
+    spec["parallel"].update(data=data, tensor=tensor, pipeline=pipeline)
+    world = data * tensor * pipeline
     if steps:
         spec["train"]["steps"] = steps
     if os.environ.get("MTRAIN_DATA_DIR"):
         spec["data"]["path"] = os.path.join(os.environ["MTRAIN_DATA_DIR"], "shakespeare.txt")
     spec_path = pathlib.Path(tmp, f"{name}.json")
     spec_path.write_text(json.dumps(spec))
-    metrics = pathlib.Path(tmp, f"{name}.jsonl")
     rendezvous = pathlib.Path(tmp, f"{name}-rdzv")
     rendezvous.mkdir()
     procs = []
-    for rank in range(data):
-        args = [train, f"--spec={spec_path}", f"--rank={rank}", f"--world_size={data}",
+    for rank in range(world):
+        args = [train, f"--spec={spec_path}", f"--rank={rank}", f"--world_size={world}",
                 f"--rendezvous_dir={rendezvous}", f"--gpu_collectives={collectives}",
                 "--collective_timeout=120s"]
-        if rank == 0:
-            args.append(f"--metrics_jsonl={metrics}")
+        # Only ranks of the last pipeline stage write (train_main.cc): one file per rank.
+        args.append(f"--metrics_jsonl={pathlib.Path(tmp, f'{name}-{rank}.jsonl')}")
         env = dict(os.environ)
         if nccl_workaround:
             env.update(NCCL_HOSTID=f"mtrain-check-{rank}", NCCL_P2P_DISABLE="1",
@@ -63,11 +66,13 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
-    if any(p.returncode != 0 for p in procs) or not metrics.exists():
+    written = [pathlib.Path(tmp, f"{name}-{rank}.jsonl") for rank in range(world)]
+    written = [m for m in written if m.exists() and m.stat().st_size > 0]
+    if any(p.returncode != 0 for p in procs) or not written:
         print(f"{name}: failed\n" + "\n".join(o[-2000:] for o in outputs))
         return None
     engine_line = next((l for l in outputs[0].splitlines() if l.startswith("engine:")), "?")
-    rows = [json.loads(l) for l in metrics.read_text().splitlines()]
+    rows = [json.loads(l) for l in written[0].read_text().splitlines()]
     return {"engine": engine_line, "losses": [r["loss"] for r in rows],
             "tokens_per_second": rows[-1]["tokens_per_second"],
             "skipped_steps": rows[-1].get("skipped_steps", 0),
@@ -91,6 +96,16 @@ def main():
             "cuda-bf16": run(args.train, tmp, "cuda-bf16", "DEVICE_CUDA", "PRECISION_BF16", 1),
             "cuda-fp16": run(args.train, tmp, "cuda-fp16", "DEVICE_CUDA", "PRECISION_FP16", 1,
                              steps=40),
+            "cuda-fp32-t2": run(args.train, tmp, "cuda-fp32-t2", "DEVICE_CUDA", "PRECISION_FP32",
+                                1, tensor=2),
+            "cuda-fp32-p2": run(args.train, tmp, "cuda-fp32-p2", "DEVICE_CUDA", "PRECISION_FP32",
+                                1, pipeline=2),
+            "cuda-fp32-t2p2": run(args.train, tmp, "cuda-fp32-t2p2", "DEVICE_CUDA",
+                                  "PRECISION_FP32", 1, tensor=2, pipeline=2),
+            "cuda-bf16-t2": run(args.train, tmp, "cuda-bf16-t2", "DEVICE_CUDA", "PRECISION_BF16",
+                                1, tensor=2),
+            "cuda-bf16-p2": run(args.train, tmp, "cuda-bf16-p2", "DEVICE_CUDA", "PRECISION_BF16",
+                                1, pipeline=2),
         }
         nccl = run(args.train, tmp, "cuda-d2-nccl", "DEVICE_CUDA", "PRECISION_FP32", 2,
                    collectives="nccl", nccl_workaround=True)
@@ -104,6 +119,12 @@ def main():
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
             ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
         ]
+        for layout in ("t2", "p2", "t2p2"):
+            checks.append((f"cuda {layout} vs 1,1,1",
+                           max_relative(runs[f"cuda-fp32-{layout}"]["losses"], fp32), 1e-5))
+        for layout in ("t2", "p2"):
+            checks.append((f"bf16 {layout} vs 1,1,1",
+                           max_relative(runs[f"cuda-bf16-{layout}"]["losses"], bf16), 2e-2))
         if not bf16[-1] < bf16[0]:
             checks.append(("bf16 loss falls", bf16[-1] - bf16[0], 0.0))
         fp16 = runs["cuda-fp16"]

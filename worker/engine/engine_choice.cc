@@ -11,20 +11,15 @@ bool IsFp32(Precision precision) {
 
 absl::Status CpuSupports(const JobSpec& spec) {
   if (IsFp32(spec.precision())) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      "precision: ", Precision_Name(spec.precision()),
-      " needs the CUDA engine (the CPU engine trains in PRECISION_FP32)"));
+  return absl::UnimplementedError(
+      absl::StrCat("precision: ", Precision_Name(spec.precision()),
+                   " needs the CUDA engine (the CPU engine trains in PRECISION_FP32)"));
 }
 
 }  // namespace
 
 absl::Status CudaEngineSupports(const JobSpec& spec) {
   const ParallelSpec& par = spec.parallel();
-  if (par.tensor() > 1 || par.pipeline() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallel: tensor ", par.tensor(), ", pipeline ", par.pipeline(),
-        ": the CUDA engine runs tensor = pipeline = 1 so far (data parallelism only)"));
-  }
   if (par.zero_stage() == 1 && par.data() > 1) {
     return absl::UnimplementedError(
         "parallel.zero_stage: 1 is not supported by the CUDA engine yet; use 0");
@@ -32,9 +27,9 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {
-    return absl::UnimplementedError(absl::StrCat(
-        "model: hidden_size / num_heads = ", head_dim,
-        ": the CUDA attention kernels take head dimensions 32, 64 and 128"));
+    return absl::UnimplementedError(
+        absl::StrCat("model: hidden_size / num_heads = ", head_dim,
+                     ": the CUDA attention kernels take head dimensions 32, 64 and 128"));
   }
   return absl::OkStatus();
 }
@@ -49,8 +44,8 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
     }
     case DEVICE_CUDA: {
       if (!gpu.ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("device: DEVICE_CUDA but this machine has no usable GPU: ", gpu.message()));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "device: DEVICE_CUDA but this machine has no usable GPU: ", gpu.message()));
       }
       if (absl::Status s = CudaEngineSupports(spec); !s.ok()) return s;
       choice.kind = EngineKind::kCuda;
@@ -60,10 +55,11 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
     default: {  // DEVICE_AUTO, DEVICE_UNSPECIFIED
       if (!gpu.ok()) {
         if (absl::Status s = CpuSupports(spec); !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat(s.message(), "; no usable GPU here: ",
-                                                     gpu.message()));
+          return absl::Status(s.code(),
+                              absl::StrCat(s.message(), "; no usable GPU here: ", gpu.message()));
         }
-        choice.note = absl::StrCat("engine: CPU (device: auto; no usable GPU: ", gpu.message(), ")");
+        choice.note =
+            absl::StrCat("engine: CPU (device: auto; no usable GPU: ", gpu.message(), ")");
         return choice;
       }
       const absl::Status supported = CudaEngineSupports(spec);
@@ -73,8 +69,8 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
         return choice;
       }
       if (absl::Status s = CpuSupports(spec); !s.ok()) return supported;
-      choice.note = absl::StrCat("engine: CPU (device: auto; the GPU is not used: ",
-                                 supported.message(), ")");
+      choice.note = absl::StrCat(
+          "engine: CPU (device: auto; the GPU is not used: ", supported.message(), ")");
       return choice;
     }
   }

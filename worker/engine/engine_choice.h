@@ -9,9 +9,10 @@
 //   DEVICE_AUTO  -> CUDA when a GPU is usable and the CUDA engine runs the job; otherwise
 //                   the CPU, with a note saying why (a reduced-precision job still needs
 //                   the GPU: UNIMPLEMENTED on the CPU, as for DEVICE_CPU).
-// The CUDA engine (worker/engine/cuda) runs tensor = pipeline = 1 (any data degree, with
-// NCCL or host-staged gradient all-reduce), without ZeRO, in FP32, BF16 or FP16 (with
-// dynamic loss scaling).
+// The CUDA engine (worker/engine/cuda) runs any tensor, pipeline (interleaved or not) and
+// data degree (collectives on NCCL or staged through the host's Gloo groups), without
+// ZeRO, at head dimensions 32, 64 and 128, in FP32, BF16 or FP16 (with dynamic loss
+// scaling).
 #ifndef MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 #define MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 

@@ -1,5 +1,7 @@
 #include "worker/engine/engine_choice.h"
 
+#include <utility>
+
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -29,24 +31,33 @@ TEST(EngineChoiceTest, AutoUsesTheGpuWhenPresentAndTheCpuOtherwise) {
   ASSERT_TRUE(unspecified.ok());
   EXPECT_EQ(unspecified->kind, EngineKind::kCuda);
 
-  absl::StatusOr<EngineChoice> without =
-      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32), kNoGpu);
+  absl::StatusOr<EngineChoice> without = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32), kNoGpu);
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ(without->kind, EngineKind::kCpu);
   EXPECT_NE(without->note.find("no CUDA-capable device"), std::string::npos) << without->note;
 }
 
-TEST(EngineChoiceTest, AutoFallsBackToTheCpuForLayoutsTheCudaEngineDoesNotRunYet) {
-  absl::StatusOr<EngineChoice> choice =
-      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32, /*tensor=*/2), absl::OkStatus());
+TEST(EngineChoiceTest, TheCudaEngineRunsTensorAndPipelineParallelism) {
+  for (const auto& [tensor, pipeline] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    absl::StatusOr<EngineChoice> choice =
+        ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16, tensor, pipeline), absl::OkStatus());
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_EQ(choice->kind, EngineKind::kCuda) << "tensor " << tensor << " pipeline " << pipeline;
+  }
+}
+
+TEST(EngineChoiceTest, AutoFallsBackToTheCpuForJobsTheCudaEngineDoesNotRunYet) {
+  JobSpec zero = Spec(DEVICE_AUTO, PRECISION_FP32, /*tensor=*/2);
+  zero.mutable_parallel()->set_zero_stage(1);
+  absl::StatusOr<EngineChoice> choice = ChooseEngine(zero, absl::OkStatus());
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->kind, EngineKind::kCpu);
-  EXPECT_NE(choice->note.find("tensor 2"), std::string::npos) << choice->note;
-  // bf16 cannot fall back: the CPU trains in fp32 only, and the reason is the layout.
-  absl::StatusOr<EngineChoice> bf16 =
-      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16, 1, /*pipeline=*/2), absl::OkStatus());
+  EXPECT_NE(choice->note.find("zero_stage"), std::string::npos) << choice->note;
+  // bf16 cannot fall back: the CPU trains in fp32 only, and the reason is the ZeRO stage.
+  zero.set_precision(PRECISION_BF16);
+  absl::StatusOr<EngineChoice> bf16 = ChooseEngine(zero, absl::OkStatus());
   EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(bf16.status().message().find("pipeline 2"), std::string::npos) << bf16.status();
+  EXPECT_NE(bf16.status().message().find("zero_stage"), std::string::npos) << bf16.status();
 }
 
 TEST(EngineChoiceTest, ExplicitCudaNeedsAGpuAndASupportedJob) {
@@ -54,26 +65,28 @@ TEST(EngineChoiceTest, ExplicitCudaNeedsAGpuAndASupportedJob) {
   EXPECT_EQ(no_gpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(no_gpu.status().message().find("no CUDA-capable device"), std::string::npos);
 
-  absl::StatusOr<EngineChoice> fp16 = ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP16), absl::OkStatus());
+  absl::StatusOr<EngineChoice> fp16 =
+      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP16), absl::OkStatus());
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   EXPECT_EQ(fp16->kind, EngineKind::kCuda);
   JobSpec zero = Spec(DEVICE_CUDA, PRECISION_BF16);
   zero.mutable_parallel()->set_zero_stage(1);
-  EXPECT_EQ(ChooseEngine(zero, absl::OkStatus()).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(ChooseEngine(zero, absl::OkStatus()).status().code(), absl::StatusCode::kUnimplemented);
   JobSpec odd_heads = Spec(DEVICE_CUDA, PRECISION_BF16);
   odd_heads.mutable_model()->set_hidden_size(12 * 48);
   absl::StatusOr<EngineChoice> refused = ChooseEngine(odd_heads, absl::OkStatus());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.status().message().find("48"), std::string::npos) << refused.status();
 
-  absl::StatusOr<EngineChoice> ok = ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP32), absl::OkStatus());
+  absl::StatusOr<EngineChoice> ok =
+      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP32), absl::OkStatus());
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->kind, EngineKind::kCuda);
 }
 
 TEST(EngineChoiceTest, CpuTrainsInFp32Only) {
-  absl::StatusOr<EngineChoice> cpu = ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP32), absl::OkStatus());
+  absl::StatusOr<EngineChoice> cpu =
+      ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP32), absl::OkStatus());
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(cpu->kind, EngineKind::kCpu);
   absl::StatusOr<EngineChoice> bf16 = ChooseEngine(Spec(DEVICE_CPU, PRECISION_BF16), kNoGpu);

@@ -20,17 +20,17 @@ std::string Describe(const PipelineAction& a) {
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(RankModel* model, PipelineSchedule schedule, int stage,
+PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage,
                                    int pipeline, Communicator* p2p)
-    : model_(model),
+    : stages_(stages),
       schedule_(std::move(schedule)),
       stage_(stage),
       pipeline_(pipeline),
       p2p_(p2p),
-      num_chunks_(model->num_chunks()),
-      activation_elements_(static_cast<size_t>(model->shape().seq_length) * model->shape().hidden),
-      last_backward_(model->num_chunks(), 0),
-      free_acts_(model->num_chunks()) {
+      num_chunks_(stages->num_chunks()),
+      activation_elements_(static_cast<size_t>(stages->shape().seq_length) *
+                           stages->shape().hidden),
+      last_backward_(stages->num_chunks(), 0) {
   for (int i = 0; i < schedule_.actions_size(); ++i) {
     const PipelineAction& a = schedule_.actions(i);
     if (a.kind() == PipelineAction::BACKWARD && a.chunk() >= 0 && a.chunk() < num_chunks_) {
@@ -40,14 +40,13 @@ PipelineExecutor::PipelineExecutor(RankModel* model, PipelineSchedule schedule, 
 }
 
 absl::StatusOr<double> PipelineExecutor::RunStep(const std::vector<Microbatch>& microbatches,
-                                                 float d_loss_per_token,
-                                                 const GradReadyHook* on_final_grads) {
+                                                 float d_loss_per_token) {
   timings_ = PipelineTimings{};
   in_flight_.clear();
   in_flight_.resize(microbatches.size() * num_chunks_);
   double loss_sum = 0;
   for (int i = 0; i < schedule_.actions_size(); ++i) {
-    absl::Status status = Execute(i, microbatches, d_loss_per_token, on_final_grads, &loss_sum);
+    absl::Status status = Execute(i, microbatches, d_loss_per_token, &loss_sum);
     if (!status.ok()) {
       return absl::Status(status.code(),
                           absl::StrCat("pipeline stage ", stage_, ", action ", i, " ",
@@ -59,8 +58,7 @@ absl::StatusOr<double> PipelineExecutor::RunStep(const std::vector<Microbatch>& 
 }
 
 absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatch>& microbatches,
-                                       float d_loss_per_token, const GradReadyHook* on_final_grads,
-                                       double* loss_sum) {
+                                       float d_loss_per_token, double* loss_sum) {
   const PipelineAction& action = schedule_.actions(index);
   const int mb = action.microbatch();
   const int c = action.chunk();
@@ -71,10 +69,9 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   }
   std::unique_ptr<InFlight>& slot = in_flight_[static_cast<size_t>(mb) * num_chunks_ + c];
   if (slot == nullptr) slot = std::make_unique<InFlight>();
-  GptModel<float>& chunk = model_->chunk(c);
-  const ModelPlacement& placement = chunk.layout().placement();
+  const ModelPlacement& placement = stages_->placement(c);
   const size_t elements =
-      activation_elements_ * (microbatches[mb].tokens.size() / model_->shape().seq_length);
+      activation_elements_ * (microbatches[mb].tokens.size() / stages_->shape().seq_length);
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
       slot->input.resize(elements);
@@ -83,23 +80,15 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
       if (!placement.has_embedding && slot->input.size() != elements) {
         return absl::FailedPreconditionError("forward before its input was received");
       }
-      if (!free_acts_[c].empty()) {
-        slot->acts = std::move(free_acts_[c].back());
-        free_acts_[c].pop_back();
-      } else {
-        slot->acts = chunk.NewActivations();
-      }
-      MicrobatchInput<float> input;
-      input.id = microbatches[mb].id;
-      input.tokens = microbatches[mb].tokens.data();
-      input.targets = microbatches[mb].targets.data();
-      input.hidden_in = placement.has_embedding ? nullptr : slot->input.data();
       if (!placement.has_head) slot->output.resize(elements);
       const auto start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(const double sum,
-                       chunk.Forward(input, slot->acts.get(), slot->output.data()));
+                       stages_->Forward(c, mb, microbatches[mb],
+                                        placement.has_embedding ? nullptr : slot->input.data(),
+                                        placement.has_head ? nullptr : slot->output.data()));
       timings_.compute_seconds += SecondsSince(start);
       *loss_sum += sum;
+      slot->forward_done = true;
       std::vector<float>().swap(slot->input);  // copied into the activations
       return absl::OkStatus();
     }
@@ -109,19 +98,17 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
       slot->d_output.resize(elements);
       return Receive(action, &slot->d_output);
     case PipelineAction::BACKWARD: {
-      if (slot->acts == nullptr) return absl::FailedPreconditionError("backward before forward");
+      if (!slot->forward_done) return absl::FailedPreconditionError("backward before forward");
       if (!placement.has_head && slot->d_output.size() != elements) {
         return absl::FailedPreconditionError("backward before its output gradient arrived");
       }
       if (!placement.has_embedding) slot->d_input.resize(elements);
-      const GradReadyHook* hook = index == last_backward_[c] ? on_final_grads : nullptr;
       const auto start = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(chunk.Backward(
-          slot->acts.get(), placement.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
-          placement.has_embedding ? nullptr : slot->d_input.data(), hook));
+      RETURN_IF_ERROR(stages_->Backward(
+          c, mb, placement.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
+          placement.has_embedding ? nullptr : slot->d_input.data(), index == last_backward_[c]));
       timings_.compute_seconds += SecondsSince(start);
-      slot->acts->has_forward = false;
-      free_acts_[c].push_back(std::move(slot->acts));
+      slot->forward_done = false;
       std::vector<float>().swap(slot->d_output);
       return absl::OkStatus();
     }

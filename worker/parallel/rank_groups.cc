@@ -31,9 +31,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(const std::string& name,
 }  // namespace
 
 void RankGroups::AbortAll() {
-  for (Communicator* group : {tensor.get(), data.get(), pipeline.get(), model.get(),
-                              embedding.get(), world.get(), device_data.get(),
-                              device_world.get()}) {
+  for (Communicator* group :
+       {tensor.get(), data.get(), pipeline.get(), model.get(), embedding.get(), world.get(),
+        device_data.get(), device_tensor.get(), device_world.get()}) {
     if (group != nullptr) group->Abort();
   }
 }
@@ -76,13 +76,15 @@ absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_ra
   return groups;
 }
 
-absl::Status ConnectDeviceDataGroup(const RankGrid& grid, int global_rank,
-                                    const GroupTransport& transport, int cuda_device,
-                                    RankGroups* groups) {
-  std::vector<int> members = grid.GroupMembers(GroupKind::kData, global_rank);
-  if (members.size() <= 1) return absl::OkStatus();  // the same on every rank
+absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
+                                 const GroupTransport& transport, int cuda_device,
+                                 RankGroups* groups) {
+  std::vector<int> data_members = grid.GroupMembers(GroupKind::kData, global_rank);
+  std::vector<int> tensor_members = grid.GroupMembers(GroupKind::kTensor, global_rank);
+  // The same decision on every rank: the degrees are the job's.
+  if (data_members.size() <= 1 && tensor_members.size() <= 1) return absl::OkStatus();
   if (transport.store == nullptr) {
-    return absl::FailedPreconditionError("GPU data groups need a rendezvous store");
+    return absl::FailedPreconditionError("GPU groups need a rendezvous store");
   }
   GroupSpec world;
   world.name = transport.key_prefix + "nccl-world";
@@ -91,12 +93,23 @@ absl::Status ConnectDeviceDataGroup(const RankGrid& grid, int global_rank,
   world.timeout = transport.timeout;
   world.watchdog_wait = transport.watchdog_wait;
   ASSIGN_OR_RETURN(groups->device_world, ConnectNcclGroup(*transport.store, world, cuda_device));
-  const int index = grid.GroupIndex(GroupKind::kData, global_rank);
-  GroupSpec data = world;
-  data.name = absl::StrCat(transport.key_prefix, "nccl-data-", index);
-  data.members = std::move(members);
-  ASSIGN_OR_RETURN(groups->device_data,
-                   SplitNcclGroup(*transport.store, *groups->device_world, &data, index));
+  // Splits in a fixed order (data, then tensor): every rank makes the same calls.
+  if (data_members.size() > 1) {
+    const int index = grid.GroupIndex(GroupKind::kData, global_rank);
+    GroupSpec data = world;
+    data.name = absl::StrCat(transport.key_prefix, "nccl-data-", index);
+    data.members = std::move(data_members);
+    ASSIGN_OR_RETURN(groups->device_data,
+                     SplitNcclGroup(*transport.store, *groups->device_world, &data, index));
+  }
+  if (tensor_members.size() > 1) {
+    const int index = grid.GroupIndex(GroupKind::kTensor, global_rank);
+    GroupSpec tensor = world;
+    tensor.name = absl::StrCat(transport.key_prefix, "nccl-tensor-", index);
+    tensor.members = std::move(tensor_members);
+    ASSIGN_OR_RETURN(groups->device_tensor,
+                     SplitNcclGroup(*transport.store, *groups->device_world, &tensor, index));
+  }
   return absl::OkStatus();
 }
 

@@ -30,10 +30,12 @@ struct RankGroups {
   std::unique_ptr<Communicator> embedding;  // null on middle pipeline stages
   std::unique_ptr<Communicator> world;      // point-to-point by global rank; gathers
   // GPU collectives (NCCL) for the CUDA engine's device buffers, next to the host groups
-  // above (which carry losses, norms, checkpoints): a world communicator bootstrapped once
-  // and the data-parallel group split off it. Null unless ConnectDeviceDataGroup ran.
+  // above (which carry losses, norms, checkpoints, pipeline messages): a world
+  // communicator bootstrapped once and the data-parallel and tensor-parallel groups split
+  // off it. Null unless ConnectDeviceGroups made them.
   std::unique_ptr<Communicator> device_world;
   std::unique_ptr<Communicator> device_data;
+  std::unique_ptr<Communicator> device_tensor;
 
   // Aborts every group (unblocks operations in progress). Safe from another thread.
   void AbortAll();
@@ -53,12 +55,13 @@ struct GroupTransport {
 absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
                                              const GroupTransport& transport);
 
-// Fills groups->device_world and device_data with NCCL communicators on `cuda_device`
-// (the unique id through transport.store). Every rank of the world calls it. Nothing to
-// do (OK, both stay null) when the data-parallel degree is 1.
-absl::Status ConnectDeviceDataGroup(const RankGrid& grid, int global_rank,
-                                    const GroupTransport& transport, int cuda_device,
-                                    RankGroups* groups);
+// Fills groups->device_world, and device_data / device_tensor where that degree is above
+// 1, with NCCL communicators on `cuda_device` (the unique id through transport.store).
+// Every rank of the world calls it. Nothing to do (OK, all stay null) when the data and
+// tensor degrees are 1.
+absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
+                                 const GroupTransport& transport, int cuda_device,
+                                 RankGroups* groups);
 
 }  // namespace mtrain
 

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -21,39 +24,165 @@
 
 namespace mtrain::cuda {
 
-// The model of the configured precision with its cuBLASLt handle.
-class CudaEngine::Model {
+// One model chunk in the configured precision, with its activation sets: one per
+// microbatch in flight (reused after its backward), and staging buffers for the hidden
+// states that cross stages through the host (float there, T here).
+class CudaEngine::Chunk {
  public:
-  std::unique_ptr<CublasLt> blas;
-  std::unique_ptr<CudaGptModel<float>> fp32;
-  std::unique_ptr<CudaGptModel<__nv_bfloat16>> bf16;
-  std::unique_ptr<CudaGptModel<__half>> fp16;
+  virtual ~Chunk() = default;
+  virtual const ParameterLayout& layout() const = 0;
+  // Forward of microbatch `index`; losses (device [B*S], may be null) with the head;
+  // hidden_in/hidden_out: host float, as PipelineStages.
+  virtual absl::Status Forward(int index, const Microbatch& mb, const float* hidden_in,
+                               float* hidden_out, float* losses) = 0;
+  virtual absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
+                                float* d_hidden_in,
+                                const std::function<absl::Status(int)>* on_layer_done) = 0;
+};
 
-  absl::Status Forward(const MicrobatchId& id, const int32_t* tokens, const int32_t* targets,
-                       float* losses) {
-    if (fp32) return fp32->Forward(id, tokens, targets, losses);
-    if (bf16) return bf16->Forward(id, tokens, targets, losses);
-    return fp16->Forward(id, tokens, targets, losses);
+template <typename T>
+class CudaEngine::TypedChunk : public CudaEngine::Chunk {
+ public:
+  TypedChunk(std::unique_ptr<CudaGptModel<T>> model, int micro_batch, cudaStream_t stream)
+      : model_(std::move(model)), batch_(micro_batch), stream_(stream) {}
+
+  const ParameterLayout& layout() const override { return model_->layout(); }
+
+  absl::Status Forward(int index, const Microbatch& mb, const float* hidden_in, float* hidden_out,
+                       float* losses) override {
+    std::unique_ptr<CudaActivations<T>>& acts = in_flight_[index];
+    if (acts != nullptr && acts->has_forward) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("microbatch ", index, "'s forward ran twice"));
+    }
+    if (acts == nullptr) {
+      if (!free_.empty()) {
+        acts = std::move(free_.back());
+        free_.pop_back();
+      } else {
+        ASSIGN_OR_RETURN(acts, model_->NewActivations());
+      }
+    }
+    const size_t n = HiddenElements();
+    CudaMicrobatchInput<T> input;
+    input.id = mb.id;
+    input.tokens = mb.tokens.data();
+    input.targets = mb.targets.data();
+    // The model copies hidden_in into its residual stream before it writes hidden_out (one
+    // stream), so both use the one staging buffer.
+    if (hidden_in != nullptr || hidden_out != nullptr) RETURN_IF_ERROR(Stage());
+    if (hidden_in != nullptr) {
+      RETURN_IF_ERROR(ToDevice(hidden_in, n));
+      input.hidden_in = staged_t_.get();
+    }
+    RETURN_IF_ERROR(model_->Forward(input, acts.get(), losses,
+                                    hidden_out != nullptr ? staged_t_.get() : nullptr));
+    if (hidden_out != nullptr) RETURN_IF_ERROR(ToHost(hidden_out, n));
+    return absl::OkStatus();
   }
-  absl::Status Backward(float d_loss_per_token,
-                        const std::function<absl::Status(int)>* on_layer_done) {
-    if (fp32) return fp32->Backward(d_loss_per_token, on_layer_done);
-    if (bf16) return bf16->Backward(d_loss_per_token, on_layer_done);
-    return fp16->Backward(d_loss_per_token, on_layer_done);
+
+  absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
+                        float* d_hidden_in,
+                        const std::function<absl::Status(int)>* on_layer_done) override {
+    auto it = in_flight_.find(index);
+    if (it == in_flight_.end() || it->second == nullptr) {
+      return absl::FailedPreconditionError("backward before forward");
+    }
+    std::unique_ptr<CudaActivations<T>> acts = std::move(it->second);
+    in_flight_.erase(it);
+    const size_t n = HiddenElements();
+    // As in Forward: d_out is read into the model's buffer before d_in is written.
+    if (d_hidden_out != nullptr || d_hidden_in != nullptr) {
+      absl::Status staged = Stage();
+      if (!staged.ok()) {
+        free_.push_back(std::move(acts));
+        return staged;
+      }
+    }
+    const T* d_out = nullptr;
+    absl::Status status = absl::OkStatus();
+    if (d_hidden_out != nullptr) {
+      status = ToDevice(d_hidden_out, n);
+      d_out = staged_t_.get();
+    }
+    if (status.ok()) {
+      status = model_->Backward(acts.get(), d_out, d_loss_per_token,
+                                d_hidden_in != nullptr ? staged_t_.get() : nullptr, on_layer_done);
+    }
+    free_.push_back(std::move(acts));
+    RETURN_IF_ERROR(status);
+    if (d_hidden_in != nullptr) RETURN_IF_ERROR(ToHost(d_hidden_in, n));
+    return absl::OkStatus();
   }
+
+ private:
+  size_t HiddenElements() const {
+    const ModelShape& s = model_->layout().shape();
+    return static_cast<size_t>(batch_) * s.seq_length * s.hidden;
+  }
+
+  absl::Status Stage() {
+    if (staged_t_.size() > 0) return absl::OkStatus();
+    const size_t n = HiddenElements();
+    ASSIGN_OR_RETURN(staged_t_, DeviceBuffer<T>::Create(n, "hidden states between stages"));
+    if constexpr (!std::is_same_v<T, float>) {
+      ASSIGN_OR_RETURN(staged_f_, DeviceBuffer<float>::Create(n, "hidden states between stages"));
+    }
+    return absl::OkStatus();
+  }
+  // Host float -> device T (the stream's later work sees it).
+  absl::Status ToDevice(const float* host, size_t n) {
+    if constexpr (std::is_same_v<T, float>) {
+      return CudaStatus(cudaMemcpyAsync(staged_t_.get(), host, n * sizeof(float),
+                                        cudaMemcpyHostToDevice, stream_),
+                        "uploading a hidden state");
+    } else {
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(staged_f_.get(), host, n * sizeof(float),
+                                                 cudaMemcpyHostToDevice, stream_),
+                                 "uploading a hidden state"));
+      return ConvertTensor<float, T>(staged_f_.get(), staged_t_.get(), n, stream_);
+    }
+  }
+  // Device T -> host float, waited for.
+  absl::Status ToHost(float* host, size_t n) {
+    const float* from = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      from = staged_t_.get();
+    } else {
+      RETURN_IF_ERROR((ConvertTensor<T, float>(staged_t_.get(), staged_f_.get(), n, stream_)));
+      from = staged_f_.get();
+    }
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(host, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                   "downloading a hidden state"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "downloading a hidden state");
+  }
+
+  std::unique_ptr<CudaGptModel<T>> model_;
+  const int batch_;
+  const cudaStream_t stream_;
+  std::map<int, std::unique_ptr<CudaActivations<T>>> in_flight_;
+  std::vector<std::unique_ptr<CudaActivations<T>>> free_;
+  DeviceBuffer<T> staged_t_;
+  DeviceBuffer<float> staged_f_;
 };
 
 CudaEngine::~CudaEngine() {
-  model_.reset();
+  chunks_.clear();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineConfig& config) {
-  if (config.layout == nullptr) return absl::InvalidArgumentError("CudaEngineConfig.layout unset");
-  if (config.buffer_size < config.layout->end_offset()) {
-    return absl::InvalidArgumentError(absl::StrCat("buffer_size ", config.buffer_size,
-                                                   " is smaller than the layout's ",
-                                                   config.layout->end_offset(), " elements"));
+  if (config.chunks.empty()) return absl::InvalidArgumentError("CudaEngineConfig.chunks is empty");
+  for (size_t c = 0; c < config.chunks.size(); ++c) {
+    if (config.chunks[c] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaEngineConfig.chunks[", c, "] is null"));
+    }
+    if (config.buffer_size < config.chunks[c]->end_offset()) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer_size ", config.buffer_size,
+                                                     " is smaller than chunk ", c, "'s layout (",
+                                                     config.chunks[c]->end_offset(), " elements)"));
+    }
   }
   if (config.precision != PRECISION_FP32 && config.precision != PRECISION_BF16 &&
       config.precision != PRECISION_FP16) {
@@ -83,51 +212,72 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
   ASSIGN_OR_RETURN(engine->v_, DeviceBuffer<float>::Create(n, "AdamW second moments"));
   ASSIGN_OR_RETURN(engine->sum_of_squares_, DeviceBuffer<double>::Create(1, "the gradient norm"));
   ASSIGN_OR_RETURN(engine->nonfinite_, DeviceBuffer<int>::Create(1, "the inf/NaN flag"));
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(engine->m_.get(), 0, engine->m_.bytes(),
-                                             engine->stream_),
-                             "zeroing the moments"));
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(engine->v_.get(), 0, engine->v_.bytes(),
-                                             engine->stream_),
-                             "zeroing the moments"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(engine->m_.get(), 0, engine->m_.bytes(), engine->stream_),
+                 "zeroing the moments"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(engine->v_.get(), 0, engine->v_.bytes(), engine->stream_),
+                 "zeroing the moments"));
 
-  auto model = std::make_unique<Model>();
-  ASSIGN_OR_RETURN(model->blas, CublasLt::Create());
-  if (config.precision == PRECISION_FP16) {
+  ASSIGN_OR_RETURN(engine->blas_, CublasLt::Create());
+  engine->tensor_group_ = DeviceCollectives(config.tensor_group, config.tensor_group_on_device);
+  DeviceCollectives* tensor_group = &engine->tensor_group_;
+  if (config.precision != PRECISION_FP32) {
     ASSIGN_OR_RETURN(engine->bf16_copy_,
-                     DeviceBuffer<uint16_t>::Create(n, "the fp16 copy of the weights"));
-    ASSIGN_OR_RETURN(model->fp16, CudaGptModel<__half>::Create(
-                                      *config.layout, config.micro_batch, config.model,
-                                      reinterpret_cast<const __half*>(engine->bf16_copy_.get()),
-                                      engine->grads_.get(), model->blas.get(), engine->stream_));
-  } else if (config.precision == PRECISION_BF16) {
-    ASSIGN_OR_RETURN(engine->bf16_copy_,
-                     DeviceBuffer<uint16_t>::Create(n, "the bf16 copy of the weights"));
-    ASSIGN_OR_RETURN(model->bf16, CudaGptModel<__nv_bfloat16>::Create(
-                                      *config.layout, config.micro_batch, config.model,
-                                      reinterpret_cast<const __nv_bfloat16*>(engine->bf16_copy_.get()),
-                                      engine->grads_.get(), model->blas.get(), engine->stream_));
-  } else {
-    ASSIGN_OR_RETURN(model->fp32, CudaGptModel<float>::Create(
-                                      *config.layout, config.micro_batch, config.model,
-                                      engine->master_.get(), engine->grads_.get(),
-                                      model->blas.get(), engine->stream_));
+                     DeviceBuffer<uint16_t>::Create(n, "the 16-bit copy of the weights"));
   }
-  engine->model_ = std::move(model);
-
-  // Gradient ranges for the overlapped all-reduce: each layer's tensors are contiguous in
-  // the layout; what is left (embeddings first, final LayerNorm last) is final at the end.
-  const ModelShape& shape = config.layout->shape();
-  std::vector<size_t> lo(shape.num_layers, SIZE_MAX), hi(shape.num_layers, 0);
-  for (const ParamTensor& t : config.layout->tensors()) {
-    if (t.name.rfind("layers.", 0) != 0) {
-      engine->last_ranges_.push_back({t.offset, t.size});
-      continue;
+  for (const ParameterLayout* layout : config.chunks) {
+    engine->tensors_.insert(engine->tensors_.end(), layout->tensors().begin(),
+                            layout->tensors().end());
+    if (config.precision == PRECISION_FP16) {
+      ASSIGN_OR_RETURN(auto model, CudaGptModel<__half>::Create(
+                                       *layout, config.micro_batch, config.model,
+                                       reinterpret_cast<const __half*>(engine->bf16_copy_.get()),
+                                       engine->grads_.get(), engine->blas_.get(), engine->stream_,
+                                       tensor_group));
+      engine->chunks_.push_back(std::make_unique<TypedChunk<__half>>(
+          std::move(model), config.micro_batch, engine->stream_));
+    } else if (config.precision == PRECISION_BF16) {
+      ASSIGN_OR_RETURN(
+          auto model,
+          CudaGptModel<__nv_bfloat16>::Create(
+              *layout, config.micro_batch, config.model,
+              reinterpret_cast<const __nv_bfloat16*>(engine->bf16_copy_.get()),
+              engine->grads_.get(), engine->blas_.get(), engine->stream_, tensor_group));
+      engine->chunks_.push_back(std::make_unique<TypedChunk<__nv_bfloat16>>(
+          std::move(model), config.micro_batch, engine->stream_));
+    } else {
+      ASSIGN_OR_RETURN(auto model, CudaGptModel<float>::Create(
+                                       *layout, config.micro_batch, config.model,
+                                       engine->master_.get(), engine->grads_.get(),
+                                       engine->blas_.get(), engine->stream_, tensor_group));
+      engine->chunks_.push_back(std::make_unique<TypedChunk<float>>(
+          std::move(model), config.micro_batch, engine->stream_));
     }
-    const int layer = std::stoi(t.name.substr(7));
-    lo[layer] = std::min(lo[layer], t.offset);
-    hi[layer] = std::max(hi[layer], t.offset + t.size);
   }
-  for (int l = 0; l < shape.num_layers; ++l) engine->layer_ranges_.push_back({lo[l], hi[l] - lo[l]});
+  std::sort(engine->tensors_.begin(), engine->tensors_.end(),
+            [](const ParamTensor& a, const ParamTensor& b) { return a.offset < b.offset; });
+
+  // Gradient ranges for the overlapped all-reduce of the whole-model path: each layer's
+  // tensors are contiguous in the layout; what is left (embeddings first, final LayerNorm
+  // last) is final at the end.
+  const ParameterLayout& whole = *config.chunks.front();
+  const ModelPlacement& placement = whole.placement();
+  if (config.chunks.size() == 1 && placement.tensor_size == 1 && placement.has_embedding &&
+      placement.has_head) {
+    const int layers = placement.num_layers;
+    std::vector<size_t> lo(layers, SIZE_MAX), hi(layers, 0);
+    for (const ParamTensor& t : whole.tensors()) {
+      if (t.name.rfind("layers.", 0) != 0) {
+        engine->last_ranges_.push_back({t.offset, t.size});
+        continue;
+      }
+      const int layer = std::stoi(t.name.substr(7)) - placement.first_layer;
+      lo[layer] = std::min(lo[layer], t.offset);
+      hi[layer] = std::max(hi[layer], t.offset + t.size);
+    }
+    for (int l = 0; l < layers; ++l) engine->layer_ranges_.push_back({lo[l], hi[l] - lo[l]});
+  }
   return engine;
 }
 
@@ -198,22 +348,27 @@ absl::Status CudaEngine::DownloadGradients(float* grads) {
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>& microbatches,
                                                    float d_loss_per_token) {
-  const ModelShape& shape = config_.layout->shape();
-  const size_t tokens = static_cast<size_t>(config_.micro_batch) * shape.seq_length;
-  if (losses_.size() < tokens * microbatches.size()) {
-    ASSIGN_OR_RETURN(losses_, DeviceBuffer<float>::Create(tokens * microbatches.size(),
-                                                           "per-token losses"));
+  if (layer_ranges_.empty() && last_ranges_.empty()) {
+    return absl::FailedPreconditionError(
+        "ForwardBackward runs the whole model on one rank; drive pipeline stages or "
+        "tensor-parallel chunks through a PipelineExecutor");
   }
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_),
-                             "zeroing the gradients"));
+  const ModelShape& s = shape();
+  const size_t tokens = static_cast<size_t>(config_.micro_batch) * s.seq_length;
+  if (losses_.size() < tokens * microbatches.size()) {
+    ASSIGN_OR_RETURN(losses_,
+                     DeviceBuffer<float>::Create(tokens * microbatches.size(), "per-token losses"));
+  }
+  RETURN_IF_ERROR(ZeroGradients());
+  Chunk& chunk = *chunks_.front();
   for (size_t k = 0; k < microbatches.size(); ++k) {
     const Microbatch& mb = microbatches[k];
     if (mb.tokens.size() != tokens || mb.targets.size() != tokens) {
       return absl::InvalidArgumentError(absl::StrCat("microbatch ", k, " has ", mb.tokens.size(),
                                                      " tokens; the model takes ", tokens));
     }
-    RETURN_IF_ERROR(model_->Forward(mb.id, mb.tokens.data(), mb.targets.data(),
-                                    losses_.get() + k * tokens));
+    // One activation set, reused: each backward directly follows its forward.
+    RETURN_IF_ERROR(chunk.Forward(0, mb, nullptr, nullptr, losses_.get() + k * tokens));
     // The last microbatch's backward finalises each layer's gradients in turn: their
     // all-reduce starts right away, overlapped with the layers below.
     const std::function<absl::Status(int)> all_reduce = [&](int layer) -> absl::Status {
@@ -227,8 +382,8 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
       return absl::OkStatus();
     };
     const bool last = k + 1 == microbatches.size();
-    const absl::Status backward =
-        model_->Backward(d_loss_per_token, reducer_ != nullptr && last ? &all_reduce : nullptr);
+    const absl::Status backward = chunk.Backward(
+        0, nullptr, d_loss_per_token, nullptr, reducer_ != nullptr && last ? &all_reduce : nullptr);
     if (!backward.ok()) {
       if (reducer_ != nullptr) reducer_->Finish().IgnoreError();  // nothing may stay queued
       return backward;
@@ -247,6 +402,75 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
   return loss_sum;
 }
 
+int CudaEngine::num_chunks() const { return static_cast<int>(chunks_.size()); }
+
+const ModelPlacement& CudaEngine::placement(int chunk) const {
+  return chunks_[chunk]->layout().placement();
+}
+
+const ModelShape& CudaEngine::shape() const { return chunks_.front()->layout().shape(); }
+
+absl::StatusOr<double> CudaEngine::Forward(int chunk, int index, const Microbatch& microbatch,
+                                           const float* hidden_in, float* hidden_out) {
+  if (chunk < 0 || chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
+  }
+  const size_t tokens = static_cast<size_t>(config_.micro_batch) * shape().seq_length;
+  const bool head = placement(chunk).has_head;
+  if ((placement(chunk).has_embedding && microbatch.tokens.size() != tokens) ||
+      (head && microbatch.targets.size() != tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatch ", index, " has ",
+                                                   microbatch.tokens.size(),
+                                                   " tokens; the model takes ", tokens));
+  }
+  if (head && losses_.size() < tokens) {
+    ASSIGN_OR_RETURN(losses_, DeviceBuffer<float>::Create(tokens, "per-token losses"));
+  }
+  RETURN_IF_ERROR(chunks_[chunk]->Forward(index, microbatch, hidden_in, hidden_out,
+                                          head ? losses_.get() : nullptr));
+  if (!head) return 0.0;
+  // The loss is summed on the host in double, in token order, as the CPU engine does.
+  std::vector<float> losses(tokens);
+  RETURN_IF_ERROR(Copy(losses.data(), losses_.get(), tokens * sizeof(float), cudaMemcpyDeviceToHost,
+                       stream_, "downloading the losses"));
+  double sum = 0;
+  for (float l : losses) sum += l;
+  return sum;
+}
+
+absl::Status CudaEngine::Backward(int chunk, int index, const float* d_hidden_out,
+                                  float d_loss_per_token, float* d_hidden_in,
+                                  bool /*last_of_step*/) {
+  if (chunk < 0 || chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
+  }
+  return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, nullptr);
+}
+
+absl::Status CudaEngine::ZeroGradients() {
+  return CudaStatus(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_),
+                    "zeroing the gradients");
+}
+
+absl::Status CudaEngine::AllReduceGradients(Communicator* group, bool on_device,
+                                            const std::vector<FlatRange>& ranges) {
+  if (group == nullptr || group->size() == 1) return absl::OkStatus();
+  DeviceCollectives collectives(group, on_device);
+  if (ranges.empty()) {
+    return collectives.AllReduce(grads_.get(), grads_.size(), ReduceOp::kSum, stream_);
+  }
+  for (const FlatRange& r : ranges) {
+    if (r.begin + r.count > grads_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient range [", r.begin, ", ",
+                                                     r.begin + r.count, ") is past the buffer's ",
+                                                     grads_.size(), " elements"));
+    }
+    RETURN_IF_ERROR(
+        collectives.AllReduce(grads_.get() + r.begin, r.count, ReduceOp::kSum, stream_));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> CudaEngine::UnscaleGradients(float factor) {
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
                              "clearing the inf/NaN flag"));
@@ -258,18 +482,29 @@ absl::StatusOr<bool> CudaEngine::UnscaleGradients(float factor) {
   return nonfinite != 0;
 }
 
-absl::StatusOr<double> CudaEngine::GradientSumOfSquares() {
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
-                             "clearing the inf/NaN flag"));
-  RETURN_IF_ERROR(SumOfSquaresAndNonFinite<float>(grads_.get(), grads_.size(),
-                                                  sum_of_squares_.get(), nonfinite_.get(),
-                                                  stream_));
+absl::StatusOr<double> CudaEngine::GradientSumOfSquares(const std::vector<FlatRange>& ranges) {
+  const std::vector<FlatRange> all = {{0, grads_.size()}};
   double sum = 0;
   int nonfinite = 0;
-  RETURN_IF_ERROR(Copy(&sum, sum_of_squares_.get(), sizeof(double), cudaMemcpyDeviceToHost,
-                       stream_, "reading the gradient norm"));
-  RETURN_IF_ERROR(Copy(&nonfinite, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_,
-                       "reading the inf/NaN flag"));
+  for (const FlatRange& r : ranges.empty() ? all : ranges) {
+    if (r.begin + r.count > grads_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient range [", r.begin, ", ",
+                                                     r.begin + r.count, ") is past the buffer's ",
+                                                     grads_.size(), " elements"));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
+                               "clearing the inf/NaN flag"));
+    RETURN_IF_ERROR(SumOfSquaresAndNonFinite<float>(
+        grads_.get() + r.begin, r.count, sum_of_squares_.get(), nonfinite_.get(), stream_));
+    double range_sum = 0;
+    int range_nonfinite = 0;
+    RETURN_IF_ERROR(Copy(&range_sum, sum_of_squares_.get(), sizeof(double), cudaMemcpyDeviceToHost,
+                         stream_, "reading the gradient norm"));
+    RETURN_IF_ERROR(Copy(&range_nonfinite, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost,
+                         stream_, "reading the inf/NaN flag"));
+    sum += range_sum;
+    nonfinite |= range_nonfinite;
+  }
   if (nonfinite != 0 || !std::isfinite(sum)) {
     return absl::InternalError("a gradient is inf or NaN: training diverged");
   }
@@ -288,7 +523,7 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
   __nv_bfloat16* copy = fp16 ? nullptr : reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get());
   __half* half_copy = fp16 ? reinterpret_cast<__half*>(bf16_copy_.get()) : nullptr;
   // Consecutive tensors with the same decay setting are updated by one launch.
-  const std::vector<ParamTensor>& tensors = config_.layout->tensors();
+  const std::vector<ParamTensor>& tensors = tensors_;
   size_t i = 0;
   while (i < tensors.size()) {
     size_t j = i + 1;
@@ -300,9 +535,9 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
     const size_t count = tensors[j - 1].offset + tensors[j - 1].size - begin;
     h.weight_decay = tensors[i].weight_decay ? config_.optimizer.weight_decay() : 0.0f;
     if (half_copy != nullptr) {
-      const absl::Status updated = AdamWUpdate<float, __half>(
-          master_.get() + begin, grads_.get() + begin, m_.get() + begin, v_.get() + begin,
-          half_copy + begin, count, h, stream_);
+      const absl::Status updated =
+          AdamWUpdate<float, __half>(master_.get() + begin, grads_.get() + begin, m_.get() + begin,
+                                     v_.get() + begin, half_copy + begin, count, h, stream_);
       RETURN_IF_ERROR(updated);
     } else if (copy != nullptr) {
       const absl::Status updated = AdamWUpdate<float, __nv_bfloat16>(

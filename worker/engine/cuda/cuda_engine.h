@@ -1,9 +1,17 @@
 // The training state of one rank on its GPU, and the compute of a step: fp32 master
 // weights, their bf16 copy that the layers read (mixed precision; fp32 training reads the
 // masters themselves), fp32 gradients and AdamW moments, all in flat device buffers laid
-// out exactly as the host's RankModel buffers, so the Trainer keeps doing data-parallel
-// reductions, checkpoints and weight gathers on the host copy after a Download, and
-// resumes after an Upload.
+// out exactly as the host's RankModel buffers, so the Trainer keeps doing checkpoints and
+// weight gathers on the host copy after a Download, and resumes after an Upload.
+//
+// Two ways to run a step's forwards and backwards:
+//   - ForwardBackward: the whole model on this rank (tensor = pipeline = 1): every
+//     microbatch back to back on the stream, the data-parallel all-reduce overlapped with
+//     the last backward. The fast path.
+//   - As PipelineStages (pipeline_stages.h), driven by a PipelineExecutor: any chunks of a
+//     pipeline schedule, tensor-parallel layers over the configured tensor group; hidden
+//     states cross stages through the host. The caller zeroes the gradients first
+//     (ZeroGradients) and reduces them afterwards (AllReduceGradients).
 //
 //   ASSIGN_OR_RETURN(auto engine, CudaEngine::Create(config));
 //   RETURN_IF_ERROR(engine->UploadParameters(host_params));
@@ -20,34 +28,48 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/matmul.h"
 #include "proto/job_spec.pb.h"
 #include "worker/engine/cuda/device_buffer.h"
+#include "worker/engine/cuda/device_collectives.h"
 #include "worker/engine/cuda/overlapped_all_reduce.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/communicator.h"
-#include "worker/parallel/pipeline_executor.h"
+#include "worker/parallel/pipeline_stages.h"
 
 namespace mtrain::cuda {
 
 struct CudaEngineConfig {
-  const ParameterLayout* layout = nullptr;  // the whole model on one rank; must outlive
-  size_t buffer_size = 0;  // elements of the flat buffers (>= layout end, padding zero)
+  // The rank's model chunks (RankModel::chunk_layout), offsets into the flat buffers; they
+  // must outlive the engine.
+  std::vector<const ParameterLayout*> chunks;
+  size_t buffer_size = 0;  // elements of the flat buffers (>= every chunk's end, padding zero)
   int micro_batch = 0;
   ModelOptions model;
   Precision precision = PRECISION_FP32;  // FP32, BF16 or FP16 (the caller scales the loss)
   OptimizerSpec optimizer;
   int device = 0;  // CUDA device ordinal
+  // The tensor-parallel group (null with one tensor rank; must outlive the engine): NCCL
+  // (tensor_group_on_device) or a host group staged through host memory.
+  Communicator* tensor_group = nullptr;
+  bool tensor_group_on_device = false;
 };
 
-class CudaEngine {
+// A flat-buffer range [begin, begin + count).
+struct FlatRange {
+  size_t begin = 0;
+  size_t count = 0;
+};
+
+class CudaEngine : public PipelineStages {
  public:
   // Selects the device, allocates every buffer and the activations. INVALID_ARGUMENT for
   // a layout the CUDA model cannot hold or an unknown precision; FAILED_PRECONDITION
   // without a usable device;
   // RESOURCE_EXHAUSTED (naming the buffer) when the model does not fit.
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const CudaEngineConfig& config);
-  ~CudaEngine();
+  ~CudaEngine() override;
 
   // Host <-> device copies of the flat buffers (buffer_size elements each).
   absl::Status UploadParameters(const float* params);
@@ -68,14 +90,33 @@ class CudaEngine {
   // Zeroes the gradients, then forward and backward of every microbatch, accumulating the
   // gradients (summed over the replicas with a data-parallel group). Returns the sum of
   // the per-token losses (in double per microbatch, in token order, as the CPU engine).
+  // FAILED_PRECONDITION unless the rank holds the whole model (one chunk, one tensor rank).
   absl::StatusOr<double> ForwardBackward(const std::vector<Microbatch>& microbatches,
                                          float d_loss_per_token);
+
+  // PipelineStages: one chunk's forward or backward of one microbatch; the hidden states
+  // are host float [B*S, C] (converted to and from the compute precision on the device).
+  int num_chunks() const override;
+  const ModelPlacement& placement(int chunk) const override;
+  const ModelShape& shape() const override;
+  absl::StatusOr<double> Forward(int chunk, int index, const Microbatch& microbatch,
+                                 const float* hidden_in, float* hidden_out) override;
+  absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
+                        float* d_hidden_in, bool last_of_step) override;
+
+  // Zeroes the gradients (before a step driven through PipelineStages).
+  absl::Status ZeroGradients();
+  // Sums gradients over `group` in place: NCCL on the device buffer (on_device), or a host
+  // group staged through host memory. An empty `ranges` means the whole buffer.
+  absl::Status AllReduceGradients(Communicator* group, bool on_device,
+                                  const std::vector<FlatRange>& ranges = {});
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale) and returns
   // whether any is inf or NaN (an overflow: the step is to be skipped).
   absl::StatusOr<bool> UnscaleGradients(float factor);
-  // Sum of the squared gradients (for global-norm clipping); INTERNAL naming the step's
-  // problem if a gradient is inf or NaN.
-  absl::StatusOr<double> GradientSumOfSquares();
+  // Sum of the squared gradients (for global-norm clipping) over `ranges` (empty: the
+  // whole buffer), each range summed on the device and the ranges in order; INTERNAL
+  // naming the step's problem if a gradient is inf or NaN.
+  absl::StatusOr<double> GradientSumOfSquares(const std::vector<FlatRange>& ranges = {});
   // AdamW over the fp32 masters with every gradient multiplied by `grad_scale` (the
   // clipping coefficient), per tensor with its decay setting; refreshes the bf16 copy.
   absl::Status Update(long long step, double lr, double grad_scale);
@@ -83,24 +124,25 @@ class CudaEngine {
   const std::string& device_name() const { return device_name_; }
 
  private:
-  class Model;  // the CudaGptModel of the configured precision
+  class Chunk;  // a CudaGptModel of the configured precision, with its activation sets
+  template <typename T>
+  class TypedChunk;
   CudaEngine() = default;
   absl::Status RefreshModelCopy();
 
   CudaEngineConfig config_;
+  std::vector<ParamTensor> tensors_;  // every chunk's, in buffer order
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer<float> master_, grads_, m_, v_, losses_;
   DeviceBuffer<uint16_t> bf16_copy_;  // bf16 or fp16 bits; empty in fp32 training
   DeviceBuffer<double> sum_of_squares_;
   DeviceBuffer<int> nonfinite_;
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<CublasLt> blas_;
+  DeviceCollectives tensor_group_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
   // Flat-buffer ranges whose gradients are final after each layer's backward ([layer]),
-  // and after the embeddings' (the embeddings and the final LayerNorm).
-  struct FlatRange {
-    size_t begin = 0;
-    size_t count = 0;
-  };
+  // and after the embeddings' (the embeddings and the final LayerNorm); whole model only.
   std::vector<FlatRange> layer_ranges_;
   std::vector<FlatRange> last_ranges_;
   std::unique_ptr<OverlappedAllReduce> reducer_;

@@ -42,7 +42,6 @@ ModelShape SmallShape() {
 
 constexpr int kBatch = 2;
 
-
 std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> tokens(n);
@@ -113,19 +112,27 @@ void CompareOneMicrobatch(const ModelOptions& options, double tolerance, double 
   auto model = CudaGptModel<T>::Create(layout, kBatch, options, device_params.get(),
                                        device_grads.get(), blas->get(), stream);
   ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE((*model)->Forward(id, tokens.data(), targets.data(), losses.get()).ok());
-  ASSERT_TRUE((*model)->Backward(1.0f / N).ok());
+  absl::StatusOr<std::unique_ptr<CudaActivations<T>>> acts = (*model)->NewActivations();
+  ASSERT_TRUE(acts.ok()) << acts.status();
+  CudaMicrobatchInput<T> input;
+  input.id = id;
+  input.tokens = tokens.data();
+  input.targets = targets.data();
+  const absl::Status forward = (*model)->Forward(input, acts->get(), losses.get());
+  ASSERT_TRUE(forward.ok()) << forward;
+  const absl::Status backward = (*model)->Backward(acts->get(), nullptr, 1.0f / N);
+  ASSERT_TRUE(backward.ok()) << backward;
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
 
   const double loss_error = RelativeError(losses.Download(), ref.losses);
   std::vector<float> logits(ref.logits.size());
   if constexpr (sizeof(T) == 4) {
-    ASSERT_EQ(cudaMemcpy(logits.data(), (*model)->logits(), logits.size() * 4,
-                         cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(logits.data(), (*acts)->logits.get(), logits.size() * 4, cudaMemcpyDeviceToHost),
+        cudaSuccess);
   } else {
     std::vector<uint16_t> raw(logits.size());
-    ASSERT_EQ(cudaMemcpy(raw.data(), (*model)->logits(), raw.size() * 2, cudaMemcpyDeviceToHost),
+    ASSERT_EQ(cudaMemcpy(raw.data(), (*acts)->logits.get(), raw.size() * 2, cudaMemcpyDeviceToHost),
               cudaSuccess);
     for (size_t i = 0; i < raw.size(); ++i) {
       logits[i] = std::is_same_v<T, __half> ? testing::Fp16BitsToFloat(raw[i])
@@ -198,7 +205,7 @@ TEST(CudaEngineTest, Fp32TrainingFollowsTheCpuEngine) {
   spec.set_eps(1e-8f);
   spec.set_grad_clip(1.0f);
   CudaEngineConfig config;
-  config.layout = &layout;
+  config.chunks = {&layout};
   config.buffer_size = layout.end_offset();
   config.micro_batch = kBatch;
   config.precision = PRECISION_FP32;
@@ -247,9 +254,8 @@ TEST(CudaEngineTest, Fp32TrainingFollowsTheCpuEngine) {
   }
   std::vector<float> gpu_params(layout.end_offset());
   ASSERT_TRUE((*engine)->DownloadParameters(gpu_params.data()).ok());
-  const double error =
-      RelativeError(gpu_params, ToDouble(std::vector<float>(cpu.params(),
-                                                            cpu.params() + layout.end_offset())));
+  const double error = RelativeError(
+      gpu_params, ToDouble(std::vector<float>(cpu.params(), cpu.params() + layout.end_offset())));
   std::printf("weights after 5 steps: %.3g\n", error);
   EXPECT_LT(error, 1e-4);
 }
@@ -260,7 +266,8 @@ TEST(CudaGptModelTest, Fp16StaysWithinFp16PrecisionOfTheCpuModel) {
   CompareOneMicrobatch<__half>(ModelOptions{}, 5e-3, 3e-2);
 }
 
-TEST(CudaEngineTest, RefusesPartialModels) {
+// A pipeline stage is trained through PipelineStages; the whole-model fast path says so.
+TEST(CudaEngineTest, FastPathRefusesPartialModels) {
   MTRAIN_SKIP_WITHOUT_GPU();
   const ModelShape shape = SmallShape();
   CudaEngineConfig config;
@@ -269,11 +276,23 @@ TEST(CudaEngineTest, RefusesPartialModels) {
   first_stage.num_layers = 1;
   first_stage.has_head = false;
   const ParameterLayout half(shape, first_stage);
-  config.layout = &half;
+  config.chunks = {&half};
   config.buffer_size = half.end_offset();
   config.precision = PRECISION_FP32;
-  absl::StatusOr<std::unique_ptr<CudaEngine>> refused = CudaEngine::Create(config);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->num_chunks(), 1);
+  EXPECT_FALSE((*engine)->placement(0).has_head);
+  absl::StatusOr<double> refused = (*engine)->ForwardBackward({}, 1.0f);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  // A layout of tensor rank 0 of 2 without a tensor group is refused.
+  ModelPlacement sliced = WholeModel(shape);
+  sliced.tensor_size = 2;
+  const ParameterLayout tensor_half(shape, sliced);
+  config.chunks = {&tensor_half};
+  config.buffer_size = tensor_half.end_offset();
+  absl::StatusOr<std::unique_ptr<CudaEngine>> mismatched = CudaEngine::Create(config);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument) << mismatched.status();
 }
 
 }  // namespace

@@ -1,20 +1,31 @@
 // The GPT-2 model of worker/engine/gpt_model.h on one GPU: the same layers, parameter
-// layout, dropout masks and recomputation, written out with the CUDA kernels of
-// kernels/cuda (cuBLASLt GEMMs with bias and bias+GeLU epilogues, fused LayerNorm,
-// flash attention, fused cross-entropy, deterministic embedding gradients).
+// layout, dropout masks, recomputation and Megatron tensor parallelism, written out with
+// the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias and bias+GeLU epilogues,
+// fused LayerNorm, flash attention, fused vocab-parallel cross-entropy, deterministic
+// embedding gradients).
 //
 // T is the type of the parameters the layers read and of the activations: float (fp32
 // training, checked against the CPU model), __nv_bfloat16 or __half (mixed precision: a
-// 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter gradients are always fp32 ("main grads"), whatever T.
+// 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter
+// gradients are always fp32 ("main grads"), whatever T.
 //
-// One rank holding the whole model (tensor = pipeline = 1); the data-parallel replicas
-// each run one. Everything is enqueued on one stream; Forward and Backward return once
-// the work is enqueued (errors of kernels show up at the next synchronisation).
+// One model per model chunk of the rank (its ModelPlacement: any layers, the embeddings on
+// the first pipeline stage, the head on the last, this rank's tensor-parallel slice).
+// Tensor parallelism as on the CPU: QKV and fc column-parallel (input gradient all-reduced
+// in the backward), attention output and MLP proj row-parallel (output all-reduced in the
+// forward; the replicated bias is added by tensor rank 0 only, before the sum), the
+// vocab-parallel embedding (output all-reduced) and cross-entropy (only per-token max, sum
+// of exponentials and target logit cross ranks). The sums run in fp32 (16-bit activations
+// are widened first) over a DeviceCollectives group.
+//
+// Everything is enqueued on one stream; Forward and Backward return once the work is
+// enqueued, except around tensor-parallel collectives (which wait for it).
 //
 //   ASSIGN_OR_RETURN(auto model, CudaGptModel<T>::Create(layout, B, options, params, grads,
-//                                                        blas, stream));
-//   RETURN_IF_ERROR(model->Forward(id, tokens, targets, losses));  // losses: device [B*S]
-//   RETURN_IF_ERROR(model->Backward(1.0f / global_tokens));        // grads += ...
+//                                                        blas, stream, &tensor_group));
+//   ASSIGN_OR_RETURN(auto acts, model->NewActivations());
+//   RETURN_IF_ERROR(model->Forward(input, acts.get(), losses));  // losses: device [B*S]
+//   RETURN_IF_ERROR(model->Backward(acts.get(), nullptr, 1.0f / global_tokens));
 #ifndef MTRAIN_WORKER_ENGINE_CUDA_CUDA_GPT_MODEL_H_
 #define MTRAIN_WORKER_ENGINE_CUDA_CUDA_GPT_MODEL_H_
 
@@ -29,80 +40,114 @@
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/activations.h"
 #include "worker/engine/cuda/device_buffer.h"
+#include "worker/engine/cuda/device_collectives.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 
 namespace mtrain::cuda {
 
-// What one layer's backward needs from its forward, on the device.
+// What one layer's backward needs from its forward, on the device (local sizes under
+// tensor parallelism: qkv [N, 3C/t], attn_y [N, C/t], fc and gelu [N, F/t]).
 template <typename T>
 struct CudaLayerActivations {
   DeviceBuffer<T> ln1, qkv, attn_y, h1, ln2, fc, gelu;
   DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, lse;
 };
 
+// One microbatch's forward state on one chunk, kept until its backward.
+template <typename T>
+struct CudaActivations {
+  MicrobatchId id;
+  bool has_forward = false;
+  std::vector<int32_t> host_tokens;  // for the embedding gradient's plan
+  DeviceBuffer<int32_t> tokens, targets;
+  // Residual stream: the input of each local layer, then the output of the last.
+  std::vector<DeviceBuffer<T>> layer_io;
+  // Per layer without recomputation; empty with it (the model's scratch set is used).
+  std::vector<CudaLayerActivations<T>> saved;
+  // Head (last stage): final LayerNorm, this rank's logits [N, V/t] and the cross-entropy's
+  // per-token statistics (global after the tensor-parallel reductions).
+  DeviceBuffer<T> lnf, logits;
+  DeviceBuffer<float> lnf_mean, lnf_rstd, ce_local_max, ce_max, ce_sum_exp, ce_target;
+};
+
+// The input of one microbatch's forward.
+template <typename T>
+struct CudaMicrobatchInput {
+  MicrobatchId id;
+  const int32_t* tokens = nullptr;   // host [B*S]; the chunk with the embeddings
+  const int32_t* targets = nullptr;  // host [B*S]; the chunk with the head
+  const T* hidden_in = nullptr;      // device [B*S, C]; chunks without the embeddings
+};
+
 template <typename T>
 class CudaGptModel {
  public:
-  // `params` (T) and `grads` (float) are device buffers laid out as `layout`, which must
-  // outlive the model; so must `blas`. INVALID_ARGUMENT unless the layout holds the whole
-  // model on one tensor rank; RESOURCE_EXHAUSTED if the activations do not fit.
-  static absl::StatusOr<std::unique_ptr<CudaGptModel>> Create(const ParameterLayout& layout,
-                                                              int micro_batch,
-                                                              const ModelOptions& options,
-                                                              const T* params, float* grads,
-                                                              CublasLt* blas, cudaStream_t stream);
+  // `params` (T) and `grads` (float) are device buffers holding the layout's tensors at
+  // their offsets; they, `layout`, `blas` and `tensor_group` (null: one tensor rank) must
+  // outlive the model. INVALID_ARGUMENT if the tensor group does not match the placement;
+  // RESOURCE_EXHAUSTED if the buffers do not fit.
+  static absl::StatusOr<std::unique_ptr<CudaGptModel>> Create(
+      const ParameterLayout& layout, int micro_batch, const ModelOptions& options, const T* params,
+      float* grads, CublasLt* blas, cudaStream_t stream, DeviceCollectives* tensor_group = nullptr);
 
-  // Forward of one microbatch (tokens and targets on the host, [B*S] each): writes the
-  // per-token losses into `losses` (device, float [B*S]) and keeps what Backward needs.
-  absl::Status Forward(const MicrobatchId& id, const int32_t* tokens, const int32_t* targets,
-                       float* losses);
-  // Called during Backward once a layer's gradient work is enqueued (its index), and with
-  // -1 once the embeddings' is: from then on that part of the gradients is final for this
-  // backward (the data-parallel all-reduce of the last microbatch starts from it).
+  const ParameterLayout& layout() const { return layout_; }
+
+  // A set of activations for one microbatch in flight (RESOURCE_EXHAUSTED if it does not
+  // fit); reusable once its backward is done.
+  absl::StatusOr<std::unique_ptr<CudaActivations<T>>> NewActivations() const;
+
+  // Forward of one microbatch into `acts`. With the head, writes the per-token losses
+  // into `losses` (device, float [B*S]; may be null); otherwise, if `hidden_out` (device
+  // [B*S, C]) is given, copies the chunk's output there.
+  absl::Status Forward(const CudaMicrobatchInput<T>& input, CudaActivations<T>* acts, float* losses,
+                       T* hidden_out = nullptr);
+
+  // Called during Backward once a layer's gradient work is enqueued (its local index), and
+  // with -1 once the embeddings' is: from then on that part of the gradients is final for
+  // this backward (the data-parallel all-reduce of the last microbatch starts from it).
   using LayerDoneHook = std::function<absl::Status(int layer)>;
 
-  // Backward of the last Forward, seeded with the derivative of the step's loss with
-  // respect to each token's loss; accumulates (+=) into the gradients.
-  absl::Status Backward(float d_loss_per_token, const LayerDoneHook* on_layer_done = nullptr);
-
-  // The logits of the last Forward: device [B*S, padded vocab].
-  const T* logits() const { return logits_.get(); }
+  // Backward of the forward in `acts`, accumulating (+=) into the gradients. The chunk
+  // with the head seeds it with d_loss_per_token (the derivative of the step's loss with
+  // respect to each token's loss); others take d_hidden_out (device [B*S, C]). Chunks
+  // without the embeddings write the gradient of their input into d_hidden_in (device,
+  // if given). Returns after the stream has finished the work.
+  absl::Status Backward(CudaActivations<T>* acts, const T* d_hidden_out, float d_loss_per_token,
+                        T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
  private:
   CudaGptModel(const ParameterLayout& layout, int micro_batch, const ModelOptions& options,
-               CublasLt* blas, cudaStream_t stream);
+               CublasLt* blas, cudaStream_t stream, DeviceCollectives* tensor_group);
   absl::Status Allocate();
-  absl::Status LayerForward(int layer, const T* x, T* out, CudaLayerActivations<T>& saved);
-  absl::Status LayerBackward(int layer, const T* x, const CudaLayerActivations<T>& saved,
-                             T* d_out, T* d_x);
-  uint64_t DropoutKeyFor(int global_layer, int site) const;
+  absl::Status AllocateLayer(CudaLayerActivations<T>* s) const;
+  absl::Status LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
+                            CudaLayerActivations<T>& saved);
+  absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
+                             const CudaLayerActivations<T>& saved, T* d_out, T* d_x);
+  // Sums data[n] over the tensor-parallel group (in fp32).
+  absl::Status TensorAllReduce(T* data, size_t n);
+  uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
 
   const ParameterLayout& layout_;
   const ModelShape shape_;
+  const ModelPlacement placement_;
   const int batch_;
   const ModelOptions options_;
   CublasLt* const blas_;
   const cudaStream_t stream_;
+  DeviceCollectives* const tp_;  // null: one tensor rank
   ModelView<const T> p_;
   ModelView<float> g_;
 
-  MicrobatchId id_;
-  bool has_forward_ = false;
-  std::vector<int32_t> host_tokens_;
-  DeviceBuffer<int32_t> tokens_, targets_;
-  // The embedding gradient's plan (which tokens add into which row), built in Forward.
+  // The recomputation's activation set (with recompute on).
+  CudaLayerActivations<T> scratch_;
+  // The embedding gradient's plan (which tokens add into which row).
   DeviceBuffer<int32_t> plan_rows_, plan_starts_, plan_positions_;
-  int plan_num_rows_ = 0;
-  // Residual stream: the input of each layer, then the output of the last.
-  std::vector<DeviceBuffer<T>> layer_io_;
-  // Per layer without recomputation; one scratch set with it.
-  std::vector<CudaLayerActivations<T>> saved_;
-  // Head.
-  DeviceBuffer<T> lnf_, logits_, d_logits_;
-  DeviceBuffer<float> lnf_mean_, lnf_rstd_, ce_max_, ce_sum_exp_, ce_target_;
-  // Backward temporaries.
+  // Backward temporaries, shared by every microbatch (one backward at a time).
+  DeviceBuffer<T> d_logits_;
   DeviceBuffer<T> d_x_, d_below_, d_ln_, d_branch_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, discard_;
+  DeviceBuffer<float> reduce_scratch_;  // fp32 widening of 16-bit tensor-parallel sums
 };
 
 }  // namespace mtrain::cuda

@@ -1,0 +1,46 @@
+#include "worker/parallel/rank_model_stages.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace mtrain {
+
+RankModelStages::RankModelStages(RankModel* model) : model_(model), free_(model->num_chunks()) {}
+
+absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Microbatch& microbatch,
+                                                const float* hidden_in, float* hidden_out) {
+  std::unique_ptr<Activations<float>>& acts = in_flight_[{chunk, index}];
+  if (acts != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("chunk ", chunk, " ran microbatch ", index, "'s forward twice"));
+  }
+  if (!free_[chunk].empty()) {
+    acts = std::move(free_[chunk].back());
+    free_[chunk].pop_back();
+  } else {
+    acts = model_->chunk(chunk).NewActivations();
+  }
+  MicrobatchInput<float> input;
+  input.id = microbatch.id;
+  input.tokens = microbatch.tokens.data();
+  input.targets = microbatch.targets.data();
+  input.hidden_in = hidden_in;
+  return model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
+}
+
+absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidden_out,
+                                       float d_loss_per_token, float* d_hidden_in,
+                                       bool last_of_step) {
+  auto it = in_flight_.find({chunk, index});
+  if (it == in_flight_.end()) return absl::FailedPreconditionError("backward before forward");
+  std::unique_ptr<Activations<float>> acts = std::move(it->second);
+  in_flight_.erase(it);
+  const absl::Status status =
+      model_->chunk(chunk).Backward(acts.get(), d_hidden_out, d_loss_per_token, d_hidden_in,
+                                    last_of_step ? final_grads_hook_ : nullptr);
+  acts->has_forward = false;
+  free_[chunk].push_back(std::move(acts));
+  return status;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,48 @@
+// PipelineStages (pipeline_stages.h) over the CPU engine's RankModel: each chunk's
+// GptModel<float>, with a pool of activation sets per chunk (a set is reused once its
+// backward is done, so memory follows the schedule's in-flight count).
+//
+//   RankModelStages stages(model.get());
+//   stages.SetFinalGradsHook(&hook);  // buckets start their all-reduce from it
+//   PipelineExecutor executor(&stages, schedule, stage, pipeline, world);
+#ifndef MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
+#define MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "worker/engine/rank_model.h"
+#include "worker/parallel/pipeline_stages.h"
+
+namespace mtrain {
+
+class RankModelStages : public PipelineStages {
+ public:
+  // `model` must outlive this.
+  explicit RankModelStages(RankModel* model);
+
+  // Passed to each chunk's last backward of a step (null: none). Must outlive the step.
+  void SetFinalGradsHook(const GradReadyHook* hook) { final_grads_hook_ = hook; }
+
+  int num_chunks() const override { return model_->num_chunks(); }
+  const ModelPlacement& placement(int chunk) const override {
+    return model_->chunk_layout(chunk).placement();
+  }
+  const ModelShape& shape() const override { return model_->shape(); }
+  absl::StatusOr<double> Forward(int chunk, int index, const Microbatch& microbatch,
+                                 const float* hidden_in, float* hidden_out) override;
+  absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
+                        float* d_hidden_in, bool last_of_step) override;
+
+ private:
+  RankModel* const model_;
+  const GradReadyHook* final_grads_hook_ = nullptr;
+  std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> in_flight_;
+  std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_;  // per chunk
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
