@@ -315,7 +315,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     apply = scaler_->Update(found > 0);
   }
   double grad_norm = 0;
-  const double lr = optimizer_->LearningRate(step);
+  // As Megatron: the schedule advances with applied updates only (an fp16 step skipped for
+  // overflow moves neither the weights nor the learning rate). Without loss scaling every
+  // step is applied. A skipped step reports the rate its update will get when applied.
+  const long long update = step - skipped_steps() + (apply ? 0 : 1);
+  const double lr = optimizer_->LearningRate(update);
   if (apply) {
     double sum_squares = 0;
     if (cuda_ != nullptr) {
@@ -334,7 +338,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     }
     const double clip = cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip());
     if (cuda_ != nullptr) {
-      RETURN_IF_ERROR(cuda_->Update(step - skipped_steps(), lr, clip));
+      RETURN_IF_ERROR(cuda_->Update(update, lr, clip));
     } else {
       optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
     }

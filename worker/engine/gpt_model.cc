@@ -72,6 +72,15 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
       layer_tensors_[global_layer - placement_.first_layer].push_back(&tensor);
     }
   }
+}
+
+template <typename T>
+void GptModel<T>::AllocateScratch() {
+  // On first use, not in the constructor: a model that only holds parameters (the host
+  // copy next to the CUDA engine) never needs these (the attention scratch alone is
+  // B*H*S*S values).
+  if (scratch_allocated_) return;
+  scratch_allocated_ = true;
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
   d_ln_.resize(n * shape_.hidden);
   d_branch_.resize(n * shape_.hidden);
@@ -233,6 +242,7 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
 template <typename T>
 absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Activations<T>* acts,
                                             T* hidden_out) {
+  AllocateScratch();
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -284,6 +294,7 @@ template <typename T>
 absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
                                    T* d_hidden_in, const GradReadyHook* on_grad_ready) {
   if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
+  AllocateScratch();
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;

@@ -114,6 +114,7 @@ class GptModel {
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
   cpu::VocabShard VocabShardOf(int rows) const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
+  void AllocateScratch();
 
   const ParameterLayout& layout_;
   const ModelShape shape_;
@@ -132,7 +133,9 @@ class GptModel {
   std::vector<const ParamTensor*> head_tensors_;
   const ParamTensor* wte_tensor_ = nullptr;
   const ParamTensor* wpe_tensor_ = nullptr;
-  // Backward temporaries, shared by all microbatches (one backward runs at a time).
+  // Backward temporaries, shared by all microbatches (one backward runs at a time);
+  // allocated by the first Forward or Backward.
+  bool scratch_allocated_ = false;
   std::unique_ptr<LayerActivations<T>> recompute_scratch_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_, d_att_scratch_;
 };
