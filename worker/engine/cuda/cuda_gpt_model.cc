@@ -453,36 +453,36 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
                                  "copying the input gradient"));
     }
     if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
-    return CudaStatus(cudaStreamSynchronize(stream_), "the backward pass");
+    return absl::OkStatus();
   }
   // Embeddings: this rank's token rows go into the tied wte gradient; the position
   // embedding's gradient is the same on every tensor rank.
   RETURN_IF_ERROR(Zero(d_branch_, stream_));
   RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
                                      DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_));
-  const EmbeddingGradPlan plan = PlanEmbeddingGrad(
-      acts->host_tokens.data(), N, placement_.vocab_start(shape_), placement_.local_vocab(shape_));
-  const int num_rows = static_cast<int>(plan.rows.size());
+  plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
+                            placement_.local_vocab(shape_));
+  const int num_rows = static_cast<int>(plan_.rows.size());
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_rows_.get(), plan.rows.data(), plan.rows.size() * sizeof(int32_t),
+      cudaMemcpyAsync(plan_rows_.get(), plan_.rows.data(), plan_.rows.size() * sizeof(int32_t),
                       cudaMemcpyHostToDevice, stream_),
       "uploading the embedding gradient's plan"));
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_starts_.get(), plan.starts.data(), plan.starts.size() * sizeof(int32_t),
-                      cudaMemcpyHostToDevice, stream_),
+      cudaMemcpyAsync(plan_starts_.get(), plan_.starts.data(),
+                      plan_.starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
       "uploading the embedding gradient's plan"));
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_positions_.get(), plan.positions.data(),
-                      plan.positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+      cudaMemcpyAsync(plan_positions_.get(), plan_.positions.data(),
+                      plan_.positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
       "uploading the embedding gradient's plan"));
   RETURN_IF_ERROR(TokenEmbeddingBackward<T>(d_branch_.get(), plan_rows_.get(), plan_starts_.get(),
                                             plan_positions_.get(), num_rows, C, g_.wte, stream_));
   RETURN_IF_ERROR(
       PositionEmbeddingBackward<T>(d_branch_.get(), batch_, shape_.seq_length, C, g_.wpe, stream_));
   if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
-  // The plan's host vectors must outlive the copies above (pageable memory is copied
-  // before cudaMemcpyAsync returns, but keep that independent of the allocator).
-  return CudaStatus(cudaStreamSynchronize(stream_), "the backward pass");
+  // No synchronisation: the host can prepare the next microbatch while the GPU works (the
+  // plan's host arrays are members, kept until the next backward replaces them).
+  return absl::OkStatus();
 }
 
 template class CudaGptModel<float>;

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/activations.h"
 #include "worker/engine/cuda/device_buffer.h"
@@ -112,7 +113,8 @@ class CudaGptModel {
   // with the head seeds it with d_loss_per_token (the derivative of the step's loss with
   // respect to each token's loss); others take d_hidden_out (device [B*S, C]). Chunks
   // without the embeddings write the gradient of their input into d_hidden_in (device,
-  // if given). Returns after the stream has finished the work.
+  // if given). Returns once the work is enqueued (errors of kernels show up at the next
+  // synchronisation).
   absl::Status Backward(CudaActivations<T>* acts, const T* d_hidden_out, float d_loss_per_token,
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
@@ -142,7 +144,9 @@ class CudaGptModel {
 
   // The recomputation's activation set (with recompute on).
   CudaLayerActivations<T> scratch_;
-  // The embedding gradient's plan (which tokens add into which row).
+  // The embedding gradient's plan (which tokens add into which row), on the host and its
+  // device copy.
+  EmbeddingGradPlan plan_;
   DeviceBuffer<int32_t> plan_rows_, plan_starts_, plan_positions_;
   // Backward temporaries, shared by every microbatch (one backward at a time).
   DeviceBuffer<T> d_logits_;
