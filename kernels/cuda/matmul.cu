@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/cuda_status.h"
@@ -44,6 +45,14 @@ struct Descriptors {
 
 #define MTRAIN_BLAS(call) \
   if (absl::Status s = BlasStatus((call), #call); !s.ok()) return s
+
+// The largest power of two up to 256 dividing the address: what the heuristic may assume.
+uint32_t Alignment(const void* pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
 
 // Column-major D[m, n] = alpha op(A) op(B) + beta C, all leading dimensions dense. A and B
 // are AB_T, C and D are CD_T. fp32 inputs compute in strict fp32 (no TF32); 16-bit inputs
@@ -93,6 +102,20 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
   const size_t workspace = CublasLt::kWorkspaceBytes;
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  // The heuristic assumes 256-byte aligned A/B/C/D unless told otherwise (cublasLt.h,
+  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), but weights and weight gradients are views
+  // at arbitrary offsets into the flat parameter/gradient buffers; an algorithm needing more
+  // alignment than they have fails (NOT_SUPPORTED) or faults. Bias and aux pointers are on
+  // the matmul descriptor, which the heuristic already inspects.
+  const uint32_t align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c);
+  MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
+      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   MTRAIN_BLAS(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c, desc.d,
