@@ -132,13 +132,43 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
   return absl::OkStatus();
 }
 
-// d_bias[n] += sum over rows of d_out[M, N] (fixed order per column: deterministic).
+// d_bias[n] += sum over rows of d_out[M, N], in two passes so that the whole GPU works
+// (one thread per column would leave most SMs idle and walk M rows serially), with a fixed
+// partition and fixed summation orders: deterministic for a given shape.
+//   Pass 1: block (column tile of 32, row chunk) -> partial[chunk, column]: 8 row lanes
+//           stride through the chunk, then are summed lane 0..7.
+//   Pass 2: per column, d_bias += partials over the chunks in order.
+constexpr int kBiasColumns = 32;
+constexpr int kBiasRowLanes = 8;
+constexpr int kBiasRowsPerChunk = 512;
+
 template <typename T>
-__global__ void BiasGradKernel(const T* d_out, int M, int N, float* d_bias) {
+__global__ void BiasGradPartialKernel(const T* d_out, int M, int N, int rows_per_chunk,
+                                      float* partial) {
+  __shared__ float lanes[kBiasRowLanes][kBiasColumns];
+  const int col = blockIdx.x * kBiasColumns + threadIdx.x;
+  const int begin = blockIdx.y * rows_per_chunk;
+  const int end = min(M, begin + rows_per_chunk);
+  float sum = 0;
+  if (col < N) {
+    for (int row = begin + threadIdx.y; row < end; row += kBiasRowLanes) {
+      sum += ToFloat(d_out[size_t(row) * N + col]);
+    }
+  }
+  lanes[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < N) {
+    float total = 0;
+    for (int lane = 0; lane < kBiasRowLanes; ++lane) total += lanes[lane][threadIdx.x];
+    partial[size_t(blockIdx.y) * N + col] = total;
+  }
+}
+
+__global__ void BiasGradFinishKernel(const float* partial, int chunks, int N, float* d_bias) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= N) return;
   float sum = 0;
-  for (int row = 0; row < M; ++row) sum += ToFloat(d_out[size_t(row) * N + col]);
+  for (int c = 0; c < chunks; ++c) sum += partial[size_t(c) * N + col];
   d_bias[col] += sum;
 }
 
@@ -198,7 +228,22 @@ absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T
     return s;
   }
   if (d_bias != nullptr) {
-    BiasGradKernel<T><<<(N + 255) / 256, 256, 0, stream>>>(d_out, M, N, d_bias);
+    // The partials live in the cuBLASLt workspace: this stream's GEMMs above are done with
+    // it by then, and the next ones start after the finishing pass.
+    int rows_per_chunk = kBiasRowsPerChunk;
+    while (static_cast<size_t>((M + rows_per_chunk - 1) / rows_per_chunk) * N * sizeof(float) >
+           CublasLt::kWorkspaceBytes) {
+      rows_per_chunk *= 2;
+    }
+    const int chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
+    float* partial = static_cast<float*>(blas.workspace());
+    const dim3 grid((N + kBiasColumns - 1) / kBiasColumns, chunks);
+    BiasGradPartialKernel<T><<<grid, dim3(kBiasColumns, kBiasRowLanes), 0, stream>>>(
+        d_out, M, N, rows_per_chunk, partial);
+    if (absl::Status s = LastLaunchStatus("MatmulBackward (bias partial sums)"); !s.ok()) {
+      return s;
+    }
+    BiasGradFinishKernel<<<(N + 255) / 256, 256, 0, stream>>>(partial, chunks, N, d_bias);
     return LastLaunchStatus("MatmulBackward (bias)");
   }
   return absl::OkStatus();

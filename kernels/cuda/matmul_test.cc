@@ -10,10 +10,11 @@ namespace {
 using testing::DeviceArray;
 
 // Forward (plain, bias, bias + GeLU) and backward against the CPU kernels in double. The
-// T outputs stay well inside fp16's range (|out|, |d_in| of a few units).
+// T outputs stay well inside fp16's range (|out|, |d_in| of a few units). The default
+// shape is one row chunk of the bias gradient's two passes; the second test shape has
+// several (the last one partial) and a partial column tile.
 template <typename T>
-void CheckMatmul(double tolerance) {
-  constexpr int M = 257, K = 384, N = 1152;
+void CheckMatmul(double tolerance, int M = 257, int K = 384, int N = 1152) {
   const std::vector<float> in =
       testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * K, 81, -1, 1));
   const std::vector<float> weight =
@@ -86,6 +87,12 @@ TEST(CudaMatmulTest, Bf16MatchesTheCpu) {
 TEST(CudaMatmulTest, Fp16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
   CheckMatmul<__half>(testing::kFp16Tolerance);
+}
+
+TEST(CudaMatmulTest, ManyRowsAndAnOddColumnCountMatchTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckMatmul<float>(testing::kFp32Tolerance, /*M=*/1300, /*K=*/64, /*N=*/72);
+  CheckMatmul<__nv_bfloat16>(testing::kBf16Tolerance, 1300, 64, 72);
 }
 
 // fp16 results beyond its range must come out non-finite (inf), not saturated at 65504:
