@@ -205,6 +205,15 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
   engine->device_name_ = props.name;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&engine->stream_, cudaStreamNonBlocking),
                              "creating the compute stream"));
+  // Kernels take small stream-ordered scratch (cudaMallocAsync) every step; by default the
+  // pool hands freed memory back to the driver at each synchronisation, so keep it.
+  cudaMemPool_t pool = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, config.device),
+                             "reading the device's memory pool"));
+  uint64_t keep_everything = UINT64_MAX;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+      "setting the memory pool's release threshold"));
   const size_t n = config.buffer_size;
   ASSIGN_OR_RETURN(engine->master_, DeviceBuffer<float>::Create(n, "fp32 master weights"));
   ASSIGN_OR_RETURN(engine->grads_, DeviceBuffer<float>::Create(n, "fp32 gradients"));
