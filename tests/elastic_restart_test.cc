@@ -198,7 +198,10 @@ TEST_F(ElasticRestartTest, HungRankAndHungWorkerAreDetectedNamedAndReplaced) {
   StartWorkers(3);  // 2 ranks and a spare
   const std::string job =
       Submit(WriteSpec("job.json", SpecJson(R"("pipeline": 2, "global_batch_size": 4)",
-                                            R"("steps": 400, "checkpoint_every": 5)")));
+                                            R"("steps": 20000, "checkpoint_every": 5)")));
+  // Far more steps than the test lets it take (it cancels the job): a stopped daemon's
+  // ranks keep training until the coordinator notices, and a short job (400 steps, about
+  // 3 s on an idle machine) could finish first, leaving no generation to replace.
   WaitForStep(job, 8, absl::Minutes(2));
 
   // 1. The training process of rank 1 hangs (SIGSTOP); its daemon still heartbeats. Rank
