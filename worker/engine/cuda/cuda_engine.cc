@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -124,10 +125,13 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   absl::Status Stage() {
     if (staged_t_.size() > 0) return absl::OkStatus();
     const size_t n = HiddenElements();
-    ASSIGN_OR_RETURN(staged_t_, DeviceBuffer<T>::Create(n, "hidden states between stages"));
+    // The fp32 buffer first, staged_t_ (the "already staged" flag) last: a failed
+    // allocation must not leave staged_t_ set with staged_f_ empty, or the next call
+    // would report success and copy through a null staged_f_.
     if constexpr (!std::is_same_v<T, float>) {
       ASSIGN_OR_RETURN(staged_f_, DeviceBuffer<float>::Create(n, "hidden states between stages"));
     }
+    ASSIGN_OR_RETURN(staged_t_, DeviceBuffer<T>::Create(n, "hidden states between stages"));
     return absl::OkStatus();
   }
   // Host float -> device T (the stream's later work sees it).
@@ -514,9 +518,10 @@ absl::StatusOr<double> CudaEngine::GradientSumOfSquares(const std::vector<FlatRa
     sum += range_sum;
     nonfinite |= range_nonfinite;
   }
-  if (nonfinite != 0 || !std::isfinite(sum)) {
-    return absl::InternalError("a gradient is inf or NaN: training diverged");
-  }
+  // NaN rather than an error: the caller sums this over the model-parallel ranks, and a
+  // rank that failed here alone would leave the others waiting in that sum; with NaN every
+  // rank sees the non-finite norm and fails alike (as the CPU engine's do).
+  if (nonfinite != 0) return std::numeric_limits<double>::quiet_NaN();
   return sum;
 }
 

@@ -114,8 +114,8 @@ class CudaEngine : public PipelineStages {
   // whether any is inf or NaN (an overflow: the step is to be skipped).
   absl::StatusOr<bool> UnscaleGradients(float factor);
   // Sum of the squared gradients (for global-norm clipping) over `ranges` (empty: the
-  // whole buffer), each range summed on the device and the ranges in order; INTERNAL
-  // naming the step's problem if a gradient is inf or NaN.
+  // whole buffer), each range summed on the device and the ranges in order; NaN if a
+  // gradient is inf or NaN (summed over the ranks by the caller, so all of them see it).
   absl::StatusOr<double> GradientSumOfSquares(const std::vector<FlatRange>& ranges = {});
   // AdamW over the fp32 masters with every gradient multiplied by `grad_scale` (the
   // clipping coefficient), per tensor with its decay setting; refreshes the bf16 copy.
