@@ -15,7 +15,8 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //kernels/cuda:grad_scale_test //kernels/cuda:cross_entropy_test //kernels/cuda:matmul_test
          //kernels/cuda:attention_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
          //kernels/cuda:elementwise_test //worker/engine/cuda:cuda_engine_test
-         //worker/engine/cuda:overlapped_all_reduce_test //kernels/cuda:attention_bench
+         //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test
+         //kernels/cuda:attention_bench
          //worker //worker:train "$@")
 bazel build "${TARGETS[@]}" >/dev/null
 BIN=$(bazel info bazel-bin 2>/dev/null)
@@ -36,6 +37,6 @@ for target in "${TARGETS[@]}"; do
     esac
   done
 done
-cp tests/data/shakespeare.txt "$OUT/data/"
+cp tests/data/shakespeare.txt tests/parity/gpu_parity_reference.safetensors "$OUT/data/"
 tar -cJf build/gpu_bundle.tar.xz -C build gpu_bundle
 du -h build/gpu_bundle.tar.xz

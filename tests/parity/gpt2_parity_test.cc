@@ -1,6 +1,8 @@
 // The engine against PyTorch (tests/parity/gpt2_reference.py wrote the reference from the
 // engine's own initial weights): logits and loss to 1e-5 relative, every gradient to
-// 1e-4 relative, and the losses and final weights of 5 AdamW steps.
+// 1e-4 relative, and the losses and final weights of 5 AdamW steps. Run on both
+// references: the parity model's and the GPU parity model's (which the gpu-tagged
+// cuda_parity_test holds the CUDA engine to, so its reference is checked here as well).
 #include <cmath>
 
 #include "gtest/gtest.h"
@@ -24,11 +26,15 @@ double RelativeError(const float* a, const std::vector<float>& b) {
   return diff / std::max(scale, 1e-30);
 }
 
-class Gpt2ParityTest : public ::testing::Test {
+struct Reference {
+  const char* file;
+  ModelShape (*shape)();
+};
+
+class Gpt2ParityTest : public ::testing::TestWithParam<Reference> {
  protected:
   void SetUp() override {
-    absl::StatusOr<SafetensorsFile> file =
-        ReadSafetensors("tests/parity/gpt2_reference.safetensors");
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(GetParam().file);
     ASSERT_TRUE(file.ok()) << file.status();
     reference_ = *std::move(file);
     model_ = std::make_unique<GptModel<float>>(layout_, kParityBatch, ModelOptions{});
@@ -58,14 +64,14 @@ class Gpt2ParityTest : public ::testing::Test {
     return *TensorAsFloats(it->second);
   }
 
-  const ModelShape shape_ = ParityShape();
+  const ModelShape shape_ = GetParam().shape();
   const ParameterLayout layout_{shape_, WholeModel(shape_)};
   SafetensorsFile reference_;
   std::unique_ptr<GptModel<float>> model_;
   std::vector<TokenBatch> batches_;
 };
 
-TEST_F(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
+TEST_P(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
   model_->ZeroGrads();
   auto acts = model_->NewActivations();
   MicrobatchInput<float> input;
@@ -91,7 +97,7 @@ TEST_F(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
   }
 }
 
-TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
+TEST_P(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
   const OptimizerSpec spec = ParityOptimizer();
   AdamWOptimizer optimizer(layout_.tensors(), spec, 0, layout_.total_size());
   const std::vector<float> reference_losses = Floats("step_losses");
@@ -118,6 +124,11 @@ TEST_F(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
     EXPECT_LT(RelativeError(ours.data(), reference), 1e-4) << tensor.name;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    References, Gpt2ParityTest,
+    ::testing::Values(Reference{"tests/parity/gpt2_reference.safetensors", ParityShape},
+                      Reference{"tests/parity/gpu_parity_reference.safetensors", GpuParityShape}));
 
 }  // namespace
 }  // namespace mtrain

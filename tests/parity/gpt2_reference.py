@@ -12,11 +12,15 @@ clip_grad_norm_), and records:
   grad.*               every gradient of step 1
   step_losses          [steps] losses of `steps` AdamW steps (clipped, scheduled lr)
   final.*              the weights after those steps
-The C++ test //tests/parity:gpt2_parity_test compares the engine against this file.
+The C++ test //tests/parity:gpt2_parity_test compares the engine against this file; with
+--model=gpu the same is written for the GPU parity model (head dimension 32, which the
+CUDA attention takes) into gpu_parity_reference.safetensors, for the gpu-tagged
+//tests/parity:cuda_parity_test.
 
   bazel build //tests/parity:write_parity_weights
-  python3 tests/parity/gpt2_reference.py      # needs torch and safetensors from PyPI
+  python3 tests/parity/gpt2_reference.py [--model=gpu]   # needs torch, safetensors (PyPI)
 """
+import argparse
 import json
 import math
 import pathlib
@@ -85,11 +89,14 @@ class Gpt2(torch.nn.Module):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=["cpu", "gpu"], default="cpu")
+    args = parser.parse_args()
     init_path = HERE / "parity_init.safetensors"
     writer = ROOT / "bazel-bin/tests/parity/write_parity_weights"
     if not writer.exists():
         sys.exit(f"{writer} missing: run `bazel build //tests/parity:write_parity_weights`")
-    subprocess.run([str(writer), f"--output={init_path}"], check=True)
+    subprocess.run([str(writer), f"--output={init_path}", f"--model={args.model}"], check=True)
     with open(init_path, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
         cfg = json.loads(json.loads(f.read(header_len))["__metadata__"]["config"])
@@ -128,7 +135,8 @@ def main():
     out["step_losses"] = torch.tensor(step_losses, dtype=torch.float64)
     for name, param in model.p.items():
         out["final." + name.replace("__", ".")] = param.detach().clone()
-    target = HERE / "gpt2_reference.safetensors"
+    target = HERE / ("gpu_parity_reference.safetensors" if args.model == "gpu"
+                     else "gpt2_reference.safetensors")
     save_file({k: v.contiguous() for k, v in out.items()}, str(target),
               metadata={"config": json.dumps(cfg), "torch": torch.__version__})
     print(f"wrote {target}: loss {step_losses[0]:.6f} -> {step_losses[-1]:.6f}")

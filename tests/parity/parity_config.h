@@ -19,6 +19,20 @@ inline ModelShape ParityShape() {
   return shape;
 }
 
+// The GPU parity model (tests/parity/cuda_parity_test.cc): the CUDA attention kernels take
+// head dimensions 32, 64 and 128, so this one has two heads of 32. Changing it means
+// regenerating gpu_parity_reference.safetensors.
+inline ModelShape GpuParityShape() {
+  ModelShape shape;
+  shape.num_layers = 2;
+  shape.num_heads = 2;
+  shape.hidden = 64;
+  shape.seq_length = 64;
+  shape.vocab = 250;
+  shape.padded_vocab = 256;
+  return shape;
+}
+
 inline constexpr int kParityBatch = 2;
 inline constexpr int kParitySteps = 5;
 inline constexpr unsigned long long kParityInitSeed = 1234;

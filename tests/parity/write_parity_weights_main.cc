@@ -11,11 +11,18 @@
 #include "worker/engine/safetensors.h"
 
 ABSL_FLAG(std::string, output, "parity_init.safetensors", "where to write the weights");
+ABSL_FLAG(std::string, model, "cpu",
+          "cpu: ParityShape (gpt2_parity_test); gpu: GpuParityShape (cuda_parity_test)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace mtrain;
-  const ModelShape shape = ParityShape();
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model != "cpu" && model != "gpu") {
+    std::fprintf(stderr, "write_parity_weights: --model=%s: must be cpu or gpu\n", model.c_str());
+    return 2;
+  }
+  const ModelShape shape = model == "gpu" ? GpuParityShape() : ParityShape();
   ParameterLayout layout(shape, WholeModel(shape));
   std::vector<float> params(layout.total_size());
   InitializeParameters(layout, kParityInitSeed, params.data());
