@@ -165,6 +165,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     config.tensor_group = t->groups_.device_tensor != nullptr ? t->groups_.device_tensor.get()
                                                               : t->groups_.tensor.get();
     config.tensor_group_on_device = t->groups_.device_tensor != nullptr;
+    // AdamW's range: the whole model, or this replica's ZeRO-1 slice (as the CPU optimizer).
+    config.optimizer_begin = t->optimizer_->begin();
+    config.optimizer_end = t->optimizer_->end();
     config.micro_batch = t->micro_batch_;
     config.model = model_options;
     config.precision =
@@ -343,7 +346,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
     }
   }
-  if (shard_size_ > 0) {
+  if (shard_size_ > 0 && cuda_ != nullptr) {
+    // ZeRO-1 on the GPU: each replica updated its slice of the masters; gather them.
+    RETURN_IF_ERROR(groups_.device_data != nullptr
+                        ? cuda_->AllGatherParameters(groups_.device_data.get(), true, shard_size_)
+                        : cuda_->AllGatherParameters(groups_.data.get(), false, shard_size_));
+  } else if (shard_size_ > 0) {
     // ZeRO-1: each replica updated its slice; every replica needs all of them.
     std::vector<float> gathered(model_->buffer_size());
     RETURN_IF_ERROR(
@@ -571,23 +579,17 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
 absl::Status Trainer::SyncFromDevice() {
   if (cuda_ == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(cuda_->DownloadParameters(model_->params()));
-  // Without ZeRO (the CUDA engine's case) the optimizer's moments span the whole buffer
-  // up to its padding.
-  std::vector<float> m(model_->buffer_size()), v(model_->buffer_size());
-  RETURN_IF_ERROR(cuda_->DownloadMoments(m.data(), v.data()));
-  std::copy(m.begin(), m.begin() + optimizer_->first_moment().size(),
-            optimizer_->first_moment().begin());
-  std::copy(v.begin(), v.begin() + optimizer_->second_moment().size(),
-            optimizer_->second_moment().begin());
-  return absl::OkStatus();
+  // The engine keeps moments for the optimizer's range exactly (the ZeRO-1 slice or the
+  // whole model), as the host optimizer does.
+  return cuda_->DownloadMoments(optimizer_->first_moment().data(),
+                                optimizer_->second_moment().data());
 }
 
 absl::Status Trainer::SyncToDevice() {
   if (cuda_ == nullptr) return absl::OkStatus();
   RETURN_IF_ERROR(cuda_->UploadParameters(model_->params()));
-  std::vector<float> m, v;
-  RETURN_IF_ERROR(FullMoments(&m, &v));
-  return cuda_->UploadMoments(m.data(), v.data());
+  return cuda_->UploadMoments(optimizer_->first_moment().data(),
+                              optimizer_->second_moment().data());
 }
 
 absl::Status Trainer::SaveWeights(const std::string& path) {

@@ -12,8 +12,9 @@
   4. CUDA fp16 (1,1,1) with dynamic loss scaling (from 2^32): the first steps overflow and
      are skipped (reported in skipped_steps, the scale backs off), then the loss falls;
   5. tensor and pipeline parallelism on the GPU: CUDA fp32 (2,1,1), (1,2,1) (1F1B) and
-     (2,2,1), all ranks on the one GPU with Gloo-staged collectives, reproduce the (1,1,1)
-     CUDA losses to 1e-5; bf16 (2,1,1) and (1,2,1) stay within 2e-2 of bf16 (1,1,1).
+     (2,2,1), and (1,1,2) with ZeRO-1, all ranks on the one GPU with Gloo-staged
+     collectives, reproduce the (1,1,1) CUDA losses to 1e-5; bf16 (2,1,1) and (1,2,1) stay
+     within 2e-2 of bf16 (1,1,1).
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -39,10 +40,12 @@ SPEC = {
 
 
 def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_workaround=False,
-        steps=None, tensor=1, pipeline=1):
+        steps=None, tensor=1, pipeline=1, zero=False):
     spec = json.loads(json.dumps(SPEC))
     spec["device"], spec["precision"] = device, precision
     spec["parallel"].update(data=data, tensor=tensor, pipeline=pipeline)
+    if zero:
+        spec["parallel"]["zero_stage"] = 1
     world = data * tensor * pipeline
     if steps:
         spec["train"]["steps"] = steps
@@ -102,6 +105,8 @@ def main():
                                 1, pipeline=2),
             "cuda-fp32-t2p2": run(args.train, tmp, "cuda-fp32-t2p2", "DEVICE_CUDA",
                                   "PRECISION_FP32", 1, tensor=2, pipeline=2),
+            "cuda-fp32-d2-zero": run(args.train, tmp, "cuda-fp32-d2-zero", "DEVICE_CUDA",
+                                     "PRECISION_FP32", 2, zero=True),
             "cuda-bf16-t2": run(args.train, tmp, "cuda-bf16-t2", "DEVICE_CUDA", "PRECISION_BF16",
                                 1, tensor=2),
             "cuda-bf16-p2": run(args.train, tmp, "cuda-bf16-p2", "DEVICE_CUDA", "PRECISION_BF16",
@@ -119,7 +124,7 @@ def main():
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
             ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
         ]
-        for layout in ("t2", "p2", "t2p2"):
+        for layout in ("t2", "p2", "t2p2", "d2-zero"):
             checks.append((f"cuda {layout} vs 1,1,1",
                            max_relative(runs[f"cuda-fp32-{layout}"]["losses"], fp32), 1e-5))
         for layout in ("t2", "p2"):

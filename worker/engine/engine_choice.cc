@@ -19,11 +19,6 @@ absl::Status CpuSupports(const JobSpec& spec) {
 }  // namespace
 
 absl::Status CudaEngineSupports(const JobSpec& spec) {
-  const ParallelSpec& par = spec.parallel();
-  if (par.zero_stage() == 1 && par.data() > 1) {
-    return absl::UnimplementedError(
-        "parallel.zero_stage: 1 is not supported by the CUDA engine yet; use 0");
-  }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {

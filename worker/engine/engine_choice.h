@@ -10,9 +10,9 @@
 //                   the CPU, with a note saying why (a reduced-precision job still needs
 //                   the GPU: UNIMPLEMENTED on the CPU, as for DEVICE_CPU).
 // The CUDA engine (worker/engine/cuda) runs any tensor, pipeline (interleaved or not) and
-// data degree (collectives on NCCL or staged through the host's Gloo groups), without
-// ZeRO, at head dimensions 32, 64 and 128, in FP32, BF16 or FP16 (with dynamic loss
-// scaling).
+// data degree (collectives on NCCL or staged through the host's Gloo groups), with or
+// without ZeRO-1, at head dimensions 32, 64 and 128, in FP32, BF16 or FP16 (with dynamic
+// loss scaling).
 #ifndef MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 #define MTRAIN_WORKER_ENGINE_ENGINE_CHOICE_H_
 

@@ -215,14 +215,26 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
   RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, config.device),
                              "reading the device's memory pool"));
   uint64_t keep_everything = UINT64_MAX;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
-      "setting the memory pool's release threshold"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+                 "setting the memory pool's release threshold"));
   const size_t n = config.buffer_size;
   ASSIGN_OR_RETURN(engine->master_, DeviceBuffer<float>::Create(n, "fp32 master weights"));
   ASSIGN_OR_RETURN(engine->grads_, DeviceBuffer<float>::Create(n, "fp32 gradients"));
-  ASSIGN_OR_RETURN(engine->m_, DeviceBuffer<float>::Create(n, "AdamW first moments"));
-  ASSIGN_OR_RETURN(engine->v_, DeviceBuffer<float>::Create(n, "AdamW second moments"));
+  if (engine->config_.optimizer_end == SIZE_MAX) engine->config_.optimizer_end = n;
+  if (engine->config_.optimizer_begin > engine->config_.optimizer_end ||
+      engine->config_.optimizer_end > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer range [", engine->config_.optimizer_begin, ", ", engine->config_.optimizer_end,
+        ") is not within the buffer's ", n, " elements"));
+  }
+  // Under ZeRO-1 only this replica's slice has moments: that is the memory it saves (one
+  // element at least, so that an empty slice still has a buffer).
+  const size_t moments = engine->config_.optimizer_end - engine->config_.optimizer_begin;
+  ASSIGN_OR_RETURN(
+      engine->m_, DeviceBuffer<float>::Create(std::max<size_t>(moments, 1), "AdamW first moments"));
+  ASSIGN_OR_RETURN(engine->v_, DeviceBuffer<float>::Create(std::max<size_t>(moments, 1),
+                                                           "AdamW second moments"));
   ASSIGN_OR_RETURN(engine->sum_of_squares_, DeviceBuffer<double>::Create(1, "the gradient norm"));
   ASSIGN_OR_RETURN(engine->nonfinite_, DeviceBuffer<int>::Create(1, "the inf/NaN flag"));
   RETURN_IF_ERROR(
@@ -318,6 +330,7 @@ namespace {
 
 absl::Status Copy(void* to, const void* from, size_t bytes, cudaMemcpyKind kind,
                   cudaStream_t stream, const char* what) {
+  if (bytes == 0) return absl::OkStatus();  // e.g. the moments of an empty ZeRO slice
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(to, from, bytes, kind, stream), what));
   return CudaStatus(cudaStreamSynchronize(stream), what);
 }
@@ -338,14 +351,15 @@ absl::Status CudaEngine::DownloadParameters(float* params) {
 
 absl::Status CudaEngine::UploadMoments(const float* m, const float* v) {
   RETURN_IF_ERROR(
-      Copy(m_.get(), m, m_.bytes(), cudaMemcpyHostToDevice, stream_, "uploading AdamW moments"));
-  return Copy(v_.get(), v, v_.bytes(), cudaMemcpyHostToDevice, stream_, "uploading AdamW moments");
+      Copy(m_.get(), m, MomentBytes(), cudaMemcpyHostToDevice, stream_, "uploading AdamW moments"));
+  return Copy(v_.get(), v, MomentBytes(), cudaMemcpyHostToDevice, stream_,
+              "uploading AdamW moments");
 }
 
 absl::Status CudaEngine::DownloadMoments(float* m, float* v) {
-  RETURN_IF_ERROR(
-      Copy(m, m_.get(), m_.bytes(), cudaMemcpyDeviceToHost, stream_, "downloading AdamW moments"));
-  return Copy(v, v_.get(), v_.bytes(), cudaMemcpyDeviceToHost, stream_,
+  RETURN_IF_ERROR(Copy(m, m_.get(), MomentBytes(), cudaMemcpyDeviceToHost, stream_,
+                       "downloading AdamW moments"));
+  return Copy(v, v_.get(), MomentBytes(), cudaMemcpyDeviceToHost, stream_,
               "downloading AdamW moments");
 }
 
@@ -536,8 +550,11 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
   const bool fp16 = config_.precision == PRECISION_FP16;
   __nv_bfloat16* copy = fp16 ? nullptr : reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get());
   __half* half_copy = fp16 ? reinterpret_cast<__half*>(bf16_copy_.get()) : nullptr;
-  // Consecutive tensors with the same decay setting are updated by one launch.
+  // Consecutive tensors with the same decay setting are updated by one launch, clipped to
+  // the optimizer range (moments are indexed from its start).
   const std::vector<ParamTensor>& tensors = tensors_;
+  const size_t range_begin = config_.optimizer_begin;
+  const size_t range_end = config_.optimizer_end;
   size_t i = 0;
   while (i < tensors.size()) {
     size_t j = i + 1;
@@ -545,28 +562,58 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
            tensors[j].offset == tensors[j - 1].offset + tensors[j - 1].size) {
       ++j;
     }
-    const size_t begin = tensors[i].offset;
-    const size_t count = tensors[j - 1].offset + tensors[j - 1].size - begin;
+    const size_t begin = std::max(tensors[i].offset, range_begin);
+    const size_t end = std::min(tensors[j - 1].offset + tensors[j - 1].size, range_end);
     h.weight_decay = tensors[i].weight_decay ? config_.optimizer.weight_decay() : 0.0f;
+    i = j;
+    if (begin >= end) continue;
+    const size_t count = end - begin;
+    float* m = m_.get() + (begin - range_begin);
+    float* v = v_.get() + (begin - range_begin);
     if (half_copy != nullptr) {
-      const absl::Status updated =
-          AdamWUpdate<float, __half>(master_.get() + begin, grads_.get() + begin, m_.get() + begin,
-                                     v_.get() + begin, half_copy + begin, count, h, stream_);
+      const absl::Status updated = AdamWUpdate<float, __half>(
+          master_.get() + begin, grads_.get() + begin, m, v, half_copy + begin, count, h, stream_);
       RETURN_IF_ERROR(updated);
     } else if (copy != nullptr) {
       const absl::Status updated = AdamWUpdate<float, __nv_bfloat16>(
-          master_.get() + begin, grads_.get() + begin, m_.get() + begin, v_.get() + begin,
-          copy + begin, count, h, stream_);
+          master_.get() + begin, grads_.get() + begin, m, v, copy + begin, count, h, stream_);
       RETURN_IF_ERROR(updated);
     } else {
-      const absl::Status updated =
-          AdamWUpdate<float, float>(master_.get() + begin, grads_.get() + begin, m_.get() + begin,
-                                    v_.get() + begin, nullptr, count, h, stream_);
+      const absl::Status updated = AdamWUpdate<float, float>(
+          master_.get() + begin, grads_.get() + begin, m, v, nullptr, count, h, stream_);
       RETURN_IF_ERROR(updated);
     }
-    i = j;
   }
   return CudaStatus(cudaStreamSynchronize(stream_), "the optimizer step");
+}
+
+absl::Status CudaEngine::AllGatherParameters(Communicator* group, bool on_device, size_t shard) {
+  if (group == nullptr || group->size() == 1) return absl::OkStatus();
+  const size_t n = master_.size();
+  if (shard * static_cast<size_t>(group->size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeRO shard ", shard, " x ", group->size(),
+                                                   " replicas != ", n, " buffer elements"));
+  }
+  const size_t mine = shard * static_cast<size_t>(group->rank());
+  // The group takes distinct input and output buffers.
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "the update before the gather"));
+  if (on_device) {
+    ASSIGN_OR_RETURN(DeviceBuffer<float> gathered,
+                     DeviceBuffer<float>::Create(n, "the ZeRO parameter gather"));
+    RETURN_IF_ERROR(group->AllGather(master_.get() + mine, gathered.get(), shard));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(master_.get(), gathered.get(), master_.bytes(),
+                                               cudaMemcpyDeviceToDevice, stream_),
+                               "taking the gathered parameters"));
+  } else {
+    std::vector<float> slice(shard), gathered(n);
+    RETURN_IF_ERROR(Copy(slice.data(), master_.get() + mine, shard * sizeof(float),
+                         cudaMemcpyDeviceToHost, stream_, "staging the ZeRO slice"));
+    RETURN_IF_ERROR(group->AllGather(slice.data(), gathered.data(), shard));
+    RETURN_IF_ERROR(Copy(master_.get(), gathered.data(), master_.bytes(), cudaMemcpyHostToDevice,
+                         stream_, "uploading the gathered parameters"));
+  }
+  RETURN_IF_ERROR(RefreshModelCopy());
+  return CudaStatus(cudaStreamSynchronize(stream_), "the ZeRO parameter gather");
 }
 
 }  // namespace mtrain::cuda

@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ struct CudaEngineConfig {
   // (tensor_group_on_device) or a host group staged through host memory.
   Communicator* tensor_group = nullptr;
   bool tensor_group_on_device = false;
+  // The flat range AdamW updates and keeps moments for: the whole buffer by default
+  // (SIZE_MAX: buffer_size); under ZeRO-1 this replica's slice (possibly empty: a slice of
+  // padding), the others' parameters arriving by AllGatherParameters after each update.
+  size_t optimizer_begin = 0;
+  size_t optimizer_end = SIZE_MAX;
 };
 
 // A flat-buffer range [begin, begin + count).
@@ -71,7 +77,8 @@ class CudaEngine : public PipelineStages {
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const CudaEngineConfig& config);
   ~CudaEngine() override;
 
-  // Host <-> device copies of the flat buffers (buffer_size elements each).
+  // Host <-> device copies of the flat buffers (buffer_size elements each; the moments
+  // cover the optimizer range only: optimizer_end - optimizer_begin elements).
   absl::Status UploadParameters(const float* params);
   absl::Status DownloadParameters(float* params);
   absl::Status UploadMoments(const float* m, const float* v);
@@ -117,9 +124,15 @@ class CudaEngine : public PipelineStages {
   // whole buffer), each range summed on the device and the ranges in order; NaN if a
   // gradient is inf or NaN (summed over the ranks by the caller, so all of them see it).
   absl::StatusOr<double> GradientSumOfSquares(const std::vector<FlatRange>& ranges = {});
-  // AdamW over the fp32 masters with every gradient multiplied by `grad_scale` (the
-  // clipping coefficient), per tensor with its decay setting; refreshes the bf16 copy.
+  // AdamW over the fp32 masters of the optimizer range with every gradient multiplied by
+  // `grad_scale` (the clipping coefficient), per tensor with its decay setting; refreshes
+  // the 16-bit copy.
   absl::Status Update(long long step, double lr, double grad_scale);
+  // ZeRO-1: every replica of `group` (the data-parallel group: NCCL on device memory, or a
+  // host group staged through the host) updated its slice [rank * shard, (rank + 1) *
+  // shard) of the masters; afterwards every replica holds all of them (and their 16-bit
+  // copy). shard * group size must be buffer_size.
+  absl::Status AllGatherParameters(Communicator* group, bool on_device, size_t shard);
 
   const std::string& device_name() const { return device_name_; }
 
@@ -129,6 +142,9 @@ class CudaEngine : public PipelineStages {
   class TypedChunk;
   CudaEngine() = default;
   absl::Status RefreshModelCopy();
+  size_t MomentBytes() const {
+    return (config_.optimizer_end - config_.optimizer_begin) * sizeof(float);
+  }
 
   CudaEngineConfig config_;
   std::vector<ParamTensor> tensors_;  // every chunk's, in buffer order
