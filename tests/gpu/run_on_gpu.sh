@@ -37,7 +37,9 @@ check cuda_parity_test "$BUNDLE/bin/cuda_parity_test"
 check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
 # Tensor-core attention speed (ms, TFLOP/s) at GPT-2 124M's shapes; compare with SDPA.
 check attention_bench "$BUNDLE/bin/attention_bench"
-check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'device: cuda'"
+# The worker's start line says "device: cuda, N x NAME (sm_XY ...)"; an error also contains
+# "device: cuda..." (e.g. "no CUDA device: cudaError..."), hence the comma.
+check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'starting: device: cuda, '"
 
 echo
 printf '%-28s %s\n' CHECK RESULT
