@@ -11,10 +11,9 @@
   3. CUDA bf16 (1,1,1) stays within 2e-2 of the fp32 losses and its loss falls;
   4. CUDA fp16 (1,1,1) with dynamic loss scaling (from 2^32): the first steps overflow and
      are skipped (reported in skipped_steps, the scale backs off), then the loss falls;
-  5. tensor and pipeline parallelism on the GPU: CUDA fp32 (2,1,1), (1,2,1) (1F1B) and
-     (2,2,1), and (1,1,2) with ZeRO-1, all ranks on the one GPU with Gloo-staged
-     collectives, reproduce the (1,1,1) CUDA losses to 1e-5; bf16 (2,1,1) and (1,2,1) stay
-     within 2e-2 of bf16 (1,1,1).
+  5. bf16 tensor and pipeline parallelism on the one GPU: (2,1,1) and (1,2,1) stay within
+     2e-2 of bf16 (1,1,1). (fp32 layouts against (1,1,1) to 1e-5: the gpu-tagged
+     //tests:gpu_parallel_training_test.)
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -99,14 +98,6 @@ def main():
             "cuda-bf16": run(args.train, tmp, "cuda-bf16", "DEVICE_CUDA", "PRECISION_BF16", 1),
             "cuda-fp16": run(args.train, tmp, "cuda-fp16", "DEVICE_CUDA", "PRECISION_FP16", 1,
                              steps=40),
-            "cuda-fp32-t2": run(args.train, tmp, "cuda-fp32-t2", "DEVICE_CUDA", "PRECISION_FP32",
-                                1, tensor=2),
-            "cuda-fp32-p2": run(args.train, tmp, "cuda-fp32-p2", "DEVICE_CUDA", "PRECISION_FP32",
-                                1, pipeline=2),
-            "cuda-fp32-t2p2": run(args.train, tmp, "cuda-fp32-t2p2", "DEVICE_CUDA",
-                                  "PRECISION_FP32", 1, tensor=2, pipeline=2),
-            "cuda-fp32-d2-zero": run(args.train, tmp, "cuda-fp32-d2-zero", "DEVICE_CUDA",
-                                     "PRECISION_FP32", 2, zero=True),
             "cuda-bf16-t2": run(args.train, tmp, "cuda-bf16-t2", "DEVICE_CUDA", "PRECISION_BF16",
                                 1, tensor=2),
             "cuda-bf16-p2": run(args.train, tmp, "cuda-bf16-p2", "DEVICE_CUDA", "PRECISION_BF16",
@@ -124,9 +115,6 @@ def main():
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
             ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
         ]
-        for layout in ("t2", "p2", "t2p2", "d2-zero"):
-            checks.append((f"cuda {layout} vs 1,1,1",
-                           max_relative(runs[f"cuda-fp32-{layout}"]["losses"], fp32), 1e-5))
         for layout in ("t2", "p2"):
             checks.append((f"bf16 {layout} vs 1,1,1",
                            max_relative(runs[f"cuda-bf16-{layout}"]["losses"], bf16), 2e-2))

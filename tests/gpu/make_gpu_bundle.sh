@@ -16,6 +16,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //kernels/cuda:attention_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
          //kernels/cuda:elementwise_test //worker/engine/cuda:cuda_engine_test
          //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test
+         //tests:gpu_parallel_training_test //worker:launch
          //kernels/cuda:attention_bench
          //worker //worker:train "$@")
 bazel build "${TARGETS[@]}" >/dev/null
