@@ -93,22 +93,25 @@ absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
   world.timeout = transport.timeout;
   world.watchdog_wait = transport.watchdog_wait;
   ASSIGN_OR_RETURN(groups->device_world, ConnectNcclGroup(*transport.store, world, cuda_device));
+  // Each split colours the world by the group index (every rank is in exactly one group
+  // of each kind).
+  auto split = [&](GroupKind kind, const char* name, std::vector<int> members,
+                   std::unique_ptr<Communicator>* out) -> absl::Status {
+    const int index = grid.GroupIndex(kind, global_rank);
+    GroupSpec spec = world;
+    spec.name = absl::StrCat(transport.key_prefix, name, index);
+    spec.members = std::move(members);
+    ASSIGN_OR_RETURN(*out, SplitNcclGroup(*transport.store, *groups->device_world, &spec, index));
+    return absl::OkStatus();
+  };
   // Splits in a fixed order (data, then tensor): every rank makes the same calls.
   if (data_members.size() > 1) {
-    const int index = grid.GroupIndex(GroupKind::kData, global_rank);
-    GroupSpec data = world;
-    data.name = absl::StrCat(transport.key_prefix, "nccl-data-", index);
-    data.members = std::move(data_members);
-    ASSIGN_OR_RETURN(groups->device_data,
-                     SplitNcclGroup(*transport.store, *groups->device_world, &data, index));
+    RETURN_IF_ERROR(
+        split(GroupKind::kData, "nccl-data-", std::move(data_members), &groups->device_data));
   }
   if (tensor_members.size() > 1) {
-    const int index = grid.GroupIndex(GroupKind::kTensor, global_rank);
-    GroupSpec tensor = world;
-    tensor.name = absl::StrCat(transport.key_prefix, "nccl-tensor-", index);
-    tensor.members = std::move(tensor_members);
-    ASSIGN_OR_RETURN(groups->device_tensor,
-                     SplitNcclGroup(*transport.store, *groups->device_world, &tensor, index));
+    RETURN_IF_ERROR(split(GroupKind::kTensor, "nccl-tensor-", std::move(tensor_members),
+                          &groups->device_tensor));
   }
   return absl::OkStatus();
 }
