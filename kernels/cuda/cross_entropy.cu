@@ -76,7 +76,8 @@ __global__ void LossesKernel(const float* max, const float* sum_exp, const float
 
 template <typename T>
 __global__ void BackwardKernel(const T* logits, const int32_t* targets, const float* max,
-                               const float* sum_exp, VocabShard shard, float d_loss, T* d_logits) {
+                               const float* sum_exp, VocabShard shard, float d_loss, T* d_logits,
+                               bool accumulate) {
   const size_t row = blockIdx.x;
   const T* x = logits + row * shard.cols;
   T* d = d_logits + row * shard.cols;
@@ -86,7 +87,13 @@ __global__ void BackwardKernel(const T* logits, const int32_t* targets, const fl
   for (int c = threadIdx.x; c < shard.valid_cols; c += blockDim.x) {
     float g = expf(ToFloat(x[c]) - m) * scale;
     if (c == target) g -= d_loss;
-    d[c] = FromFloat<T>(ToFloat(d[c]) + g);
+    d[c] = FromFloat<T>(accumulate ? ToFloat(d[c]) + g : g);
+  }
+  // Overwriting: the padding columns' gradient is 0 (the output layer's backward reads it).
+  if (!accumulate) {
+    for (int c = shard.valid_cols + threadIdx.x; c < shard.cols; c += blockDim.x) {
+      d[c] = FromFloat<T>(0.0f);
+    }
   }
 }
 
@@ -128,10 +135,11 @@ absl::Status CrossEntropyLosses(const float* max, const float* sum_exp, const fl
 template <typename T>
 absl::Status CrossEntropyBackward(const T* logits, const int32_t* targets, const float* max,
                                   const float* sum_exp, const VocabShard& shard,
-                                  float d_loss_per_token, T* d_logits, cudaStream_t stream) {
+                                  float d_loss_per_token, T* d_logits, cudaStream_t stream,
+                                  bool accumulate) {
   if (absl::Status s = CheckShard(shard); !s.ok() || shard.rows == 0) return s;
   BackwardKernel<T><<<shard.rows, kThreads, 0, stream>>>(logits, targets, max, sum_exp, shard,
-                                                         d_loss_per_token, d_logits);
+                                                         d_loss_per_token, d_logits, accumulate);
   return LastLaunchStatus("CrossEntropyBackward");
 }
 
@@ -145,13 +153,13 @@ template absl::Status CrossEntropyLocalStats<__half>(const __half*, const int32_
                                                      cudaStream_t);
 template absl::Status CrossEntropyBackward<float>(const float*, const int32_t*, const float*,
                                                   const float*, const VocabShard&, float, float*,
-                                                  cudaStream_t);
+                                                  cudaStream_t, bool);
 template absl::Status CrossEntropyBackward<__nv_bfloat16>(const __nv_bfloat16*, const int32_t*,
                                                           const float*, const float*,
                                                           const VocabShard&, float, __nv_bfloat16*,
-                                                          cudaStream_t);
+                                                          cudaStream_t, bool);
 template absl::Status CrossEntropyBackward<__half>(const __half*, const int32_t*, const float*,
                                                    const float*, const VocabShard&, float, __half*,
-                                                   cudaStream_t);
+                                                   cudaStream_t, bool);
 
 }  // namespace mtrain::cuda

@@ -43,11 +43,13 @@ absl::Status CrossEntropyLosses(const float* max, const float* sum_exp, const fl
                                 int rows, float* losses, cudaStream_t stream);
 
 // d_logits[r, c] += d_loss_per_token * (exp(logit - max) / sum_exp - onehot) on valid
-// columns (padding columns untouched), with the global max and sum.
+// columns (padding columns untouched), with the global max and sum. With accumulate false,
+// d_logits is overwritten (padding columns set to 0): no need to zero it first.
 template <typename T>
 absl::Status CrossEntropyBackward(const T* logits, const int32_t* targets, const float* max,
                                   const float* sum_exp, const VocabShard& shard,
-                                  float d_loss_per_token, T* d_logits, cudaStream_t stream);
+                                  float d_loss_per_token, T* d_logits, cudaStream_t stream,
+                                  bool accumulate = true);
 
 }  // namespace mtrain::cuda
 

@@ -36,13 +36,18 @@ __global__ void DropoutForwardKernel(const T* x, T* y, size_t n, uint64_t key, u
 // threshold 0 with scale 1 is d_x += d_y exactly (every element kept, d_y * 1 is d_y).
 template <typename T>
 __global__ void DropoutBackwardKernel(const T* d_y, T* d_x, size_t n, uint64_t key,
-                                      uint64_t index_base, uint32_t threshold, float scale) {
+                                      uint64_t index_base, uint32_t threshold, float scale,
+                                      bool accumulate) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    if (!DropoutKeep(key, index_base + i, threshold)) continue;
+    if (!DropoutKeep(key, index_base + i, threshold)) {
+      if (!accumulate) d_x[i] = FromFloat<T>(0.0f);
+      continue;
+    }
     // Explicit roundings: nvcc would otherwise fuse the multiply-add into one FMA, which
     // rounds once where the CPU (no FMA at -march=x86-64-v2) rounds twice.
-    d_x[i] = FromFloat<T>(__fadd_rn(ToFloat(d_x[i]), __fmul_rn(ToFloat(d_y[i]), scale)));
+    const float g = __fmul_rn(ToFloat(d_y[i]), scale);
+    d_x[i] = FromFloat<T>(accumulate ? __fadd_rn(ToFloat(d_x[i]), g) : g);
   }
 }
 
@@ -65,13 +70,13 @@ absl::Status DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, u
 
 template <typename T>
 absl::Status DropoutBackward(const T* d_y, T* d_x, size_t n, float p, uint64_t key,
-                             uint64_t index_base, cudaStream_t stream) {
+                             uint64_t index_base, cudaStream_t stream, bool accumulate) {
   if (absl::Status s = CheckProbability(p, "DropoutBackward"); !s.ok()) return s;
   if (n == 0) return absl::OkStatus();
   const uint32_t threshold = p == 0.0f ? 0 : DropoutThreshold(p);
   const float scale = p == 0.0f ? 1.0f : DropoutScale(p);
   DropoutBackwardKernel<T><<<GridFor(n, kThreads), kThreads, 0, stream>>>(
-      d_y, d_x, n, key, index_base, threshold, scale);
+      d_y, d_x, n, key, index_base, threshold, scale, accumulate);
   return LastLaunchStatus("DropoutBackward");
 }
 
@@ -82,10 +87,10 @@ template absl::Status DropoutForward<__nv_bfloat16>(const __nv_bfloat16*, __nv_b
 template absl::Status DropoutForward<__half>(const __half*, __half*, size_t, float, uint64_t,
                                              uint64_t, cudaStream_t);
 template absl::Status DropoutBackward<float>(const float*, float*, size_t, float, uint64_t,
-                                             uint64_t, cudaStream_t);
+                                             uint64_t, cudaStream_t, bool);
 template absl::Status DropoutBackward<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, size_t,
-                                                     float, uint64_t, uint64_t, cudaStream_t);
+                                                     float, uint64_t, uint64_t, cudaStream_t, bool);
 template absl::Status DropoutBackward<__half>(const __half*, __half*, size_t, float, uint64_t,
-                                              uint64_t, cudaStream_t);
+                                              uint64_t, cudaStream_t, bool);
 
 }  // namespace mtrain::cuda

@@ -25,10 +25,12 @@ absl::Status DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, u
                             cudaStream_t stream);
 
 // d_x[i] += keep(key, index_base + i) ? d_y[i] * (1 / (1 - p)) : 0; p == 0: d_x += d_y.
-// Dropped elements of d_x are not written.
+// Dropped elements of d_x are not written. With accumulate false, d_x is overwritten
+// instead (dropped elements become 0): the same values as accumulating into zeros, without
+// zeroing d_x first.
 template <typename T>
 absl::Status DropoutBackward(const T* d_y, T* d_x, size_t n, float p, uint64_t key,
-                             uint64_t index_base, cudaStream_t stream);
+                             uint64_t index_base, cudaStream_t stream, bool accumulate = true);
 
 }  // namespace mtrain::cuda
 

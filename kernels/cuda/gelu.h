@@ -17,9 +17,11 @@ namespace mtrain::cuda {
 template <typename T>
 absl::Status GeluForward(const T* x, T* y, size_t n, cudaStream_t stream);
 
-// d_x[i] += d_y[i] * gelu'(x[i]).
+// d_x[i] += d_y[i] * gelu'(x[i]); with accumulate false, d_x[i] = d_y[i] * gelu'(x[i])
+// (no need to zero d_x first).
 template <typename T>
-absl::Status GeluBackward(const T* d_y, const T* x, T* d_x, size_t n, cudaStream_t stream);
+absl::Status GeluBackward(const T* d_y, const T* x, T* d_x, size_t n, cudaStream_t stream,
+                          bool accumulate = true);
 
 }  // namespace mtrain::cuda
 

@@ -209,13 +209,14 @@ absl::Status MatmulForward(CublasLt& blas, const T* in, const T* weight, const T
 template <typename T>
 absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T* weight, T* d_in,
                             float* d_weight, float* d_bias, int M, int K, int N,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bool accumulate_d_in) {
   if (M <= 0 || K <= 0 || N <= 0) {
     return absl::InvalidArgumentError("MatmulBackward: empty shape");
   }
   if (d_in != nullptr) {
-    // d_in'[K, M] += weight'[K, N] d_out'[N, M]
-    if (absl::Status s = Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, 1.0f, d_in, K,
+    // d_in'[K, M] (+)= weight'[K, N] d_out'[N, M]
+    const float beta = accumulate_d_in ? 1.0f : 0.0f;
+    if (absl::Status s = Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, beta, d_in, K,
                                     CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
         !s.ok()) {
       return s;
@@ -258,12 +259,14 @@ template absl::Status MatmulForward<__nv_bfloat16>(CublasLt&, const __nv_bfloat1
 template absl::Status MatmulForward<__half>(CublasLt&, const __half*, const __half*, const __half*,
                                             __half*, int, int, int, cudaStream_t, __half*);
 template absl::Status MatmulBackward<float>(CublasLt&, const float*, const float*, const float*,
-                                            float*, float*, float*, int, int, int, cudaStream_t);
+                                            float*, float*, float*, int, int, int, cudaStream_t,
+                                            bool);
 template absl::Status MatmulBackward<__nv_bfloat16>(CublasLt&, const __nv_bfloat16*,
                                                     const __nv_bfloat16*, const __nv_bfloat16*,
                                                     __nv_bfloat16*, float*, float*, int, int, int,
-                                                    cudaStream_t);
+                                                    cudaStream_t, bool);
 template absl::Status MatmulBackward<__half>(CublasLt&, const __half*, const __half*, const __half*,
-                                             __half*, float*, float*, int, int, int, cudaStream_t);
+                                             __half*, float*, float*, int, int, int, cudaStream_t,
+                                             bool);
 
 }  // namespace mtrain::cuda

@@ -53,11 +53,12 @@ absl::Status MatmulForward(CublasLt& blas, const T* in, const T* weight, const T
 
 // Given d_out[M, N]: d_in[M, K] += d_out @ weight (skipped if null); d_weight[N, K] +=
 // d_out^T @ in; d_bias[N] += column sums of d_out (skipped if null). Gradients of the
-// parameters are float (the fp32 main gradients of mixed precision) whatever T is.
+// parameters are float (the fp32 main gradients of mixed precision) whatever T is. With
+// accumulate_d_in false, d_in is overwritten (beta 0: not read, no need to zero it).
 template <typename T>
 absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T* weight, T* d_in,
                             float* d_weight, float* d_bias, int M, int K, int N,
-                            cudaStream_t stream);
+                            cudaStream_t stream, bool accumulate_d_in = true);
 
 }  // namespace mtrain::cuda
 

@@ -23,7 +23,7 @@ check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 # CUDA kernels against the CPU implementations (each prints its measured errors).
 for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention dropout embedding \
-    elementwise; do
+    elementwise overwrite_mode; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
 # The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and

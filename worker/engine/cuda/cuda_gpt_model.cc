@@ -33,6 +33,9 @@ enum DropoutSite {
   kMlpOutSite = 3
 };
 
+// For the kernels' `accumulate` argument: the output holds nothing to keep.
+constexpr bool kOverwrite = false;
+
 template <typename T>
 absl::Status Zero(const DeviceBuffer<T>& buffer, cudaStream_t stream) {
   return CudaStatus(cudaMemsetAsync(buffer.get(), 0, buffer.bytes(), stream),
@@ -247,19 +250,18 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   // d_out is the gradient of the layer output = h1 + MLP branch; it doubles as d_h1. It is
   // the same on every tensor rank, so the replicated parameters' gradients are too.
   T* d_h1 = d_out;
-  RETURN_IF_ERROR(Zero(d_branch_, stream_));
+  // The temporaries below hold one contribution each: the kernels overwrite them
+  // (kOverwrite) rather than accumulate into zeroed buffers, saving a memset and a read.
   RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
-                                     DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_));
-  RETURN_IF_ERROR(Zero(d_gelu_, stream_));
+                                     DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
+                                     kOverwrite));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.gelu.get(), w.fc_proj_weight,
                                     d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
-                                    stream_));
-  RETURN_IF_ERROR(Zero(d_fc_, stream_));
+                                    stream_, kOverwrite));
   RETURN_IF_ERROR(GeluBackward<T>(d_gelu_.get(), s.fc.get(), d_fc_.get(),
-                                  static_cast<size_t>(N) * Fl, stream_));
-  RETURN_IF_ERROR(Zero(d_ln_, stream_));
+                                  static_cast<size_t>(N) * Fl, stream_, kOverwrite));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), s.ln2.get(), w.fc_weight, d_ln_.get(),
-                                    g.fc_weight, g.fc_bias, N, C, Fl, stream_));
+                                    g.fc_weight, g.fc_bias, N, C, Fl, stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
   RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), s.h1.get(), w.ln2_gamma, s.ln2_mean.get(),
                                        s.ln2_rstd.get(), d_h1, g.ln2_gamma, g.ln2_beta, N, C,
@@ -269,15 +271,13 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(d_x, d_h1, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
                  "copying the residual gradient"));
-  RETURN_IF_ERROR(Zero(d_branch_, stream_));
   RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
-                                     DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
-                                     stream_));
-  RETURN_IF_ERROR(Zero(d_attn_y_, stream_));
+                                     DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_,
+                                     kOverwrite));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.attn_y.get(), w.proj_weight,
-                                    d_attn_y_.get(), g.proj_weight, g.proj_bias, N, Cl, C,
-                                    stream_));
-  RETURN_IF_ERROR(Zero(d_qkv_, stream_));
+                                    d_attn_y_.get(), g.proj_weight, g.proj_bias, N, Cl, C, stream_,
+                                    kOverwrite));
+  RETURN_IF_ERROR(Zero(d_qkv_, stream_));  // the attention backward accumulates
   const int heads = placement_.local_heads(shape_);
   const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
@@ -285,9 +285,8 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), s.attn_y.get(),
                                             s.lse.get(), d_qkv_.get(), shape, att_dropout,
                                             stream_));
-  RETURN_IF_ERROR(Zero(d_ln_, stream_));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), s.ln1.get(), w.qkv_weight, d_ln_.get(),
-                                    g.qkv_weight, g.qkv_bias, N, C, 3 * Cl, stream_));
+                                    g.qkv_weight, g.qkv_bias, N, C, 3 * Cl, stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
   return LayerNormBackward<T>(d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(), s.ln1_rstd.get(), d_x,
                               g.ln1_gamma, g.ln1_beta, N, C, stream_);
@@ -413,13 +412,11 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
     const int Vl = placement_.local_vocab(shape_);
     const int start = placement_.vocab_start(shape_);
     const VocabShard shard{N, Vl, std::clamp(shape_.vocab - start, 0, Vl), start};
-    RETURN_IF_ERROR(Zero(d_logits_, stream_));
-    RETURN_IF_ERROR(CrossEntropyBackward<T>(acts->logits.get(), acts->targets.get(),
-                                            acts->ce_max.get(), acts->ce_sum_exp.get(), shard,
-                                            d_loss_per_token, d_logits_.get(), stream_));
-    RETURN_IF_ERROR(Zero(d_ln_, stream_));
+    RETURN_IF_ERROR(CrossEntropyBackward<T>(
+        acts->logits.get(), acts->targets.get(), acts->ce_max.get(), acts->ce_sum_exp.get(), shard,
+        d_loss_per_token, d_logits_.get(), stream_, kOverwrite));
     RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_logits_.get(), acts->lnf.get(), p_.wte, d_ln_.get(),
-                                      g_.wte, nullptr, N, C, Vl, stream_));
+                                      g_.wte, nullptr, N, C, Vl, stream_, kOverwrite));
     RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));
     RETURN_IF_ERROR(Zero(d_x_, stream_));
     RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), acts->layer_io[placement_.num_layers].get(),
@@ -457,9 +454,9 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   }
   // Embeddings: this rank's token rows go into the tied wte gradient; the position
   // embedding's gradient is the same on every tensor rank.
-  RETURN_IF_ERROR(Zero(d_branch_, stream_));
   RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
-                                     DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_));
+                                     DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_,
+                                     kOverwrite));
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
   const int num_rows = static_cast<int>(plan_.rows.size());
