@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "kernels/cuda/cuda_status.h"
@@ -116,19 +117,30 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
       desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  MTRAIN_BLAS(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c, desc.d,
-                                             desc.preference, 1, &heuristic, &found));
-  if (found == 0) {
-    return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM (m " +
-                                    std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-                                    std::to_string(k) + ", epilogue " +
-                                    std::to_string(int(epilogue)) + ")");
+  // Everything the heuristic's choice depends on.
+  char key[256];
+  std::snprintf(key, sizeof(key), "%d%d %d %d %d %d %d %d %d %d %d %u %u %u %u %u %d",
+                int(transpose_a), int(transpose_b), m, n, k, lda, ldb, ldc, int(DataType<AB_T>()),
+                int(DataType<CD_T>()), int(epilogue), align_a, align_b, align_c,
+                bias != nullptr ? Alignment(bias) : 0u, aux != nullptr ? Alignment(aux) : 0u,
+                ld_aux);
+  auto cached = blas.algorithms().find(key);
+  if (cached == blas.algorithms().end()) {
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    MTRAIN_BLAS(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c,
+                                               desc.d, desc.preference, 1, &heuristic, &found));
+    if (found == 0) {
+      return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM (m " +
+                                      std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                                      std::to_string(k) + ", epilogue " +
+                                      std::to_string(int(epilogue)) + ")");
+    }
+    cached = blas.algorithms().emplace(key, heuristic.algo).first;
   }
   const float alpha = 1.0f;
   MTRAIN_BLAS(cublasLtMatmul(blas.handle(), desc.op, &alpha, a, desc.a, b, desc.b, &beta, c, desc.c,
-                             c, desc.d, &heuristic.algo, blas.workspace(), workspace, stream));
+                             c, desc.d, &cached->second, blas.workspace(), workspace, stream));
   return absl::OkStatus();
 }
 

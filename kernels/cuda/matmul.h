@@ -18,6 +18,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,11 +39,16 @@ class CublasLt {
 
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
+  // The algorithm cuBLASLt's heuristic chose for each GEMM seen (keyed by shapes, types,
+  // epilogue and pointer alignments): the heuristic query costs tens of microseconds of
+  // host time, and a training step repeats the same few dozen GEMMs.
+  std::unordered_map<std::string, cublasLtMatmulAlgo_t>& algorithms() { return algorithms_; }
 
  private:
   CublasLt() = default;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  std::unordered_map<std::string, cublasLtMatmulAlgo_t> algorithms_;
 };
 
 // out[M, N] = in[M, K] @ weight[N, K]^T (+ bias[N] unless null). With `pre_gelu` non-null
