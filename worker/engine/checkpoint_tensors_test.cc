@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/engine/full_tensor_testing.h"
 #include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
@@ -36,16 +37,6 @@ std::map<std::string, FullTensor> SmallModel() {
   };
 }
 
-void ExpectSameTensors(const std::map<std::string, FullTensor>& got,
-                       const std::map<std::string, FullTensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    EXPECT_EQ(it->second.shape, tensor.shape) << name;
-    EXPECT_EQ(it->second.values, tensor.values) << name;
-  }
-}
 
 TEST(CheckpointTensorsTest, RoundTripsParametersWithStepAndSeed) {
   const std::string dir = FreshDir("round_trip");

@@ -9,6 +9,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "worker/engine/full_tensor_testing.h"
 #include "worker/engine/model_shape.h"
 #include "worker/engine/parameter_init.h"
 #include "worker/engine/parameter_layout.h"
@@ -87,16 +88,6 @@ std::map<std::string, FullTensor> WithoutVocabPadding(std::map<std::string, Full
   return ours;
 }
 
-void ExpectSameTensors(const std::map<std::string, FullTensor>& got,
-                       const std::map<std::string, FullTensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    EXPECT_EQ(it->second.shape, tensor.shape) << name;
-    EXPECT_EQ(it->second.values, tensor.values) << name;
-  }
-}
 
 TEST(HfGpt2Test, ExportHasHfNamesShapesAndConv1DLayouts) {
   const std::map<std::string, FullTensor> ours = OurModel();
