@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -198,6 +199,10 @@ inline double RelativeError(const std::vector<float>& got, const std::vector<dou
   EXPECT_EQ(got.size(), want.size());
   double diff = 0, scale = 0;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    // std::max would skip a NaN (NaN compares false): a non-finite result is the worst error.
+    if (!std::isfinite(got[i]) && std::isfinite(want[i])) {
+      return std::numeric_limits<double>::infinity();
+    }
     diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
     scale = std::max(scale, std::abs(want[i]));
   }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ using testing::DeviceArray;
 double ScaledError(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, scale = 0;
   for (size_t i = 0; i < b.size(); ++i) {
+    // A NaN would slip through std::max (it compares false): count it as the worst error.
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
     diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
     scale = std::max(scale, std::abs(static_cast<double>(b[i])));
   }
