@@ -191,6 +191,9 @@ void JobManager::OnWorkerRestarted(const std::string& worker_id) {
                        absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
 }
 
+// An engine note longer than this (a malformed report) is cut in the event log.
+constexpr size_t kMaxEngineNoteLength = 500;
+
 absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = active_.find(metrics.job_id());
@@ -209,6 +212,13 @@ absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
     job.running = true;
     RETURN_IF_ERROR(TransitionLocked(metrics.job_id(), JOB_STATE_RUNNING,
                                      absl::StrCat("generation ", job.generation, " training")));
+  }
+  if (!metrics.engine().empty()) {
+    // Which engine (CPU or CUDA, device, precision) this generation trains on, and why.
+    (void)store_->AppendEvent(metrics.job_id(), "engine",
+                              absl::StrCat("generation ", job.generation, ", rank ", rank, ": ",
+                                           metrics.engine().substr(0, kMaxEngineNoteLength)),
+                              NowMs());
   }
   if (metrics_ != nullptr) metrics_->ObserveStep(metrics.job_id(), metrics, job.plan[rank].rank());
   if (rank == ReportingRank(job.spec)) {

@@ -188,6 +188,15 @@ TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
   ASSERT_TRUE(manager_->OnMetrics(Step(ranks[2], 1, 5.5)).ok());  // rank 2: loss rank
   EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
   EXPECT_EQ(manager_->Get(*id)->latest().loss(), 5.5);
+  // Rank 0's first step says which engine trains: an "engine" event (once, not per step).
+  StepMetrics first = Step(ranks[0], 1, 0);
+  first.clear_loss();
+  first.set_engine("engine: CUDA (device: DEVICE_AUTO), NVIDIA H100 #0, PRECISION_BF16");
+  ASSERT_TRUE(manager_->OnMetrics(first).ok());
+  EXPECT_NE(EventLog(*id).find("engine: generation 1, rank 0: engine: CUDA (device: "
+                               "DEVICE_AUTO), NVIDIA H100 #0, PRECISION_BF16"),
+            std::string::npos)
+      << EventLog(*id);
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(manager_->OnRankResult(Result(ranks[r], absl::StatusCode::kOk)).ok());
   }

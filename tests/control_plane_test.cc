@@ -85,6 +85,9 @@ TEST_F(ControlPlaneTest, SubmittedJobReproducesStaticTrainStepForStep) {
   // The same plan, data and arithmetic: equal to the printed digits.
   EXPECT_EQ(*job_losses, *static_losses);
   EXPECT_EQ(StateOf("job-1"), JOB_STATE_SUCCEEDED);
+  // Rank 0 told the coordinator which engine trained (the CPU engine: no GPU here).
+  EXPECT_THAT(Trainctl({"events", "job-1"}).second,
+              HasSubstr("generation 1, rank 0: engine: CPU (device: DEVICE_CPU)"));
 }
 
 TEST_F(ControlPlaneTest, JobsQueueAndCancelFreesWorkersWithinSeconds) {

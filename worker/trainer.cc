@@ -381,6 +381,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (cuda_ != nullptr) {
     metrics.set_device_memory_peak_bytes(static_cast<int64_t>(cuda::DeviceBufferPeakBytes()));
   }
+  // The engine goes to the coordinator once, with rank 0's first step of this process.
+  if (!engine_reported_ && assignment_.rank().global_rank() == 0) {
+    metrics.set_engine(engine_note_);
+    engine_reported_ = true;
+  }
   return metrics;
 }
 

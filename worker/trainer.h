@@ -150,8 +150,9 @@ class Trainer {
   std::unique_ptr<cuda::CudaEngine> cuda_;     // null: the CPU engine trains
   std::unique_ptr<DynamicLossScaler> scaler_;  // fp16 only
   std::string engine_note_;
-  size_t shard_begin_ = 0;  // ZeRO-1: this rank's slice of the flat buffer
-  size_t shard_size_ = 0;   // 0 without ZeRO
+  bool engine_reported_ = false;  // engine_note_ sent in a StepMetrics
+  size_t shard_begin_ = 0;        // ZeRO-1: this rank's slice of the flat buffer
+  size_t shard_size_ = 0;         // 0 without ZeRO
   double flops_per_step_ = 0;
   double peak_flops_ = 0;  // of every device of the job
   long long step_ = 0;
