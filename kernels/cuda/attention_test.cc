@@ -79,12 +79,8 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   const size_t qkv_size = QkvSize(shape);
   const size_t out_size = qkv_size / 3;
   const size_t lse_size = size_t(shape.batch) * shape.heads * shape.seq;
-  auto round = [](std::vector<float> v) {
-    if constexpr (sizeof(T) == 2) {
-      for (float& e : v) e = testing::RoundToBf16(e);
-    }
-    return v;
-  };
+  // The inputs as T holds them (bf16 or fp16 rounding), so both sides see the same values.
+  auto round = [](std::vector<float> v) { return testing::RoundedTo<T>(std::move(v)); };
   const std::vector<float> qkv = round(testing::RandomFloats(qkv_size, 91, -2, 2));
   const std::vector<float> d_out = round(testing::RandomFloats(out_size, 92, -1, 1));
   const std::vector<float> d_qkv0 = round(testing::RandomFloats(qkv_size, 93, -0.1, 0.1));
@@ -113,9 +109,9 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   std::printf(
       "flash attention %s B%d S%d H%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
       "lse %.2e (abs), d_qkv %.2e\n",
-      sizeof(T) == 4 ? "fp32" : "bf16", shape.batch, shape.seq, shape.heads, shape.head_dim,
-      dropout.p, dropout.head_offset, dropout.total_heads > 0 ? dropout.total_heads : shape.heads,
-      out_error, lse_error, grad_error);
+      testing::TypeName<T>(), shape.batch, shape.seq, shape.heads, shape.head_dim, dropout.p,
+      dropout.head_offset, dropout.total_heads > 0 ? dropout.total_heads : shape.heads, out_error,
+      lse_error, grad_error);
   EXPECT_EQ(NonFinite(got_out), 0u);
   EXPECT_EQ(NonFinite(got_lse), 0u);
   EXPECT_EQ(NonFinite(got_d_qkv), 0u);
@@ -213,6 +209,15 @@ TEST(CudaFlashAttentionTest, Bf16HeadDim32UsesTheScalarKernels) {
   MTRAIN_SKIP_WITHOUT_GPU();
   CheckAttention<__nv_bfloat16>({2, 100, 3, 32}, Dropout(0.1f, 0, 0), testing::kBf16Tolerance,
                                 kLseTolerance, /*repeat=*/true);
+}
+
+// fp16 runs on the scalar kernels at every head dim (fp32 arithmetic, fp16 storage).
+TEST(CudaFlashAttentionTest, Fp16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (int head_dim : {32, 64, 128}) {
+    CheckAttention<__half>({2, 130, 3, head_dim}, Dropout(0.1f, 1, 4), testing::kFp16Tolerance,
+                           kLseTolerance);
+  }
 }
 
 TEST(CudaFlashAttentionTest, RefusesUnsupportedHeadDims) {
