@@ -92,21 +92,12 @@ class NcclGroup {
   // Numbers the operations (one thread at a time, as the Communicator contract says).
   GroupWatchdog& watchdog() { return watchdog_; }
 
-  // Creates the stream and the communicator (`create` makes it: from a unique id, or split
-  // from a parent); polls the non-blocking initialisation until `deadline`.
+  // Creates the stream and the communicator from a unique id (`create`); polls the
+  // non-blocking initialisation until `deadline`.
   absl::Status Init(const std::function<ncclResult_t(ncclComm_t*, ncclConfig_t*)>& create,
                     const std::string& call, absl::Time deadline) {
-    cudaError_t error = cudaSetDevice(device_);
-    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-    if (error == cudaSuccess) error = cudaMalloc(&scratch_, sizeof(float));
-    if (error != cudaSuccess) {
-      cudaGetLastError();
-      return absl::InternalError(
-          absl::StrCat("group ", name_, ": CUDA setup on device ", device_, ": ", CudaText(error)));
-    }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    config.commName = name_.c_str();
+    if (absl::Status s = Prepare(&config); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mutex_);
     const ncclResult_t started = create(&comm_, &config);
     if (started != ncclSuccess && started != ncclInProgress) {
@@ -114,80 +105,59 @@ class NcclGroup {
           absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ", call, ": ",
                                                      ncclGetErrorString(started), LastError())));
     }
-    for (int polls = 0;; ++polls) {
-      ncclResult_t state = ncclInProgress;
-      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
-      if (queried != ncclSuccess) state = queried;
-      if (state == ncclSuccess) return absl::OkStatus();
-      if (state != ncclInProgress) {
-        // Two members on one GPU: NCCL 2.28 refuses them ("Duplicate GPU detected").
-        const std::string hint =
-            state == ncclInvalidUsage
-                ? " [several ranks on one GPU? NCCL up to 2.29 refuses that; use Gloo for "
-                  "their collectives (train --gpu_collectives=gloo)]"
-                : "";
-        return FailLocked(absl::Status(
-            CodeOf(state), absl::StrCat("group ", name_, ": NCCL initialisation failed: ",
-                                        ncclGetErrorString(state), LastError(), hint)));
-      }
-      if (absl::Now() >= deadline) {
-        return FailLocked(absl::DeadlineExceededError(
-            absl::StrCat("group ", name_, ": NCCL initialisation did not complete within ",
-                         absl::FormatDuration(timeout_), " (a member missing?)")));
-      }
-      Pause(polls);
-    }
+    return AwaitInitLocked(deadline);
   }
 
   // ncclCommSplit of this (world) communicator, collective over its members: `child` is
   // initialised as the group of `color` with rank order `key`, or, when null, this member
   // joins no group (NCCL_SPLIT_NOCOLOR). Polls the non-blocking split until `deadline`.
+  //
+  // A non-blocking split is an operation of the parent (NVIDIA/nccl#1472): ncclCommSplit
+  // returns with *newcomm NULL, the parent stays ncclInProgress, and NCCL's own thread
+  // stores the new communicator into *newcomm when it is done. So the parent is polled
+  // (polling the child's still-NULL handle fails with ncclInvalidArgument), and the
+  // target (child->comm_ or split_target_) stays alive until the split has completed or
+  // the parent was aborted (ncclCommAbort joins NCCL's thread).
   absl::Status Split(NcclGroup* child, int color, int key, absl::Time deadline) {
     if (absl::Status s = Begin("ncclCommSplit"); !s.ok()) return s;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (child != nullptr) {
+      if (absl::Status s = child->Prepare(&config); !s.ok()) return s;
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (comm_ == nullptr) return Aborted("ncclCommSplit");
-    const ncclComm_t parent = comm_;
-    absl::Status status;
-    if (child != nullptr) {
-      lock.unlock();  // the child's Init takes its own lock; the parent stays alive (shared)
-      status = child->Init(
-          [&](ncclComm_t* comm, ncclConfig_t* config) {
-            return ncclCommSplit(parent, color, key, comm, config);
-          },
-          absl::StrCat("ncclCommSplit of ", name_), deadline);
-      lock.lock();
-    } else {
-      ncclComm_t none = nullptr;
-      const ncclResult_t result = ncclCommSplit(parent, NCCL_SPLIT_NOCOLOR, key, &none, nullptr);
-      if (result != ncclSuccess && result != ncclInProgress) {
-        return FailLocked(absl::Status(
-            CodeOf(result), absl::StrCat("group ", name_, ": ncclCommSplit (no group): ",
-                                         ncclGetErrorString(result), LastError())));
-      }
+    // The child is not shared yet: nothing else touches its comm_ while NCCL writes it.
+    ncclComm_t* const target = child != nullptr ? &child->comm_ : &split_target_;
+    const ncclResult_t started = ncclCommSplit(comm_, child != nullptr ? color : NCCL_SPLIT_NOCOLOR,
+                                               key, target, child != nullptr ? &config : nullptr);
+    if (started != ncclSuccess && started != ncclInProgress) {
+      return FailLocked(
+          absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ncclCommSplit: ",
+                                                     ncclGetErrorString(started), LastError())));
     }
-    if (!status.ok()) return status;
-    if (comm_ == nullptr) return Aborted("ncclCommSplit");
-    // The parent is non-blocking too: it is usable again once its own state settles.
     for (int polls = 0;; ++polls) {
       ncclResult_t state = ncclInProgress;
       const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
       if (queried != ncclSuccess) state = queried;
-      if (state == ncclSuccess) return absl::OkStatus();
+      if (state == ncclSuccess) break;
       if (state != ncclInProgress) {
-        return FailLocked(absl::Status(
-            CodeOf(state), absl::StrCat("group ", name_, ": ncclCommSplit failed: ",
-                                        ncclGetErrorString(state), LastError())));
+        return FailLocked(
+            absl::Status(CodeOf(state), absl::StrCat("group ", name_, ": ncclCommSplit failed: ",
+                                                     ncclGetErrorString(state), LastError())));
       }
       if (absl::Now() >= deadline) {
-        return FailLocked(absl::DeadlineExceededError(absl::StrCat(
-            "group ", name_, ": ncclCommSplit did not complete within ",
-            absl::FormatDuration(timeout_), " (a member missing?)")));
+        return FailLocked(absl::DeadlineExceededError(
+            absl::StrCat("group ", name_, ": ncclCommSplit did not complete within ",
+                         absl::FormatDuration(timeout_), " (a member missing?)")));
       }
       lock.unlock();
       Pause(polls);
       lock.lock();
       if (comm_ == nullptr) return Aborted("ncclCommSplit");
     }
+    lock.unlock();
+    if (child == nullptr) return absl::OkStatus();
+    return child->AwaitSplit(deadline);
   }
 
   int device() const { return device_; }
@@ -248,6 +218,63 @@ class NcclGroup {
   }
 
  private:
+  // Creates the stream and the scratch float on device_ (selected for this thread) and
+  // fills `config` for a non-blocking communicator named after the group.
+  absl::Status Prepare(ncclConfig_t* config) {
+    cudaError_t error = cudaSetDevice(device_);
+    if (error == cudaSuccess) error = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (error == cudaSuccess) error = cudaMalloc(&scratch_, sizeof(float));
+    if (error != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(
+          absl::StrCat("group ", name_, ": CUDA setup on device ", device_, ": ", CudaText(error)));
+    }
+    config->blocking = 0;
+    config->commName = name_.c_str();
+    return absl::OkStatus();
+  }
+
+  // The child's side of Split, once the parent reported the split complete: comm_ was
+  // filled by NCCL (null only if NCCL failed to); polls its own state until `deadline`.
+  absl::Status AwaitSplit(absl::Time deadline) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int polls = 0; __atomic_load_n(&comm_, __ATOMIC_ACQUIRE) == nullptr; ++polls) {
+      if (absl::Now() >= deadline) {
+        return FailLocked(absl::InternalError(absl::StrCat(
+            "group ", name_, ": ncclCommSplit completed without a communicator", LastError())));
+      }
+      Pause(polls);
+    }
+    return AwaitInitLocked(deadline);
+  }
+
+  // Polls the non-blocking initialisation (or split) of comm_ until `deadline`.
+  absl::Status AwaitInitLocked(absl::Time deadline) {
+    for (int polls = 0;; ++polls) {
+      ncclResult_t state = ncclInProgress;
+      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
+      if (queried != ncclSuccess) state = queried;
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) {
+        // Two members on one GPU: NCCL 2.28 refuses them ("Duplicate GPU detected").
+        const std::string hint =
+            state == ncclInvalidUsage
+                ? " [several ranks on one GPU? NCCL up to 2.29 refuses that; use Gloo for "
+                  "their collectives (train --gpu_collectives=gloo)]"
+                : "";
+        return FailLocked(absl::Status(
+            CodeOf(state), absl::StrCat("group ", name_, ": NCCL initialisation failed: ",
+                                        ncclGetErrorString(state), LastError(), hint)));
+      }
+      if (absl::Now() >= deadline) {
+        return FailLocked(absl::DeadlineExceededError(
+            absl::StrCat("group ", name_, ": NCCL initialisation did not complete within ",
+                         absl::FormatDuration(timeout_), " (a member missing?)")));
+      }
+      Pause(polls);
+    }
+  }
+
   // Issues the recorded sends and `enqueue` as one NCCL group.
   absl::Status Issue(const std::string& what,
                      const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& enqueue) {
@@ -351,7 +378,10 @@ class NcclGroup {
   float* scratch_ = nullptr;  // one float on the device, for Barrier's all-reduce
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
-  ncclComm_t comm_ = nullptr;               // guarded by mutex_; null once aborted
+  ncclComm_t comm_ = nullptr;  // guarded by mutex_; null once aborted
+  // Split's *newcomm when this member joins no group: NCCL writes it (NULL) from its own
+  // thread, so it must outlive the call, not live on Split's stack.
+  ncclComm_t split_target_ = nullptr;
   absl::Status broken_;                     // guarded by mutex_
   std::vector<SendRecord> unissued_sends_;  // guarded by mutex_
 };
@@ -578,8 +608,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclGroup(KeyValueStore& stor
                                                              const GroupSpec* spec, int color) {
   auto* parent = dynamic_cast<NcclCommunicator*>(&world);
   if (parent == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SplitNcclGroup: group ", world.name(), " is not an NCCL communicator"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SplitNcclGroup: group ", world.name(), " is not an NCCL communicator"));
   }
   if (spec == nullptr) {
     const absl::Time deadline = absl::Now() + parent->group()->timeout();
@@ -591,8 +621,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> SplitNcclGroup(KeyValueStore& stor
         absl::StrCat("SplitNcclGroup: color ", color, " must be >= 0"));
   }
   ASSIGN_OR_RETURN(const int rank, GroupRankOf(*spec));
-  auto group =
-      std::make_shared<NcclGroup>(&store, *spec, rank, parent->group()->device());
+  auto group = std::make_shared<NcclGroup>(&store, *spec, rank, parent->group()->device());
   // Ranks of the new communicator follow the order of spec.members.
   RETURN_IF_ERROR(parent->group()->Split(group.get(), color, rank, absl::Now() + spec->timeout));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(group)));

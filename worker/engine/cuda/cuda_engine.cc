@@ -604,6 +604,8 @@ absl::Status CudaEngine::AllGatherParameters(Communicator* group, bool on_device
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(master_.get(), gathered.get(), master_.bytes(),
                                                cudaMemcpyDeviceToDevice, stream_),
                                "taking the gathered parameters"));
+    // `gathered` is freed at the end of this block: the copy out of it must be done.
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "taking the gathered parameters"));
   } else {
     std::vector<float> slice(shard), gathered(n);
     RETURN_IF_ERROR(Copy(slice.data(), master_.get() + mine, shard * sizeof(float),
