@@ -121,6 +121,17 @@ grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorGrpcService::RemoveWorker(grpc::ServerContext* context,
+                                                  const RemoveWorkerRequest* request,
+                                                  RemoveWorkerResponse* response) {
+  MTRAIN_AUTHORIZE("RemoveWorker");
+  absl::Status status = workers_->Remove(request->worker_id());
+  if (!status.ok()) return Answer("RemoveWorker", ToGrpcStatus(status));
+  // The worker gauges follow at once (a job the worker ran already failed: it was dead).
+  if (jobs_ != nullptr) jobs_->Tick();
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorGrpcService::SubmitJob(grpc::ServerContext* context,
                                                const SubmitJobRequest* request,
                                                SubmitJobResponse* response) {

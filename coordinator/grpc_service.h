@@ -33,6 +33,8 @@ class CoordinatorGrpcService final : public Coordinator::Service {
                          HeartbeatResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const ListWorkersRequest* request,
                            ListWorkersResponse* response) override;
+  grpc::Status RemoveWorker(grpc::ServerContext* context, const RemoveWorkerRequest* request,
+                            RemoveWorkerResponse* response) override;
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const SubmitJobRequest* request,
                          SubmitJobResponse* response) override;

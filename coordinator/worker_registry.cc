@@ -76,6 +76,24 @@ std::vector<WorkerStatus> WorkerRegistry::List() const {
   return result;
 }
 
+absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
+  if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
+  const absl::Time now = clock_->Now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  if (IsAlive(it->second, now)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id, " is alive (last heard from ",
+        absl::FormatDuration(absl::Trunc(now - it->second.last_seen, absl::Milliseconds(100))),
+        " ago): stop it first [rule: only dead workers can be removed]"));
+  }
+  workers_.erase(it);
+  return absl::OkStatus();
+}
+
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);

@@ -60,6 +60,11 @@ class WorkerRegistry {
   // Number of workers registered and alive now.
   int CountAlive() const;
 
+  // Forgets a worker that is not alive. INVALID_ARGUMENT for an empty id, NOT_FOUND for an
+  // unknown one, FAILED_PRECONDITION (saying when it was last heard from) for a live one:
+  // it would register again at once.
+  absl::Status Remove(const std::string& worker_id);
+
   const WorkerRegistryOptions& options() const { return options_; }
 
  private:

@@ -54,6 +54,25 @@ TEST_F(WorkerRegistryTest, MissedHeartbeatsPastTimeoutMarkDead) {
   EXPECT_EQ(registry_.CountAlive(), 1);
 }
 
+TEST_F(WorkerRegistryTest, OnlyDeadWorkersAreRemovedAndMayRegisterAgain) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("w2", "b"), &restarted).ok());
+  EXPECT_EQ(registry_.Remove("").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Remove("w9").code(), absl::StatusCode::kNotFound);
+  const absl::Status alive = registry_.Remove("w1");
+  EXPECT_EQ(alive.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(alive.message().find("is alive"), absl::string_view::npos) << alive;
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w2", "b")).ok());  // w2 lives on
+  ASSERT_TRUE(registry_.Remove("w1").ok());
+  ASSERT_EQ(registry_.List().size(), 1u);
+  EXPECT_EQ(registry_.List()[0].worker().worker_id(), "w2");
+  EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("w1", "a")).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "c"), &restarted).ok());
+  EXPECT_EQ(registry_.CountAlive(), 2);
+}
+
 TEST_F(WorkerRegistryTest, HeartbeatsKeepWorkerAlive) {
   bool restarted;
   ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());

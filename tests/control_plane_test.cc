@@ -240,6 +240,13 @@ TEST_F(ControlPlaneTest, MutatingRpcsNeedTheBearerToken) {
   EXPECT_NE(StateOf(job), JOB_STATE_CANCELLED);
   EXPECT_EQ(Trainctl({"cancel", "--token_file=" + token_file_, job}).first, 0);
   EXPECT_EQ(StateOf(job), JOB_STATE_CANCELLED);
+  // Removing a worker is mutating too; with the token a live worker is still refused.
+  auto [remove_refused, remove_out] = Trainctl({"remove-worker", "w0"});
+  EXPECT_NE(remove_refused, 0);
+  EXPECT_THAT(remove_out, HasSubstr("UNAUTHENTICATED"));
+  auto [remove_alive, alive_out] = Trainctl({"remove-worker", "--token_file=" + token_file_, "w0"});
+  EXPECT_NE(remove_alive, 0);
+  EXPECT_THAT(alive_out, HasSubstr("is alive"));
 }
 
 }  // namespace

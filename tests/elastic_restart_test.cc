@@ -162,10 +162,23 @@ TEST_F(ElasticRestartTest, SigkilledWorkerOf222JobIsReplacedAndTheRunIsBitExact)
   WaitForStep(job, 12, absl::Minutes(3));
   // Rank 5 (tensor 1, data 0, stage 1: a writer of checkpoints) dies with its daemon, in
   // whatever step it is in.
+  absl::StatusOr<JobStatus> before = Status(job);
+  ASSERT_TRUE(before.ok());
+  const std::string victim_id = before->workers(5);
   ChildProcess* victim = WorkerOfRank(job, 5);
   ASSERT_NE(victim, nullptr);
   victim->Signal(SIGKILL);
   WaitForSuccess(job, absl::Minutes(4));
+  // The dead worker stays listed (it may come back) until an operator removes it, which
+  // is refused until its heartbeats have timed out.
+  EXPECT_THAT(Trainctl({"workers"}).second, HasSubstr("\n" + victim_id + " "));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Trainctl({"remove-worker", victim_id}).first == 0;
+      },
+      absl::Seconds(30)))
+      << Trainctl({"remove-worker", victim_id}).second;
+  EXPECT_THAT(Trainctl({"workers"}).second, ::testing::Not(HasSubstr("\n" + victim_id + " ")));
 
   absl::StatusOr<JobStatus> status = Status(job);
   ASSERT_TRUE(status.ok());

@@ -61,6 +61,8 @@ usage: trainctl [flags] COMMAND [ARGS]
 
 commands:
   workers               list registered workers (--json: one JSON object per worker)
+  remove-worker ID      forget a dead worker (decommissioned or renamed): it leaves the
+                        list and the worker-lost alert; refused while it is alive
   validate SPEC.json    check a job spec locally and print it with defaults filled in
   submit SPEC.json      validate locally, submit, print the job id; with --wait follow the
                         job with a progress line and exit 0 only if it SUCCEEDED
@@ -368,6 +370,17 @@ int List(Client& client) {
   return 0;
 }
 
+int RemoveWorker(Client& client, const std::string& worker_id) {
+  RemoveWorkerRequest request;
+  request.set_worker_id(worker_id);
+  RemoveWorkerResponse response;
+  absl::Status status =
+      client.Check(client.stub()->RemoveWorker(client.Context().get(), request, &response));
+  if (!status.ok()) return Fail("remove-worker", status);
+  if (!absl::GetFlag(FLAGS_json)) std::printf("removed worker %s\n", worker_id.c_str());
+  return 0;
+}
+
 int Cancel(Client& client, const std::string& job_id) {
   CancelJobRequest request;
   request.set_job_id(job_id);
@@ -444,7 +457,8 @@ int Export(Client& client, const std::string& job_id, const std::string& out_dir
 std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
-      command == "cancel" || command == "events" || command == "checkpoints") {
+      command == "cancel" || command == "events" || command == "checkpoints" ||
+      command == "remove-worker") {
     return 1;
   }
   if (command == "export") return 2;
@@ -488,6 +502,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "submit") return Submit(client, args[2]);
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
+  if (command == "remove-worker") return RemoveWorker(client, args[2]);
   if (command == "events") return Events(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);
   if (command == "export") return Export(client, args[2], args[3]);
