@@ -37,7 +37,6 @@ std::map<std::string, FullTensor> SmallModel() {
   };
 }
 
-
 TEST(CheckpointTensorsTest, RoundTripsParametersWithStepAndSeed) {
   const std::string dir = FreshDir("round_trip");
   const std::map<std::string, FullTensor> model = SmallModel();

@@ -88,7 +88,6 @@ std::map<std::string, FullTensor> WithoutVocabPadding(std::map<std::string, Full
   return ours;
 }
 
-
 TEST(HfGpt2Test, ExportHasHfNamesShapesAndConv1DLayouts) {
   const std::map<std::string, FullTensor> ours = OurModel();
   absl::StatusOr<SafetensorsFile> hf = ToHuggingFaceGpt2(ours, Model());
