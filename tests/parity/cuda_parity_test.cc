@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "kernels/cuda/test_support.h"
 #include "kernels/grad_norm.h"
 #include "tests/parity/parity_config.h"
+#include "tests/parity/parity_reference.h"
 #include "worker/engine/cuda/cuda_engine.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/optimizer.h"
@@ -25,18 +25,6 @@ namespace mtrain::cuda {
 namespace {
 
 using testing::DeviceArray;
-
-// max |a - b| / max |b|: relative to the tensor's scale.
-double ScaledError(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    // A NaN would slip through std::max (it compares false): count it as the worst error.
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 // The reference: in the bundle's data directory on the GPU machine, else the source tree.
 std::string ReferencePath() {
@@ -58,27 +46,17 @@ class CudaParityTest : public ::testing::Test {
       ASSERT_EQ(w.size(), tensor.size) << tensor.name;
       std::copy(w.begin(), w.end(), params_.begin() + tensor.offset);
     }
-    absl::StatusOr<std::vector<int32_t>> tokens = TensorAsInt32(reference_.tensors.at("tokens"));
-    ASSERT_TRUE(tokens.ok());
-    const int S = shape_.seq_length;
-    for (int step = 0; step < kParitySteps; ++step) {
+    const std::vector<TokenBatch> windows = ReferenceBatches(reference_, shape_.seq_length);
+    for (size_t step = 0; step < windows.size(); ++step) {
       Microbatch mb;
-      mb.id = {step + 1, 0};
-      for (int b = 0; b < kParityBatch; ++b) {
-        const int32_t* window = tokens->data() + (step * kParityBatch + b) * (S + 1);
-        mb.tokens.insert(mb.tokens.end(), window, window + S);
-        mb.targets.insert(mb.targets.end(), window + 1, window + S + 1);
-      }
+      mb.id = {static_cast<int64_t>(step) + 1, 0};
+      mb.tokens = windows[step].inputs;
+      mb.targets = windows[step].targets;
       batches_.push_back(std::move(mb));
     }
   }
 
-  std::vector<float> Floats(const std::string& name) {
-    auto it = reference_.tensors.find(name);
-    EXPECT_NE(it, reference_.tensors.end()) << name;
-    if (it == reference_.tensors.end()) return {};
-    return *TensorAsFloats(it->second);
-  }
+  std::vector<float> Floats(const std::string& name) { return ReferenceFloats(reference_, name); }
 
   // One forward and backward of step 1's batch with the model in T; returns the loss and
   // fills the logits (as float) and the fp32 gradients.
@@ -139,11 +117,11 @@ TEST_F(CudaParityTest, Fp32LogitsLossAndEveryGradientMatchPyTorch) {
   const double reference_loss = Floats("loss")[0];
   std::printf("fp32 loss %.8f vs PyTorch %.8f\n", loss, reference_loss);
   EXPECT_LT(std::abs(loss - reference_loss) / reference_loss, 1e-5);
-  EXPECT_LT(ScaledError(logits, Floats("logits")), 1e-5);
+  EXPECT_LT(ScaledError(logits.data(), Floats("logits")), 1e-5);
   for (const ParamTensor& tensor : layout_.tensors()) {
     const std::vector<float> got(grads.begin() + tensor.offset,
                                  grads.begin() + tensor.offset + tensor.size);
-    const double error = ScaledError(got, Floats("grad." + tensor.name));
+    const double error = ScaledError(got.data(), Floats("grad." + tensor.name));
     std::printf("  grad %-26s %.3g\n", tensor.name.c_str(), error);
     EXPECT_LT(error, 1e-4) << tensor.name;
   }
@@ -153,7 +131,7 @@ TEST_F(CudaParityTest, Bf16StaysWithinBf16PrecisionOfPyTorch) {
   std::vector<float> logits, grads;
   const double loss = RunOnce<__nv_bfloat16>(&logits, &grads);
   const double reference_loss = Floats("loss")[0];
-  const double logit_error = ScaledError(logits, Floats("logits"));
+  const double logit_error = ScaledError(logits.data(), Floats("logits"));
   std::printf("bf16 loss %.6f vs PyTorch fp32 %.6f, logits %.3g\n", loss, reference_loss,
               logit_error);
   EXPECT_LT(std::abs(loss - reference_loss) / reference_loss, 2e-2);
@@ -203,7 +181,7 @@ TEST_F(CudaParityTest, FiveAdamWStepsMatchPyTorch) {
       ours.erase(ours.begin() + C, ours.begin() + 2 * C);
       reference.erase(reference.begin() + C, reference.begin() + 2 * C);
     }
-    EXPECT_LT(ScaledError(ours, reference), 1e-4) << tensor.name;
+    EXPECT_LT(ScaledError(ours.data(), reference), 1e-4) << tensor.name;
   }
 }
 

@@ -4,10 +4,10 @@
 // references: the parity model's and the GPU parity model's (which the gpu-tagged
 // cuda_parity_test holds the CUDA engine to, so its reference is checked here as well).
 #include <cmath>
-#include <limits>
 
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
+#include "tests/parity/parity_reference.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/safetensors.h"
@@ -15,19 +15,6 @@
 
 namespace mtrain {
 namespace {
-
-// max |a - b| / max |b|: relative to the tensor's scale, so that tiny elements of a
-// tensor do not dominate.
-double RelativeError(const float* a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    // A NaN would slip through std::max (it compares false): count it as the worst error.
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 struct Reference {
   const char* file;
@@ -46,26 +33,10 @@ class Gpt2ParityTest : public ::testing::TestWithParam<Reference> {
       ASSERT_EQ(w.size(), tensor.size) << tensor.name;
       std::copy(w.begin(), w.end(), model_->params() + tensor.offset);
     }
-    absl::StatusOr<std::vector<int32_t>> tokens = TensorAsInt32(reference_.tensors.at("tokens"));
-    ASSERT_TRUE(tokens.ok());
-    const int S = shape_.seq_length;
-    for (int step = 0; step < kParitySteps; ++step) {
-      TokenBatch batch;
-      for (int b = 0; b < kParityBatch; ++b) {
-        const int32_t* window = tokens->data() + (step * kParityBatch + b) * (S + 1);
-        batch.inputs.insert(batch.inputs.end(), window, window + S);
-        batch.targets.insert(batch.targets.end(), window + 1, window + S + 1);
-      }
-      batches_.push_back(std::move(batch));
-    }
+    batches_ = ReferenceBatches(reference_, shape_.seq_length);
   }
 
-  std::vector<float> Floats(const std::string& name) {
-    auto it = reference_.tensors.find(name);
-    EXPECT_NE(it, reference_.tensors.end()) << name;
-    if (it == reference_.tensors.end()) return {};
-    return *TensorAsFloats(it->second);
-  }
+  std::vector<float> Floats(const std::string& name) { return ReferenceFloats(reference_, name); }
 
   const ModelShape shape_ = GetParam().shape();
   const ParameterLayout layout_{shape_, WholeModel(shape_)};
@@ -92,11 +63,11 @@ TEST_P(Gpt2ParityTest, LogitsLossAndEveryGradientMatchPyTorch) {
       << loss << " vs " << reference_loss;
   const std::vector<float> logits = Floats("logits");
   ASSERT_EQ(logits.size(), batches_[0].inputs.size() * shape_.padded_vocab);
-  EXPECT_LT(RelativeError(model_->logits(*acts), logits), 1e-5);
+  EXPECT_LT(ScaledError(model_->logits(*acts), logits), 1e-5);
   for (const ParamTensor& tensor : layout_.tensors()) {
     const std::vector<float> grad = Floats("grad." + tensor.name);
     ASSERT_EQ(grad.size(), tensor.size) << tensor.name;
-    EXPECT_LT(RelativeError(model_->grads() + tensor.offset, grad), 1e-4) << tensor.name;
+    EXPECT_LT(ScaledError(model_->grads() + tensor.offset, grad), 1e-4) << tensor.name;
   }
 }
 
@@ -124,7 +95,7 @@ TEST_P(Gpt2ParityTest, FiveAdamWStepsMatchPyTorch) {
       ours.erase(ours.begin() + C, ours.begin() + 2 * C);
       reference.erase(reference.begin() + C, reference.begin() + 2 * C);
     }
-    EXPECT_LT(RelativeError(ours.data(), reference), 1e-4) << tensor.name;
+    EXPECT_LT(ScaledError(ours.data(), reference), 1e-4) << tensor.name;
   }
 }
 
