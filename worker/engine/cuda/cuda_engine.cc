@@ -363,16 +363,6 @@ absl::Status CudaEngine::DownloadMoments(float* m, float* v) {
               "downloading AdamW moments");
 }
 
-absl::Status CudaEngine::UploadGradients(const float* grads) {
-  return Copy(grads_.get(), grads, grads_.bytes(), cudaMemcpyHostToDevice, stream_,
-              "uploading the gradients");
-}
-
-absl::Status CudaEngine::DownloadGradients(float* grads) {
-  return Copy(grads, grads_.get(), grads_.bytes(), cudaMemcpyDeviceToHost, stream_,
-              "downloading the gradients");
-}
-
 absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>& microbatches,
                                                    float d_loss_per_token) {
   if (layer_ranges_.empty() && last_ranges_.empty()) {

@@ -83,8 +83,6 @@ class CudaEngine : public PipelineStages {
   absl::Status DownloadParameters(float* params);
   absl::Status UploadMoments(const float* m, const float* v);
   absl::Status DownloadMoments(float* m, float* v);
-  absl::Status UploadGradients(const float* grads);
-  absl::Status DownloadGradients(float* grads);
 
   // Data parallelism on the GPU: `group` (NCCL, device buffers; must outlive the engine)
   // sums the gradients of the replicas, each layer's as soon as the last microbatch's
