@@ -501,27 +501,33 @@ absl::StatusOr<bool> CudaEngine::UnscaleGradients(float factor) {
 
 absl::StatusOr<double> CudaEngine::GradientSumOfSquares(const std::vector<FlatRange>& ranges) {
   const std::vector<FlatRange> all = {{0, grads_.size()}};
-  double sum = 0;
-  int nonfinite = 0;
-  for (const FlatRange& r : ranges.empty() ? all : ranges) {
+  const std::vector<FlatRange>& todo = ranges.empty() ? all : ranges;
+  // Each range sums into its own slot and they share one inf/NaN flag: one read back for
+  // all of them (a tensor-parallel rank has a few ranges per layer).
+  if (sum_of_squares_.size() < todo.size()) {
+    ASSIGN_OR_RETURN(sum_of_squares_,
+                     DeviceBuffer<double>::Create(todo.size(), "the gradient norm"));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
+                             "clearing the inf/NaN flag"));
+  for (size_t k = 0; k < todo.size(); ++k) {
+    const FlatRange& r = todo[k];
     if (r.begin + r.count > grads_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("gradient range [", r.begin, ", ",
                                                      r.begin + r.count, ") is past the buffer's ",
                                                      grads_.size(), " elements"));
     }
-    RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(int), stream_),
-                               "clearing the inf/NaN flag"));
     RETURN_IF_ERROR(SumOfSquaresAndNonFinite<float>(
-        grads_.get() + r.begin, r.count, sum_of_squares_.get(), nonfinite_.get(), stream_));
-    double range_sum = 0;
-    int range_nonfinite = 0;
-    RETURN_IF_ERROR(Copy(&range_sum, sum_of_squares_.get(), sizeof(double), cudaMemcpyDeviceToHost,
-                         stream_, "reading the gradient norm"));
-    RETURN_IF_ERROR(Copy(&range_nonfinite, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost,
-                         stream_, "reading the inf/NaN flag"));
-    sum += range_sum;
-    nonfinite |= range_nonfinite;
+        grads_.get() + r.begin, r.count, sum_of_squares_.get() + k, nonfinite_.get(), stream_));
   }
+  std::vector<double> sums(todo.size());
+  int nonfinite = 0;
+  RETURN_IF_ERROR(Copy(sums.data(), sum_of_squares_.get(), sums.size() * sizeof(double),
+                       cudaMemcpyDeviceToHost, stream_, "reading the gradient norm"));
+  RETURN_IF_ERROR(Copy(&nonfinite, nonfinite_.get(), sizeof(int), cudaMemcpyDeviceToHost, stream_,
+                       "reading the inf/NaN flag"));
+  double sum = 0;
+  for (double range_sum : sums) sum += range_sum;  // in range order
   // NaN rather than an error: the caller sums this over the model-parallel ranks, and a
   // rank that failed here alone would leave the others waiting in that sum; with NaN every
   // rank sees the non-finite norm and fails alike (as the CPU engine's do).
