@@ -292,16 +292,25 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(SharedAddress(smem_row)));
 }
 
-// d += A B for a warp: A 16x16 bf16 (row-major fragment a), B 16x8 bf16 (column fragment
-// b0, b1), d 16x8 fp32. With g = lane/4 and c = 2(lane%4): a[0] = A[g][c, c+1],
-// a[1] = A[g+8][c, c+1], a[2] = A[g][c+8, c+9], a[3] = A[g+8][c+8, c+9];
+// d += A B for a warp: A 16x16 (row-major fragment a), B 16x8 (column fragment b0, b1),
+// both bf16 or both fp16 (T), d 16x8 fp32. With g = lane/4 and c = 2(lane%4):
+// a[0] = A[g][c, c+1], a[1] = A[g+8][c, c+1], a[2] = A[g][c+8, c+9], a[3] = A[g+8][c+8, c+9];
 // b0 = B[c, c+1][g], b1 = B[c+8, c+9][g]; d[0..1] = D[g][c, c+1], d[2..3] = D[g+8][c, c+1].
-__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+template <typename T>
+__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "tensor-core attention: bf16 or fp16");
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 // Launches `kernel` (raising its dynamic shared-memory limit when it needs more than the
@@ -323,15 +332,16 @@ absl::Status Launch(void (*kernel)(Params...), dim3 grid, int threads, size_t sm
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core path: T = __nv_bfloat16, head dims 64 and 128 (FlashAttention-2 style).
+// Tensor-core path: T = __nv_bfloat16 or __half, head dims 64 and 128 (FlashAttention-2
+// style).
 //
-// Warp-level mma.sync m16n8k16 (bf16 in, fp32 accumulate) on tiles staged in shared memory
+// Warp-level mma.sync m16n8k16 (bf16 or fp16 in, fp32 accumulate) on tiles staged in shared memory
 // by cp.async (double-buffered), with ldmatrix feeding the operands. A warp owns 16 rows
 // (an m-tile) of every product; the score accumulators of one product are reused in
-// registers as the bf16 A operand of the next (the mma's C and A fragments match), so the
+// registers as the 16-bit A operand of the next (the mma's C and A fragments match), so the
 // scores never leave registers. 128 threads per block.
 //   Forward: a block per 64 or 128 queries, streaming 64-key tiles up to the diagonal with
-//     online softmax in fp32 (log2 domain), dropout on the probabilities, P (bf16) V.
+//     online softmax in fp32 (log2 domain), dropout on the probabilities, P (T) V.
 //   Backward: delta_i = dO_i . O_i (warp per row), then two kernels that each own their
 //     outputs, so no atomics are needed and every sum has a fixed order (deterministic):
 //     - per 64-key block, over the query tiles at and below the diagonal: recompute
@@ -342,15 +352,31 @@ absl::Status Launch(void (*kernel)(Params...), dim3 grid, int threads, size_t sm
 // Dropout uses DeviceDropout::Factor at (b, h, query, key): the scalar kernels' and the
 // CPU's global index, so all paths drop the same elements.
 
-using bf16 = __nv_bfloat16;
+// The 16-bit element types' pairs (two elements in one 32-bit register, low half first).
+template <typename T>
+struct Pair16;
+template <>
+struct Pair16<__nv_bfloat16> {
+  using Type = __nv_bfloat162;
+  static __device__ __forceinline__ Type FromFloats(float lo, float hi) {
+    return __floats2bfloat162_rn(lo, hi);
+  }
+};
+template <>
+struct Pair16<__half> {
+  using Type = __half2;
+  static __device__ __forceinline__ Type FromFloats(float lo, float hi) {
+    return __floats2half2_rn(lo, hi);
+  }
+};
 
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Tile shapes per head dim. Shared-memory rows hold D bf16 plus 8 of padding (16 bytes), so
-// that the eight rows of an ldmatrix phase start in different bank groups (no conflicts) and
+// Tile shapes per head dim. Shared-memory rows hold D 16-bit elements plus 8 of padding (16 bytes),
+// so that the eight rows of an ldmatrix phase start in different bank groups (no conflicts) and
 // every row stays 16-byte aligned for cp.async.
 template <int D>
 struct TcConfig {
@@ -361,21 +387,23 @@ struct TcConfig {
   static constexpr int kFwdMt = D == 64 ? 2 : 1;
   static constexpr int kFwdRows = 16 * kTcWarps * kFwdMt;
   static constexpr int kFwdKeys = 64;
-  static constexpr size_t kFwdSmem = size_t(kFwdRows + 4 * kFwdKeys) * kStride * sizeof(bf16);
+  static constexpr size_t kFwdSmem = size_t(kFwdRows + 4 * kFwdKeys) * kStride * sizeof(uint16_t);
   // Backward dK/dV: 64 keys per block (16 per warp), query tiles of kKvQueries.
   static constexpr int kKvKeys = 16 * kTcWarps;
   static constexpr int kKvQueries = D == 64 ? 64 : 32;
-  static constexpr size_t kKvSmem = size_t(2 * kKvKeys + 4 * kKvQueries) * kStride * sizeof(bf16) +
-                                    4 * kKvQueries * sizeof(float);
+  static constexpr size_t kKvSmem =
+      size_t(2 * kKvKeys + 4 * kKvQueries) * kStride * sizeof(uint16_t) +
+      4 * kKvQueries * sizeof(float);
   // Backward dQ: 64 queries per block (16 per warp), key tiles of kDqKeys.
   static constexpr int kDqRows = 16 * kTcWarps;
   static constexpr int kDqKeys = D == 64 ? 64 : 32;
-  static constexpr size_t kDqSmem = size_t(2 * kDqRows + 4 * kDqKeys) * kStride * sizeof(bf16);
+  static constexpr size_t kDqSmem = size_t(2 * kDqRows + 4 * kDqKeys) * kStride * sizeof(uint16_t);
 };
 
-// Two floats as a bf16 pair (lo in the low half, as the mma fragments want it).
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+// Two floats as a T pair (lo in the low half, as the mma fragments want it).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack(float lo, float hi) {
+  const typename Pair16<T>::Type v = Pair16<T>::FromFloats(lo, hi);
   uint32_t bits;
   memcpy(&bits, &v, sizeof(bits));
   return bits;
@@ -383,41 +411,40 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 
 // The four score-accumulator tiles t = 2c, 2c+1 (16 columns) as the A fragment of the next
 // product, whose k runs over those columns.
-template <int kNt>
+template <typename T, int kNt>
 __device__ __forceinline__ void AccumulatorToA(const float (&acc)[kNt][4], int c,
                                                uint32_t (&a)[4]) {
-  a[0] = PackBf16(acc[2 * c][0], acc[2 * c][1]);
-  a[1] = PackBf16(acc[2 * c][2], acc[2 * c][3]);
-  a[2] = PackBf16(acc[2 * c + 1][0], acc[2 * c + 1][1]);
-  a[3] = PackBf16(acc[2 * c + 1][2], acc[2 * c + 1][3]);
+  a[0] = Pack<T>(acc[2 * c][0], acc[2 * c][1]);
+  a[1] = Pack<T>(acc[2 * c][2], acc[2 * c][3]);
+  a[2] = Pack<T>(acc[2 * c + 1][0], acc[2 * c + 1][1]);
+  a[3] = Pack<T>(acc[2 * c + 1][2], acc[2 * c + 1][3]);
 }
 
 // Fragment loads from a shared tile [rows][kStride] (lane = threadIdx.x % 32):
 // A operand of rows [row0, row0 + 16) x columns [k0, k0 + 16) of a row-major matrix.
-template <int kStride>
-__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const bf16* tile, int row0, int k0,
-                                      int lane) {
+template <int kStride, typename T>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const T* tile, int row0, int k0, int lane) {
   LdMatrixX4(a, tile + (row0 + lane % 16) * kStride + k0 + (lane / 16) * 8);
 }
 // B operands of two n-tiles when the tile holds B transposed (tile[n][k], e.g. K for Q K^T):
 // b[0], b[1] for n in [n0, n0 + 8), b[2], b[3] for n in [n0 + 8, n0 + 16); k in [k0, k0 + 16).
-template <int kStride>
-__device__ __forceinline__ void LoadBFromNk(uint32_t (&b)[4], const bf16* tile, int n0, int k0,
+template <int kStride, typename T>
+__device__ __forceinline__ void LoadBFromNk(uint32_t (&b)[4], const T* tile, int n0, int k0,
                                             int lane) {
   LdMatrixX4(b, tile + (n0 + lane % 8 + (lane / 16) * 8) * kStride + k0 + ((lane / 8) % 2) * 8);
 }
 // The same when the tile holds B itself (tile[k][n], e.g. V for P V).
-template <int kStride>
-__device__ __forceinline__ void LoadBFromKn(uint32_t (&b)[4], const bf16* tile, int k0, int n0,
+template <int kStride, typename T>
+__device__ __forceinline__ void LoadBFromKn(uint32_t (&b)[4], const T* tile, int k0, int n0,
                                             int lane) {
   LdMatrixX4Trans(b, tile + (k0 + lane % 16) * kStride + n0 + (lane / 16) * 8);
 }
 
-// Starts copying rows [row0, row0 + kRows) (D bf16 each; row r at base + r * row_stride)
+// Starts copying rows [row0, row0 + kRows) (D elements each; row r at base + r * row_stride)
 // into tile[kRows][D + 8]; rows at or past S become zeros.
-template <int D, int kRows>
-__device__ __forceinline__ void LoadRowsAsync(bf16* tile, const bf16* base, size_t row_stride,
-                                              int row0, int S) {
+template <int D, int kRows, typename T>
+__device__ __forceinline__ void LoadRowsAsync(T* tile, const T* base, size_t row_stride, int row0,
+                                              int S) {
   constexpr int kChunks = D / 8;  // 16-byte pieces per row
   static_assert(kRows * kChunks % kTcThreads == 0, "whole passes");
 #pragma unroll
@@ -449,18 +476,18 @@ __device__ __forceinline__ int LiveChunks(int last_row, int k0) {
 // grid (ceil(S / kFwdRows), B * H), kTcThreads threads, TcConfig<D>::kFwdSmem bytes.
 // Warp w's m-tile t holds rows q0 + 64 t + 16 w + [0, 16): every warp gets a like share of
 // the diagonal, where masked chunks are skipped.
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(kTcThreads)
-    TcForwardKernel(const bf16* __restrict__ qkv, bf16* __restrict__ out, float* __restrict__ lse,
-                    int S, int H, DeviceDropout drop) {
+    TcForwardKernel(const T* __restrict__ qkv, T* __restrict__ out, float* __restrict__ lse, int S,
+                    int H, DeviceDropout drop) {
   using C = TcConfig<D>;
   constexpr int kMt = C::kFwdMt, kBr = C::kFwdRows, kBc = C::kFwdKeys, kStride = C::kStride;
   constexpr int kKSteps = D / 16;  // the mma's k over the head dim
   constexpr int kNt = kBc / 8;     // 8-key n-tiles of the scores
   constexpr int kDt = D / 8;       // 8-column n-tiles of the output
-  bf16* qs = reinterpret_cast<bf16*>(DynamicSmem());
-  bf16* ks = qs + kBr * kStride;      // two buffers of [kBc][kStride]
-  bf16* vs = ks + 2 * kBc * kStride;  // two buffers of [kBc][kStride]
+  T* qs = reinterpret_cast<T*>(DynamicSmem());
+  T* ks = qs + kBr * kStride;      // two buffers of [kBc][kStride]
+  T* vs = ks + 2 * kBc * kStride;  // two buffers of [kBc][kStride]
 
   const int qb = gridDim.x - 1 - blockIdx.x;  // the longest rows start first
   const int b = blockIdx.y / H, h = blockIdx.y % H;
@@ -468,9 +495,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const int g = lane / 4, tig = lane % 4;
   const int q0 = qb * kBr;
   const size_t stride = size_t(3) * H * D;
-  const bf16* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
-  const bf16* k_base = q_base + size_t(H) * D;
-  const bf16* v_base = k_base + size_t(H) * D;
+  const T* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
+  const T* k_base = q_base + size_t(H) * D;
+  const T* v_base = k_base + size_t(H) * D;
   const float scale_log2 = rsqrtf(float(D)) * kLog2e;
   const int n_tiles = min(S - 1, q0 + kBr - 1) / kBc + 1;
 
@@ -518,8 +545,8 @@ __global__ void __launch_bounds__(kTcThreads)
         }
       }
     }
-    const bf16* kt = ks + buf * kBc * kStride;
-    const bf16* vt = vs + buf * kBc * kStride;
+    const T* kt = ks + buf * kBc * kStride;
+    const T* vt = vs + buf * kBc * kStride;
     const int k0 = n * kBc;
     int chunks[kMt];
     int max_chunks = 0;
@@ -549,8 +576,8 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
           for (int mt = 0; mt < kMt; ++mt) {
             if (c < chunks[mt]) {
-              MmaBf16(s[mt][2 * c], qf[mt][kk], kb[0], kb[1]);
-              MmaBf16(s[mt][2 * c + 1], qf[mt][kk], kb[2], kb[3]);
+              Mma<T>(s[mt][2 * c], qf[mt][kk], kb[0], kb[1]);
+              Mma<T>(s[mt][2 * c + 1], qf[mt][kk], kb[2], kb[3]);
             }
           }
         }
@@ -615,13 +642,13 @@ __global__ void __launch_bounds__(kTcThreads)
       }
     }
 
-    // O += P V: the probabilities (bf16) are the A operand straight from the accumulators.
+    // O += P V: the probabilities (T) are the A operand straight from the accumulators.
 #pragma unroll
     for (int c = 0; c < kBc / 16; ++c) {
       if (c < max_chunks) {
         uint32_t pa[kMt][4];
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) AccumulatorToA<kNt>(s[mt], c, pa[mt]);
+        for (int mt = 0; mt < kMt; ++mt) AccumulatorToA<T, kNt>(s[mt], c, pa[mt]);
 #pragma unroll
         for (int dt = 0; dt < D / 16; ++dt) {
           uint32_t vb[4];
@@ -629,8 +656,8 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
           for (int mt = 0; mt < kMt; ++mt) {
             if (c < chunks[mt]) {
-              MmaBf16(o[mt][2 * dt], pa[mt], vb[0], vb[1]);
-              MmaBf16(o[mt][2 * dt + 1], pa[mt], vb[2], vb[3]);
+              Mma<T>(o[mt][2 * dt], pa[mt], vb[0], vb[1]);
+              Mma<T>(o[mt][2 * dt + 1], pa[mt], vb[2], vb[3]);
             }
           }
         }
@@ -639,7 +666,7 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncthreads();  // the next iteration's copies overwrite this buffer
   }
 
-  // out = O / l (bf16), lse = ln(sum) in natural units.
+  // out = O / l (T), lse = ln(sum) in natural units.
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -650,11 +677,11 @@ __global__ void __launch_bounds__(kTcThreads)
       const int i = row0[mt] + g + 8 * r;
       if (i >= S) continue;
       const float inv = 1.0f / total;
-      bf16* orow = out + OutRow(b, i, h, S, H, D);
+      T* orow = out + OutRow(b, i, h, S, H, D);
 #pragma unroll
       for (int t = 0; t < kDt; ++t) {
-        *reinterpret_cast<__nv_bfloat162*>(orow + 8 * t + 2 * tig) =
-            __floats2bfloat162_rn(o[mt][t][2 * r] * inv, o[mt][t][2 * r + 1] * inv);
+        *reinterpret_cast<typename Pair16<T>::Type*>(orow + 8 * t + 2 * tig) =
+            Pair16<T>::FromFloats(o[mt][t][2 * r] * inv, o[mt][t][2 * r + 1] * inv);
       }
       if (tig == 0) lse[(size_t(b) * H + h) * S + i] = (m[mt][r] + log2f(total)) * kLn2;
     }
@@ -662,8 +689,8 @@ __global__ void __launch_bounds__(kTcThreads)
 }
 
 // delta[b, h, i] = sum_d d_out * out: a warp per row, 256 threads per block.
-template <int D>
-__global__ void TcDeltaKernel(const bf16* __restrict__ d_out, const bf16* __restrict__ out,
+template <typename T, int D>
+__global__ void TcDeltaKernel(const T* __restrict__ d_out, const T* __restrict__ out,
                               float* __restrict__ delta, int B, int S, int H) {
   const size_t row = blockIdx.x * size_t(blockDim.x / 32) + threadIdx.x / 32;  // over B*H*S
   const int lane = threadIdx.x % 32;
@@ -674,8 +701,9 @@ __global__ void TcDeltaKernel(const bf16* __restrict__ d_out, const bf16* __rest
 #pragma unroll
   for (int k = 0; k < D / 64; ++k) {
     const int d = 2 * lane + 64 * k;
-    const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(d_out + at + d);
-    const __nv_bfloat162 y = *reinterpret_cast<const __nv_bfloat162*>(out + at + d);
+    using Pair = typename Pair16<T>::Type;
+    const Pair x = *reinterpret_cast<const Pair*>(d_out + at + d);
+    const Pair y = *reinterpret_cast<const Pair*>(out + at + d);
     sum += __low2float(x) * __low2float(y) + __high2float(x) * __high2float(y);
   }
   sum = WarpSum(sum);
@@ -683,26 +711,27 @@ __global__ void TcDeltaKernel(const bf16* __restrict__ d_out, const bf16* __rest
 }
 
 // Adds scale * acc (rows g, g + 8 of an m-tile: acc[t][2r], acc[t][2r + 1] at columns
-// 8t + 2 tig, +1) to the bf16 row `dst` of row r.
-template <int D>
-__device__ __forceinline__ void AddRowBf16(bf16* dst, const float (&acc)[D / 8][4], int r, int tig,
-                                           float scale) {
+// 8t + 2 tig, +1) to the T row `dst` of row r.
+template <typename T, int D>
+__device__ __forceinline__ void AddRow(T* dst, const float (&acc)[D / 8][4], int r, int tig,
+                                       float scale) {
 #pragma unroll
   for (int t = 0; t < D / 8; ++t) {
-    __nv_bfloat162* at = reinterpret_cast<__nv_bfloat162*>(dst + 8 * t + 2 * tig);
-    const __nv_bfloat162 old = *at;
-    *at = __floats2bfloat162_rn(__low2float(old) + acc[t][2 * r] * scale,
+    using Pair = typename Pair16<T>::Type;
+    Pair* at = reinterpret_cast<Pair*>(dst + 8 * t + 2 * tig);
+    const Pair old = *at;
+    *at = Pair16<T>::FromFloats(__low2float(old) + acc[t][2 * r] * scale,
                                 __high2float(old) + acc[t][2 * r + 1] * scale);
   }
 }
 
 // dK and dV of 64 keys. grid (ceil(S / kKvKeys), B * H), kTcThreads threads, kKvSmem bytes.
 // Warp w owns keys j0 + 16 w + [0, 16): the rows of its S^T = K Q^T tiles.
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(kTcThreads)
-    TcBackwardKeyValueKernel(const bf16* __restrict__ d_out, const bf16* __restrict__ qkv,
+    TcBackwardKeyValueKernel(const T* __restrict__ d_out, const T* __restrict__ qkv,
                              const float* __restrict__ lse, const float* __restrict__ delta,
-                             bf16* __restrict__ d_qkv, int S, int H, DeviceDropout drop) {
+                             T* __restrict__ d_qkv, int S, int H, DeviceDropout drop) {
   using C = TcConfig<D>;
   constexpr int kBc = C::kKvKeys, kBr = C::kKvQueries, kStride = C::kStride;
   constexpr int kKSteps = D / 16;
@@ -710,10 +739,10 @@ __global__ void __launch_bounds__(kTcThreads)
   constexpr int kDt = D / 8;
   // Shared memory: K and V of this block's keys, then two buffers each of the query tile's
   // Q and dO ([kBr][kStride]) and of its lse and delta (kBr floats).
-  bf16* ks = reinterpret_cast<bf16*>(DynamicSmem());
-  bf16* vs = ks + kBc * kStride;
-  bf16* qs = vs + kBc * kStride;
-  bf16* dos = qs + 2 * kBr * kStride;
+  T* ks = reinterpret_cast<T*>(DynamicSmem());
+  T* vs = ks + kBc * kStride;
+  T* qs = vs + kBc * kStride;
+  T* dos = qs + 2 * kBr * kStride;
   float* lses = reinterpret_cast<float*>(dos + 2 * kBr * kStride);
   float* deltas = lses + 2 * kBr;
 
@@ -724,8 +753,8 @@ __global__ void __launch_bounds__(kTcThreads)
   const int key0 = j0 + 16 * warp;  // this warp's first key
   const size_t stride = size_t(3) * H * D;
   const size_t out_stride = size_t(H) * D;
-  const bf16* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
-  const bf16* do_base = d_out + OutRow(b, 0, h, S, H, D);
+  const T* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
+  const T* do_base = d_out + OutRow(b, 0, h, S, H, D);
   const float* lse_row = lse + (size_t(b) * H + h) * S;
   const float* delta_row = delta + (size_t(b) * H + h) * S;
   const float scale = rsqrtf(float(D));
@@ -762,8 +791,8 @@ __global__ void __launch_bounds__(kTcThreads)
       CpAsyncWait<0>();
     }
     __syncthreads();
-    const bf16* qt = qs + buf * kBr * kStride;
-    const bf16* dot = dos + buf * kBr * kStride;
+    const T* qt = qs + buf * kBr * kStride;
+    const T* dot = dos + buf * kBr * kStride;
     const float* lset = lses + buf * kBr;
     const float* deltat = deltas + buf * kBr;
     const int i0 = n * kBr;
@@ -788,11 +817,11 @@ __global__ void __launch_bounds__(kTcThreads)
           if (c < c_begin || c >= c_end) continue;
           uint32_t qb[4], dob[4];
           LoadBFromNk<kStride>(qb, qt, c * 16, kk * 16, lane);
-          MmaBf16(st[2 * c], ka, qb[0], qb[1]);
-          MmaBf16(st[2 * c + 1], ka, qb[2], qb[3]);
+          Mma<T>(st[2 * c], ka, qb[0], qb[1]);
+          Mma<T>(st[2 * c + 1], ka, qb[2], qb[3]);
           LoadBFromNk<kStride>(dob, dot, c * 16, kk * 16, lane);
-          MmaBf16(dpt[2 * c], va, dob[0], dob[1]);
-          MmaBf16(dpt[2 * c + 1], va, dob[2], dob[3]);
+          Mma<T>(dpt[2 * c], va, dob[0], dob[1]);
+          Mma<T>(dpt[2 * c + 1], va, dob[2], dob[3]);
         }
       }
       // st <- P^T with dropout applied (for dV), dpt <- dS^T (for dK); dead chunks unused.
@@ -815,17 +844,17 @@ __global__ void __launch_bounds__(kTcThreads)
       for (int c = 0; c < kBr / 16; ++c) {
         if (c < c_begin || c >= c_end) continue;
         uint32_t pa[4], dsa[4];
-        AccumulatorToA<kNt>(st, c, pa);
-        AccumulatorToA<kNt>(dpt, c, dsa);
+        AccumulatorToA<T, kNt>(st, c, pa);
+        AccumulatorToA<T, kNt>(dpt, c, dsa);
 #pragma unroll
         for (int dt = 0; dt < D / 16; ++dt) {
           uint32_t dob[4], qb[4];
           LoadBFromKn<kStride>(dob, dot, c * 16, dt * 16, lane);
-          MmaBf16(dv[2 * dt], pa, dob[0], dob[1]);
-          MmaBf16(dv[2 * dt + 1], pa, dob[2], dob[3]);
+          Mma<T>(dv[2 * dt], pa, dob[0], dob[1]);
+          Mma<T>(dv[2 * dt + 1], pa, dob[2], dob[3]);
           LoadBFromKn<kStride>(qb, qt, c * 16, dt * 16, lane);
-          MmaBf16(dk[2 * dt], dsa, qb[0], qb[1]);
-          MmaBf16(dk[2 * dt + 1], dsa, qb[2], qb[3]);
+          Mma<T>(dk[2 * dt], dsa, qb[0], qb[1]);
+          Mma<T>(dk[2 * dt + 1], dsa, qb[2], qb[3]);
         }
       }
     }
@@ -836,27 +865,27 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int r = 0; r < 2; ++r) {
     const int j = key0 + g + 8 * r;
     if (j >= S) continue;
-    AddRowBf16<D>(d_qkv + QkvRow(b, j, 1, h, S, H, D), dk, r, tig, scale);
-    AddRowBf16<D>(d_qkv + QkvRow(b, j, 2, h, S, H, D), dv, r, tig, 1.0f);
+    AddRow<T, D>(d_qkv + QkvRow(b, j, 1, h, S, H, D), dk, r, tig, scale);
+    AddRow<T, D>(d_qkv + QkvRow(b, j, 2, h, S, H, D), dv, r, tig, 1.0f);
   }
 }
 
 // dQ of 64 queries. grid (ceil(S / kDqRows), B * H), kTcThreads threads, kDqSmem bytes.
 // Warp w owns queries q0 + 16 w + [0, 16).
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(kTcThreads)
-    TcBackwardQueryKernel(const bf16* __restrict__ d_out, const bf16* __restrict__ qkv,
+    TcBackwardQueryKernel(const T* __restrict__ d_out, const T* __restrict__ qkv,
                           const float* __restrict__ lse, const float* __restrict__ delta,
-                          bf16* __restrict__ d_qkv, int S, int H, DeviceDropout drop) {
+                          T* __restrict__ d_qkv, int S, int H, DeviceDropout drop) {
   using C = TcConfig<D>;
   constexpr int kBr = C::kDqRows, kBc = C::kDqKeys, kStride = C::kStride;
   constexpr int kKSteps = D / 16;
   constexpr int kNt = kBc / 8;
   constexpr int kDt = D / 8;
-  bf16* qs = reinterpret_cast<bf16*>(DynamicSmem());
-  bf16* dos = qs + kBr * kStride;
-  bf16* ks = dos + kBr * kStride;     // two buffers of [kBc][kStride]
-  bf16* vs = ks + 2 * kBc * kStride;  // two buffers of [kBc][kStride]
+  T* qs = reinterpret_cast<T*>(DynamicSmem());
+  T* dos = qs + kBr * kStride;
+  T* ks = dos + kBr * kStride;     // two buffers of [kBc][kStride]
+  T* vs = ks + 2 * kBc * kStride;  // two buffers of [kBc][kStride]
 
   const int qb = gridDim.x - 1 - blockIdx.x;  // the longest rows start first
   const int b = blockIdx.y / H, h = blockIdx.y % H;
@@ -866,9 +895,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const int row0 = q0 + 16 * warp;
   const size_t stride = size_t(3) * H * D;
   const size_t out_stride = size_t(H) * D;
-  const bf16* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
-  const bf16* k_base = q_base + out_stride;
-  const bf16* v_base = k_base + out_stride;
+  const T* q_base = qkv + QkvRow(b, 0, 0, h, S, H, D);
+  const T* k_base = q_base + out_stride;
+  const T* v_base = k_base + out_stride;
   const float scale = rsqrtf(float(D));
   const float scale_log2 = scale * kLog2e;
   const int n_tiles = min(S - 1, q0 + kBr - 1) / kBc + 1;
@@ -913,8 +942,8 @@ __global__ void __launch_bounds__(kTcThreads)
         LoadA<kStride>(dof[kk], dos, 16 * warp, kk * 16, lane);
       }
     }
-    const bf16* kt = ks + buf * kBc * kStride;
-    const bf16* vt = vs + buf * kBc * kStride;
+    const T* kt = ks + buf * kBc * kStride;
+    const T* vt = vs + buf * kBc * kStride;
     const int k0 = n * kBc;
     const int chunks = LiveChunks<kBc>(row0 + 15, k0);
     if (chunks > 0) {
@@ -932,11 +961,11 @@ __global__ void __launch_bounds__(kTcThreads)
           if (c >= chunks) continue;
           uint32_t kb[4], vb[4];
           LoadBFromNk<kStride>(kb, kt, c * 16, kk * 16, lane);
-          MmaBf16(s[2 * c], qf[kk], kb[0], kb[1]);
-          MmaBf16(s[2 * c + 1], qf[kk], kb[2], kb[3]);
+          Mma<T>(s[2 * c], qf[kk], kb[0], kb[1]);
+          Mma<T>(s[2 * c + 1], qf[kk], kb[2], kb[3]);
           LoadBFromNk<kStride>(vb, vt, c * 16, kk * 16, lane);
-          MmaBf16(dp[2 * c], dof[kk], vb[0], vb[1]);
-          MmaBf16(dp[2 * c + 1], dof[kk], vb[2], vb[3]);
+          Mma<T>(dp[2 * c], dof[kk], vb[0], vb[1]);
+          Mma<T>(dp[2 * c + 1], dof[kk], vb[2], vb[3]);
         }
       }
       // dp <- dS = P (dP mask - delta); dead chunks unused.
@@ -958,13 +987,13 @@ __global__ void __launch_bounds__(kTcThreads)
       for (int c = 0; c < kBc / 16; ++c) {
         if (c >= chunks) continue;
         uint32_t dsa[4];
-        AccumulatorToA<kNt>(dp, c, dsa);
+        AccumulatorToA<T, kNt>(dp, c, dsa);
 #pragma unroll
         for (int dt = 0; dt < D / 16; ++dt) {
           uint32_t kb[4];
           LoadBFromKn<kStride>(kb, kt, c * 16, dt * 16, lane);
-          MmaBf16(dq[2 * dt], dsa, kb[0], kb[1]);
-          MmaBf16(dq[2 * dt + 1], dsa, kb[2], kb[3]);
+          Mma<T>(dq[2 * dt], dsa, kb[0], kb[1]);
+          Mma<T>(dq[2 * dt + 1], dsa, kb[2], kb[3]);
         }
       }
     }
@@ -974,7 +1003,7 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = row0 + g + 8 * r;
-    if (i < S) AddRowBf16<D>(d_qkv + QkvRow(b, i, 0, h, S, H, D), dq, r, tig, scale);
+    if (i < S) AddRow<T, D>(d_qkv + QkvRow(b, i, 0, h, S, H, D), dq, r, tig, scale);
   }
 }
 
@@ -1029,19 +1058,18 @@ absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* l
   return launched.ok() ? freed : launched;
 }
 
-template <int D>
-absl::Status TcForward(const bf16* qkv, bf16* out, float* lse, const AttentionShape& s,
+template <typename T, int D>
+absl::Status TcForward(const T* qkv, T* out, float* lse, const AttentionShape& s,
                        const DeviceDropout& drop, cudaStream_t stream) {
   using C = TcConfig<D>;
   const dim3 grid((s.seq + C::kFwdRows - 1) / C::kFwdRows, s.batch * s.heads);
-  return Launch(TcForwardKernel<D>, grid, kTcThreads, C::kFwdSmem, stream,
+  return Launch(TcForwardKernel<T, D>, grid, kTcThreads, C::kFwdSmem, stream,
                 "FlashAttentionForward (tensor cores)", qkv, out, lse, s.seq, s.heads, drop);
 }
 
-template <int D>
-absl::Status TcBackward(const bf16* d_out, const bf16* qkv, const bf16* out, const float* lse,
-                        bf16* d_qkv, const AttentionShape& s, const DeviceDropout& drop,
-                        cudaStream_t stream) {
+template <typename T, int D>
+absl::Status TcBackward(const T* d_out, const T* qkv, const T* out, const float* lse, T* d_qkv,
+                        const AttentionShape& s, const DeviceDropout& drop, cudaStream_t stream) {
   using C = TcConfig<D>;
   const size_t rows = size_t(s.batch) * s.heads * s.seq;
   float* delta = nullptr;
@@ -1052,17 +1080,17 @@ absl::Status TcBackward(const bf16* d_out, const bf16* qkv, const bf16* out, con
     return st;
   }
   absl::Status launched =
-      Launch(TcDeltaKernel<D>, dim3(unsigned((rows + 7) / 8)), 256, 0, stream,
+      Launch(TcDeltaKernel<T, D>, dim3(unsigned((rows + 7) / 8)), 256, 0, stream,
              "FlashAttentionBackward (delta)", d_out, out, delta, s.batch, s.seq, s.heads);
   if (launched.ok()) {
     const dim3 grid((s.seq + C::kKvKeys - 1) / C::kKvKeys, s.batch * s.heads);
-    launched.Update(Launch(TcBackwardKeyValueKernel<D>, grid, kTcThreads, C::kKvSmem, stream,
+    launched.Update(Launch(TcBackwardKeyValueKernel<T, D>, grid, kTcThreads, C::kKvSmem, stream,
                            "FlashAttentionBackward (keys, values; tensor cores)", d_out, qkv, lse,
                            delta, d_qkv, s.seq, s.heads, drop));
   }
   if (launched.ok()) {
     const dim3 grid((s.seq + C::kDqRows - 1) / C::kDqRows, s.batch * s.heads);
-    launched.Update(Launch(TcBackwardQueryKernel<D>, grid, kTcThreads, C::kDqSmem, stream,
+    launched.Update(Launch(TcBackwardQueryKernel<T, D>, grid, kTcThreads, C::kDqSmem, stream,
                            "FlashAttentionBackward (queries; tensor cores)", d_out, qkv, lse, delta,
                            d_qkv, s.seq, s.heads, drop));
   }
@@ -1078,9 +1106,9 @@ absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const Atten
   if (absl::Status s = CheckShape(shape); !s.ok()) return s;
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   const DeviceDropout drop = MakeDropout(dropout, shape);
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (shape.head_dim == 64) return TcForward<64>(qkv, out, lse, shape, drop, stream);
-    if (shape.head_dim == 128) return TcForward<128>(qkv, out, lse, shape, drop, stream);
+  if constexpr (!std::is_same_v<T, float>) {  // bf16 and fp16: tensor cores
+    if (shape.head_dim == 64) return TcForward<T, 64>(qkv, out, lse, shape, drop, stream);
+    if (shape.head_dim == 128) return TcForward<T, 128>(qkv, out, lse, shape, drop, stream);
   }
   switch (shape.head_dim) {
     case 32:
@@ -1099,12 +1127,12 @@ absl::Status FlashAttentionBackward(const T* d_out, const T* qkv, const T* out, 
   if (absl::Status s = CheckShape(shape); !s.ok()) return s;
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   const DeviceDropout drop = MakeDropout(dropout, shape);
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (!std::is_same_v<T, float>) {  // bf16 and fp16: tensor cores
     if (shape.head_dim == 64) {
-      return TcBackward<64>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
+      return TcBackward<T, 64>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
     }
     if (shape.head_dim == 128) {
-      return TcBackward<128>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
+      return TcBackward<T, 128>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
     }
   }
   switch (shape.head_dim) {
@@ -1131,8 +1159,6 @@ template absl::Status FlashAttentionBackward<__nv_bfloat16>(const __nv_bfloat16*
                                                             const __nv_bfloat16*, const float*,
                                                             __nv_bfloat16*, const AttentionShape&,
                                                             const AttentionDropout&, cudaStream_t);
-// fp16 (mixed precision with loss scaling) takes the scalar kernels: the tensor-core path
-// is bf16 only so far.
 template absl::Status FlashAttentionForward<__half>(const __half*, __half*, float*,
                                                     const AttentionShape&, const AttentionDropout&,
                                                     cudaStream_t);

@@ -6,11 +6,11 @@
 // included: the same counter-based masks (kernels/dropout.h) at the same global indices,
 // so the GPU drops exactly what the CPU and every parallel layout drop.
 // T is float, __nv_bfloat16 or __half. Head dims 32, 64 and 128.
-//   fp32, fp16, and bf16 at head dim 32: scalar float kernels, a thread per row; they follow
+//   fp32, and bf16/fp16 at head dim 32: scalar float kernels, a thread per row; they follow
 //     the CPU closely (the fp32 tests hold them to 1e-5).
-//   bf16 at head dims 64 and 128: FlashAttention-2-style tensor-core kernels (mma.sync
-//     m16n8k16, bf16 operands, fp32 accumulation and softmax; the probabilities and dS are
-//     rounded to bf16 as mma operands, so they match the CPU to bf16 precision).
+//   bf16 and fp16 at head dims 64 and 128: FlashAttention-2-style tensor-core kernels
+//     (mma.sync m16n8k16, 16-bit operands, fp32 accumulation and softmax; the probabilities
+//     and dS are rounded to T as mma operands, so they match the CPU to T's precision).
 // Every output element is written by one thread (or one warp tile) with a fixed summation
 // order, and no atomics: results are deterministic run to run.
 #ifndef MTRAIN_KERNELS_CUDA_ATTENTION_H_
@@ -34,7 +34,7 @@ absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const Atten
                                    const AttentionDropout& dropout, cudaStream_t stream);
 
 // Accumulates d_qkv[B, S, 3*H*D] (+=) from d_out, with the forward's out and lse. Uses
-// stream-ordered scratch for the per-row sums of d_out * out. The bf16 tensor-core path
+// stream-ordered scratch for the per-row sums of d_out * out. The tensor-core path
 // computes dK/dV per key block and dQ per query block in separate kernels (dQ recomputes
 // the probabilities rather than summing partial dQ across blocks with atomics).
 template <typename T>

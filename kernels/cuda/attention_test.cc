@@ -211,12 +211,24 @@ TEST(CudaFlashAttentionTest, Bf16HeadDim32UsesTheScalarKernels) {
                                 kLseTolerance, /*repeat=*/true);
 }
 
-// fp16 runs on the scalar kernels at every head dim (fp32 arithmetic, fp16 storage).
+// fp16 at head dims 64 and 128 takes the bf16 kernels' tensor-core code with fp16
+// operands (mma .f16); head dim 32 the scalar kernels (fp32 arithmetic, fp16 storage).
 TEST(CudaFlashAttentionTest, Fp16MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
   for (int head_dim : {32, 64, 128}) {
     CheckAttention<__half>({2, 130, 3, head_dim}, Dropout(0.1f, 1, 4), testing::kFp16Tolerance,
                            kLseTolerance);
+  }
+}
+
+TEST(CudaFlashAttentionTest, Fp16TensorCoresAtTileEdgesAndDeterministic) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (int head_dim : {64, 128}) {
+    for (int seq : {1, 17, 64, 65, 129, 257}) {
+      CheckAttention<__half>({1, seq, 2, head_dim}, {}, testing::kFp16Tolerance, kLseTolerance);
+    }
+    CheckAttention<__half>({2, 257, 3, head_dim}, Dropout(0.1f, 3, 6), testing::kFp16Tolerance,
+                           kLseTolerance, /*repeat=*/true);
   }
 }
 
