@@ -1,8 +1,10 @@
 // Tensor, pipeline and data parallelism on the CUDA engine reproduce the single-rank CUDA
 // run (issue 7): real `train` processes started by `launch`, every rank on the one GPU of
 // the test machine with Gloo-staged collectives (NCCL refuses two ranks of a communicator
-// on one device), fp32, dropout on. Losses of (2,1,1), (1,2,1), (2,2,1) and (1,1,2) with
-// ZeRO-1 stay within 1e-5 of (1,1,1) at every step, as the CPU engine's layouts do
+// on one device), fp32, dropout on. Losses of (2,1,1), (1,2,1), (2,2,1), (1,1,2) with
+// ZeRO-1, (2,2,2) and (1,2,2) with ZeRO-1 (data-parallel sums overlapped with the backward
+// of pipeline stages and tensor-parallel layers, the tied embedding summed over replicas
+// and stages) stay within 1e-5 of (1,1,1) at every step, as the CPU engine's layouts do
 // (tests/parallel_equivalence_test.cc). Tagged `gpu`: skipped with a message without one.
 //
 // In the GPU bundle (tests/gpu/make_gpu_bundle.sh) MTRAIN_BIN_DIR names the directory of
@@ -81,7 +83,8 @@ TEST(GpuParallelTrainingTest, EveryLayoutReproducesTheSingleRankRun) {
   const std::vector<double> single = Train({});
   ASSERT_EQ(single.size(), static_cast<size_t>(kSteps));
   for (const Layout& layout :
-       {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 1, 2, /*zero=*/true}}) {
+       {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 1, 2, /*zero=*/true},
+        Layout{2, 2, 2}, Layout{1, 2, 2, /*zero=*/true}}) {
     const std::vector<double> losses = Train(layout);
     ASSERT_EQ(losses.size(), single.size()) << layout.name();
     double worst = 0;

@@ -181,9 +181,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     t->executor_ =
         std::make_unique<PipelineExecutor>(t->cuda_.get(), assignment.schedule(), rank.pp_rank(),
                                            par.pipeline(), t->groups_.world.get());
-    // Gradients stay on the GPU where an NCCL data-parallel group exists (train_main
-    // connects one); otherwise they go through the host and the Gloo data group.
-    t->cuda_->SetDataParallelGroup(t->groups_.device_data.get());
+    // Data-parallel sums overlapped with the backward: on the GPU where an NCCL data
+    // group exists (train_main connects one), otherwise through the host and the Gloo
+    // data group.
+    if (t->groups_.device_data != nullptr) {
+      t->cuda_->SetDataParallelGroup(t->groups_.device_data.get(), /*on_device=*/true);
+    } else {
+      t->cuda_->SetDataParallelGroup(t->groups_.data.get(), /*on_device=*/false);
+    }
     t->engine_note_ += absl::StrCat(", ", t->cuda_->device_name(), " #", config.device, ", ",
                                     Precision_Name(config.precision));
     t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
@@ -255,31 +260,24 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
   if (cuda_ != nullptr) {
     const float d_loss = static_cast<float>(loss_scale / global_tokens);
+    // Both paths sum the data-parallel replicas' gradients during the last backward
+    // (SetDataParallelGroup above).
     if (WholeModelOnRank()) {
-      // The fast path: the data-parallel sum overlapped with the backward on NCCL.
       ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(microbatches, d_loss));
-      host_collective_seconds = cuda_->last_all_reduce_seconds();
     } else {
       RETURN_IF_ERROR(cuda_->ZeroGradients());
-      ASSIGN_OR_RETURN(loss_sum, executor_->RunStep(microbatches, d_loss));
+      absl::StatusOr<double> run = executor_->RunStep(microbatches, d_loss);
+      const absl::Status summed = cuda_->WaitForGradientSums();  // on failure too
+      ASSIGN_OR_RETURN(loss_sum, std::move(run));
+      RETURN_IF_ERROR(summed);
       if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && par.pipeline() > 1) {
-        // The tied embedding's two copies (first and last stage) sum their gradients.
+        // The tied embedding's two copies (first and last stage) sum their gradients,
+        // each already summed over its replicas.
         RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.embedding.get(), /*on_device=*/false,
                                                   {{wte->offset, wte->size}}));
       }
     }
-    const bool summed_on_gpu = WholeModelOnRank() && groups_.device_data != nullptr;
-    if (groups_.data->size() > 1 && !summed_on_gpu) {
-      const auto reduce_start = std::chrono::steady_clock::now();
-      if (groups_.device_data != nullptr) {
-        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.device_data.get(), /*on_device=*/true));
-      } else {
-        // Data parallelism through the host: the CPU transports (Gloo) carry the gradients.
-        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.data.get(), /*on_device=*/false));
-      }
-      host_collective_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
-    }
+    host_collective_seconds = cuda_->last_all_reduce_seconds();
   } else {
     model_->ZeroGrads();
     buckets_->StartStep();

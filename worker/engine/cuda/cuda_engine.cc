@@ -283,33 +283,56 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
   std::sort(engine->tensors_.begin(), engine->tensors_.end(),
             [](const ParamTensor& a, const ParamTensor& b) { return a.offset < b.offset; });
 
-  // Gradient ranges for the overlapped all-reduce of the whole-model path: each layer's
-  // tensors are contiguous in the layout; what is left (embeddings first, final LayerNorm
-  // last) is final at the end.
-  const ParameterLayout& whole = *config.chunks.front();
-  const ModelPlacement& placement = whole.placement();
-  if (config.chunks.size() == 1 && placement.tensor_size == 1 && placement.has_embedding &&
-      placement.has_head) {
+  // Gradient ranges for the overlapped data-parallel all-reduce, per chunk: each layer's
+  // tensors are contiguous in the layout and final once the chunk's last backward has
+  // passed the layer; the rest (embeddings, final LayerNorm, the head's copy of the tied
+  // embedding) once that backward is done.
+  for (const ParameterLayout* layout : config.chunks) {
+    const ModelPlacement& placement = layout->placement();
     const int layers = placement.num_layers;
+    ChunkRanges ranges;
     std::vector<size_t> lo(layers, SIZE_MAX), hi(layers, 0);
-    for (const ParamTensor& t : whole.tensors()) {
+    for (const ParamTensor& t : layout->tensors()) {
       if (t.name.rfind("layers.", 0) != 0) {
-        engine->last_ranges_.push_back({t.offset, t.size});
+        ranges.last.push_back({t.offset, t.size});
         continue;
       }
       const int layer = std::stoi(t.name.substr(7)) - placement.first_layer;
       lo[layer] = std::min(lo[layer], t.offset);
       hi[layer] = std::max(hi[layer], t.offset + t.size);
     }
-    for (int l = 0; l < layers; ++l) engine->layer_ranges_.push_back({lo[l], hi[l] - lo[l]});
+    for (int l = 0; l < layers; ++l) ranges.layers.push_back({lo[l], hi[l] - lo[l]});
+    engine->chunk_ranges_.push_back(std::move(ranges));
   }
+  const ModelPlacement& first = config.chunks.front()->placement();
+  engine->whole_model_ =
+      config.chunks.size() == 1 && first.tensor_size == 1 && first.has_embedding && first.has_head;
   return engine;
 }
 
-void CudaEngine::SetDataParallelGroup(Communicator* group) {
+void CudaEngine::SetDataParallelGroup(Communicator* group, bool on_device) {
   reducer_ = group != nullptr && group->size() > 1
-                 ? std::make_unique<OverlappedAllReduce>(group, config_.device)
+                 ? std::make_unique<OverlappedAllReduce>(group, on_device, config_.device)
                  : nullptr;
+}
+
+absl::Status CudaEngine::WaitForGradientSums() {
+  return reducer_ != nullptr ? reducer_->Finish() : absl::OkStatus();
+}
+
+std::function<absl::Status(int)> CudaEngine::GradientSumsAfterLayers(int chunk) {
+  // Layer l's range once the backward has passed it; the rest (-1) at the end.
+  return [this, chunk](int layer) -> absl::Status {
+    const ChunkRanges& ranges = chunk_ranges_[chunk];
+    if (layer >= 0) {
+      const FlatRange& r = ranges.layers[layer];
+      return reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count);
+    }
+    for (const FlatRange& r : ranges.last) {
+      RETURN_IF_ERROR(reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count));
+    }
+    return absl::OkStatus();
+  };
 }
 
 double CudaEngine::last_all_reduce_seconds() const {
@@ -365,7 +388,7 @@ absl::Status CudaEngine::DownloadMoments(float* m, float* v) {
 
 absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>& microbatches,
                                                    float d_loss_per_token) {
-  if (layer_ranges_.empty() && last_ranges_.empty()) {
+  if (!whole_model_) {
     return absl::FailedPreconditionError(
         "ForwardBackward runs the whole model on one rank; drive pipeline stages or "
         "tensor-parallel chunks through a PipelineExecutor");
@@ -388,16 +411,7 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
     RETURN_IF_ERROR(chunk.Forward(0, mb, nullptr, nullptr, losses_.get() + k * tokens));
     // The last microbatch's backward finalises each layer's gradients in turn: their
     // all-reduce starts right away, overlapped with the layers below.
-    const std::function<absl::Status(int)> all_reduce = [&](int layer) -> absl::Status {
-      if (layer >= 0) {
-        const FlatRange& r = layer_ranges_[layer];
-        return reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count);
-      }
-      for (const FlatRange& r : last_ranges_) {
-        RETURN_IF_ERROR(reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count));
-      }
-      return absl::OkStatus();
-    };
+    const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(0);
     const bool last = k + 1 == microbatches.size();
     const absl::Status backward = chunk.Backward(
         0, nullptr, d_loss_per_token, nullptr, reducer_ != nullptr && last ? &all_reduce : nullptr);
@@ -456,12 +470,17 @@ absl::StatusOr<double> CudaEngine::Forward(int chunk, int index, const Microbatc
 }
 
 absl::Status CudaEngine::Backward(int chunk, int index, const float* d_hidden_out,
-                                  float d_loss_per_token, float* d_hidden_in,
-                                  bool /*last_of_step*/) {
+                                  float d_loss_per_token, float* d_hidden_in, bool last_of_step) {
   if (chunk < 0 || chunk >= num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
   }
-  return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, nullptr);
+  if (reducer_ == nullptr || !last_of_step) {
+    return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, nullptr);
+  }
+  // The chunk's gradients become final layer by layer: their data-parallel sums start
+  // while the backward goes on (the caller waits for them with WaitForGradientSums).
+  const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(chunk);
+  return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, &all_reduce);
 }
 
 absl::Status CudaEngine::ZeroGradients() {

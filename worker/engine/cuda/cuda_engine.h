@@ -11,7 +11,9 @@
 //   - As PipelineStages (pipeline_stages.h), driven by a PipelineExecutor: any chunks of a
 //     pipeline schedule, tensor-parallel layers over the configured tensor group; hidden
 //     states cross stages through the host. The caller zeroes the gradients first
-//     (ZeroGradients) and reduces them afterwards (AllReduceGradients).
+//     (ZeroGradients) and waits for the data-parallel sums afterwards
+//     (WaitForGradientSums); the tied embedding's exchange between the first and the last
+//     stage is its own (AllReduceGradients).
 //
 //   ASSIGN_OR_RETURN(auto engine, CudaEngine::Create(config));
 //   RETURN_IF_ERROR(engine->UploadParameters(host_params));
@@ -24,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,11 +87,18 @@ class CudaEngine : public PipelineStages {
   absl::Status UploadMoments(const float* m, const float* v);
   absl::Status DownloadMoments(float* m, float* v);
 
-  // Data parallelism on the GPU: `group` (NCCL, device buffers; must outlive the engine)
-  // sums the gradients of the replicas, each layer's as soon as the last microbatch's
-  // backward has passed it, overlapped with the rest of the backward. Without one,
-  // ForwardBackward leaves the gradients local (the caller reduces them).
-  void SetDataParallelGroup(Communicator* group);
+  // Data parallelism: `group` (must outlive the engine; NCCL on device buffers when
+  // on_device, else a host group such as Gloo, staged through host memory) sums the
+  // gradients of the replicas, each layer's as soon as the last backward of the step has
+  // passed it, overlapped with the rest of the backward: in ForwardBackward, and in the
+  // backwards of PipelineStages marked last_of_step (every chunk's layers, then its
+  // embeddings, final LayerNorm and head copy of the tied embedding). Without one (or with
+  // a group of one) the gradients stay local.
+  void SetDataParallelGroup(Communicator* group, bool on_device);
+  // After a step driven through PipelineStages: waits for the sums the backwards started
+  // (ForwardBackward waits itself); the first failure, if any. Call it on error paths
+  // too: no sum may still be running when the gradients are next touched.
+  absl::Status WaitForGradientSums();
   // Seconds the last step's overlapped all-reduces took on the communication thread.
   double last_all_reduce_seconds() const;
 
@@ -155,10 +165,17 @@ class CudaEngine : public PipelineStages {
   std::unique_ptr<CublasLt> blas_;
   DeviceCollectives tensor_group_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
-  // Flat-buffer ranges whose gradients are final after each layer's backward ([layer]),
-  // and after the embeddings' (the embeddings and the final LayerNorm); whole model only.
-  std::vector<FlatRange> layer_ranges_;
-  std::vector<FlatRange> last_ranges_;
+  // The hook that queues chunk's gradient ranges on reducer_ as its backward passes them.
+  std::function<absl::Status(int)> GradientSumsAfterLayers(int chunk);
+
+  // Per chunk: flat-buffer ranges whose gradients are final after each layer's backward
+  // ([layer], chunk-local), and after the whole backward (the other tensors).
+  struct ChunkRanges {
+    std::vector<FlatRange> layers;
+    std::vector<FlatRange> last;
+  };
+  std::vector<ChunkRanges> chunk_ranges_;
+  bool whole_model_ = false;  // one chunk, one tensor rank, embeddings and head
   std::unique_ptr<OverlappedAllReduce> reducer_;
 };
 

@@ -7,8 +7,8 @@
 
 namespace mtrain::cuda {
 
-OverlappedAllReduce::OverlappedAllReduce(Communicator* group, int device)
-    : group_(group), device_(device), thread_([this] { Loop(); }) {}
+OverlappedAllReduce::OverlappedAllReduce(Communicator* group, bool on_device, int device)
+    : device_(device), collectives_(group, on_device), thread_([this] { Loop(); }) {}
 
 OverlappedAllReduce::~OverlappedAllReduce() {
   {
@@ -60,12 +60,17 @@ absl::Status OverlappedAllReduce::Finish() {
 }
 
 void OverlappedAllReduce::Loop() {
-  // This thread's CUDA calls (event waits, NCCL's stream) go to the buffers' device.
+  // This thread's CUDA calls (event waits, staging copies, NCCL's stream) go to the
+  // buffers' device. Its own non-blocking stream carries the staging copies, so they
+  // overlap the compute stream's kernels.
   cudaSetDevice(device_);
+  cudaStream_t stream = nullptr;
   std::unique_lock<std::mutex> lock(mutex_);
+  status_ = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                       "creating the gradient all-reduce's stream");
   while (true) {
     changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and nothing left
+    if (queue_.empty()) break;  // stop_ and nothing left
     const Range range = queue_.front();
     queue_.pop_front();
     const bool skip = !status_.ok();
@@ -74,7 +79,9 @@ void OverlappedAllReduce::Loop() {
     if (!skip) {
       const auto start = std::chrono::steady_clock::now();
       status = CudaStatus(cudaEventSynchronize(range.ready), "waiting for gradients");
-      if (status.ok()) status = group_->AllReduce(range.data, range.count, ReduceOp::kSum);
+      if (status.ok()) {
+        status = collectives_.AllReduce(range.data, range.count, ReduceOp::kSum, stream);
+      }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       lock.lock();
@@ -87,6 +94,7 @@ void OverlappedAllReduce::Loop() {
     --in_flight_;
     changed_.notify_all();
   }
+  if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
 }  // namespace mtrain::cuda

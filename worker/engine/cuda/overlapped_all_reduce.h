@@ -1,12 +1,14 @@
 // Data-parallel gradient all-reduce overlapped with the backward pass on the GPU: as each
 // layer's gradients become final (the last microbatch's backward has passed the layer),
 // the compute stream records an event and the layer's contiguous gradient range is queued;
-// a communication thread waits for each event and all-reduces the range on the group's
-// own stream (NCCL), while the compute stream goes on with the layers below. Ranges are
-// reduced in the order they were queued, identically on every replica, so the collectives
-// match up across ranks.
+// a communication thread waits for each event and all-reduces the range, while the
+// compute stream goes on with the layers below. The group is NCCL (device memory: reduced
+// in place on NCCL's stream) or a host group such as Gloo (the range staged through host
+// memory on the thread's own stream: the way when several ranks share one GPU). Ranges
+// are reduced in the order they were queued, identically on every replica, so the
+// collectives match up across ranks.
 //
-//   OverlappedAllReduce reducer(group, device);
+//   OverlappedAllReduce reducer(group, /*on_device=*/true, device);
 //   reducer.Enqueue(compute_stream, grads + begin, count);  // per ready range
 //   RETURN_IF_ERROR(reducer.Finish());                        // before the optimizer
 #ifndef MTRAIN_WORKER_ENGINE_CUDA_OVERLAPPED_ALL_REDUCE_H_
@@ -22,15 +24,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "worker/engine/cuda/device_collectives.h"
 #include "worker/parallel/communicator.h"
 
 namespace mtrain::cuda {
 
 class OverlappedAllReduce {
  public:
-  // `group` holds device buffers (NCCL) and must outlive this object; `device` is the
-  // CUDA device of the buffers.
-  OverlappedAllReduce(Communicator* group, int device);
+  // `group` must outlive this object: on_device, it reduces device buffers (NCCL);
+  // otherwise host buffers (the ranges are staged). `device`: the CUDA device of the
+  // gradients.
+  OverlappedAllReduce(Communicator* group, bool on_device, int device);
   ~OverlappedAllReduce();
   OverlappedAllReduce(const OverlappedAllReduce&) = delete;
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
@@ -53,8 +57,8 @@ class OverlappedAllReduce {
   };
   void Loop();
 
-  Communicator* const group_;
   const int device_;
+  DeviceCollectives collectives_;         // used by the thread only
   std::vector<cudaEvent_t> free_events_;  // guarded by mutex_
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -1,7 +1,8 @@
 // The overlapped all-reduce on the GPU (tagged `gpu`; skipped, visibly, without one), with
 // a recording group in place of NCCL: ranges are reduced in the order they were queued,
 // each only after the work queued before it on the stream, and the first failure is
-// reported by Finish while the ranges after it are skipped.
+// reported by Finish while the ranges after it are skipped. A host group (Gloo's kind)
+// gets the ranges staged through host memory and its results copied back.
 #include "worker/engine/cuda/overlapped_all_reduce.h"
 
 #include <string>
@@ -57,7 +58,7 @@ TEST(OverlappedAllReduceTest, ReducesRangesInOrderOnceTheStreamHasProducedThem) 
   testing::DeviceArray<float> grads(n);
   RecordingGroup group;
   {
-    OverlappedAllReduce reducer(&group, 0);
+    OverlappedAllReduce reducer(&group, /*on_device=*/true, 0);
     for (int round = 0; round < 3; ++round) {
       std::vector<float> values(n, static_cast<float>(round + 1));
       ASSERT_EQ(cudaMemcpyAsync(grads.get(), values.data(), n * sizeof(float),
@@ -80,11 +81,50 @@ TEST(OverlappedAllReduceTest, FinishReportsTheFirstFailureAndSkipsTheRest) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   testing::DeviceArray<float> grads(std::vector<float>(16, 1.0f));
   RecordingGroup group(/*fail_at=*/1);
-  OverlappedAllReduce reducer(&group, 0);
+  OverlappedAllReduce reducer(&group, /*on_device=*/true, 0);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(reducer.Enqueue(stream, grads.get() + i * 4, 4).ok());
   const absl::Status status = reducer.Finish();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_EQ(group.calls.size(), 2u);  // the failed call; the two after it were skipped
+  cudaStreamDestroy(stream);
+}
+
+// A host group of two whose "other replica" holds the same values: AllReduce doubles the
+// host buffer it is given.
+class DoublingHostGroup : public RecordingGroup {
+ public:
+  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
+    for (size_t i = 0; i < count; ++i) data[i] *= 2.0f;
+    ++reduced;
+    return absl::OkStatus();
+  }
+  using RecordingGroup::AllReduce;
+  int reduced = 0;
+};
+
+TEST(OverlappedAllReduceTest, StagesRangesThroughTheHostForAHostGroup) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const size_t n = size_t{1} << 20;
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000);
+  testing::DeviceArray<float> grads(n);
+  ASSERT_EQ(cudaMemcpyAsync(grads.get(), values.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                            stream),
+            cudaSuccess);
+  DoublingHostGroup group;
+  OverlappedAllReduce reducer(&group, /*on_device=*/false, 0);
+  // Two ranges, a gap between them left alone.
+  ASSERT_TRUE(reducer.Enqueue(stream, grads.get(), 1000).ok());
+  ASSERT_TRUE(reducer.Enqueue(stream, grads.get() + 5000, n - 5000).ok());
+  ASSERT_TRUE(reducer.Finish().ok());
+  EXPECT_EQ(group.reduced, 2);
+  const std::vector<float> after = grads.Download();
+  for (size_t i = 0; i < n; ++i) {
+    const float expected = (i < 1000 || i >= 5000) ? 2.0f * values[i] : values[i];
+    ASSERT_EQ(after[i], expected) << "element " << i;
+  }
   cudaStreamDestroy(stream);
 }
 
