@@ -273,11 +273,15 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && par.pipeline() > 1) {
         // The tied embedding's two copies (first and last stage) sum their gradients,
         // each already summed over its replicas.
+        const auto exchange_start = std::chrono::steady_clock::now();
         RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.embedding.get(), /*on_device=*/false,
                                                   {{wte->offset, wte->size}}));
+        host_collective_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - exchange_start)
+                .count();
       }
     }
-    host_collective_seconds = cuda_->last_all_reduce_seconds();
+    host_collective_seconds += cuda_->last_all_reduce_seconds();
   } else {
     model_->ZeroGrads();
     buckets_->StartStep();

@@ -824,7 +824,9 @@ __global__ void __launch_bounds__(kTcThreads)
           Mma<T>(dpt[2 * c + 1], va, dob[2], dob[3]);
         }
       }
-      // st <- P^T with dropout applied (for dV), dpt <- dS^T (for dK); dead chunks unused.
+      // st <- P^T with dropout applied (for dV), dpt <- dS^T / sqrt(D) (for dK); dead chunks
+      // unused. The softmax scale goes in before dS is rounded to T for the mma: under fp16
+      // loss scaling dS itself may pass fp16's range where dK = dS^T Q / sqrt(D) does not.
 #pragma unroll
       for (int t = 0; t < kNt; ++t) {
         if (t / 2 < c_begin || t / 2 >= c_end) continue;
@@ -836,7 +838,7 @@ __global__ void __launch_bounds__(kTcThreads)
           float p = exp2f(st[t][e] * scale_log2 - lset[col] * kLog2e);
           if (need_mask && (i < j || i >= S)) p = 0.0f;
           const float f = drop.Factor(b, h, i, j, S);
-          dpt[t][e] = p * (dpt[t][e] * f - deltat[col]);
+          dpt[t][e] = p * (dpt[t][e] * f - deltat[col]) * scale;
           st[t][e] = p * f;
         }
       }
@@ -865,7 +867,7 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int r = 0; r < 2; ++r) {
     const int j = key0 + g + 8 * r;
     if (j >= S) continue;
-    AddRow<T, D>(d_qkv + QkvRow(b, j, 1, h, S, H, D), dk, r, tig, scale);
+    AddRow<T, D>(d_qkv + QkvRow(b, j, 1, h, S, H, D), dk, r, tig, 1.0f);
     AddRow<T, D>(d_qkv + QkvRow(b, j, 2, h, S, H, D), dv, r, tig, 1.0f);
   }
 }
@@ -968,7 +970,8 @@ __global__ void __launch_bounds__(kTcThreads)
           Mma<T>(dp[2 * c + 1], dof[kk], vb[2], vb[3]);
         }
       }
-      // dp <- dS = P (dP mask - delta); dead chunks unused.
+      // dp <- dS / sqrt(D) = P (dP mask - delta) / sqrt(D), scaled before the rounding to T
+      // as in the dK/dV kernel; dead chunks unused.
 #pragma unroll
       for (int t = 0; t < kNt; ++t) {
         if (t / 2 >= chunks) continue;
@@ -979,7 +982,7 @@ __global__ void __launch_bounds__(kTcThreads)
           float p = exp2f(s[t][e] * scale_log2 - row_lse[e / 2]);
           if (need_mask && j > i) p = 0.0f;
           const float f = drop.Factor(b, h, i, j, S);
-          dp[t][e] = p * (dp[t][e] * f - row_delta[e / 2]);
+          dp[t][e] = p * (dp[t][e] * f - row_delta[e / 2]) * scale;
         }
       }
       // dQ += dS K.
@@ -1003,7 +1006,7 @@ __global__ void __launch_bounds__(kTcThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = row0 + g + 8 * r;
-    if (i < S) AddRow<T, D>(d_qkv + QkvRow(b, i, 0, h, S, H, D), dq, r, tig, scale);
+    if (i < S) AddRow<T, D>(d_qkv + QkvRow(b, i, 0, h, S, H, D), dq, r, tig, 1.0f);
   }
 }
 
