@@ -2,10 +2,11 @@
 // run (issue 7): real `train` processes started by `launch`, every rank on the one GPU of
 // the test machine with Gloo-staged collectives (NCCL refuses two ranks of a communicator
 // on one device), fp32, dropout on. Losses of (2,1,1), (1,2,1), (2,2,1), (1,1,2) with
-// ZeRO-1, (2,2,2) and (1,2,2) with ZeRO-1 (data-parallel sums overlapped with the backward
-// of pipeline stages and tensor-parallel layers, the tied embedding summed over replicas
-// and stages) stay within 1e-5 of (1,1,1) at every step, as the CPU engine's layouts do
-// (tests/parallel_equivalence_test.cc). Tagged `gpu`: skipped with a message without one.
+// ZeRO-1, (2,2,2), (1,2,2) with ZeRO-1 and (1,2,2) interleaved with two chunks per rank
+// (data-parallel sums overlapped with the backward of pipeline stages and tensor-parallel
+// layers, the tied embedding summed over replicas and stages) stay within 1e-5 of (1,1,1) at every
+// step, as the CPU engine's layouts do (tests/parallel_equivalence_test.cc). Tagged `gpu`: skipped
+// with a message without one.
 //
 // In the GPU bundle (tests/gpu/make_gpu_bundle.sh) MTRAIN_BIN_DIR names the directory of
 // `launch` and `train`.
@@ -32,10 +33,12 @@ constexpr int kSteps = 8;
 struct Layout {
   int tensor = 1, pipeline = 1, data = 1;
   bool zero = false;
+  int virtual_stages = 1;  // > 1: the interleaved 1F1B schedule, several chunks per rank
   // The first rank of the last pipeline stage reports the loss.
   int loss_rank() const { return (pipeline - 1) * tensor * data; }
   std::string name() const {
-    return absl::StrFormat("t%dp%dd%d%s", tensor, pipeline, data, zero ? "-zero" : "");
+    return absl::StrFormat("t%dp%dd%d%s%s", tensor, pipeline, data, zero ? "-zero" : "",
+                           virtual_stages > 1 ? absl::StrCat("-v", virtual_stages) : "");
   }
 };
 
@@ -46,10 +49,12 @@ std::string Spec(const Layout& layout) {
       R"({"name": "gpu-parallel", "device": "DEVICE_CUDA", "precision": "PRECISION_FP32",
           "model": {"num_layers": 4, "num_heads": 2, "hidden_size": 64, "seq_length": 64},
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "zero_stage": %d,
+                       "virtual_stages": %d, "schedule": "%s",
                        "micro_batch_size": 2, "global_batch_size": 8},
           "optimizer": {"lr": 3e-3, "warmup_steps": 2},
           "train": {"steps": %d, "seed": 11, "dropout": 0.1}})",
-      layout.tensor, layout.pipeline, layout.data, layout.zero ? 1 : 0, kSteps);
+      layout.tensor, layout.pipeline, layout.data, layout.zero ? 1 : 0, layout.virtual_stages,
+      layout.virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B", kSteps);
 }
 
 std::string LaunchBinary() {
@@ -84,7 +89,8 @@ TEST(GpuParallelTrainingTest, EveryLayoutReproducesTheSingleRankRun) {
   ASSERT_EQ(single.size(), static_cast<size_t>(kSteps));
   for (const Layout& layout :
        {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 1, 2, /*zero=*/true},
-        Layout{2, 2, 2}, Layout{1, 2, 2, /*zero=*/true}}) {
+        Layout{2, 2, 2}, Layout{1, 2, 2, /*zero=*/true},
+        Layout{1, 2, 2, /*zero=*/false, /*virtual_stages=*/2}}) {
     const std::vector<double> losses = Train(layout);
     ASSERT_EQ(losses.size(), single.size()) << layout.name();
     double worst = 0;

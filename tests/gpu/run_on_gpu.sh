@@ -39,7 +39,8 @@ check overlapped_all_reduce_test "$BUNDLE/bin/overlapped_all_reduce_test"
 # The whole model against PyTorch's numbers (fp32 logits, loss, gradients, 5 AdamW steps;
 # bf16 within its precision), from tests/parity/gpu_parity_reference.safetensors.
 check cuda_parity_test "$BUNDLE/bin/cuda_parity_test"
-# (2,1,1), (1,2,1), (2,2,1), (1,1,2)+ZeRO-1, (2,2,2), (1,2,2)+ZeRO-1 against (1,1,1), fp32.
+# (2,1,1), (1,2,1), (2,2,1), (1,1,2)+ZeRO-1, (2,2,2), (1,2,2)+ZeRO-1 and (1,2,2)
+# interleaved (two chunks per rank) against (1,1,1), fp32.
 check gpu_parallel_training_test env MTRAIN_BIN_DIR="$BUNDLE/bin" "$BUNDLE/bin/gpu_parallel_training_test"
 # Whole training runs with `train`: CUDA vs CPU, d=2 on one GPU vs d=1, bf16 vs fp32.
 check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
