@@ -23,7 +23,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
 bazel build "${TARGETS[@]}" >/dev/null
 BIN=$(bazel info bazel-bin 2>/dev/null)
 OUT=build/gpu_bundle
-rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib" "$OUT/data"
+rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/lib/cxx" "$OUT/data"
 
 for target in "${TARGETS[@]}"; do
   path=${target#//}
@@ -35,6 +35,9 @@ for target in "${TARGETS[@]}"; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*) ;;
       libcublas*|libnccl*|libcudart*) ;;
+      # Debian 12's C++ runtime needs glibc 2.36: run_on_gpu.sh uses it only where the
+      # machine's glibc is that new, and the machine's own C++ runtime otherwise.
+      libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$OUT/lib/cxx/" ;;
       *) cp -L "$lib" "$OUT/lib/" ;;
     esac
   done

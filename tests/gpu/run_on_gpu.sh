@@ -4,12 +4,7 @@
 # NVIDIA wheels PyTorch installed.
 set -uo pipefail
 BUNDLE=${1:-/tmp/gpu_bundle}
-cuda_libs=""
-for dir in /usr/local/cuda/lib64 $(python3 -c "import nvidia, os; print(' '.join(os.path.join(p, d, 'lib') for p in nvidia.__path__ for d in os.listdir(p)))" 2>/dev/null); do
-  [[ -d "$dir" ]] && cuda_libs="$cuda_libs:$dir"
-done
-export LD_LIBRARY_PATH="$BUNDLE/lib$cuda_libs"
-export MTRAIN_DATA_DIR="$BUNDLE/data"
+source "$(dirname "$0")/bundle_env.sh" "$BUNDLE"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
 results=()
