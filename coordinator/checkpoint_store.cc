@@ -239,7 +239,7 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Commit(const std::string& job_id
   (void)RemoveAll(replaced);
   if (std::optional<std::vector<std::pair<int64_t, int64_t>>> signature =
           Signature(final_dir, *manifest)) {
-    verified_[{job_id, step}] = *std::move(signature);
+    verified_[{job_id, step}] = Verification{*std::move(signature), absl::OkStatus()};
   }
   ApplyRetentionLocked(job_id, generation);
   return InfoOf(final_dir, *manifest);
@@ -330,12 +330,48 @@ absl::Status CheckpointStore::VerifyLocked(const std::string& job_id, int64_t st
   ASSIGN_OR_RETURN(const CheckpointManifest manifest, ReadManifest(dir));
   std::optional<std::vector<std::pair<int64_t, int64_t>>> signature = Signature(dir, manifest);
   const auto cached = verified_.find({job_id, step});
-  if (signature.has_value() && cached != verified_.end() && cached->second == *signature) {
-    return absl::OkStatus();
+  if (signature.has_value() && cached != verified_.end() &&
+      cached->second.signature == *signature) {
+    return cached->second.status;
   }
-  RETURN_IF_ERROR(OpenCheckpoint(dir, ChecksumVerification::kAllFilesOnOpen).status());
-  if (signature.has_value()) verified_[{job_id, step}] = *std::move(signature);
-  return absl::OkStatus();
+  absl::Status status = OpenCheckpoint(dir, ChecksumVerification::kAllFilesOnOpen).status();
+  if (signature.has_value())
+    verified_[{job_id, step}] = Verification{*std::move(signature), status};
+  return status;
+}
+
+void CheckpointStore::VerifyAhead(const std::string& job_id) {
+  std::vector<int64_t> steps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    steps = CommittedStepsLocked(job_id);
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::pair<std::string, int64_t> key = {job_id, *it};
+    const std::string dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(*it));
+    absl::StatusOr<CheckpointManifest> manifest = ReadManifest(dir);
+    if (!manifest.ok()) continue;  // deleted meanwhile, or damaged: LatestUsable decides
+    std::optional<std::vector<std::pair<int64_t, int64_t>>> signature = Signature(dir, *manifest);
+    if (!signature.has_value()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto cached = verified_.find(key);
+      if (cached != verified_.end() && cached->second.signature == *signature) {
+        if (cached->second.status.ok()) return;  // the resume point is known good
+        continue;                                // known damaged: the one before
+      }
+    }
+    absl::Status status = OpenCheckpoint(dir, ChecksumVerification::kAllFilesOnOpen).status();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // Retention may have deleted it while it was read (the manifest goes first): then
+      // there is nothing to record.
+      std::error_code error;
+      if (!fs::exists(absl::StrCat(dir, "/", kManifestFileName), error)) continue;
+      verified_[key] = Verification{*std::move(signature), status};
+    }
+    if (status.ok()) return;
+  }
 }
 
 std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& job_id,

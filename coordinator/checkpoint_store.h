@@ -107,6 +107,13 @@ class CheckpointStore {
   std::optional<CheckpointInfo> LatestUsable(const std::string& job_id,
                                              std::vector<std::string>* damaged);
 
+  // Reads and checks, without holding the store's lock (nor any caller's), the newest
+  // committed checkpoints of the job whose present files have not been checked yet, newest
+  // first until one passes, and records each outcome; LatestUsable then reads nothing it
+  // covers. The job manager calls it before placing, outside its own lock: reading a large
+  // checkpoint takes seconds (after a coordinator restart nothing is recorded yet).
+  void VerifyAhead(const std::string& job_id);
+
   // Forgets which files were verified (e.g. after a rank failed to load one), so the next
   // LatestUsable reads every file again.
   void ForgetVerified(const std::string& job_id);
@@ -129,8 +136,13 @@ class CheckpointStore {
   const std::string root_;
   const int keep_last_;
   mutable std::mutex mutex_;
-  // (job, step) -> per-file (size, mtime ns) of the last successful verification.
-  std::map<std::pair<std::string, int64_t>, std::vector<std::pair<int64_t, int64_t>>> verified_;
+  // The outcome of reading every file of a checkpoint, valid while each file keeps the
+  // size and modification time it had then.
+  struct Verification {
+    std::vector<std::pair<int64_t, int64_t>> signature;  // per file: (size, mtime ns)
+    absl::Status status;                                 // OK, or why it is unusable
+  };
+  std::map<std::pair<std::string, int64_t>, Verification> verified_;  // (job, step)
 };
 
 // "rank-NNNNN.bin" or "MANIFEST"; anything else (paths, temporary names) is refused.

@@ -226,6 +226,66 @@ TEST_F(CheckpointStoreTest, DamagedNewestFallsBackToThePreviousAndIsMovedAside) 
   EXPECT_NE(damaged[0].find("step 10"), std::string::npos) << damaged[0];
 }
 
+// Flips one bit of a committed file, keeping its size and, with keep_time, its
+// modification time (damage the store's record of verified files cannot see).
+void FlipBit(const std::string& path, bool keep_time) {
+  const auto mtime = fs::last_write_time(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(80);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(80);
+    f.write(&c, 1);
+  }
+  if (keep_time) fs::last_write_time(path, mtime);
+}
+
+TEST_F(CheckpointStoreTest, VerifyAheadReadsTheNewestSoLatestUsableNeedNot) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  ASSERT_TRUE(UploadCheckpoint(1, 20).ok());
+  // A restarted coordinator: a new store on the same directory has verified nothing.
+  auto reopened = CheckpointStore::Open((base_ / "store").string(), /*keep_last=*/2);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  (*reopened)->VerifyAhead("job-1");
+  // Damage it cannot see (same size and time): LatestUsable relies on what VerifyAhead
+  // read, so it offers step 20 without reading it again.
+  FlipBit(Committed(20, "rank-00001.bin"), /*keep_time=*/true);
+  std::vector<std::string> damaged;
+  std::optional<CheckpointInfo> latest = (*reopened)->LatestUsable("job-1", &damaged);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 20);
+  EXPECT_TRUE(damaged.empty());
+  // Without the record (another restart) the damage is found.
+  auto cold = CheckpointStore::Open((base_ / "store").string(), /*keep_last=*/2);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  latest = (*cold)->LatestUsable("job-1", &damaged);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 10);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].find("rank-00001.bin"), std::string::npos) << damaged[0];
+}
+
+TEST_F(CheckpointStoreTest, VerifyAheadRecordsDamageAndGoesOnToTheOneBefore) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  ASSERT_TRUE(UploadCheckpoint(1, 20).ok());
+  FlipBit(Committed(20, "rank-00000.bin"), /*keep_time=*/false);
+  auto reopened = CheckpointStore::Open((base_ / "store").string(), /*keep_last=*/2);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  (*reopened)->VerifyAhead("job-1");
+  // Step 10 was read ahead too: damage it now unseen, and it is still offered.
+  FlipBit(Committed(10, "rank-00001.bin"), /*keep_time=*/true);
+  std::vector<std::string> damaged;
+  std::optional<CheckpointInfo> latest = (*reopened)->LatestUsable("job-1", &damaged);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step(), 10);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].find("step 20"), std::string::npos) << damaged[0];
+  EXPECT_NE(damaged[0].find("rank-00000.bin"), std::string::npos) << damaged[0];
+  EXPECT_TRUE(fs::exists(base_ / "store" / "job-1" / "damaged-step-00000020" / "MANIFEST"));
+}
+
 TEST_F(CheckpointStoreTest, KeepLastMustBePositive) {
   EXPECT_EQ(CheckpointStore::Open((base_ / "x").string(), 0).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -378,7 +378,14 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
     (void)TransitionLocked(job_id, JOB_STATE_PLACING,
                            absl::StrCat("restart ", restarts + 1, " after: ", reason));
   }
-  if (!TryPlaceLocked(job_id, spec, generation + 1, restarts + 1)) {
+  // After a DATA_LOSS the checkpoints are to be read again: the next Tick does that
+  // outside the lock (VerifyAhead), then places the job.
+  const bool reread_checkpoints = checkpoints_ != nullptr && absl::StrContains(reason, "DATA_LOSS");
+  if (reread_checkpoints) {
+    (void)TransitionLocked(job_id, JOB_STATE_PENDING,
+                           "checking every checkpoint file again before the restart");
+    restart_waiting_since_[job_id] = clock_->Now();
+  } else if (!TryPlaceLocked(job_id, spec, generation + 1, restarts + 1)) {
     (void)TransitionLocked(job_id, JOB_STATE_PENDING, "waiting for free workers to restart");
     restart_waiting_since_[job_id] = clock_->Now();
   }
@@ -581,6 +588,23 @@ void JobManager::DetectLostRanksLocked() {
 }
 
 void JobManager::Tick() {
+  if (checkpoints_ != nullptr) {
+    // The checkpoints a placement may resume from are read and checked here, outside the
+    // manager's lock: a large one takes seconds, and heartbeats, RPCs and the status page
+    // wait for that lock. The store remembers each outcome (and checks every commit), so
+    // this reads files only after a coordinator restart or a rank's DATA_LOSS.
+    std::vector<std::string> unfinished;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      absl::StatusOr<std::vector<JobStatus>> jobs = store_->ListJobs();
+      if (jobs.ok()) {
+        for (const JobStatus& job : *jobs) {
+          if (!IsTerminalJobState(job.state())) unfinished.push_back(job.job_id());
+        }
+      }
+    }
+    for (const std::string& job_id : unfinished) checkpoints_->VerifyAhead(job_id);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   DetectLostRanksLocked();
   AdmitLocked();

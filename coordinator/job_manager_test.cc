@@ -436,6 +436,50 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
       << log;
 }
 
+// Damage that keeps a file's size and modification time escapes the store's record of
+// verified files; a rank that loads the file reports DATA_LOSS. The restart then waits for
+// the next Tick, which reads every checkpoint again outside the manager's lock, and
+// resumes from the newest intact one.
+TEST_F(JobManagerTest, ARankDataLossReadsTheCheckpointsAgainBeforeTheRestart) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/2));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  CommitCheckpoint(*id, 1, 5);
+  CommitCheckpoint(*id, 1, 10);
+  {
+    const std::string shard = checkpoint_root_ + "/" + *id + "/step-00000010/rank-00000.bin";
+    const auto mtime = std::filesystem::last_write_time(shard);
+    {
+      std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(70);
+      f.put('\x7f');
+    }
+    std::filesystem::last_write_time(shard, mtime);
+  }
+  ASSERT_TRUE(manager_
+                  ->OnRankResult(Result(ranks[0], absl::StatusCode::kDataLoss,
+                                        "DATA_LOSS: rank-00000.bin: CRC-32C mismatch"))
+                  .ok());
+  // OnRankResult ticks once itself (the worker is free again): the job went back to
+  // PENDING, then the tick read the checkpoints and placed it.
+  const std::string log = EventLog(*id);
+  const size_t pending = log.find("PLACING -> PENDING: checking every checkpoint file again");
+  const size_t damaged = log.find("checkpoint step 10 is damaged (DATA_LOSS");
+  ASSERT_NE(pending, std::string::npos) << log;
+  ASSERT_NE(damaged, std::string::npos) << log;
+  EXPECT_LT(pending, damaged) << log;
+  std::map<int, Assignment> again;
+  for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
+    if (c.has_assign()) again[c.assign().rank().global_rank()] = c.assign();
+  }
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].generation(), 2);
+  ASSERT_TRUE(again[0].has_resume_step());
+  EXPECT_EQ(again[0].resume_step(), 5);
+}
+
 TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) {
   AddWorker("w0", "h");
   AddWorker("w1", "h");
