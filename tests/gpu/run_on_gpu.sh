@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
 # Runs the GPU checks from an unpacked bundle (see make_gpu_bundle.sh) and prints a short
 # table last. CUDA libraries come from the machine: /usr/local/cuda if present, else the
-# NVIDIA wheels PyTorch installed.
+# NVIDIA wheels PyTorch installed. Each check's full output goes to $LOG_DIR/<check>.log
+# (default /tmp/gpu_logs; on the device tool, LOG_DIR=$OUT brings them back even when the
+# command runs out of time), and the table so far to $LOG_DIR/table.txt after each check.
 set -uo pipefail
 BUNDLE=${1:-/tmp/gpu_bundle}
 source "$(dirname "$0")/bundle_env.sh" "$BUNDLE"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
+LOG_DIR=${LOG_DIR:-/tmp/gpu_logs}
+mkdir -p "$LOG_DIR"
 results=()
+table() {
+  printf '%-28s %8s  %s\n' CHECK SECONDS RESULT
+  for row in "${results[@]}"; do
+    IFS='|' read -r name seconds result <<<"$row"
+    printf '%-28s %8s  %s\n' "$name" "$seconds" "$result"
+  done
+}
 check() {
   local name=$1
   shift
-  local result=FAIL
-  if "$@" >"/tmp/$name.log" 2>&1; then result=PASS; fi
+  local log="$LOG_DIR/$name.log" result=FAIL start=$SECONDS
+  if "$@" >"$log" 2>&1; then result=PASS; fi
   # A gtest binary that skipped tests (no usable GPU) says so: a skip is not a pass.
   local skipped
-  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?,.*/\1/p' "/tmp/$name.log" | tail -1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?,.*/\1/p' "$log" | tail -1)
   [[ -n "$skipped" && "$skipped" != 0 ]] && result="$result ($skipped skipped)"
-  results+=("$name|$result")
-  tail -12 "/tmp/$name.log"
+  results+=("$name|$((SECONDS - start))|$result")
+  tail -12 "$log"
+  table >"$LOG_DIR/table.txt"
 }
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
@@ -46,5 +58,4 @@ check attention_bench "$BUNDLE/bin/attention_bench"
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'starting: device: cuda, '"
 
 echo
-printf '%-28s %s\n' CHECK RESULT
-for row in "${results[@]}"; do printf '%-28s %s\n' "${row%%|*}" "${row##*|}"; done
+table
