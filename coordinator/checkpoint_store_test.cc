@@ -188,6 +188,22 @@ TEST_F(CheckpointStoreTest, RefusesBadNamesOffsetsAndManifests) {
   EXPECT_EQ(store_->FilePath("job-1", 10, "MANIFEST").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Flips one bit of a committed file, keeping its size and, with keep_time, its
+// modification time (damage the store's record of verified files cannot see).
+void FlipBit(const std::string& path, bool keep_time) {
+  const auto mtime = fs::last_write_time(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(80);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(80);
+    f.write(&c, 1);
+  }
+  if (keep_time) fs::last_write_time(path, mtime);
+}
+
 TEST_F(CheckpointStoreTest, DamagedNewestFallsBackToThePreviousAndIsMovedAside) {
   ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
   ASSERT_TRUE(UploadCheckpoint(1, 20).ok());
@@ -198,16 +214,7 @@ TEST_F(CheckpointStoreTest, DamagedNewestFallsBackToThePreviousAndIsMovedAside) 
   EXPECT_TRUE(damaged.empty());
 
   // One bit flipped in a shard of step 20, after it was verified and cached.
-  {
-    std::fstream f(Committed(20, "rank-00001.bin"),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(80);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x10;
-    f.seekp(80);
-    f.write(&c, 1);
-  }
+  FlipBit(Committed(20, "rank-00001.bin"), /*keep_time=*/false);
   latest = store_->LatestUsable("job-1", &damaged);
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->step(), 10);
@@ -224,22 +231,6 @@ TEST_F(CheckpointStoreTest, DamagedNewestFallsBackToThePreviousAndIsMovedAside) 
   EXPECT_FALSE(store_->LatestUsable("job-1", &damaged).has_value());
   ASSERT_EQ(damaged.size(), 1u);
   EXPECT_NE(damaged[0].find("step 10"), std::string::npos) << damaged[0];
-}
-
-// Flips one bit of a committed file, keeping its size and, with keep_time, its
-// modification time (damage the store's record of verified files cannot see).
-void FlipBit(const std::string& path, bool keep_time) {
-  const auto mtime = fs::last_write_time(path);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(80);
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x10;
-    f.seekp(80);
-    f.write(&c, 1);
-  }
-  if (keep_time) fs::last_write_time(path, mtime);
 }
 
 TEST_F(CheckpointStoreTest, VerifyAheadReadsTheNewestSoLatestUsableNeedNot) {

@@ -419,10 +419,7 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
     f.put('\x7f');
   }
   ASSERT_TRUE(manager_->OnRankResult(Result(ranks[0], absl::StatusCode::kInternal, "boom")).ok());
-  std::map<int, Assignment> again;
-  for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
-    if (c.has_assign()) again[c.assign().rank().global_rank()] = c.assign();
-  }
+  std::map<int, Assignment> again = Deliver({"w0"});
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].generation(), 2);
   ASSERT_TRUE(again[0].has_resume_step());
@@ -470,10 +467,7 @@ TEST_F(JobManagerTest, ARankDataLossReadsTheCheckpointsAgainBeforeTheRestart) {
   ASSERT_NE(pending, std::string::npos) << log;
   ASSERT_NE(damaged, std::string::npos) << log;
   EXPECT_LT(pending, damaged) << log;
-  std::map<int, Assignment> again;
-  for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
-    if (c.has_assign()) again[c.assign().rank().global_rank()] = c.assign();
-  }
+  std::map<int, Assignment> again = Deliver({"w0"});
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].generation(), 2);
   ASSERT_TRUE(again[0].has_resume_step());
