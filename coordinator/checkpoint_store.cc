@@ -335,8 +335,9 @@ absl::Status CheckpointStore::VerifyLocked(const std::string& job_id, int64_t st
     return cached->second.status;
   }
   absl::Status status = OpenCheckpoint(dir, ChecksumVerification::kAllFilesOnOpen).status();
-  if (signature.has_value())
+  if (signature.has_value()) {
     verified_[{job_id, step}] = Verification{*std::move(signature), status};
+  }
   return status;
 }
 

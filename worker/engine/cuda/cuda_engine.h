@@ -150,6 +150,9 @@ class CudaEngine : public PipelineStages {
   class TypedChunk;
   CudaEngine() = default;
   absl::Status RefreshModelCopy();
+  // The backward's per-layer hook (CudaGptModel's on_layer_done) that queues the chunk's
+  // gradient ranges on reducer_ as the backward passes them.
+  std::function<absl::Status(int)> GradientSumsAfterLayers(int chunk);
   size_t MomentBytes() const {
     return (config_.optimizer_end - config_.optimizer_begin) * sizeof(float);
   }
@@ -165,9 +168,6 @@ class CudaEngine : public PipelineStages {
   std::unique_ptr<CublasLt> blas_;
   DeviceCollectives tensor_group_;
   std::vector<std::unique_ptr<Chunk>> chunks_;
-  // The hook that queues chunk's gradient ranges on reducer_ as its backward passes them.
-  std::function<absl::Status(int)> GradientSumsAfterLayers(int chunk);
-
   // Per chunk: flat-buffer ranges whose gradients are final after each layer's backward
   // ([layer], chunk-local), and after the whole backward (the other tensors).
   struct ChunkRanges {
