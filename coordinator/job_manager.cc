@@ -1,6 +1,10 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,14 +93,46 @@ void JobManager::BumpLocked(const std::string& job_id) {
   changed_.notify_all();
 }
 
+namespace {
+
+// The kinds of worker the job may run on, in order of preference: one job, one engine, so
+// never a mix. DEVICE_AUTO prefers CUDA, and needs it for bf16/fp16 (the CPU engine trains
+// in fp32 only).
+std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
+  if (spec.device() == DEVICE_CUDA) return {DEVICE_KIND_CUDA};
+  if (spec.device() == DEVICE_CPU) return {DEVICE_KIND_CPU};
+  if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
+    return {DEVICE_KIND_CUDA};
+  }
+  return {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   ASSIGN_OR_RETURN(const JobSpec resolved, ResolveJobSpec(spec));
   const int world = WorldSize(resolved);
-  const int alive = workers_->CountAlive();
-  if (world > alive) {
+  // Live workers of a kind the job can run on (DEVICE_AUTO: CUDA or CPU, CUDA alone for
+  // bf16/fp16); it needs `world` of one kind.
+  const std::vector<DeviceKind> kinds = EligibleDeviceKinds(resolved);
+  std::map<DeviceKind, int> alive;
+  for (const WorkerStatus& w : workers_->List()) {
+    if (w.alive()) ++alive[w.worker().device_kind()];
+  }
+  int most = 0;
+  for (DeviceKind kind : kinds) most = std::max(most, alive[kind]);
+  if (world > most) {
+    std::vector<std::string> counts;
+    for (DeviceKind kind : kinds) {
+      counts.push_back(absl::StrCat(alive[kind], kind == DEVICE_KIND_CUDA ? " CUDA" : " CPU"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "parallel: the job needs tensor * pipeline * data = ", world, " workers but only ", alive,
-        " are registered and alive [rule: world size <= live workers]"));
+        "parallel: the job needs tensor * pipeline * data = ", world, " workers of one kind (",
+        kinds.size() == 1 ? (kinds[0] == DEVICE_KIND_CUDA ? "CUDA" : "CPU") : "CUDA or CPU",
+        ", from device ", Device_Name(resolved.device()), " and precision ",
+        Precision_Name(resolved.precision()), ") but only ", absl::StrJoin(counts, " and "),
+        " are registered and alive [rule: world size <= live workers of a kind the job can "
+        "run on]"));
   }
   std::string job_id;
   {
@@ -243,11 +279,17 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
       return absl::InvalidArgumentError(absl::StrCat("global_rank ", rank, " is outside the job"));
     }
     if (result.code() != 0) {
+      // A rank that refuses its spec (INVALID_ARGUMENT, e.g. a checkpoint that does not fit
+      // the model) or cannot run it at all (UNIMPLEMENTED) would do the same after every
+      // restart: those fail the job without spending the restart budget.
+      const auto code = static_cast<absl::StatusCode>(result.code());
+      const bool retry =
+          code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kUnimplemented;
       FailGenerationLocked(
           result.job_id(),
-          absl::StrCat("rank ", rank, " on worker ", job.workers[rank], " failed: ",
-                       absl::StatusCodeToString(static_cast<absl::StatusCode>(result.code())), ": ",
-                       result.message()));
+          absl::StrCat("rank ", rank, " on worker ", job.workers[rank],
+                       " failed: ", absl::StatusCodeToString(code), ": ", result.message()),
+          retry);
     } else {
       job.finished.insert(rank);
       if (job.finished.size() == job.workers.size()) {
@@ -347,7 +389,8 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
   active_.erase(it);
 }
 
-void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason) {
+void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason,
+                                      bool retry) {
   const auto it = active_.find(job_id);
   if (it == active_.end()) return;
   // Restart at the submitted size (a generation may have run shrunk).
@@ -366,6 +409,12 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   (void)store_->AppendEvent(job_id, "generation_failed",
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (metrics_ != nullptr) metrics_->AddGenerationFailure(job_id);
+  if (!retry) {
+    (void)TransitionLocked(
+        job_id, JOB_STATE_FAILED,
+        absl::StrCat(reason, " (not restarted: the job would fail the same way again)"));
+    return;
+  }
   if (restarts >= spec.train().max_restarts()) {
     (void)TransitionLocked(
         job_id, JOB_STATE_FAILED,
@@ -449,15 +498,8 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
   const int groups_needed = spec.parallel().pipeline() * spec.parallel().data();
   std::map<std::string, WorkerInfo> info;
   for (const WorkerStatus& w : workers_->List()) info[w.worker().worker_id()] = w.worker();
-  // Candidates by device kind: CUDA workers for CUDA jobs, CPU for CPU jobs; AUTO takes
-  // CUDA workers if enough are free, else CPU ones (never a mix: one job, one engine).
-  std::vector<DeviceKind> kinds;
-  if (spec.device() == DEVICE_CUDA)
-    kinds = {DEVICE_KIND_CUDA};
-  else if (spec.device() == DEVICE_CPU)
-    kinds = {DEVICE_KIND_CPU};
-  else
-    kinds = {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
+  // Candidates by device kind: the first kind with enough free workers.
+  const std::vector<DeviceKind> kinds = EligibleDeviceKinds(spec);
   const std::vector<std::string> free = FreeWorkersLocked();
   for (DeviceKind kind : kinds) {
     // Tensor-parallel groups (t consecutive ranks) each on one host.
@@ -538,17 +580,26 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
 void JobManager::AdmitLocked() {
   absl::StatusOr<std::vector<JobStatus>> jobs = store_->ListJobs();
   if (!jobs.ok()) return;
+  // Oldest first; a job that does not fit holds back the ones behind it that want the
+  // same kind of worker (a CUDA job waiting for GPUs does not hold back CPU jobs).
+  std::set<DeviceKind> held_back;
   for (const JobStatus& job : *jobs) {
     if (job.state() != JOB_STATE_PENDING) continue;
     // Waiting for an upload, not for workers: it must not hold back the jobs behind it.
     if (AwaitsInitialWeightsLocked(job)) continue;
-    // Oldest first; a job that does not fit holds back the ones behind it.
+    const std::vector<DeviceKind> kinds = EligibleDeviceKinds(job.spec());
+    if (std::any_of(kinds.begin(), kinds.end(),
+                    [&](DeviceKind k) { return held_back.count(k) > 0; })) {
+      held_back.insert(kinds.begin(), kinds.end());
+      continue;
+    }
     const auto waiting = restart_waiting_since_.find(job.job_id());
     const bool allow_shrink = waiting != restart_waiting_since_.end() &&
                               clock_->Now() - waiting->second >= options_.shrink_grace;
     if (!TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1, job.restarts(),
                         allow_shrink)) {
-      return;
+      held_back.insert(kinds.begin(), kinds.end());
+      continue;
     }
     restart_waiting_since_.erase(job.job_id());
   }

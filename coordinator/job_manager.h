@@ -142,7 +142,10 @@ class JobManager {
   // Places exactly `spec` (already shrunk, if it is); false if the workers are not there.
   bool PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
                    int restarts);
-  void FailGenerationLocked(const std::string& job_id, const std::string& reason);
+  // Ends the job's generation after a failure and restarts it within its restart budget;
+  // `retry` false (a failure the same spec repeats anywhere) fails the job at once.
+  void FailGenerationLocked(const std::string& job_id, const std::string& reason,
+                            bool retry = true);
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   void DetectLostRanksLocked();

@@ -52,11 +52,12 @@ class JobManagerTest : public ::testing::Test {
     manager_ = std::move(*manager);
   }
 
-  void AddWorker(const std::string& id, const std::string& host) {
+  void AddWorker(const std::string& id, const std::string& host,
+                 DeviceKind kind = DEVICE_KIND_CPU) {
     WorkerInfo info;
     info.set_worker_id(id);
     info.set_host(host);
-    info.set_device_kind(DEVICE_KIND_CPU);
+    info.set_device_kind(kind);
     info.set_incarnation_id("inc-" + id);
     bool restarted = false;
     ASSERT_TRUE(registry_.Register(info, &restarted).ok());
@@ -472,6 +473,67 @@ TEST_F(JobManagerTest, ARankDataLossReadsTheCheckpointsAgainBeforeTheRestart) {
   EXPECT_EQ(again[0].generation(), 2);
   ASSERT_TRUE(again[0].has_resume_step());
   EXPECT_EQ(again[0].resume_step(), 5);
+}
+
+TEST_F(JobManagerTest, SubmitCountsOnlyWorkersOfAKindTheJobCanRunOn) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  JobSpec cuda = Spec("{}");
+  cuda.set_device(DEVICE_CUDA);
+  absl::StatusOr<std::string> refused = manager_->Submit(cuda);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("1 workers of one kind (CUDA"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("only 0 CUDA are registered"), std::string::npos)
+      << refused.status();
+  // DEVICE_AUTO in bf16 needs CUDA workers too (the CPU engine trains in fp32 only).
+  JobSpec bf16 = Spec("{}");
+  bf16.set_precision(PRECISION_BF16);
+  EXPECT_EQ(manager_->Submit(bf16).status().code(), absl::StatusCode::kInvalidArgument);
+  // In fp32 it runs on the CPU workers.
+  EXPECT_TRUE(manager_->Submit(Spec("{}")).ok());
+}
+
+TEST_F(JobManagerTest, AJobWaitingForGpusDoesNotHoldBackCpuJobs) {
+  AddWorker("cpu0", "h");
+  AddWorker("gpu0", "g", DEVICE_KIND_CUDA);
+  // The GPU is taken by a first CUDA job, so a second one waits; a CPU job submitted
+  // after it starts on the idle CPU worker all the same.
+  JobSpec cuda = Spec("{}");
+  cuda.set_device(DEVICE_CUDA);
+  absl::StatusOr<std::string> first = manager_->Submit(cuda);
+  absl::StatusOr<std::string> second = manager_->Submit(cuda);
+  JobSpec cpu = Spec("{}");
+  cpu.set_device(DEVICE_CPU);
+  absl::StatusOr<std::string> third = manager_->Submit(cpu);
+  ASSERT_TRUE(first.ok() && second.ok() && third.ok());
+  EXPECT_EQ(State(*first), JOB_STATE_PLACING);
+  EXPECT_EQ(State(*second), JOB_STATE_PENDING);
+  EXPECT_EQ(State(*third), JOB_STATE_PLACING);
+  // A DEVICE_AUTO job may want the GPU too: it waits behind the CUDA job.
+  AddWorker("cpu1", "h");
+  absl::StatusOr<std::string> fourth = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_EQ(State(*fourth), JOB_STATE_PENDING);
+}
+
+TEST_F(JobManagerTest, ARankRefusingItsSpecFailsTheJobWithoutRestarts) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/3));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(manager_
+                  ->OnRankResult(Result(ranks[0], absl::StatusCode::kUnimplemented,
+                                        "the CPU engine trains in fp32 only"))
+                  .ok());
+  absl::StatusOr<JobStatus> status = manager_->Get(*id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), JOB_STATE_FAILED);
+  EXPECT_EQ(status->restarts(), 0);
+  EXPECT_NE(status->message().find("not restarted: the job would fail the same way again"),
+            std::string::npos)
+      << status->message();
 }
 
 TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) {

@@ -312,7 +312,6 @@ struct JobStore::Impl {
   Statement select_job{absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?").c_str()};
   Statement select_all_jobs{absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY id").c_str()};
   Statement select_state{"SELECT state FROM jobs WHERE id = ?"};
-  Statement update_state{"UPDATE jobs SET state = ?, updated_unix_ms = ? WHERE id = ?"};
   Statement update_state_and_message{
       "UPDATE jobs SET state = ?, message = ?, updated_unix_ms = ? WHERE id = ?"};
   Statement update_placement{
@@ -376,9 +375,9 @@ struct JobStore::Impl {
   absl::Status PrepareAll() {
     for (Statement* s :
          {&begin, &commit, &rollback, &insert_job, &select_job, &select_all_jobs, &select_state,
-          &update_state, &update_state_and_message, &update_placement, &update_progress,
-          &delete_workers, &insert_worker, &select_workers, &select_all_workers, &insert_event,
-          &select_events, &upsert_step, &select_steps}) {
+          &update_state_and_message, &update_placement, &update_progress, &delete_workers,
+          &insert_worker, &select_workers, &select_all_workers, &insert_event, &select_events,
+          &upsert_step, &select_steps}) {
       RETURN_IF_ERROR(s->Prepare(db.get()));
     }
     return absl::OkStatus();
@@ -618,14 +617,16 @@ absl::Status JobStore::Transition(const std::string& job_id, JobState to,
         absl::StrCat(job_id, ": cannot go from ", StateName(from), " to ", StateName(to),
                      IsTerminalJobState(from) ? " (the job has finished)" : ""));
   }
-  // JobStatus.message says why a job failed or was cancelled; other moves leave it alone.
-  if (to == JOB_STATE_FAILED || to == JOB_STATE_CANCELLED) {
+  // JobStatus.message says why a job failed or was cancelled, or why it went back to
+  // waiting; placing, running and success clear it.
+  {
+    const bool says_why =
+        to == JOB_STATE_FAILED || to == JOB_STATE_CANCELLED || to == JOB_STATE_PENDING;
     Query query(impl_->update_state_and_message);
-    query.Bind(static_cast<int64_t>(to)).Bind(message).Bind(now_ms).Bind(*n);
-    RETURN_IF_ERROR(query.Run());
-  } else {
-    Query query(impl_->update_state);
-    query.Bind(static_cast<int64_t>(to)).Bind(now_ms).Bind(*n);
+    query.Bind(static_cast<int64_t>(to))
+        .Bind(says_why ? absl::string_view(message) : absl::string_view(""))
+        .Bind(now_ms)
+        .Bind(*n);
     RETURN_IF_ERROR(query.Run());
   }
   std::string event = absl::StrCat(StateName(from), " -> ", StateName(to));

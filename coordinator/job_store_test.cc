@@ -257,7 +257,8 @@ TEST(JobStoreTest, EveryAllowedTransitionSucceeds) {
       EXPECT_EQ(job.state(), to);
       EXPECT_EQ(job.updated_unix_ms(), now);
       // The reason is kept only where JobStatus.message is documented to hold it.
-      const bool keeps_message = to == JOB_STATE_FAILED || to == JOB_STATE_CANCELLED;
+      const bool keeps_message =
+          to == JOB_STATE_FAILED || to == JOB_STATE_CANCELLED || to == JOB_STATE_PENDING;
       EXPECT_EQ(job.message(), keeps_message ? why : "");
     }
   }

@@ -1,6 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace mtrain {
 
@@ -87,7 +88,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
   if (IsAlive(it->second, now)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker_id, " is alive (last heard from ",
-        absl::FormatDuration(absl::Trunc(now - it->second.last_seen, absl::Milliseconds(100))),
+        absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - it->second.last_seen)),
         " ago): stop it first [rule: only dead workers can be removed]"));
   }
   workers_.erase(it);

@@ -190,6 +190,12 @@ absl::StatusOr<RankSetup> StaticSetup(int rank) {
   const std::string spec_path = absl::GetFlag(FLAGS_spec);
   if (spec_path.empty()) return absl::InvalidArgumentError("--spec (or --assignment) is required");
   ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecFile(spec_path));
+  if (const int steps = absl::GetFlag(FLAGS_steps); steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps=", steps, ": must be >= 0 (0 keeps the spec's train.steps)"));
+  } else if (steps > 0) {
+    spec.mutable_train()->set_steps(steps);
+  }
   const ParallelSpec& par = spec.parallel();
   const int world = par.tensor() * par.pipeline() * par.data();
   const int world_flag = absl::GetFlag(FLAGS_world_size);
@@ -218,6 +224,10 @@ absl::StatusOr<RankSetup> StaticSetup(int rank) {
 }
 
 absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
+  if (absl::GetFlag(FLAGS_steps) != 0) {
+    return absl::InvalidArgumentError(
+        "--steps: only with --spec (an assignment's steps are the submitted job's)");
+  }
   std::ifstream in(path, std::ios::binary);
   RankSetup setup;
   if (!in || !setup.assignment.ParseFromIstream(&in)) {
