@@ -58,10 +58,11 @@ grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& contex
       std::string(it->second.data(), it->second.size()) == "Bearer " + auth_token_) {
     return grpc::Status::OK;
   }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      it == metadata.end()
-                          ? "this coordinator requires a bearer token (trainctl --token_file)"
-                          : "the bearer token is not the coordinator's");
+  return grpc::Status(
+      grpc::StatusCode::UNAUTHENTICATED,
+      it == metadata.end()
+          ? "this coordinator requires a bearer token (--token_file of trainctl, worker, train)"
+          : "the bearer token is not the coordinator's");
 }
 
 grpc::Status CoordinatorGrpcService::Answer(const char* method, const grpc::Status& status) const {

@@ -9,6 +9,21 @@
 
 namespace mtrain {
 
+bool IsCredentialRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnauthenticated ||
+         status.code() == absl::StatusCode::kPermissionDenied;
+}
+
+absl::Status ExplainCredentialRefusal(const absl::Status& refusal, bool sent_token) {
+  // The coordinator's message may suggest a trainctl flag; the fix here is the worker's.
+  return absl::Status(refusal.code(),
+                      sent_token
+                          ? absl::StrCat("the coordinator refused our token (", refusal.ToString(),
+                                         "): check worker --token_file")
+                          : absl::StrCat("the coordinator wants a token and we sent none (",
+                                         refusal.ToString(), "): pass worker --token_file=FILE"));
+}
+
 WorkerAgent::WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info, RankProcess* ranks,
                          std::string token)
     : stub_(stub), info_(std::move(info)), ranks_(ranks), token_(std::move(token)) {}
@@ -127,7 +142,7 @@ void WorkerAgent::ReportState(const std::string& state, const std::string& messa
   std::fprintf(stderr, "worker %s: %s\n", info_.worker_id().c_str(), message.c_str());
 }
 
-void WorkerAgent::Run(Notification* stop) {
+absl::Status WorkerAgent::Run(Notification* stop) {
   bool registered = false;
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stop->HasBeenNotified()) {
@@ -146,6 +161,7 @@ void WorkerAgent::Run(Notification* stop) {
       registered = false;
       continue;
     }
+    if (IsCredentialRefusal(status)) return ExplainCredentialRefusal(status, !token_.empty());
     if (status.code() == absl::StatusCode::kInvalidArgument) {
       // Retrying the same bad registration cannot help; say so loudly, keep trying slowly
       // so a fixed coordinator picks the worker up.
@@ -158,6 +174,7 @@ void WorkerAgent::Run(Notification* stop) {
     stop->WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, kMaxReconnectBackoff);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace mtrain

@@ -1,9 +1,11 @@
 // The worker daemon's control loop: register with the coordinator, then heartbeat at the
 // interval it asks for, registering again whenever the coordinator no longer knows this
-// worker (coordinator restart) and retrying with backoff while it is unreachable.
+// worker (coordinator restart) and retrying with backoff while it is unreachable. A
+// coordinator that refuses the worker's token ends the loop: that is a configuration
+// error no retry can fix.
 //
 //   WorkerAgent agent(stub.get(), info);
-//   agent.Run(&stop);   // returns once `stop` is notified
+//   absl::Status ended = agent.Run(&stop);   // OK once `stop` is notified
 //
 // With a RankProcess the agent also executes the commands heartbeat responses carry:
 // `assign` starts the rank in its own process (stopping an older one first), `abort` stops
@@ -30,6 +32,17 @@ inline constexpr absl::Duration kMaxReconnectBackoff = absl::Seconds(5);
 // timeout, so a hung coordinator is noticed while the worker still counts as alive.
 inline constexpr absl::Duration kControlRpcDeadline = absl::Seconds(3);
 
+// Whether the coordinator's answer refuses this worker's credentials (UNAUTHENTICATED: no
+// token or not the coordinator's; PERMISSION_DENIED). The token is read once at start,
+// so unlike an outage (UNAVAILABLE, DEADLINE_EXCEEDED) waiting never fixes it.
+bool IsCredentialRefusal(const absl::Status& status);
+
+// The error Run ends with after `refusal`: its code, and a message that quotes the
+// coordinator's answer and names the worker's own flag to fix, e.g. "the coordinator
+// refused our token (UNAUTHENTICATED: ...): check worker --token_file". `sent_token`:
+// whether the worker had a token to send.
+absl::Status ExplainCredentialRefusal(const absl::Status& refusal, bool sent_token);
+
 class WorkerAgent {
  public:
   // `stub` (and `ranks`, if given) must outlive the agent. `info` must carry worker_id and
@@ -38,8 +51,11 @@ class WorkerAgent {
   WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info, RankProcess* ranks = nullptr,
               std::string token = "");
 
-  // Registers and heartbeats until `stop` is notified.
-  void Run(Notification* stop);
+  // Registers and heartbeats until `stop` is notified (then OK), or until the coordinator
+  // refuses the token (see IsCredentialRefusal), on registration or on a heartbeat (a
+  // coordinator restarted with another token): then ExplainCredentialRefusal's error,
+  // which the daemon prints before exiting. Every other error is retried.
+  absl::Status Run(Notification* stop);
 
   // Counters for tests and logs.
   int registrations() const { return registrations_.load(); }

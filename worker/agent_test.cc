@@ -5,20 +5,24 @@
 
 #include "common/clock.h"
 #include "coordinator/grpc_service.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
 namespace {
 
+using ::testing::HasSubstr;
+
 // A real coordinator service on a loopback port, with its own registry: constructing a
-// second one on the same port is a coordinator restart that forgot every worker.
+// second one on the same port is a coordinator restart that forgot every worker. With
+// `auth_token` it requires that bearer token, like --auth_token_file.
 class InProcessCoordinator {
  public:
-  explicit InProcessCoordinator(int port)
+  explicit InProcessCoordinator(int port, std::string auth_token = "")
       : registry_(RealClock::Get(), {absl::Milliseconds(20), absl::Seconds(5)}),
         service_(&registry_, &rendezvous_, /*jobs=*/nullptr, /*metrics=*/nullptr,
-                 /*auth_token=*/"") {
+                 std::move(auth_token)) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
                              &port_);
@@ -66,7 +70,7 @@ TEST(WorkerAgentTest, RegistersHeartbeatsAndReregistersAfterCoordinatorRestart) 
   auto stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), TestWorker());
   Notification stop;
-  std::thread runner([&] { agent.Run(&stop); });
+  std::thread runner([&] { EXPECT_TRUE(agent.Run(&stop).ok()); });
 
   ASSERT_TRUE(Eventually([&] { return coordinator->registry().CountAlive() == 1; }));
   ASSERT_TRUE(Eventually([&] { return agent.heartbeats() >= 3; }));
@@ -95,7 +99,7 @@ TEST(WorkerAgentTest, WaitsForACoordinatorThatStartsLater) {
   auto stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), TestWorker());
   Notification stop;
-  std::thread runner([&] { agent.Run(&stop); });
+  std::thread runner([&] { EXPECT_TRUE(agent.Run(&stop).ok()); });
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(agent.registrations(), 0);
 
@@ -107,6 +111,64 @@ TEST(WorkerAgentTest, WaitsForACoordinatorThatStartsLater) {
   stop.Notify();
   runner.join();
   EXPECT_LT(absl::Now() - stop_requested, absl::Seconds(2)) << "stop must not wait";
+}
+
+TEST(WorkerAgentTest, RefusedTokenEndsRunNamingTheWorkerFlag) {
+  InProcessCoordinator coordinator(0, "s3cret");
+  ASSERT_NE(coordinator.port(), 0);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", coordinator.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = Coordinator::NewStub(channel);
+  for (const std::string token : {"guess", ""}) {
+    WorkerAgent agent(stub.get(), TestWorker(), /*ranks=*/nullptr, token);
+    Notification stop;
+    // Run returns by itself; a retry loop would only end at the safety stop below.
+    absl::Status ended;
+    Notification returned;
+    std::thread runner([&] {
+      ended = agent.Run(&stop);
+      returned.Notify();
+    });
+    const bool returned_alone = returned.WaitForNotificationWithTimeout(absl::Seconds(10));
+    stop.Notify();
+    runner.join();
+    ASSERT_TRUE(returned_alone) << "token '" << token << "': kept retrying";
+    EXPECT_EQ(ended.code(), absl::StatusCode::kUnauthenticated) << ended;
+    EXPECT_THAT(std::string(ended.message()), HasSubstr("(UNAUTHENTICATED: "));
+    EXPECT_THAT(std::string(ended.message()), HasSubstr("worker --token_file"));
+    EXPECT_EQ(agent.registrations(), 0);
+    EXPECT_EQ(coordinator.registry().CountAlive(), 0);
+  }
+
+  WorkerAgent agent(stub.get(), TestWorker(), /*ranks=*/nullptr, "s3cret");
+  Notification stop;
+  absl::Status ended = absl::UnknownError("still running");
+  std::thread runner([&] { ended = agent.Run(&stop); });
+  EXPECT_TRUE(Eventually([&] { return coordinator.registry().CountAlive() == 1; }));
+  stop.Notify();
+  runner.join();
+  EXPECT_TRUE(ended.ok()) << ended;
+}
+
+TEST(WorkerAgentTest, OnlyCredentialRefusalsArePermanent) {
+  EXPECT_TRUE(IsCredentialRefusal(absl::UnauthenticatedError("the bearer token is not ...")));
+  EXPECT_TRUE(IsCredentialRefusal(absl::PermissionDeniedError("no")));
+  EXPECT_FALSE(IsCredentialRefusal(absl::UnavailableError("connection refused")));
+  EXPECT_FALSE(IsCredentialRefusal(absl::DeadlineExceededError("deadline")));
+  EXPECT_FALSE(IsCredentialRefusal(absl::InvalidArgumentError("no worker_id")));
+
+  EXPECT_EQ(ExplainCredentialRefusal(absl::UnauthenticatedError("the bearer token is not the "
+                                                                "coordinator's"),
+                                     /*sent_token=*/true)
+                .message(),
+            "the coordinator refused our token (UNAUTHENTICATED: the bearer token is not the "
+            "coordinator's): check worker --token_file");
+  const absl::Status none =
+      ExplainCredentialRefusal(absl::UnauthenticatedError("token required"), false);
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(none.message(),
+            "the coordinator wants a token and we sent none (UNAUTHENTICATED: token required): "
+            "pass worker --token_file=FILE");
 }
 
 }  // namespace

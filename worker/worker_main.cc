@@ -1,9 +1,16 @@
 // The worker daemon: one per device. Registers with the coordinator and heartbeats until
 // SIGINT or SIGTERM.
 //
+// Exit status: 0 after a signal; 2 for a configuration error (a bad flag value, an
+// unreadable --token_file, a token the coordinator refuses); 1 when the devices cannot
+// be used.
+//
 //   worker --coordinator=127.0.0.1:7070 --device=auto
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -12,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/notification.h"
@@ -105,13 +113,27 @@ int Run() {
   WorkerAgent agent(stub.get(), *info, &ranks, *token);
 
   Notification stop;
-  std::thread waiter([&shutdown, &stop, &worker_id] {
+  std::atomic<bool> giving_up{false};
+  std::thread waiter([&shutdown, &stop, &worker_id, &giving_up] {
     const int signal_number = shutdown.WaitForSignal();
-    std::fprintf(stderr, "worker %s: signal %d, stopping\n", worker_id.c_str(), signal_number);
+    if (!giving_up.load()) {
+      std::fprintf(stderr, "worker %s: signal %d, stopping\n", worker_id.c_str(), signal_number);
+    }
     stop.Notify();
   });
-  agent.Run(&stop);
+  const absl::Status ended = agent.Run(&stop);
+  if (!ended.ok()) {
+    // Only a refused token ends Run early. SIGTERM aimed at the waiter (blocked in every
+    // thread, so it stays pending until the waiter's sigwait takes it) wakes it, so the
+    // daemon still shuts down through the destructors, stopping a running rank.
+    giving_up.store(true);
+    pthread_kill(waiter.native_handle(), SIGTERM);
+  }
   waiter.join();
+  if (!ended.ok()) {
+    std::fprintf(stderr, "worker: %s\n", std::string(ended.message()).c_str());
+    return 2;
+  }
   return 0;
 }
 

@@ -12,6 +12,11 @@
 //   }
 //   std::optional<std::string> failure = watcher.FailureReason(FromGrpc(reader->Finish()));
 //
+// WatchJob replays a late watcher every step from the first, marked RUNNING even when the
+// job has since ended. A text display therefore observes the job's current status (GetJob)
+// first: when it has finished that is the whole story, and otherwise the replayed earlier
+// steps are not new.
+//
 // Not thread-safe; one per stream.
 #ifndef MTRAIN_COORDINATOR_CLI_JOB_WATCH_H_
 #define MTRAIN_COORDINATOR_CLI_JOB_WATCH_H_

@@ -59,6 +59,36 @@ TEST(JobWatchTest, EachStepIsNewOnceEvenWhenRepeatedOrReplayed) {
   EXPECT_TRUE(watcher.Observe(replay).new_step);
 }
 
+// `trainctl watch` observes the job as GetJob shows it before the stream, so the stream's
+// replay of earlier steps (WatchJob sends a late watcher every step from the first) is
+// neither news nor a state change, and a job that already ended needs no stream at all.
+TEST(JobWatchTest, JobSeenFirstAfterItEndedGivesOnlyItsEnd) {
+  JobWatcher watcher("job-1");
+  JobWatcher::Update first = watcher.Observe(Status(JOB_STATE_SUCCEEDED, 200));
+  EXPECT_THAT(first.notices, ElementsAre("job job-1: SUCCEEDED"));
+  EXPECT_TRUE(first.finished);
+  EXPECT_EQ(watcher.FailureReason(absl::OkStatus()), std::nullopt);
+
+  JobWatcher failed("job-1");
+  JobStatus status = Status(JOB_STATE_FAILED, 57);
+  status.set_message("restart budget spent");
+  EXPECT_TRUE(failed.Observe(status).finished);
+  EXPECT_THAT(failed.FailureReason(absl::OkStatus()),
+              Optional(std::string("job job-1 FAILED: restart budget spent")));
+}
+
+TEST(JobWatchTest, ReplayedStepsAfterTheCurrentOneAreNotNews) {
+  JobWatcher watcher("job-1");
+  EXPECT_THAT(watcher.Observe(Status(JOB_STATE_RUNNING, 20)).notices,
+              ElementsAre("job job-1: RUNNING"));
+  for (int64_t step = 1; step <= 20; ++step) {
+    JobWatcher::Update replayed = watcher.Observe(Status(JOB_STATE_RUNNING, step));
+    EXPECT_FALSE(replayed.new_step) << step;
+    EXPECT_THAT(replayed.notices, IsEmpty()) << step;
+  }
+  EXPECT_TRUE(watcher.Observe(Status(JOB_STATE_RUNNING, 21)).new_step);
+}
+
 TEST(JobWatchTest, StepWithoutLatestMetricsIsNotNew) {
   JobWatcher watcher("job-1");
   JobStatus status = Status(JOB_STATE_RUNNING, 5);

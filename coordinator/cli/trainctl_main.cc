@@ -28,6 +28,7 @@
 #include "coordinator/cli/auth_token.h"
 #include "coordinator/cli/checkpoint_commands.h"
 #include "coordinator/cli/checkpoint_table.h"
+#include "coordinator/cli/flag_checks.h"
 #include "coordinator/cli/job_table.h"
 #include "coordinator/cli/job_text.h"
 #include "coordinator/cli/job_watch.h"
@@ -49,7 +50,10 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, init_from, "",
           "submit: start from this HuggingFace GPT-2 safetensors file (sets train.init_from; "
           "the weights are checked against the spec, then uploaded with the job)");
-ABSL_FLAG(int64_t, step, -1, "export: the checkpoint's step (default: the newest)");
+// Unset (not a magic number) means the newest: any number a user types is a step, so a
+// negative one can be refused instead of silently meaning something else.
+ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
+          "export: the checkpoint's step (default: the newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
 
 namespace mtrain {
@@ -238,17 +242,47 @@ class WatchPrinter {
   std::optional<absl::Time> last_plain_line_;
 };
 
+// The exit status of a followed job once the watch is over; the failure on stderr.
+int Conclude(const std::string& command, const std::optional<std::string>& failure) {
+  if (failure.has_value()) return FailWithReason(command, *failure);
+  return 0;
+}
+
 // Streams WatchJob until the job finishes. The job has ended when a status with state
 // SUCCEEDED, FAILED or CANCELLED arrives; the stream is then closed from this side. A
 // stream that ends or breaks before that is a failure (the job may still be running).
-int FollowJob(Client& client, const std::string& command, const std::string& job_id) {
+//
+// With `look_first` (`watch`, whose job may be old) text output starts from the job as
+// GetJob shows it now. WatchJob replays a late watcher every step from the first, each
+// marked RUNNING even when the job has since ended (so --json can print every step);
+// rendered as text that replay was a made-up history: a RUNNING line with the elapsed
+// time of now, then a state change that happened long ago. So a job that has already
+// ended is shown by its final status alone, with the exit status of that state, and a
+// running one starts at its current step (the replayed earlier steps are not new).
+int FollowJob(Client& client, const std::string& command, const std::string& job_id,
+              bool look_first) {
+  const WatchOutput output = ChooseWatchOutput();
+  JobWatcher watcher(job_id);
+  WatchPrinter printer(output);
+  if (look_first && output != WatchOutput::kJsonSteps) {
+    GetJobRequest get;
+    get.set_job_id(job_id);
+    JobStatus current;
+    const absl::Status got =
+        client.Check(client.stub()->GetJob(client.Context().get(), get, &current));
+    if (!got.ok()) return Fail(command, got);
+    const JobWatcher::Update update = watcher.Observe(current);
+    printer.Print(update, current);
+    if (update.finished) {
+      printer.Finish();
+      return Conclude(command, watcher.FailureReason(absl::OkStatus()));
+    }
+  }
   std::unique_ptr<grpc::ClientContext> context = client.StreamContext();
   WatchJobRequest request;
   request.set_job_id(job_id);
   std::unique_ptr<grpc::ClientReader<JobStatus>> reader =
       client.stub()->WatchJob(context.get(), request);
-  JobWatcher watcher(job_id);
-  WatchPrinter printer(ChooseWatchOutput());
   JobStatus status;
   bool finished = false;
   while (!finished && reader->Read(&status)) {
@@ -261,10 +295,7 @@ int FollowJob(Client& client, const std::string& command, const std::string& job
   // once even from a coordinator that would keep the stream open.
   if (finished) context->TryCancel();
   const absl::Status stream_status = client.Check(reader->Finish());
-  const std::optional<std::string> failure =
-      watcher.FailureReason(finished ? absl::OkStatus() : stream_status);
-  if (failure.has_value()) return FailWithReason(command, *failure);
-  return 0;
+  return Conclude(command, watcher.FailureReason(finished ? absl::OkStatus() : stream_status));
 }
 
 int Workers(Client& client) {
@@ -339,7 +370,8 @@ int Submit(Client& client, const std::string& path) {
   // The id first and at once: whoever waits can already cancel the job from elsewhere.
   std::fflush(stdout);
   if (!absl::GetFlag(FLAGS_wait)) return 0;
-  return FollowJob(client, "submit", response.job_id());
+  // Just submitted: the stream has no history to replay, so no GetJob first.
+  return FollowJob(client, "submit", response.job_id(), /*look_first=*/false);
 }
 
 int Status(Client& client, const std::string& job_id) {
@@ -441,10 +473,8 @@ int Export(Client& client, const std::string& job_id, const std::string& out_dir
   JobStatus job;
   absl::Status status = client.Check(client.stub()->GetJob(client.Context().get(), request, &job));
   if (!status.ok()) return Fail("export", status);
-  const int64_t step_flag = absl::GetFlag(FLAGS_step);
   absl::StatusOr<int64_t> step =
-      ExportCheckpoint(client.stub(), client.Transfer(), job,
-                       step_flag >= 0 ? std::optional<int64_t>(step_flag) : std::nullopt, out_dir);
+      ExportCheckpoint(client.stub(), client.Transfer(), job, absl::GetFlag(FLAGS_step), out_dir);
   if (!step.ok()) return Fail("export", client.Check(ToGrpcStatus(step.status())));
   if (!absl::GetFlag(FLAGS_json)) {
     std::printf("exported %s step %lld to %s (model.safetensors, config.json)\n", job_id.c_str(),
@@ -484,10 +514,14 @@ int Run(const std::vector<char*>& args) {
   if (!absl::GetFlag(FLAGS_init_from).empty() && command != "submit") {
     return UsageError(command, "--init-from applies only to submit");
   }
-  if (absl::GetFlag(FLAGS_step) != -1 && command != "export") {
+  if (absl::GetFlag(FLAGS_step).has_value() && command != "export") {
     return UsageError(command, "--step applies only to export");
   }
-  if (absl::GetFlag(FLAGS_step) < -1) return UsageError(command, "--step must be >= 0");
+  for (const absl::Status& checked :
+       {CheckStepFlag(absl::GetFlag(FLAGS_step)),
+        CheckTimeoutSecondsFlag(absl::GetFlag(FLAGS_timeout_seconds))}) {
+    if (!checked.ok()) return UsageError(command, std::string(checked.message()));
+  }
   if (command == "validate") return Validate(args[2]);
 
   if (!absl::GetFlag(FLAGS_token).empty() && !absl::GetFlag(FLAGS_token_file).empty()) {
@@ -506,7 +540,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "events") return Events(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);
   if (command == "export") return Export(client, args[2], args[3]);
-  return FollowJob(client, "watch", args[2]);
+  return FollowJob(client, "watch", args[2], /*look_first=*/true);
 }
 
 }  // namespace

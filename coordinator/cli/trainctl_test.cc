@@ -217,6 +217,7 @@ TEST_F(TrainctlTest, WatchJsonPrintsEachStepOnceInTheTrainFormat) {
 TEST_F(TrainctlTest, WatchOfAFailedJobFailsWithItsMessage) {
   JobStatus failed = Status(JOB_STATE_FAILED, 1, 5.5);
   failed.set_message("rank 1: DEADLINE_EXCEEDED\nin tp group 0");
+  fake_.SetJob(Status(JOB_STATE_RUNNING, 1, 5.5));
   fake_.ScriptWatch({Status(JOB_STATE_RUNNING, 1, 5.5), failed}, grpc::Status::OK);
   const Result result = Run("watch job-1");
   EXPECT_EQ(result.exit_code, 1);
@@ -227,6 +228,7 @@ TEST_F(TrainctlTest, WatchOfAFailedJobFailsWithItsMessage) {
 }
 
 TEST_F(TrainctlTest, WatchEndsWhenTheJobEndsEvenIfTheStreamStaysOpen) {
+  fake_.SetJob(Status(JOB_STATE_PENDING, 0));
   fake_.ScriptWatch({Status(JOB_STATE_CANCELLED, 0)}, grpc::Status::OK);
   fake_.HoldWatchOpen();
   const absl::Time start = absl::Now();
@@ -234,6 +236,77 @@ TEST_F(TrainctlTest, WatchEndsWhenTheJobEndsEvenIfTheStreamStaysOpen) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.err, "trainctl watch: job job-1 CANCELLED\n");
+}
+
+// What the real coordinator streams to a watcher that arrives after the job ended: every
+// step again, each marked RUNNING, then the final status.
+std::vector<JobStatus> ReplayOf(const JobStatus& finished) {
+  std::vector<JobStatus> replay;
+  for (int64_t step = 1; step < finished.step(); ++step) {
+    JobStatus between = finished;
+    between.set_state(JOB_STATE_RUNNING);
+    between.set_step(step);
+    between.mutable_latest()->set_step(step);
+    replay.push_back(between);
+  }
+  replay.push_back(finished);
+  return replay;
+}
+
+TEST_F(TrainctlTest, WatchOfAnEndedJobShowsOnlyHowItEnded) {
+  // Submitted 75 s ago, done 60 s later: elapsed is the job's minute, not the time since.
+  JobStatus succeeded = Status(JOB_STATE_SUCCEEDED, 4, 4.0);
+  succeeded.set_updated_unix_ms(succeeded.submitted_unix_ms() + 60000);
+  fake_.SetJob(succeeded);
+  fake_.ScriptWatch(ReplayOf(succeeded), grpc::Status::OK);
+  const Result result = Run("watch job-1");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.err, "");
+  EXPECT_THAT(Lines(result.out),
+              ElementsAre("job job-1: SUCCEEDED",
+                          "SUCCEEDED [####################] step 4/4 100% | loss 4.0000 | "
+                          "1000 tok/s | elapsed 1m00s"));
+
+  // The same exit status and stderr line as a watch that saw the job fail.
+  JobStatus failed = Status(JOB_STATE_FAILED, 3, 4.5);
+  failed.set_updated_unix_ms(failed.submitted_unix_ms() + 30000);
+  failed.set_message("restart budget spent");
+  fake_.SetJob(failed);
+  fake_.ScriptWatch(ReplayOf(failed), grpc::Status::OK);
+  const Result failure = Run("watch job-1");
+  EXPECT_EQ(failure.exit_code, 1);
+  EXPECT_EQ(failure.err, "trainctl watch: job job-1 FAILED: restart budget spent\n");
+  EXPECT_THAT(Lines(failure.out),
+              ElementsAre("job job-1: FAILED: restart budget spent",
+                          "FAILED [###############-----] step 3/4 75% | loss 4.5000 | "
+                          "1000 tok/s | elapsed 30s"));
+
+  // --json still gets every step once: the replay is the job's real metrics.
+  const Result json = Run("--json watch job-1");
+  EXPECT_EQ(json.exit_code, 1);
+  EXPECT_EQ(Lines(json.out).size(), 3u) << json.out;
+}
+
+TEST_F(TrainctlTest, WatchOfARunningJobStartsAtItsCurrentStep) {
+  JobStatus running = Status(JOB_STATE_RUNNING, 3, 4.5);
+  fake_.SetJob(running);
+  std::vector<JobStatus> script = ReplayOf(running);
+  script.push_back(Status(JOB_STATE_SUCCEEDED, 4, 4.0));
+  fake_.ScriptWatch(script, grpc::Status::OK);
+  const Result result = Run("watch job-1");
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  const std::vector<std::string> lines = Lines(result.out);
+  ASSERT_EQ(lines.size(), 4u) << result.out;
+  EXPECT_EQ(lines[0], "job job-1: RUNNING");
+  EXPECT_THAT(lines[1], StartsWith("RUNNING [###############-----] step 3/4 75%"));
+  EXPECT_EQ(lines[2], "job job-1: RUNNING -> SUCCEEDED");
+  EXPECT_THAT(lines[3], StartsWith("SUCCEEDED [####################] step 4/4 100%"));
+}
+
+TEST_F(TrainctlTest, WatchOfAnUnknownJobFails) {
+  const Result result = Run("watch job-9");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.err, "trainctl watch: NOT_FOUND: no job job-9\n");
 }
 
 TEST_F(TrainctlTest, SubmitWaitFollowsTheJobToSuccess) {
@@ -335,6 +408,24 @@ TEST_F(TrainctlTest, UsageErrorsExitTwoWithOneLine) {
     EXPECT_THAT(result.err, StartsWith("trainctl")) << args;
   }
   EXPECT_EQ(Run("frobnicate").err, "trainctl frobnicate: unknown command (see trainctl help)\n");
+}
+
+TEST_F(TrainctlTest, OutOfRangeNumericFlagsAreUsageErrors) {
+  // -1 once meant "the newest checkpoint"; leaving --step out says that now.
+  const Result step = Run("export job-1 " + TempDir() + "/out --step=-1");
+  EXPECT_EQ(step.exit_code, 2);
+  EXPECT_EQ(step.err,
+            "trainctl export: --step: must be >= 0, got -1; leave it out for the newest "
+            "checkpoint (see trainctl help)\n");
+  EXPECT_EQ(Run("export job-1 " + TempDir() + "/out --step -7").exit_code, 2);
+  EXPECT_EQ(Run("--step=3 list").err,
+            "trainctl list: --step applies only to export (see trainctl help)\n");
+
+  const Result timeout = Run("--timeout_seconds=-5 list");
+  EXPECT_EQ(timeout.exit_code, 2);
+  EXPECT_EQ(timeout.err,
+            "trainctl list: --timeout_seconds: must be >= 1, got -5 (see trainctl help)\n");
+  EXPECT_EQ(Run("--timeout_seconds=0 status job-1").exit_code, 2);
 }
 
 }  // namespace
