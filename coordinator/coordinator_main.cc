@@ -2,13 +2,17 @@
 // reflection), and on --http Prometheus metrics and the status page, until SIGINT or
 // SIGTERM. Jobs live in
 // --state_dir/jobs.sqlite and survive restarts; checkpoints in --state_dir/checkpoints.
+// One coordinator per state dir (--state_dir/LOCK) and per address: a second one exits 1
+// before it changes anything.
 //
 //   coordinator --listen=127.0.0.1:0 --http=127.0.0.1:0 --state_dir=/var/lib/mtrain
-#include <sys/stat.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -19,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -32,6 +37,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/state_dir_lock.h"
 #include "coordinator/worker_registry.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -50,7 +56,8 @@ ABSL_FLAG(std::string, chart_js, mtrain::kDefaultChartJsPath,
           "Chart.js (UMD build) that the status page draws with, read at start and served "
           "at /static/chart.js; if unreadable the page shows its tables without the chart");
 ABSL_FLAG(std::string, state_dir, "mtrain_state",
-          "directory of the job database (jobs.sqlite); created if missing");
+          "directory of the job database (jobs.sqlite) and checkpoints; created if missing; "
+          "locked (DIR/LOCK) while this coordinator runs");
 ABSL_FLAG(std::string, auth_token_file, "",
           "file holding a bearer token; when set, mutating RPCs must carry it");
 ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
@@ -67,6 +74,48 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
 namespace mtrain {
 namespace {
 
+// How long in-flight RPCs get at shutdown before they are cancelled. Streams (WatchJob,
+// ReportMetrics) never end on their own, so this is how long every stop takes.
+constexpr std::chrono::milliseconds kShutdownGrace(1000);
+
+// Whether another socket already listens on HOST:PORT. The servers bind only after the job
+// store is open and recovered (their handlers need it), and recovery re-queues running jobs;
+// this check lets a coordinator whose port is taken exit before it has changed anything.
+// SO_REUSEADDR (which both servers set too) keeps a just-stopped coordinator's connections
+// in TIME_WAIT from counting; without SO_REUSEPORT the bind fails while anything listens.
+// Only EADDRINUSE counts: anything else (a name that does not resolve, a port that is not a
+// number, "unix:" addresses) is left for the server itself to report.
+bool AddressInUse(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  int port_number = 0;
+  if (!absl::SimpleAtoi(port, &port_number) || port_number <= 0) return false;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* addresses = nullptr;
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &addresses) != 0) {
+    return false;
+  }
+  bool in_use = false;
+  for (const addrinfo* a = addresses; a != nullptr && !in_use; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE) in_use = true;
+    ::close(fd);
+  }
+  ::freeaddrinfo(addresses);
+  return in_use;
+}
+
 int Run() {
   // Before any thread exists (see ShutdownSignal).
   ShutdownSignal shutdown;
@@ -82,17 +131,6 @@ int Run() {
   WorkerRegistry workers(RealClock::Get(), registry_options);
   RendezvousStore rendezvous;
 
-  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
-  if (::mkdir(state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "coordinator: cannot create --state_dir %s: %s\n", state_dir.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir + "/jobs.sqlite");
-  if (!store.ok()) {
-    std::fprintf(stderr, "coordinator: %s\n", store.status().ToString().c_str());
-    return 1;
-  }
   // The metrics are kept here and served by our own HTTP server below (with the status
   // page), so prometheus-cpp's Exposer binds nothing.
   absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics = CoordinatorMetrics::Start("");
@@ -112,19 +150,50 @@ int Run() {
       return 2;
     }
   }
-  absl::StatusOr<std::unique_ptr<CheckpointStore>> checkpoints =
-      CheckpointStore::Open(state_dir + "/checkpoints", absl::GetFlag(FLAGS_keep_checkpoints));
-  if (!checkpoints.ok()) {
-    std::fprintf(stderr, "coordinator: --keep_checkpoints/--state_dir: %s\n",
-                 checkpoints.status().ToString().c_str());
-    return 2;
-  }
   JobManagerOptions job_options;
   job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
   job_options.shrink_grace = absl::GetFlag(FLAGS_shrink_grace);
   job_options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   if (job_options.collective_timeout <= absl::ZeroDuration()) {
     std::fprintf(stderr, "coordinator: --collective_timeout must be > 0\n");
+    return 2;
+  }
+
+  // Nothing above wrote anything. The addresses are checked before the state dir is
+  // touched, so a coordinator started twice by mistake leaves the running one's state alone.
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (AddressInUse(listen)) {
+    std::fprintf(stderr, "coordinator: cannot listen on %s (--listen): address in use\n",
+                 listen.c_str());
+    return 1;
+  }
+  const std::string http = absl::GetFlag(FLAGS_http);
+  if (!http.empty() && AddressInUse(http)) {
+    std::fprintf(stderr, "coordinator: --http: cannot serve HTTP on %s: address in use\n",
+                 http.c_str());
+    return 1;
+  }
+  // The lock comes before anything in the state dir is opened: a second coordinator on it
+  // would re-queue (and so abort) the running one's jobs. Declared before the stores so it
+  // is released only after they are closed.
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  absl::StatusOr<std::unique_ptr<StateDirLock>> lock = StateDirLock::Acquire(state_dir);
+  if (!lock.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(lock.status().message()).c_str());
+    return 1;
+  }
+  // Declared before everything that writes to it, so it is closed last: after the gRPC
+  // server has stopped (its handlers joined) and the ticker has finished.
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir + "/jobs.sqlite");
+  if (!store.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointStore>> checkpoints =
+      CheckpointStore::Open(state_dir + "/checkpoints", absl::GetFlag(FLAGS_keep_checkpoints));
+  if (!checkpoints.ok()) {
+    std::fprintf(stderr, "coordinator: --keep_checkpoints/--state_dir: %s\n",
+                 checkpoints.status().ToString().c_str());
     return 2;
   }
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
@@ -140,7 +209,6 @@ int Run() {
   // Declared after everything its routes read, so it stops (joining its threads) first.
   std::unique_ptr<CoordinatorHttpRoutes> routes;
   std::unique_ptr<HttpServer> http_server;
-  const std::string http = absl::GetFlag(FLAGS_http);
   if (!http.empty()) {
     absl::StatusOr<std::string> chart_js = ReadChartJs(absl::GetFlag(FLAGS_chart_js));
     if (!chart_js.ok()) {
@@ -161,13 +229,17 @@ int Run() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second coordinator on the same port would then
+  // start fine and the kernel would split new connections between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "coordinator: cannot listen on %s (--listen)\n", listen.c_str());
+    // Taken since AddressInUse looked, most likely.
+    std::fprintf(stderr, "coordinator: cannot listen on %s (--listen; address in use?)\n",
+                 listen.c_str());
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
@@ -192,16 +264,24 @@ int Run() {
     }
   });
 
-  std::thread waiter([&shutdown, &server] {
+  std::thread waiter([&shutdown, &server, &http_server] {
     const int signal_number = shutdown.WaitForSignal();
     std::fprintf(stderr, "coordinator: signal %d, shutting down\n", signal_number);
-    // Give in-flight calls (e.g. rendezvous waits) a moment, then cancel them.
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // civetweb notices a stop only between 2-second polls of its listener; stopping it
+    // alongside gRPC rather than after it keeps that off the total. Its routes read objects
+    // that live until Run returns.
+    std::thread http_stopper([&http_server] { http_server.reset(); });
+    // Give in-flight calls a moment, then cancel them: watch and metrics streams would
+    // otherwise hold the whole deadline. Returns once every handler has returned.
+    server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+    http_stopper.join();
   });
   server->Wait();
   waiter.join();
   stop_ticking.Notify();
   ticker.join();
+  // Destruction in reverse order of declaration: the server, then the job manager, the job
+  // store (SQLite closes, checkpointing its WAL) and last the state dir lock.
   return 0;
 }
 
