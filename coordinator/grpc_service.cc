@@ -246,7 +246,10 @@ grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                                      : kDefaultRendezvousWait;
   timeout = std::min(timeout, kMaxRendezvousWait);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-  return Answer("KeyValueWait", ToGrpcStatus(rendezvous_->Wait(keys, timeout)));
+  // A cancelled call (client gone, or the server shutting down) stops waiting at once:
+  // otherwise a stopping coordinator would wait out every rendezvous in progress.
+  return Answer("KeyValueWait", ToGrpcStatus(rendezvous_->Wait(
+                                    keys, timeout, [context] { return context->IsCancelled(); })));
 }
 
 grpc::Status CoordinatorGrpcService::ReportMetrics(grpc::ServerContext* context,

@@ -1,7 +1,10 @@
 #include "coordinator/rendezvous_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace mtrain {
 
@@ -32,16 +35,27 @@ bool RendezvousStore::AllPresent(const std::vector<std::string>& keys) const {
   return true;
 }
 
-absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys,
-                                   absl::Duration timeout) const {
+absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout,
+                                   const std::function<bool()>& cancelled) const {
   if (keys.empty()) return absl::InvalidArgumentError("keys: must name at least one key");
   for (const std::string& key : keys) {
     if (key.empty()) return absl::InvalidArgumentError("keys: must not contain an empty key");
   }
+  const absl::Time deadline = absl::Now() + timeout;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (key_set_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                        [&] { return AllPresent(keys); })) {
-    return absl::OkStatus();
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration slice = cancelled ? std::min(left, kCancelCheck) : left;
+    if (key_set_.wait_for(lock, absl::ToChronoNanoseconds(std::max(slice, absl::ZeroDuration())),
+                          [&] { return AllPresent(keys); })) {
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= deadline) break;
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(
+          "rendezvous: the wait was cancelled (the caller is gone or "
+          "the coordinator is stopping)");
+    }
   }
   std::vector<std::string> missing;
   for (const std::string& key : keys) {

@@ -11,6 +11,7 @@
 #define MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -36,8 +37,12 @@ class RendezvousStore {
   absl::StatusOr<std::string> Get(const std::string& key) const;
 
   // Blocks until every key is set or `timeout` passes. DEADLINE_EXCEEDED names the keys
-  // still missing; INVALID_ARGUMENT for no keys or an empty key.
-  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) const;
+  // still missing; INVALID_ARGUMENT for no keys or an empty key. `cancelled`, if given, is
+  // asked every kCancelCheck: true ends the wait with CANCELLED (the RPC's client went
+  // away, or the coordinator is stopping and must not wait out a 30 s rendezvous).
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout,
+                    const std::function<bool()>& cancelled = nullptr) const;
+  static constexpr absl::Duration kCancelCheck = absl::Milliseconds(100);
 
   // Removes every key starting with `prefix` (a finished or failed generation).
   void ErasePrefix(const std::string& prefix);

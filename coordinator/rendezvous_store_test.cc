@@ -1,7 +1,9 @@
 #include "coordinator/rendezvous_store.h"
 
+#include <atomic>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -34,6 +36,30 @@ TEST(RendezvousStoreTest, WaitTimesOutNamingMissingKeys) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(status.message().find("rank1, rank2"), absl::string_view::npos) << status;
   EXPECT_EQ(status.message().find("rank0"), absl::string_view::npos) << status;
+}
+
+TEST(RendezvousStoreTest, ACancelledWaitEndsWithinACheck) {
+  RendezvousStore store;
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    cancel = true;
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      store.Wait({"never"}, absl::Seconds(30), [&] { return cancel.load(); });
+  canceller.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // Not cancelled: the timeout, naming the missing key, and keys set meanwhile are seen.
+  EXPECT_EQ(store.Wait({"never"}, absl::Milliseconds(250), [] { return false; }).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    ASSERT_TRUE(store.Set("late", "v").ok());
+  });
+  EXPECT_TRUE(store.Wait({"late"}, absl::Seconds(30), [] { return false; }).ok());
+  setter.join();
 }
 
 TEST(RendezvousStoreTest, BadKeysAreRejected) {
