@@ -1,12 +1,14 @@
 #include "coordinator/plan/job_spec_validation.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/plan/job_spec_defaults.h"
+#include "coordinator/plan/json_syntax.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace mtrain {
@@ -220,8 +222,17 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
   const auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job spec JSON: ", std::string(parsed.message())));
+    std::string message(parsed.message());
+    if (const std::optional<TextPosition> at = FindJsonSyntaxError(json)) {
+      // Protobuf's first sentence says what it expected; the rest quotes the text around
+      // the error across its line breaks. The line and column say where more plainly.
+      const size_t sentence = message.find_first_of(".\n");
+      if (sentence != std::string::npos) {
+        message.resize(message[sentence] == '.' ? sentence + 1 : sentence);
+      }
+      message = absl::StrCat("line ", at->line, ", column ", at->column, ": ", message);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("job spec JSON: ", message));
   }
   return ResolveJobSpec(std::move(spec));
 }

@@ -209,5 +209,17 @@ TEST(JobSpecValidationTest, VocabIsPaddedToMultipleOf128TimesTensor) {
   EXPECT_EQ(PaddedVocabSize(50257, 8), 51200);
 }
 
+TEST(JobSpecValidationTest, SyntaxErrorsSayWhereTheyAre) {
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson("{\n  \"model\": {\"num_layers\": 2}\n  \"parallel\": {}\n}\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "job spec JSON: line 3, column 3: Expected , or } after key:value pair.");
+  // Not a syntax error: protobuf's message, which names the field.
+  const absl::StatusOr<JobSpec> typed = ParseJobSpecJson(R"({"model": {"num_layers": "x"}})");
+  ASSERT_EQ(typed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(typed.status().message().find("model.num_layers"), std::string::npos) << typed.status();
+}
+
 }  // namespace
 }  // namespace mtrain
