@@ -23,7 +23,11 @@ void ApplyParallelDefaults(ParallelSpec* parallel) {
   MTRAIN_DEFAULT(parallel, data, 1);
   MTRAIN_DEFAULT(parallel, virtual_stages, 1);
   MTRAIN_DEFAULT(parallel, micro_batch_size, 1);
-  MTRAIN_DEFAULT(parallel, global_batch_size, parallel->micro_batch_size() * parallel->data());
+  // Derived only from valid sizes: a global batch derived from a bad one would be reported
+  // as a second error in a field the user never set.
+  if (parallel->micro_batch_size() > 0 && parallel->data() > 0) {
+    MTRAIN_DEFAULT(parallel, global_batch_size, parallel->micro_batch_size() * parallel->data());
+  }
   if (parallel->schedule() == SCHEDULE_UNSPECIFIED) {
     parallel->set_schedule(SCHEDULE_1F1B);
   }

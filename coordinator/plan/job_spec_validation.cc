@@ -93,7 +93,11 @@ void ValidateParallel(const JobSpec& spec, Violations* v) {
   v->RequirePositive("parallel.data", p.data());
   v->RequirePositive("parallel.virtual_stages", p.virtual_stages());
   v->RequirePositive("parallel.micro_batch_size", p.micro_batch_size());
-  v->RequirePositive("parallel.global_batch_size", p.global_batch_size());
+  // Unset only when it could not be derived (the micro batch or data degree is wrong and
+  // is reported already).
+  if (p.has_global_batch_size()) {
+    v->RequirePositive("parallel.global_batch_size", p.global_batch_size());
+  }
   if (p.tensor() <= 0 || p.pipeline() <= 0 || p.data() <= 0 || p.virtual_stages() <= 0 ||
       p.micro_batch_size() <= 0 || p.global_batch_size() <= 0) {
     return;  // The divisibility rules below would only repeat the same problem.

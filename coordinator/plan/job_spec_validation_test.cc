@@ -221,5 +221,11 @@ TEST(JobSpecValidationTest, SyntaxErrorsSayWhereTheyAre) {
   EXPECT_NE(typed.status().message().find("model.num_layers"), std::string::npos) << typed.status();
 }
 
+TEST(JobSpecValidationTest, ABadMicroBatchIsNotReportedTwice) {
+  const absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"parallel": {"micro_batch_size": 0}})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "parallel.micro_batch_size: must be > 0 (got 0)");
+}
+
 }  // namespace
 }  // namespace mtrain
