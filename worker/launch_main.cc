@@ -8,7 +8,8 @@
 // JSON lines, each with its "rank") and the rendezvous directory. The narrating rank's
 // progress lines are echoed to stdout. If a rank fails, the others are given
 // --grace_period to notice (their collectives fail) and are then killed, so a launch
-// never hangs. Exit status 0 when every rank exits 0, else 1 with a table of exit codes.
+// never hangs. Exit status 0 when every rank exits 0, else 1 with a table of exit codes;
+// after SIGINT/SIGTERM (every rank stopped) 128 + the signal's number, as a shell reports.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -42,8 +43,8 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(20),
 namespace mtrain {
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
-void OnSignal(int) { g_interrupted = 1; }
+volatile sig_atomic_t g_interrupted = 0;  // the signal's number, once one arrived
+void OnSignal(int signal_number) { g_interrupted = signal_number; }
 
 std::string SiblingBinary(const std::string& name) {
   char self[4096];
@@ -161,6 +162,8 @@ int Run(const std::vector<std::string>& extra_flags) {
       }
     }
     if (g_interrupted && kill_deadline == std::chrono::steady_clock::time_point::max()) {
+      std::fprintf(stderr, "launch: %s, stopping the %d running rank(s)\n",
+                   strsignal(g_interrupted), running);
       for (int rank = 0; rank < world; ++rank) {
         if (codes[rank] < 0) ::kill(pids[rank], SIGTERM);
       }
@@ -175,6 +178,12 @@ int Run(const std::vector<std::string>& extra_flags) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   echo();
+  if (g_interrupted) {
+    // Stopped on request: the ranks' errors (their groups aborted) are the stop, not news.
+    std::fprintf(stderr, "launch: interrupted (%s); all %d ranks stopped, logs in %s\n",
+                 strsignal(g_interrupted), world, out_dir.c_str());
+    return 128 + g_interrupted;
+  }
   bool ok = true;
   for (int code : codes) ok = ok && code == 0;
   if (!ok) {

@@ -313,6 +313,18 @@ absl::Status Train(RankSetup& setup) {
     RETURN_IF_ERROR(trainer->LoadCheckpoint(init.path()));
   }
   std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (!checkpoint_dir.empty()) {
+    // Found out now, not after the last step (whose checkpoint may be the only one).
+    std::error_code error;
+    std::filesystem::create_directories(checkpoint_dir, error);
+    const std::string probe = absl::StrCat(checkpoint_dir, "/.writable-r", rank);
+    if (error || !std::ofstream(probe).good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--checkpoint_dir=", checkpoint_dir, ": cannot write there",
+                       error ? absl::StrCat(" (", error.message(), ")") : std::string()));
+    }
+    std::filesystem::remove(probe, error);
+  }
   std::optional<ScratchDir> scratch;
   std::unique_ptr<CheckpointUploader> uploader;
   if (setup.coordinator != nullptr) {
@@ -377,6 +389,11 @@ absl::Status Train(RankSetup& setup) {
         spec.name().c_str(), spec.model().num_layers(), spec.model().hidden_size(),
         spec.model().num_heads(), spec.model().seq_length(), par.tensor(), par.pipeline(),
         par.data(), Schedule_Name(par.schedule()).c_str(), steps);
+    std::fflush(stdout);
+  }
+  if (narrator && trainer->completed_steps() >= steps) {
+    std::printf("train: the checkpoint is at step %lld, train.steps is %lld: nothing to do\n",
+                static_cast<long long>(trainer->completed_steps()), steps);
     std::fflush(stdout);
   }
   while (trainer->completed_steps() < steps) {

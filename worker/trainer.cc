@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -548,6 +550,26 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
   ASSIGN_OR_RETURN(Checkpoint checkpoint,
                    OpenCheckpoint(dir, subset ? ChecksumVerification::kOnFirstUseSubset
                                               : ChecksumVerification::kOnFirstUse));
+  // Every tensor of the checkpoint must be one of this model's: a checkpoint of a deeper
+  // model (or another architecture) would otherwise load its common part and silently
+  // drop the rest.
+  {
+    const ParameterLayout whole(shape_, WholeModel(shape_), 0);
+    std::set<std::string> names;
+    for (const ParamTensor& t : whole.tensors()) {
+      names.insert(t.name);
+      names.insert(FirstMomentName(t.name));
+      names.insert(SecondMomentName(t.name));
+    }
+    for (const TensorEntry& entry : checkpoint.manifest().tensors()) {
+      if (names.count(entry.name()) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dir, " holds tensor ", entry.name(), ", which the spec's model (", shape_.num_layers,
+            " layers) does not have [rule: a checkpoint loads only into the "
+            "model it was written for]"));
+      }
+    }
+  }
   const TrainingState& state = checkpoint.manifest().state();
   const bool parameters_only =
       !model_->tensors().empty() &&

@@ -101,7 +101,8 @@ class Trainer {
                                              CheckpointUploader* uploader = nullptr);
   // Loads a checkpoint written under any layout (re-sliced for this one): parameters,
   // AdamW moments and the step count, so the next Step() continues exactly where the
-  // saved run was. INVALID_ARGUMENT if it was trained with another seed. A
+  // saved run was. INVALID_ARGUMENT if it was trained with another seed or holds a tensor
+  // this model lacks (a deeper model, say: it is refused, not truncated). A
   // parameters-only checkpoint (initial weights, train.init_from) sets the parameters and
   // leaves the optimizer fresh. `subset`: the directory holds only the files this rank's
   // tensors overlap (FilesOverlapping), as a resuming rank downloads them.

@@ -94,6 +94,26 @@ TEST(TrainerTest, GatherWeightsReturnsEveryTensorInFull) {
   EXPECT_EQ(wte.values[5], (*trainer)->model().params()[t->offset + 5]);
 }
 
+TEST(TrainerTest, ACheckpointOfADeeperModelIsRefusedNotTruncated) {
+  JobSpec deep = TinySpec("");
+  deep.mutable_model()->set_num_layers(3);
+  absl::StatusOr<std::unique_ptr<Trainer>> writer = SingleRankTrainer(deep);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Step().ok());
+  const std::string root = ::testing::TempDir() + "/deeper";
+  absl::StatusOr<std::string> saved = (*writer)->SaveCheckpoint(root);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  absl::StatusOr<std::unique_ptr<Trainer>> reader = SingleRankTrainer(TinySpec(""));  // 2 layers
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const absl::Status loaded = (*reader)->LoadCheckpoint(*saved);
+  EXPECT_EQ(loaded.code(), absl::StatusCode::kInvalidArgument) << loaded;
+  EXPECT_NE(loaded.message().find("layers.2."), std::string::npos) << loaded;
+  // The same depth loads.
+  absl::StatusOr<std::unique_ptr<Trainer>> same = SingleRankTrainer(deep);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE((*same)->LoadCheckpoint(*saved).ok());
+}
+
 TEST(TrainerTest, MissingDataFileNamesThePath) {
   JobSpec spec = TinySpec("");
   spec.mutable_data()->set_path("/nonexistent/corpus.txt");
@@ -111,7 +131,8 @@ namespace {
 // A job that asked for the GPU or for bf16 never quietly trains on the CPU: without a GPU
 // it is refused, naming why (engine_choice_test covers every rule).
 TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionWithoutAGpu) {
-  if (QueryCudaDevices().ok()) GTEST_SKIP() << "this machine has a GPU (cuda_engine_test covers it)";
+  if (QueryCudaDevices().ok())
+    GTEST_SKIP() << "this machine has a GPU (cuda_engine_test covers it)";
   JobSpec cuda = TinySpec("");
   cuda.set_device(DEVICE_CUDA);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(cuda);
