@@ -145,14 +145,30 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   return job_id;
 }
 
+namespace {
+constexpr char kAwaitingWeights[] =
+    "waiting for its initial weights (train.init_from), which `trainctl submit --init-from` "
+    "uploads; if that upload was interrupted, cancel the job and submit it again";
+}  // namespace
+
+void JobManager::ExplainWaitLocked(JobStatus* job) const {
+  if (job->message().empty() && AwaitsInitialWeightsLocked(*job)) {
+    job->set_message(kAwaitingWeights);
+  }
+}
+
 absl::StatusOr<JobStatus> JobManager::Get(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return store_->GetJob(job_id);
+  ASSIGN_OR_RETURN(JobStatus job, store_->GetJob(job_id));
+  ExplainWaitLocked(&job);
+  return job;
 }
 
 absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return store_->ListJobs();
+  ASSIGN_OR_RETURN(std::vector<JobStatus> jobs, store_->ListJobs());
+  for (JobStatus& job : jobs) ExplainWaitLocked(&job);
+  return jobs;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_id) const {

@@ -140,6 +140,9 @@ class JobManager {
   bool TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
                       int restarts, bool allow_shrink = false);
   // Places exactly `spec` (already shrunk, if it is); false if the workers are not there.
+  // A job that waits for something other than workers says so in its message (not
+  // stored: it holds only while the wait lasts).
+  void ExplainWaitLocked(JobStatus* job) const;
   bool PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
                    int restarts);
   // Ends the job's generation after a failure and restarts it within its restart budget;

@@ -548,6 +548,11 @@ TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) 
   manager_->Tick();
   EXPECT_EQ(State(*waiting), JOB_STATE_PENDING);
   EXPECT_EQ(State(*other), JOB_STATE_PLACING);  // not held back by the older job
+  // Its status says what it waits for (and what to do if the upload died).
+  absl::StatusOr<JobStatus> status = manager_->Get(*waiting);
+  ASSERT_TRUE(status.ok());
+  EXPECT_NE(status->message().find("waiting for its initial weights"), std::string::npos)
+      << status->message();
   // Generation 0 may upload step 0 only, and only while the weights are missing.
   EXPECT_EQ(manager_->CheckCheckpointUpload(*waiting, 0, 3).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -555,6 +560,7 @@ TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) 
             absl::StatusCode::kFailedPrecondition);
   CommitCheckpoint(*waiting, 0, 0);
   EXPECT_EQ(State(*waiting), JOB_STATE_PLACING);
+  EXPECT_EQ(manager_->Get(*waiting)->message(), "");
   EXPECT_EQ(manager_->CheckCheckpointUpload(*waiting, 0, 0).code(),
             absl::StatusCode::kFailedPrecondition);
   std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
