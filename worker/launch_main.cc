@@ -27,6 +27,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "coordinator/plan/job_spec_validation.h"
@@ -85,6 +86,17 @@ int Run(const std::vector<std::string>& extra_flags) {
     std::fprintf(stderr, "launch: %s\n", spec.status().ToString().c_str());
     return 2;
   }
+  // Flags after `--` go to every rank; the ones launch sets per rank would override it.
+  for (const std::string& flag : extra_flags) {
+    for (const char* own :
+         {"--spec", "--rank", "--world_size", "--rendezvous_dir", "--metrics_jsonl", "--threads"}) {
+      if (flag == own || absl::StartsWith(flag, absl::StrCat(own, "="))) {
+        std::fprintf(stderr, "launch: %s after -- would override what launch sets for each rank\n",
+                     flag.c_str());
+        return 2;
+      }
+    }
+  }
   const ParallelSpec& par = spec->parallel();
   const int world = par.tensor() * par.pipeline() * par.data();
   std::string train = absl::GetFlag(FLAGS_train_binary);
@@ -102,6 +114,8 @@ int Run(const std::vector<std::string>& extra_flags) {
                  std::strerror(errno));
     return 2;
   }
+  // This run's metrics only (the ranks append to the file).
+  std::remove((out_dir + "/metrics.jsonl").c_str());
   int threads = absl::GetFlag(FLAGS_threads_per_rank);
   if (threads <= 0) threads = std::max(1, cpu::AvailableCores() / world);
   std::printf("launch: %d ranks (t=%d p=%d d=%d), %d thread(s) each, logs in %s\n", world,
