@@ -368,9 +368,15 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const Safe
   for (const TensorMapping& m : Gpt2Mappings(model)) {
     auto it = by_name.find(m.hf);
     if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("HF tensor '", kHfPrefix, m.hf,
-                                                     "' is missing; ", m.spec_fields, " expect ",
-                                                     ShapeString(m.hf_shape)));
+      // A file of the engine's own names (train --save_weights) is the likely mix-up.
+      const bool ours_named = file.tensors.count(m.ours) > 0;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HF tensor '", kHfPrefix, m.hf, "' is missing; ", m.spec_fields, " expect ",
+          ShapeString(m.hf_shape),
+          ours_named ? absl::StrCat("; the file has '", m.ours,
+                                    "': it uses the engine's own tensor names (train "
+                                    "--save_weights); `trainctl export` writes HuggingFace ones")
+                     : std::string()));
     }
     const std::string& name = it->second.first;
     const SafetensorsTensor& tensor = *it->second.second;

@@ -308,6 +308,18 @@ TEST(HfGpt2Test, ImportErrorsNameTheTensorTheShapesAndTheSpecField) {
               HasSubstr("'h.0.ln_1.bias' and 'transformer.h.0.ln_1.bias' name the same"));
 }
 
+TEST(HfGpt2Test, ImportOfAFileWithTheEngineNamesSaysSo) {
+  // train --save_weights writes the engine's names ("wte", "layers.0..."), not HF's.
+  SafetensorsFile file;
+  for (const auto& [name, tensor] : OurModel()) {
+    file.tensors[name] = MakeF32Tensor(tensor.shape, tensor.values.data());
+  }
+  const absl::Status status = FromHuggingFaceGpt2(file, Model()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("engine's own tensor names"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("trainctl export"), std::string::npos) << status;
+}
+
 TEST(HfGpt2Test, ImportRefusesAnUntiedOutputLayer) {
   SafetensorsFile file = Exported();
   std::vector<float> head = Floats(file, "transformer.wte.weight");
