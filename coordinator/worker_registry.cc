@@ -86,10 +86,10 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
   }
   if (IsAlive(it->second, now)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker_id, " is alive (last heard from ",
-        absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - it->second.last_seen)),
-        " ago): stop it first [rule: only dead workers can be removed]"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_id, " is alive (last heard from ",
+                     absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - it->second.last_seen)),
+                     " ago): stop it first [rule: only dead workers can be removed]"));
   }
   workers_.erase(it);
   return absl::OkStatus();
