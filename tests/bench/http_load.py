@@ -13,10 +13,12 @@ connection) and requests/s:
   load50     --clients clients in a loop at once;
   idle+load  both together.
 
-Each client and the idle connections come from their own loopback address (127.0.0.2
-for the idle ones, 127.0.0.10 and up for the clients), as separate machines would: the
-server limits connections per client address. A request that gets no answer within
---timeout seconds counts as failed.
+Each client comes from its own loopback address (127.0.0.10 and up), the idle
+connections from --idle_sources others (127.0.0.2 and up, default 8: 25 each, within the
+server's per-client limit, so it holds them all; with 1 it keeps 32 and closes the oldest
+for each new one, and the reopening turns into a connection storm). A request that gets
+no answer within --timeout seconds counts as failed. The last column: idle connections
+open at the end / reopened after the server closed them.
 
   bazel build //coordinator
   python3 tests/bench/http_load.py [--seconds=10] [--idle=200] [--clients=50]
@@ -87,8 +89,8 @@ class IdleConnections:
     """Holds `count` connections that send nothing or trickle half a request line,
     reopening each one the server closes, until stop()."""
 
-    def __init__(self, host, port, count, source):
-        self.host, self.port, self.count, self.source = host, port, count, source
+    def __init__(self, host, port, count, sources):
+        self.host, self.port, self.count, self.sources = host, port, count, sources
         self.selector = selectors.DefaultSelector()
         self.stopping = threading.Event()
         self.reopened = 0
@@ -96,8 +98,9 @@ class IdleConnections:
 
     def _open(self, index):
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=5,
-                                            source_address=(self.source, 0))
+            sock = socket.create_connection(
+                (self.host, self.port), timeout=5,
+                source_address=(f"127.0.0.{2 + index % self.sources}", 0))
         except OSError:
             return False
         sock.setblocking(False)
@@ -188,6 +191,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--idle_sources", type=int, default=8,
+                        help="loopback addresses the idle connections come from (1 to 8)")
     parser.add_argument("--timeout", type=float, default=10)
     args = parser.parse_args()
 
@@ -208,7 +213,7 @@ def main():
                                         ("idle+load", args.idle, args.clients)):
                 holder = None
                 if idle:
-                    holder = IdleConnections(host, port, idle, "127.0.0.2")
+                    holder = IdleConnections(host, port, idle, args.idle_sources)
                     holder.start()
                 latencies, failed, wall = run_clients(host, port, path, clients, args.seconds,
                                                       args.timeout)
