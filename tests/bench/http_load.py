@@ -4,7 +4,8 @@
 Starts a coordinator on free loopback ports with a temporary state directory (or uses
 --url), then runs four scenarios for --seconds each and prints, per scenario, the requests
 answered 200 / sent, latency percentiles (connect to last byte, one request per
-connection) and requests/s:
+connection) and requests/s, and (for a coordinator it started) the coordinator's CPU
+over the scenario (one core = 100%), its threads and RSS:
 
   idle0      one client in a loop, nothing else connected;
   idle200    the same while --idle connections are held open: they connect and send
@@ -13,10 +14,11 @@ connection) and requests/s:
   load50     --clients clients in a loop at once;
   idle+load  both together.
 
-Each client comes from its own loopback address (127.0.0.10 and up), the idle
-connections from --idle_sources others (127.0.0.2 and up, default 8: 25 each, within the
-server's per-client limit, so it holds them all; with 1 it keeps 32 and closes the oldest
-for each new one, and the reopening turns into a connection storm). A request that gets
+Each client comes from its own loopback address (127.1.0.1 and up), the idle
+connections from --idle_sources others (127.2.0.1 and up; default 8: 25 each, within the
+coordinator's limit of 32 per client address, so it holds them all; with 1 it keeps 32
+and closes the oldest idle one for each new one, and the reopening turns into a
+connection storm; 40 sources with --idle=1000 overflow its 512 connections in all). A request that gets
 no answer within --timeout seconds counts as failed. The last column: idle connections
 open at the end / reopened after the server closed them.
 
@@ -60,6 +62,15 @@ def start_coordinator(binary, state_dir):
     sys.exit(f"http_load.py: the coordinator did not start:\n{log.read()}")
 
 
+def process_usage(pid):
+    """(CPU seconds so far, threads, RSS MiB) of process `pid`, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    return cpu, int(status["Threads"]), int(status["VmRSS"].split()[0]) / 1024
+
+
 def one_request(host, port, path, source, timeout):
     """Returns (ok, seconds) for one GET on a fresh connection."""
     start = time.monotonic()
@@ -100,7 +111,7 @@ class IdleConnections:
         try:
             sock = socket.create_connection(
                 (self.host, self.port), timeout=5,
-                source_address=(f"127.0.0.{2 + index % self.sources}", 0))
+                source_address=(f"127.2.0.{1 + index % self.sources}", 0))
         except OSError:
             return False
         sock.setblocking(False)
@@ -159,7 +170,7 @@ def run_clients(host, port, path, clients, seconds, timeout):
     end = time.monotonic() + seconds
 
     def client(index):
-        source = f"127.0.0.{10 + index}"
+        source = f"127.1.0.{1 + index}"
         while time.monotonic() < end:
             ok, elapsed = one_request(host, port, path, source, timeout)
             with lock:
@@ -192,7 +203,7 @@ def main():
     parser.add_argument("--idle", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--idle_sources", type=int, default=8,
-                        help="loopback addresses the idle connections come from (1 to 8)")
+                        help="loopback addresses the idle connections come from (1 to 250)")
     parser.add_argument("--timeout", type=float, default=10)
     args = parser.parse_args()
 
@@ -206,12 +217,14 @@ def main():
         host, port, path = parsed.hostname, parsed.port, parsed.path or "/"
         print(f"{url}: {args.seconds:g} s per scenario, request timeout {args.timeout:g} s")
         print(f"{'scenario':<10} {'ok/sent':>11} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
-              f"{'max ms':>8} {'req/s':>8}  idle open/reopened")
+              f"{'max ms':>8} {'req/s':>8} {'idle open/reopened':>18}"
+              + ("  coordinator CPU% threads RSS MiB" if coordinator else ""))
         try:
             for name, idle, clients in (("idle0", 0, 1), (f"idle{args.idle}", args.idle, 1),
                                         (f"load{args.clients}", 0, args.clients),
                                         ("idle+load", args.idle, args.clients)):
                 holder = None
+                usage_before = process_usage(coordinator.pid) if coordinator else None
                 if idle:
                     holder = IdleConnections(host, port, idle, args.idle_sources)
                     holder.start()
@@ -220,13 +233,21 @@ def main():
                 idle_note = ""
                 if holder:
                     idle_note = f"{holder.open_count()}/{holder.reopened}"
+                usage_note = ""
+                if coordinator:
+                    # Taken while the idle connections are still open.
+                    cpu, threads, rss = process_usage(coordinator.pid)
+                    busy = 100 * (cpu - usage_before[0]) / wall
+                    usage_note = f"  {busy:15.0f} {threads:7d} {rss:7.0f}"
+                if holder:
                     holder.stop()
                 latencies.sort()
                 ms = [1000 * percentile(latencies, q) for q in (0.5, 0.9, 0.99)]
                 ms.append(1000 * latencies[-1] if latencies else float("nan"))
                 sent = len(latencies) + failed
                 print(f"{name:<10} {len(latencies):>5}/{sent:<5} {ms[0]:8.1f} {ms[1]:8.1f} "
-                      f"{ms[2]:8.1f} {ms[3]:8.1f} {len(latencies) / wall:8.1f}  {idle_note}",
+                      f"{ms[2]:8.1f} {ms[3]:8.1f} {len(latencies) / wall:8.1f} {idle_note:>18}"
+                      f"{usage_note}",
                       flush=True)
         finally:
             if coordinator is not None:
