@@ -267,9 +267,8 @@ int Run() {
   std::thread waiter([&shutdown, &server, &http_server] {
     const int signal_number = shutdown.WaitForSignal();
     std::fprintf(stderr, "coordinator: signal %d, shutting down\n", signal_number);
-    // civetweb notices a stop only between 2-second polls of its listener; stopping it
-    // alongside gRPC rather than after it keeps that off the total. Its routes read objects
-    // that live until Run returns.
+    // Stopping HTTP alongside gRPC rather than after it keeps a page in flight off the
+    // total. Its routes read objects that live until Run returns.
     std::thread http_stopper([&http_server] { http_server.reset(); });
     // Give in-flight calls a moment, then cancel them: watch and metrics streams would
     // otherwise hold the whole deadline. Returns once every handler has returned.

@@ -16,7 +16,6 @@ PACKAGES=(
   libopenblas-dev libopenblas0-openmp
   libsqlite3-dev
   prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`
-  libcivetweb-dev            # the coordinator's HTTP port: /metrics and the status page
   libjs-chart.js             # the status page's charts, served by the coordinator (no CDN)
   chromium                   # headless browser test of the status page
 )
