@@ -133,6 +133,11 @@ int Run() {
     return 2;
   }
   WorkerRegistry workers(RealClock::Get(), registry_options);
+  if (absl::GetFlag(FLAGS_rendezvous_max_bytes) == 0) {
+    // Nothing could rendezvous: every job with more than one rank would fail.
+    std::fprintf(stderr, "coordinator: --rendezvous_max_bytes must be > 0\n");
+    return 2;
+  }
   RendezvousStore rendezvous(absl::GetFlag(FLAGS_rendezvous_max_bytes));
 
   // The metrics are kept here and served by our own HTTP server below (with the status
