@@ -73,7 +73,9 @@ grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& contex
   return grpc::Status(
       grpc::StatusCode::UNAUTHENTICATED,
       it == metadata.end()
-          ? "this coordinator requires a bearer token (--token_file of trainctl, worker, train)"
+          ? "this coordinator requires a bearer token: pass --token_file=FILE (trainctl, "
+            "worker, train) with the coordinator's --auth_token_file, or the auth_token file "
+            "it generated in its state dir"
           : "the bearer token is not the coordinator's");
 }
 
