@@ -44,9 +44,10 @@ inline constexpr absl::Duration kDefaultRendezvousWait = absl::Seconds(30);
 inline constexpr size_t kMaxRendezvousValueBytes = 1 << 20;
 // Bounds one key. Ranks use JOB/gen-N/GROUP/gloo/RANK (well under 200 bytes).
 inline constexpr size_t kMaxRendezvousKeyBytes = 1024;
-// Default bound on all generations together (coordinator --rendezvous_max_bytes). Enough
-// for the rendezvous of a Gloo world of about 400 ranks (see the per-generation limit);
-// a larger installation raises the flag.
+// Default bound on all generations together (coordinator --rendezvous_max_bytes). A
+// data-parallel world of N ranks stores about 2 x 136 x N^2 bytes (the Gloo address lists
+// of its world and data groups; docs/PERFORMANCE.md), so this holds worlds up to about 900
+// ranks; a larger installation raises the flag.
 inline constexpr uint64_t kDefaultRendezvousTotalBytes = uint64_t{256} << 20;
 
 // What one rank may need besides the Gloo address lists: its NCCL ids, watchdog failure

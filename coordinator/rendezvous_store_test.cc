@@ -82,7 +82,8 @@ TEST_F(RendezvousStoreTest, BadKeysAndValuesAreRejected) {
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(too_long.message(), HasSubstr("bytes per key"));
   EXPECT_EQ(store_.Get(long_key).status().code(), absl::StatusCode::kInvalidArgument);
-  const absl::Status too_big = store_.Set("job/gen-1/k", std::string(kMaxRendezvousValueBytes + 1, 'x'));
+  const absl::Status too_big =
+      store_.Set("job/gen-1/k", std::string(kMaxRendezvousValueBytes + 1, 'x'));
   EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(too_big.message(), HasSubstr("value: "));
   EXPECT_EQ(store_.TotalBytes(), 0u);

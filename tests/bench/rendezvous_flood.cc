@@ -38,7 +38,8 @@ int64_t RssKiB(int pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    std::vector<std::string> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    std::vector<std::string> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     int64_t kib = 0;
     if (words.size() >= 2 && words[0] == "VmRSS:" && absl::SimpleAtoi(words[1], &kib)) return kib;
   }
