@@ -323,6 +323,34 @@ TEST_F(ControlPlaneTest, WithATokenReadsNeedItTooAndAJobRunsWithIt) {
     EXPECT_FALSE(reader->Read(&status));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
+
+  // A restart with the token: a rank killed after a checkpoint, the next generation's
+  // ranks rendezvous under the new prefix and download the checkpoint to resume.
+  const std::string resumed =
+      Submit(WriteSpec("resumed.json",
+                       R"({"name": "resumed", "model": {"num_layers": 2, "num_heads": 4,
+                    "hidden_size": 32, "seq_length": 16},
+                    "parallel": {"data": 2, "micro_batch_size": 2, "global_batch_size": 4},
+                    "train": {"steps": 100000, "checkpoint_every": 2, "seed": 3},
+                    "device": "DEVICE_CPU"})"),
+             {"--token_file=" + token_file_});
+  ASSERT_FALSE(resumed.empty());
+  auto events = [&] { return Trainctl({"events", "--token_file=" + token_file_, resumed}).second; };
+  ASSERT_TRUE(
+      WaitFor([&] { return absl::StrContains(events(), "checkpoint of step"); }, absl::Seconds(60)))
+      << events();
+  const int rank_pid = RankProcessOf(Worker("w0")->pid());
+  ASSERT_GT(rank_pid, 0);
+  ASSERT_EQ(::kill(rank_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(resumed);
+        return s.ok() && s->generation() == 2 && s->state() == JOB_STATE_RUNNING;
+      },
+      absl::Seconds(60)))
+      << events();
+  EXPECT_THAT(events(), HasSubstr("generation 2 resumes from checkpoint step"));
+  EXPECT_EQ(Trainctl({"cancel", "--token_file=" + token_file_, resumed}).first, 0);
 }
 
 }  // namespace
