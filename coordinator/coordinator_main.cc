@@ -13,16 +13,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -37,6 +34,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/server_token.h"
 #include "coordinator/state_dir_lock.h"
 #include "coordinator/worker_registry.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -59,7 +57,13 @@ ABSL_FLAG(std::string, state_dir, "mtrain_state",
           "directory of the job database (jobs.sqlite) and checkpoints; created if missing; "
           "locked (DIR/LOCK) while this coordinator runs");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file holding a bearer token; when set, mutating RPCs must carry it");
+          "file holding a bearer token that every RPC must carry (health checks excepted); "
+          "without it, a coordinator whose --listen is not loopback generates "
+          "STATE_DIR/auth_token on first start and uses that");
+ABSL_FLAG(uint64_t, rendezvous_max_bytes, mtrain::kDefaultRendezvousTotalBytes,
+          "bound on the rendezvous keys and values of all live generations together (each "
+          "generation also has its own bound, from its world size); beyond it KeyValueSet "
+          "answers RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
           "an assigned worker reporting idle this long lost its rank");
 ABSL_FLAG(absl::Duration, shrink_grace, absl::Seconds(30),
@@ -129,7 +133,12 @@ int Run() {
     return 2;
   }
   WorkerRegistry workers(RealClock::Get(), registry_options);
-  RendezvousStore rendezvous;
+  if (absl::GetFlag(FLAGS_rendezvous_max_bytes) == 0) {
+    // Nothing could rendezvous: every job with more than one rank would fail.
+    std::fprintf(stderr, "coordinator: --rendezvous_max_bytes must be > 0\n");
+    return 2;
+  }
+  RendezvousStore rendezvous(absl::GetFlag(FLAGS_rendezvous_max_bytes));
 
   // The metrics are kept here and served by our own HTTP server below (with the status
   // page), so prometheus-cpp's Exposer binds nothing.
@@ -138,15 +147,12 @@ int Run() {
     std::fprintf(stderr, "coordinator: metrics: %s\n", metrics.status().ToString().c_str());
     return 1;
   }
-  std::string token;
-  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    token = std::string(absl::StripTrailingAsciiWhitespace(text.str()));
-    if (!in || token.empty()) {
-      std::fprintf(stderr, "coordinator: --auth_token_file %s is unreadable or empty\n",
-                   path.c_str());
+  // A bad --auth_token_file is refused before anything is touched; a generated token
+  // (below) needs the state dir lock first.
+  const std::string auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  if (!auth_token_file.empty()) {
+    if (absl::Status readable = ReadServerTokenFile(auth_token_file).status(); !readable.ok()) {
+      std::fprintf(stderr, "coordinator: %s\n", std::string(readable.message()).c_str());
       return 2;
     }
   }
@@ -182,6 +188,12 @@ int Run() {
     std::fprintf(stderr, "coordinator: %s\n", std::string(lock.status().message()).c_str());
     return 1;
   }
+  absl::StatusOr<ServerToken> server_token = ChooseServerToken(listen, auth_token_file, state_dir);
+  if (!server_token.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(server_token.status().message()).c_str());
+    return 2;
+  }
+  const std::string token = server_token->token;
   // Declared before everything that writes to it, so it is closed last: after the gRPC
   // server has stopped (its handlers joined) and the ticker has finished.
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(state_dir + "/jobs.sqlite");
@@ -253,7 +265,15 @@ int Run() {
                 http_server->port());
   }
   std::printf("coordinator state in %s%s\n", state_dir.c_str(),
-              token.empty() ? "" : "; mutating RPCs need the bearer token");
+              token.empty() ? "" : "; every RPC needs the bearer token");
+  if (server_token->generated_path.has_value()) {
+    // Where workers and users find the token: the operator copies it to them.
+    std::printf(
+        "coordinator token in %s (%s: --listen %s is not loopback and no --auth_token_file "
+        "was given); pass that file to workers and trainctl as --token_file\n",
+        server_token->generated_path->c_str(),
+        server_token->created ? "generated" : "generated earlier", listen.c_str());
+  }
   std::fflush(stdout);
 
   // Admission, placement and failure detection run on their own clock.

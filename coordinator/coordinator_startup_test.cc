@@ -1,7 +1,8 @@
 // The coordinator binary refuses to start beside a running one: on the same gRPC address
 // (gRPC's default SO_REUSEPORT would have let both listen, splitting the clients between
 // them) or on the same --state_dir (its recovery would re-queue, and so abort, the running
-// one's jobs). Either way it exits 1 with one line on stderr, having changed nothing.
+// one's jobs). Either way it exits 1 with one line on stderr, having changed nothing. And
+// one listening beyond loopback without --auth_token_file generates its own token.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,11 +18,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "tests/child_process.h"
 
 namespace mtrain {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
@@ -169,6 +175,74 @@ TEST(CoordinatorStartupTest, StateDirIsLockedWhileACoordinatorRunsAndFreedWhenIt
   absl::StatusOr<int> code = third->Wait(kTimeout);
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0) << third->Log();
+}
+
+// A coordinator reachable beyond loopback is never open by default: without
+// --auth_token_file it generates STATE_DIR/auth_token (0600) on its first start, says where,
+// reuses it afterwards, and answers every RPC only with it.
+TEST(CoordinatorStartupTest, BeyondLoopbackWithoutATokenFileATokenIsGeneratedAndReused) {
+  const std::string dir = TestDir();
+  const std::string state_dir = dir + "/state";
+  const std::string token_path = state_dir + "/auth_token";
+  std::string token;
+  for (int run = 0; run < 2; ++run) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(
+        {"coordinator/coordinator", "--listen=0.0.0.0:0", "--http=", "--state_dir=" + state_dir},
+        absl::StrCat(dir, "/run-", run, ".log"));
+    ASSERT_TRUE(child.ok()) << child.status();
+    absl::StatusOr<std::string> listening =
+        (*child)->WaitForOutput("coordinator listening on ", kTimeout);
+    ASSERT_TRUE(listening.ok()) << listening.status();
+    const std::string port = listening->substr(listening->rfind(':') + 1);
+    absl::StatusOr<std::string> where = (*child)->WaitForOutput("coordinator token in ", kTimeout);
+    ASSERT_TRUE(where.ok()) << where.status() << (*child)->Log();
+    EXPECT_THAT(*where, HasSubstr(token_path));
+    EXPECT_THAT(*where, HasSubstr(run == 0 ? "(generated:" : "(generated earlier:"));
+    EXPECT_THAT(*where, HasSubstr("--token_file"));
+
+    struct stat info;
+    ASSERT_EQ(::stat(token_path.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 0777, 0600u);
+    const std::string content = ReadFile(token_path);
+    ASSERT_EQ(content.size(), 65u) << content;  // 32 random bytes in hex, newline
+    if (run == 0) token = content.substr(0, 64);
+    EXPECT_EQ(content, token + "\n") << "the token must survive a restart";
+
+    auto stub = Coordinator::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials()));
+    for (const std::string& sent : {std::string(), token}) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      if (!sent.empty()) context.AddMetadata("authorization", "Bearer " + sent);
+      ListJobsResponse response;
+      const grpc::Status status = stub->ListJobs(&context, ListJobsRequest(), &response);
+      EXPECT_EQ(status.error_code(),
+                sent.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::OK)
+          << status.error_message();
+    }
+    (*child)->Signal(SIGTERM);
+    ASSERT_TRUE((*child)->Wait(kTimeout).ok());
+  }
+
+  // On loopback without a token file nothing is generated (single-machine use needs no
+  // setup); a token file that cannot serve is refused before the state dir is touched.
+  std::string address;
+  std::unique_ptr<ChildProcess> local =
+      StartCoordinator(dir + "/local", dir + "/local.log", &address);
+  ASSERT_NE(local, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/local/auth_token"));
+  std::ofstream(dir + "/empty-token") << "\n";
+  absl::StatusOr<std::unique_ptr<ChildProcess>> refused = ChildProcess::Start(
+      {"coordinator/coordinator", "--listen=0.0.0.0:0", "--http=", "--state_dir=" + dir + "/never",
+       "--auth_token_file=" + dir + "/empty-token"},
+      dir + "/refused.log");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::StatusOr<int> code = (*refused)->Wait(kTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2);
+  EXPECT_EQ((*refused)->Log(), absl::StrCat("coordinator: --auth_token_file=", dir,
+                                            "/empty-token: the file is empty\n"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/never"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/grpc_status.h"
 
 namespace mtrain {
@@ -38,6 +39,17 @@ const char* CodeName(grpc::StatusCode code) {
   return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
 }
 
+// Takes the same time wherever the strings differ, so answer times do not reveal how much
+// of a guessed token was right.
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char difference = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return difference == 0;
+}
+
 }  // namespace
 
 CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous,
@@ -54,14 +66,16 @@ grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& contex
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
-  if (it != metadata.end() &&
-      std::string(it->second.data(), it->second.size()) == "Bearer " + auth_token_) {
+  if (it != metadata.end() && SameSecret(absl::string_view(it->second.data(), it->second.size()),
+                                         "Bearer " + auth_token_)) {
     return grpc::Status::OK;
   }
   return grpc::Status(
       grpc::StatusCode::UNAUTHENTICATED,
       it == metadata.end()
-          ? "this coordinator requires a bearer token (--token_file of trainctl, worker, train)"
+          ? "this coordinator requires a bearer token: pass --token_file=FILE (trainctl, "
+            "worker, train) with the coordinator's --auth_token_file, or the auth_token file "
+            "it generated in its state dir"
           : "the bearer token is not the coordinator's");
 }
 
@@ -116,6 +130,7 @@ grpc::Status CoordinatorGrpcService::Heartbeat(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,
                                                  const ListWorkersRequest* request,
                                                  ListWorkersResponse* response) {
+  MTRAIN_AUTHORIZE("ListWorkers");
   for (WorkerStatus& worker : workers_->List()) {
     *response->add_workers() = std::move(worker);
   }
@@ -146,6 +161,7 @@ grpc::Status CoordinatorGrpcService::SubmitJob(grpc::ServerContext* context,
 
 grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext* context,
                                             const GetJobRequest* request, JobStatus* response) {
+  MTRAIN_AUTHORIZE("GetJob");
   if (jobs_ == nullptr) return Answer("GetJob", NoJobs());
   absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id());
   if (!job.ok()) return Answer("GetJob", ToGrpcStatus(job.status()));
@@ -156,6 +172,7 @@ grpc::Status CoordinatorGrpcService::GetJob(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::ListJobs(grpc::ServerContext* context,
                                               const ListJobsRequest* request,
                                               ListJobsResponse* response) {
+  MTRAIN_AUTHORIZE("ListJobs");
   if (jobs_ == nullptr) return Answer("ListJobs", NoJobs());
   absl::StatusOr<std::vector<JobStatus>> jobs = jobs_->List();
   if (!jobs.ok()) return Answer("ListJobs", ToGrpcStatus(jobs.status()));
@@ -174,6 +191,7 @@ grpc::Status CoordinatorGrpcService::CancelJob(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
                                                    const ListJobEventsRequest* request,
                                                    ListJobEventsResponse* response) {
+  MTRAIN_AUTHORIZE("ListJobEvents");
   if (jobs_ == nullptr) return Answer("ListJobEvents", NoJobs());
   absl::StatusOr<std::vector<JobEvent>> events = jobs_->Events(request->job_id());
   if (!events.ok()) return Answer("ListJobEvents", ToGrpcStatus(events.status()));
@@ -184,6 +202,7 @@ grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
                                               const WatchJobRequest* request,
                                               grpc::ServerWriter<JobStatus>* writer) {
+  MTRAIN_AUTHORIZE("WatchJob");
   if (jobs_ == nullptr) return Answer("WatchJob", NoJobs());
   int64_t seen = 0;
   // The last step whose metrics were sent. Starting at 0 replays a job's history to a
@@ -233,6 +252,7 @@ grpc::Status CoordinatorGrpcService::KeyValueSet(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::KeyValueGet(grpc::ServerContext* context,
                                                  const KeyValueGetRequest* request,
                                                  KeyValueGetResponse* response) {
+  MTRAIN_AUTHORIZE("KeyValueGet");
   absl::StatusOr<std::string> value = rendezvous_->Get(request->key());
   if (!value.ok()) return Answer("KeyValueGet", ToGrpcStatus(value.status()));
   response->set_value(*std::move(value));
@@ -242,6 +262,7 @@ grpc::Status CoordinatorGrpcService::KeyValueGet(grpc::ServerContext* context,
 grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                                   const KeyValueWaitRequest* request,
                                                   KeyValueWaitResponse* response) {
+  MTRAIN_AUTHORIZE("KeyValueWait");
   absl::Duration timeout = request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
                                                      : kDefaultRendezvousWait;
   timeout = std::min(timeout, kMaxRendezvousWait);
@@ -326,6 +347,7 @@ grpc::Status CoordinatorGrpcService::UploadCheckpoint(grpc::ServerContext* conte
 grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* context,
                                                      const ListCheckpointsRequest* request,
                                                      ListCheckpointsResponse* response) {
+  MTRAIN_AUTHORIZE("ListCheckpoints");
   if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("ListCheckpoints", NoJobs());
   if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
     return Answer("ListCheckpoints", ToGrpcStatus(job.status()));
@@ -339,6 +361,7 @@ grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* contex
 grpc::Status CoordinatorGrpcService::DownloadCheckpoint(
     grpc::ServerContext* context, const DownloadCheckpointRequest* request,
     grpc::ServerWriter<CheckpointChunk>* writer) {
+  MTRAIN_AUTHORIZE("DownloadCheckpoint");
   if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("DownloadCheckpoint", NoJobs());
   if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
     return Answer("DownloadCheckpoint", ToGrpcStatus(job.status()));

@@ -1,9 +1,13 @@
 // The thin gRPC adapter of the coordinator: converts protos and statuses and delegates to
 // the logic classes (WorkerRegistry, RendezvousStore, JobManager), which are tested
 // without a network. No decisions are made here, except authentication: when the
-// coordinator has a token, every mutating RPC must carry `authorization: Bearer <token>`
-// (else UNAUTHENTICATED and nothing changes); reads (ListWorkers, GetJob, ListJobs,
-// WatchJob, KeyValueGet/Wait, ListCheckpoints, DownloadCheckpoint) are open.
+// coordinator has a token, every RPC of this service must carry `authorization: Bearer
+// <token>` (else UNAUTHENTICATED, and nothing changes or is read). That includes the reads
+// (GetJob, ListJobs, WatchJob, ListJobEvents, ListWorkers, KeyValueGet/Wait,
+// ListCheckpoints, DownloadCheckpoint): rendezvous values, job specs (data paths),
+// metrics and weights are the job owner's, and a worker list maps the cluster. The
+// standard health and reflection services are separate and stay open, so probes need no
+// secret.
 #ifndef MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 #define MTRAIN_COORDINATOR_GRPC_SERVICE_H_
 

@@ -401,7 +401,7 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
     worker_job_.erase(worker);
     idle_since_.erase(worker);
   }
-  if (!job.plan.empty()) rendezvous_->ErasePrefix(job.plan[0].rendezvous_prefix());
+  if (!job.plan.empty()) rendezvous_->CloseGeneration(job.plan[0].rendezvous_prefix());
   active_.erase(it);
 }
 
@@ -561,6 +561,16 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
                        " (written under (t,p,d)=(", resume->tensor(), ",", resume->pipeline(), ",",
                        resume->data(), "))"),
           NowMs());
+    }
+    // Ranks may rendezvous only under the prefix of a generation placed here, within a
+    // budget for its size; the prefix closes (its keys deleted) when the generation ends.
+    if (absl::Status opened = rendezvous_->OpenGeneration(
+            (*plan)[0].rendezvous_prefix(),
+            RendezvousGenerationByteLimit(static_cast<int>(plan->size())));
+        !opened.ok()) {
+      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
+                             absl::StrCat("cannot open the rendezvous: ", opened.message()));
+      return true;
     }
     ActiveJob job;
     job.spec = spec;

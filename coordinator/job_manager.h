@@ -12,7 +12,8 @@
 //   rank reporting OK -> SUCCEEDED.
 //   A rank reporting an error, a worker dying or restarting, or a worker found idle that
 //   should be running its rank, fails the generation: its surviving workers are told to
-//   abort, its rendezvous keys are dropped, and the job is re-placed while
+//   abort, its rendezvous keys are dropped (a placement opens its generation's prefix in
+//   the RendezvousStore; every end closes it), and the job is re-placed while
 //   train.max_restarts allows (-> PLACING, or PENDING until workers are free), else FAILED.
 //   Cancel aborts the generation -> CANCELLED.
 //   Every placement resumes from the newest checkpoint in the CheckpointStore that passes

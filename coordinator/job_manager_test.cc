@@ -575,5 +575,54 @@ TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) 
   EXPECT_NE(EventLog(*waiting).find("initial weights of step 0 stored"), std::string::npos);
 }
 
+// Ranks rendezvous only while their generation lives: a placement opens its prefix (with a
+// budget for its size), and failure, success and cancel each close it, deleting its keys.
+TEST_F(JobManagerTest, TheRendezvousIsOpenOnlyWhileItsGenerationLives) {
+  AddWorker("w0", "a");
+  AddWorker("w1", "a");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/1));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::map<int, Assignment> first = Deliver({"w0", "w1"});
+  ASSERT_EQ(first.size(), 2u);
+  const std::string gen1 = first[0].rendezvous_prefix();
+  ASSERT_TRUE(rendezvous_.Set(gen1 + "rank-0", "address").ok());
+  EXPECT_GT(rendezvous_.GenerationBytes(gen1), 0u);
+  // The budget follows the world size: a world of 2 holds no 1 MiB value.
+  EXPECT_EQ(rendezvous_.Set(gen1 + "big", std::string(kMaxRendezvousValueBytes, 'x')).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  // Failure: generation 1's keys are gone and it takes no more; generation 2 is open.
+  ASSERT_TRUE(manager_->OnRankResult(Result(first[0], absl::StatusCode::kInternal, "boom")).ok());
+  EXPECT_EQ(rendezvous_.TotalBytes(), 0u);
+  EXPECT_EQ(rendezvous_.Set(gen1 + "rank-0", "address").code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::map<int, Assignment> second = Deliver({"w0", "w1"});
+  ASSERT_EQ(second.size(), 2u);
+  const std::string gen2 = second[0].rendezvous_prefix();
+  EXPECT_NE(gen1, gen2);
+  ASSERT_TRUE(rendezvous_.Set(gen2 + "rank-0", "address").ok());
+
+  // Success closes it too.
+  ASSERT_TRUE(manager_->OnRankResult(Result(second[0], absl::StatusCode::kOk)).ok());
+  ASSERT_TRUE(manager_->OnRankResult(Result(second[1], absl::StatusCode::kOk)).ok());
+  EXPECT_EQ(State(*id), JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(rendezvous_.TotalBytes(), 0u);
+  EXPECT_EQ(rendezvous_.Get(gen2 + "rank-0").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // And so does a cancel.
+  absl::StatusOr<std::string> other =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::map<int, Assignment> third = Deliver({"w0", "w1"});
+  ASSERT_EQ(third.size(), 2u);
+  ASSERT_TRUE(rendezvous_.Set(third[1].rendezvous_prefix() + "rank-1", "address").ok());
+  ASSERT_TRUE(manager_->Cancel(*other).ok());
+  EXPECT_EQ(rendezvous_.TotalBytes(), 0u);
+  EXPECT_EQ(rendezvous_.Set(third[1].rendezvous_prefix() + "rank-1", "address").code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -2,33 +2,150 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace mtrain {
+namespace {
 
-absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
-  if (key.empty()) return absl::InvalidArgumentError("key: must not be empty");
-  if (value.size() > kMaxRendezvousValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "value: ", value.size(), " bytes exceeds the limit of ", kMaxRendezvousValueBytes));
+constexpr char kLiveRule[] =
+    "[rule: rendezvous keys start with the JOB/gen-N/ prefix of a generation the "
+    "coordinator placed and that has not ended]";
+
+absl::Status CheckKey(const std::string& key, const char* field) {
+  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  if (key.size() > kMaxRendezvousKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", key.size(),
+                                                   " bytes exceeds the limit of ",
+                                                   kMaxRendezvousKeyBytes, " bytes per key"));
+  }
+  return absl::OkStatus();
+}
+
+// A key in an error message: an attacker's 1 KB key is cut, not echoed whole.
+std::string Shown(const std::string& key) {
+  constexpr size_t kShown = 120;
+  return key.size() <= kShown ? key : absl::StrCat(key.substr(0, kShown), "...");
+}
+
+}  // namespace
+
+uint64_t RendezvousGenerationByteLimit(int world_size) {
+  const uint64_t world = static_cast<uint64_t>(std::max(world_size, 1));
+  return world * kRendezvousBytesPerRank +
+         kRendezvousGroupKinds * world * world * kRendezvousBytesPerPair;
+}
+
+RendezvousStore::RendezvousStore(uint64_t total_byte_limit) : total_byte_limit_(total_byte_limit) {}
+
+absl::Status RendezvousStore::OpenGeneration(const std::string& prefix, uint64_t byte_limit) {
+  if (prefix.empty() || prefix.back() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rendezvous prefix '", Shown(prefix), "' must be non-empty and end in '/'"));
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [open, generation] : generations_) {
+    if (absl::StartsWith(open, prefix) || absl::StartsWith(prefix, open)) {
+      return absl::InvalidArgumentError(absl::StrCat("rendezvous prefix '", prefix,
+                                                     "' overlaps the open generation '", open,
+                                                     "' [rule: a key belongs to one generation]"));
+    }
+  }
+  generations_[prefix].byte_limit = byte_limit;
+  return absl::OkStatus();
+}
+
+void RendezvousStore::CloseGeneration(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto generation = generations_.find(prefix);
+  if (generation == generations_.end()) return;
+  total_bytes_ -= generation->second.bytes;
+  generations_.erase(generation);
+  auto it = values_.lower_bound(prefix);
+  while (it != values_.end() && absl::StartsWith(it->first, prefix)) it = values_.erase(it);
+  // Waiters on the generation's keys learn it is over.
+  changed_.notify_all();
+}
+
+std::map<std::string, RendezvousStore::Generation>::const_iterator
+RendezvousStore::GenerationOfLocked(const std::string& key) const {
+  // Open prefixes never overlap, so the one `key` starts with (if any) is the greatest
+  // prefix <= key: any prefix between it and the key would have to start with it.
+  auto it = generations_.upper_bound(key);
+  if (it == generations_.begin()) return generations_.end();
+  --it;
+  return absl::StartsWith(key, it->first) ? it : generations_.end();
+}
+
+std::map<std::string, RendezvousStore::Generation>::iterator RendezvousStore::GenerationOfLocked(
+    const std::string& key) {
+  auto it = generations_.upper_bound(key);
+  if (it == generations_.begin()) return generations_.end();
+  --it;
+  return absl::StartsWith(key, it->first) ? it : generations_.end();
+}
+
+absl::Status RendezvousStore::CheckLiveLocked(const std::vector<std::string>& keys) const {
+  for (const std::string& key : keys) {
+    if (GenerationOfLocked(key) == generations_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rendezvous key '", Shown(key),
+                       "' is outside every live generation (its generation ended, or none "
+                       "was placed) ",
+                       kLiveRule));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
+  if (absl::Status valid = CheckKey(key, "key"); !valid.ok()) return valid;
+  if (value.size() > kMaxRendezvousValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value: ", value.size(),
+                                                   " bytes exceeds the limit of ",
+                                                   kMaxRendezvousValueBytes, " bytes per value"));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto generation = GenerationOfLocked(key);
+  if (generation == generations_.end()) return CheckLiveLocked({key});
+  const auto existing = values_.find(key);
+  // Overwriting a key frees its old value first.
+  const uint64_t old_bytes = existing == values_.end() ? 0 : key.size() + existing->second.size();
+  const uint64_t new_bytes = key.size() + value.size();
+  Generation& g = generation->second;
+  if (g.bytes - old_bytes + new_bytes > g.byte_limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous: setting '", Shown(key), "' (", new_bytes, " bytes) would bring generation ",
+        generation->first, " to ", g.bytes - old_bytes + new_bytes, " bytes, over its limit of ",
+        g.byte_limit, " [rule: per-generation limit of ", kRendezvousBytesPerRank,
+        " bytes per rank + ", kRendezvousGroupKinds, " x ", kRendezvousBytesPerPair,
+        " bytes per pair of ranks]"));
+  }
+  if (total_bytes_ - old_bytes + new_bytes > total_byte_limit_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rendezvous: setting '", Shown(key), "' (", new_bytes, " bytes) would bring the store to ",
+        total_bytes_ - old_bytes + new_bytes, " bytes, over its total limit of ", total_byte_limit_,
+        " [rule: coordinator --rendezvous_max_bytes, all live generations together]"));
+  }
+  g.bytes = g.bytes - old_bytes + new_bytes;
+  total_bytes_ = total_bytes_ - old_bytes + new_bytes;
   values_[key] = std::move(value);
-  key_set_.notify_all();
+  changed_.notify_all();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) const {
-  if (key.empty()) return absl::InvalidArgumentError("key: must not be empty");
+  if (absl::Status valid = CheckKey(key, "key"); !valid.ok()) return valid;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (absl::Status live = CheckLiveLocked({key}); !live.ok()) return live;
   auto it = values_.find(key);
   if (it == values_.end()) return absl::NotFoundError(absl::StrCat("key not set: ", key));
   return it->second;
 }
 
-bool RendezvousStore::AllPresent(const std::vector<std::string>& keys) const {
+bool RendezvousStore::AllPresentLocked(const std::vector<std::string>& keys) const {
   for (const std::string& key : keys) {
     if (values_.find(key) == values_.end()) return false;
   }
@@ -39,16 +156,23 @@ absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys, absl::D
                                    const std::function<bool()>& cancelled) const {
   if (keys.empty()) return absl::InvalidArgumentError("keys: must name at least one key");
   for (const std::string& key : keys) {
-    if (key.empty()) return absl::InvalidArgumentError("keys: must not contain an empty key");
+    if (absl::Status valid = CheckKey(key, "keys"); !valid.ok()) return valid;
   }
   const absl::Time deadline = absl::Now() + timeout;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
+    if (absl::Status live = CheckLiveLocked(keys); !live.ok()) return live;
     const absl::Duration left = deadline - absl::Now();
     const absl::Duration slice = cancelled ? std::min(left, kCancelCheck) : left;
-    if (key_set_.wait_for(lock, absl::ToChronoNanoseconds(std::max(slice, absl::ZeroDuration())),
-                          [&] { return AllPresent(keys); })) {
-      return absl::OkStatus();
+    // Wakes on every Set or CloseGeneration; the loop re-checks the generations.
+    bool ended = false;
+    if (changed_.wait_for(lock, absl::ToChronoNanoseconds(std::max(slice, absl::ZeroDuration())),
+                          [&] {
+                            ended = !CheckLiveLocked(keys).ok();
+                            return ended || AllPresentLocked(keys);
+                          })) {
+      if (!ended) return absl::OkStatus();
+      continue;  // reported at the top
     }
     if (absl::Now() >= deadline) break;
     if (cancelled && cancelled()) {
@@ -66,12 +190,15 @@ absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys, absl::D
                                                   absl::StrJoin(missing, ", ")));
 }
 
-void RendezvousStore::ErasePrefix(const std::string& prefix) {
+uint64_t RendezvousStore::GenerationBytes(const std::string& prefix) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = values_.lower_bound(prefix);
-  while (it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
-    it = values_.erase(it);
-  }
+  const auto it = generations_.find(prefix);
+  return it == generations_.end() ? 0 : it->second.bytes;
+}
+
+uint64_t RendezvousStore::TotalBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_bytes_;
 }
 
 }  // namespace mtrain

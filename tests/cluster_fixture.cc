@@ -88,8 +88,17 @@ std::unique_ptr<Coordinator::Stub> ClusterTest::Stub() {
   return Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
 }
 
+void ClusterTest::Authorize(grpc::ClientContext* context) const {
+  if (token_file_.empty()) return;
+  std::ifstream in(token_file_);
+  std::string token;
+  std::getline(in, token);
+  context->AddMetadata("authorization", "Bearer " + token);
+}
+
 absl::StatusOr<JobStatus> ClusterTest::Status(const std::string& job) {
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   GetJobRequest request;
   request.set_job_id(job);
@@ -107,6 +116,7 @@ JobState ClusterTest::StateOf(const std::string& job) {
 
 int ClusterTest::AliveWorkers() {
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   ListWorkersResponse response;
   if (!Stub()->ListWorkers(&context, ListWorkersRequest(), &response).ok()) return -1;

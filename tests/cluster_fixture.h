@@ -48,6 +48,9 @@ class ClusterTest : public ::testing::Test {
                                        absl::Duration timeout = absl::Seconds(60));
   std::string WriteSpec(const std::string& name, const std::string& json);
   std::unique_ptr<Coordinator::Stub> Stub();
+  // Adds the bearer token of token_file_ (its first line), if a test set one: with a
+  // token, the coordinator answers every RPC only with it.
+  void Authorize(grpc::ClientContext* context) const;
   absl::StatusOr<JobStatus> Status(const std::string& job);
   JobState StateOf(const std::string& job);
   int AliveWorkers();

@@ -7,7 +7,8 @@
 //   - a coordinator killed with SIGKILL and restarted lists every job, workers
 //     re-register and the interrupted job runs again;
 //   - invalid specs are rejected with INVALID_ARGUMENT naming the field, and the
-//     coordinator keeps serving; unauthenticated submit and cancel change nothing.
+//     coordinator keeps serving; unauthenticated submit and cancel change nothing, and
+//     with a token reads need it too.
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -247,6 +248,109 @@ TEST_F(ControlPlaneTest, MutatingRpcsNeedTheBearerToken) {
   auto [remove_alive, alive_out] = Trainctl({"remove-worker", "--token_file=" + token_file_, "w0"});
   EXPECT_NE(remove_alive, 0);
   EXPECT_THAT(alive_out, HasSubstr("is alive"));
+}
+
+// With a token, reads need it too (job status and events, worker list, checkpoints,
+// rendezvous values, downloads), and a real job whose ranks rendezvous, report and upload
+// a checkpoint through the coordinator runs with it from submit to success.
+TEST_F(ControlPlaneTest, WithATokenReadsNeedItTooAndAJobRunsWithIt) {
+  token_file_ = Path("token");
+  std::ofstream(token_file_) << "s3cret-token\n";
+  StartCoordinator();
+  StartWorkers(2);  // Gloo rendezvous of 2 data-parallel ranks through KeyValue RPCs
+  const std::string spec =
+      WriteSpec("job.json", SpecJson(2, R"("data": 2, "global_batch_size": 4)"));
+  auto [code, output] =
+      Trainctl({"submit", "--wait", "--token_file=" + token_file_, spec}, absl::Minutes(3));
+  ASSERT_EQ(code, 0) << output;
+  const std::string job = "job-1";
+  ASSERT_EQ(StateOf(job), JOB_STATE_SUCCEEDED) << output;
+
+  for (const std::vector<std::string>& read : std::vector<std::vector<std::string>>{
+           {"status", job}, {"list"}, {"events", job}, {"checkpoints", job}, {"workers"}}) {
+    auto [refused, refused_out] = Trainctl(read);
+    EXPECT_NE(refused, 0) << read[0] << ": " << refused_out;
+    EXPECT_THAT(refused_out, HasSubstr("UNAUTHENTICATED")) << read[0];
+    std::vector<std::string> with_token = read;
+    with_token.insert(with_token.begin() + 1, "--token_file=" + token_file_);
+    auto [allowed, allowed_out] = Trainctl(with_token);
+    EXPECT_EQ(allowed, 0) << read[0] << ": " << allowed_out;
+  }
+  EXPECT_THAT(Trainctl({"status", "--token_file=" + token_file_, job}).second,
+              HasSubstr("SUCCEEDED"));
+
+  // Raw calls without the token: no rendezvous value, no weights, no watch.
+  std::unique_ptr<Coordinator::Stub> stub = Stub();
+  {
+    grpc::ClientContext context;
+    KeyValueGetRequest request;
+    request.set_key(job + "/gen-1/world/gloo/0");
+    KeyValueGetResponse response;
+    EXPECT_EQ(stub->KeyValueGet(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    DownloadCheckpointRequest request;
+    request.set_job_id(job);
+    request.set_step(2);
+    request.set_file("MANIFEST");
+    auto reader = stub->DownloadCheckpoint(&context, request);
+    CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext context;
+    Authorize(&context);  // with it, the same download works
+    DownloadCheckpointRequest request;
+    request.set_job_id(job);
+    request.set_step(2);
+    request.set_file("MANIFEST");
+    auto reader = stub->DownloadCheckpoint(&context, request);
+    CheckpointChunk chunk;
+    EXPECT_TRUE(reader->Read(&chunk));
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  {
+    grpc::ClientContext context;
+    WatchJobRequest request;
+    request.set_job_id(job);
+    auto reader = stub->WatchJob(&context, request);
+    JobStatus status;
+    EXPECT_FALSE(reader->Read(&status));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // A restart with the token: a rank killed after a checkpoint, the next generation's
+  // ranks rendezvous under the new prefix and download the checkpoint to resume.
+  const std::string resumed =
+      Submit(WriteSpec("resumed.json",
+                       R"({"name": "resumed", "model": {"num_layers": 2, "num_heads": 4,
+                    "hidden_size": 32, "seq_length": 16},
+                    "parallel": {"data": 2, "micro_batch_size": 2, "global_batch_size": 4},
+                    "train": {"steps": 100000, "checkpoint_every": 2, "seed": 3},
+                    "device": "DEVICE_CPU"})"),
+             {"--token_file=" + token_file_});
+  ASSERT_FALSE(resumed.empty());
+  auto events = [&] { return Trainctl({"events", "--token_file=" + token_file_, resumed}).second; };
+  ASSERT_TRUE(
+      WaitFor([&] { return absl::StrContains(events(), "checkpoint of step"); }, absl::Seconds(60)))
+      << events();
+  const int rank_pid = RankProcessOf(Worker("w0")->pid());
+  ASSERT_GT(rank_pid, 0);
+  ASSERT_EQ(::kill(rank_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(resumed);
+        return s.ok() && s->generation() == 2 && s->state() == JOB_STATE_RUNNING;
+      },
+      absl::Seconds(60)))
+      << events();
+  EXPECT_THAT(events(), HasSubstr("generation 2 resumes from checkpoint step"));
+  EXPECT_EQ(Trainctl({"cancel", "--token_file=" + token_file_, resumed}).first, 0);
 }
 
 }  // namespace

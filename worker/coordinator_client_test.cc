@@ -17,6 +17,10 @@ namespace {
 class CoordinatorKeyValueStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The coordinator serves keys only under generations it placed (JobManager opens them).
+    for (const char* prefix : {"job-1/gen-2/", "job-1/gen-3/", "p/"}) {
+      ASSERT_TRUE(rendezvous_.OpenGeneration(prefix, 1 << 20).ok());
+    }
     service_ =
         std::make_unique<CoordinatorGrpcService>(&workers_, &rendezvous_, nullptr, nullptr, "");
     grpc::ServerBuilder builder;
@@ -43,6 +47,9 @@ TEST_F(CoordinatorKeyValueStoreTest, KeysLiveUnderThePrefix) {
   EXPECT_TRUE(store.Wait({"a"}, absl::Seconds(1)).ok());
   CoordinatorKeyValueStore other(client_.get(), "job-1/gen-3/");
   EXPECT_EQ(other.Get("a").status().code(), absl::StatusCode::kNotFound);
+  // A generation the coordinator does not run (ended, or never placed) is refused.
+  CoordinatorKeyValueStore stale(client_.get(), "job-1/gen-1/");
+  EXPECT_EQ(stale.Set("a", "1").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 // A wait for a sliver of a millisecond (what remains of a watchdog's deadline) must not

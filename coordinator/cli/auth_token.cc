@@ -72,7 +72,8 @@ absl::Status ExplainUnauthenticated(const absl::Status& status, bool sent_token)
   absl::StrAppend(&message, sent_token
                                 ? "the coordinator refused the token: check --token_file=FILE"
                                 : "the coordinator requires a token: pass --token_file=FILE "
-                                  "(the file the coordinator reads with --auth_token_file)");
+                                  "(the coordinator's --auth_token_file, or the auth_token file it "
+                                  "generated in its state dir)");
   return absl::UnauthenticatedError(message);
 }
 
