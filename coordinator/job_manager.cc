@@ -42,7 +42,7 @@ JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* st
                        JobManagerOptions options, CheckpointStore* checkpoints)
     : clock_(clock),
       workers_(workers),
-      store_(store),
+      store_(std::make_unique<RetryingJobStore>(store, clock, metrics)),
       rendezvous_(rendezvous),
       metrics_(metrics),
       options_(options),
@@ -54,7 +54,26 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
   std::unique_ptr<JobManager> manager(
       new JobManager(clock, workers, store, rendezvous, metrics, options, checkpoints));
   RETURN_IF_ERROR(manager->Recover());
+  if (checkpoints != nullptr) {
+    // A checkpoint the state dir could not store fails its upload, and so the rank and its
+    // generation; the operator learns why here (the rank's report may be lost with it).
+    JobManager* const self = manager.get();
+    checkpoints->SetWriteFailureListener(
+        [self](const std::string& job_id, int64_t step, const absl::Status& failure) {
+          if (self->metrics_ != nullptr) self->metrics_->AddStateDirWriteFailure("checkpoints");
+          std::lock_guard<std::mutex> lock(self->mutex_);
+          (void)self->store_->AppendEvent(
+              job_id, "checkpoint_write_failed",
+              absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()),
+              self->NowMs());
+          self->BumpLocked(job_id);
+        });
+  }
   return manager;
+}
+
+JobManager::~JobManager() {
+  if (checkpoints_ != nullptr) checkpoints_->SetWriteFailureListener(nullptr);
 }
 
 int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
@@ -630,6 +649,24 @@ void JobManager::DetectLostRanksLocked() {
     live += w.alive() ? 1 : 0;
   }
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
+  // The registry renewed every live worker's heartbeat window after a pause of this
+  // process (worker_registry.h); the jobs it might have hit say so.
+  const WorkerRegistry::Pauses pauses = workers_->pauses();
+  if (pauses.count > pauses_seen_) {
+    for (int64_t i = pauses_seen_; i < pauses.count && metrics_ != nullptr; ++i) {
+      metrics_->AddCoordinatorPause();
+    }
+    pauses_seen_ = pauses.count;
+    for (const auto& [job_id, job] : active_) {
+      (void)store_->AppendEvent(
+          job_id, "coordinator_paused",
+          absl::StrCat("the coordinator did not run for ",
+                       absl::FormatDuration(absl::Trunc(pauses.newest, absl::Milliseconds(100))),
+                       " (stopped or starved of CPU): every worker got a fresh heartbeat window "
+                       "instead of being blamed for heartbeats the coordinator did not read"),
+          NowMs());
+    }
+  }
   const absl::Time now = clock_->Now();
   std::vector<std::pair<std::string, std::string>> failures;
   for (const auto& [job_id, job] : active_) {
@@ -655,6 +692,14 @@ void JobManager::DetectLostRanksLocked() {
 }
 
 void JobManager::Tick() {
+  // Writes the state dir refused are retried here, outside the manager's lock (the retry
+  // backoff keeps a full disk from being hammered); a job whose writes all landed has a
+  // new status to show.
+  const std::vector<std::string> saved = store_->Flush();
+  if (!saved.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& job_id : saved) BumpLocked(job_id);
+  }
   if (checkpoints_ != nullptr) {
     // The checkpoints a placement may resume from are read and checked here, outside the
     // manager's lock: a large one takes seconds, and heartbeats, RPCs and the status page

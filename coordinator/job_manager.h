@@ -21,6 +21,11 @@
 //   A coordinator that restarts finds jobs it was running in the store: it re-queues them
 //   (their workers re-register and are told to abort what they ran).
 //
+// The manager's decisions hold even when the state dir refuses writes (a full disk): the
+// store is reached through a RetryingJobStore, which keeps refused writes in memory (reads
+// see them), retries them from Tick() and says so in the job's status, an event and the
+// mtrain_state_dir_* metrics. So a failed generation always leaves RUNNING.
+//
 // Thread-safe: every method may be called from any gRPC thread.
 #ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
 #define MTRAIN_COORDINATOR_JOB_MANAGER_H_
@@ -28,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -42,6 +48,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/retrying_job_store.h"
 #include "coordinator/worker_registry.h"
 #include "proto/assignment.pb.h"
 #include "proto/coordinator.pb.h"
@@ -69,6 +76,7 @@ class JobManager {
       const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
       CoordinatorMetrics* metrics, JobManagerOptions options,
       CheckpointStore* checkpoints = nullptr);
+  ~JobManager();
 
   // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
   // field and rule, or when the job needs more workers than are registered and alive.
@@ -162,7 +170,9 @@ class JobManager {
 
   const Clock* const clock_;
   WorkerRegistry* const workers_;
-  JobStore* const store_;
+  // Every read and write of job state goes through it (never the JobStore directly), so
+  // that writes the state dir refused are seen, in order, by every reader.
+  const std::unique_ptr<RetryingJobStore> store_;
   RendezvousStore* const rendezvous_;
   CoordinatorMetrics* const metrics_;
   const JobManagerOptions options_;
@@ -176,6 +186,7 @@ class JobManager {
   std::map<std::string, absl::Time> idle_since_;              // assigned worker seen idle
   std::map<std::string, int64_t> versions_;                   // job -> change count
   std::map<std::string, absl::Time> restart_waiting_since_;   // failed job waiting -> since
+  int64_t pauses_seen_ = 0;  // WorkerRegistry::pauses().count already reported; guarded
 };
 
 }  // namespace mtrain
