@@ -29,8 +29,12 @@ JobEvent EventOf(int64_t now_ms, const std::string& kind, const std::string& mes
 
 }  // namespace
 
-RetryingJobStore::RetryingJobStore(JobStore* store, const Clock* clock, CoordinatorMetrics* metrics)
-    : store_(store), clock_(clock), metrics_(metrics) {}
+RetryingJobStore::RetryingJobStore(JobStore* store, const Clock* clock, CoordinatorMetrics* metrics,
+                                   int max_queued_records_per_job)
+    : store_(store),
+      clock_(clock),
+      metrics_(metrics),
+      max_queued_records_(max_queued_records_per_job) {}
 
 bool RetryingJobStore::IsRequestError(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound ||
@@ -116,15 +120,13 @@ void RetryingJobStore::NoteFailureLocked(Backlog* backlog, const absl::Status& s
 void RetryingJobStore::EnqueueLocked(Backlog* backlog, QueuedWrite write) {
   const bool record = write.record;
   backlog->writes.push_back(std::move(write));
-  if (!record) return;
-  int64_t records = 0;
-  for (const QueuedWrite& w : backlog->writes) records += w.record ? 1 : 0;
-  if (records <= kMaxQueuedRecordsPerJob) return;
-  // The oldest queued event or step row goes; state writes stay (the first entry is the
-  // failure event itself, kept so the log says what happened).
-  for (auto it = backlog->writes.begin() + 1; it != backlog->writes.end(); ++it) {
+  if (!record || ++backlog->queued_records <= max_queued_records_) return;
+  // The oldest queued event or step row goes; state writes stay, and so does the failure
+  // event (not a `record`), so the log says what happened.
+  for (auto it = backlog->writes.begin(); it != backlog->writes.end(); ++it) {
     if (it->record) {
       backlog->writes.erase(it);
+      --backlog->queued_records;
       ++backlog->dropped_records;
       return;
     }
@@ -267,6 +269,7 @@ std::vector<std::string> RetryingJobStore::Flush() {
       // A write the store now refuses as a request (the job was removed meanwhile) can
       // never land: it is dropped rather than blocking the queue for good.
       if (!status.ok() && !IsRequestError(status)) break;
+      if (backlog.writes.front().record) --backlog.queued_records;
       backlog.writes.pop_front();
     }
     if (!backlog.writes.empty()) {

@@ -61,7 +61,8 @@ inline constexpr int kMaxQueuedRecordsPerJob = 2000;
 class RetryingJobStore {
  public:
   // `store` and `clock` must outlive this object; `metrics` may be null.
-  RetryingJobStore(JobStore* store, const Clock* clock, CoordinatorMetrics* metrics);
+  RetryingJobStore(JobStore* store, const Clock* clock, CoordinatorMetrics* metrics,
+                   int max_queued_records_per_job = kMaxQueuedRecordsPerJob);
 
   // Passed through (see JobStore).
   absl::StatusOr<std::string> CreateJob(const JobSpec& spec, int64_t now_ms);
@@ -111,6 +112,7 @@ class RetryingJobStore {
     absl::Time next_try;
     absl::Duration backoff = kStoreRetryInitialBackoff;
     int64_t failed_attempts = 0;
+    int64_t queued_records = 0;  // entries of `writes` with `record` set
     int64_t dropped_records = 0;
   };
 
@@ -132,6 +134,7 @@ class RetryingJobStore {
   JobStore* const store_;
   const Clock* const clock_;
   CoordinatorMetrics* const metrics_;
+  const int max_queued_records_;
 
   mutable std::mutex mutex_;
   std::map<std::string, Backlog> backlogs_;  // by job; guarded by mutex_

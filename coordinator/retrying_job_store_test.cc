@@ -165,13 +165,15 @@ TEST_F(RetryingJobStoreTest, RequestErrorsAreNotQueued) {
 }
 
 TEST_F(RetryingJobStoreTest, QueuedRecordsAreBounded) {
+  constexpr int kBound = 20;  // small: each queued write lands in its own transaction
+  store_ = std::make_unique<RetryingJobStore>(sqlite_.get(), &clock_, metrics_.get(), kBound);
   FileSizeLimit full(1024);
-  for (int i = 0; i < kMaxQueuedRecordsPerJob + 50; ++i) {
+  for (int i = 0; i < kBound + 50; ++i) {
     ASSERT_TRUE(store_->AppendEvent(job_, "note", "x", 100 + i).ok());
   }
   ASSERT_TRUE(store_->Transition(job_, JOB_STATE_CANCELLED, "cancelled", 9000).ok());
   // The bound on records, plus the failure event and the state write (never dropped).
-  EXPECT_EQ(store_->QueuedWrites(), kMaxQueuedRecordsPerJob + 2);
+  EXPECT_EQ(store_->QueuedWrites(), kBound + 2);
   full.Lift();
   FlushUntilDrained();
   EXPECT_EQ(sqlite_->GetJob(job_)->state(), JOB_STATE_CANCELLED);
