@@ -1,0 +1,214 @@
+// The coordinator's own troubles, end to end with real processes on loopback (issue 15):
+//   - its --state_dir fills up (a small tmpfs) while a job trains: the checkpoint that does
+//     not fit fails its generation, the job store's writes are held in memory, the failure
+//     shows in /metrics and the job's events, and once space is freed the job goes on and
+//     succeeds with every step, without a coordinator restart;
+//   - it is stopped (SIGSTOP) for longer than the heartbeat timeout and continued: no
+//     healthy worker is declared dead and the job is not restarted.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/coordinator.grpc.pb.h"
+#include "tests/cluster_fixture.h"
+#include "tests/metrics_scrape.h"
+
+namespace mtrain {
+namespace {
+
+// A tiny GPT on one CPU worker: checkpoints of about 0.8 MB.
+std::string SpecJson(int steps, int checkpoint_every, int max_restarts) {
+  return absl::StrCat(
+      R"({"name": "adversity", "model": {"num_layers": 4, "num_heads": 4, "hidden_size": 32,
+          "seq_length": 16}, "parallel": {"micro_batch_size": 2, "global_batch_size": 4},
+          "train": {"steps": )",
+      steps, R"(, "checkpoint_every": )", checkpoint_every, R"(, "max_restarts": )", max_restarts,
+      R"(, "seed": 5}, "device": "DEVICE_CPU"})");
+}
+
+class CoordinatorAdversityTest : public ClusterTest {
+ protected:
+  void TearDown() override {
+    ClusterTest::TearDown();
+    if (!mounted_.empty()) ::umount2(mounted_.c_str(), MNT_DETACH);
+  }
+
+  // The value of the sample `series` (name with labels, as exposed) on /metrics; -1 if
+  // absent.
+  double Sample(const std::string& series) {
+    absl::StatusOr<HttpResponse> response = HttpGet(metrics_port_, "/metrics");
+    if (!response.ok()) return -1;
+    for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+      if (!absl::ConsumePrefix(&line, series) || !absl::ConsumePrefix(&line, " ")) continue;
+      double value = 0;
+      if (absl::SimpleAtod(line, &value)) return value;
+    }
+    return -1;
+  }
+
+  std::vector<JobEvent> Events(const std::string& job) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ListJobEventsRequest request;
+    request.set_job_id(job);
+    ListJobEventsResponse response;
+    grpc::Status status = Stub()->ListJobEvents(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.events().begin(), response.events().end()};
+  }
+
+  static bool HasEvent(const std::vector<JobEvent>& events, const std::string& kind,
+                       const std::string& text = "") {
+    for (const JobEvent& e : events) {
+      if (e.kind() == kind && absl::StrContains(e.message(), text)) return true;
+    }
+    return false;
+  }
+
+  static std::string Describe(const std::vector<JobEvent>& events) {
+    std::string out;
+    for (const JobEvent& e : events) absl::StrAppend(&out, e.kind(), ": ", e.message(), "\n");
+    return out;
+  }
+
+  std::string mounted_;
+};
+
+TEST_F(CoordinatorAdversityTest,
+       AFullStateDirIsSurvivedAndSurfacedAndTheJobFinishesAfterSpaceReturns) {
+  const std::string state = Path("state");
+  ASSERT_EQ(::mkdir(state.c_str(), 0755), 0) << std::strerror(errno);
+  if (::mount("tmpfs", state.c_str(), "tmpfs", 0, "size=8m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs on " << state << " (" << std::strerror(errno)
+                 << "): this test needs root and a sandbox that allows mounts";
+  }
+  mounted_ = state;
+  StartCoordinator();
+  StartWorkers(1);
+
+  // Fill the state dir, then give back a little: the job is stored, its first rows fit,
+  // its first checkpoint does not.
+  const std::string filler = state + "/filler";
+  {
+    const int fd = ::open(filler.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::string block(1 << 16, 'x');
+    off_t size = 0;
+    while (true) {
+      const ssize_t n = ::write(fd, block.data(), block.size());
+      if (n <= 0) break;
+      size += n;
+    }
+    ASSERT_EQ(::ftruncate(fd, std::max<off_t>(0, size - (192 << 10))), 0);
+    ::close(fd);
+  }
+  constexpr int kSteps = 40;
+  const std::string job = Submit(WriteSpec("job.json", SpecJson(kSteps, 10, 100)));
+  ASSERT_FALSE(job.empty());
+
+  // The checkpoint that does not fit is counted on /metrics (and fails its generation).
+  const std::string checkpoint_failures =
+      R"(mtrain_state_dir_write_failures_total{store="checkpoints"})";
+  ASSERT_TRUE(WaitFor([&] { return Sample(checkpoint_failures) >= 1; }, absl::Seconds(90)))
+      << "no checkpoint write failure seen; job: " << Status(job)->DebugString();
+  // Let the job store run out of room too, if it has not yet (its writes are then held
+  // in memory, and the job's status says so).
+  WaitFor([&] { return Sample(R"(mtrain_state_dir_write_failures_total{store="jobs"})") >= 1; },
+          absl::Seconds(10));
+  const bool job_store_failed =
+      Sample(R"(mtrain_state_dir_write_failures_total{store="jobs"})") >= 1;
+  absl::StatusOr<JobStatus> during = Status(job);
+  ASSERT_TRUE(during.ok()) << during.status();
+  EXPECT_NE(during->state(), JOB_STATE_FAILED) << during->DebugString();
+  if (job_store_failed) {
+    // The manager's state is what the status shows, with the reason it is not saved.
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<JobStatus> s = Status(job);
+          return s.ok() && (absl::StrContains(s->message(), "state dir refuses writes") ||
+                            Sample("mtrain_state_dir_writes_queued") == 0);
+        },
+        absl::Seconds(10)));
+  }
+
+  // Space returns: no coordinator restart, the job goes on and finishes every step.
+  ASSERT_EQ(::unlink(filler.c_str()), 0) << std::strerror(errno);
+  ASSERT_TRUE(WaitFor([&] { return StateOf(job) == JOB_STATE_SUCCEEDED; }, absl::Seconds(180)))
+      << Status(job)->DebugString() << Describe(Events(job));
+  absl::StatusOr<JobStatus> done = Status(job);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->step(), kSteps);
+  EXPECT_GE(done->restarts(), 1);
+  EXPECT_TRUE(done->message().empty()) << done->message();
+  // Once the store took the held writes back, the log tells the whole story, in order.
+  ASSERT_TRUE(
+      WaitFor([&] { return Sample("mtrain_state_dir_writes_queued") == 0; }, absl::Seconds(30)));
+  const std::vector<JobEvent> events = Events(job);
+  std::cout << "job store writes failed too: " << (job_store_failed ? "yes" : "no")
+            << "\nevents:\n"
+            << Describe(events);
+  EXPECT_TRUE(HasEvent(events, "checkpoint_write_failed", "not stored")) << Describe(events);
+  EXPECT_TRUE(HasEvent(events, "generation_failed")) << Describe(events);
+  if (job_store_failed) {
+    EXPECT_TRUE(HasEvent(events, "state_dir_write_failed")) << Describe(events);
+    EXPECT_TRUE(HasEvent(events, "state_dir_recovered")) << Describe(events);
+  }
+  // No partial checkpoint is left behind; the final one is committed.
+  std::vector<CheckpointInfo> checkpoints;
+  {
+    grpc::ClientContext context;
+    ListCheckpointsRequest request;
+    request.set_job_id(job);
+    ListCheckpointsResponse response;
+    ASSERT_TRUE(Stub()->ListCheckpoints(&context, request, &response).ok());
+    checkpoints.assign(response.checkpoints().begin(), response.checkpoints().end());
+  }
+  ASSERT_FALSE(checkpoints.empty());
+  EXPECT_EQ(checkpoints.back().step(), kSteps);
+}
+
+TEST_F(CoordinatorAdversityTest, APausedCoordinatorBlamesNoHealthyWorker) {
+  StartCoordinator();
+  StartWorkers(1);
+  const std::string job = Submit(WriteSpec("job.json", SpecJson(100000, 0, 3)));
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor([&] { return StateOf(job) == JOB_STATE_RUNNING; }, absl::Seconds(60)))
+      << Status(job)->DebugString();
+  // Stopped for twice the heartbeat timeout (3 s in the fixture), then continued.
+  ASSERT_EQ(::kill(coordinator_->pid(), SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(6));
+  ASSERT_EQ(::kill(coordinator_->pid(), SIGCONT), 0);
+  // The pause is noticed and reported...
+  ASSERT_TRUE(
+      WaitFor([&] { return Sample("mtrain_coordinator_pauses_total") >= 1; }, absl::Seconds(20)));
+  // ...and a few heartbeat windows later the worker and the job are untouched.
+  absl::SleepFor(absl::Seconds(4));
+  absl::StatusOr<JobStatus> status = Status(job);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), JOB_STATE_RUNNING) << status->DebugString();
+  EXPECT_EQ(status->generation(), 1);
+  EXPECT_EQ(status->restarts(), 0);
+  EXPECT_EQ(Sample("mtrain_heartbeats_missed_total"), 0);
+  const std::vector<JobEvent> events = Events(job);
+  EXPECT_TRUE(HasEvent(events, "coordinator_paused", "fresh heartbeat window")) << Describe(events);
+  EXPECT_FALSE(HasEvent(events, "generation_failed")) << Describe(events);
+  EXPECT_EQ(Trainctl({"cancel", job}).first, 0);
+}
+
+}  // namespace
+}  // namespace mtrain
