@@ -193,9 +193,17 @@ absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> CheckpointStore::BeginFile
       new CheckpointFileUpload(this, job_id, generation, step, file, std::move(writer)));
 }
 
-void CheckpointStore::SetWriteFailureListener(WriteFailureListener listener) {
+void CheckpointStore::SetWriteFailureListener(WriteFailureListener listener, const void* owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   on_write_failure_ = std::move(listener);
+  on_write_failure_owner_ = owner;
+}
+
+void CheckpointStore::RemoveWriteFailureListener(const void* owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (on_write_failure_owner_ != owner) return;
+  on_write_failure_ = nullptr;
+  on_write_failure_owner_ = nullptr;
 }
 
 absl::Status CheckpointStore::AbandonStaging(const std::string& job_id, int64_t generation,

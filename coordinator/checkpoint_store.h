@@ -130,10 +130,12 @@ class CheckpointStore {
 
   // Called (without the store's lock held) when a write of an upload or a commit fails
   // for a reason of the storage rather than of the request (a full disk, an I/O error),
-  // after the step's staging directory was removed. May be empty.
+  // after the step's staging directory was removed. One listener at a time, replaced by
+  // the next; `owner` identifies it, so that an owner going away removes only its own.
   using WriteFailureListener =
       std::function<void(const std::string& job_id, int64_t step, const absl::Status& failure)>;
-  void SetWriteFailureListener(WriteFailureListener listener);
+  void SetWriteFailureListener(WriteFailureListener listener, const void* owner = nullptr);
+  void RemoveWriteFailureListener(const void* owner);
 
  private:
   friend class CheckpointFileUpload;
@@ -164,6 +166,7 @@ class CheckpointStore {
   };
   std::map<std::pair<std::string, int64_t>, Verification> verified_;  // (job, step)
   WriteFailureListener on_write_failure_;                             // guarded by mutex_
+  const void* on_write_failure_owner_ = nullptr;                      // guarded by mutex_
 };
 
 // "rank-NNNNN.bin" or "MANIFEST"; anything else (paths, temporary names) is refused.

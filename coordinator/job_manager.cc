@@ -67,13 +67,14 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
               absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()),
               self->NowMs());
           self->BumpLocked(job_id);
-        });
+        },
+        self);
   }
   return manager;
 }
 
 JobManager::~JobManager() {
-  if (checkpoints_ != nullptr) checkpoints_->SetWriteFailureListener(nullptr);
+  if (checkpoints_ != nullptr) checkpoints_->RemoveWriteFailureListener(this);
 }
 
 int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
@@ -227,8 +228,36 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(const st
   return std::make_pair(std::move(status), versions_[job_id]);
 }
 
+void JobManager::FailStoppedRankLocked(const HeartbeatRequest& request) {
+  if (request.state() != WORKER_STATE_BUSY || request.rank_stopped_ms() <= 0) return;
+  const absl::Duration stopped = absl::Milliseconds(request.rank_stopped_ms());
+  if (options_.stopped_rank_grace >= options_.collective_timeout ||
+      stopped < options_.stopped_rank_grace) {
+    return;
+  }
+  const std::string& worker = request.worker_id();
+  const auto assigned = worker_job_.find(worker);
+  const auto active = active_.find(request.job_id());
+  if (assigned == worker_job_.end() || assigned->second != request.job_id() ||
+      active == active_.end() || active->second.generation != request.generation()) {
+    return;  // not a live rank: the usual abort of stale ranks deals with it
+  }
+  const std::vector<std::string>& ranks = active->second.workers;
+  const auto rank = std::find(ranks.begin(), ranks.end(), worker) - ranks.begin();
+  FailGenerationLocked(
+      request.job_id(),
+      absl::StrCat("rank ", rank, " on worker ", worker, " has been stopped (SIGSTOP) for ",
+                   absl::FormatDuration(absl::Trunc(stopped, absl::Milliseconds(100))),
+                   ", its daemon reports: its peers would wait for it until the collective "
+                   "timeout (",
+                   absl::FormatDuration(options_.collective_timeout),
+                   "), so the generation fails now"));
+}
+
 std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // First, so that the abort it queues for this worker goes out with this heartbeat.
+  FailStoppedRankLocked(request);
   const std::string& worker = request.worker_id();
   std::vector<WorkerCommand> commands;
   commands.swap(outbox_[worker]);

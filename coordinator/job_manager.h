@@ -65,6 +65,16 @@ struct JobManagerOptions {
   absl::Duration shrink_grace = absl::Seconds(30);
   // Handed to every rank: bound on its rendezvous and on each collective or message.
   absl::Duration collective_timeout = absl::Minutes(5);
+  // A rank whose own worker daemon reports its process stopped by a signal (SIGSTOP) this
+  // long fails its generation at once, instead of its peers waiting out
+  // collective_timeout and then naming it (worker/parallel/group_watchdog.h). Safe: a
+  // stopped process makes no progress and its daemon sees it directly (a debugger's stop
+  // is not reported), so no healthy rank is blamed; the grace lets a brief stop pass.
+  // Applies only when shorter than collective_timeout (else the peers' timeout comes
+  // first, with the watchdog's verdict). Hangs of a running process (a deadlock, a
+  // stuck device) still end at collective_timeout: from outside, a rank busy in a long
+  // step looks the same.
+  absl::Duration stopped_rank_grace = absl::Seconds(10);
 };
 
 class JobManager {
@@ -160,6 +170,8 @@ class JobManager {
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   void DetectLostRanksLocked();
+  // Fails the generation of a rank its daemon reports stopped (see stopped_rank_grace).
+  void FailStoppedRankLocked(const HeartbeatRequest& request);
   // Whether a job with train.init_from still lacks its uploaded initial weights.
   bool AwaitsInitialWeightsLocked(const JobStatus& job) const;
   // The checkpoint a new generation resumes from (damaged ones reported as events).

@@ -4,7 +4,9 @@
 //     shows in /metrics and the job's events, and once space is freed the job goes on and
 //     succeeds with every step, without a coordinator restart;
 //   - it is stopped (SIGSTOP) for longer than the heartbeat timeout and continued: no
-//     healthy worker is declared dead and the job is not restarted.
+//     healthy worker is declared dead and the job is not restarted;
+//   - a rank process is stopped (SIGSTOP): its daemon reports it and the generation fails
+//     within seconds, not at the 5-minute collective timeout.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -159,8 +162,7 @@ TEST_F(CoordinatorAdversityTest,
   ASSERT_TRUE(
       WaitFor([&] { return Sample("mtrain_state_dir_writes_queued") == 0; }, absl::Seconds(30)));
   const std::vector<JobEvent> events = Events(job);
-  std::cout << "job store writes failed too: " << (job_store_failed ? "yes" : "no")
-            << "\nevents:\n"
+  std::cout << "job store writes failed too: " << (job_store_failed ? "yes" : "no") << "\nevents:\n"
             << Describe(events);
   EXPECT_TRUE(HasEvent(events, "checkpoint_write_failed", "not stored")) << Describe(events);
   EXPECT_TRUE(HasEvent(events, "generation_failed")) << Describe(events);
@@ -207,6 +209,43 @@ TEST_F(CoordinatorAdversityTest, APausedCoordinatorBlamesNoHealthyWorker) {
   const std::vector<JobEvent> events = Events(job);
   EXPECT_TRUE(HasEvent(events, "coordinator_paused", "fresh heartbeat window")) << Describe(events);
   EXPECT_FALSE(HasEvent(events, "generation_failed")) << Describe(events);
+  EXPECT_EQ(Trainctl({"cancel", job}).first, 0);
+}
+
+TEST_F(CoordinatorAdversityTest, AStoppedRankFailsItsGenerationLongBeforeTheCollectiveTimeout) {
+  StartCoordinator();  // the default --collective_timeout: 5 minutes
+  StartWorkers(2);
+  const std::string job = Submit(WriteSpec(
+      "job.json", absl::StrCat(R"({"name": "stopped", "model": {"num_layers": 2, "num_heads": 4,
+          "hidden_size": 32, "seq_length": 16}, "parallel": {"data": 2, "micro_batch_size": 2,
+          "global_batch_size": 4}, "train": {"steps": 100000, "max_restarts": 2},
+          "device": "DEVICE_CPU"})")));
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor([&] { return StateOf(job) == JOB_STATE_RUNNING; }, absl::Seconds(60)))
+      << Status(job)->DebugString();
+  const int rank_pid = RankProcessOf(workers_[1]->pid());
+  ASSERT_GT(rank_pid, 0);
+  const absl::Time stopped = absl::Now();
+  ASSERT_EQ(::kill(rank_pid, SIGSTOP), 0);
+  ASSERT_TRUE(
+      WaitFor([&] { return HasEvent(Events(job), "generation_failed", "stopped (SIGSTOP)"); },
+              absl::Seconds(60)))
+      << Describe(Events(job));
+  const absl::Duration detected = absl::Now() - stopped;
+  std::printf(
+      "stopped rank failed its generation after %.1f s (grace 10 s, collective timeout "
+      "300 s)\n",
+      absl::ToDoubleSeconds(detected));
+  EXPECT_LT(detected, absl::Minutes(2));  // far below the collective timeout
+  ::kill(rank_pid, SIGCONT);              // harmless if the daemon's abort already killed it
+  // The job goes on with a new generation.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobStatus> s = Status(job);
+        return s.ok() && s->generation() >= 2 && s->state() == JOB_STATE_RUNNING;
+      },
+      absl::Seconds(60)))
+      << Status(job)->DebugString() << Describe(Events(job));
   EXPECT_EQ(Trainctl({"cancel", job}).first, 0);
 }
 
