@@ -18,6 +18,10 @@
 // drains records a "state_dir_recovered" event (and the "state_dir_write_failed" event
 // queued first, with the first error, lands then too).
 //
+// Queued writes live in this process only: a coordinator that stops before they land
+// restarts from the older stored state, which is consistent (each write was one
+// transaction) and which recovery already handles (a job stored RUNNING is queued again).
+//
 // Bounds: state writes (Transition, SetPlacement) are never dropped (a handful per
 // generation); queued events and step rows beyond kMaxQueuedRecordsPerJob are dropped,
 // oldest first, and the recovery event says how many.
