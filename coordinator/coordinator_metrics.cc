@@ -206,8 +206,8 @@ struct CoordinatorMetrics::Impl {
         coordinator_pauses(prometheus::BuildCounter()
                                .Name("mtrain_coordinator_pauses_total")
                                .Help("Times the coordinator found it had not run for a while "
-                                     "(stopped, starved) and gave every worker a fresh "
-                                     "heartbeat window.")
+                                     "(stopped, starved) and did not count that gap as "
+                                     "any worker's silence.")
                                .Register(*registry)
                                .Add({})),
         rpc_errors(prometheus::BuildCounter()

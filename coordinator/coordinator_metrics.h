@@ -34,7 +34,7 @@
 //   mtrain_state_dir_writes_queued              job store writes held in memory until the
 //                                               state dir takes them again
 //   mtrain_coordinator_pauses_total             times the coordinator found itself paused
-//                                               and gave workers a fresh heartbeat window
+//                                               and did not count the gap as silence
 //
 //   ASSIGN_OR_RETURN(auto metrics, CoordinatorMetrics::Start("127.0.0.1:0"));
 //   metrics->ObserveStep("job-1", step_metrics, coordinates);

@@ -691,8 +691,8 @@ void JobManager::DetectLostRanksLocked() {
           job_id, "coordinator_paused",
           absl::StrCat("the coordinator did not run for ",
                        absl::FormatDuration(absl::Trunc(pauses.newest, absl::Milliseconds(100))),
-                       " (stopped or starved of CPU): every worker got a fresh heartbeat window "
-                       "instead of being blamed for heartbeats the coordinator did not read"),
+                       " (stopped or starved of CPU): that time does not count as any "
+                       "worker's silence, since the coordinator read no heartbeats then"),
           NowMs());
     }
   }

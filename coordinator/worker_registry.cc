@@ -18,10 +18,12 @@ WorkerRegistry::WorkerRegistry(const Clock* clock, WorkerRegistryOptions options
 void WorkerRegistry::LookLocked(absl::Time now) const {
   const absl::Duration gap = now - last_look_;
   if (gap >= pause_threshold_) {
-    // Heartbeats sent during the gap were not processed, so silence then proves nothing.
-    // Only workers alive when it began are renewed: one already dead stays dead.
+    // Heartbeats sent during the gap were not processed, so silence then proves nothing:
+    // the gap is not counted. Shifting (rather than resetting every window to now) keeps
+    // the time the coordinator did run counting, so even a coordinator that keeps
+    // stalling still finds a dead worker. Workers already dead when it began stay dead.
     for (auto& [id, record] : workers_) {
-      if (IsAlive(record, last_look_)) record.last_seen = std::max(record.last_seen, now);
+      if (IsAlive(record, last_look_)) record.last_seen = std::min(now, record.last_seen + gap);
     }
     ++pauses_.count;
     pauses_.newest = gap;

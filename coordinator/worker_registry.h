@@ -11,11 +11,12 @@
 // The coordinator's own pauses do not count against workers: if the registry finds that
 // it has not looked at the clock for pause_threshold or longer (the coordinator was
 // stopped with SIGSTOP, frozen by a VM migration, starved of CPU), the heartbeats that
-// arrived meanwhile were never processed, so every worker that was alive when the gap
-// began gets a fresh heartbeat window (as if it had just heartbeated) before anyone is
-// declared dead. The coordinator looks several times a second (its tick, every
+// arrived meanwhile were never processed, so the gap does not count as silence: every
+// worker that was alive when the gap began has its last heartbeat moved forward by the
+// gap (a worker that heartbeated just before it gets a whole fresh window) before anyone
+// is declared dead. The coordinator looks several times a second (its tick, every
 // heartbeat RPC), so a gap of half the heartbeat timeout is not its normal rhythm; a
-// worker that is really dead is then declared so one timeout later than it would have
+// worker that is really dead is then declared so up to one gap later than it would have
 // been, which is the price of never blaming a healthy worker for the coordinator's pause.
 //
 // A heartbeat from a different incarnation than the registered one is refused with
