@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint_store.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -116,7 +117,7 @@ absl::Status CheckpointFileUpload::Append(uint64_t offset, absl::string_view dat
   if (writer_.has_value()) {
     if (absl::Status appended = writer_->Append(data); !appended.ok()) {
       writer_.reset();  // removes its temporary file
-      return store_->AbandonStaging(job_id_, generation_, step_, appended);
+      return store_->AbandonStaging(job_id_, generation_, step_, appended, received_ + data.size());
     }
   } else {
     // A manifest of a model with thousands of tensors is still a few MiB at most.
@@ -133,7 +134,9 @@ absl::StatusOr<uint64_t> CheckpointFileUpload::Finish() {
   if (writer_.has_value()) {
     absl::Status committed = writer_->Commit();
     writer_.reset();
-    if (!committed.ok()) return store_->AbandonStaging(job_id_, generation_, step_, committed);
+    if (!committed.ok()) {
+      return store_->AbandonStaging(job_id_, generation_, step_, committed, received_);
+    }
   } else {
     RETURN_IF_ERROR(store_->Commit(job_id_, generation_, step_, manifest_bytes_).status());
   }
@@ -206,10 +209,24 @@ void CheckpointStore::RemoveWriteFailureListener(const void* owner) {
   on_write_failure_owner_ = nullptr;
 }
 
+std::optional<uint64_t> CheckpointStore::FreeBytes() const {
+  struct statvfs st {};
+  if (::statvfs(root_.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
 absl::Status CheckpointStore::AbandonStaging(const std::string& job_id, int64_t generation,
-                                             int64_t step, const absl::Status& failure) {
+                                             int64_t step, const absl::Status& failure,
+                                             uint64_t unstaged_bytes) {
+  const std::string staging = StagingDir(job_id, generation, step);
+  uint64_t bytes_lost = unstaged_bytes;
   std::error_code ignored;
-  fs::remove_all(StagingDir(job_id, generation, step), ignored);
+  for (const fs::directory_entry& entry : fs::directory_iterator(staging, ignored)) {
+    std::error_code error;
+    const uintmax_t size = entry.file_size(error);
+    if (!error) bytes_lost += size;
+  }
+  fs::remove_all(staging, ignored);
   // A refused request (a bad manifest, a missing file) is the uploader's to explain; a
   // write the storage refused is the operator's, so it is counted and logged too.
   const bool storage = failure.code() != absl::StatusCode::kInvalidArgument &&
@@ -223,7 +240,7 @@ absl::Status CheckpointStore::AbandonStaging(const std::string& job_id, int64_t 
     std::lock_guard<std::mutex> lock(mutex_);
     listener = on_write_failure_;
   }
-  if (storage && listener) listener(job_id, step, status);
+  if (storage && listener) listener(job_id, step, status, bytes_lost);
   return status;
 }
 

@@ -130,12 +130,18 @@ class CheckpointStore {
 
   // Called (without the store's lock held) when a write of an upload or a commit fails
   // for a reason of the storage rather than of the request (a full disk, an I/O error),
-  // after the step's staging directory was removed. One listener at a time, replaced by
-  // the next; `owner` identifies it, so that an owner going away removes only its own.
-  using WriteFailureListener =
-      std::function<void(const std::string& job_id, int64_t step, const absl::Status& failure)>;
+  // after the step's staging directory was removed. `bytes_lost` is what the step had
+  // stored by then (its staged files and the failed file's bytes received): at least
+  // that much must be free before it can fit. One listener at a time, replaced by the
+  // next; `owner` identifies it, so that an owner going away removes only its own.
+  using WriteFailureListener = std::function<void(
+      const std::string& job_id, int64_t step, const absl::Status& failure, uint64_t bytes_lost)>;
   void SetWriteFailureListener(WriteFailureListener listener, const void* owner = nullptr);
   void RemoveWriteFailureListener(const void* owner);
+
+  // Bytes free for the store's files (statvfs of the root, as an unprivileged writer
+  // sees it); nullopt if that cannot be read.
+  std::optional<uint64_t> FreeBytes() const;
 
  private:
   friend class CheckpointFileUpload;
@@ -146,7 +152,7 @@ class CheckpointStore {
   // Removes the staging directory of a failed upload or commit and tells the listener
   // (storage failures only). Returns `failure`, its message prefixed with what was lost.
   absl::Status AbandonStaging(const std::string& job_id, int64_t generation, int64_t step,
-                              const absl::Status& failure);
+                              const absl::Status& failure, uint64_t unstaged_bytes = 0);
   absl::StatusOr<CheckpointInfo> CommitStaged(const std::string& job_id, int64_t generation,
                                               int64_t step, absl::string_view manifest_bytes);
   std::string StagingDir(const std::string& job_id, int64_t generation, int64_t step) const;

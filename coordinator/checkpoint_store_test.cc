@@ -177,10 +177,13 @@ TEST_F(CheckpointStoreTest, AFailedCommitLeavesNoFilesBehind) {
 
 TEST_F(CheckpointStoreTest, AWriteTheDiskRefusesRemovesTheStepsUploadsAndIsReported) {
   std::vector<std::string> reported;
-  store_->SetWriteFailureListener(
-      [&](const std::string& job_id, int64_t step, const absl::Status& failure) {
-        reported.push_back(absl::StrCat(job_id, "/", step, ": ", failure.message()));
-      });
+  store_->SetWriteFailureListener([&](const std::string& job_id, int64_t step,
+                                      const absl::Status& failure, uint64_t bytes_lost) {
+    reported.push_back(absl::StrCat(job_id, "/", step, ": ", failure.message()));
+    // What had arrived: rank 0's whole file and the first chunk of rank 1's.
+    EXPECT_GT(bytes_lost,
+              ReadAll((base_ / "src" / CheckpointDirName(10) / "rank-00000.bin").string()).size());
+  });
   const std::string manifest = WriteSource(10);
   const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
   ASSERT_TRUE(Upload(1, 10, "rank-00000.bin", ReadAll(src + "/rank-00000.bin")).ok());
@@ -206,6 +209,7 @@ TEST_F(CheckpointStoreTest, AWriteTheDiskRefusesRemovesTheStepsUploadsAndIsRepor
   // With space back, the next generation stores the step.
   ASSERT_TRUE(UploadCheckpoint(2, 10).ok());
   EXPECT_TRUE(store_->Has("job-1", 10));
+  EXPECT_GT(store_->FreeBytes().value_or(0), 0u);
   store_->SetWriteFailureListener(nullptr);
 }
 

@@ -59,9 +59,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     // generation; the operator learns why here (the rank's report may be lost with it).
     JobManager* const self = manager.get();
     checkpoints->SetWriteFailureListener(
-        [self](const std::string& job_id, int64_t step, const absl::Status& failure) {
+        [self](const std::string& job_id, int64_t step, const absl::Status& failure,
+               uint64_t bytes_lost) {
           if (self->metrics_ != nullptr) self->metrics_->AddStateDirWriteFailure("checkpoints");
           std::lock_guard<std::mutex> lock(self->mutex_);
+          if (self->active_.count(job_id) > 0) {
+            RoomWanted& wanted = self->room_wanted_[job_id];
+            wanted.step = step;
+            wanted.bytes = std::max(wanted.bytes, bytes_lost);
+          }
           (void)self->store_->AppendEvent(
               job_id, "checkpoint_write_failed",
               absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()),
@@ -214,6 +220,7 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
   }
   if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
   restart_waiting_since_.erase(job_id);
+  room_wanted_.erase(job_id);
   RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   return absl::OkStatus();
 }
@@ -474,9 +481,23 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (metrics_ != nullptr) metrics_->AddGenerationFailure(job_id);
   if (!retry) {
+    room_wanted_.erase(job_id);
     (void)TransitionLocked(
         job_id, JOB_STATE_FAILED,
         absl::StrCat(reason, " (not restarted: the job would fail the same way again)"));
+    return;
+  }
+  if (const auto room = room_wanted_.find(job_id); room != room_wanted_.end()) {
+    // The coordinator's disk failed, not the job: no restart is spent, and placing it
+    // again before there is room would only lose the same checkpoint again.
+    (void)store_->SetPlacement(job_id, generation, restarts, {}, NowMs());
+    const std::string why = absl::StrCat("waiting for room in the state dir: checkpoint step ",
+                                         room->second.step, " could not be stored (", reason,
+                                         "); the job is placed again, without spending a "
+                                         "restart, once ",
+                                         room->second.bytes, " bytes are free");
+    if (was_running) (void)TransitionLocked(job_id, JOB_STATE_PLACING, why);
+    (void)TransitionLocked(job_id, JOB_STATE_PENDING, why);
     return;
   }
   if (restarts >= spec.train().max_restarts()) {
@@ -624,6 +645,7 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
       worker_job_[ranks[r]] = job_id;
     }
     active_[job_id] = std::move(job);
+    room_wanted_.erase(job_id);
     (void)store_->SetPlacement(job_id, generation, restarts, ranks, NowMs());
     absl::StatusOr<JobStatus> status = store_->GetJob(job_id);
     if (status.ok() && status->state() != JOB_STATE_PLACING) {
@@ -651,6 +673,11 @@ void JobManager::AdmitLocked() {
     if (job.state() != JOB_STATE_PENDING) continue;
     // Waiting for an upload, not for workers: it must not hold back the jobs behind it.
     if (AwaitsInitialWeightsLocked(job)) continue;
+    // Waiting for room in the state dir, not for workers: the same.
+    if (const auto room = room_wanted_.find(job.job_id()); room != room_wanted_.end()) {
+      const std::optional<uint64_t> free = checkpoints_->FreeBytes();
+      if (free.has_value() && *free < room->second.bytes) continue;
+    }
     const std::vector<DeviceKind> kinds = EligibleDeviceKinds(job.spec());
     if (std::any_of(kinds.begin(), kinds.end(),
                     [&](DeviceKind k) { return held_back.count(k) > 0; })) {

@@ -24,7 +24,11 @@
 // The manager's decisions hold even when the state dir refuses writes (a full disk): the
 // store is reached through a RetryingJobStore, which keeps refused writes in memory (reads
 // see them), retries them from Tick() and says so in the job's status, an event and the
-// mtrain_state_dir_* metrics. So a failed generation always leaves RUNNING.
+// mtrain_state_dir_* metrics. So a failed generation always leaves RUNNING. A generation
+// that failed because the state dir could not store its checkpoint spends no restart:
+// the job waits in PENDING ("waiting for room in the state dir") until the checkpoint
+// store's file system has at least the bytes that checkpoint had stored when it failed,
+// then is placed as usual.
 //
 // Thread-safe: every method may be called from any gRPC thread.
 #ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
@@ -199,6 +203,13 @@ class JobManager {
   std::map<std::string, int64_t> versions_;                   // job -> change count
   std::map<std::string, absl::Time> restart_waiting_since_;   // failed job waiting -> since
   int64_t pauses_seen_ = 0;  // WorkerRegistry::pauses().count already reported; guarded
+  // Jobs whose live generation lost a checkpoint to the state dir (a full disk): the
+  // step, and the bytes that must be free before the job is placed again. Guarded.
+  struct RoomWanted {
+    int64_t step = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, RoomWanted> room_wanted_;
 };
 
 }  // namespace mtrain
