@@ -1,6 +1,9 @@
 #include "coordinator/job_manager.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -514,6 +517,47 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
   EXPECT_NE(log.find("using checkpoint step 5"), std::string::npos) << log;
   EXPECT_NE(log.find("resume: generation 2 resumes from checkpoint step 5"), std::string::npos)
       << log;
+}
+
+TEST_F(JobManagerTest, ACheckpointTheStateDirCannotStoreSpendsNoRestart) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+  // The upload of step 5 fails for want of space (files of this process cannot grow).
+  {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit saved{};
+    getrlimit(RLIMIT_FSIZE, &saved);
+    rlimit limited = saved;
+    limited.rlim_cur = 16;
+    setrlimit(RLIMIT_FSIZE, &limited);
+    absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> upload =
+        checkpoints_->BeginFile(*id, 1, 5, "rank-00000.bin");
+    absl::Status appended =
+        upload.ok() ? (*upload)->Append(0, std::string(4096, 'x')) : upload.status();
+    setrlimit(RLIMIT_FSIZE, &saved);
+    ASSERT_FALSE(appended.ok());
+    // The rank reports its failed upload.
+    ASSERT_TRUE(manager_
+                    ->OnRankResult(Result(ranks[0], absl::StatusCode::kInternal,
+                                          std::string(appended.message())))
+                    .ok());
+  }
+  const std::string log = EventLog(*id);
+  EXPECT_NE(log.find("checkpoint_write_failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("waiting for room in the state dir: checkpoint step 5"), std::string::npos)
+      << log;
+  // There is room on this disk: the next Tick places it again, with its budget of zero
+  // restarts untouched (it would have FAILED otherwise).
+  manager_->Tick();
+  std::map<int, Assignment> again = Deliver({"w0"});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].generation(), 2);
+  EXPECT_EQ(manager_->Get(*id)->restarts(), 0);
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
 }
 
 // Damage that keeps a file's size and modification time escapes the store's record of
