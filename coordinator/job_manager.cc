@@ -705,8 +705,8 @@ void JobManager::DetectLostRanksLocked() {
     live += w.alive() ? 1 : 0;
   }
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
-  // The registry renewed every live worker's heartbeat window after a pause of this
-  // process (worker_registry.h); the jobs it might have hit say so.
+  // After a pause of this process the registry did not count the gap as any worker's
+  // silence (worker_registry.h); the jobs it might have hit say so.
   const WorkerRegistry::Pauses pauses = workers_->pauses();
   if (pauses.count > pauses_seen_) {
     for (int64_t i = pauses_seen_; i < pauses.count && metrics_ != nullptr; ++i) {
