@@ -13,10 +13,12 @@ WorkerRegistry::WorkerRegistry(const Clock* clock, WorkerRegistryOptions options
       pause_threshold_(options.pause_threshold > absl::ZeroDuration()
                            ? options.pause_threshold
                            : options.heartbeat_timeout / 2),
-      last_look_(clock->Now()) {}
+      last_look_(absl::InfinitePast()) {}
 
 void WorkerRegistry::LookLocked(absl::Time now) const {
-  const absl::Duration gap = now - last_look_;
+  // The first look has nothing to compare with (the daemon's start may take a while).
+  const absl::Duration gap =
+      last_look_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_look_;
   if (gap >= pause_threshold_) {
     // Heartbeats sent during the gap were not processed, so silence then proves nothing:
     // the gap is not counted. Shifting (rather than resetting every window to now) keeps

@@ -111,7 +111,7 @@ class WorkerRegistry {
   // Mutable: looking at the clock, which even a const read does, is what finds a pause and
   // moves the heartbeat windows. Guarded by mutex_.
   mutable std::map<std::string, Record> workers_;
-  mutable absl::Time last_look_;
+  mutable absl::Time last_look_;  // InfinitePast() before the first look
   mutable Pauses pauses_;
 };
 

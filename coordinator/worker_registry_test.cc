@@ -160,6 +160,14 @@ TEST_F(WorkerRegistryTest, APauseOfTheCoordinatorGivesLiveWorkersAFreshWindow) {
   EXPECT_EQ(registry_.pauses().count, 1);
 }
 
+TEST_F(WorkerRegistryTest, ASlowStartIsNotAPause) {
+  WorkerRegistry registry(&clock_, WorkerRegistryOptions{});
+  clock_.Advance(absl::Seconds(30));  // the daemon opens a large state dir
+  bool restarted;
+  ASSERT_TRUE(registry.Register(MakeWorker("w1", "a"), &restarted).ok());
+  EXPECT_EQ(registry.pauses().count, 0);
+}
+
 TEST_F(WorkerRegistryTest, PauseDetectionCanBeTurnedOff) {
   WorkerRegistryOptions options;
   options.pause_threshold = absl::InfiniteDuration();
