@@ -1,6 +1,7 @@
 #include "coordinator/checkpoint_store.h"
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -114,7 +115,10 @@ absl::Status CheckpointFileUpload::Append(uint64_t offset, absl::string_view dat
                      " bytes were received [rule: chunks in order, without gaps]"));
   }
   if (writer_.has_value()) {
-    RETURN_IF_ERROR(writer_->Append(data));
+    if (absl::Status appended = writer_->Append(data); !appended.ok()) {
+      writer_.reset();  // removes its temporary file
+      return store_->AbandonStaging(job_id_, generation_, step_, appended, received_ + data.size());
+    }
   } else {
     // A manifest of a model with thousands of tensors is still a few MiB at most.
     if (manifest_bytes_.size() + data.size() > (64u << 20)) {
@@ -128,8 +132,11 @@ absl::Status CheckpointFileUpload::Append(uint64_t offset, absl::string_view dat
 
 absl::StatusOr<uint64_t> CheckpointFileUpload::Finish() {
   if (writer_.has_value()) {
-    RETURN_IF_ERROR(writer_->Commit());
+    absl::Status committed = writer_->Commit();
     writer_.reset();
+    if (!committed.ok()) {
+      return store_->AbandonStaging(job_id_, generation_, step_, committed, received_);
+    }
   } else {
     RETURN_IF_ERROR(store_->Commit(job_id_, generation_, step_, manifest_bytes_).status());
   }
@@ -175,15 +182,66 @@ absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> CheckpointStore::BeginFile
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) {
-    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+    return AbandonStaging(
+        job_id, generation, step,
+        absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message())));
   }
   std::optional<AtomicFileWriter> writer;
   if (file != kManifestFileName) {
-    ASSIGN_OR_RETURN(AtomicFileWriter created, AtomicFileWriter::Create(dir + "/" + file));
-    writer.emplace(std::move(created));
+    absl::StatusOr<AtomicFileWriter> created = AtomicFileWriter::Create(dir + "/" + file);
+    if (!created.ok()) return AbandonStaging(job_id, generation, step, created.status());
+    writer.emplace(*std::move(created));
   }
   return std::unique_ptr<CheckpointFileUpload>(
       new CheckpointFileUpload(this, job_id, generation, step, file, std::move(writer)));
+}
+
+void CheckpointStore::SetWriteFailureListener(WriteFailureListener listener, const void* owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  on_write_failure_ = std::move(listener);
+  on_write_failure_owner_ = owner;
+}
+
+void CheckpointStore::RemoveWriteFailureListener(const void* owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (on_write_failure_owner_ != owner) return;
+  on_write_failure_ = nullptr;
+  on_write_failure_owner_ = nullptr;
+}
+
+std::optional<uint64_t> CheckpointStore::FreeBytes() const {
+  struct statvfs st {};
+  if (::statvfs(root_.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+absl::Status CheckpointStore::AbandonStaging(const std::string& job_id, int64_t generation,
+                                             int64_t step, const absl::Status& failure,
+                                             uint64_t unstaged_bytes) {
+  const std::string staging = StagingDir(job_id, generation, step);
+  uint64_t bytes_lost = unstaged_bytes;
+  std::error_code ignored;
+  for (const fs::directory_entry& entry : fs::directory_iterator(staging, ignored)) {
+    std::error_code error;
+    const uintmax_t size = entry.file_size(error);
+    if (!error) bytes_lost += size;
+  }
+  fs::remove_all(staging, ignored);
+  // A refused request (a bad manifest, a missing file) is the uploader's to explain; a
+  // write the storage refused is the operator's, so it is counted and logged too.
+  const bool storage = failure.code() != absl::StatusCode::kInvalidArgument &&
+                       failure.code() != absl::StatusCode::kDataLoss;
+  const absl::Status status(
+      failure.code(),
+      absl::StrCat("checkpoint step ", step, " of ", job_id,
+                   " not stored (its uploaded files are removed): ", failure.message()));
+  WriteFailureListener listener;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener = on_write_failure_;
+  }
+  if (storage && listener) listener(job_id, step, status, bytes_lost);
+  return status;
 }
 
 absl::StatusOr<CheckpointInfo> CheckpointStore::Commit(const std::string& job_id,
@@ -191,6 +249,14 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Commit(const std::string& job_id
                                                        absl::string_view manifest_bytes) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   RETURN_IF_ERROR(CheckStep(step));
+  absl::StatusOr<CheckpointInfo> committed = CommitStaged(job_id, generation, step, manifest_bytes);
+  if (!committed.ok()) return AbandonStaging(job_id, generation, step, committed.status());
+  return committed;
+}
+
+absl::StatusOr<CheckpointInfo> CheckpointStore::CommitStaged(const std::string& job_id,
+                                                             int64_t generation, int64_t step,
+                                                             absl::string_view manifest_bytes) {
   absl::StatusOr<CheckpointManifest> manifest = ParseManifest(manifest_bytes);
   if (!manifest.ok()) {
     return absl::InvalidArgumentError(
@@ -211,10 +277,8 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Commit(const std::string& job_id
   absl::StatusOr<Checkpoint> opened =
       OpenCheckpoint(staging, ChecksumVerification::kAllFilesOnOpen);
   if (!opened.ok()) {
-    std::error_code ignored;
-    fs::remove(absl::StrCat(staging, "/", kManifestFileName), ignored);
-    return absl::DataLossError(absl::StrCat("checkpoint step ", step, " of ", job_id,
-                                            " not committed: ", opened.status().message()));
+    return absl::DataLossError(absl::StrCat("not committed, a listed file is missing or damaged: ",
+                                            opened.status().message()));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string final_dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(step));

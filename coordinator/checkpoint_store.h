@@ -14,11 +14,18 @@
 // the last `keep_last` committed checkpoints of a job are kept; staging directories of
 // older generations are dropped at each commit.
 //
+// A checkpoint whose upload or commit fails (a full disk, a damaged file, a bad manifest)
+// never becomes a committed one, and its staging directory is removed at once, with
+// every file the generation uploaded for that step: on a full disk those files are what
+// keeps it full. Other ranks still uploading into it then fail too (the checkpoint is lost
+// anyway, and its generation with it).
+//
 // Thread-safe. No gRPC here: the adapter (grpc_service.cc) feeds it chunks.
 #ifndef MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
 #define MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -121,12 +128,33 @@ class CheckpointStore {
   const std::string& root() const { return root_; }
   int keep_last() const { return keep_last_; }
 
+  // Called (without the store's lock held) when a write of an upload or a commit fails
+  // for a reason of the storage rather than of the request (a full disk, an I/O error),
+  // after the step's staging directory was removed. `bytes_lost` is what the step had
+  // stored by then (its staged files and the failed file's bytes received): at least
+  // that much must be free before it can fit. One listener at a time, replaced by the
+  // next; `owner` identifies it, so that an owner going away removes only its own.
+  using WriteFailureListener = std::function<void(
+      const std::string& job_id, int64_t step, const absl::Status& failure, uint64_t bytes_lost)>;
+  void SetWriteFailureListener(WriteFailureListener listener, const void* owner = nullptr);
+  void RemoveWriteFailureListener(const void* owner);
+
+  // Bytes free for the store's files (statvfs of the root, as an unprivileged writer
+  // sees it); nullopt if that cannot be read.
+  std::optional<uint64_t> FreeBytes() const;
+
  private:
   friend class CheckpointFileUpload;
   CheckpointStore(std::string root, int keep_last)
       : root_(std::move(root)), keep_last_(keep_last) {}
 
   std::string JobDir(const std::string& job_id) const;
+  // Removes the staging directory of a failed upload or commit and tells the listener
+  // (storage failures only). Returns `failure`, its message prefixed with what was lost.
+  absl::Status AbandonStaging(const std::string& job_id, int64_t generation, int64_t step,
+                              const absl::Status& failure, uint64_t unstaged_bytes = 0);
+  absl::StatusOr<CheckpointInfo> CommitStaged(const std::string& job_id, int64_t generation,
+                                              int64_t step, absl::string_view manifest_bytes);
   std::string StagingDir(const std::string& job_id, int64_t generation, int64_t step) const;
   // Requires mutex_.
   std::vector<int64_t> CommittedStepsLocked(const std::string& job_id) const;
@@ -143,6 +171,8 @@ class CheckpointStore {
     absl::Status status;                                 // OK, or why it is unusable
   };
   std::map<std::pair<std::string, int64_t>, Verification> verified_;  // (job, step)
+  WriteFailureListener on_write_failure_;                             // guarded by mutex_
+  const void* on_write_failure_owner_ = nullptr;                      // guarded by mutex_
 };
 
 // "rank-NNNNN.bin" or "MANIFEST"; anything else (paths, temporary names) is refused.

@@ -1,10 +1,14 @@
 #include "coordinator/checkpoint_store.h"
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/engine/checkpoint.h"
 
@@ -161,6 +165,52 @@ TEST_F(CheckpointStoreTest, ManifestWithoutItsShardsIsNotCommitted) {
   s = Upload(1, 10, "MANIFEST", manifest);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_FALSE(store_->Has("job-1", 10));
+}
+
+TEST_F(CheckpointStoreTest, AFailedCommitLeavesNoFilesBehind) {
+  const std::string manifest = WriteSource(10);
+  const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
+  ASSERT_TRUE(Upload(1, 10, "rank-00000.bin", ReadAll(src + "/rank-00000.bin")).ok());
+  EXPECT_FALSE(Upload(1, 10, "MANIFEST", manifest).ok());
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / "staging" / "gen-1" / "step-00000010"));
+}
+
+TEST_F(CheckpointStoreTest, AWriteTheDiskRefusesRemovesTheStepsUploadsAndIsReported) {
+  std::vector<std::string> reported;
+  store_->SetWriteFailureListener([&](const std::string& job_id, int64_t step,
+                                      const absl::Status& failure, uint64_t bytes_lost) {
+    reported.push_back(absl::StrCat(job_id, "/", step, ": ", failure.message()));
+    // What had arrived: rank 0's whole file and the first chunk of rank 1's.
+    EXPECT_GT(bytes_lost,
+              ReadAll((base_ / "src" / CheckpointDirName(10) / "rank-00000.bin").string()).size());
+  });
+  const std::string manifest = WriteSource(10);
+  const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
+  ASSERT_TRUE(Upload(1, 10, "rank-00000.bin", ReadAll(src + "/rank-00000.bin")).ok());
+  absl::Status refused;
+  {
+    // A full disk, as far as this process's writes go: files cannot grow past 16 bytes.
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit saved{};
+    getrlimit(RLIMIT_FSIZE, &saved);
+    rlimit limited = saved;
+    limited.rlim_cur = 16;
+    setrlimit(RLIMIT_FSIZE, &limited);
+    refused = Upload(1, 10, "rank-00001.bin", ReadAll(src + "/rank-00001.bin"), 4096);
+    setrlimit(RLIMIT_FSIZE, &saved);
+  }
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("not stored"), std::string::npos) << refused;
+  ASSERT_EQ(reported.size(), 1u);
+  EXPECT_EQ(reported[0].rfind("job-1/10: ", 0), 0u) << reported[0];
+  // The rank that uploaded before lost its file too: the step is gone as a whole.
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / "staging" / "gen-1" / "step-00000010"));
+  EXPECT_FALSE(store_->Has("job-1", 10));
+  // With space back, the next generation stores the step.
+  ASSERT_TRUE(UploadCheckpoint(2, 10).ok());
+  EXPECT_TRUE(store_->Has("job-1", 10));
+  EXPECT_GT(store_->FreeBytes().value_or(0), 0u);
+  store_->SetWriteFailureListener(nullptr);
 }
 
 TEST_F(CheckpointStoreTest, RefusesBadNamesOffsetsAndManifests) {

@@ -190,6 +190,26 @@ struct CoordinatorMetrics::Impl {
                               .Help("Workers declared dead for missing their heartbeats.")
                               .Register(*registry)
                               .Add({})),
+        state_dir_write_failures(
+            prometheus::BuildCounter()
+                .Name("mtrain_state_dir_write_failures_total")
+                .Help("Writes to the coordinator's state dir that failed (a full disk, an I/O "
+                      "error), by store: jobs (SQLite; retried until they land) or "
+                      "checkpoints (the upload fails, and with it the generation).")
+                .Register(*registry)),
+        state_dir_writes_queued(prometheus::BuildGauge()
+                                    .Name("mtrain_state_dir_writes_queued")
+                                    .Help("Job store writes held in memory, waiting for the "
+                                          "state dir to take them again.")
+                                    .Register(*registry)
+                                    .Add({})),
+        coordinator_pauses(prometheus::BuildCounter()
+                               .Name("mtrain_coordinator_pauses_total")
+                               .Help("Times the coordinator found it had not run for a while "
+                                     "(stopped, starved) and did not count that gap as "
+                                     "any worker's silence.")
+                               .Register(*registry)
+                               .Add({})),
         rpc_errors(prometheus::BuildCounter()
                        .Name("mtrain_rpc_errors_total")
                        .Help("RPCs the coordinator answered with an error, by method and "
@@ -248,6 +268,9 @@ struct CoordinatorMetrics::Impl {
   prometheus::Gauge& workers_registered;
   prometheus::Gauge& workers_alive;
   prometheus::Counter& heartbeats_missed;
+  prometheus::Family<prometheus::Counter>& state_dir_write_failures;
+  prometheus::Gauge& state_dir_writes_queued;
+  prometheus::Counter& coordinator_pauses;
   prometheus::Family<prometheus::Counter>& rpc_errors;
 
   // prometheus-cpp's metrics are thread-safe on their own; the mutex keeps the maps and
@@ -393,6 +416,16 @@ void CoordinatorMetrics::SetWorkers(int registered, int alive) {
 }
 
 void CoordinatorMetrics::AddMissedHeartbeat() { impl_->heartbeats_missed.Increment(); }
+
+void CoordinatorMetrics::AddStateDirWriteFailure(const std::string& store) {
+  impl_->state_dir_write_failures.Add({{"store", store}}).Increment();
+}
+
+void CoordinatorMetrics::SetStateDirWritesQueued(int64_t queued) {
+  impl_->state_dir_writes_queued.Set(static_cast<double>(queued));
+}
+
+void CoordinatorMetrics::AddCoordinatorPause() { impl_->coordinator_pauses.Increment(); }
 
 void CoordinatorMetrics::AddRpcError(const std::string& method, const std::string& code) {
   // Family::Add finds the existing series under the family's own lock; errors are rare

@@ -29,6 +29,12 @@
 //   mtrain_workers_registered, mtrain_workers_alive
 //   mtrain_heartbeats_missed_total              workers declared dead for silence
 //   mtrain_rpc_errors_total{method,code}        RPCs answered with an error
+//   mtrain_state_dir_write_failures_total{store}   failed writes to --state_dir (store:
+//                                               jobs, checkpoints)
+//   mtrain_state_dir_writes_queued              job store writes held in memory until the
+//                                               state dir takes them again
+//   mtrain_coordinator_pauses_total             times the coordinator found itself paused
+//                                               and did not count the gap as silence
 //
 //   ASSIGN_OR_RETURN(auto metrics, CoordinatorMetrics::Start("127.0.0.1:0"));
 //   metrics->ObserveStep("job-1", step_metrics, coordinates);
@@ -37,6 +43,7 @@
 #ifndef MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
 #define MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -69,6 +76,10 @@ class CoordinatorMetrics {
   void SetCheckpointStep(const std::string& job_id, int64_t step);
   void SetWorkers(int registered, int alive);
   void AddMissedHeartbeat();
+  // A write to the state dir failed; `store` is "jobs" or "checkpoints".
+  void AddStateDirWriteFailure(const std::string& store);
+  void SetStateDirWritesQueued(int64_t queued);
+  void AddCoordinatorPause();
   // `method` is the RPC's name ("SubmitJob"), `code` the gRPC code's name
   // ("INVALID_ARGUMENT").
   void AddRpcError(const std::string& method, const std::string& code);

@@ -42,7 +42,7 @@ JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* st
                        JobManagerOptions options, CheckpointStore* checkpoints)
     : clock_(clock),
       workers_(workers),
-      store_(store),
+      store_(std::make_unique<RetryingJobStore>(store, clock, metrics)),
       rendezvous_(rendezvous),
       metrics_(metrics),
       options_(options),
@@ -54,7 +54,33 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
   std::unique_ptr<JobManager> manager(
       new JobManager(clock, workers, store, rendezvous, metrics, options, checkpoints));
   RETURN_IF_ERROR(manager->Recover());
+  if (checkpoints != nullptr) {
+    // A checkpoint the state dir could not store fails its upload, and so the rank and its
+    // generation; the operator learns why here (the rank's report may be lost with it).
+    JobManager* const self = manager.get();
+    checkpoints->SetWriteFailureListener(
+        [self](const std::string& job_id, int64_t step, const absl::Status& failure,
+               uint64_t bytes_lost) {
+          if (self->metrics_ != nullptr) self->metrics_->AddStateDirWriteFailure("checkpoints");
+          std::lock_guard<std::mutex> lock(self->mutex_);
+          if (self->active_.count(job_id) > 0) {
+            RoomWanted& wanted = self->room_wanted_[job_id];
+            wanted.step = step;
+            wanted.bytes = std::max(wanted.bytes, bytes_lost);
+          }
+          (void)self->store_->AppendEvent(
+              job_id, "checkpoint_write_failed",
+              absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()),
+              self->NowMs());
+          self->BumpLocked(job_id);
+        },
+        self);
+  }
   return manager;
+}
+
+JobManager::~JobManager() {
+  if (checkpoints_ != nullptr) checkpoints_->RemoveWriteFailureListener(this);
 }
 
 int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
@@ -194,6 +220,7 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
   }
   if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
   restart_waiting_since_.erase(job_id);
+  room_wanted_.erase(job_id);
   RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   return absl::OkStatus();
 }
@@ -208,8 +235,36 @@ absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(const st
   return std::make_pair(std::move(status), versions_[job_id]);
 }
 
+void JobManager::FailStoppedRankLocked(const HeartbeatRequest& request) {
+  if (request.state() != WORKER_STATE_BUSY || request.rank_stopped_ms() <= 0) return;
+  const absl::Duration stopped = absl::Milliseconds(request.rank_stopped_ms());
+  if (options_.stopped_rank_grace >= options_.collective_timeout ||
+      stopped < options_.stopped_rank_grace) {
+    return;
+  }
+  const std::string& worker = request.worker_id();
+  const auto assigned = worker_job_.find(worker);
+  const auto active = active_.find(request.job_id());
+  if (assigned == worker_job_.end() || assigned->second != request.job_id() ||
+      active == active_.end() || active->second.generation != request.generation()) {
+    return;  // not a live rank: the usual abort of stale ranks deals with it
+  }
+  const std::vector<std::string>& ranks = active->second.workers;
+  const auto rank = std::find(ranks.begin(), ranks.end(), worker) - ranks.begin();
+  FailGenerationLocked(
+      request.job_id(),
+      absl::StrCat("rank ", rank, " on worker ", worker, " has been stopped (SIGSTOP) for ",
+                   absl::FormatDuration(absl::Trunc(stopped, absl::Milliseconds(100))),
+                   ", its daemon reports: its peers would wait for it until the collective "
+                   "timeout (",
+                   absl::FormatDuration(options_.collective_timeout),
+                   "), so the generation fails now"));
+}
+
 std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& request) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // First, so that the abort it queues for this worker goes out with this heartbeat.
+  FailStoppedRankLocked(request);
   const std::string& worker = request.worker_id();
   std::vector<WorkerCommand> commands;
   commands.swap(outbox_[worker]);
@@ -426,9 +481,23 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
                             absl::StrCat("generation ", generation, ": ", reason), NowMs());
   if (metrics_ != nullptr) metrics_->AddGenerationFailure(job_id);
   if (!retry) {
+    room_wanted_.erase(job_id);
     (void)TransitionLocked(
         job_id, JOB_STATE_FAILED,
         absl::StrCat(reason, " (not restarted: the job would fail the same way again)"));
+    return;
+  }
+  if (const auto room = room_wanted_.find(job_id); room != room_wanted_.end()) {
+    // The coordinator's disk failed, not the job: no restart is spent, and placing it
+    // again before there is room would only lose the same checkpoint again.
+    (void)store_->SetPlacement(job_id, generation, restarts, {}, NowMs());
+    const std::string why = absl::StrCat("waiting for room in the state dir: checkpoint step ",
+                                         room->second.step, " could not be stored (", reason,
+                                         "); the job is placed again, without spending a "
+                                         "restart, once ",
+                                         room->second.bytes, " bytes are free");
+    if (was_running) (void)TransitionLocked(job_id, JOB_STATE_PLACING, why);
+    (void)TransitionLocked(job_id, JOB_STATE_PENDING, why);
     return;
   }
   if (restarts >= spec.train().max_restarts()) {
@@ -586,6 +655,7 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
       worker_job_[ranks[r]] = job_id;
     }
     active_[job_id] = std::move(job);
+    room_wanted_.erase(job_id);
     (void)store_->SetPlacement(job_id, generation, restarts, ranks, NowMs());
     absl::StatusOr<JobStatus> status = store_->GetJob(job_id);
     if (status.ok() && status->state() != JOB_STATE_PLACING) {
@@ -613,6 +683,11 @@ void JobManager::AdmitLocked() {
     if (job.state() != JOB_STATE_PENDING) continue;
     // Waiting for an upload, not for workers: it must not hold back the jobs behind it.
     if (AwaitsInitialWeightsLocked(job)) continue;
+    // Waiting for room in the state dir, not for workers: the same.
+    if (const auto room = room_wanted_.find(job.job_id()); room != room_wanted_.end()) {
+      const std::optional<uint64_t> free = checkpoints_->FreeBytes();
+      if (free.has_value() && *free < room->second.bytes) continue;
+    }
     const std::vector<DeviceKind> kinds = EligibleDeviceKinds(job.spec());
     if (std::any_of(kinds.begin(), kinds.end(),
                     [&](DeviceKind k) { return held_back.count(k) > 0; })) {
@@ -640,6 +715,24 @@ void JobManager::DetectLostRanksLocked() {
     live += w.alive() ? 1 : 0;
   }
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
+  // After a pause of this process the registry did not count the gap as any worker's
+  // silence (worker_registry.h); the jobs it might have hit say so.
+  const WorkerRegistry::Pauses pauses = workers_->pauses();
+  if (pauses.count > pauses_seen_) {
+    for (int64_t i = pauses_seen_; i < pauses.count && metrics_ != nullptr; ++i) {
+      metrics_->AddCoordinatorPause();
+    }
+    pauses_seen_ = pauses.count;
+    for (const auto& [job_id, job] : active_) {
+      (void)store_->AppendEvent(
+          job_id, "coordinator_paused",
+          absl::StrCat("the coordinator did not run for ",
+                       absl::FormatDuration(absl::Trunc(pauses.newest, absl::Milliseconds(100))),
+                       " (stopped or starved of CPU): that time does not count as any "
+                       "worker's silence, since the coordinator read no heartbeats then"),
+          NowMs());
+    }
+  }
   const absl::Time now = clock_->Now();
   std::vector<std::pair<std::string, std::string>> failures;
   for (const auto& [job_id, job] : active_) {
@@ -665,6 +758,14 @@ void JobManager::DetectLostRanksLocked() {
 }
 
 void JobManager::Tick() {
+  // Writes the state dir refused are retried here, outside the manager's lock (the retry
+  // backoff keeps a full disk from being hammered); a job whose writes all landed has a
+  // new status to show.
+  const std::vector<std::string> saved = store_->Flush();
+  if (!saved.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& job_id : saved) BumpLocked(job_id);
+  }
   if (checkpoints_ != nullptr) {
     // The checkpoints a placement may resume from are read and checked here, outside the
     // manager's lock: a large one takes seconds, and heartbeats, RPCs and the status page

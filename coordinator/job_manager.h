@@ -22,6 +22,15 @@
 //   A coordinator that restarts finds jobs it was running in the store: it re-queues them
 //   (their workers re-register and are told to abort what they ran).
 //
+// The manager's decisions hold even when the state dir refuses writes (a full disk): the
+// store is reached through a RetryingJobStore, which keeps refused writes in memory (reads
+// see them), retries them from Tick() and says so in the job's status, an event and the
+// mtrain_state_dir_* metrics. So a failed generation always leaves RUNNING. A generation
+// that failed because the state dir could not store its checkpoint spends no restart:
+// the job waits in PENDING ("waiting for room in the state dir") until the checkpoint
+// store's file system has at least the bytes that checkpoint had stored when it failed,
+// then is placed as usual.
+//
 // Thread-safe: every method may be called from any gRPC thread.
 #ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
 #define MTRAIN_COORDINATOR_JOB_MANAGER_H_
@@ -29,6 +38,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -43,6 +53,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
+#include "coordinator/retrying_job_store.h"
 #include "coordinator/worker_registry.h"
 #include "proto/assignment.pb.h"
 #include "proto/coordinator.pb.h"
@@ -59,6 +70,16 @@ struct JobManagerOptions {
   absl::Duration shrink_grace = absl::Seconds(30);
   // Handed to every rank: bound on its rendezvous and on each collective or message.
   absl::Duration collective_timeout = absl::Minutes(5);
+  // A rank whose own worker daemon reports its process stopped by a signal (SIGSTOP) this
+  // long fails its generation at once, instead of its peers waiting out
+  // collective_timeout and then naming it (worker/parallel/group_watchdog.h). Safe: a
+  // stopped process makes no progress and its daemon sees it directly (a debugger's stop
+  // is not reported), so no healthy rank is blamed; the grace lets a brief stop pass.
+  // Applies only when shorter than collective_timeout (else the peers' timeout comes
+  // first, with the watchdog's verdict). Hangs of a running process (a deadlock, a
+  // stuck device) still end at collective_timeout: from outside, a rank busy in a long
+  // step looks the same.
+  absl::Duration stopped_rank_grace = absl::Seconds(10);
 };
 
 class JobManager {
@@ -70,6 +91,7 @@ class JobManager {
       const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
       CoordinatorMetrics* metrics, JobManagerOptions options,
       CheckpointStore* checkpoints = nullptr);
+  ~JobManager();
 
   // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
   // field and rule, or when the job needs more workers than are registered and alive.
@@ -153,6 +175,8 @@ class JobManager {
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   void DetectLostRanksLocked();
+  // Fails the generation of a rank its daemon reports stopped (see stopped_rank_grace).
+  void FailStoppedRankLocked(const HeartbeatRequest& request);
   // Whether a job with train.init_from still lacks its uploaded initial weights.
   bool AwaitsInitialWeightsLocked(const JobStatus& job) const;
   // The checkpoint a new generation resumes from (damaged ones reported as events).
@@ -163,7 +187,9 @@ class JobManager {
 
   const Clock* const clock_;
   WorkerRegistry* const workers_;
-  JobStore* const store_;
+  // Every read and write of job state goes through it (never the JobStore directly), so
+  // that writes the state dir refused are seen, in order, by every reader.
+  const std::unique_ptr<RetryingJobStore> store_;
   RendezvousStore* const rendezvous_;
   CoordinatorMetrics* const metrics_;
   const JobManagerOptions options_;
@@ -177,6 +203,14 @@ class JobManager {
   std::map<std::string, absl::Time> idle_since_;              // assigned worker seen idle
   std::map<std::string, int64_t> versions_;                   // job -> change count
   std::map<std::string, absl::Time> restart_waiting_since_;   // failed job waiting -> since
+  int64_t pauses_seen_ = 0;  // WorkerRegistry::pauses().count already reported; guarded
+  // Jobs whose live generation lost a checkpoint to the state dir (a full disk): the
+  // step, and the bytes that must be free before the job is placed again. Guarded.
+  struct RoomWanted {
+    int64_t step = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, RoomWanted> room_wanted_;
 };
 
 }  // namespace mtrain

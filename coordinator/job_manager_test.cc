@@ -1,6 +1,9 @@
 #include "coordinator/job_manager.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -294,6 +297,88 @@ TEST_F(JobManagerTest, ADeadWorkerFailsItsGeneration) {
   EXPECT_NE(manager_->Get(*id)->message().find("w1"), std::string::npos);
 }
 
+TEST_F(JobManagerTest, APauseOfTheCoordinatorBlamesNoWorker) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0", "w1"});
+  // The coordinator is stopped for 15 s; after SIGCONT w0's heartbeat is served first and
+  // the ticker runs before w1's (sent during the pause) is.
+  clock_.Advance(absl::Seconds(15));
+  Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  manager_->Tick();
+  Beat("w1", WORKER_STATE_BUSY, *id, 1);
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
+  EXPECT_NE(EventLog(*id).find("coordinator_paused: the coordinator did not run for 15s"),
+            std::string::npos)
+      << EventLog(*id);
+  // A worker that then really goes silent is still found, one timeout later.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("w0", WORKER_STATE_BUSY, *id, 1);
+    manager_->Tick();
+  }
+  EXPECT_EQ(State(*id), JOB_STATE_FAILED);
+  EXPECT_NE(manager_->Get(*id)->message().find("w1"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, ARankItsDaemonReportsStoppedFailsItsGenerationBeforeTheCollectiveTimeout) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/1));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0", "w1"});
+  auto beat_stopped = [&](absl::Duration stopped) {
+    HeartbeatRequest request;
+    request.set_worker_id("w1");
+    request.set_incarnation_id("inc-w1");
+    request.set_state(WORKER_STATE_BUSY);
+    request.set_job_id(*id);
+    request.set_generation(1);
+    request.set_rank_stopped_ms(absl::ToInt64Milliseconds(stopped));
+    EXPECT_TRUE(registry_.Heartbeat(request).ok());
+    return manager_->OnHeartbeat(request);
+  };
+  // A short stop passes.
+  EXPECT_TRUE(beat_stopped(absl::Seconds(2)).empty());
+  EXPECT_EQ(manager_->Get(*id)->generation(), 1);
+  // Past the grace (10 s), far short of the collective timeout (5 min): the generation
+  // fails now, and the stopped rank is aborted with this very heartbeat.
+  const std::vector<WorkerCommand> commands = beat_stopped(absl::Seconds(11));
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(commands[0].has_abort());
+  EXPECT_NE(EventLog(*id).find("rank 1 on worker w1 has been stopped (SIGSTOP) for 11s"),
+            std::string::npos)
+      << EventLog(*id);
+  EXPECT_EQ(manager_->Get(*id)->restarts(), 1);
+}
+
+TEST_F(JobManagerTest, AStoppedRankIsLeftToTheCollectiveTimeoutWhenThatComesFirst) {
+  JobManagerOptions options;
+  options.collective_timeout = absl::Seconds(4);  // the peers time out and name it first
+  absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Create(
+      &clock_, &registry_, store_.get(), &rendezvous_, nullptr, options, checkpoints_.get());
+  ASSERT_TRUE(manager.ok());
+  manager_ = *std::move(manager);
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/1));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0"});
+  HeartbeatRequest request;
+  request.set_worker_id("w0");
+  request.set_incarnation_id("inc-w0");
+  request.set_state(WORKER_STATE_BUSY);
+  request.set_job_id(*id);
+  request.set_generation(1);
+  request.set_rank_stopped_ms(60000);
+  ASSERT_TRUE(registry_.Heartbeat(request).ok());
+  EXPECT_TRUE(manager_->OnHeartbeat(request).empty());
+  EXPECT_EQ(manager_->Get(*id)->restarts(), 0);
+}
+
 TEST_F(JobManagerTest, WithoutAReplacementTheJobShrinksDataParallelismKeepingTheBatch) {
   AddWorker("w0", "h");
   AddWorker("w1", "h");
@@ -432,6 +517,47 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
   EXPECT_NE(log.find("using checkpoint step 5"), std::string::npos) << log;
   EXPECT_NE(log.find("resume: generation 2 resumes from checkpoint step 5"), std::string::npos)
       << log;
+}
+
+TEST_F(JobManagerTest, ACheckpointTheStateDirCannotStoreSpendsNoRestart) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+  // The upload of step 5 fails for want of space (files of this process cannot grow).
+  {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit saved{};
+    getrlimit(RLIMIT_FSIZE, &saved);
+    rlimit limited = saved;
+    limited.rlim_cur = 16;
+    setrlimit(RLIMIT_FSIZE, &limited);
+    absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> upload =
+        checkpoints_->BeginFile(*id, 1, 5, "rank-00000.bin");
+    absl::Status appended =
+        upload.ok() ? (*upload)->Append(0, std::string(4096, 'x')) : upload.status();
+    setrlimit(RLIMIT_FSIZE, &saved);
+    ASSERT_FALSE(appended.ok());
+    // The rank reports its failed upload.
+    ASSERT_TRUE(manager_
+                    ->OnRankResult(Result(ranks[0], absl::StatusCode::kInternal,
+                                          std::string(appended.message())))
+                    .ok());
+  }
+  const std::string log = EventLog(*id);
+  EXPECT_NE(log.find("checkpoint_write_failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("waiting for room in the state dir: checkpoint step 5"), std::string::npos)
+      << log;
+  // There is room on this disk: the next Tick places it again, with its budget of zero
+  // restarts untouched (it would have FAILED otherwise).
+  manager_->Tick();
+  std::map<int, Assignment> again = Deliver({"w0"});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].generation(), 2);
+  EXPECT_EQ(manager_->Get(*id)->restarts(), 0);
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
 }
 
 // Damage that keeps a file's size and modification time escapes the store's record of

@@ -1,12 +1,42 @@
 #include "coordinator/worker_registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace mtrain {
 
 WorkerRegistry::WorkerRegistry(const Clock* clock, WorkerRegistryOptions options)
-    : clock_(clock), options_(options) {}
+    : clock_(clock),
+      options_(options),
+      pause_threshold_(options.pause_threshold > absl::ZeroDuration()
+                           ? options.pause_threshold
+                           : options.heartbeat_timeout / 2),
+      last_look_(absl::InfinitePast()) {}
+
+void WorkerRegistry::LookLocked(absl::Time now) const {
+  // The first look has nothing to compare with (the daemon's start may take a while).
+  const absl::Duration gap =
+      last_look_ == absl::InfinitePast() ? absl::ZeroDuration() : now - last_look_;
+  if (gap >= pause_threshold_) {
+    // Heartbeats sent during the gap were not processed, so silence then proves nothing:
+    // the gap is not counted. Shifting (rather than resetting every window to now) keeps
+    // the time the coordinator did run counting, so even a coordinator that keeps
+    // stalling still finds a dead worker. Workers already dead when it began stay dead.
+    for (auto& [id, record] : workers_) {
+      if (IsAlive(record, last_look_)) record.last_seen = std::min(now, record.last_seen + gap);
+    }
+    ++pauses_.count;
+    pauses_.newest = gap;
+  }
+  last_look_ = std::max(last_look_, now);
+}
+
+WorkerRegistry::Pauses WorkerRegistry::pauses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pauses_;
+}
 
 absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
   if (info.worker_id().empty()) {
@@ -23,11 +53,13 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.memory_bytes: must be >= 0 (got ", info.memory_bytes(), ")"));
   }
+  const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);
+  LookLocked(now);
   auto it = workers_.find(info.worker_id());
   *restarted = it != workers_.end() && it->second.info.incarnation_id() != info.incarnation_id();
   Record& record = workers_[info.worker_id()];
-  record = Record{info, clock_->Now(), WORKER_STATE_IDLE, ""};
+  record = Record{info, now, WORKER_STATE_IDLE, ""};
   return absl::OkStatus();
 }
 
@@ -38,7 +70,9 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
   if (request.incarnation_id().empty()) {
     return absl::InvalidArgumentError("incarnation_id: must not be empty");
   }
+  const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);
+  LookLocked(now);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
     return absl::NotFoundError(
@@ -50,7 +84,7 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
         "worker ", request.worker_id(), " heartbeat from incarnation ", request.incarnation_id(),
         " but incarnation ", record.info.incarnation_id(), " is registered; register again"));
   }
-  record.last_seen = clock_->Now();
+  record.last_seen = now;
   record.state = request.state() == WORKER_STATE_UNSPECIFIED ? WORKER_STATE_IDLE : request.state();
   record.job_id = request.job_id();
   return absl::OkStatus();
@@ -63,6 +97,7 @@ bool WorkerRegistry::IsAlive(const Record& record, absl::Time now) const {
 std::vector<WorkerStatus> WorkerRegistry::List() const {
   const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);
+  LookLocked(now);
   std::vector<WorkerStatus> result;
   result.reserve(workers_.size());
   for (const auto& [id, record] : workers_) {
@@ -81,6 +116,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
   const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);
+  LookLocked(now);
   const auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
@@ -98,6 +134,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
   std::lock_guard<std::mutex> lock(mutex_);
+  LookLocked(now);
   int alive = 0;
   for (const auto& [id, record] : workers_) alive += IsAlive(record, now) ? 1 : 0;
   return alive;

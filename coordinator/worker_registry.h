@@ -8,6 +8,17 @@
 //                   ^                                               |
 //                   +-------------- heartbeat or Register ----------+
 //
+// The coordinator's own pauses do not count against workers: if the registry finds that
+// it has not looked at the clock for pause_threshold or longer (the coordinator was
+// stopped with SIGSTOP, frozen by a VM migration, starved of CPU), the heartbeats that
+// arrived meanwhile were never processed, so the gap does not count as silence: every
+// worker that was alive when the gap began has its last heartbeat moved forward by the
+// gap (a worker that heartbeated just before it gets a whole fresh window) before anyone
+// is declared dead. The coordinator looks several times a second (its tick, every
+// heartbeat RPC), so a gap of half the heartbeat timeout is not its normal rhythm; a
+// worker that is really dead is then declared so up to one gap later than it would have
+// been, which is the price of never blaming a healthy worker for the coordinator's pause.
+//
 // A heartbeat from a different incarnation than the registered one is refused with
 // FAILED_PRECONDITION (the worker restarted and must register again, so anything it was
 // running counts as lost); a heartbeat from an unknown worker gets NOT_FOUND (e.g. after a
@@ -17,6 +28,7 @@
 #ifndef MTRAIN_COORDINATOR_WORKER_REGISTRY_H_
 #define MTRAIN_COORDINATOR_WORKER_REGISTRY_H_
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,6 +50,10 @@ inline constexpr absl::Duration kDefaultHeartbeatTimeout = absl::Seconds(10);
 struct WorkerRegistryOptions {
   absl::Duration heartbeat_interval = kDefaultHeartbeatInterval;
   absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
+  // A gap this long between two looks at the clock is a pause of the coordinator (see
+  // the file comment). Zero: heartbeat_timeout / 2. InfiniteDuration(): never (tests that
+  // move a fake clock in one jump past the heartbeat timeout).
+  absl::Duration pause_threshold = absl::ZeroDuration();
 };
 
 class WorkerRegistry {
@@ -67,6 +83,13 @@ class WorkerRegistry {
 
   const WorkerRegistryOptions& options() const { return options_; }
 
+  // Pauses of the coordinator found so far, and the length of the newest.
+  struct Pauses {
+    int64_t count = 0;
+    absl::Duration newest = absl::ZeroDuration();
+  };
+  Pauses pauses() const;
+
  private:
   struct Record {
     WorkerInfo info;
@@ -76,12 +99,20 @@ class WorkerRegistry {
   };
 
   bool IsAlive(const Record& record, absl::Time now) const;
+  // Every method that reads the clock calls this first (requires mutex_): a long gap since
+  // the previous look gives the workers alive before it a fresh heartbeat window.
+  void LookLocked(absl::Time now) const;
 
   const Clock* const clock_;
   const WorkerRegistryOptions options_;
+  const absl::Duration pause_threshold_;
   // std::mutex rather than absl::Mutex: see common/notification.h.
   mutable std::mutex mutex_;
-  std::map<std::string, Record> workers_;  // Guarded by mutex_.
+  // Mutable: looking at the clock, which even a const read does, is what finds a pause and
+  // moves the heartbeat windows. Guarded by mutex_.
+  mutable std::map<std::string, Record> workers_;
+  mutable absl::Time last_look_;  // InfinitePast() before the first look
+  mutable Pauses pauses_;
 };
 
 }  // namespace mtrain

@@ -25,6 +25,17 @@ HeartbeatRequest MakeHeartbeat(const std::string& id, const std::string& incarna
 
 class WorkerRegistryTest : public ::testing::Test {
  protected:
+  // Moves time as a running coordinator sees it: looking (its tick) every 200 ms, so a
+  // silence this long is the workers', not a pause of the coordinator.
+  void AdvanceTicking(absl::Duration d) {
+    const absl::Duration tick = absl::Milliseconds(200);
+    for (; d > tick; d -= tick) {
+      clock_.Advance(tick);
+      registry_.List();
+    }
+    clock_.Advance(d);
+  }
+
   FakeClock clock_{absl::FromUnixSeconds(1000)};
   WorkerRegistry registry_{&clock_, {absl::Seconds(1), absl::Seconds(10)}};
 };
@@ -43,7 +54,7 @@ TEST_F(WorkerRegistryTest, RegisteredWorkerIsListedAlive) {
 TEST_F(WorkerRegistryTest, MissedHeartbeatsPastTimeoutMarkDead) {
   bool restarted;
   ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
-  clock_.Advance(absl::Seconds(10));
+  AdvanceTicking(absl::Seconds(10));
   EXPECT_EQ(registry_.CountAlive(), 1) << "exactly at the timeout the worker still lives";
   clock_.Advance(absl::Milliseconds(1));
   EXPECT_EQ(registry_.CountAlive(), 0);
@@ -63,7 +74,7 @@ TEST_F(WorkerRegistryTest, OnlyDeadWorkersAreRemovedAndMayRegisterAgain) {
   const absl::Status alive = registry_.Remove("w1");
   EXPECT_EQ(alive.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(alive.message().find("is alive"), absl::string_view::npos) << alive;
-  clock_.Advance(absl::Seconds(11));
+  AdvanceTicking(absl::Seconds(11));
   ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w2", "b")).ok());  // w2 lives on
   ASSERT_TRUE(registry_.Remove("w1").ok());
   ASSERT_EQ(registry_.List().size(), 1u);
@@ -121,6 +132,51 @@ TEST_F(WorkerRegistryTest, ListIsOrderedByWorkerId) {
   ASSERT_EQ(workers.size(), 3u);
   EXPECT_EQ(workers[0].worker().worker_id(), "w1");
   EXPECT_EQ(workers[2].worker().worker_id(), "w3");
+}
+
+TEST_F(WorkerRegistryTest, APauseOfTheCoordinatorGivesLiveWorkersAFreshWindow) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("w2", "b"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("dead", "c"), &restarted).ok());
+  AdvanceTicking(absl::Seconds(11));  // "dead" stops heartbeating; w1 and w2 go on
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w2", "b")).ok());
+  EXPECT_EQ(registry_.CountAlive(), 2);
+  // SIGSTOP for 15 s: nothing is looked at; the first thing after SIGCONT is w1's heartbeat.
+  clock_.Advance(absl::Seconds(15));
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  // w2's heartbeat is 15 s old but the coordinator was not listening: still alive.
+  EXPECT_EQ(registry_.CountAlive(), 2);
+  EXPECT_EQ(registry_.pauses().count, 1);
+  EXPECT_EQ(registry_.pauses().newest, absl::Seconds(15));
+  for (const WorkerStatus& w : registry_.List()) {
+    EXPECT_EQ(w.alive(), w.worker().worker_id() != "dead") << w.worker().worker_id();
+  }
+  // The fresh window is one window: a w2 that stays silent is dead a timeout later.
+  AdvanceTicking(absl::Seconds(10) + absl::Milliseconds(1));
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  EXPECT_EQ(registry_.CountAlive(), 1);
+  EXPECT_EQ(registry_.pauses().count, 1);
+}
+
+TEST_F(WorkerRegistryTest, ASlowStartIsNotAPause) {
+  WorkerRegistry registry(&clock_, WorkerRegistryOptions{});
+  clock_.Advance(absl::Seconds(30));  // the daemon opens a large state dir
+  bool restarted;
+  ASSERT_TRUE(registry.Register(MakeWorker("w1", "a"), &restarted).ok());
+  EXPECT_EQ(registry.pauses().count, 0);
+}
+
+TEST_F(WorkerRegistryTest, PauseDetectionCanBeTurnedOff) {
+  WorkerRegistryOptions options;
+  options.pause_threshold = absl::InfiniteDuration();
+  WorkerRegistry registry(&clock_, options);
+  bool restarted;
+  ASSERT_TRUE(registry.Register(MakeWorker("w1", "a"), &restarted).ok());
+  clock_.Advance(absl::Seconds(15));
+  EXPECT_EQ(registry.CountAlive(), 0);
+  EXPECT_EQ(registry.pauses().count, 0);
 }
 
 }  // namespace

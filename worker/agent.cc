@@ -127,6 +127,7 @@ absl::Status WorkerAgent::SendHeartbeat() {
   if (busy) {
     request.set_job_id(ranks_->assignment().job_id());
     request.set_generation(ranks_->assignment().generation());
+    request.set_rank_stopped_ms(absl::ToInt64Milliseconds(ranks_->StoppedFor(absl::Now())));
   }
   HeartbeatResponse response;
   absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));

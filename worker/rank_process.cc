@@ -85,6 +85,30 @@ void RankProcess::Reaped(int status, RankExit* exit) {
     exit->log_path = log_path_;
   }
   pid_ = -1;
+  stopped_since_.reset();
+}
+
+char ProcessStateOf(const std::string& stat) {
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 1] != ' ') {
+    return '?';
+  }
+  return stat[paren + 2];
+}
+
+absl::Duration RankProcess::StoppedFor(absl::Time now) {
+  if (!running()) {
+    stopped_since_.reset();
+    return absl::ZeroDuration();
+  }
+  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (ProcessStateOf(stat) != 'T') {
+    stopped_since_.reset();
+    return absl::ZeroDuration();
+  }
+  if (!stopped_since_.has_value()) stopped_since_ = now;
+  return now - *stopped_since_;
 }
 
 bool RankProcess::Poll(RankExit* exit) {

@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -55,6 +56,12 @@ class RankProcess {
   // Stops the running rank (no-op if none) and reaps it; *exit describes it if given.
   void Abort(RankExit* exit = nullptr);
 
+  // How long the running rank has been stopped by a signal (SIGSTOP, SIGTSTP: state T in
+  // /proc/PID/stat), as seen by the calls so far: zero when it is not stopped now (or none
+  // runs), else `now` minus the first call that saw it stopped. A rank held by a debugger
+  // (state t) does not count: someone is looking at it on purpose.
+  absl::Duration StoppedFor(absl::Time now);
+
   bool running() const { return pid_ > 0; }
   const Assignment& assignment() const { return assignment_; }
 
@@ -63,9 +70,15 @@ class RankProcess {
 
   const RankProcessOptions options_;
   pid_t pid_ = -1;
+  std::optional<absl::Time> stopped_since_;
   Assignment assignment_;
   std::string log_path_;
 };
+
+// The state letter of /proc/PID/stat's third field ('R', 'S', 'T', ...), or '?' if the
+// process cannot be read. `stat` is that file's text (the command name in parentheses may
+// hold spaces and parentheses itself, so the letter follows the last ')').
+char ProcessStateOf(const std::string& stat);
 
 }  // namespace mtrain
 
