@@ -3,11 +3,31 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace mtrain {
+namespace {
+
+// The last non-empty line of a rank's log (at most its last 4 KiB are read), or "".
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(start);
+  std::string tail(static_cast<size_t>(size - start), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t newline = tail.rfind('\n');
+  return newline == std::string::npos ? tail : tail.substr(newline + 1);
+}
+
+}  // namespace
 
 bool IsCredentialRefusal(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnauthenticated ||
@@ -90,9 +110,15 @@ void WorkerAgent::CheckRank() {
   result.set_job_id(exit.assignment.job_id());
   result.set_generation(exit.assignment.generation());
   result.set_global_rank(exit.assignment.rank().global_rank());
-  result.set_code(static_cast<int>(absl::StatusCode::kInternal));
+  // A rank that ran out of memory in a worker thread says so in its log's last line
+  // (train_main.cc's terminate handler): that line is the reason, and its code the code.
+  const std::string last_line = LastLogLine(exit.log_path);
+  const bool out_of_memory = last_line.find("RESOURCE_EXHAUSTED") != std::string::npos;
+  result.set_code(static_cast<int>(out_of_memory ? absl::StatusCode::kResourceExhausted
+                                                 : absl::StatusCode::kInternal));
   result.set_message(absl::StrCat("training process on worker ", info_.worker_id(), " ", how,
-                                  " without reporting; log ", exit.log_path));
+                                  " without reporting; log ", exit.log_path,
+                                  last_line.empty() ? "" : absl::StrCat(": ", last_line)));
   ReportRankResultResponse response;
   (void)stub_->ReportRankResult(&context, result, &response);
 }

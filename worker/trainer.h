@@ -22,6 +22,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "worker/engine/data/token_dataset.h"
 #include "worker/engine/full_tensor.h"
 #include "worker/engine/loss_scaler.h"
+#include "worker/engine/memory_limits.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_model.h"
 #include "worker/parallel/grad_buckets.h"
@@ -49,6 +51,9 @@ class CudaEngine;
 struct TrainerOptions {
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
+  // What Create checks the rank's estimated memory against; unset: this machine's
+  // (memory_limits.h).
+  std::optional<MemoryLimits> memory_limits;
 };
 
 // Where a checkpoint's files go besides the local directory: the coordinator's store.
@@ -67,7 +72,9 @@ class Trainer {
  public:
   // `assignment.spec` must be resolved. Opens the data, builds and initialises the rank's
   // model chunks from train.seed. INVALID_ARGUMENT for an assignment inconsistent with
-  // its spec.
+  // its spec or a dimension beyond the engine's int32 range; RESOURCE_EXHAUSTED, before
+  // allocating, when the rank's estimated memory (rank_memory_estimate.h) exceeds
+  // options.memory_limits.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Assignment& assignment,
                                                          RankGroups groups,
                                                          const TrainerOptions& options);
