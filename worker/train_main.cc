@@ -341,8 +341,12 @@ absl::Status Train(RankSetup& setup) {
                                       absl::StrCat("3 x its ", init_bytes, " bytes"),
                                       CurrentMemoryLimits()));
     }
-    ASSIGN_OR_RETURN(const SafetensorsFile file, ReadSafetensors(spec.train().init_from()));
-    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(file, spec.model()));
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(spec.train().init_from());
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("train.init_from: ", file.status().message()));
+    }
+    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(*file, spec.model()));
     ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
     RETURN_IF_ERROR(
         WriteParameterCheckpoint(init.path(), "static", 0, weights, spec.train().seed()).status());
