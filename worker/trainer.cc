@@ -118,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->assignment_ = assignment;
   t->groups_ = std::move(groups);
   t->engine_note_ = engine.note;
+  t->memory_estimate_ = need;
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
   t->microbatches_ = NumMicrobatches(par);
