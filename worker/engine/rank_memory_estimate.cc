@@ -17,8 +17,8 @@ constexpr double kInt32Max = std::numeric_limits<int32_t>::max();
 
 // The most microbatches the schedule keeps in flight on each chunk (forwards whose
 // backward has not run yet): their activations are alive together.
-std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, int chunks,
-                                     double microbatches) {
+std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, const ParallelSpec& par,
+                                     int chunks, double microbatches) {
   std::vector<double> peak(chunks, 0), now(chunks, 0);
   for (const PipelineAction& action : schedule.actions()) {
     const int c = action.chunk();
@@ -26,9 +26,15 @@ std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, int chunk
     if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
     if (action.kind() == PipelineAction::BACKWARD) --now[c];
   }
-  // A schedule without actions (not materialised): assume every microbatch.
+  // A schedule given without its actions: the schedule's own bound. GPipe runs every
+  // forward first; 1F1B keeps at most `pipeline` microbatches in flight, interleaving
+  // about twice that per chunk.
+  const double bound = par.schedule() == SCHEDULE_GPIPE ? microbatches
+                       : par.schedule() == SCHEDULE_INTERLEAVED_1F1B
+                           ? std::min(microbatches, 2.0 * par.pipeline())
+                           : std::min(microbatches, 1.0 * par.pipeline());
   for (double& p : peak) {
-    if (p == 0) p = microbatches;
+    if (p == 0) p = std::max(1.0, bound);
   }
   return peak;
 }
@@ -129,7 +135,7 @@ absl::StatusOr<RankMemoryEstimate> EstimateRankMemory(const Assignment& assignme
     // [n, Fl]; the attention matrix; LayerNorm statistics.
     const double saved_layer = 3 * n * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * n;
     const std::vector<double> in_flight =
-        InFlightPerChunk(assignment.schedule(), chunks, microbatches);
+        InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;
     for (int c = 0; c < chunks; ++c) {
       const bool head = stage == par.pipeline() - 1 && c == chunks - 1;

@@ -118,5 +118,24 @@ TEST(RankMemoryEstimateTest, DimensionsBeyondInt32AreRefusedByField) {
   }
 }
 
+TEST(RankMemoryEstimateTest, InFlightMicrobatchesFollowTheSchedule) {
+  const auto activations = [](const std::string& schedule, bool drop_actions) {
+    std::vector<Assignment> plan = Plan(absl::StrCat(
+        R"({"model": {"num_layers": 4, "num_heads": 4, "hidden_size": 64, "seq_length": 64},
+            "parallel": {"pipeline": 2, "micro_batch_size": 1, "global_batch_size": 16,
+                         "schedule": ")",
+        schedule, R"("}})"));
+    Assignment a = plan[0];  // stage 0 holds the most microbatches in flight
+    if (drop_actions) a.mutable_schedule()->clear_actions();
+    return EstimateRankMemory(a, true)->activations;
+  };
+  const double gpipe = activations("SCHEDULE_GPIPE", false);
+  const double one_f_one_b = activations("SCHEDULE_1F1B", false);
+  EXPECT_GT(gpipe, 4 * one_f_one_b);  // 16 microbatches in flight against 2
+  // Without the actions, each schedule's bound gives the same numbers here.
+  EXPECT_EQ(activations("SCHEDULE_GPIPE", true), gpipe);
+  EXPECT_EQ(activations("SCHEDULE_1F1B", true), one_f_one_b);
+}
+
 }  // namespace
 }  // namespace mtrain
