@@ -196,6 +196,7 @@ struct RankSetup {
   std::unique_ptr<KeyValueStore> store;            // null for a single-rank static run
   std::unique_ptr<CoordinatorClient> coordinator;  // coordinator mode only
   std::string host;                                // where this rank's connections listen
+  std::vector<std::string> data_roots;             // coordinator mode: data.path's confines
 };
 
 absl::StatusOr<RankSetup> StaticSetup(int rank) {
@@ -255,14 +256,13 @@ absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
   }
   // The coordinator planned with a resolved spec; resolving again checks it.
   ASSIGN_OR_RETURN(*setup.assignment.mutable_spec(), ResolveJobSpec(setup.assignment.spec()));
-  // Under a coordinator the spec is anyone's who can submit: data.path is always confined.
+  // Under a coordinator the spec is anyone's who can submit: data.path is always confined
+  // (Train checks it, so that the refusal is reported as the rank's result).
   const std::string roots_flag = absl::GetFlag(FLAGS_data_root);
-  std::vector<std::string> roots = DefaultDataRoots();
+  setup.data_roots = DefaultDataRoots();
   if (!roots_flag.empty()) {
-    ASSIGN_OR_RETURN(roots, ParseDataRoots(roots_flag));
+    ASSIGN_OR_RETURN(setup.data_roots, ParseDataRoots(roots_flag));
   }
-  ASSIGN_OR_RETURN(*setup.assignment.mutable_spec()->mutable_data(),
-                   ConfineDataSpec(setup.assignment.spec().data(), roots));
   ASSIGN_OR_RETURN(std::string token, ReadTokenFile(absl::GetFlag(FLAGS_token_file)));
   setup.coordinator =
       std::make_unique<CoordinatorClient>(absl::GetFlag(FLAGS_coordinator), std::move(token));
@@ -275,6 +275,11 @@ absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
 }
 
 absl::Status Train(RankSetup& setup) {
+  if (setup.coordinator != nullptr) {
+    // Before the rendezvous: the other ranks are told at once through the coordinator.
+    ASSIGN_OR_RETURN(*setup.assignment.mutable_spec()->mutable_data(),
+                     ConfineDataSpec(setup.assignment.spec().data(), setup.data_roots));
+  }
   const Assignment& assignment = setup.assignment;
   const JobSpec& spec = assignment.spec();
   const ParallelSpec& par = spec.parallel();
@@ -476,27 +481,27 @@ std::atomic<bool> coordinator_mode{false};
 // and an exit status instead of abort()'s core dump. In coordinator mode exit status 2
 // tells the worker daemon to report for the rank (with this line, the log's last).
 [[noreturn]] void OnTerminate() {
-  std::string what = "std::terminate without an exception";
-  bool out_of_memory = false;
+  // No allocation here: memory may be what ran out.
+  const int rank = current_rank.load();
+  constexpr char kOutOfMemory[] = "in a worker thread: the rank needs more memory than it can get";
   if (const std::exception_ptr current = std::current_exception(); current != nullptr) {
     try {
       std::rethrow_exception(current);
     } catch (const std::bad_alloc& e) {
-      out_of_memory = true;
-      what = absl::StrCat("std::bad_alloc (", e.what(), ")");
+      std::fprintf(stderr, "train[rank %d]: RESOURCE_EXHAUSTED: std::bad_alloc (%s) %s\n", rank,
+                   e.what(), kOutOfMemory);
     } catch (const std::length_error& e) {
-      out_of_memory = true;
-      what = absl::StrCat("std::length_error (", e.what(), ")");
+      std::fprintf(stderr, "train[rank %d]: RESOURCE_EXHAUSTED: std::length_error (%s) %s\n", rank,
+                   e.what(), kOutOfMemory);
     } catch (const std::exception& e) {
-      what = absl::StrCat("uncaught exception: ", e.what());
+      std::fprintf(stderr, "train[rank %d]: INTERNAL: uncaught exception: %s\n", rank, e.what());
     } catch (...) {
-      what = "uncaught exception of an unknown type";
+      std::fprintf(stderr, "train[rank %d]: INTERNAL: uncaught exception of an unknown type\n",
+                   rank);
     }
+  } else {
+    std::fprintf(stderr, "train[rank %d]: INTERNAL: std::terminate without an exception\n", rank);
   }
-  std::fprintf(
-      stderr, "train[rank %d]: %s: %s%s\n", current_rank.load(),
-      out_of_memory ? "RESOURCE_EXHAUSTED" : "INTERNAL", what.c_str(),
-      out_of_memory ? " in a worker thread: the rank needs more memory than it can get" : "");
   std::fflush(stderr);
   std::_Exit(coordinator_mode.load() ? 2 : 1);
 }
