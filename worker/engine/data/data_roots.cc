@@ -70,8 +70,14 @@ absl::StatusOr<std::vector<std::string>> ParseDataRoots(absl::string_view comma_
 std::vector<std::string> DefaultDataRoots() {
   std::vector<std::string> candidates;
   if (absl::StatusOr<std::string> corpus = FindDefaultCorpus(); corpus.ok()) {
-    const size_t slash = corpus->rfind('/');
-    candidates.push_back(slash == std::string::npos ? "." : corpus->substr(0, slash));
+    // The directory it was found in and, as runfiles trees hold symlinks, the directory
+    // of the file it resolves to (where a spec naming it explicitly resolves).
+    for (const absl::StatusOr<std::string>& file :
+         {absl::StatusOr<std::string>(*corpus), Resolve(*corpus)}) {
+      if (!file.ok()) continue;
+      const size_t slash = file->rfind('/');
+      candidates.push_back(slash == std::string::npos ? "." : file->substr(0, slash));
+    }
   }
   if (const char* dir = std::getenv("MTRAIN_DATA_DIR"); dir != nullptr && *dir != '\0') {
     candidates.push_back(dir);

@@ -30,8 +30,9 @@ namespace mtrain {
 // does not exist or is not a directory; an empty list parses to no roots.
 absl::StatusOr<std::vector<std::string>> ParseDataRoots(absl::string_view comma_separated);
 
-// The resolved directory of the shipped corpus (FindDefaultCorpus) and $MTRAIN_DATA_DIR,
-// each when it exists, without duplicates; may be empty.
+// The resolved directory of the shipped corpus (FindDefaultCorpus; also that of the file
+// it links to, in a runfiles tree) and $MTRAIN_DATA_DIR, each when it exists, without
+// duplicates; may be empty.
 std::vector<std::string> DefaultDataRoots();
 
 // `path` resolved, when it lies inside one of `roots` (resolved directories, as
