@@ -21,14 +21,13 @@ TEST(MemoryLimitsTest, RefusalNamesTheNeedAndEachLimitExceeded) {
   MemoryLimits limits;
   limits.physical_bytes = uint64_t{8} << 30;
   limits.address_space_left_bytes = uint64_t{1} << 30;
-  absl::Status status = CheckMemoryFits("rank 3 of job j", 4.0 * (uint64_t{1} << 30),
-                                        "parameters 4 GiB", limits);
+  absl::Status status =
+      CheckMemoryFits("rank 3 of job j", 4.0 * (uint64_t{1} << 30), "parameters 4 GiB", limits);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(status.message().find("rank 3 of job j needs about 4.00 GiB (parameters 4 GiB)"),
             absl::string_view::npos)
       << status;
-  EXPECT_NE(status.message().find("RLIMIT_AS (ulimit -v) leaves 1.00 GiB"),
-            absl::string_view::npos)
+  EXPECT_NE(status.message().find("RLIMIT_AS (ulimit -v) leaves 1.00 GiB"), absl::string_view::npos)
       << status;
   EXPECT_EQ(status.message().find("physical"), absl::string_view::npos) << status;
 
