@@ -59,6 +59,7 @@ void ClusterTest::StartWorkers(int n) {
                                      "--device=cpu",  "--worker_id=" + id,
                                      "--threads=1",   "--log_dir=" + Path("ranks")};
     if (!token_file_.empty()) argv.push_back("--token_file=" + token_file_);
+    argv.insert(argv.end(), worker_flags_.begin(), worker_flags_.end());
     auto worker = ChildProcess::Start(argv, Path(absl::StrCat(id, "-", ++worker_runs_, ".log")));
     ASSERT_TRUE(worker.ok()) << worker.status();
     workers_.push_back(*std::move(worker));

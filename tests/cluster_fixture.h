@@ -64,6 +64,7 @@ class ClusterTest : public ::testing::Test {
   static int RankProcessOf(int worker_pid);
 
   std::string token_file_;
+  std::vector<std::string> worker_flags_;  // appended to every worker's command line
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::string address_;

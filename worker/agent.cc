@@ -3,11 +3,53 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
 namespace mtrain {
+namespace {
+
+// The last non-empty line of a rank's log (at most its last 4 KiB are read), or "".
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(start);
+  std::string tail(static_cast<size_t>(size - start), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t newline = tail.rfind('\n');
+  return newline == std::string::npos ? tail : tail.substr(newline + 1);
+}
+
+std::string HowItEnded(const RankExit& exit) {
+  return exit.signaled ? absl::StrCat("was killed by signal ", exit.signal)
+                       : absl::StrCat("exited with code ", exit.exit_code);
+}
+
+}  // namespace
+
+RankResult UnreportedRankResult(const RankExit& exit, const std::string& worker_id) {
+  RankResult result;
+  result.set_job_id(exit.assignment.job_id());
+  result.set_generation(exit.assignment.generation());
+  result.set_global_rank(exit.assignment.rank().global_rank());
+  // A rank that ran out of memory in a worker thread says so in its log's last line
+  // (train_main.cc's terminate handler): that line is the reason, and its code the code.
+  const std::string last_line = LastLogLine(exit.log_path);
+  const bool out_of_memory = last_line.find("RESOURCE_EXHAUSTED") != std::string::npos;
+  result.set_code(static_cast<int>(out_of_memory ? absl::StatusCode::kResourceExhausted
+                                                 : absl::StatusCode::kInternal));
+  result.set_message(absl::StrCat("training process on worker ", worker_id, " ", HowItEnded(exit),
+                                  " without reporting; log ", exit.log_path,
+                                  last_line.empty() ? "" : absl::StrCat(": ", last_line)));
+  return result;
+}
 
 bool IsCredentialRefusal(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnauthenticated ||
@@ -79,20 +121,12 @@ void WorkerAgent::CheckRank() {
   if (ranks_->Poll(&exit) || exit.assignment.job_id().empty()) return;
   // Exit codes 0 and 1 mean the rank reported its result itself (train_main.cc).
   if (!exit.signaled && (exit.exit_code == 0 || exit.exit_code == 1)) return;
-  const std::string how = exit.signaled ? absl::StrCat("was killed by signal ", exit.signal)
-                                        : absl::StrCat("exited with code ", exit.exit_code);
   std::fprintf(stderr, "worker %s: rank %d of %s %s (log %s)\n", info_.worker_id().c_str(),
-               exit.assignment.rank().global_rank(), exit.assignment.job_id().c_str(), how.c_str(),
-               exit.log_path.c_str());
+               exit.assignment.rank().global_rank(), exit.assignment.job_id().c_str(),
+               HowItEnded(exit).c_str(), exit.log_path.c_str());
   grpc::ClientContext context;
   Prepare(&context);
-  RankResult result;
-  result.set_job_id(exit.assignment.job_id());
-  result.set_generation(exit.assignment.generation());
-  result.set_global_rank(exit.assignment.rank().global_rank());
-  result.set_code(static_cast<int>(absl::StatusCode::kInternal));
-  result.set_message(absl::StrCat("training process on worker ", info_.worker_id(), " ", how,
-                                  " without reporting; log ", exit.log_path));
+  const RankResult result = UnreportedRankResult(exit, info_.worker_id());
   ReportRankResultResponse response;
   (void)stub_->ReportRankResult(&context, result, &response);
 }

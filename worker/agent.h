@@ -35,6 +35,12 @@ inline constexpr absl::Duration kControlRpcDeadline = absl::Seconds(3);
 // Whether the coordinator's answer refuses this worker's credentials (UNAUTHENTICATED: no
 // token or not the coordinator's; PERMISSION_DENIED). The token is read once at start,
 // so unlike an outage (UNAVAILABLE, DEADLINE_EXCEEDED) waiting never fixes it.
+// What the daemon reports for a rank that ended without reporting itself (killed by a
+// signal, or exit status 2 from train): INTERNAL naming the worker, how it ended and its
+// log with the log's last line; RESOURCE_EXHAUSTED when that line says so (a rank out of
+// memory in a worker thread).
+RankResult UnreportedRankResult(const RankExit& exit, const std::string& worker_id);
+
 bool IsCredentialRefusal(const absl::Status& status);
 
 // The error Run ends with after `refusal`: its code, and a message that quotes the

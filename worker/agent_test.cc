@@ -1,6 +1,9 @@
 #include "worker/agent.h"
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "common/clock.h"
@@ -169,6 +172,37 @@ TEST(WorkerAgentTest, OnlyCredentialRefusalsArePermanent) {
   EXPECT_EQ(none.message(),
             "the coordinator wants a token and we sent none (UNAUTHENTICATED: token required): "
             "pass worker --token_file=FILE");
+}
+
+TEST(WorkerAgentTest, UnreportedExitCarriesTheLogsLastLineAndItsCode) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string log = std::string(tmp != nullptr ? tmp : "/tmp") + "/rank-oom.log";
+  std::ofstream(log) << "engine: CPU\nstep 1/9 | loss 5.5\n"
+                        "train[rank 3]: RESOURCE_EXHAUSTED: std::bad_alloc (std::bad_alloc) in a "
+                        "worker thread: the rank needs more memory than it can get\n\n";
+  RankExit exit;
+  exit.assignment.set_job_id("job-7");
+  exit.assignment.set_generation(2);
+  exit.assignment.mutable_rank()->set_global_rank(3);
+  exit.exit_code = 2;
+  exit.log_path = log;
+  RankResult result = UnreportedRankResult(exit, "w0");
+  EXPECT_EQ(result.job_id(), "job-7");
+  EXPECT_EQ(result.generation(), 2);
+  EXPECT_EQ(result.global_rank(), 3);
+  EXPECT_EQ(result.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(result.message(),
+              ::testing::HasSubstr("training process on worker w0 exited with code 2 without "
+                                   "reporting; log " +
+                                   log + ": train[rank 3]: RESOURCE_EXHAUSTED: std::bad_alloc"));
+
+  std::ofstream(log) << "step 1/9 | loss 5.5\n";
+  exit.signaled = true;
+  exit.signal = 11;
+  result = UnreportedRankResult(exit, "w0");
+  EXPECT_EQ(result.code(), static_cast<int>(absl::StatusCode::kInternal));
+  EXPECT_THAT(result.message(), ::testing::HasSubstr("was killed by signal 11"));
+  EXPECT_THAT(result.message(), ::testing::HasSubstr(": step 1/9 | loss 5.5"));
 }
 
 }  // namespace

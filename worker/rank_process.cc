@@ -42,6 +42,7 @@ absl::Status RankProcess::Start(const Assignment& assignment) {
                                    "--coordinator=" + options_.coordinator,
                                    absl::StrCat("--threads=", options_.threads)};
   if (!options_.token_file.empty()) argv.push_back("--token_file=" + options_.token_file);
+  if (!options_.data_roots.empty()) argv.push_back("--data_root=" + options_.data_roots);
   log_path_ = base + ".log";
   // The child's environment, built before fork: after it only async-signal-safe calls.
   std::vector<std::string> env;

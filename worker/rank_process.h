@@ -28,6 +28,8 @@ struct RankProcessOptions {
   std::string token_file;    // handed to the rank; may be empty
   int threads = 0;           // --threads of the rank; 0: all cores
   std::string log_dir;       // assignment files and one log per rank run
+  // The rank's --data_root (comma-separated, resolved); empty: the rank's default.
+  std::string data_roots;
   // A CPU worker on a machine with GPUs hides them from its ranks (CUDA_VISIBLE_DEVICES
   // empty), so a DEVICE_AUTO job it was given trains on the CPU as it was placed.
   bool hide_gpus = false;

@@ -23,14 +23,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -52,8 +56,11 @@
 #include "worker/coordinator_client.h"
 #include "worker/engine/checkpoint.h"
 #include "worker/engine/checkpoint_tensors.h"
+#include "worker/engine/data/data_roots.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/hf_gpt2.h"
+#include "worker/engine/memory_limits.h"
+#include "worker/engine/rank_memory_estimate.h"
 #include "worker/engine/safetensors.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"
@@ -96,6 +103,11 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(std::string, resume_from, "",
           "a checkpoint directory (DIR/step-NNNNNNNN), written under any parallel layout, to "
           "continue from");
+ABSL_FLAG(std::string, data_root, "",
+          "comma-separated directories that data.path (and train.init_from, which static "
+          "mode reads) must resolve inside (realpath, symlinks followed). Empty: with --spec "
+          "not confined; with --assignment the directory of the shipped corpus and "
+          "$MTRAIN_DATA_DIR (the worker daemon passes its own --data_root)");
 ABSL_FLAG(std::string, stage_timings, "",
           "every rank appends one JSON object per step: its pipeline stage, step time and "
           "the part spent computing (for measuring the pipeline bubble)");
@@ -184,6 +196,7 @@ struct RankSetup {
   std::unique_ptr<KeyValueStore> store;            // null for a single-rank static run
   std::unique_ptr<CoordinatorClient> coordinator;  // coordinator mode only
   std::string host;                                // where this rank's connections listen
+  std::vector<std::string> data_roots;             // coordinator mode: data.path's confines
 };
 
 absl::StatusOr<RankSetup> StaticSetup(int rank) {
@@ -213,6 +226,14 @@ absl::StatusOr<RankSetup> StaticSetup(int rank) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rendezvous_dir is required for a world of ", world, " ranks"));
   }
+  if (const std::string roots_flag = absl::GetFlag(FLAGS_data_root); !roots_flag.empty()) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> roots, ParseDataRoots(roots_flag));
+    ASSIGN_OR_RETURN(*spec.mutable_data(), ConfineDataSpec(spec.data(), roots));
+    if (!spec.train().init_from().empty()) {
+      ASSIGN_OR_RETURN(*spec.mutable_train()->mutable_init_from(),
+                       ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<Assignment> plan, PlanAssignments(spec, "static", 1, {}));
   RankSetup setup;
   setup.assignment = std::move(plan[rank]);
@@ -235,6 +256,13 @@ absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
   }
   // The coordinator planned with a resolved spec; resolving again checks it.
   ASSIGN_OR_RETURN(*setup.assignment.mutable_spec(), ResolveJobSpec(setup.assignment.spec()));
+  // Under a coordinator the spec is anyone's who can submit: data.path is always confined
+  // (Train checks it, so that the refusal is reported as the rank's result).
+  const std::string roots_flag = absl::GetFlag(FLAGS_data_root);
+  setup.data_roots = DefaultDataRoots();
+  if (!roots_flag.empty()) {
+    ASSIGN_OR_RETURN(setup.data_roots, ParseDataRoots(roots_flag));
+  }
   ASSIGN_OR_RETURN(std::string token, ReadTokenFile(absl::GetFlag(FLAGS_token_file)));
   setup.coordinator =
       std::make_unique<CoordinatorClient>(absl::GetFlag(FLAGS_coordinator), std::move(token));
@@ -247,6 +275,11 @@ absl::StatusOr<RankSetup> CoordinatorSetup(const std::string& path) {
 }
 
 absl::Status Train(RankSetup& setup) {
+  if (setup.coordinator != nullptr) {
+    // Before the rendezvous: the other ranks are told at once through the coordinator.
+    ASSIGN_OR_RETURN(*setup.assignment.mutable_spec()->mutable_data(),
+                     ConfineDataSpec(setup.assignment.spec().data(), setup.data_roots));
+  }
   const Assignment& assignment = setup.assignment;
   const JobSpec& spec = assignment.spec();
   const ParallelSpec& par = spec.parallel();
@@ -285,6 +318,9 @@ absl::Status Train(RankSetup& setup) {
                    Trainer::Create(assignment, std::move(groups), options));
   if (rank == 0) {
     std::printf("%s\n", trainer->engine_note().c_str());
+    const RankMemoryEstimate& memory = trainer->memory_estimate();
+    std::printf("memory: about %s on this rank (%s)\n", HumanBytes(memory.total()).c_str(),
+                memory.Describe().c_str());
     std::fflush(stdout);
   }
   {
@@ -305,8 +341,21 @@ absl::Status Train(RankSetup& setup) {
     // Static mode reads the initial weights itself (under a coordinator they arrive as
     // the job's step-0 checkpoint); a parameters-only checkpoint re-slices them for this
     // rank like any other.
-    ASSIGN_OR_RETURN(const SafetensorsFile file, ReadSafetensors(spec.train().init_from()));
-    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(file, spec.model()));
+    // The file, its float copy and the re-laid-out tensors are alive together.
+    std::error_code size_error;
+    const uintmax_t init_bytes = std::filesystem::file_size(spec.train().init_from(), size_error);
+    if (!size_error) {
+      RETURN_IF_ERROR(CheckMemoryFits(absl::StrCat("train.init_from ", spec.train().init_from()),
+                                      3.0 * static_cast<double>(init_bytes),
+                                      absl::StrCat("3 x its ", init_bytes, " bytes"),
+                                      CurrentMemoryLimits()));
+    }
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(spec.train().init_from());
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("train.init_from: ", file.status().message()));
+    }
+    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(*file, spec.model()));
     ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
     RETURN_IF_ERROR(
         WriteParameterCheckpoint(init.path(), "static", 0, weights, spec.train().seed()).status());
@@ -423,7 +472,60 @@ absl::Status Train(RankSetup& setup) {
   return absl::OkStatus();
 }
 
+// The rank and mode the terminate handler reports with (it may run on any thread).
+std::atomic<int> current_rank{0};
+std::atomic<bool> coordinator_mode{false};
+
+// The last line of defence against input the checks above missed: an exception that
+// escapes a thread (std::bad_alloc in a kernel's worker, say) ends the rank with one line
+// and an exit status instead of abort()'s core dump. In coordinator mode exit status 2
+// tells the worker daemon to report for the rank (with this line, the log's last).
+[[noreturn]] void OnTerminate() {
+  // No allocation here: memory may be what ran out.
+  const int rank = current_rank.load();
+  constexpr char kOutOfMemory[] = "in a worker thread: the rank needs more memory than it can get";
+  if (const std::exception_ptr current = std::current_exception(); current != nullptr) {
+    try {
+      std::rethrow_exception(current);
+    } catch (const std::bad_alloc& e) {
+      std::fprintf(stderr, "train[rank %d]: RESOURCE_EXHAUSTED: std::bad_alloc (%s) %s\n", rank,
+                   e.what(), kOutOfMemory);
+    } catch (const std::length_error& e) {
+      std::fprintf(stderr, "train[rank %d]: RESOURCE_EXHAUSTED: std::length_error (%s) %s\n", rank,
+                   e.what(), kOutOfMemory);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "train[rank %d]: INTERNAL: uncaught exception: %s\n", rank, e.what());
+    } catch (...) {
+      std::fprintf(stderr, "train[rank %d]: INTERNAL: uncaught exception of an unknown type\n",
+                   rank);
+    }
+  } else {
+    std::fprintf(stderr, "train[rank %d]: INTERNAL: std::terminate without an exception\n", rank);
+  }
+  std::fflush(stderr);
+  std::_Exit(coordinator_mode.load() ? 2 : 1);
+}
+
+// Runs `body`, turning an allocation failure into RESOURCE_EXHAUSTED (the estimate in
+// Trainer::Create refuses what cannot fit; this catches what it did not foresee).
+template <typename Body>
+absl::Status CatchingOutOfMemory(Body body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory: an allocation failed (std::bad_alloc: ", e.what(),
+        "); the spec needs more memory than this rank can get (physical memory or ulimit -v)"));
+  } catch (const std::length_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory: a buffer larger than the address space was requested "
+                     "(std::length_error: ",
+                     e.what(), "); the spec's sizes are too large for this rank"));
+  }
+}
+
 int Run() {
+  std::set_terminate(OnTerminate);
   // Before any thread exists (see ShutdownSignal); never destroyed, as its watcher
   // thread never ends.
   static ShutdownSignal* const signals = new ShutdownSignal;
@@ -432,13 +534,20 @@ int Run() {
   cpu::SetCpuThreads(threads > 0 ? threads : cpu::AvailableCores());
   const std::string assignment_path = absl::GetFlag(FLAGS_assignment);
   int rank = absl::GetFlag(FLAGS_rank);
-  absl::StatusOr<RankSetup> setup =
-      assignment_path.empty() ? StaticSetup(rank) : CoordinatorSetup(assignment_path);
+  current_rank = rank;
+  coordinator_mode = !assignment_path.empty();
+  absl::StatusOr<RankSetup> setup = absl::UnknownError("not set up");
+  const absl::Status set_up = CatchingOutOfMemory([&] {
+    setup = assignment_path.empty() ? StaticSetup(rank) : CoordinatorSetup(assignment_path);
+    return setup.status();
+  });
+  if (!set_up.ok()) setup = set_up;
   // Exit codes in coordinator mode: 0 done, 1 failed and reported, 2 failed without a
   // report (the worker daemon then reports for the rank).
   if (!setup.ok()) return Fail(rank, setup.status()) + (assignment_path.empty() ? 0 : 1);
   rank = setup->assignment.rank().global_rank();
-  const absl::Status result = Train(*setup);
+  current_rank = rank;
+  const absl::Status result = CatchingOutOfMemory([&] { return Train(*setup); });
   if (setup->coordinator != nullptr) {
     absl::Status reported = setup->coordinator->ReportResult(setup->assignment, result);
     if (!reported.ok()) {

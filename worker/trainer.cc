@@ -19,6 +19,8 @@
 #include "worker/engine/data/data_source.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/flops.h"
+#include "worker/engine/memory_limits.h"
+#include "worker/engine/rank_memory_estimate.h"
 #include "worker/engine/safetensors.h"
 
 namespace mtrain {
@@ -97,6 +99,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
         "assignment.rank.world_size ", rank.world_size(), " != tensor * pipeline * data (",
         par.tensor() * par.pipeline() * par.data(), ")"));
   }
+  // Before anything is allocated: a spec that passes validation but cannot fit on this
+  // machine is refused naming what it needs and what there is, instead of aborting in
+  // std::bad_alloc halfway through building the model.
+  ASSIGN_OR_RETURN(const RankMemoryEstimate need,
+                   EstimateRankMemory(assignment, engine.kind != EngineKind::kCuda));
+  RETURN_IF_ERROR(CheckMemoryFits(
+      absl::StrCat("rank ", rank.global_rank(), " of job ", assignment.job_id()), need.total(),
+      absl::StrCat(need.Describe(),
+                   "; lower model sizes or parallel.micro_batch_size, set train.recompute, or "
+                   "spread the model over more tensor or pipeline ranks"),
+      options.memory_limits.has_value() ? *options.memory_limits : CurrentMemoryLimits()));
   if (groups.tensor == nullptr || groups.data == nullptr || groups.model == nullptr ||
       groups.world == nullptr) {
     return absl::InvalidArgumentError("trainer needs the tensor, data, model and world groups");
@@ -105,6 +118,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->assignment_ = assignment;
   t->groups_ = std::move(groups);
   t->engine_note_ = engine.note;
+  t->memory_estimate_ = need;
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
   t->microbatches_ = NumMicrobatches(par);

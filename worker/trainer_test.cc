@@ -3,6 +3,7 @@
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/rank_grid.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_device_query.h"
 
@@ -149,6 +150,33 @@ TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionWithoutAGpu) {
   EXPECT_FALSE((*cpu)->uses_cuda());
   EXPECT_NE((*cpu)->engine_note().find("engine: CPU"), std::string::npos) << (*cpu)->engine_note();
   EXPECT_TRUE(SingleRankTrainer(TinySpec("")).ok());
+}
+
+TEST(TrainerTest, ARankThatCannotFitIsRefusedBeforeAllocating) {
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(TinySpec(""), "small", 1, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<RankGrid> grid = RankGrid::Create(1, 1, 1);
+  ASSERT_TRUE(grid.ok());
+  TrainerOptions options;
+  options.memory_limits = MemoryLimits{};
+  options.memory_limits->physical_bytes = 64 << 10;  // 64 KiB: the tiny model needs more
+  absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
+  ASSERT_TRUE(groups.ok());
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create((*plan)[0], std::move(*groups), options);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(trainer.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("rank 0 of job small needs about"),
+                               ::testing::HasSubstr("parameters"),
+                               ::testing::HasSubstr("this machine has 64.0 KiB")));
+
+  // The same rank fits the real machine, and says what it estimated.
+  groups = ConnectRankGroups(*grid, 0, GroupTransport{});
+  ASSERT_TRUE(groups.ok());
+  trainer = Trainer::Create((*plan)[0], std::move(*groups), TrainerOptions{});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  EXPECT_GT((*trainer)->memory_estimate().parameters,
+            static_cast<double>((*trainer)->model().num_params()) * 4 - 1);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -22,12 +23,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 #include "worker/device_inventory.h"
+#include "worker/engine/data/data_roots.h"
 #include "worker/rank_process.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
@@ -41,6 +44,10 @@ ABSL_FLAG(std::string, train_binary, "",
 ABSL_FLAG(int, threads, 0, "CPU threads of each rank this worker runs (0: all cores)");
 ABSL_FLAG(std::string, log_dir, "",
           "where assigned ranks' logs go (default /tmp/mtrain-worker-ID)");
+ABSL_FLAG(std::string, data_root, "",
+          "comma-separated directories a job's data.path must resolve inside (realpath, "
+          "symlinks followed); default: the directory of the shipped corpus and "
+          "$MTRAIN_DATA_DIR");
 
 namespace mtrain {
 namespace {
@@ -99,6 +106,21 @@ int Run() {
                  rank_options.train_binary.c_str());
     return 2;
   }
+  // Checked here, so a mistyped root stops the daemon instead of failing every job.
+  std::vector<std::string> data_roots = DefaultDataRoots();
+  if (const std::string roots_flag = absl::GetFlag(FLAGS_data_root); !roots_flag.empty()) {
+    absl::StatusOr<std::vector<std::string>> parsed = ParseDataRoots(roots_flag);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "worker: %s\n", std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    data_roots = *std::move(parsed);
+  }
+  std::printf("worker %s: data roots: %s\n", worker_id.c_str(),
+              data_roots.empty() ? "none (jobs may use only the shipped corpus)"
+                                 : absl::StrJoin(data_roots, ",").c_str());
+  std::fflush(stdout);
+  rank_options.data_roots = absl::StrJoin(data_roots, ",");
   rank_options.coordinator = address;
   rank_options.token_file = absl::GetFlag(FLAGS_token_file);
   rank_options.threads = absl::GetFlag(FLAGS_threads);

@@ -33,6 +33,9 @@ constexpr size_t kManifestEnvelopeBytes = 24;
 // Reads for checksums and for copying short runs go through a buffer of this size: large
 // enough that syscalls cost little, small enough to be no memory concern.
 constexpr size_t kReadChunkBytes = size_t{4} << 20;
+// A manifest is read whole before it is checked; a bigger file is not one (protobuf
+// refuses messages over 2 GiB anyway, and a real one holds ~100 bytes per shard).
+constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 
 std::string JoinPath(const std::string& dir, absl::string_view file) {
   return absl::StrCat(dir, "/", file);
@@ -417,8 +420,15 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
     return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, ": it has no ",
                                             kManifestFileName, " (absent or never completed)"));
   }
+  if (absl::IsInvalidArgument(file.status())) {  // not a regular file
+    return absl::DataLossError(file.status().message());
+  }
   if (!file.ok()) return file.status();
   ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  if (size > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(path, " has ", size, " bytes, more than any manifest (",
+                                            kMaxManifestBytes, " bytes at most)"));
+  }
   std::string bytes(size, '\0');
   RETURN_IF_ERROR(file->Read(0, bytes.size(), bytes.data()));
   absl::StatusOr<CheckpointManifest> manifest = ParseManifest(bytes);
@@ -452,6 +462,9 @@ absl::Status Checkpoint::VerifyFile(const std::string& name) {
   absl::StatusOr<RandomAccessFile> file = RandomAccessFile::Open(path);
   if (absl::IsNotFound(file.status())) {
     return absl::DataLossError(absl::StrCat("shard file ", path, " is missing"));
+  }
+  if (absl::IsInvalidArgument(file.status())) {  // not a regular file
+    return absl::DataLossError(absl::StrCat("shard file ", file.status().message()));
   }
   if (!file.ok()) return file.status();
   ASSIGN_OR_RETURN(const uint64_t size, file->Size());

@@ -1,5 +1,7 @@
 #include "worker/engine/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -437,6 +439,50 @@ TEST(CheckpointTest, TruncatedShardFileIsDataLossNamingTheFile) {
        {ChecksumVerification::kAllFilesOnOpen, ChecksumVerification::kOnFirstUse}) {
     const absl::Status status = OpenCheckpoint(dir, mode).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_TRUE(Mentions(status, "rank-00001.bin")) << status;
+  }
+}
+
+// Files that are not regular are refused before a byte is read: a FIFO used to block the
+// reader forever, and a huge MANIFEST would be read whole.
+TEST(CheckpointTest, SpecialFilesAndHugeManifestsAreDataLossWithoutBlocking) {
+  const std::string dir = FreshDir("special");
+  WriteCheckpoint(dir, kSource, 1);
+  const std::string manifest = dir + "/MANIFEST";
+  const std::string saved = dir + "/MANIFEST.saved";
+  std::filesystem::rename(manifest, saved);
+
+  ASSERT_EQ(::mkfifo(manifest.c_str(), 0600), 0);
+  absl::Status status = OpenCheckpoint(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(Mentions(status, manifest + " is not a regular file (a FIFO)")) << status;
+  std::filesystem::remove(manifest);
+
+  std::filesystem::create_directory(manifest);
+  status = OpenCheckpoint(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(Mentions(status, "a directory")) << status;
+  std::filesystem::remove(manifest);
+
+  {  // Sparse: 2 GiB of apparent size costs no disk.
+    std::ofstream(manifest).close();
+    std::filesystem::resize_file(manifest, uint64_t{2} << 30);
+  }
+  status = OpenCheckpoint(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(Mentions(status, "more than any manifest")) << status;
+  std::filesystem::remove(manifest);
+  std::filesystem::rename(saved, manifest);
+
+  // A shard file replaced by a FIFO: found at open, or (a rank's downloaded subset) when
+  // first read.
+  const std::string shard = dir + "/rank-00001.bin";
+  std::filesystem::remove(shard);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  for (ChecksumVerification mode :
+       {ChecksumVerification::kOnFirstUse, ChecksumVerification::kOnFirstUseSubset}) {
+    status = FirstLoadError(dir, kSource, mode);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
     EXPECT_TRUE(Mentions(status, "rank-00001.bin")) << status;
   }
 }

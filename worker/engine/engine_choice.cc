@@ -30,6 +30,17 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
 }
 
 absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu) {
+  // Protobuf keeps enum numbers it does not know; a rank must not read `device` -5 as
+  // "auto" (or precision 99 as fp32) and train anyway.
+  if (!Device_IsValid(spec.device())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device: ", spec.device(), " is not a Device (DEVICE_AUTO, DEVICE_CPU or DEVICE_CUDA)"));
+  }
+  if (!Precision_IsValid(spec.precision())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision: ", spec.precision(),
+                     " is not a Precision (PRECISION_FP32, PRECISION_BF16 or PRECISION_FP16)"));
+  }
   EngineChoice choice;
   switch (spec.device()) {
     case DEVICE_CPU: {

@@ -32,7 +32,8 @@ struct EngineChoice {
   std::string note;
 };
 
-// `gpu` is OK when this machine has a usable GPU, else CUDA's reason.
+// `gpu` is OK when this machine has a usable GPU, else CUDA's reason. INVALID_ARGUMENT
+// naming the field for a `device` or `precision` number that is no value of its enum.
 absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu);
 
 // The GPU a rank uses: ranks take the machine's GPUs in turn (one worker per GPU gives

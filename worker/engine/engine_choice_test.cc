@@ -99,5 +99,20 @@ TEST(EngineChoiceTest, CpuTrainsInFp32Only) {
   EXPECT_NE(auto_bf16.status().message().find("no usable GPU"), std::string::npos);
 }
 
+TEST(EngineChoiceTest, EnumNumbersThatAreNoValueAreRefusedByField) {
+  JobSpec spec = Spec(DEVICE_AUTO, PRECISION_FP32);
+  spec.set_device(static_cast<Device>(-5));
+  absl::StatusOr<EngineChoice> choice = ChooseEngine(spec, kNoGpu);
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(choice.status().message().find("device: -5 is not a Device"), std::string::npos)
+      << choice.status();
+  spec = Spec(DEVICE_CPU, PRECISION_FP32);
+  spec.set_precision(static_cast<Precision>(99));
+  choice = ChooseEngine(spec, kNoGpu);
+  EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(choice.status().message().find("precision: 99 is not a Precision"), std::string::npos)
+      << choice.status();
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -25,6 +25,15 @@ std::string DirectoryOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(std::string path) {
@@ -97,10 +106,26 @@ absl::Status AtomicFileWriter::Commit() {
 }
 
 absl::StatusOr<RandomAccessFile> RandomAccessFile::Open(std::string path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It
+  // has no effect on the regular files this class accepts.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
     return ErrnoError("cannot open", path, errno);
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0) {
+    const int error = errno;
+    close(fd);
+    return ErrnoError("cannot stat", path, error);
+  }
+  if (!S_ISREG(info.st_mode)) {
+    // A device (/dev/zero never ends), a FIFO or a directory has no size to check reads
+    // against.
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file (",
+                                                   FileKind(info.st_mode),
+                                                   "); only regular files are read"));
   }
   return RandomAccessFile(std::move(path), fd);
 }

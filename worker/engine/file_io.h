@@ -54,7 +54,9 @@ class AtomicFileWriter {
 // Read-only access at arbitrary offsets (pread), for loading parts of shard files.
 class RandomAccessFile {
  public:
-  // NOT_FOUND if `path` does not exist; INTERNAL for other open errors.
+  // NOT_FOUND if `path` does not exist; INVALID_ARGUMENT naming the path if it is not a
+  // regular file (a device such as /dev/zero, a FIFO, a directory); INTERNAL for other
+  // open errors. Never blocks (a FIFO is refused, not waited on).
   static absl::StatusOr<RandomAccessFile> Open(std::string path);
 
   RandomAccessFile(RandomAccessFile&& other) noexcept;

@@ -39,7 +39,11 @@ absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tens
 // Writes atomically (temporary file, then rename).
 absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file);
 
-// DATA_LOSS for a malformed or truncated file, naming what is wrong; NOT_FOUND if absent.
+// Checks the header (length at most 100 MiB and inside the file, JSON, known dtypes,
+// shapes and data offsets whole numbers whose bytes lie inside the file) before reading
+// any tensor data, so it allocates at most the file's size. DATA_LOSS for a malformed or
+// truncated file, naming the file and what is wrong; INVALID_ARGUMENT naming the file if
+// it is not a regular file (/dev/zero, a FIFO, a directory); NOT_FOUND if absent.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 }  // namespace mtrain

@@ -13,7 +13,9 @@
 namespace mtrain {
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; it
+  // is then refused below like any other file that is not regular.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   struct stat info;
   if (fstat(fd, &info) != 0) {
@@ -23,7 +25,13 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   }
   if (!S_ISREG(info.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    const char* kind = S_ISDIR(info.st_mode)    ? "a directory"
+                       : S_ISFIFO(info.st_mode) ? "a FIFO"
+                       : S_ISCHR(info.st_mode)  ? "a character device"
+                       : S_ISBLK(info.st_mode)  ? "a block device"
+                                                : "a socket or other special file";
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (", kind, "); only regular files are read"));
   }
   const size_t size = static_cast<size_t>(info.st_size);
   const char* data = nullptr;

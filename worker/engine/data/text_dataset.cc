@@ -12,6 +12,12 @@ namespace mtrain {
 absl::StatusOr<std::unique_ptr<TextDataset>> TextDataset::Open(const std::string& path) {
   // Mapping rather than streaming reads the file in one pass without a second copy of it.
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  if (file->size() > kMaxTextFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the text file has ", file->size(), " bytes, more than the ", kMaxTextFileBytes,
+        " a DATA_FORMAT_TEXT dataset may have (it is held in memory, 4 bytes per byte); convert "
+        "it with build_indexed_dataset and use DATA_FORMAT_MMIDIDX, which is memory-mapped"));
+  }
   if (file->size() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the text file is empty; a dataset needs at least one token"));

@@ -19,8 +19,12 @@ namespace mtrain {
 
 class TextDataset final : public TokenDataset {
  public:
+  // The largest text file Open accepts: 1 GiB becomes 4 GiB of tokens in memory.
+  static constexpr int64_t kMaxTextFileBytes = int64_t{1} << 30;
+
   // Reads and tokenizes the whole file. NOT_FOUND if it does not exist; INVALID_ARGUMENT if
-  // it is empty or not a regular file; the message names the path.
+  // it is empty, larger than kMaxTextFileBytes or not a regular file (a device such as
+  // /dev/zero, a FIFO, a directory); the message names the path.
   static absl::StatusOr<std::unique_ptr<TextDataset>> Open(const std::string& path);
 
   int64_t size() const override { return static_cast<int64_t>(tokens_.size()); }

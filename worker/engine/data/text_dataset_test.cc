@@ -1,5 +1,8 @@
 #include "worker/engine/data/text_dataset.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -109,6 +112,29 @@ TEST(TextDatasetTest, DirectoryIsInvalidArgument) {
   ASSERT_FALSE(dataset.ok());
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(dataset.status().message(), HasSubstr("not a regular file"));
+}
+
+TEST(TextDatasetTest, RefusesSpecialFilesAndOversizedTextByName) {
+  // /dev/zero would be tokenized forever; a FIFO would block the open.
+  absl::StatusOr<std::unique_ptr<TextDataset>> data = TextDataset::Open("/dev/zero");
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), HasSubstr("/dev/zero: not a regular file"));
+  const std::string fifo = TempPath("corpus.fifo");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  data = TextDataset::Open(fifo);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), HasSubstr("(a FIFO)"));
+  data = TextDataset::Open(TempPath(""));
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  // One byte over the limit (sparse: no disk used) would take 4 GiB of tokens.
+  const std::string big = TempPath("big.txt");
+  WriteWholeFile(big, "");
+  ASSERT_EQ(::truncate(big.c_str(), TextDataset::kMaxTextFileBytes + 1), 0);
+  data = TextDataset::Open(big);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(data.status().message(), HasSubstr(big));
+  EXPECT_THAT(data.status().message(), HasSubstr("DATA_FORMAT_MMIDIDX"));
 }
 
 }  // namespace

@@ -1,0 +1,131 @@
+#include "worker/engine/data/data_roots.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "worker/engine/data/data_source.h"
+#include "worker/engine/data/indexed_dataset_format.h"
+
+namespace mtrain {
+namespace {
+
+// realpath(3), or the reason it failed.
+absl::StatusOr<std::string> Resolve(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    return absl::InvalidArgumentError(std::strerror(errno));
+  }
+  return std::string(resolved);
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool Inside(const std::string& resolved, const std::string& root) {
+  if (root == "/") return true;
+  return resolved == root ||
+         (resolved.size() > root.size() && resolved.compare(0, root.size(), root) == 0 &&
+          resolved[root.size()] == '/');
+}
+
+std::string RootsText(const std::vector<std::string>& roots) {
+  if (roots.empty()) {
+    return "no data roots (start the worker with --data_root=DIR[,DIR...]; by default it "
+           "allows only the directory of the shipped corpus, which was not found)";
+  }
+  return absl::StrCat("the data roots [", absl::StrJoin(roots, ", "), "]");
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseDataRoots(absl::string_view comma_separated) {
+  std::vector<std::string> roots;
+  for (absl::string_view entry : absl::StrSplit(comma_separated, ',', absl::SkipWhitespace())) {
+    const std::string root(absl::StripAsciiWhitespace(entry));
+    absl::StatusOr<std::string> resolved = Resolve(root);
+    if (!resolved.ok() || !IsDirectory(*resolved)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data_root: ", root, " is not a directory",
+                       resolved.ok() ? "" : absl::StrCat(" (", resolved.status().message(), ")")));
+    }
+    if (std::find(roots.begin(), roots.end(), *resolved) == roots.end()) {
+      roots.push_back(*std::move(resolved));
+    }
+  }
+  return roots;
+}
+
+std::vector<std::string> DefaultDataRoots() {
+  std::vector<std::string> candidates;
+  if (absl::StatusOr<std::string> corpus = FindDefaultCorpus(); corpus.ok()) {
+    // The directory it was found in and, as runfiles trees hold symlinks, the directory
+    // of the file it resolves to (where a spec naming it explicitly resolves).
+    for (const absl::StatusOr<std::string>& file :
+         {absl::StatusOr<std::string>(*corpus), Resolve(*corpus)}) {
+      if (!file.ok()) continue;
+      const size_t slash = file->rfind('/');
+      candidates.push_back(slash == std::string::npos ? "." : file->substr(0, slash));
+    }
+  }
+  if (const char* dir = std::getenv("MTRAIN_DATA_DIR"); dir != nullptr && *dir != '\0') {
+    candidates.push_back(dir);
+  }
+  std::vector<std::string> roots;
+  for (const std::string& candidate : candidates) {
+    absl::StatusOr<std::string> resolved = Resolve(candidate);
+    if (resolved.ok() && IsDirectory(*resolved) &&
+        std::find(roots.begin(), roots.end(), *resolved) == roots.end()) {
+      roots.push_back(*std::move(resolved));
+    }
+  }
+  return roots;
+}
+
+absl::StatusOr<std::string> ConfineToDataRoots(absl::string_view field, const std::string& path,
+                                               const std::vector<std::string>& roots) {
+  absl::StatusOr<std::string> resolved = Resolve(path);
+  if (!resolved.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", path, " cannot be resolved (", resolved.status().message(), ")"));
+  }
+  for (const std::string& root : roots) {
+    if (Inside(*resolved, root)) return resolved;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": ", path, *resolved == path ? "" : absl::StrCat(" (resolved: ", *resolved, ")"),
+      " is outside ", RootsText(roots),
+      " [rule: a rank reads data only inside the worker's --data_root]"));
+}
+
+absl::StatusOr<DataSpec> ConfineDataSpec(const DataSpec& data,
+                                         const std::vector<std::string>& roots) {
+  if (data.path().empty()) return data;
+  DataSpec confined = data;
+  if (data.format() == DATA_FORMAT_MMIDIDX) {
+    ASSIGN_OR_RETURN(const std::string index,
+                     ConfineToDataRoots("data.path", IndexFilePath(data.path()), roots));
+    ASSIGN_OR_RETURN(const std::string bin,
+                     ConfineToDataRoots("data.path", DataFilePath(data.path()), roots));
+    // Open what was checked when both files resolve to one prefix (the usual case).
+    const absl::string_view prefix = absl::StripSuffix(index, ".idx");
+    if (bin == DataFilePath(prefix)) confined.set_path(std::string(prefix));
+    return confined;
+  }
+  ASSIGN_OR_RETURN(const std::string resolved, ConfineToDataRoots("data.path", data.path(), roots));
+  confined.set_path(resolved);
+  return confined;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,161 @@
+#include "worker/engine/rank_memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "worker/engine/memory_limits.h"
+
+namespace mtrain {
+namespace {
+
+constexpr double kFloat = 4;  // bytes of a float and of an int32 token
+constexpr double kInt32Max = std::numeric_limits<int32_t>::max();
+
+// The most microbatches the schedule keeps in flight on each chunk (forwards whose
+// backward has not run yet): their activations are alive together.
+std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, const ParallelSpec& par,
+                                     int chunks, double microbatches) {
+  std::vector<double> peak(chunks, 0), now(chunks, 0);
+  for (const PipelineAction& action : schedule.actions()) {
+    const int c = action.chunk();
+    if (c < 0 || c >= chunks) continue;  // the executor refuses it later
+    if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
+    if (action.kind() == PipelineAction::BACKWARD) --now[c];
+  }
+  // A schedule given without its actions: the schedule's own bound. GPipe runs every
+  // forward first; 1F1B keeps at most `pipeline` microbatches in flight, interleaving
+  // about twice that per chunk.
+  const double bound = par.schedule() == SCHEDULE_GPIPE ? microbatches
+                       : par.schedule() == SCHEDULE_INTERLEAVED_1F1B
+                           ? std::min(microbatches, 2.0 * par.pipeline())
+                           : std::min(microbatches, 1.0 * par.pipeline());
+  for (double& p : peak) {
+    if (p == 0) p = std::max(1.0, bound);
+  }
+  return peak;
+}
+
+}  // namespace
+
+std::string RankMemoryEstimate::Describe() const {
+  return absl::StrCat("parameters ", HumanBytes(parameters), ", gradients ", HumanBytes(gradients),
+                      ", AdamW moments ", HumanBytes(optimizer), ", checkpoint staging ",
+                      HumanBytes(staging), ", activations ", HumanBytes(activations));
+}
+
+absl::StatusOr<RankMemoryEstimate> EstimateRankMemory(const Assignment& assignment,
+                                                      bool host_activations) {
+  const JobSpec& spec = assignment.spec();
+  const ModelSpec& model = spec.model();
+  const ParallelSpec& par = spec.parallel();
+  const std::pair<const char*, int64_t> positive[] = {
+      {"model.num_layers", model.num_layers()},
+      {"model.num_heads", model.num_heads()},
+      {"model.hidden_size", model.hidden_size()},
+      {"model.seq_length", model.seq_length()},
+      {"model.vocab_size", model.vocab_size()},
+      {"parallel.tensor", par.tensor()},
+      {"parallel.pipeline", par.pipeline()},
+      {"parallel.data", par.data()},
+      {"parallel.micro_batch_size", par.micro_batch_size()},
+      {"parallel.global_batch_size", par.global_batch_size()}};
+  for (const auto& [field, value] : positive) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " is ", value, "; it must be > 0"));
+    }
+  }
+  if (assignment.layers().empty()) {
+    return absl::InvalidArgumentError("the assignment gives this rank no layers");
+  }
+  const double t = par.tensor(), d = par.data();
+  const double B = par.micro_batch_size(), S = model.seq_length(), C = model.hidden_size();
+  const double H = model.num_heads();
+  const double n = B * S;  // tokens per microbatch
+  // The vocabulary padded to a multiple of 128 * tensor, as the engine pads it.
+  const double multiple = 128 * t;
+  const double Vp = std::ceil(model.vocab_size() / multiple) * multiple;
+  if (n > kInt32Max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel.micro_batch_size ", par.micro_batch_size(), " * model.seq_length ",
+        model.seq_length(), " = ", static_cast<int64_t>(n),
+        " tokens per microbatch exceeds 2147483647 [rule: the engine's kernels index rows with "
+        "int32]"));
+  }
+  if (4 * C > kInt32Max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.hidden_size ", model.hidden_size(),
+        ": the MLP width 4 * hidden_size exceeds 2147483647 [rule: the engine's kernels index "
+        "columns with int32]"));
+  }
+  if (Vp > kInt32Max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab_size ", model.vocab_size(),
+                     " padded to a multiple of 128 * parallel.tensor (", static_cast<int64_t>(Vp),
+                     ") exceeds 2147483647 [rule: the engine's kernels index the "
+                     "vocabulary with int32]"));
+  }
+  const double Cl = C / t, Fl = 4 * C / t, Hl = H / t, Vl = Vp / t;
+  const double microbatches = std::floor(par.global_batch_size() / (B * d));
+
+  // Parameters, as ParameterLayout lays them out for each chunk.
+  const double per_layer = 6 * C + 3 * Cl * C + 3 * Cl + C * Cl + Fl * C + Fl + C * Fl;
+  const int chunks = assignment.layers_size();
+  const int stage = assignment.rank().pp_rank();
+  double params = 0;
+  std::vector<double> chunk_layers;
+  for (int c = 0; c < chunks; ++c) {
+    const double layers = assignment.layers(c).num_layers();
+    chunk_layers.push_back(layers);
+    const bool embedding = stage == 0 && c == 0;
+    const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
+    params += layers * per_layer;
+    if (embedding || head) params += Vl * C;
+    if (embedding) params += S * C;
+    if (head) params += 2 * C;
+  }
+  const bool zero = par.zero_stage() == 1 && par.data() > 1;
+  const double buffer = zero ? std::ceil(params / d) * d : params;
+
+  RankMemoryEstimate estimate;
+  estimate.parameters = buffer * kFloat;
+  estimate.gradients = buffer * kFloat;
+  estimate.optimizer = 2 * (zero ? buffer / d : params) * kFloat;
+  // A checkpoint save gathers both moments over the whole buffer (and a load reads them
+  // into such copies); ZeRO-1 also gathers the parameters each step.
+  estimate.staging = 2 * buffer * kFloat + (zero ? buffer * kFloat : 0);
+
+  if (host_activations) {
+    const bool recompute = spec.train().recompute();
+    const double attention = B * Hl * S * S;  // one layer's attention probabilities
+    // LayerActivations: ln1, h1, ln2 [n, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
+    // [n, Fl]; the attention matrix; LayerNorm statistics.
+    const double saved_layer = 3 * n * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * n;
+    const std::vector<double> in_flight =
+        InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
+    double activations = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
+      double per_microbatch = 3 * n + (chunk_layers[c] + 1) * n * C;
+      if (!recompute) per_microbatch += chunk_layers[c] * saved_layer;
+      if (head) per_microbatch += n * C + n * Vl + 5 * n;
+      // The pipeline's received input and output gradient of each microbatch in flight.
+      per_microbatch += 2 * n * C;
+      // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layer,
+      // and the head's temporaries (d_logits, the residual gradients).
+      double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl + attention;
+      if (recompute) scratch += saved_layer;
+      if (head) scratch += n * Vl + 3 * n * C + n;
+      activations += in_flight[c] * per_microbatch + scratch;
+    }
+    // Every microbatch's tokens and targets are loaded at the start of a step.
+    activations += microbatches * 2 * n;
+    estimate.activations = activations * kFloat;
+  }
+  return estimate;
+}
+
+}  // namespace mtrain
