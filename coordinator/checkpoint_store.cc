@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <system_error>
 
@@ -405,6 +406,16 @@ std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& j
     }
   }
   return std::nullopt;
+}
+
+absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = verified_.lower_bound({job_id, INT64_MIN});
+       it != verified_.end() && it->first.first == job_id;) {
+    it = verified_.erase(it);
+  }
+  return RemoveAll(JobDir(job_id));
 }
 
 void CheckpointStore::ForgetVerified(const std::string& job_id) {
