@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "coordinator/job_listing.h"
 
 namespace mtrain {
 namespace {
@@ -157,9 +158,11 @@ grpc::Status CoordinatorGrpcService::ListJobs(grpc::ServerContext* context,
                                               const ListJobsRequest* request,
                                               ListJobsResponse* response) {
   if (jobs_ == nullptr) return Answer("ListJobs", NoJobs());
-  absl::StatusOr<std::vector<JobStatus>> jobs = jobs_->List();
-  if (!jobs.ok()) return Answer("ListJobs", ToGrpcStatus(jobs.status()));
-  for (JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
+  absl::StatusOr<JobListQuery> query = JobListQueryFromRequest(*request);
+  if (!query.ok()) return Answer("ListJobs", ToGrpcStatus(query.status()));
+  absl::StatusOr<JobListPage> page = jobs_->List(*query);
+  if (!page.ok()) return Answer("ListJobs", ToGrpcStatus(page.status()));
+  *response = ListJobsResponseFromPage(*std::move(page));
   return grpc::Status::OK;
 }
 
@@ -169,6 +172,14 @@ grpc::Status CoordinatorGrpcService::CancelJob(grpc::ServerContext* context,
   MTRAIN_AUTHORIZE("CancelJob");
   if (jobs_ == nullptr) return Answer("CancelJob", NoJobs());
   return Answer("CancelJob", ToGrpcStatus(jobs_->Cancel(request->job_id())));
+}
+
+grpc::Status CoordinatorGrpcService::DeleteJob(grpc::ServerContext* context,
+                                               const DeleteJobRequest* request,
+                                               DeleteJobResponse* response) {
+  MTRAIN_AUTHORIZE("DeleteJob");
+  if (jobs_ == nullptr) return Answer("DeleteJob", NoJobs());
+  return Answer("DeleteJob", ToGrpcStatus(jobs_->Delete(request->job_id())));
 }
 
 grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
