@@ -538,6 +538,27 @@ TEST_F(TrainctlRealCoordinatorTest, ListPagesThroughEveryJobAndFilters) {
   EXPECT_EQ(Run("status job-1 --name=x").exit_code, 2);
 }
 
+TEST_F(TrainctlRealCoordinatorTest, JobsWithHugeSpecsDoNotBreakTheListing) {
+  // Issue 15: two jobs with a 3 MB data.path took ListJobs past gRPC's 4 MB limit, and
+  // `trainctl list` failed for everyone.
+  JobSpec huge;
+  huge.set_name("huge");
+  huge.mutable_data()->set_path(std::string(3 << 20, 'p'));
+  AddJobs(1, "small");
+  ASSERT_TRUE(store_->CreateJob(huge, 1000).ok());
+  ASSERT_TRUE(store_->CreateJob(huge, 1000).ok());
+  AddJobs(1, "small");
+  const Result list = Run("list");
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  const std::vector<std::string> lines = Lines(list.out);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_THAT(lines[2], HasSubstr("huge"));
+  EXPECT_THAT(lines[3], HasSubstr("huge"));
+  const Result json = Run("--json list");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(Lines(json.out)[1], HasSubstr("\"listing_shortened\":true"));
+}
+
 TEST_F(TrainctlRealCoordinatorTest, DeleteNeedsTheTokenAndAnEndedJob) {
   AddJobs(2, "tiny");
   const Result anonymous = Run("delete job-1");
