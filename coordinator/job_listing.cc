@@ -25,6 +25,7 @@ absl::StatusOr<JobListQuery> JobListQueryFromRequest(const ListJobsRequest& requ
                        ? kDefaultJobPageSize
                        : std::min<int64_t>(request.page_size(), kMaxJobPageSize);
   query.max_bytes = kMaxJobPageBytes;
+  query.list_damaged = true;
   ASSIGN_OR_RETURN(query.after_job, DecodePageToken(request.page_token(), "page_token"));
   for (int state : request.states()) {
     if (!JobState_IsValid(state) || state == JOB_STATE_UNSPECIFIED) {

@@ -18,6 +18,7 @@ TEST(JobListingTest, PageSizeDefaultsAndIsCapped) {
   ASSERT_TRUE(query.ok()) << query.status();
   EXPECT_EQ(query->max_jobs, kDefaultJobPageSize);
   EXPECT_EQ(query->max_bytes, kMaxJobPageBytes);
+  EXPECT_TRUE(query->list_damaged);
   EXPECT_EQ(query->after_job, 0);
 
   request.set_page_size(7);

@@ -719,6 +719,20 @@ void ShortenForListing(JobStatus* job) {
   job->set_listing_shortened(true);
 }
 
+// What a listing shows of job n when its stored record does not parse: its id, its state
+// when that is readable, and why the rest is missing.
+JobStatus DamagedListing(int64_t n, int64_t state, const absl::Status& why) {
+  JobStatus job;
+  job.set_job_id(JobIdFor(n));
+  if (absl::StatusOr<JobState> parsed = StateFromColumn(state, job.job_id()); parsed.ok()) {
+    job.set_state(*parsed);
+  }
+  job.set_message(ShortenText(absl::StrCat("the stored job cannot be read: ", why.message()),
+                              kShortenedTextBytes));
+  job.set_listing_shortened(true);
+  return job;
+}
+
 }  // namespace
 
 absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
@@ -766,7 +780,12 @@ absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
       break;
     }
     const int64_t n = query.Int(0);
-    ASSIGN_OR_RETURN(JobStatus job, Impl::ReadJob(query));
+    absl::StatusOr<JobStatus> read = Impl::ReadJob(query);
+    if (!read.ok() && list.list_damaged && read.status().code() == absl::StatusCode::kDataLoss) {
+      read = DamagedListing(n, query.Int(2), read.status());
+    }
+    if (!read.ok()) return read.status();
+    JobStatus job = *std::move(read);
     {
       Query workers(impl_->select_workers);
       workers.Bind(n);

@@ -69,6 +69,11 @@ struct JobListQuery {
   // Stop before a job that would take the page's encoded size past this (a page holds at
   // least one job); < 0 for no limit. Jobs over kMaxListedJobBytes are shortened when set.
   int64_t max_bytes = -1;
+  // A job whose stored record does not parse is listed with only its id, its state and
+  // why (in `message`, listing_shortened set) instead of failing the page with DATA_LOSS.
+  // Listings for users set it, so one damaged row does not hide every job; the job
+  // manager's own reads do not: they act on what they read.
+  bool list_damaged = false;
 };
 
 struct JobListPage {

@@ -869,6 +869,27 @@ TEST(JobStoreListTest, ShortenedNamesStayValidUtf8) {
   EXPECT_EQ(listed[listed.size() - 4], '\xa9');
 }
 
+TEST(JobStoreListTest, ADamagedRowFailsOnlyItselfInAUserListing) {
+  const std::string path = FreshDbPath();
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+    for (int i = 0; i < 3; ++i) ASSERT_OK(store->CreateJob(MakeSpec("j", 2), 1).status());
+  }
+  RawExec(path, "UPDATE jobs SET spec = x'ffff' WHERE id = 2;");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+  JobListQuery query;
+  EXPECT_EQ(store->ListJobs(query).status().code(), absl::StatusCode::kDataLoss);
+  query.list_damaged = true;
+  ASSERT_OK_AND_ASSIGN(const JobListPage page, store->ListJobs(query));
+  ASSERT_EQ(page.jobs.size(), 3u);
+  EXPECT_EQ(page.jobs[1].job_id(), "job-2");
+  EXPECT_EQ(page.jobs[1].state(), JOB_STATE_PENDING);
+  EXPECT_TRUE(page.jobs[1].listing_shortened());
+  EXPECT_NE(page.jobs[1].message().find("stored spec does not parse"), std::string::npos)
+      << page.jobs[1].message();
+  EXPECT_EQ(page.jobs[2].spec().name(), "j");
+}
+
 TEST(JobStoreDeleteTest, DeletesAnEndedJobWithEverythingUnderIt) {
   const std::string path = FreshDbPath();
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
