@@ -186,9 +186,12 @@ grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
                                                    const ListJobEventsRequest* request,
                                                    ListJobEventsResponse* response) {
   if (jobs_ == nullptr) return Answer("ListJobEvents", NoJobs());
-  absl::StatusOr<std::vector<JobEvent>> events = jobs_->Events(request->job_id());
-  if (!events.ok()) return Answer("ListJobEvents", ToGrpcStatus(events.status()));
-  for (JobEvent& event : *events) *response->add_events() = std::move(event);
+  absl::StatusOr<JobEventQuery> query = JobEventQueryFromRequest(*request);
+  if (!query.ok()) return Answer("ListJobEvents", ToGrpcStatus(query.status()));
+  absl::StatusOr<JobEventPage> page =
+      jobs_->Events(request->job_id(), query->after_event, query->max_events, query->max_bytes);
+  if (!page.ok()) return Answer("ListJobEvents", ToGrpcStatus(page.status()));
+  *response = ListJobEventsResponseFromPage(*std::move(page));
   return grpc::Status::OK;
 }
 

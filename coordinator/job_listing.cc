@@ -47,4 +47,28 @@ ListJobsResponse ListJobsResponseFromPage(JobListPage page) {
   return response;
 }
 
+absl::StatusOr<JobEventQuery> JobEventQueryFromRequest(const ListJobEventsRequest& request) {
+  JobEventQuery query;
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: ", request.page_size(), " is negative [rule: 0 (the default, ",
+                     kDefaultEventPageSize, ") or more; above ", kMaxEventPageSize, " reads as ",
+                     kMaxEventPageSize, "]"));
+  }
+  if (request.page_size() > 0) {
+    query.max_events = std::min<int64_t>(request.page_size(), kMaxEventPageSize);
+  }
+  ASSIGN_OR_RETURN(query.after_event, DecodePageToken(request.page_token(), "page_token"));
+  return query;
+}
+
+ListJobEventsResponse ListJobEventsResponseFromPage(JobEventPage page) {
+  ListJobEventsResponse response;
+  for (JobEvent& event : page.events) *response.add_events() = std::move(event);
+  if (page.next_after_event > 0) {
+    response.set_next_page_token(EncodePageToken(page.next_after_event));
+  }
+  return response;
+}
+
 }  // namespace mtrain

@@ -58,6 +58,32 @@ TEST(JobListingTest, RefusalsNameTheField) {
   }
 }
 
+TEST(JobListingTest, EventPagesDefaultCapAndRefuseLikeJobPages) {
+  ListJobEventsRequest request;
+  absl::StatusOr<JobEventQuery> query = JobEventQueryFromRequest(request);
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->max_events, kDefaultEventPageSize);
+  EXPECT_EQ(query->after_event, 0);
+  request.set_page_size(1 << 30);
+  request.set_page_token(EncodePageToken(12));
+  query = JobEventQueryFromRequest(request);
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->max_events, kMaxEventPageSize);
+  EXPECT_EQ(query->after_event, 12);
+  request.set_page_size(-2);
+  EXPECT_THAT(JobEventQueryFromRequest(request).status().message(), HasSubstr("page_size: -2"));
+  request.set_page_size(0);
+  request.set_page_token("x");
+  EXPECT_THAT(JobEventQueryFromRequest(request).status().message(), HasSubstr("page_token: "));
+
+  JobEventPage page;
+  page.events.emplace_back().set_kind("state");
+  page.next_after_event = 9;
+  ListJobEventsResponse response = ListJobEventsResponseFromPage(page);
+  EXPECT_EQ(response.events_size(), 1);
+  EXPECT_EQ(*DecodePageToken(response.next_page_token(), "t"), 9);
+}
+
 TEST(JobListingTest, ResponseCarriesTheNextTokenOnlyWhenMoreMayFollow) {
   JobListPage page;
   page.jobs.emplace_back().set_job_id("job-3");

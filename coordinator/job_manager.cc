@@ -184,6 +184,12 @@ absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_
   return store_->Events(job_id);
 }
 
+absl::StatusOr<JobEventPage> JobManager::Events(const std::string& job_id, int64_t after_event,
+                                                int64_t max_events, int64_t max_bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->Events(job_id, after_event, max_events, max_bytes);
+}
+
 absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id,
                                                            int64_t after_step,
                                                            int64_t limit) const {

@@ -100,6 +100,9 @@ class JobManager {
 
   // The job's event log, oldest first. NOT_FOUND for an unknown job.
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  // One page of it (JobStore::Events).
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const;
 
   // The recorded per-step metrics of the job's reporting rank, in step order: those after
   // step `after_step`, at most `limit` (all when negative). NOT_FOUND for an unknown job.

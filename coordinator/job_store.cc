@@ -343,6 +343,10 @@ struct JobStore::Impl {
 
   Statement insert_event{"INSERT INTO events (job_id, unix_ms, kind, message) VALUES (?, ?, ?, ?)"};
   Statement select_events{"SELECT unix_ms, kind, message FROM events WHERE job_id = ? ORDER BY id"};
+  // A range of events_by_job (job_id, id).
+  Statement select_event_page{
+      "SELECT id, unix_ms, kind, message FROM events WHERE job_id = ? AND id > ? ORDER BY id "
+      "LIMIT ?"};
 
   Statement upsert_step{
       "INSERT INTO steps (job_id, step, metrics) VALUES (?, ?, ?) "
@@ -420,7 +424,8 @@ struct JobStore::Impl {
                          &delete_job_events,
                          &delete_job_steps,
                          &delete_job,
-                         &select_ended_before}) {
+                         &select_ended_before,
+                         &select_event_page}) {
       RETURN_IF_ERROR(s->Prepare(db.get()));
     }
     return absl::OkStatus();
@@ -978,6 +983,43 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, const std::string&
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   RETURN_IF_ERROR(impl_->InsertEvent(*n, now_ms, kind, message));
   return txn.Commit();
+}
+
+absl::StatusOr<JobEventPage> JobStore::Events(const std::string& job_id, int64_t after_event,
+                                              int64_t max_events, int64_t max_bytes) const {
+  const std::optional<int64_t> n = ParseJobId(job_id);
+  if (!n) return JobNotFound(job_id);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
+  JobEventPage page;
+  Query query(impl_->select_event_page);
+  // One row beyond the page says whether there are more.
+  query.Bind(*n).Bind(after_event).Bind(max_events < 0 ? int64_t{-1} : max_events + 1);
+  int64_t bytes = 0;
+  int64_t last = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Step());
+    if (!row) break;
+    if (max_events >= 0 && static_cast<int64_t>(page.events.size()) >= max_events) {
+      page.next_after_event = last;
+      break;
+    }
+    JobEvent event;
+    event.set_unix_ms(query.Int(1));
+    event.set_kind(query.Bytes(2));
+    event.set_message(query.Bytes(3));
+    if (max_bytes >= 0) {
+      const int64_t size = static_cast<int64_t>(event.ByteSizeLong()) + 8;
+      if (!page.events.empty() && bytes + size > max_bytes) {
+        page.next_after_event = last;
+        break;
+      }
+      bytes += size;
+    }
+    page.events.push_back(std::move(event));
+    last = query.Int(0);
+  }
+  return page;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobStore::Events(const std::string& job_id) const {

@@ -76,6 +76,16 @@ struct JobListQuery {
   bool list_damaged = false;
 };
 
+// Event pages (ListJobEvents): a job restarting or checkpointing often collects many.
+inline constexpr int64_t kDefaultEventPageSize = 1000;
+inline constexpr int64_t kMaxEventPageSize = 10000;
+
+struct JobEventPage {
+  std::vector<JobEvent> events;
+  // > 0 when more events may follow: ask again with after_event = next_after_event.
+  int64_t next_after_event = 0;
+};
+
 struct JobListPage {
   std::vector<JobStatus> jobs;
   // > 0 when more jobs may match: query again with after_job = next_after_job.
@@ -133,6 +143,11 @@ class JobStore {
                            const std::string& message, int64_t now_ms);
   // In the order appended.
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  // A page of them: those appended after position `after_event` (0: from the first), at
+  // most `max_events` (< 0: no limit), stopping before `max_bytes` of encoded events
+  // (< 0: no limit; a page holds at least one). NOT_FOUND for an unknown job.
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const;
 
  private:
   struct Impl;

@@ -933,6 +933,35 @@ TEST(JobStoreDeleteTest, DeletesAnEndedJobWithEverythingUnderIt) {
   EXPECT_EQ(next, "job-3");
 }
 
+TEST(JobStoreListTest, EventsPageInOrderAndOnlyTheirJobs) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(":memory:"));
+  ASSERT_OK(store->CreateJob(MakeSpec("a", 2), 0).status());
+  ASSERT_OK(store->CreateJob(MakeSpec("b", 2), 0).status());
+  for (int i = 1; i <= 25; ++i) {
+    ASSERT_OK(store->AppendEvent("job-1", "checkpoint", absl::StrCat("a", i), i));
+    ASSERT_OK(store->AppendEvent("job-2", "checkpoint", absl::StrCat("b", i), i));
+  }
+  std::vector<std::string> messages;
+  int64_t after = 0;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(const JobEventPage page, store->Events("job-1", after, 10, -1));
+    for (const JobEvent& event : page.events) messages.push_back(event.message());
+    after = page.next_after_event;
+    ++pages;
+  } while (after > 0);
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(messages.size(), 26u);  // "submitted" and 25 appended.
+  EXPECT_EQ(messages[0], "a");
+  EXPECT_EQ(messages[1], "a1");
+  EXPECT_EQ(messages.back(), "a25");
+  // A byte bound closes pages early but always holds one event.
+  ASSERT_OK_AND_ASSIGN(const JobEventPage tiny, store->Events("job-2", 0, 100, 1));
+  EXPECT_EQ(tiny.events.size(), 1u);
+  EXPECT_GT(tiny.next_after_event, 0);
+  EXPECT_EQ(store->Events("job-9", 0, 10, -1).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(JobStoreDeleteTest, JobsEndedByListsEndedJobsLongestEndedFirst) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(FreshDbPath()));
   for (int i = 0; i < 4; ++i) ASSERT_OK(store->CreateJob(MakeSpec("j", 2), 0).status());

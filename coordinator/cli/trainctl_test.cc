@@ -559,6 +559,19 @@ TEST_F(TrainctlRealCoordinatorTest, JobsWithHugeSpecsDoNotBreakTheListing) {
   EXPECT_THAT(Lines(json.out)[1], HasSubstr("\"listing_shortened\":true"));
 }
 
+TEST_F(TrainctlRealCoordinatorTest, EventsPageThroughALongLog) {
+  AddJobs(1, "chatty");
+  for (int i = 1; i <= 12000; ++i) {  // More than the coordinator's largest page.
+    ASSERT_TRUE(store_->AppendEvent("job-1", "checkpoint", absl::StrCat("step ", i), 1000).ok());
+  }
+  const Result events = Run("--json events job-1");
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  const std::vector<std::string> lines = Lines(events.out);
+  ASSERT_EQ(lines.size(), 12001u);
+  EXPECT_THAT(lines[0], HasSubstr("\"kind\":\"submitted\""));
+  EXPECT_THAT(lines.back(), HasSubstr("\"message\":\"step 12000\""));
+}
+
 TEST_F(TrainctlRealCoordinatorTest, DeleteNeedsTheTokenAndAnEndedJob) {
   AddJobs(2, "tiny");
   const Result anonymous = Run("delete job-1");
