@@ -137,9 +137,9 @@ absl::StatusOr<ListJobsRequest> ListJobsRequestFromQuery(absl::string_view query
     ASSIGN_OR_RETURN(const std::string states, PercentDecoded(value, "state"));
     for (absl::string_view state : absl::StrSplit(states, ',', absl::SkipEmpty())) {
       JobState parsed = JOB_STATE_UNSPECIFIED;
-      const std::string upper = absl::AsciiStrToUpper(state);
-      if (!JobState_Parse(absl::StrCat("JOB_STATE_", upper), &parsed) ||
-          parsed == JOB_STATE_UNSPECIFIED) {
+      std::string upper = absl::AsciiStrToUpper(state);
+      if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+      if (!JobState_Parse(upper, &parsed) || parsed == JOB_STATE_UNSPECIFIED) {
         return absl::InvalidArgumentError(
             absl::StrCat("query parameter state=", state,
                          ": not a job state [rule: PENDING, PLACING, RUNNING, SUCCEEDED, FAILED or "

@@ -237,7 +237,7 @@ TEST_F(HttpRoutesTest, JobsPageWithTokensAndFilterByStateAndName) {
             (std::vector<std::string>{"job-5"}));
   EXPECT_EQ(JobPage(Get("/api/jobs", "state=CANCELLED,pending&name=t")).first,
             (std::vector<std::string>{"job-1"}));
-  EXPECT_EQ(JobPage(Get("/api/jobs", "state=cancelled&state=PENDING")).first.size(), 7u);
+  EXPECT_EQ(JobPage(Get("/api/jobs", "state=cancelled&state=JOB_STATE_PENDING")).first.size(), 7u);
   // Without parameters: the first page of the default size, with no token when all fit.
   EXPECT_EQ(JobPage(Get("/api/jobs")).second, "");
 }
