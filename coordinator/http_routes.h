@@ -22,9 +22,9 @@
 //
 // Errors: unknown paths 404 (JSON under /api/); an unknown job 404 with
 // {"code":"NOT_FOUND","error":...}; a malformed parameter (`after`, `limit`, a page
-// token, a state) 400 naming it. Everything but
-// /metrics is sent with Cache-Control: no-store (a page and its data from the same
-// moment) and a Content-Security-Policy that allows nothing but this origin.
+// token, a state) 400 naming it. Everything but /metrics is sent with Cache-Control:
+// no-store (a page and its data from the same moment) and a Content-Security-Policy that
+// allows nothing but this origin.
 //
 //   CoordinatorHttpRoutes routes(jobs, &workers, metrics, ReadChartJs(path));
 //   ASSIGN_OR_RETURN(auto server, HttpServer::Start(address, [&](const HttpRequest& r) {
