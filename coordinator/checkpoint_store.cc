@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <system_error>
 
@@ -338,7 +339,9 @@ void CheckpointStore::ApplyRetentionLocked(const std::string& job_id, int64_t ge
   std::error_code error;
   const std::string staging = absl::StrCat(JobDir(job_id), "/staging");
   for (const fs::directory_entry& entry : fs::directory_iterator(staging, error)) {
-    absl::string_view name = entry.path().filename().native();
+    // filename() is a temporary: keep the string the view points into.
+    const std::string filename = entry.path().filename().string();
+    absl::string_view name = filename;
     int64_t gen = 0;
     if (absl::ConsumePrefix(&name, "gen-") && absl::SimpleAtoi(name, &gen) && gen < generation) {
       (void)RemoveAll(entry.path().string());
@@ -469,6 +472,16 @@ std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& j
     }
   }
   return std::nullopt;
+}
+
+absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = verified_.lower_bound({job_id, INT64_MIN});
+       it != verified_.end() && it->first.first == job_id;) {
+    it = verified_.erase(it);
+  }
+  return RemoveAll(JobDir(job_id));
 }
 
 void CheckpointStore::ForgetVerified(const std::string& job_id) {

@@ -125,6 +125,11 @@ class CheckpointStore {
   // LatestUsable reads every file again.
   void ForgetVerified(const std::string& job_id);
 
+  // Removes everything stored for the job (committed, staging and damaged checkpoints),
+  // when the job itself is deleted. OK if there was nothing; INVALID_ARGUMENT for a bad
+  // job id; INTERNAL naming the path if the files cannot be removed.
+  absl::Status DeleteJob(const std::string& job_id);
+
   const std::string& root() const { return root_; }
   int keep_last() const { return keep_last_; }
 

@@ -143,6 +143,22 @@ TEST_F(CheckpointStoreTest, KeepsTheLastKAndDropsOlderGenerationsStaging) {
   EXPECT_FALSE(fs::exists(base_ / "store" / "job-1" / "staging" / "gen-1"));
 }
 
+TEST_F(CheckpointStoreTest, DeleteJobRemovesCommittedStagingAndVerifiedState) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  ASSERT_TRUE(Upload(2, 20, "rank-00000.bin", "partial").ok());
+  std::vector<std::string> damaged;
+  ASSERT_TRUE(store_->LatestUsable("job-1", &damaged).has_value());
+  ASSERT_TRUE(store_->DeleteJob("job-1").ok());
+  EXPECT_FALSE(fs::exists(base_ / "store" / "job-1"));
+  EXPECT_TRUE(store_->List("job-1").empty());
+  EXPECT_FALSE(store_->LatestUsable("job-1", &damaged).has_value());
+  // Nothing stored is fine; a job id that is a path is refused, not followed.
+  EXPECT_TRUE(store_->DeleteJob("job-2").ok());
+  EXPECT_EQ(store_->DeleteJob("..").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->DeleteJob("a/b").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(base_ / "store"));
+}
+
 TEST_F(CheckpointStoreTest, ARepeatedStepReplacesTheOlderCopy) {
   ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
   ASSERT_TRUE(UploadCheckpoint(2, 10).ok());

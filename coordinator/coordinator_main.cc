@@ -74,6 +74,9 @@ ABSL_FLAG(int, keep_checkpoints, 3,
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Minutes(5),
           "handed to every rank: bound on its rendezvous and on each collective or message; "
           "a hung peer is named when it runs out");
+ABSL_FLAG(absl::Duration, job_retention, absl::InfiniteDuration(),
+          "ended jobs are deleted, with their events, steps and checkpoints, this long after "
+          "they ended (e.g. 720h); inf (the default) keeps them until `trainctl delete`");
 
 namespace mtrain {
 namespace {
@@ -162,6 +165,12 @@ int Run() {
   job_options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   if (job_options.collective_timeout <= absl::ZeroDuration()) {
     std::fprintf(stderr, "coordinator: --collective_timeout must be > 0\n");
+    return 2;
+  }
+  job_options.job_retention = absl::GetFlag(FLAGS_job_retention);
+  if (job_options.job_retention <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "coordinator: --job_retention=%s must be > 0 (inf keeps jobs forever)\n",
+                 absl::FormatDuration(job_options.job_retention).c_str());
     return 2;
   }
 

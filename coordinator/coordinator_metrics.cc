@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -68,7 +69,7 @@ void AdvanceCounterTo(prometheus::Counter& counter, double total) {
 
 struct CoordinatorMetrics::Impl {
   // One job's series, created when the job is first mentioned. Pointers into the
-  // registry's families, which never remove a series, so they stay valid.
+  // registry's families, valid until ForgetJob removes them with the job.
   struct JobSeries {
     std::vector<std::pair<JobState, prometheus::Gauge*>> states;
     prometheus::Counter* skipped_steps = nullptr;
@@ -321,6 +322,41 @@ void CoordinatorMetrics::SetJobState(const std::string& job_id, JobState state) 
   for (auto& [gauge_state, gauge] : impl_->Job(job_id).states) {
     gauge->Set(gauge_state == state ? 1 : 0);
   }
+}
+
+void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->DropRankGauges(job_id);
+  auto& ranks = impl_->ranks;
+  for (auto it = ranks.lower_bound(Impl::RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
+       it != ranks.end() && std::get<0>(it->first) == job_id;) {
+    if (it->second.step_duration != nullptr) impl_->step_duration.Remove(it->second.step_duration);
+    it = ranks.erase(it);
+  }
+  const auto job = impl_->jobs.find(job_id);
+  if (job == impl_->jobs.end()) return;
+  Impl::JobSeries& series = job->second;
+  for (auto& [state, gauge] : series.states) impl_->job_state.Remove(gauge);
+  for (auto [family, gauge] :
+       std::initializer_list<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>{
+           {&impl_->job_step, series.step},
+           {&impl_->job_loss, series.loss},
+           {&impl_->job_tokens_per_second, series.tokens_per_second},
+           {&impl_->job_model_tflops, series.model_tflops},
+           {&impl_->job_mfu, series.mfu},
+           {&impl_->job_loss_scale, series.loss_scale},
+           {&impl_->job_checkpoint_step, series.checkpoint_step}}) {
+    if (gauge != nullptr) family->Remove(gauge);
+  }
+  for (auto [family, counter] : std::initializer_list<
+           std::pair<prometheus::Family<prometheus::Counter>*, prometheus::Counter*>>{
+           {&impl_->job_skipped_steps, series.skipped_steps},
+           {&impl_->job_restarts, series.restarts},
+           {&impl_->job_generation_failures, series.generation_failures},
+           {&impl_->job_checkpoints_saved, series.checkpoints_saved}}) {
+    if (counter != nullptr) family->Remove(counter);
+  }
+  impl_->jobs.erase(job);
 }
 
 void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetrics& metrics,

@@ -65,6 +65,9 @@ class CoordinatorMetrics {
   int port() const;
 
   void SetJobState(const std::string& job_id, JobState state);
+  // Removes every series of the job (a deleted job): the job label stays bounded by the
+  // jobs the coordinator still holds.
+  void ForgetJob(const std::string& job_id);
   // One rank's step: the histogram and gauges for its coordinates; the job gauges when it
   // carries the loss.
   void ObserveStep(const std::string& job_id, const StepMetrics& metrics,

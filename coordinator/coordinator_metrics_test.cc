@@ -238,6 +238,28 @@ TEST(CoordinatorMetricsTest, RankGaugesFollowTheNewestGeneration) {
             0.25);
 }
 
+TEST(CoordinatorMetricsTest, ForgetJobRemovesEverySeriesOfTheJobOnly) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  for (const char* job : {"job-1", "job-2"}) {
+    metrics->SetJobState(job, JOB_STATE_RUNNING);
+    metrics->ObserveStep(job, Step(1, 0.5, 3.0), Coordinates(0, 0, 0, 0));
+    metrics->SetCheckpointStep(job, 1);
+    metrics->SetJobRestarts(job, 1);
+  }
+  metrics->ForgetJob("job-1");
+  metrics->ForgetJob("job-9");  // Never seen: nothing to do.
+  const std::string text = metrics->Scrape();
+  EXPECT_EQ(text.find("job=\"job-1\""), std::string::npos) << text;
+  EXPECT_NE(text.find("mtrain_job_step{job=\"job-2\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("mtrain_step_duration_seconds_count{dp_rank=\"0\",job=\"job-2\""),
+            std::string::npos)
+      << text;
+  // The job may come back (a new series from zero), as after a restart of the coordinator.
+  metrics->SetJobState("job-1", JOB_STATE_PENDING);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), "mtrain_job_restarts_total{job=\"job-1\"}"), 0);
+}
+
 TEST(CoordinatorMetricsTest, GenerationFailuresCountFromZero) {
   std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);

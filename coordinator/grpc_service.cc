@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/grpc_status.h"
+#include "coordinator/job_listing.h"
 
 namespace mtrain {
 namespace {
@@ -174,9 +175,11 @@ grpc::Status CoordinatorGrpcService::ListJobs(grpc::ServerContext* context,
                                               ListJobsResponse* response) {
   MTRAIN_AUTHORIZE("ListJobs");
   if (jobs_ == nullptr) return Answer("ListJobs", NoJobs());
-  absl::StatusOr<std::vector<JobStatus>> jobs = jobs_->List();
-  if (!jobs.ok()) return Answer("ListJobs", ToGrpcStatus(jobs.status()));
-  for (JobStatus& job : *jobs) *response->add_jobs() = std::move(job);
+  absl::StatusOr<JobListQuery> query = JobListQueryFromRequest(*request);
+  if (!query.ok()) return Answer("ListJobs", ToGrpcStatus(query.status()));
+  absl::StatusOr<JobListPage> page = jobs_->List(*query);
+  if (!page.ok()) return Answer("ListJobs", ToGrpcStatus(page.status()));
+  *response = ListJobsResponseFromPage(*std::move(page));
   return grpc::Status::OK;
 }
 
@@ -188,14 +191,25 @@ grpc::Status CoordinatorGrpcService::CancelJob(grpc::ServerContext* context,
   return Answer("CancelJob", ToGrpcStatus(jobs_->Cancel(request->job_id())));
 }
 
+grpc::Status CoordinatorGrpcService::DeleteJob(grpc::ServerContext* context,
+                                               const DeleteJobRequest* request,
+                                               DeleteJobResponse* response) {
+  MTRAIN_AUTHORIZE("DeleteJob");
+  if (jobs_ == nullptr) return Answer("DeleteJob", NoJobs());
+  return Answer("DeleteJob", ToGrpcStatus(jobs_->Delete(request->job_id())));
+}
+
 grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
                                                    const ListJobEventsRequest* request,
                                                    ListJobEventsResponse* response) {
   MTRAIN_AUTHORIZE("ListJobEvents");
   if (jobs_ == nullptr) return Answer("ListJobEvents", NoJobs());
-  absl::StatusOr<std::vector<JobEvent>> events = jobs_->Events(request->job_id());
-  if (!events.ok()) return Answer("ListJobEvents", ToGrpcStatus(events.status()));
-  for (JobEvent& event : *events) *response->add_events() = std::move(event);
+  absl::StatusOr<JobEventQuery> query = JobEventQueryFromRequest(*request);
+  if (!query.ok()) return Answer("ListJobEvents", ToGrpcStatus(query.status()));
+  absl::StatusOr<JobEventPage> page =
+      jobs_->Events(request->job_id(), query->after_event, query->max_events, query->max_bytes);
+  if (!page.ok()) return Answer("ListJobEvents", ToGrpcStatus(page.status()));
+  *response = ListJobEventsResponseFromPage(*std::move(page));
   return grpc::Status::OK;
 }
 

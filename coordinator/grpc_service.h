@@ -48,6 +48,8 @@ class CoordinatorGrpcService final : public Coordinator::Service {
                         ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const CancelJobRequest* request,
                          CancelJobResponse* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context, const DeleteJobRequest* request,
+                         DeleteJobResponse* response) override;
   grpc::Status ListJobEvents(grpc::ServerContext* context, const ListJobEventsRequest* request,
                              ListJobEventsResponse* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,

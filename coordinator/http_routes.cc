@@ -7,11 +7,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "coordinator/job_listing.h"
+#include "coordinator/page_token.h"
 #include "coordinator/status_json.h"
 #include "dashboard/status/status_page_assets.h"
 
@@ -56,9 +60,9 @@ HttpResponse JsonError(const absl::Status& status) {
   return Respond(HttpStatusOf(status), kJson, ErrorJson(status) + "\n");
 }
 
-// The value of `name` in a query string ("after=10&limit=50"), if present. The values
-// here are plain integers, so no percent-decoding: an encoded one fails to parse as a
-// number and is reported as malformed.
+// The value of `name` in a query string ("after=10&limit=50"), if present (the first
+// one). The numeric parameters are read as they come: an encoded one fails to parse as a
+// number and is reported as malformed; text ones go through PercentDecoded.
 std::optional<absl::string_view> QueryValue(absl::string_view query, absl::string_view name) {
   for (absl::string_view pair : absl::StrSplit(query, '&')) {
     std::pair<absl::string_view, absl::string_view> kv =
@@ -66,6 +70,44 @@ std::optional<absl::string_view> QueryValue(absl::string_view query, absl::strin
     if (kv.first == name) return kv.second;
   }
   return std::nullopt;
+}
+
+// Every value of `name` in the query string, in order.
+std::vector<absl::string_view> QueryValues(absl::string_view query, absl::string_view name) {
+  std::vector<absl::string_view> values;
+  for (absl::string_view pair : absl::StrSplit(query, '&')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.first == name) values.push_back(kv.second);
+  }
+  return values;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A query value as the browser meant it: %XX decoded, '+' a space (form encoding).
+absl::StatusOr<std::string> PercentDecoded(absl::string_view value, absl::string_view name) {
+  std::string out;
+  out.reserve(value.size());
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '+') {
+      out.push_back(' ');
+    } else if (value[i] != '%') {
+      out.push_back(value[i]);
+    } else if (i + 2 < value.size() && HexDigit(value[i + 1]) >= 0 && HexDigit(value[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexDigit(value[i + 1]) * 16 + HexDigit(value[i + 2])));
+      i += 2;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query parameter ", name, "=", value, ": '%' must start an escape %XX"));
+    }
+  }
+  return out;
 }
 
 // Reads a non-negative integer parameter; `fallback` when absent.
@@ -79,6 +121,38 @@ absl::StatusOr<int64_t> QueryInt(absl::string_view query, absl::string_view name
         absl::StrCat("query parameter ", name, "=", *text, ": expected an integer >= 0"));
   }
   return value;
+}
+
+// The ListJobs request /api/jobs stands for: page_size, page_token, state (repeated or
+// comma-separated, "RUNNING" or "running"), name (a prefix of the job's name).
+absl::StatusOr<ListJobsRequest> ListJobsRequestFromQuery(absl::string_view query) {
+  ListJobsRequest request;
+  ASSIGN_OR_RETURN(const int64_t page_size, QueryInt(query, "page_size", 0));
+  request.set_page_size(static_cast<int32_t>(std::min<int64_t>(page_size, kMaxJobPageSize)));
+  if (std::optional<absl::string_view> token = QueryValue(query, "page_token")) {
+    ASSIGN_OR_RETURN(std::string decoded, PercentDecoded(*token, "page_token"));
+    request.set_page_token(std::move(decoded));
+  }
+  for (absl::string_view value : QueryValues(query, "state")) {
+    ASSIGN_OR_RETURN(const std::string states, PercentDecoded(value, "state"));
+    for (absl::string_view state : absl::StrSplit(states, ',', absl::SkipEmpty())) {
+      JobState parsed = JOB_STATE_UNSPECIFIED;
+      std::string upper = absl::AsciiStrToUpper(state);
+      if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+      if (!JobState_Parse(upper, &parsed) || parsed == JOB_STATE_UNSPECIFIED) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("query parameter state=", state,
+                         ": not a job state [rule: PENDING, PLACING, RUNNING, SUCCEEDED, FAILED or "
+                         "CANCELLED, repeated or comma-separated]"));
+      }
+      request.add_states(parsed);
+    }
+  }
+  if (std::optional<absl::string_view> name = QueryValue(query, "name")) {
+    ASSIGN_OR_RETURN(std::string decoded, PercentDecoded(*name, "name"));
+    request.set_name_prefix(std::move(decoded));
+  }
+  return request;
 }
 
 // The script served when Chart.js could not be read: it defines no Chart, and tells the
@@ -124,7 +198,7 @@ HttpResponse CoordinatorHttpRoutes::Handle(const HttpRequest& request) const {
   if (path == "/static/status.js") return Respond(200, kJavaScript, kStatusPageJs);
   if (path == "/static/status.css") return Respond(200, kCss, kStatusPageCss);
   if (path == "/static/chart.js") return Respond(200, kJavaScript, chart_js_);
-  if (path == "/api/jobs" || path == "/api/jobs/") return Jobs();
+  if (path == "/api/jobs" || path == "/api/jobs/") return Jobs(request.query);
   if (path == "/api/workers") return Workers();
 
   constexpr absl::string_view kJobPrefix = "/api/jobs/";
@@ -141,10 +215,17 @@ HttpResponse CoordinatorHttpRoutes::Handle(const HttpRequest& request) const {
   return Respond(404, kText, absl::StrCat("not found: ", path, "\n"));
 }
 
-HttpResponse CoordinatorHttpRoutes::Jobs() const {
-  absl::StatusOr<std::vector<JobStatus>> jobs = jobs_->List();
-  if (!jobs.ok()) return JsonError(jobs.status());
-  return Respond(200, kJson, JobsJson(*jobs) + "\n");
+HttpResponse CoordinatorHttpRoutes::Jobs(const std::string& query) const {
+  absl::StatusOr<ListJobsRequest> request = ListJobsRequestFromQuery(query);
+  if (!request.ok()) return JsonError(request.status());
+  // The same contract as the ListJobs RPC: defaults, caps and token checks in one place.
+  absl::StatusOr<JobListQuery> list = JobListQueryFromRequest(*request);
+  if (!list.ok()) return JsonError(list.status());
+  absl::StatusOr<JobListPage> page = jobs_->List(*list);
+  if (!page.ok()) return JsonError(page.status());
+  const ListJobsResponse response = ListJobsResponseFromPage(*std::move(page));
+  const std::vector<JobStatus> jobs(response.jobs().begin(), response.jobs().end());
+  return Respond(200, kJson, JobsJson(jobs, response.next_page_token()) + "\n");
 }
 
 HttpResponse CoordinatorHttpRoutes::Job(const std::string& job_id) const {
@@ -155,17 +236,30 @@ HttpResponse CoordinatorHttpRoutes::Job(const std::string& job_id) const {
 
 HttpResponse CoordinatorHttpRoutes::Steps(const std::string& job_id,
                                           const std::string& query) const {
+  // page_token/page_size as /api/jobs has them; after/limit as the status page asks.
   absl::StatusOr<int64_t> after = QueryInt(query, "after", 0);
   if (!after.ok()) return JsonError(after.status());
+  if (std::optional<absl::string_view> token = QueryValue(query, "page_token")) {
+    absl::StatusOr<std::string> decoded = PercentDecoded(*token, "page_token");
+    if (!decoded.ok()) return JsonError(decoded.status());
+    after = DecodePageToken(*decoded, "page_token");
+    if (!after.ok()) return JsonError(after.status());
+  }
   absl::StatusOr<int64_t> limit = QueryInt(query, "limit", kMaxStepsPerRequest);
   if (!limit.ok()) return JsonError(limit.status());
+  if (QueryValue(query, "page_size")) {
+    limit = QueryInt(query, "page_size", kMaxStepsPerRequest);
+    if (!limit.ok()) return JsonError(limit.status());
+    if (*limit == 0) *limit = kMaxStepsPerRequest;
+  }
   const int64_t page = std::min(std::max<int64_t>(*limit, 1), kMaxStepsPerRequest);
   // One step beyond the page tells whether there is more, without a count query.
   absl::StatusOr<std::vector<StepMetrics>> steps = jobs_->Steps(job_id, *after, page + 1);
   if (!steps.ok()) return JsonError(steps.status());
   const bool more = static_cast<int64_t>(steps->size()) > page;
   if (more) steps->resize(page);
-  return Respond(200, kJson, StepsJson(job_id, *steps, more) + "\n");
+  const std::string next = more ? EncodePageToken(steps->back().step()) : "";
+  return Respond(200, kJson, StepsJson(job_id, *steps, more, next) + "\n");
 }
 
 HttpResponse CoordinatorHttpRoutes::Workers() const {

@@ -7,17 +7,24 @@
 //   GET /static/chart.js          Chart.js as read from --chart_js at start; when that
 //                                 failed, a stub script that tells the page why, so the
 //                                 page still shows its tables and says the chart is missing
-//   GET /api/jobs                 every job with state and progress (status_json.h)
+//   GET /api/jobs?page_size=N&page_token=T&state=S&name=P
+//                                 a page of jobs with state and progress (status_json.h),
+//                                 oldest first, as the ListJobs RPC pages and filters them
+//                                 (job_listing.h): N default 100, at most 1000; T the
+//                                 previous page's next_page_token; S a state (RUNNING or
+//                                 running), repeated or comma-separated; P a name prefix
 //   GET /api/jobs/JOB             one job
-//   GET /api/jobs/JOB/steps?after=N&limit=M
+//   GET /api/jobs/JOB/steps?after=N&limit=M   (or page_token=T&page_size=M)
 //                                 the job's per-step loss and throughput after step N
-//                                 (default 0), at most M (default and cap kMaxStepsPerRequest)
+//                                 (default 0; or where T says), at most M (default and cap
+//                                 kMaxStepsPerRequest), with next_page_token when more follow
 //   GET /api/workers              every worker and its health
 //
 // Errors: unknown paths 404 (JSON under /api/); an unknown job 404 with
-// {"code":"NOT_FOUND","error":...}; a malformed `after`/`limit` 400. Everything but
-// /metrics is sent with Cache-Control: no-store (a page and its data from the same
-// moment) and a Content-Security-Policy that allows nothing but this origin.
+// {"code":"NOT_FOUND","error":...}; a malformed parameter (`after`, `limit`, a page
+// token, a state) 400 naming it. Everything but /metrics is sent with Cache-Control:
+// no-store (a page and its data from the same moment) and a Content-Security-Policy that
+// allows nothing but this origin.
 //
 //   CoordinatorHttpRoutes routes(jobs, &workers, metrics, ReadChartJs(path));
 //   ASSIGN_OR_RETURN(auto server, HttpServer::Start(address, [&](const HttpRequest& r) {
@@ -61,7 +68,7 @@ class CoordinatorHttpRoutes {
   HttpResponse Handle(const HttpRequest& request) const;
 
  private:
-  HttpResponse Jobs() const;
+  HttpResponse Jobs(const std::string& query) const;
   HttpResponse Job(const std::string& job_id) const;
   HttpResponse Steps(const std::string& job_id, const std::string& query) const;
   HttpResponse Workers() const;

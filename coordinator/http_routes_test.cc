@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -189,6 +191,92 @@ TEST_F(HttpRoutesTest, StepsComeAfterAStepAPageAtATime) {
   EXPECT_FALSE(rest.fields().at("more").bool_value());
   const google::protobuf::Struct none = Parse(Get("/api/jobs/" + job_ + "/steps", "after=5").body);
   EXPECT_EQ(none.fields().at("steps").list_value().values_size(), 0);
+}
+
+// The job ids of one /api/jobs page and its next_page_token.
+std::pair<std::vector<std::string>, std::string> JobPage(const HttpResponse& response) {
+  EXPECT_EQ(response.status, 200) << response.body;
+  const google::protobuf::Struct doc = Parse(response.body);
+  std::vector<std::string> ids;
+  for (const google::protobuf::Value& job : doc.fields().at("jobs").list_value().values()) {
+    ids.push_back(job.struct_value().fields().at("job_id").string_value());
+  }
+  return {ids, doc.fields().at("next_page_token").string_value()};
+}
+
+TEST_F(HttpRoutesTest, JobsPageWithTokensAndFilterByStateAndName) {
+  // job-1 (tiny, PENDING) from SetUp; then sweep-0..sweep-4, sweep-3 cancelled, and "other".
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec;
+    spec.set_name(absl::StrCat("sweep ", i));  // A space: the name filter is percent-decoded.
+    ASSERT_TRUE(store_->CreateJob(spec, 2000).ok());
+  }
+  JobSpec other;
+  other.set_name("other");
+  ASSERT_TRUE(store_->CreateJob(other, 2000).ok());
+  ASSERT_TRUE(jobs_->Cancel("job-5").ok());
+
+  // Page through everything two at a time: every job once, in order.
+  std::vector<std::string> all;
+  std::string token;
+  int pages = 0;
+  do {
+    auto [ids, next] = JobPage(
+        Get("/api/jobs", "page_size=2" + (token.empty() ? std::string() : "&page_token=" + token)));
+    all.insert(all.end(), ids.begin(), ids.end());
+    token = next;
+    ++pages;
+  } while (!token.empty());
+  EXPECT_EQ(all, (std::vector<std::string>{"job-1", "job-2", "job-3", "job-4", "job-5", "job-6",
+                                           "job-7"}));
+  EXPECT_EQ(pages, 4);
+
+  EXPECT_EQ(JobPage(Get("/api/jobs", "name=sweep%20")).first,
+            (std::vector<std::string>{"job-2", "job-3", "job-4", "job-5", "job-6"}));
+  EXPECT_EQ(JobPage(Get("/api/jobs", "name=sweep+&state=cancelled")).first,
+            (std::vector<std::string>{"job-5"}));
+  EXPECT_EQ(JobPage(Get("/api/jobs", "state=CANCELLED,pending&name=t")).first,
+            (std::vector<std::string>{"job-1"}));
+  EXPECT_EQ(JobPage(Get("/api/jobs", "state=cancelled&state=JOB_STATE_PENDING")).first.size(), 7u);
+  // Without parameters: the first page of the default size, with no token when all fit.
+  EXPECT_EQ(JobPage(Get("/api/jobs")).second, "");
+}
+
+TEST_F(HttpRoutesTest, BadJobListParametersAre400NamingThem) {
+  for (const auto& [query, named] :
+       std::vector<std::pair<std::string, std::string>>{{"page_size=-1", "page_size"},
+                                                        {"page_size=x", "page_size"},
+                                                        {"page_token=nonsense", "page_token"},
+                                                        {"state=runing", "state"},
+                                                        {"state=unspecified", "state"},
+                                                        {"name=%zz", "name"}}) {
+    const HttpResponse response = Get("/api/jobs", query);
+    EXPECT_EQ(response.status, 400) << query;
+    const google::protobuf::Struct doc = Parse(response.body);
+    EXPECT_EQ(doc.fields().at("code").string_value(), "INVALID_ARGUMENT") << query;
+    EXPECT_THAT(doc.fields().at("error").string_value(), HasSubstr(named)) << query;
+  }
+  // Above the maximum reads as the maximum.
+  EXPECT_EQ(Get("/api/jobs", "page_size=99999999").status, 200);
+}
+
+TEST_F(HttpRoutesTest, StepsAlsoPageWithTokens) {
+  std::vector<double> steps;
+  std::string token;
+  do {
+    const HttpResponse response =
+        Get("/api/jobs/" + job_ + "/steps",
+            "page_size=2" + (token.empty() ? std::string() : "&page_token=" + token));
+    ASSERT_EQ(response.status, 200) << response.body;
+    const google::protobuf::Struct doc = Parse(response.body);
+    for (const google::protobuf::Value& step : doc.fields().at("steps").list_value().values()) {
+      steps.push_back(step.struct_value().fields().at("step").number_value());
+    }
+    token = doc.fields().at("next_page_token").string_value();
+    EXPECT_EQ(doc.fields().at("more").bool_value(), !token.empty());
+  } while (!token.empty());
+  EXPECT_EQ(steps, (std::vector<double>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(Get("/api/jobs/" + job_ + "/steps", "page_token=bad").status, 400);
 }
 
 TEST_F(HttpRoutesTest, ListsWorkersWithTheirHealth) {

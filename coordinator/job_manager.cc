@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -197,9 +198,22 @@ absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
   return jobs;
 }
 
+absl::StatusOr<JobListPage> JobManager::List(const JobListQuery& query) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(JobListPage page, store_->ListJobs(query));
+  for (JobStatus& job : page.jobs) ExplainWaitLocked(&job);
+  return page;
+}
+
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return store_->Events(job_id);
+}
+
+absl::StatusOr<JobEventPage> JobManager::Events(const std::string& job_id, int64_t after_event,
+                                                int64_t max_events, int64_t max_bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->Events(job_id, after_event, max_events, max_bytes);
 }
 
 absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id,
@@ -223,6 +237,60 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
   room_wanted_.erase(job_id);
   RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   return absl::OkStatus();
+}
+
+absl::Status JobManager::Delete(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    RETURN_IF_ERROR(DeleteLocked(job_id));
+  }
+  return DeleteCheckpoints(job_id);
+}
+
+absl::Status JobManager::DeleteLocked(const std::string& job_id) {
+  // The store refuses a job that has not ended, so nothing below can touch a live
+  // generation: an ended job has none (active_, outbox_ and the rendezvous keys were
+  // cleared when it ended).
+  RETURN_IF_ERROR(store_->DeleteJob(job_id));
+  restart_waiting_since_.erase(job_id);
+  if (metrics_ != nullptr) metrics_->ForgetJob(job_id);
+  // Watchers wake up and find the job gone (NOT_FOUND).
+  versions_.erase(job_id);
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::DeleteCheckpoints(const std::string& job_id) {
+  if (checkpoints_ == nullptr) return absl::OkStatus();
+  absl::Status removed = checkpoints_->DeleteJob(job_id);
+  if (!removed.ok()) {
+    return absl::InternalError(
+        absl::StrCat(job_id, " was deleted but not all of its checkpoints: ", removed.message()));
+  }
+  return absl::OkStatus();
+}
+
+void JobManager::ExpireEndedJobs() {
+  if (options_.job_retention == absl::InfiniteDuration()) return;
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> deleted;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    absl::StatusOr<std::vector<std::string>> expired = store_->JobsEndedBy(
+        absl::ToUnixMillis(now - options_.job_retention), kMaxExpiredJobsPerTick);
+    if (!expired.ok()) return;  // The next tick tries again.
+    for (const std::string& job_id : *expired) {
+      if (DeleteLocked(job_id).ok()) deleted.push_back(job_id);
+    }
+  }
+  // The job's own event log goes with it, so the coordinator's log says it.
+  for (const std::string& job_id : deleted) {
+    const absl::Status removed = DeleteCheckpoints(job_id);
+    std::fprintf(
+        stderr, "coordinator: %s deleted: it ended more than %s ago (--job_retention)%s\n",
+        job_id.c_str(), absl::FormatDuration(options_.job_retention).c_str(),
+        removed.ok() ? ", with its checkpoints" : absl::StrCat("; ", removed.message()).c_str());
+  }
 }
 
 absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(const std::string& job_id,
@@ -674,8 +742,12 @@ bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int
 }
 
 void JobManager::AdmitLocked() {
-  absl::StatusOr<std::vector<JobStatus>> jobs = store_->ListJobs();
-  if (!jobs.ok()) return;
+  // Waiting jobs only, through the state index: ended jobs may number tens of thousands.
+  JobListQuery pending;
+  pending.states = {JOB_STATE_PENDING};
+  absl::StatusOr<JobListPage> page = store_->ListJobs(pending);
+  if (!page.ok()) return;
+  const std::vector<JobStatus>* jobs = &page->jobs;
   // Oldest first; a job that does not fit holds back the ones behind it that want the
   // same kind of worker (a CUDA job waiting for GPUs does not hold back CPU jobs).
   std::set<DeviceKind> held_back;
@@ -774,18 +846,21 @@ void JobManager::Tick() {
     std::vector<std::string> unfinished;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      absl::StatusOr<std::vector<JobStatus>> jobs = store_->ListJobs();
-      if (jobs.ok()) {
-        for (const JobStatus& job : *jobs) {
-          if (!IsTerminalJobState(job.state())) unfinished.push_back(job.job_id());
-        }
+      JobListQuery query;
+      query.states = {JOB_STATE_PENDING, JOB_STATE_PLACING, JOB_STATE_RUNNING};
+      absl::StatusOr<JobListPage> page = store_->ListJobs(query);
+      if (page.ok()) {
+        for (const JobStatus& job : page->jobs) unfinished.push_back(job.job_id());
       }
     }
     for (const std::string& job_id : unfinished) checkpoints_->VerifyAhead(job_id);
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  DetectLostRanksLocked();
-  AdmitLocked();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DetectLostRanksLocked();
+    AdmitLocked();
+  }
+  ExpireEndedJobs();
 }
 
 }  // namespace mtrain

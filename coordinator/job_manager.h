@@ -80,7 +80,15 @@ struct JobManagerOptions {
   // stuck device) still end at collective_timeout: from outside, a rank busy in a long
   // step looks the same.
   absl::Duration stopped_rank_grace = absl::Seconds(10);
+  // Ended jobs are deleted (with their events, steps and checkpoints) by Tick once they
+  // ended this long ago. Infinite (the default) keeps every job until `trainctl delete`:
+  // a job's history and trained weights are the user's, not ours to drop unasked.
+  absl::Duration job_retention = absl::InfiniteDuration();
 };
+
+// Ended jobs Tick deletes for retention at most per call, so that a backlog (a retention
+// shortened across a restart) does not hold the manager's lock for long at once.
+inline constexpr int64_t kMaxExpiredJobsPerTick = 100;
 
 class JobManager {
  public:
@@ -99,8 +107,14 @@ class JobManager {
   // NOT_FOUND for an unknown job.
   absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
   absl::StatusOr<std::vector<JobStatus>> List() const;
+  // One page of jobs (JobStore::ListJobs). INVALID_ARGUMENT for a state outside the enum.
+  absl::StatusOr<JobListPage> List(const JobListQuery& query) const;
   // NOT_FOUND; FAILED_PRECONDITION if the job already ended.
   absl::Status Cancel(const std::string& job_id);
+  // Deletes an ended job: its record, events, steps, metrics and checkpoints. NOT_FOUND;
+  // FAILED_PRECONDITION if it has not ended (cancel it first); INTERNAL naming the path
+  // if its checkpoints could not be removed (the job itself is gone by then).
+  absl::Status Delete(const std::string& job_id);
 
   // Blocks until the job's status differs from version `seen` (0 = return at once) or
   // `timeout` passes; returns the status and its version. NOT_FOUND for an unknown job.
@@ -109,6 +123,9 @@ class JobManager {
 
   // The job's event log, oldest first. NOT_FOUND for an unknown job.
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  // One page of it (JobStore::Events).
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const;
 
   // The recorded per-step metrics of the job's reporting rank, in step order: those after
   // step `after_step`, at most `limit` (all when negative). NOT_FOUND for an unknown job.
@@ -133,8 +150,8 @@ class JobManager {
   // A checkpoint was committed: logged as an event; initial weights let the job start.
   void OnCheckpointCommitted(const std::string& job_id, const CheckpointInfo& info);
 
-  // Admission, placement and failure detection; call periodically (and it is called
-  // after events that may let a job start).
+  // Admission, placement, failure detection and retention; call periodically (and it is
+  // called after events that may let a job start).
   void Tick();
 
  private:
@@ -174,6 +191,12 @@ class JobManager {
                             bool retry = true);
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
+  // Deletes the job's record and in-memory traces; its checkpoints are the caller's to
+  // remove, outside the lock (DeleteCheckpoints).
+  absl::Status DeleteLocked(const std::string& job_id);
+  absl::Status DeleteCheckpoints(const std::string& job_id);
+  // Deletes ended jobs older than options_.job_retention.
+  void ExpireEndedJobs();
   void DetectLostRanksLocked();
   // Fails the generation of a rank its daemon reports stopped (see stopped_rank_grace).
   void FailStoppedRankLocked(const HeartbeatRequest& request);

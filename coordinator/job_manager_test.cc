@@ -50,7 +50,7 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Create(
-        &clock_, &registry_, store_.get(), &rendezvous_, nullptr, {}, checkpoints_.get());
+        &clock_, &registry_, store_.get(), &rendezvous_, nullptr, options_, checkpoints_.get());
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = std::move(*manager);
   }
@@ -150,6 +150,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   std::string checkpoint_root_;
+  JobManagerOptions options_;  // Reopen() applies changes.
   std::unique_ptr<CheckpointStore> checkpoints_;
   FakeClock clock_{absl::FromUnixSeconds(1000)};
   WorkerRegistry registry_{&clock_, WorkerRegistryOptions{}};
@@ -748,6 +749,104 @@ TEST_F(JobManagerTest, TheRendezvousIsOpenOnlyWhileItsGenerationLives) {
   EXPECT_EQ(rendezvous_.TotalBytes(), 0u);
   EXPECT_EQ(rendezvous_.Set(third[1].rendezvous_prefix() + "rank-1", "address").code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, DeleteRefusesALiveJobAndRemovesAnEndedOneWithItsCheckpoints) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"data": 1})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.5)).ok());
+  CommitCheckpoint(*id, 1, 1);
+  ASSERT_EQ(checkpoints_->List(*id).size(), 1u);
+
+  const absl::Status running = manager_->Delete(*id);
+  EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition) << running;
+  EXPECT_NE(running.message().find("cancel it first"), std::string::npos) << running;
+  EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
+
+  ASSERT_TRUE(manager_->Cancel(*id).ok());
+  ASSERT_TRUE(manager_->Delete(*id).ok());
+  EXPECT_EQ(manager_->Get(*id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager_->Events(*id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(checkpoints_->List(*id).empty());
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_root_ + "/" + *id));
+  EXPECT_EQ(manager_->Delete(*id).code(), absl::StatusCode::kNotFound);
+  // A watcher of the deleted job learns it is gone instead of waiting.
+  EXPECT_EQ(manager_->WaitForChange(*id, 5, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, RetentionDeletesEndedJobsOnceTheyEndedLongEnoughAgo) {
+  options_.job_retention = absl::Hours(1);
+  Reopen();
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> first = manager_->Submit(Spec(R"({"data": 1})"));
+  absl::StatusOr<std::string> second = manager_->Submit(Spec(R"({"data": 1})"));
+  absl::StatusOr<std::string> waiting = manager_->Submit(Spec(R"({"data": 1})"));
+  ASSERT_TRUE(first.ok() && second.ok() && waiting.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.5)).ok());
+  CommitCheckpoint(*first, 1, 1);
+  ASSERT_TRUE(manager_->Cancel(*first).ok());
+  clock_.Advance(absl::Minutes(30));
+  ASSERT_TRUE(manager_->Cancel(*second).ok());
+
+  clock_.Advance(absl::Minutes(29));
+  manager_->Tick();
+  EXPECT_EQ(State(*first), JOB_STATE_CANCELLED) << "ended 59 minutes ago: kept";
+
+  clock_.Advance(absl::Minutes(2));
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(*first).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_root_ + "/" + *first));
+  EXPECT_EQ(State(*second), JOB_STATE_CANCELLED) << "ended 31 minutes ago: kept";
+
+  // Long after: ended jobs go, a job that has not ended stays however old it is.
+  clock_.Advance(absl::Hours(24));
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(*second).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(State(*waiting), JOB_STATE_UNSPECIFIED);
+  absl::StatusOr<std::vector<JobStatus>> left = manager_->List();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].job_id(), *waiting);
+}
+
+TEST_F(JobManagerTest, WithoutRetentionEndedJobsStay) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"data": 1})"));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(manager_->Cancel(*id).ok());
+  clock_.Advance(absl::Hours(24 * 3650));
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ListPagesWithFilters) {
+  AddWorker("w0", "h");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    JobSpec spec = Spec(R"({"data": 1})");
+    spec.set_name(i % 2 ? "odd" : "even");
+    absl::StatusOr<std::string> id = manager_->Submit(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  JobListQuery query;
+  query.name_prefix = "ev";
+  query.states = {JOB_STATE_PENDING};
+  query.max_jobs = 1;
+  absl::StatusOr<JobListPage> page = manager_->List(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].job_id(), ids[2]) << "job 1 is PLACING on the only worker";
+  query.after_job = page->next_after_job;
+  page = manager_->List(query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].job_id(), ids[4]);
+  EXPECT_EQ(page->next_after_job, 0);
 }
 
 }  // namespace

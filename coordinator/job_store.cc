@@ -35,7 +35,9 @@ namespace {
 // not JSON: the encoding is exact (doubles round-trip bit for bit), compact, and a field
 // added to the .proto later still parses from old rows (and is kept as unknown by old
 // binaries). Columns exist only for what SQL itself has to read or order by.
-constexpr int kSchemaVersion = 1;
+// Version 2 added jobs.name and jobs.ended_unix_ms (filters and retention in SQL) and
+// their indexes; Open upgrades a version 1 file in place.
+constexpr int kSchemaVersion = 2;
 constexpr int32_t kApplicationId = 0x6d74726a;  // "mtrj": mtrain job store.
 
 constexpr char kCreateSchemaSql[] = R"sql(
@@ -53,7 +55,9 @@ CREATE TABLE jobs (
   message TEXT NOT NULL DEFAULT '',
   submitted_unix_ms INTEGER NOT NULL,
   updated_unix_ms INTEGER NOT NULL,
-  latest BLOB                             -- serialized StepMetrics; NULL before any step
+  latest BLOB,                            -- serialized StepMetrics; NULL before any step
+  name TEXT NOT NULL DEFAULT '',          -- spec.name, for the name filter of listings
+  ended_unix_ms INTEGER                   -- when it became terminal; NULL before
 ) STRICT;
 
 -- JobStatus.workers, by global rank: rows rather than a packed list so that no separator
@@ -65,7 +69,7 @@ CREATE TABLE job_workers (
   PRIMARY KEY (job_id, rank)
 ) STRICT, WITHOUT ROWID;
 
--- Append-only; id gives the order of appending (rows are never deleted).
+-- Append-only; id gives the order of appending (rows go only with their job).
 CREATE TABLE events (
   id INTEGER PRIMARY KEY,
   job_id INTEGER NOT NULL REFERENCES jobs(id),
@@ -84,13 +88,22 @@ CREATE TABLE steps (
 ) STRICT, WITHOUT ROWID;
 )sql";
 
+// The indexes of listings and retention (schema version 2): a state or name filter reads
+// its matching rows in job-number order, and the retention sweep finds ended jobs without
+// a scan. Partial: a job that has not ended has no place in the retention index.
+constexpr char kCreateListIndexesSql[] = R"sql(
+CREATE INDEX jobs_by_state ON jobs(state, id);
+CREATE INDEX jobs_by_name ON jobs(name, id);
+CREATE INDEX jobs_by_end ON jobs(ended_unix_ms) WHERE ended_unix_ms IS NOT NULL;
+)sql";
+
 // How long a statement waits for a lock held by another connection (e.g. someone
 // inspecting the file with the sqlite3 shell) before failing with UNAVAILABLE.
 constexpr int kBusyTimeoutMs = 5000;
 
 constexpr char kJobColumns[] =
     "id, spec, state, step, loss, tokens_per_second, generation, restarts, message, "
-    "submitted_unix_ms, updated_unix_ms, latest";
+    "submitted_unix_ms, updated_unix_ms, latest, ended_unix_ms";
 
 // Maps SQLite's primary result codes to canonical codes with their retry meaning.
 absl::StatusCode CodeForSqlite(int rc) {
@@ -308,12 +321,14 @@ struct JobStore::Impl {
   Statement rollback{"ROLLBACK"};
 
   Statement insert_job{
-      "INSERT INTO jobs (spec, state, submitted_unix_ms, updated_unix_ms) VALUES (?, ?, ?, ?)"};
+      "INSERT INTO jobs (spec, state, submitted_unix_ms, updated_unix_ms, name) "
+      "VALUES (?, ?, ?, ?, ?)"};
   Statement select_job{absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?").c_str()};
   Statement select_all_jobs{absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY id").c_str()};
   Statement select_state{"SELECT state FROM jobs WHERE id = ?"};
   Statement update_state_and_message{
-      "UPDATE jobs SET state = ?, message = ?, updated_unix_ms = ? WHERE id = ?"};
+      "UPDATE jobs SET state = ?, message = ?, updated_unix_ms = ?, ended_unix_ms = ? "
+      "WHERE id = ?"};
   Statement update_placement{
       "UPDATE jobs SET generation = ?, restarts = ?, updated_unix_ms = ? WHERE id = ?"};
   // coalesce: a step without a loss keeps the last loss.
@@ -328,10 +343,24 @@ struct JobStore::Impl {
 
   Statement insert_event{"INSERT INTO events (job_id, unix_ms, kind, message) VALUES (?, ?, ?, ?)"};
   Statement select_events{"SELECT unix_ms, kind, message FROM events WHERE job_id = ? ORDER BY id"};
+  // A range of events_by_job (job_id, id).
+  Statement select_event_page{
+      "SELECT id, unix_ms, kind, message FROM events WHERE job_id = ? AND id > ? ORDER BY id "
+      "LIMIT ?"};
 
   Statement upsert_step{
       "INSERT INTO steps (job_id, step, metrics) VALUES (?, ?, ?) "
       "ON CONFLICT (job_id, step) DO UPDATE SET metrics = excluded.metrics"};
+  // A job and everything recorded under it (children first: foreign keys are on).
+  Statement delete_job_workers{"DELETE FROM job_workers WHERE job_id = ?"};
+  Statement delete_job_events{"DELETE FROM events WHERE job_id = ?"};
+  Statement delete_job_steps{"DELETE FROM steps WHERE job_id = ?"};
+  Statement delete_job{"DELETE FROM jobs WHERE id = ?"};
+  // Retention: ended jobs, longest ended first (reads the partial index jobs_by_end).
+  Statement select_ended_before{
+      "SELECT id FROM jobs WHERE ended_unix_ms IS NOT NULL AND ended_unix_ms <= ? "
+      "ORDER BY ended_unix_ms, id LIMIT ?"};
+
   // LIMIT -1 is SQLite's "no limit".
   Statement select_steps{
       "SELECT metrics FROM steps WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?"};
@@ -373,11 +402,30 @@ struct JobStore::Impl {
   };
 
   absl::Status PrepareAll() {
-    for (Statement* s :
-         {&begin, &commit, &rollback, &insert_job, &select_job, &select_all_jobs, &select_state,
-          &update_state_and_message, &update_placement, &update_progress, &delete_workers,
-          &insert_worker, &select_workers, &select_all_workers, &insert_event, &select_events,
-          &upsert_step, &select_steps}) {
+    for (Statement* s : {&begin,
+                         &commit,
+                         &rollback,
+                         &insert_job,
+                         &select_job,
+                         &select_all_jobs,
+                         &select_state,
+                         &update_state_and_message,
+                         &update_placement,
+                         &update_progress,
+                         &delete_workers,
+                         &insert_worker,
+                         &select_workers,
+                         &select_all_workers,
+                         &insert_event,
+                         &select_events,
+                         &upsert_step,
+                         &select_steps,
+                         &delete_job_workers,
+                         &delete_job_events,
+                         &delete_job_steps,
+                         &delete_job,
+                         &select_ended_before,
+                         &select_event_page}) {
       RETURN_IF_ERROR(s->Prepare(db.get()));
     }
     return absl::OkStatus();
@@ -419,14 +467,15 @@ struct JobStore::Impl {
     if (!query.IsNull(11) && !job.mutable_latest()->ParseFromString(query.Bytes(11))) {
       return absl::DataLossError(absl::StrCat(job.job_id(), ": stored latest step does not parse"));
     }
+    if (!query.IsNull(12)) job.set_ended_unix_ms(query.Int(12));
     return job;
   }
 };
 
 namespace {
 
-// True for a new (empty) database, false for a job store of the current schema version;
-// an error for anything else. Only reads.
+// True for a new (empty) database, false for a job store of the current schema version or
+// of one Open upgrades (1); an error for anything else. Only reads.
 absl::StatusOr<bool> IsNewDatabase(sqlite3* db, const std::string& path) {
   ASSIGN_OR_RETURN(const int64_t application_id, QueryInt(db, "PRAGMA application_id"));
   ASSIGN_OR_RETURN(const int64_t version, QueryInt(db, "PRAGMA user_version"));
@@ -442,29 +491,69 @@ absl::StatusOr<bool> IsNewDatabase(sqlite3* db, const std::string& path) {
                                                       version, ", newer than this binary's ",
                                                       kSchemaVersion, "; use a newer coordinator"));
   }
-  if (version != kSchemaVersion) {
+  if (version != kSchemaVersion && version != 1) {
     return absl::DataLossError(
         absl::StrCat("job store: ", path, " has unknown schema version ", version));
   }
   return false;
 }
 
-absl::Status CreateSchemaIfNew(sqlite3* db, const std::string& path) {
+// Version 1 -> 2: the name and end-time columns, filled from what the rows already hold
+// (the name from the stored spec; for an ended job, its last update is when it ended), and
+// their indexes.
+absl::Status UpgradeFromVersion1(sqlite3* db, const std::string& path) {
+  RETURN_IF_ERROR(Exec(db,
+                       "ALTER TABLE jobs ADD COLUMN name TEXT NOT NULL DEFAULT '';"
+                       "ALTER TABLE jobs ADD COLUMN ended_unix_ms INTEGER;"));
+  RETURN_IF_ERROR(Exec(
+      db, absl::StrCat("UPDATE jobs SET ended_unix_ms = updated_unix_ms "
+                       "WHERE state IN (",
+                       JOB_STATE_SUCCEEDED, ", ", JOB_STATE_FAILED, ", ", JOB_STATE_CANCELLED, ");")
+              .c_str()));
+  Statement select("SELECT id, spec FROM jobs");
+  Statement update("UPDATE jobs SET name = ? WHERE id = ?");
+  RETURN_IF_ERROR(select.Prepare(db));
+  RETURN_IF_ERROR(update.Prepare(db));
+  Query rows(select);
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, rows.Step());
+    if (!row) break;
+    JobSpec spec;
+    // A spec that does not parse is reported when the job is read; its name stays empty.
+    if (!spec.ParseFromString(rows.Bytes(1)) || spec.name().empty()) continue;
+    Query set_name(update);
+    set_name.Bind(absl::string_view(spec.name())).Bind(rows.Int(0));
+    RETURN_IF_ERROR(set_name.Run());
+  }
+  const std::string finish =
+      absl::StrCat(kCreateListIndexesSql, "PRAGMA user_version = ", kSchemaVersion, ";");
+  if (absl::Status s = Exec(db, finish.c_str()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("job store: upgrading ", path,
+                                               " from schema version 1: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateOrUpgradeSchema(sqlite3* db, const std::string& path) {
   ASSIGN_OR_RETURN(const bool is_new, IsNewDatabase(db, path));
-  if (!is_new) return absl::OkStatus();
-  const std::string create =
-      absl::StrCat(kCreateSchemaSql, "PRAGMA application_id = ", kApplicationId,
-                   "; PRAGMA user_version = ", kSchemaVersion, ";");
+  if (!is_new) {
+    ASSIGN_OR_RETURN(const int64_t version, QueryInt(db, "PRAGMA user_version"));
+    return version == 1 ? UpgradeFromVersion1(db, path) : absl::OkStatus();
+  }
+  const std::string create = absl::StrCat(kCreateSchemaSql, kCreateListIndexesSql,
+                                          "PRAGMA application_id = ", kApplicationId,
+                                          "; PRAGMA user_version = ", kSchemaVersion, ";");
   return Exec(db, create.c_str());
 }
 
-// Creates the schema in a new (empty) database or checks an existing one. Runs in one
+// Creates the schema in a new (empty) database, or checks (and upgrades) an existing one.
+// Runs in one
 // transaction so that two processes opening a new file at once cannot both create it (the
 // check is repeated under the write lock), and a crash halfway leaves an empty file rather
 // than half a schema.
 absl::Status CreateOrCheckSchema(sqlite3* db, const std::string& path) {
   RETURN_IF_ERROR(Exec(db, "BEGIN IMMEDIATE"));
-  absl::Status status = CreateSchemaIfNew(db, path);
+  absl::Status status = CreateOrUpgradeSchema(db, path);
   if (!status.ok()) {
     Exec(db, "ROLLBACK").IgnoreError();  // The error that matters is `status`.
     return status;
@@ -544,7 +633,8 @@ absl::StatusOr<std::string> JobStore::CreateJob(const JobSpec& spec, int64_t now
     query.BindBlob(spec_bytes)
         .Bind(static_cast<int64_t>(JOB_STATE_PENDING))
         .Bind(now_ms)
-        .Bind(now_ms);
+        .Bind(now_ms)
+        .Bind(absl::string_view(spec.name()));
     RETURN_IF_ERROR(query.Run());
   }
   const int64_t n = sqlite3_last_insert_rowid(impl_->db.get());
@@ -600,6 +690,170 @@ absl::StatusOr<std::vector<JobStatus>> JobStore::ListJobs() const {
   return jobs;
 }
 
+namespace {
+
+// The smallest string above every string that starts with `prefix` (byte order), so that
+// "name >= prefix AND name < bound" is an index range; nullopt when there is none (the
+// prefix is all 0xff bytes): then "name >= prefix" alone.
+std::optional<std::string> PrefixUpperBound(std::string prefix) {
+  while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+  if (prefix.empty()) return std::nullopt;
+  prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+  return prefix;
+}
+
+// The longest start of `text` of at most `max_bytes` that does not end inside a UTF-8
+// sequence (a proto3 string must stay valid UTF-8), with "..." when cut.
+std::string ShortenText(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  // Back off continuation bytes (10xxxxxx) to the start of the sequence they belong to.
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
+
+// The listing form of a job too large to list whole (see kMaxListedJobBytes).
+void ShortenForListing(JobStatus* job) {
+  std::string name = ShortenText(job->spec().name(), kShortenedTextBytes);
+  job->clear_spec();
+  job->mutable_spec()->set_name(std::move(name));
+  job->set_message(ShortenText(job->message(), kShortenedTextBytes));
+  if (job->has_latest()) {
+    job->mutable_latest()->set_engine(ShortenText(job->latest().engine(), kShortenedTextBytes));
+  }
+  job->set_listing_shortened(true);
+}
+
+// What a listing shows of job n when its stored record does not parse: its id, its state
+// when that is readable, and why the rest is missing.
+JobStatus DamagedListing(int64_t n, int64_t state, const absl::Status& why) {
+  JobStatus job;
+  job.set_job_id(JobIdFor(n));
+  if (absl::StatusOr<JobState> parsed = StateFromColumn(state, job.job_id()); parsed.ok()) {
+    job.set_state(*parsed);
+  }
+  job.set_message(ShortenText(absl::StrCat("the stored job cannot be read: ", why.message()),
+                              kShortenedTextBytes));
+  job.set_listing_shortened(true);
+  return job;
+}
+
+}  // namespace
+
+absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
+  // The statement depends on which filters are set, so it is compiled per call (cheap next
+  // to reading a page) with every value bound, never spliced into the text.
+  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id > ?");
+  if (!list.states.empty()) {
+    for (JobState state : list.states) {
+      if (!JobState_IsValid(state) || state == JOB_STATE_UNSPECIFIED) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("states: ", StateName(state),
+                         " is not a job state [rule: one of PENDING, PLACING, "
+                         "RUNNING, SUCCEEDED, FAILED, CANCELLED]"));
+      }
+    }
+    absl::StrAppend(&sql, " AND state IN (?");
+    for (size_t i = 1; i < list.states.size(); ++i) absl::StrAppend(&sql, ", ?");
+    absl::StrAppend(&sql, ")");
+  }
+  const std::optional<std::string> name_bound =
+      list.name_prefix.empty() ? std::nullopt : PrefixUpperBound(list.name_prefix);
+  if (!list.name_prefix.empty()) absl::StrAppend(&sql, " AND name >= ?");
+  if (name_bound) absl::StrAppend(&sql, " AND name < ?");
+  // One row beyond the page says whether there are more, without a count.
+  absl::StrAppend(&sql, " ORDER BY id LIMIT ?");
+
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Statement statement(sql.c_str());
+  RETURN_IF_ERROR(statement.Prepare(impl_->db.get()));
+  Query query(statement);
+  query.Bind(list.after_job);
+  for (JobState state : list.states) query.Bind(static_cast<int64_t>(state));
+  if (!list.name_prefix.empty()) query.Bind(absl::string_view(list.name_prefix));
+  if (name_bound) query.Bind(absl::string_view(*name_bound));
+  query.Bind(list.max_jobs < 0 ? int64_t{-1} : list.max_jobs + 1);
+
+  JobListPage page;
+  int64_t bytes = 0;
+  int64_t last = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Step());
+    if (!row) break;
+    if (list.max_jobs >= 0 && static_cast<int64_t>(page.jobs.size()) >= list.max_jobs) {
+      page.next_after_job = last;
+      break;
+    }
+    const int64_t n = query.Int(0);
+    absl::StatusOr<JobStatus> read = Impl::ReadJob(query);
+    if (!read.ok() && list.list_damaged && read.status().code() == absl::StatusCode::kDataLoss) {
+      read = DamagedListing(n, query.Int(2), read.status());
+    }
+    if (!read.ok()) return read.status();
+    JobStatus job = *std::move(read);
+    {
+      Query workers(impl_->select_workers);
+      workers.Bind(n);
+      while (true) {
+        ASSIGN_OR_RETURN(const bool worker, workers.Step());
+        if (!worker) break;
+        job.add_workers(workers.Bytes(0));
+      }
+    }
+    if (list.max_bytes >= 0) {
+      if (static_cast<int64_t>(job.ByteSizeLong()) > kMaxListedJobBytes) {
+        ShortenForListing(&job);
+      }
+      // The repeated field's tag and length prefix: a few bytes more than the job itself.
+      const int64_t size = static_cast<int64_t>(job.ByteSizeLong()) + 8;
+      if (!page.jobs.empty() && bytes + size > list.max_bytes) {
+        page.next_after_job = last;
+        break;
+      }
+      bytes += size;
+    }
+    page.jobs.push_back(std::move(job));
+    last = n;
+  }
+  return page;
+}
+
+absl::Status JobStore::DeleteJob(const std::string& job_id) {
+  const std::optional<int64_t> n = ParseJobId(job_id);
+  if (!n) return JobNotFound(job_id);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Impl::Transaction txn(impl_.get());
+  RETURN_IF_ERROR(txn.Begin());
+  ASSIGN_OR_RETURN(const JobState state, impl_->LoadState(*n, job_id));
+  if (!IsTerminalJobState(state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " is ", StateName(state),
+                     "; only an ended job (SUCCEEDED, FAILED, CANCELLED) can be deleted: "
+                     "cancel it first"));
+  }
+  for (Statement* statement : {&impl_->delete_job_workers, &impl_->delete_job_events,
+                               &impl_->delete_job_steps, &impl_->delete_job}) {
+    Query query(*statement);
+    query.Bind(*n);
+    RETURN_IF_ERROR(query.Run());
+  }
+  return txn.Commit();
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::JobsEndedBy(int64_t unix_ms,
+                                                               int64_t limit) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<std::string> jobs;
+  Query query(impl_->select_ended_before);
+  query.Bind(unix_ms).Bind(limit < 0 ? int64_t{-1} : limit);
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Step());
+    if (!row) break;
+    jobs.push_back(JobIdFor(query.Int(0)));
+  }
+  return jobs;
+}
+
 absl::Status JobStore::Transition(const std::string& job_id, JobState to,
                                   const std::string& message, int64_t now_ms) {
   if (!JobState_IsValid(to) || to == JOB_STATE_UNSPECIFIED) {
@@ -625,8 +879,13 @@ absl::Status JobStore::Transition(const std::string& job_id, JobState to,
     Query query(impl_->update_state_and_message);
     query.Bind(static_cast<int64_t>(to))
         .Bind(says_why ? absl::string_view(message) : absl::string_view(""))
-        .Bind(now_ms)
-        .Bind(*n);
+        .Bind(now_ms);
+    if (IsTerminalJobState(to)) {
+      query.Bind(now_ms);
+    } else {
+      query.BindNull();
+    }
+    query.Bind(*n);
     RETURN_IF_ERROR(query.Run());
   }
   std::string event = absl::StrCat(StateName(from), " -> ", StateName(to));
@@ -724,6 +983,43 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, const std::string&
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   RETURN_IF_ERROR(impl_->InsertEvent(*n, now_ms, kind, message));
   return txn.Commit();
+}
+
+absl::StatusOr<JobEventPage> JobStore::Events(const std::string& job_id, int64_t after_event,
+                                              int64_t max_events, int64_t max_bytes) const {
+  const std::optional<int64_t> n = ParseJobId(job_id);
+  if (!n) return JobNotFound(job_id);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
+  JobEventPage page;
+  Query query(impl_->select_event_page);
+  // One row beyond the page says whether there are more.
+  query.Bind(*n).Bind(after_event).Bind(max_events < 0 ? int64_t{-1} : max_events + 1);
+  int64_t bytes = 0;
+  int64_t last = 0;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool row, query.Step());
+    if (!row) break;
+    if (max_events >= 0 && static_cast<int64_t>(page.events.size()) >= max_events) {
+      page.next_after_event = last;
+      break;
+    }
+    JobEvent event;
+    event.set_unix_ms(query.Int(1));
+    event.set_kind(query.Bytes(2));
+    event.set_message(query.Bytes(3));
+    if (max_bytes >= 0) {
+      const int64_t size = static_cast<int64_t>(event.ByteSizeLong()) + 8;
+      if (!page.events.empty() && bytes + size > max_bytes) {
+        page.next_after_event = last;
+        break;
+      }
+      bytes += size;
+    }
+    page.events.push_back(std::move(event));
+    last = query.Int(0);
+  }
+  return page;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobStore::Events(const std::string& job_id) const {

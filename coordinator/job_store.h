@@ -41,6 +41,57 @@ bool IsTerminalJobState(JobState state);
 // Events are proto/coordinator.proto's JobEvent: unix_ms, kind (e.g. "submitted",
 // "state", "placed", "generation_failed"), message (human-readable detail).
 
+// Listing pages (ListJobs RPC, /api/jobs): the size a page has when the caller names none,
+// and the most it may have; enough for a screen or a script, small enough that one page
+// holds the store's lock only briefly.
+inline constexpr int64_t kDefaultJobPageSize = 100;
+inline constexpr int64_t kMaxJobPageSize = 1000;
+// A page stops before its jobs' encoded size passes this, so it stays well inside gRPC's
+// default 4 MB message limit with room for the envelope.
+inline constexpr int64_t kMaxJobPageBytes = 2 << 20;
+// A job whose encoded status alone passes this (a spec with megabytes of strings) is
+// listed shortened (JobStatus.listing_shortened): spec reduced to its name, and the name
+// and message cut to kShortenedTextBytes. GetJob still returns all of it.
+inline constexpr int64_t kMaxListedJobBytes = 256 << 10;
+inline constexpr size_t kShortenedTextBytes = 1024;
+
+// Which jobs JobStore::ListJobs returns: those matching every filter, in job-number order,
+// after `after_job`. The defaults list every job.
+struct JobListQuery {
+  // Any of these states; empty means every state.
+  std::vector<JobState> states;
+  // spec.name starts with this (bytes compared; an equal name matches); empty: any name.
+  std::string name_prefix;
+  // Only jobs numbered above this (the N of "job-N"): where the previous page ended.
+  int64_t after_job = 0;
+  // At most this many jobs; < 0 for no limit.
+  int64_t max_jobs = -1;
+  // Stop before a job that would take the page's encoded size past this (a page holds at
+  // least one job); < 0 for no limit. Jobs over kMaxListedJobBytes are shortened when set.
+  int64_t max_bytes = -1;
+  // A job whose stored record does not parse is listed with only its id, its state and
+  // why (in `message`, listing_shortened set) instead of failing the page with DATA_LOSS.
+  // Listings for users set it, so one damaged row does not hide every job; the job
+  // manager's own reads do not: they act on what they read.
+  bool list_damaged = false;
+};
+
+// Event pages (ListJobEvents): a job restarting or checkpointing often collects many.
+inline constexpr int64_t kDefaultEventPageSize = 1000;
+inline constexpr int64_t kMaxEventPageSize = 10000;
+
+struct JobEventPage {
+  std::vector<JobEvent> events;
+  // > 0 when more events may follow: ask again with after_event = next_after_event.
+  int64_t next_after_event = 0;
+};
+
+struct JobListPage {
+  std::vector<JobStatus> jobs;
+  // > 0 when more jobs may match: query again with after_job = next_after_job.
+  int64_t next_after_job = 0;
+};
+
 class JobStore {
  public:
   // Opens or creates the database (schema created or checked; a newer schema version is
@@ -57,9 +108,20 @@ class JobStore {
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Every job, oldest first.
   absl::StatusOr<std::vector<JobStatus>> ListJobs() const;
+  // One page of the jobs `query` selects, oldest first, read in SQL through the state and
+  // name indexes (never every job). INVALID_ARGUMENT for a state outside the enum.
+  absl::StatusOr<JobListPage> ListJobs(const JobListQuery& query) const;
+
+  // Deletes an ended job with its events, steps and workers in one transaction; its number
+  // is never handed out again. NOT_FOUND; FAILED_PRECONDITION if it has not ended.
+  absl::Status DeleteJob(const std::string& job_id);
+  // Ended jobs whose end (JobStatus.ended_unix_ms) is at or before `unix_ms`, the longest
+  // ended first, at most `limit`.
+  absl::StatusOr<std::vector<std::string>> JobsEndedBy(int64_t unix_ms, int64_t limit) const;
 
   // Moves a job to `to`, records a "state" event "FROM -> TO: message", and for FAILED or
-  // CANCELLED keeps `message` as JobStatus.message. FAILED_PRECONDITION (naming both
+  // CANCELLED keeps `message` as JobStatus.message. A terminal `to` records the end time
+  // (JobStatus.ended_unix_ms = now_ms). FAILED_PRECONDITION (naming both
   // states) if the state machine forbids it; NOT_FOUND for an unknown id.
   absl::Status Transition(const std::string& job_id, JobState to, const std::string& message,
                           int64_t now_ms);
@@ -81,6 +143,11 @@ class JobStore {
                            const std::string& message, int64_t now_ms);
   // In the order appended.
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  // A page of them: those appended after position `after_event` (0: from the first), at
+  // most `max_events` (< 0: no limit), stopping before `max_bytes` of encoded events
+  // (< 0: no limit; a page holds at least one). NOT_FOUND for an unknown job.
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -611,7 +613,7 @@ TEST(JobStoreTest, AlteredSchemaIsDataLoss) {
 TEST(JobStoreTest, NewerSchemaVersionIsFailedPrecondition) {
   const std::string path = FreshDbPath();
   { ASSERT_OK(JobStore::Open(path).status()); }
-  RawExec(path, "PRAGMA user_version = 2;");
+  RawExec(path, "PRAGMA user_version = 3;");
   const absl::Status status = JobStore::Open(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
 }
@@ -685,6 +687,335 @@ TEST(JobStoreTest, ConcurrentUseFromSeveralThreadsKeepsIdsUnique) {
     ASSERT_OK_AND_ASSIGN(const std::vector<StepMetrics> steps, store->Steps(jobs[i].job_id()));
     EXPECT_EQ(steps.size(), 1u);
   }
+}
+
+// ---------------------------------------------------------------- listing, deletion
+
+// Every job of the listing `query` selects, page after page; also counts the pages.
+std::vector<JobStatus> ListAll(const JobStore& store, JobListQuery query, int* pages) {
+  std::vector<JobStatus> all;
+  *pages = 0;
+  while (true) {
+    absl::StatusOr<JobListPage> page = store.ListJobs(query);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) break;
+    ++*pages;
+    all.insert(all.end(), page->jobs.begin(), page->jobs.end());
+    if (page->next_after_job == 0) break;
+    query.after_job = page->next_after_job;
+  }
+  return all;
+}
+
+TEST(JobStoreListTest, PagesPastTenThousandJobsWithEveryJobOnce) {
+  // In memory: no fsync per job, so 10,000 single-job transactions take well under a
+  // second; the SQL is the same as on disk.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(":memory:"));
+  constexpr int kJobs = 10250;
+  for (int i = 1; i <= kJobs; ++i) {
+    ASSERT_OK_AND_ASSIGN(const std::string id,
+                         store->CreateJob(MakeSpec(i % 2 ? "odd" : "even", 2), i));
+    if (i % 1000 == 0) ASSERT_OK(store->Transition(id, JOB_STATE_CANCELLED, "", i));
+  }
+  JobListQuery query;
+  query.max_jobs = 1000;
+  query.max_bytes = kMaxJobPageBytes;
+  int pages = 0;
+  const std::vector<JobStatus> all = ListAll(*store, query, &pages);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kJobs));
+  EXPECT_EQ(pages, 11);
+  for (int i = 0; i < kJobs; ++i) {
+    ASSERT_EQ(all[i].job_id(), absl::StrCat("job-", i + 1));  // In order, none twice.
+  }
+
+  // A filter reads only its rows, still in pages.
+  query.states = {JOB_STATE_CANCELLED};
+  query.max_jobs = 4;
+  const std::vector<JobStatus> cancelled = ListAll(*store, query, &pages);
+  ASSERT_EQ(cancelled.size(), 10u);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(cancelled.back().job_id(), "job-10000");
+}
+
+TEST(JobStoreListTest, StateAndNamePrefixFilters) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(FreshDbPath()));
+  // U+10FFFF, the highest code point: the prefix's upper bound is computed by bytes.
+  for (const char* name :
+       {"sweep-1", "sweep-2", "sweep", "swee", "other", "sweep-\xf4\x8f\xbf\xbf", ""}) {
+    ASSERT_OK(store->CreateJob(MakeSpec(name, 2), 1).status());
+  }
+  ASSERT_OK(store->Transition("job-2", JOB_STATE_CANCELLED, "", 2));
+  ASSERT_OK(store->Transition("job-5", JOB_STATE_PLACING, "", 2));
+
+  const auto ids = [&](JobListQuery query) {
+    std::vector<std::string> out;
+    absl::StatusOr<JobListPage> page = store->ListJobs(query);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (page.ok()) {
+      for (const JobStatus& job : page->jobs) out.push_back(job.job_id());
+      EXPECT_EQ(page->next_after_job, 0);
+    }
+    return out;
+  };
+  JobListQuery query;
+  query.name_prefix = "sweep";
+  EXPECT_EQ(ids(query), (std::vector<std::string>{"job-1", "job-2", "job-3", "job-6"}));
+  query.name_prefix = "sweep-\xf4\x8f\xbf";
+  EXPECT_EQ(ids(query), (std::vector<std::string>{"job-6"}));
+  query.name_prefix = "\xff\xff";  // No upper bound exists: "name >= prefix" alone.
+  EXPECT_EQ(ids(query), (std::vector<std::string>{}));
+  query.name_prefix = "sweep";
+  query.states = {JOB_STATE_PENDING};
+  EXPECT_EQ(ids(query), (std::vector<std::string>{"job-1", "job-3", "job-6"}));
+  query.name_prefix = "";
+  query.states = {JOB_STATE_CANCELLED, JOB_STATE_PLACING};
+  EXPECT_EQ(ids(query), (std::vector<std::string>{"job-2", "job-5"}));
+
+  query.states = {static_cast<JobState>(42)};
+  const absl::Status bad = store->ListJobs(query).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_NE(bad.message().find("states: "), std::string::npos) << bad;
+}
+
+TEST(JobStoreListTest, KeysetPagesNeitherRepeatNorSkipUnderConcurrentInserts) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(":memory:"));
+  for (int i = 0; i < 300; ++i) ASSERT_OK(store->CreateJob(MakeSpec("first", 2), i).status());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load() && i < 100000; ++i) {
+      if (!store->CreateJob(MakeSpec("later", 2), i).ok()) return;
+    }
+  });
+  JobListQuery query;
+  query.max_jobs = 7;
+  std::vector<std::string> seen;
+  // Page through while the writer appends; every job existing before the listing started
+  // must come exactly once and in order, whatever was inserted meanwhile.
+  absl::Status failed;
+  while (seen.size() < 300) {
+    absl::StatusOr<JobListPage> page = store->ListJobs(query);
+    if (!page.ok()) {
+      failed = page.status();
+      break;
+    }
+    for (const JobStatus& job : page->jobs) seen.push_back(job.job_id());
+    if (page->next_after_job == 0) break;  // Caught up with the writer.
+    query.after_job = page->next_after_job;
+  }
+  stop = true;
+  writer.join();
+  ASSERT_OK(failed);
+  ASSERT_GE(seen.size(), 300u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], absl::StrCat("job-", i + 1));
+}
+
+TEST(JobStoreListTest, AHugeJobComesAloneAndAPageStaysUnderItsByteBound) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(FreshDbPath()));
+  JobSpec huge = MakeSpec("huge", 2);
+  huge.mutable_data()->set_path(std::string(3 << 20, 'x'));  // 3 MB, as in issue 15.
+  ASSERT_OK(store->CreateJob(MakeSpec("small", 2), 1).status());
+  ASSERT_OK(store->CreateJob(huge, 1).status());
+  ASSERT_OK(store->CreateJob(huge, 1).status());
+  ASSERT_OK(store->CreateJob(MakeSpec("small", 2), 1).status());
+
+  JobListQuery query;
+  query.max_jobs = 100;
+  query.max_bytes = kMaxJobPageBytes;
+  int pages = 0;
+  std::vector<JobStatus> all;
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(const JobListPage page, store->ListJobs(query));
+    ++pages;
+    size_t bytes = 0;
+    for (const JobStatus& job : page.jobs) bytes += job.ByteSizeLong();
+    EXPECT_LE(bytes, static_cast<size_t>(kMaxJobPageBytes));
+    all.insert(all.end(), page.jobs.begin(), page.jobs.end());
+    if (page.next_after_job == 0) break;
+    query.after_job = page.next_after_job;
+  }
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_TRUE(all[1].listing_shortened());
+  EXPECT_EQ(all[1].spec().name(), "huge");
+  EXPECT_EQ(all[1].spec().data().path(), "");
+  EXPECT_FALSE(all[0].listing_shortened());
+  // GetJob still has all of it.
+  ASSERT_OK_AND_ASSIGN(const JobStatus whole, store->GetJob("job-2"));
+  EXPECT_EQ(whole.spec().data().path().size(), size_t{3} << 20);
+  EXPECT_FALSE(whole.listing_shortened());
+
+  // A page bound of a few hundred bytes closes pages early but always holds one job.
+  query = JobListQuery();
+  query.max_bytes = 10;
+  const std::vector<JobStatus> one_by_one = ListAll(*store, query, &pages);
+  EXPECT_EQ(one_by_one.size(), 4u);
+  EXPECT_EQ(pages, 4);
+}
+
+TEST(JobStoreListTest, ShortenedNamesStayValidUtf8) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(FreshDbPath()));
+  std::string name;
+  while (name.size() < (300 << 10)) name += "\xc3\xa9";  // "é" repeated past the bound.
+  ASSERT_OK(store->CreateJob(MakeSpec("a" + name, 2), 1).status());  // Odd offset of é.
+  JobListQuery query;
+  query.max_bytes = kMaxJobPageBytes;
+  ASSERT_OK_AND_ASSIGN(const JobListPage page, store->ListJobs(query));
+  ASSERT_EQ(page.jobs.size(), 1u);
+  const std::string& listed = page.jobs[0].spec().name();
+  EXPECT_TRUE(page.jobs[0].listing_shortened());
+  EXPECT_LE(listed.size(), kShortenedTextBytes + 3);
+  ASSERT_GE(listed.size(), 5u);
+  EXPECT_EQ(listed.substr(listed.size() - 3), "...");
+  // Cut before a whole "é": the byte before "..." is the end of one.
+  EXPECT_EQ(listed[listed.size() - 4], '\xa9');
+}
+
+TEST(JobStoreListTest, ADamagedRowFailsOnlyItselfInAUserListing) {
+  const std::string path = FreshDbPath();
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+    for (int i = 0; i < 3; ++i) ASSERT_OK(store->CreateJob(MakeSpec("j", 2), 1).status());
+  }
+  RawExec(path, "UPDATE jobs SET spec = x'ffff' WHERE id = 2;");
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+  JobListQuery query;
+  EXPECT_EQ(store->ListJobs(query).status().code(), absl::StatusCode::kDataLoss);
+  query.list_damaged = true;
+  ASSERT_OK_AND_ASSIGN(const JobListPage page, store->ListJobs(query));
+  ASSERT_EQ(page.jobs.size(), 3u);
+  EXPECT_EQ(page.jobs[1].job_id(), "job-2");
+  EXPECT_EQ(page.jobs[1].state(), JOB_STATE_PENDING);
+  EXPECT_TRUE(page.jobs[1].listing_shortened());
+  EXPECT_NE(page.jobs[1].message().find("stored spec does not parse"), std::string::npos)
+      << page.jobs[1].message();
+  EXPECT_EQ(page.jobs[2].spec().name(), "j");
+}
+
+TEST(JobStoreDeleteTest, DeletesAnEndedJobWithEverythingUnderIt) {
+  const std::string path = FreshDbPath();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+  ASSERT_OK_AND_ASSIGN(const std::string gone, store->CreateJob(MakeSpec("gone", 2), 1));
+  ASSERT_OK_AND_ASSIGN(const std::string kept, store->CreateJob(MakeSpec("kept", 2), 1));
+  ASSERT_OK(store->SetPlacement(gone, 1, 0, {"w0", "w1"}, 2));
+  ASSERT_OK(store->Transition(gone, JOB_STATE_PLACING, "", 2));
+  ASSERT_OK(store->RecordStep(gone, MakeStep(1, 5.0), 3));
+  ASSERT_OK(store->Transition(gone, JOB_STATE_RUNNING, "", 3));
+
+  const absl::Status running = store->DeleteJob(gone);
+  EXPECT_EQ(running.code(), absl::StatusCode::kFailedPrecondition) << running;
+  EXPECT_NE(running.message().find("cancel it first"), std::string::npos) << running;
+
+  ASSERT_OK(store->Transition(gone, JOB_STATE_SUCCEEDED, "", 4));
+  ASSERT_OK(store->DeleteJob(gone));
+  EXPECT_EQ(store->GetJob(gone).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->Events(gone).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->DeleteJob(gone).code(), absl::StatusCode::kNotFound);
+  ASSERT_OK_AND_ASSIGN(const std::vector<JobStatus> left, store->ListJobs());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].job_id(), kept);
+  store.reset();
+  // No orphan rows: foreign keys hold, and nothing of job-1 is left in any table.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* table : {"job_workers", "events", "steps"}) {
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(
+                  db, absl::StrCat("SELECT count(*) FROM ", table, " WHERE job_id = 1").c_str(), -1,
+                  &stmt, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int64(stmt, 0), 0) << table;
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  // The number is not handed out again.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> reopened, JobStore::Open(path));
+  ASSERT_OK_AND_ASSIGN(const std::string next, reopened->CreateJob(MakeSpec("next", 2), 5));
+  EXPECT_EQ(next, "job-3");
+}
+
+TEST(JobStoreListTest, EventsPageInOrderAndOnlyTheirJobs) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(":memory:"));
+  ASSERT_OK(store->CreateJob(MakeSpec("a", 2), 0).status());
+  ASSERT_OK(store->CreateJob(MakeSpec("b", 2), 0).status());
+  for (int i = 1; i <= 25; ++i) {
+    ASSERT_OK(store->AppendEvent("job-1", "checkpoint", absl::StrCat("a", i), i));
+    ASSERT_OK(store->AppendEvent("job-2", "checkpoint", absl::StrCat("b", i), i));
+  }
+  std::vector<std::string> messages;
+  int64_t after = 0;
+  int pages = 0;
+  do {
+    ASSERT_OK_AND_ASSIGN(const JobEventPage page, store->Events("job-1", after, 10, -1));
+    for (const JobEvent& event : page.events) messages.push_back(event.message());
+    after = page.next_after_event;
+    ++pages;
+  } while (after > 0);
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(messages.size(), 26u);  // "submitted" and 25 appended.
+  EXPECT_EQ(messages[0], "a");
+  EXPECT_EQ(messages[1], "a1");
+  EXPECT_EQ(messages.back(), "a25");
+  // A byte bound closes pages early but always holds one event.
+  ASSERT_OK_AND_ASSIGN(const JobEventPage tiny, store->Events("job-2", 0, 100, 1));
+  EXPECT_EQ(tiny.events.size(), 1u);
+  EXPECT_GT(tiny.next_after_event, 0);
+  EXPECT_EQ(store->Events("job-9", 0, 10, -1).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStoreDeleteTest, JobsEndedByListsEndedJobsLongestEndedFirst) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(FreshDbPath()));
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store->CreateJob(MakeSpec("j", 2), 0).status());
+  ASSERT_OK(store->Transition("job-3", JOB_STATE_CANCELLED, "", 100));
+  ASSERT_OK(store->Transition("job-1", JOB_STATE_CANCELLED, "", 200));
+  ASSERT_OK(store->Transition("job-4", JOB_STATE_PLACING, "", 50));  // Not ended.
+  ASSERT_OK_AND_ASSIGN(const JobStatus ended, store->GetJob("job-3"));
+  EXPECT_EQ(ended.ended_unix_ms(), 100);
+  ASSERT_OK_AND_ASSIGN(const JobStatus placing, store->GetJob("job-4"));
+  EXPECT_EQ(placing.ended_unix_ms(), 0);
+
+  EXPECT_EQ(*store->JobsEndedBy(99, 10), std::vector<std::string>{});
+  EXPECT_EQ(*store->JobsEndedBy(150, 10), std::vector<std::string>{"job-3"});
+  EXPECT_EQ(*store->JobsEndedBy(1000, 10), (std::vector<std::string>{"job-3", "job-1"}));
+  EXPECT_EQ(*store->JobsEndedBy(1000, 1), std::vector<std::string>{"job-3"});
+}
+
+TEST(JobStoreUpgradeTest, AVersion1StoreGetsNamesAndEndTimes) {
+  const std::string path = FreshDbPath();
+  // The version 1 schema as the previous coordinator created it, with two jobs.
+  RawExec(path, R"sql(
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, spec BLOB NOT NULL, state INTEGER NOT NULL,
+  step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0,
+  tokens_per_second REAL NOT NULL DEFAULT 0, generation INTEGER NOT NULL DEFAULT 0,
+  restarts INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '',
+  submitted_unix_ms INTEGER NOT NULL, updated_unix_ms INTEGER NOT NULL, latest BLOB) STRICT;
+CREATE TABLE job_workers (job_id INTEGER NOT NULL REFERENCES jobs(id), rank INTEGER NOT NULL,
+  worker_id TEXT NOT NULL, PRIMARY KEY (job_id, rank)) STRICT, WITHOUT ROWID;
+CREATE TABLE events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id),
+  unix_ms INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL) STRICT;
+CREATE INDEX events_by_job ON events(job_id, id);
+CREATE TABLE steps (job_id INTEGER NOT NULL REFERENCES jobs(id), step INTEGER NOT NULL,
+  metrics BLOB NOT NULL, PRIMARY KEY (job_id, step)) STRICT, WITHOUT ROWID;
+PRAGMA application_id = 1836348010; PRAGMA user_version = 1;
+)sql");
+  const std::string running = absl::BytesToHexString(Bytes(MakeSpec("alpha-run", 2)));
+  const std::string done = absl::BytesToHexString(Bytes(MakeSpec("beta", 2)));
+  RawExec(path, absl::StrCat("INSERT INTO jobs (spec, state, submitted_unix_ms, updated_unix_ms) "
+                             "VALUES (x'",
+                             running, "', 3, 10, 20), (x'", done, "', 4, 10, 30);"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobStore> store, JobStore::Open(path));
+  JobListQuery query;
+  query.name_prefix = "alpha";
+  ASSERT_OK_AND_ASSIGN(const JobListPage alpha, store->ListJobs(query));
+  ASSERT_EQ(alpha.jobs.size(), 1u);
+  EXPECT_EQ(alpha.jobs[0].job_id(), "job-1");
+  EXPECT_EQ(alpha.jobs[0].ended_unix_ms(), 0);
+  EXPECT_EQ(*store->JobsEndedBy(30, 10), std::vector<std::string>{"job-2"});
+  ASSERT_OK_AND_ASSIGN(const std::string id, store->CreateJob(MakeSpec("gamma", 2), 40));
+  EXPECT_EQ(id, "job-3");
+  store.reset();
+  // Upgraded once: a second open finds the current version.
+  ASSERT_OK(JobStore::Open(path).status());
 }
 
 }  // namespace

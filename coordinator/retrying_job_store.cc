@@ -1,8 +1,12 @@
 #include "coordinator/retrying_job_store.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
@@ -17,6 +21,13 @@ std::string ShortStateName(JobState state) {
   absl::string_view short_name = name;
   absl::ConsumePrefix(&short_name, "JOB_STATE_");
   return std::string(short_name);
+}
+
+// N of "job-N" (JobStore's ids); 0 for anything else, which no listing page covers.
+int64_t JobNumber(absl::string_view job_id) {
+  int64_t n = 0;
+  if (!absl::ConsumePrefix(&job_id, "job-") || !absl::SimpleAtoi(job_id, &n)) return 0;
+  return n;
 }
 
 JobEvent EventOf(int64_t now_ms, const std::string& kind, const std::string& message) {
@@ -74,6 +85,71 @@ absl::StatusOr<std::vector<JobStatus>> RetryingJobStore::ListJobs() const {
     DescribeBacklog(it->second, &job);
   }
   return jobs;
+}
+
+absl::StatusOr<JobListPage> RetryingJobStore::ListJobs(const JobListQuery& query) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(JobListPage page, store_->ListJobs(query));
+  if (backlogs_.empty()) return page;
+  const auto matches = [&query](const JobStatus& job) {
+    const bool state_ok =
+        query.states.empty() ||
+        std::find(query.states.begin(), query.states.end(), job.state()) != query.states.end();
+    return state_ok && absl::StartsWith(job.spec().name(), query.name_prefix);
+  };
+  // The page covers job numbers (after_job, last] where `last` is where it stopped; to its
+  // end when it is the last page.
+  const int64_t last =
+      page.next_after_job > 0 ? page.next_after_job : std::numeric_limits<int64_t>::max();
+  std::map<int64_t, JobStatus> by_number;
+  for (JobStatus& job : page.jobs) {
+    by_number.emplace(JobNumber(job.job_id()), std::move(job));
+  }
+  for (const auto& [job_id, backlog] : backlogs_) {
+    const int64_t n = JobNumber(job_id);
+    if (n <= query.after_job || n > last) continue;
+    by_number.erase(n);
+    if (!matches(backlog.row)) continue;
+    JobStatus row = backlog.row;
+    DescribeBacklog(backlog, &row);
+    by_number.emplace(n, std::move(row));
+  }
+  page.jobs.clear();
+  for (auto& [n, job] : by_number) {
+    if (query.max_jobs >= 0 && static_cast<int64_t>(page.jobs.size()) >= query.max_jobs) {
+      page.next_after_job = JobNumber(page.jobs.back().job_id());
+      break;
+    }
+    page.jobs.push_back(std::move(job));
+  }
+  return page;
+}
+
+absl::StatusOr<JobEventPage> RetryingJobStore::Events(const std::string& job_id,
+                                                      int64_t after_event, int64_t max_events,
+                                                      int64_t max_bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(JobEventPage page, store_->Events(job_id, after_event, max_events, max_bytes));
+  const auto it = backlogs_.find(job_id);
+  if (it == backlogs_.end() || page.next_after_event > 0) return page;
+  for (const QueuedWrite& write : it->second.writes) {
+    if (!write.event.kind().empty()) page.events.push_back(write.event);
+  }
+  return page;
+}
+
+absl::Status RetryingJobStore::DeleteJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RETURN_IF_ERROR(store_->DeleteJob(job_id));
+  backlogs_.erase(job_id);
+  PublishLocked();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RetryingJobStore::JobsEndedBy(int64_t unix_ms,
+                                                                       int64_t limit) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_->JobsEndedBy(unix_ms, limit);
 }
 
 absl::StatusOr<std::vector<JobEvent>> RetryingJobStore::Events(const std::string& job_id) const {

@@ -74,7 +74,19 @@ class RetryingJobStore {
   // JobStore's reads, with queued writes applied.
   absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   absl::StatusOr<std::vector<JobStatus>> ListJobs() const;
+  // A page as JobStore gives it, with each job holding queued writes listed as they leave
+  // it: such a job leaves a page whose filter its stored row matches but its queued state
+  // does not, and joins one it now matches (admission reads PENDING jobs this way: a job
+  // whose "-> PENDING" is queued must still be placed).
+  absl::StatusOr<JobListPage> ListJobs(const JobListQuery& query) const;
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  // A page of stored events; the last page ends with the job's queued events.
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const;
+  // Passed through (see JobStore). DeleteJob also forgets the job's queued writes (a job
+  // whose end is still queued has not ended in the store, which refuses it).
+  absl::Status DeleteJob(const std::string& job_id);
+  absl::StatusOr<std::vector<std::string>> JobsEndedBy(int64_t unix_ms, int64_t limit) const;
   absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id, int64_t after_step = 0,
                                                  int64_t limit = -1) const;
 

@@ -129,6 +129,44 @@ TEST_F(RetryingJobStoreTest, RefusedWritesStayAuthoritativeAndLandWhenTheDiskHea
   EXPECT_TRUE(absl::StrContains(metrics_->Scrape(), "mtrain_state_dir_writes_queued 0"));
 }
 
+// Admission reads PENDING jobs through a filtered page: a job whose "-> PENDING" is queued
+// (stored RUNNING) must be on it, and off a RUNNING page, or it would never be placed again.
+TEST_F(RetryingJobStoreTest, FilteredPagesListQueuedJobsByTheirQueuedState) {
+  absl::StatusOr<std::string> other = store_->CreateJob(JobSpec(), 4);  // PENDING, stored
+  ASSERT_TRUE(other.ok()) << other.status();
+  FileSizeLimit full(1024);
+  ASSERT_TRUE(store_->Transition(job_, JOB_STATE_PLACING, "restart 1", 12).ok());
+  ASSERT_TRUE(store_->Transition(job_, JOB_STATE_PENDING, "waiting for workers", 13).ok());
+  ASSERT_GT(store_->QueuedWrites(), 0);
+
+  JobListQuery pending;
+  pending.states = {JOB_STATE_PENDING};
+  absl::StatusOr<JobListPage> page = store_->ListJobs(pending);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 2u);
+  EXPECT_EQ(page->jobs[0].job_id(), job_);  // in job-number order
+  EXPECT_EQ(page->jobs[1].job_id(), *other);
+
+  JobListQuery running;
+  running.states = {JOB_STATE_RUNNING};
+  page = store_->ListJobs(running);
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->jobs.empty()) << "stored RUNNING, but its queued state is PENDING";
+
+  // Pages of one job each still cover both, the queued one once.
+  pending.max_jobs = 1;
+  page = store_->ListJobs(pending);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].job_id(), job_);
+  pending.after_job = page->next_after_job;
+  ASSERT_GT(pending.after_job, 0);
+  page = store_->ListJobs(pending);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].job_id(), *other);
+}
+
 TEST_F(RetryingJobStoreTest, QueuedStepsReadBackAndLandInOrder) {
   {
     FileSizeLimit full(1024);

@@ -154,15 +154,20 @@ std::string JobJson(const JobStatus& job) {
                            .Int("pipeline", spec.parallel().pipeline())
                            .Int("data", spec.parallel().data())
                            .Close())
-      .Raw("workers", JsonArray(job.workers(), [](const std::string& w) { return JsonString(w); }));
+      .Raw("workers", JsonArray(job.workers(), [](const std::string& w) { return JsonString(w); }))
+      .Bool("listing_shortened", job.listing_shortened());
   return object.Close();
 }
 
-std::string JobsJson(const std::vector<JobStatus>& jobs) {
-  return JsonObject().Raw("jobs", JsonArray(jobs, JobJson)).Close();
+std::string JobsJson(const std::vector<JobStatus>& jobs, absl::string_view next_page_token) {
+  return JsonObject()
+      .Raw("jobs", JsonArray(jobs, JobJson))
+      .String("next_page_token", next_page_token)
+      .Close();
 }
 
-std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& steps, bool more) {
+std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& steps, bool more,
+                      absl::string_view next_page_token) {
   const auto step_json = [](const StepMetrics& m) {
     JsonObject object;
     object.Int("step", m.step()).Int("generation", m.generation());
@@ -180,6 +185,7 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
       .String("job_id", job_id)
       .Raw("steps", JsonArray(steps, step_json))
       .Bool("more", more)
+      .String("next_page_token", next_page_token)
       .Close();
 }
 

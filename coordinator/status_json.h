@@ -31,16 +31,21 @@ std::string JsonNumber(double value);
 //    "steps" (train.steps, defaults applied), "loss", "tokens_per_second", "mfu",
 //    "step_seconds" (null before the first step), "generation", "restarts", "message",
 //    "submitted_unix_ms", "updated_unix_ms", "device", "parallel": {"tensor",
-//    "pipeline", "data"}, "workers": [worker id by global rank]}
+//    "pipeline", "data"}, "workers": [worker id by global rank], "listing_shortened" (the
+//    job was too large to list whole: only its name is from the spec; /api/jobs/JOB has
+//    all of it)}
 std::string JobJson(const JobStatus& job);
-// {"jobs": [JobJson, ...]} in the given order.
-std::string JobsJson(const std::vector<JobStatus>& jobs);
+// {"jobs": [JobJson, ...], "next_page_token"} in the given order; the token is "" on the
+// last page.
+std::string JobsJson(const std::vector<JobStatus>& jobs, absl::string_view next_page_token = "");
 
 // A slice of a job's per-step metrics (the loss-reporting rank's), for the chart:
 //   {"job_id", "steps": [{"step", "generation", "loss" (null when the step carried none),
 //    "tokens_per_second", "step_seconds", "mfu"}], "more" (whether steps after the last
-//    one were left out)}
-std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& steps, bool more);
+//    one were left out), "next_page_token" (continues after the last step; "" when none
+//    were left out)}
+std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& steps, bool more,
+                      absl::string_view next_page_token = "");
 
 // Every worker and its health:
 //   {"heartbeat_timeout_ms", "workers": [{"worker_id", "host", "device_kind" ("CPU",

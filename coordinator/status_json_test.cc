@@ -130,7 +130,9 @@ TEST(JobsJson, ListsEveryJobInOrder) {
   const google::protobuf::ListValue& jobs = Field(doc, "jobs").list_value();
   ASSERT_EQ(jobs.values_size(), 2);
   EXPECT_EQ(Field(jobs.values(1).struct_value(), "state").string_value(), "SUCCEEDED");
-  EXPECT_EQ(JobsJson({}), "{\"jobs\":[]}");
+  EXPECT_EQ(Field(doc, "next_page_token").string_value(), "");
+  EXPECT_EQ(JobsJson({}), "{\"jobs\":[],\"next_page_token\":\"\"}");
+  EXPECT_EQ(Field(Parse(JobsJson({}, "djE6NQ")), "next_page_token").string_value(), "djE6NQ");
 }
 
 TEST(StepsJson, WritesEachStepAndWhetherMoreFollow) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -55,6 +56,10 @@ ABSL_FLAG(std::string, init_from, "",
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
           "export: the checkpoint's step (default: the newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
+ABSL_FLAG(std::string, state, "",
+          "list: only jobs in these states, comma-separated (e.g. running,failed)");
+ABSL_FLAG(std::string, name, "", "list: only jobs whose name starts with this");
+ABSL_FLAG(int64_t, limit, 0, "list: at most this many jobs, oldest first (0: every job)");
 
 namespace mtrain {
 namespace {
@@ -73,8 +78,11 @@ commands:
   status JOB            summarise one job (--json: the JobStatus as protobuf JSON)
   watch JOB             follow a job until it ends (--json: one StepMetrics JSON line per
                         step, the format of `train --metrics_jsonl`)
-  list                  table of jobs (--json: one JobStatus JSON object per job)
+  list                  table of jobs, oldest first (--json: one JobStatus JSON object per
+                        job); --state=running,failed, --name=PREFIX and --limit=N narrow it
   cancel JOB            cancel a job
+  delete JOB            delete an ended job with its events, steps and checkpoints (a
+                        running job is refused: cancel it first)
   events JOB            the job's event log (submitted, state changes, placements, failures,
                         checkpoints, resumes)
   checkpoints JOB       the job's stored checkpoints (--json: one CheckpointInfo per line)
@@ -91,6 +99,10 @@ flags:
   --init-from=FILE          submit: start from a HuggingFace GPT-2 safetensors file
   --step=N                  export: which checkpoint (default the newest)
   --format=safetensors      export: the output format
+  --state=S1,S2             list: only jobs in these states (pending, placing, running,
+                            succeeded, failed, cancelled)
+  --name=PREFIX             list: only jobs whose name starts with PREFIX
+  --limit=N                 list: at most N jobs (default 0: every job)
   --token=STRING            bearer token sent with every RPC
   --token_file=FILE         read the bearer token from FILE (trailing whitespace stripped)
 
@@ -389,15 +401,37 @@ int Status(Client& client, const std::string& job_id) {
   return 0;
 }
 
+// The coordinator's largest page: the fewest round trips when listing every job.
+constexpr int64_t kListPageSize = 1000;
+
+// Pages through every job the filters select (up to --limit), then prints them: the table
+// sizes its columns to all rows, so it is printed once, whole.
 int List(Client& client) {
-  ListJobsResponse response;
-  absl::Status status =
-      client.Check(client.stub()->ListJobs(client.Context().get(), ListJobsRequest(), &response));
-  if (!status.ok()) return Fail("list", status);
+  ListJobsRequest request;
+  absl::StatusOr<std::vector<JobState>> states = ParseStateFlag(absl::GetFlag(FLAGS_state));
+  if (!states.ok()) return UsageError("list", std::string(states.status().message()));
+  for (JobState state : *states) request.add_states(state);
+  request.set_name_prefix(absl::GetFlag(FLAGS_name));
+  const int64_t limit = absl::GetFlag(FLAGS_limit);
+  ListJobsResponse all;
+  while (true) {
+    const int64_t wanted = limit > 0 ? limit - all.jobs_size() : kListPageSize;
+    request.set_page_size(static_cast<int32_t>(std::min(wanted, kListPageSize)));
+    ListJobsResponse page;
+    absl::Status status =
+        client.Check(client.stub()->ListJobs(client.Context().get(), request, &page));
+    if (!status.ok()) return Fail("list", status);
+    for (JobStatus& job : *page.mutable_jobs()) {
+      if (limit > 0 && all.jobs_size() >= limit) break;  // A coordinator without paging.
+      *all.add_jobs() = std::move(job);
+    }
+    if (page.next_page_token().empty() || (limit > 0 && all.jobs_size() >= limit)) break;
+    request.set_page_token(page.next_page_token());
+  }
   if (absl::GetFlag(FLAGS_json)) {
-    for (const JobStatus& job : response.jobs()) std::printf("%s\n", ToJsonLine(job).c_str());
+    for (const JobStatus& job : all.jobs()) std::printf("%s\n", ToJsonLine(job).c_str());
   } else {
-    std::printf("%s", FormatJobTable(response, absl::Now()).c_str());
+    std::printf("%s", FormatJobTable(all, absl::Now()).c_str());
   }
   return 0;
 }
@@ -424,14 +458,33 @@ int Cancel(Client& client, const std::string& job_id) {
   return 0;
 }
 
+int Delete(Client& client, const std::string& job_id) {
+  DeleteJobRequest request;
+  request.set_job_id(job_id);
+  DeleteJobResponse response;
+  absl::Status status =
+      client.Check(client.stub()->DeleteJob(client.Context().get(), request, &response));
+  if (!status.ok()) return Fail("delete", status);
+  if (!absl::GetFlag(FLAGS_json)) std::printf("deleted %s\n", job_id.c_str());
+  return 0;
+}
+
 // The job's event log, oldest first: "TIME  KIND  MESSAGE" (--json: one JobEvent per line).
 int Events(Client& client, const std::string& job_id) {
   ListJobEventsRequest request;
   request.set_job_id(job_id);
+  request.set_page_size(10000);  // The coordinator's largest page: the fewest round trips.
   ListJobEventsResponse response;
-  absl::Status status =
-      client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &response));
-  if (!status.ok()) return Fail("events", status);
+  // Every page; printed together, so a failure halfway prints nothing but the error.
+  while (true) {
+    ListJobEventsResponse page;
+    absl::Status status =
+        client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &page));
+    if (!status.ok()) return Fail("events", status);
+    for (JobEvent& event : *page.mutable_events()) *response.add_events() = std::move(event);
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
   for (const JobEvent& event : response.events()) {
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", ToJsonLine(event).c_str());
@@ -487,8 +540,8 @@ int Export(Client& client, const std::string& job_id, const std::string& out_dir
 std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
-      command == "cancel" || command == "events" || command == "checkpoints" ||
-      command == "remove-worker") {
+      command == "cancel" || command == "delete" || command == "events" ||
+      command == "checkpoints" || command == "remove-worker") {
     return 1;
   }
   if (command == "export") return 2;
@@ -517,9 +570,15 @@ int Run(const std::vector<char*>& args) {
   if (absl::GetFlag(FLAGS_step).has_value() && command != "export") {
     return UsageError(command, "--step applies only to export");
   }
-  for (const absl::Status& checked :
-       {CheckStepFlag(absl::GetFlag(FLAGS_step)),
-        CheckTimeoutSecondsFlag(absl::GetFlag(FLAGS_timeout_seconds))}) {
+  if (command != "list" &&
+      (!absl::GetFlag(FLAGS_state).empty() || !absl::GetFlag(FLAGS_name).empty() ||
+       absl::GetFlag(FLAGS_limit) != 0)) {
+    return UsageError(command, "--state, --name and --limit apply only to list");
+  }
+  for (const absl::Status& checked : {CheckStepFlag(absl::GetFlag(FLAGS_step)),
+                                      CheckTimeoutSecondsFlag(absl::GetFlag(FLAGS_timeout_seconds)),
+                                      CheckLimitFlag(absl::GetFlag(FLAGS_limit)),
+                                      ParseStateFlag(absl::GetFlag(FLAGS_state)).status()}) {
     if (!checked.ok()) return UsageError(command, std::string(checked.message()));
   }
   if (command == "validate") return Validate(args[2]);
@@ -536,6 +595,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "submit") return Submit(client, args[2]);
   if (command == "status") return Status(client, args[2]);
   if (command == "cancel") return Cancel(client, args[2]);
+  if (command == "delete") return Delete(client, args[2]);
   if (command == "remove-worker") return RemoveWorker(client, args[2]);
   if (command == "events") return Events(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);

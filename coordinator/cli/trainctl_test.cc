@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
+#include "coordinator/checkpoint_store.h"
+#include "coordinator/grpc_service.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rendezvous_store.h"
+#include "coordinator/worker_registry.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -426,6 +434,165 @@ TEST_F(TrainctlTest, OutOfRangeNumericFlagsAreUsageErrors) {
   EXPECT_EQ(timeout.err,
             "trainctl list: --timeout_seconds: must be >= 1, got -5 (see trainctl help)\n");
   EXPECT_EQ(Run("--timeout_seconds=0 status job-1").exit_code, 2);
+}
+
+// ---------------------------------------------------------------- against a real coordinator
+
+// The coordinator's real service (job manager, SQLite job store, checkpoint store) on
+// loopback with a bearer token: `list` paging and filters and `delete`, end to end.
+class TrainctlRealCoordinatorTest : public ::testing::Test {
+ protected:
+  static constexpr char kToken[] = "real-token";
+
+  void SetUp() override {
+    // In memory: thousands of jobs without an fsync each; the SQL is the same.
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    const std::string root = TempDir() + "/real-checkpoints";
+    std::filesystem::remove_all(root);
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> checkpoints = CheckpointStore::Open(root, 2);
+    ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
+    checkpoints_ = *std::move(checkpoints);
+    absl::StatusOr<std::unique_ptr<JobManager>> jobs =
+        JobManager::Create(RealClock::Get(), &registry_, store_.get(), &rendezvous_, nullptr,
+                           JobManagerOptions(), checkpoints_.get());
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    jobs_ = *std::move(jobs);
+    service_ = std::make_unique<CoordinatorGrpcService>(&registry_, &rendezvous_, jobs_.get(),
+                                                        nullptr, kToken, checkpoints_.get());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    token_file_ = WriteFile("real-token", std::string(kToken) + "\n");
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  Result Run(const std::string& args) {
+    const std::string out = TempDir() + "/real-stdout";
+    const std::string err = TempDir() + "/real-stderr";
+    const std::string command =
+        absl::StrCat("coordinator/cli/trainctl --coordinator=127.0.0.1:", port_, " ", args, " >",
+                     out, " 2>", err);
+    const int status = std::system(command.c_str());
+    Result result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = ReadFile(out);
+    result.err = ReadFile(err);
+    return result;
+  }
+
+  // Adds `n` PENDING jobs named `name`.
+  void AddJobs(int n, const std::string& name) {
+    JobSpec spec;
+    spec.set_name(name);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->CreateJob(spec, 1000).ok());
+  }
+
+  WorkerRegistry registry_{RealClock::Get(), WorkerRegistryOptions()};
+  RendezvousStore rendezvous_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<CoordinatorGrpcService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string token_file_;
+};
+
+TEST_F(TrainctlRealCoordinatorTest, ListPagesThroughEveryJobAndFilters) {
+  AddJobs(2400, "bulk");  // More than two of the coordinator's largest pages.
+  AddJobs(3, "sweep-a");
+  ASSERT_TRUE(jobs_->Cancel("job-2402").ok());
+
+  const Result all = Run("list");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const std::vector<std::string> lines = Lines(all.out);
+  ASSERT_EQ(lines.size(), 2404u);  // A header and every job, once.
+  EXPECT_THAT(lines[1], StartsWith("job-1 "));
+  EXPECT_THAT(lines.back(), StartsWith("job-2403 "));
+
+  const Result json = Run("--json list --limit=1500");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const std::vector<std::string> json_lines = Lines(json.out);
+  ASSERT_EQ(json_lines.size(), 1500u);
+  EXPECT_THAT(json_lines.back(), HasSubstr("\"job_id\":\"job-1500\""));
+
+  const Result sweep = Run("list --name=sweep-");
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
+  EXPECT_EQ(Lines(sweep.out).size(), 4u);
+  const Result cancelled = Run("list --state=cancelled,failed");
+  ASSERT_EQ(cancelled.exit_code, 0) << cancelled.err;
+  ASSERT_EQ(Lines(cancelled.out).size(), 2u);
+  EXPECT_THAT(Lines(cancelled.out)[1], StartsWith("job-2402 "));
+  EXPECT_EQ(Lines(Run("list --state=pending --name=sweep- --limit=1").out).size(), 2u);
+
+  const Result bad = Run("list --state=runing");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--state: 'runing' is not a job state"));
+  EXPECT_EQ(Run("list --limit=-1").exit_code, 2);
+  EXPECT_EQ(Run("status job-1 --name=x").exit_code, 2);
+}
+
+TEST_F(TrainctlRealCoordinatorTest, JobsWithHugeSpecsDoNotBreakTheListing) {
+  // Issue 15: two jobs with a 3 MB data.path took ListJobs past gRPC's 4 MB limit, and
+  // `trainctl list` failed for everyone.
+  JobSpec huge;
+  huge.set_name("huge");
+  huge.mutable_data()->set_path(std::string(3 << 20, 'p'));
+  AddJobs(1, "small");
+  ASSERT_TRUE(store_->CreateJob(huge, 1000).ok());
+  ASSERT_TRUE(store_->CreateJob(huge, 1000).ok());
+  AddJobs(1, "small");
+  const Result list = Run("list");
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  const std::vector<std::string> lines = Lines(list.out);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_THAT(lines[2], HasSubstr("huge"));
+  EXPECT_THAT(lines[3], HasSubstr("huge"));
+  const Result json = Run("--json list");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(Lines(json.out)[1], HasSubstr("\"listing_shortened\":true"));
+}
+
+TEST_F(TrainctlRealCoordinatorTest, EventsPageThroughALongLog) {
+  AddJobs(1, "chatty");
+  for (int i = 1; i <= 12000; ++i) {  // More than the coordinator's largest page.
+    ASSERT_TRUE(store_->AppendEvent("job-1", "checkpoint", absl::StrCat("step ", i), 1000).ok());
+  }
+  const Result events = Run("--json events job-1");
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  const std::vector<std::string> lines = Lines(events.out);
+  ASSERT_EQ(lines.size(), 12001u);
+  EXPECT_THAT(lines[0], HasSubstr("\"kind\":\"submitted\""));
+  EXPECT_THAT(lines.back(), HasSubstr("\"message\":\"step 12000\""));
+}
+
+TEST_F(TrainctlRealCoordinatorTest, DeleteNeedsTheTokenAndAnEndedJob) {
+  AddJobs(2, "tiny");
+  const Result anonymous = Run("delete job-1");
+  EXPECT_EQ(anonymous.exit_code, 1);
+  EXPECT_THAT(anonymous.err, StartsWith("trainctl delete: UNAUTHENTICATED"));
+
+  const std::string token = "--token_file=" + token_file_;
+  const Result pending = Run(token + " delete job-1");
+  EXPECT_EQ(pending.exit_code, 1);
+  EXPECT_THAT(pending.err, StartsWith("trainctl delete: FAILED_PRECONDITION: job-1 is PENDING"));
+  EXPECT_THAT(pending.err, HasSubstr("cancel it first"));
+
+  ASSERT_EQ(Run(token + " cancel job-1").exit_code, 0);
+  const Result deleted = Run(token + " delete job-1");
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
+  EXPECT_EQ(deleted.out, "deleted job-1\n");
+  EXPECT_EQ(Run("status job-1").exit_code, 1);
+  EXPECT_THAT(Run(token + " delete job-1").err, HasSubstr("NOT_FOUND"));
+  const std::vector<std::string> left = Lines(Run("list").out);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_THAT(left[1], StartsWith("job-2 "));
 }
 
 }  // namespace

@@ -234,6 +234,20 @@
     chartCanvas.dataset.lastStep = String(plotted.lastStep);
   }
 
+  // Every job, page after page (/api/jobs pages like the ListJobs RPC): the table and the
+  // summary count them all. The largest page keeps the number of requests small.
+  async function getAllJobs() {
+    const jobs = [];
+    let token = '';
+    do {
+      const doc = await getJson('/api/jobs?page_size=1000' +
+                                (token ? '&page_token=' + encodeURIComponent(token) : ''));
+      jobs.push(...doc.jobs);
+      token = doc.next_page_token;
+    } while (token);
+    return {jobs: jobs};
+  }
+
   let timer = null;
   let polling = false;
 
@@ -246,7 +260,7 @@
     if (polling) return;
     polling = true;
     try {
-      const [jobsDoc, workersDoc] = await Promise.all([getJson('/api/jobs'), getJson('/api/workers')]);
+      const [jobsDoc, workersDoc] = await Promise.all([getAllJobs(), getJson('/api/workers')]);
       const jobs = jobsDoc.jobs;
       const charted = chooseJob(jobs);
       renderJobs(jobs, charted);
