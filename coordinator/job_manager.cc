@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
+#include "coordinator/plan/rank_memory_estimate.h"
 
 namespace mtrain {
 namespace {
@@ -63,6 +64,18 @@ absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(const std::vector<JobStatus> jobs, store_->ListJobs());
   for (const JobStatus& job : jobs) {
+    // A stored spec that today's rules refuse (stored by an older coordinator, or written
+    // around Submit) is failed with the reason instead of planned: planning it is what
+    // once aborted the coordinator on every restart.
+    if (!IsTerminalJobState(job.state())) {
+      const absl::Status valid = ValidateJobSpec(job.spec());
+      if (!valid.ok()) {
+        RETURN_IF_ERROR(
+            TransitionLocked(job.job_id(), JOB_STATE_FAILED,
+                             absl::StrCat("the stored job spec is not valid: ", valid.message())));
+        continue;
+      }
+    }
     // The generation a previous coordinator ran is gone with its rendezvous state; its
     // workers are told to abort when they re-register. The job waits for a new placement.
     const std::string why = "coordinator restarted; the job is queued again";
@@ -107,7 +120,35 @@ std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
   return {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
 }
 
+std::string KindNames(const std::vector<DeviceKind>& kinds) {
+  std::vector<std::string> names;
+  for (DeviceKind kind : kinds) names.push_back(kind == DEVICE_KIND_CUDA ? "CUDA" : "CPU");
+  return absl::StrJoin(names, " or ");
+}
+
 }  // namespace
+
+absl::Status JobManager::CheckMemoryOfLiveWorkers(const JobSpec& spec,
+                                                  const std::vector<DeviceKind>& kinds) const {
+  // Workers that report no memory (0) are not held against the job.
+  int64_t largest = 0;
+  for (const WorkerStatus& w : workers_->List()) {
+    if (!w.alive() ||
+        std::find(kinds.begin(), kinds.end(), w.worker().device_kind()) == kinds.end()) {
+      continue;
+    }
+    largest = std::max(largest, w.worker().memory_bytes());
+  }
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  if (largest == 0 || memory.total_bytes <= largest) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model and parallel: one rank needs an estimated ", memory.ToString(),
+                   " but the largest live ", KindNames(kinds), " worker has ",
+                   FormatMemoryBytes(largest), " (", largest,
+                   " bytes) [rule: per-rank memory estimate <= memory of a live worker the job can "
+                   "run on; more tensor or pipeline parallelism, a smaller micro_batch_size, or "
+                   "train.recompute need less]"));
+}
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   ASSIGN_OR_RETURN(const JobSpec resolved, ResolveJobSpec(spec));
@@ -134,6 +175,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
         " are registered and alive [rule: world size <= live workers of a kind the job can "
         "run on]"));
   }
+  RETURN_IF_ERROR(CheckMemoryOfLiveWorkers(resolved, kinds));
   std::string job_id;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -575,5 +575,61 @@ TEST_F(JobManagerTest, AJobAwaitingItsInitialWeightsWaitsWithoutBlockingOthers) 
   EXPECT_NE(EventLog(*waiting).find("initial weights of step 0 stored"), std::string::npos);
 }
 
+TEST_F(JobManagerTest, RefusesASpecNeedingMoreMemoryPerRankThanAnyLiveWorkerHas) {
+  WorkerInfo info;
+  info.set_worker_id("small");
+  info.set_host("h");
+  info.set_device_kind(DEVICE_KIND_CPU);
+  info.set_incarnation_id("inc-small");
+  info.set_memory_bytes(int64_t{1} << 20);  // 1 MiB: less than the default model needs
+  bool restarted = false;
+  ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  absl::StatusOr<std::string> refused = manager_->Submit(Spec("{}"));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("one rank needs an estimated"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find(
+                "largest live CUDA or CPU worker has 1.0 MiB (1048576 bytes)"),
+            std::string::npos)
+      << refused.status();
+  // A worker with enough memory admits it.
+  info.set_worker_id("big");
+  info.set_incarnation_id("inc-big");
+  info.set_memory_bytes(int64_t{1} << 34);
+  ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  EXPECT_TRUE(manager_->Submit(Spec("{}")).ok());
+}
+
+TEST_F(JobManagerTest, StoredJobsWhoseSpecNoLongerValidatesFailWithTheReasonOnRecovery) {
+  // Written around Submit, as a coordinator before the bounds stored them: one waiting, one
+  // that was running (the schedule of 2^31 - 1 microbatches aborted the coordinator).
+  JobSpec poisoned = Spec("{}");
+  poisoned.mutable_parallel()->set_global_batch_size(2147483647);
+  absl::StatusOr<std::string> pending = store_->CreateJob(poisoned, 1);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  poisoned.set_device(static_cast<Device>(99));
+  absl::StatusOr<std::string> running = store_->CreateJob(poisoned, 2);
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(store_->Transition(*running, JOB_STATE_PLACING, "placed", 3).ok());
+  ASSERT_TRUE(store_->Transition(*running, JOB_STATE_RUNNING, "running", 4).ok());
+  AddWorker("w0", "h");
+  Reopen();
+  manager_->Tick();
+  for (const std::string& job : {*pending, *running}) {
+    absl::StatusOr<JobStatus> status = manager_->Get(job);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->state(), JOB_STATE_FAILED) << job;
+    EXPECT_EQ(status->message().rfind("the stored job spec is not valid: ", 0), 0u)
+        << status->message();
+    EXPECT_NE(status->message().find("parallel.global_batch_size: 2147483647"), std::string::npos)
+        << status->message();
+  }
+  EXPECT_NE(manager_->Get(*running)->message().find("device: 99"), std::string::npos);
+  // Nothing was placed; the next job runs.
+  absl::StatusOr<std::string> next = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(State(*next), JOB_STATE_PLACING);
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -286,7 +286,8 @@ TEST(JobSpecValidationTest, ThePlanAsAWholeIsBounded) {
   ExpectRejected(R"({"model": {"num_layers": 8},
                      "parallel": {"pipeline": 8, "data": 128, "global_batch_size": 1048576}})",
                  "parallel.global_batch_size",
-                 "tensor * pipeline * data * microbatches * virtual_stages <= 4194304");
+                 "tensor * pipeline * data * microbatches * virtual_stages <= 262144");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"data": 512, "global_batch_size": 262144}})").ok());
 }
 
 TEST(JobSpecValidationTest, EveryNumericFieldHasAnUpperBound) {
