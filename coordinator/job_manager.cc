@@ -146,8 +146,8 @@ absl::Status JobManager::CheckMemoryOfLiveWorkers(const JobSpec& spec,
                    " but the largest live ", KindNames(kinds), " worker has ",
                    FormatMemoryBytes(largest), " (", largest,
                    " bytes) [rule: per-rank memory estimate <= memory of a live worker the job can "
-                   "run on; more tensor or pipeline parallelism, a smaller micro_batch_size, or "
-                   "train.recompute need less]"));
+                   "run on (more tensor or pipeline parallelism, a smaller micro_batch_size, or "
+                   "train.recompute need less)]"));
 }
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {

@@ -288,7 +288,7 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
                           min_data_ok && p.min_data() != p.data() ? "min_data" : "data", ")) x ",
                           p.virtual_stages(), " virtual stages = ", scheduled, ", more than ",
                           kMaxScheduledMicrobatches, " [rule: microbatches * virtual_stages <= ",
-                          kMaxScheduledMicrobatches, "; raise micro_batch_size or data]"));
+                          kMaxScheduledMicrobatches, " (raise micro_batch_size or data)]"));
     } else if (world <= kMaxWorldSize && world * scheduled > kMaxPlanScheduledMicrobatches) {
       v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(), " gives ",
                           scheduled, " scheduled microbatches per rank on ", world, " ranks = ",
@@ -381,8 +381,8 @@ void ValidateMemory(const JobSpec& spec, Violations* v) {
       absl::StrCat("model and parallel: one rank needs an estimated ", memory.ToString(),
                    ", more than the limit of ", FormatMemoryBytes(kMaxRankMemoryBytes),
                    " [rule: per-rank memory estimate <= ", FormatMemoryBytes(kMaxRankMemoryBytes),
-                   "; a smaller model, micro_batch_size or seq_length, more tensor or "
-                   "pipeline parallelism, or train.recompute]"));
+                   " (a smaller model, micro_batch_size or seq_length, more tensor or "
+                   "pipeline parallelism, or train.recompute need less)]"));
 }
 
 }  // namespace

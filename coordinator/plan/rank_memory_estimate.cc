@@ -183,8 +183,8 @@ std::string FormatMemoryBytes(int64_t bytes) {
 }
 
 std::string RankMemoryEstimate::ToString() const {
-  return absl::StrCat(FormatMemoryBytes(total_bytes), " (pipeline stage ", pipeline_stage, ": ",
-                      parameters, " parameters; weights ", FormatMemoryBytes(weight_bytes),
+  return absl::StrCat(FormatMemoryBytes(total_bytes), " (pipeline stage ", pipeline_stage, ", ",
+                      parameters, " parameters: weights ", FormatMemoryBytes(weight_bytes),
                       ", gradients ", FormatMemoryBytes(gradient_bytes), ", optimizer ",
                       FormatMemoryBytes(optimizer_bytes), ", activations ",
                       FormatMemoryBytes(activation_bytes), ", logits ",
