@@ -511,13 +511,17 @@ std::vector<std::string> JobManager::FreeWorkersLocked() const {
 
 namespace {
 
-// The data-parallel degrees a job may shrink to, largest first: from data - 1 down to
-// min_data, keeping the global batch (global_batch_size % (micro_batch_size * d) == 0) and,
-// interleaved, microbatches % pipeline == 0.
+// The data-parallel degrees a job may shrink to, largest first: the multiples of min_data
+// from data - 1 down to min_data, keeping the global batch
+// (global_batch_size % (micro_batch_size * d) == 0) and, interleaved, microbatches %
+// pipeline == 0.
 std::vector<int> ShrunkDataDegrees(const JobSpec& spec) {
   const ParallelSpec& p = spec.parallel();
   std::vector<int> degrees;
   for (int d = p.data() - 1; d >= std::max(1, p.min_data()); --d) {
+    // Multiples of min_data only: the rank validates its spec again, and min_data must
+    // divide data (job_spec_validation).
+    if (d % std::max(1, p.min_data()) != 0) continue;
     if (p.global_batch_size() % (p.micro_batch_size() * d) != 0) continue;
     const int microbatches = p.global_batch_size() / (p.micro_batch_size() * d);
     if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B && microbatches % p.pipeline() != 0) continue;

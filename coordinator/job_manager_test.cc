@@ -631,5 +631,32 @@ TEST_F(JobManagerTest, StoredJobsWhoseSpecNoLongerValidatesFailWithTheReasonOnRe
   EXPECT_EQ(State(*next), JOB_STATE_PLACING);
 }
 
+TEST_F(JobManagerTest, ShrinkingKeepsMinDataADivisorSoRanksAcceptTheirSpec) {
+  // data 4, min_data 2: with three workers left the job runs on two (3 is no multiple of
+  // min_data, and the rank would refuse a spec whose min_data does not divide data).
+  for (int w = 0; w < 4; ++w) AddWorker(absl::StrCat("w", w), "h");
+  absl::StatusOr<std::string> id = manager_->Submit(
+      Spec(R"({"data": 4, "min_data": 2, "micro_batch_size": 1, "global_batch_size": 12})", 2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  Deliver({"w0", "w1", "w2", "w3"});
+  // w3 dies; the others abort their ranks and wait, idle, past the shrink grace period.
+  std::map<int, Assignment> ranks;
+  for (int i = 0; i < 60 && ranks.empty(); ++i) {
+    clock_.Advance(absl::Seconds(1));
+    for (const char* w : {"w0", "w1", "w2"}) {
+      for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+        if (c.has_assign()) ranks[c.assign().rank().global_rank()] = c.assign();
+      }
+    }
+    manager_->Tick();
+  }
+  for (auto& [r, a] : Deliver({"w0", "w1", "w2"})) ranks[r] = a;
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0].spec().parallel().data(), 2);
+  EXPECT_EQ(ranks[0].schedule().num_microbatches(), 6);
+  // What the rank does with it (train_main resolves the assignment's spec again).
+  EXPECT_TRUE(ResolveJobSpec(ranks[0].spec()).ok()) << ResolveJobSpec(ranks[0].spec()).status();
+}
+
 }  // namespace
 }  // namespace mtrain
