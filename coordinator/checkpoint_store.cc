@@ -274,7 +274,9 @@ void CheckpointStore::ApplyRetentionLocked(const std::string& job_id, int64_t ge
   std::error_code error;
   const std::string staging = absl::StrCat(JobDir(job_id), "/staging");
   for (const fs::directory_entry& entry : fs::directory_iterator(staging, error)) {
-    absl::string_view name = entry.path().filename().native();
+    // A named string: filename() is a temporary, and a view of it would dangle (ASan).
+    const std::string filename = entry.path().filename().string();
+    absl::string_view name = filename;
     int64_t gen = 0;
     if (absl::ConsumePrefix(&name, "gen-") && absl::SimpleAtoi(name, &gen) && gen < generation) {
       (void)RemoveAll(entry.path().string());
