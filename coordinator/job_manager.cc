@@ -281,8 +281,10 @@ void JobManager::OnWorkerRestarted(const std::string& worker_id) {
   outbox_.erase(worker_id);
   const auto assigned = worker_job_.find(worker_id);
   if (assigned == worker_job_.end()) return;
-  FailGenerationLocked(assigned->second,
-                       absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
+  // A copy: ending the generation erases this entry (a reference dangled; found by
+  // tests/fuzz/coordinator_rpc_fuzzer.cc).
+  const std::string job_id = assigned->second;
+  FailGenerationLocked(job_id, absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
 }
 
 // An engine note longer than this (a malformed report) is cut in the event log.

@@ -658,5 +658,21 @@ TEST_F(JobManagerTest, ShrinkingKeepsMinDataADivisorSoRanksAcceptTheirSpec) {
   EXPECT_TRUE(ResolveJobSpec(ranks[0].spec()).ok()) << ResolveJobSpec(ranks[0].spec()).status();
 }
 
+TEST_F(JobManagerTest, AWorkerThatRestartedFailsTheGenerationOfItsJob) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"data": 2})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_EQ(Deliver({"w0", "w1"}).size(), 2u);
+  // w1 comes back under a new incarnation (what RegisterWorker reports as restarted).
+  manager_->OnWorkerRestarted("w1");
+  absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(*id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_TRUE(std::any_of(events->begin(), events->end(), [](const JobEvent& e) {
+    return e.kind() == "generation_failed" &&
+           e.message() == "generation 1: worker w1 restarted and lost its rank";
+  }));
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -5,10 +5,10 @@
 //
 // An input is a sequence of calls, so that one input can register, submit, heartbeat and
 // report: each call is [method byte][length, 2 bytes little-endian][request bytes].
-// State carries over between inputs (that is how a service lives) and is rebuilt every
-// kInputsPerState inputs so that it stays small and fast; four live CPU workers are
-// registered in every fresh state so that submissions can be admitted and placed. Time is
-// a FakeClock that each input advances a little, so heartbeat timeouts happen too.
+// Every input starts from a fresh coordinator (SQLite in memory) with four live CPU
+// workers registered, so that submissions can be admitted and placed, and a crash
+// reproduces from its input alone. Time is a FakeClock that a call can advance, so
+// heartbeat timeouts and shrinking happen too.
 // Streaming RPCs are reached through the JobManager calls behind them (OnMetrics,
 // CheckCheckpointUpload).
 //
@@ -39,7 +39,6 @@
 namespace mtrain {
 namespace {
 
-constexpr int kInputsPerState = 500;
 constexpr int kWorkers = 4;
 
 enum Method : uint8_t {
@@ -72,7 +71,7 @@ class State {
         workers_(&clock_, WorkerRegistryOptions()) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    store_ = Must(JobStore::Open(dir_ + "/jobs.sqlite"));
+    store_ = Must(JobStore::Open(":memory:"));
     checkpoints_ = Must(CheckpointStore::Open(dir_ + "/checkpoints", /*keep_last=*/2));
     JobManagerOptions options;
     jobs_ = Must(JobManager::Create(&clock_, &workers_, store_.get(), &rendezvous_,
@@ -284,13 +283,8 @@ std::vector<std::string> FuzzSeeds() {
 }  // namespace mtrain
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static int inputs = 0;
   static int serial = 0;
-  static std::unique_ptr<mtrain::State> state;
-  if (state == nullptr || ++inputs % mtrain::kInputsPerState == 0) {
-    state.reset();
-    state = std::make_unique<mtrain::State>(serial++);
-  }
+  auto state = std::make_unique<mtrain::State>(serial++);
   size_t at = 0;
   while (at + 3 <= size) {
     const uint8_t method = data[at];
