@@ -275,9 +275,15 @@ std::vector<std::string> FuzzSeeds() {
   registration.mutable_worker()->set_host("127.0.0.1");
   RemoveWorkerRequest remove;
   remove.set_worker_id("w9");
+  // A placed worker re-registering under a new incarnation (once a use-after-free).
+  RegisterWorkerRequest restarted;
+  restarted.mutable_worker()->set_worker_id("w0");
+  restarted.mutable_worker()->set_incarnation_id("inc-0-again");
+  restarted.mutable_worker()->set_host("127.0.0.1");
   return {life, Call(kSubmitJob, poisoned) + Call(kHeartbeat, beat),
           Call(kRegisterWorker, registration) + Call(kListWorkers, ListWorkersRequest()) +
-              Call(kRemoveWorker, remove)};
+              Call(kRemoveWorker, remove),
+          Call(kSubmitJob, submit) + Call(kRegisterWorker, restarted) + Call(kGetJob, get)};
 }
 
 }  // namespace mtrain
