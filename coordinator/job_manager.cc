@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "coordinator/plan/assignment_plan.h"
 #include "coordinator/plan/job_spec_validation.h"
+#include "coordinator/plan/rank_memory_estimate.h"
 
 namespace mtrain {
 namespace {
@@ -90,6 +91,18 @@ absl::Status JobManager::Recover() {
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(const std::vector<JobStatus> jobs, store_->ListJobs());
   for (const JobStatus& job : jobs) {
+    // A stored spec that today's rules refuse (stored by an older coordinator, or written
+    // around Submit) is failed with the reason instead of planned: planning it is what
+    // once aborted the coordinator on every restart.
+    if (!IsTerminalJobState(job.state())) {
+      const absl::Status valid = ValidateJobSpec(job.spec());
+      if (!valid.ok()) {
+        RETURN_IF_ERROR(
+            TransitionLocked(job.job_id(), JOB_STATE_FAILED,
+                             absl::StrCat("the stored job spec is not valid: ", valid.message())));
+        continue;
+      }
+    }
     // The generation a previous coordinator ran is gone with its rendezvous state; its
     // workers are told to abort when they re-register. The job waits for a new placement.
     const std::string why = "coordinator restarted; the job is queued again";
@@ -134,7 +147,35 @@ std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
   return {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
 }
 
+std::string KindNames(const std::vector<DeviceKind>& kinds) {
+  std::vector<std::string> names;
+  for (DeviceKind kind : kinds) names.push_back(kind == DEVICE_KIND_CUDA ? "CUDA" : "CPU");
+  return absl::StrJoin(names, " or ");
+}
+
 }  // namespace
+
+absl::Status JobManager::CheckMemoryOfLiveWorkers(const JobSpec& spec,
+                                                  const std::vector<DeviceKind>& kinds) const {
+  // Workers that report no memory (0) are not held against the job.
+  int64_t largest = 0;
+  for (const WorkerStatus& w : workers_->List()) {
+    if (!w.alive() ||
+        std::find(kinds.begin(), kinds.end(), w.worker().device_kind()) == kinds.end()) {
+      continue;
+    }
+    largest = std::max(largest, w.worker().memory_bytes());
+  }
+  const RankMemoryEstimate memory = EstimateRankMemory(spec);
+  if (largest == 0 || memory.total_bytes <= largest) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model and parallel: one rank needs an estimated ", memory.ToString(),
+                   " but the largest live ", KindNames(kinds), " worker has ",
+                   FormatMemoryBytes(largest), " (", largest,
+                   " bytes) [rule: per-rank memory estimate <= memory of a live worker the job can "
+                   "run on (more tensor or pipeline parallelism, a smaller micro_batch_size, or "
+                   "train.recompute need less)]"));
+}
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   ASSIGN_OR_RETURN(const JobSpec resolved, ResolveJobSpec(spec));
@@ -161,6 +202,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
         " are registered and alive [rule: world size <= live workers of a kind the job can "
         "run on]"));
   }
+  RETURN_IF_ERROR(CheckMemoryOfLiveWorkers(resolved, kinds));
   std::string job_id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -362,8 +404,10 @@ void JobManager::OnWorkerRestarted(const std::string& worker_id) {
   outbox_.erase(worker_id);
   const auto assigned = worker_job_.find(worker_id);
   if (assigned == worker_job_.end()) return;
-  FailGenerationLocked(assigned->second,
-                       absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
+  // A copy: ending the generation erases this entry (a reference dangled; found by
+  // tests/fuzz/coordinator_rpc_fuzzer.cc).
+  const std::string job_id = assigned->second;
+  FailGenerationLocked(job_id, absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
 }
 
 // An engine note longer than this (a malformed report) is cut in the event log.
@@ -606,13 +650,17 @@ std::vector<std::string> JobManager::FreeWorkersLocked() const {
 
 namespace {
 
-// The data-parallel degrees a job may shrink to, largest first: from data - 1 down to
-// min_data, keeping the global batch (global_batch_size % (micro_batch_size * d) == 0) and,
-// interleaved, microbatches % pipeline == 0.
+// The data-parallel degrees a job may shrink to, largest first: the multiples of min_data
+// from data - 1 down to min_data, keeping the global batch
+// (global_batch_size % (micro_batch_size * d) == 0) and, interleaved, microbatches %
+// pipeline == 0.
 std::vector<int> ShrunkDataDegrees(const JobSpec& spec) {
   const ParallelSpec& p = spec.parallel();
   std::vector<int> degrees;
   for (int d = p.data() - 1; d >= std::max(1, p.min_data()); --d) {
+    // Multiples of min_data only: the rank validates its spec again, and min_data must
+    // divide data (job_spec_validation).
+    if (d % std::max(1, p.min_data()) != 0) continue;
     if (p.global_batch_size() % (p.micro_batch_size() * d) != 0) continue;
     const int microbatches = p.global_batch_size() / (p.micro_batch_size() * d);
     if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B && microbatches % p.pipeline() != 0) continue;

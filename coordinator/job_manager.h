@@ -94,7 +94,8 @@ class JobManager {
  public:
   // All pointers must outlive the manager; `metrics` and `checkpoints` may be null (no
   // checkpoints: every placement starts from step 0). Re-queues jobs a previous
-  // coordinator left PLACING or RUNNING.
+  // coordinator left PLACING or RUNNING; fails, with the reason, unfinished jobs whose
+  // stored spec no longer validates (never plans them).
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(
       const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
       CoordinatorMetrics* metrics, JobManagerOptions options,
@@ -102,7 +103,8 @@ class JobManager {
   ~JobManager();
 
   // Validates (defaults applied) and stores a PENDING job. INVALID_ARGUMENT naming the
-  // field and rule, or when the job needs more workers than are registered and alive.
+  // field and rule, or when the job needs more workers than are registered and alive, or
+  // more memory per rank (rank_memory_estimate.h) than the largest of them has.
   absl::StatusOr<std::string> Submit(const JobSpec& spec);
   // NOT_FOUND for an unknown job.
   absl::StatusOr<JobStatus> Get(const std::string& job_id) const;
@@ -171,6 +173,10 @@ class JobManager {
              RendezvousStore* rendezvous, CoordinatorMetrics* metrics, JobManagerOptions options,
              CheckpointStore* checkpoints);
   absl::Status Recover();
+  // INVALID_ARGUMENT naming both numbers when the spec's per-rank memory estimate exceeds
+  // every live worker of `kinds` (workers reporting 0 bytes are not counted).
+  absl::Status CheckMemoryOfLiveWorkers(const JobSpec& spec,
+                                        const std::vector<DeviceKind>& kinds) const;
 
   // All require mutex_.
   void AdmitLocked();

@@ -849,5 +849,104 @@ TEST_F(JobManagerTest, ListPagesWithFilters) {
   EXPECT_EQ(page->next_after_job, 0);
 }
 
+TEST_F(JobManagerTest, RefusesASpecNeedingMoreMemoryPerRankThanAnyLiveWorkerHas) {
+  WorkerInfo info;
+  info.set_worker_id("small");
+  info.set_host("h");
+  info.set_device_kind(DEVICE_KIND_CPU);
+  info.set_incarnation_id("inc-small");
+  info.set_memory_bytes(int64_t{1} << 20);  // 1 MiB: less than the default model needs
+  bool restarted = false;
+  ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  absl::StatusOr<std::string> refused = manager_->Submit(Spec("{}"));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("one rank needs an estimated"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find(
+                "largest live CUDA or CPU worker has 1.0 MiB (1048576 bytes)"),
+            std::string::npos)
+      << refused.status();
+  // A worker with enough memory admits it.
+  info.set_worker_id("big");
+  info.set_incarnation_id("inc-big");
+  info.set_memory_bytes(int64_t{1} << 34);
+  ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  EXPECT_TRUE(manager_->Submit(Spec("{}")).ok());
+}
+
+TEST_F(JobManagerTest, StoredJobsWhoseSpecNoLongerValidatesFailWithTheReasonOnRecovery) {
+  // Written around Submit, as a coordinator before the bounds stored them: one waiting, one
+  // that was running (the schedule of 2^31 - 1 microbatches aborted the coordinator).
+  JobSpec poisoned = Spec("{}");
+  poisoned.mutable_parallel()->set_global_batch_size(2147483647);
+  absl::StatusOr<std::string> pending = store_->CreateJob(poisoned, 1);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  poisoned.set_device(static_cast<Device>(99));
+  absl::StatusOr<std::string> running = store_->CreateJob(poisoned, 2);
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(store_->Transition(*running, JOB_STATE_PLACING, "placed", 3).ok());
+  ASSERT_TRUE(store_->Transition(*running, JOB_STATE_RUNNING, "running", 4).ok());
+  AddWorker("w0", "h");
+  Reopen();
+  manager_->Tick();
+  for (const std::string& job : {*pending, *running}) {
+    absl::StatusOr<JobStatus> status = manager_->Get(job);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->state(), JOB_STATE_FAILED) << job;
+    EXPECT_EQ(status->message().rfind("the stored job spec is not valid: ", 0), 0u)
+        << status->message();
+    EXPECT_NE(status->message().find("parallel.global_batch_size: 2147483647"), std::string::npos)
+        << status->message();
+  }
+  EXPECT_NE(manager_->Get(*running)->message().find("device: 99"), std::string::npos);
+  // Nothing was placed; the next job runs.
+  absl::StatusOr<std::string> next = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(State(*next), JOB_STATE_PLACING);
+}
+
+TEST_F(JobManagerTest, ShrinkingKeepsMinDataADivisorSoRanksAcceptTheirSpec) {
+  // data 4, min_data 2: with three workers left the job runs on two (3 is no multiple of
+  // min_data, and the rank would refuse a spec whose min_data does not divide data).
+  for (int w = 0; w < 4; ++w) AddWorker(absl::StrCat("w", w), "h");
+  absl::StatusOr<std::string> id = manager_->Submit(
+      Spec(R"({"data": 4, "min_data": 2, "micro_batch_size": 1, "global_batch_size": 12})", 2));
+  ASSERT_TRUE(id.ok()) << id.status();
+  Deliver({"w0", "w1", "w2", "w3"});
+  // w3 dies; the others abort their ranks and wait, idle, past the shrink grace period.
+  std::map<int, Assignment> ranks;
+  for (int i = 0; i < 60 && ranks.empty(); ++i) {
+    clock_.Advance(absl::Seconds(1));
+    for (const char* w : {"w0", "w1", "w2"}) {
+      for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+        if (c.has_assign()) ranks[c.assign().rank().global_rank()] = c.assign();
+      }
+    }
+    manager_->Tick();
+  }
+  for (auto& [r, a] : Deliver({"w0", "w1", "w2"})) ranks[r] = a;
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0].spec().parallel().data(), 2);
+  EXPECT_EQ(ranks[0].schedule().num_microbatches(), 6);
+  // What the rank does with it (train_main resolves the assignment's spec again).
+  EXPECT_TRUE(ResolveJobSpec(ranks[0].spec()).ok()) << ResolveJobSpec(ranks[0].spec()).status();
+}
+
+TEST_F(JobManagerTest, AWorkerThatRestartedFailsTheGenerationOfItsJob) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"data": 2})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_EQ(Deliver({"w0", "w1"}).size(), 2u);
+  // w1 comes back under a new incarnation (what RegisterWorker reports as restarted).
+  manager_->OnWorkerRestarted("w1");
+  absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(*id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_TRUE(std::any_of(events->begin(), events->end(), [](const JobEvent& e) {
+    return e.kind() == "generation_failed" &&
+           e.message() == "generation 1: worker w1 restarted and lost its rank";
+  }));
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -292,7 +292,9 @@ bool IsTerminalJobState(JobState state) {
 bool IsAllowedJobTransition(JobState from, JobState to) {
   switch (from) {
     case JOB_STATE_PENDING:
-      return to == JOB_STATE_PLACING || to == JOB_STATE_CANCELLED;
+      // FAILED: a job that can never be placed (its stored spec no longer validates, or
+      // cannot be planned) says so instead of waiting forever.
+      return to == JOB_STATE_PLACING || to == JOB_STATE_FAILED || to == JOB_STATE_CANCELLED;
     case JOB_STATE_PLACING:
       return to == JOB_STATE_RUNNING || to == JOB_STATE_PENDING || to == JOB_STATE_FAILED ||
              to == JOB_STATE_CANCELLED;

@@ -11,7 +11,8 @@
 //      +-----------+-----------+-----> CANCELLED
 //                  ^           |
 //                  +-----------+  (failure with restarts left: re-place)
-//   PLACING --> PENDING (workers lost before the generation started), PLACING --> FAILED.
+//   PLACING --> PENDING (workers lost before the generation started), PLACING --> FAILED,
+//   PENDING --> FAILED (a job that can never be placed: its spec cannot be planned).
 // Terminal states (SUCCEEDED, FAILED, CANCELLED) never change again.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(dir + "/jobs.sqlite"));

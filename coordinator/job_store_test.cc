@@ -127,6 +127,7 @@ TEST(JobStateMachineTest, AllowsExactlyTheEdgesOfTheDiagram) {
       {JOB_STATE_PLACING, JOB_STATE_FAILED},    {JOB_STATE_PLACING, JOB_STATE_CANCELLED},
       {JOB_STATE_RUNNING, JOB_STATE_SUCCEEDED}, {JOB_STATE_RUNNING, JOB_STATE_FAILED},
       {JOB_STATE_RUNNING, JOB_STATE_CANCELLED}, {JOB_STATE_RUNNING, JOB_STATE_PLACING},
+      {JOB_STATE_PENDING, JOB_STATE_FAILED},
   };
   for (JobState from : kAllStates) {
     for (JobState to : kAllStates) {
@@ -289,7 +290,6 @@ TEST(JobStoreTest, ForbiddenTransitionsAreRejectedNamingBothStates) {
   const std::vector<std::tuple<JobState, JobState, std::string, std::string>> forbidden = {
       {JOB_STATE_PENDING, JOB_STATE_RUNNING, "PENDING", "RUNNING"},
       {JOB_STATE_PENDING, JOB_STATE_SUCCEEDED, "PENDING", "SUCCEEDED"},
-      {JOB_STATE_PENDING, JOB_STATE_FAILED, "PENDING", "FAILED"},
       {JOB_STATE_PENDING, JOB_STATE_PENDING, "PENDING", "PENDING"},
       {JOB_STATE_PLACING, JOB_STATE_SUCCEEDED, "PLACING", "SUCCEEDED"},
       {JOB_STATE_PLACING, JOB_STATE_PLACING, "PLACING", "PLACING"},

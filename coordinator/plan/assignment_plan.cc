@@ -1,8 +1,11 @@
 #include "coordinator/plan/assignment_plan.h"
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/plan/job_spec_limits.h"
 #include "coordinator/plan/job_spec_validation.h"
 #include "coordinator/plan/layer_partition.h"
 #include "coordinator/plan/pipeline_schedule.h"
@@ -18,6 +21,34 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
   const ParallelSpec& parallel = spec.parallel();
   ASSIGN_OR_RETURN(const RankGrid grid,
                    RankGrid::Create(parallel.tensor(), parallel.pipeline(), parallel.data()));
+  // Validation bounds all of this; checked again because every schedule below is
+  // materialised (a spec that slipped past validation once made a 2^31-entry schedule and
+  // aborted the coordinator). Shrunk grids are planned too, so the bounds are restated
+  // here rather than the whole spec re-validated. 64-bit: the inputs are unchecked.
+  const auto beyond_bounds = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel: ", what,
+        " exceeds the plan's bounds [rule: tensor, pipeline, data and "
+        "their product <= ",
+        kMaxWorldSize, ", virtual_stages <= ", kMaxVirtualStages,
+        ", micro_batch_size >= 1, microbatches * virtual_stages <= ", kMaxScheduledMicrobatches,
+        ", and world * that <= ", kMaxPlanScheduledMicrobatches, "]"));
+  };
+  if (parallel.tensor() > kMaxWorldSize || parallel.pipeline() > kMaxWorldSize ||
+      parallel.data() > kMaxWorldSize || parallel.virtual_stages() < 1 ||
+      parallel.virtual_stages() > kMaxVirtualStages || parallel.micro_batch_size() < 1) {
+    return beyond_bounds("a degree or the micro batch size");
+  }
+  // Each factor is now at most 2^31: no product below overflows 64 bits.
+  const int64_t world64 = int64_t{parallel.tensor()} * parallel.pipeline() * parallel.data();
+  const int64_t scheduled = parallel.global_batch_size() /
+                            (int64_t{parallel.micro_batch_size()} * parallel.data()) *
+                            parallel.virtual_stages();
+  if (world64 > kMaxWorldSize || scheduled > kMaxScheduledMicrobatches ||
+      world64 * scheduled > kMaxPlanScheduledMicrobatches) {
+    return beyond_bounds(
+        absl::StrCat(world64, " ranks with ", scheduled, " scheduled microbatches each"));
+  }
   const int world = grid.world_size();
   if (!peers.empty() && static_cast<int>(peers.size()) != world) {
     return absl::InvalidArgumentError(

@@ -1,6 +1,9 @@
 #include "coordinator/plan/job_spec_defaults.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "coordinator/plan/job_spec_limits.h"
 
 namespace mtrain {
 namespace {
@@ -24,8 +27,9 @@ void ApplyParallelDefaults(ParallelSpec* parallel) {
   MTRAIN_DEFAULT(parallel, virtual_stages, 1);
   MTRAIN_DEFAULT(parallel, micro_batch_size, 1);
   // Derived only from valid sizes: a global batch derived from a bad one would be reported
-  // as a second error in a field the user never set.
-  if (parallel->micro_batch_size() > 0 && parallel->data() > 0) {
+  // as a second error in a field the user never set (and their product could overflow).
+  if (parallel->micro_batch_size() > 0 && parallel->micro_batch_size() <= kMaxMicroBatchSize &&
+      parallel->data() > 0 && parallel->data() <= kMaxWorldSize) {
     MTRAIN_DEFAULT(parallel, global_batch_size, parallel->micro_batch_size() * parallel->data());
   }
   if (parallel->schedule() == SCHEDULE_UNSPECIFIED) {
@@ -37,10 +41,18 @@ void ApplyParallelDefaults(ParallelSpec* parallel) {
 
 void ApplyOptimizerDefaults(int steps, OptimizerSpec* optimizer) {
   MTRAIN_DEFAULT(optimizer, lr, kDefaultLr);
-  MTRAIN_DEFAULT(optimizer, min_lr, optimizer->lr() / 10);
+  // Derived fields only from valid values, as the global batch above: an Infinity lr is
+  // reported once, not again as min_lr.
+  if (std::isfinite(optimizer->lr()) && optimizer->lr() > 0 &&
+      optimizer->lr() <= kMaxLearningRate) {
+    MTRAIN_DEFAULT(optimizer, min_lr, optimizer->lr() / 10);
+  }
   MTRAIN_DEFAULT(optimizer, warmup_steps, kDefaultWarmupSteps);
   // Never before the warm-up ends, so a short run with the default warm-up stays valid.
-  MTRAIN_DEFAULT(optimizer, decay_steps, std::max(steps, optimizer->warmup_steps()));
+  if (steps > 0 && steps <= kMaxSteps && optimizer->warmup_steps() >= 0 &&
+      optimizer->warmup_steps() <= kMaxSteps) {
+    MTRAIN_DEFAULT(optimizer, decay_steps, std::max(steps, optimizer->warmup_steps()));
+  }
   MTRAIN_DEFAULT(optimizer, weight_decay, kDefaultWeightDecay);
   MTRAIN_DEFAULT(optimizer, beta1, kDefaultBeta1);
   MTRAIN_DEFAULT(optimizer, beta2, kDefaultBeta2);

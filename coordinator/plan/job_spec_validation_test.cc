@@ -1,8 +1,11 @@
 #include "coordinator/plan/job_spec_validation.h"
 
+#include <climits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/plan/job_spec_defaults.h"
+#include "coordinator/plan/job_spec_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -145,8 +148,12 @@ TEST(JobSpecValidationTest, GlobalBatchMustDivideByMicroBatchTimesData) {
 TEST(JobSpecValidationTest, MinDataMustBeWithinDataAndKeepTheBatch) {
   ExpectRejected(R"({"parallel": {"data": 2, "min_data": 3}})", "parallel.min_data",
                  "must be in [1, parallel.data = 2]");
-  ExpectRejected(R"({"parallel": {"data": 4, "min_data": 3, "global_batch_size": 4}})",
-                 "parallel.min_data", "survive shrinking");
+  // Accepted before: 12 divides by 4 and by 3, but no shrunk grid the planner builds
+  // has 3 replicas.
+  ExpectRejected(R"({"parallel": {"data": 4, "min_data": 3, "global_batch_size": 12}})",
+                 "parallel.min_data: 3", "data % min_data == 0");
+  EXPECT_TRUE(
+      ParseJobSpecJson(R"({"parallel": {"data": 4, "min_data": 2, "global_batch_size": 8}})").ok());
 }
 
 TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {
@@ -225,6 +232,180 @@ TEST(JobSpecValidationTest, ABadMicroBatchIsNotReportedTwice) {
   const absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"parallel": {"micro_batch_size": 0}})");
   ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(spec.status().message(), "parallel.micro_batch_size: must be > 0 (got 0)");
+}
+
+// Each of these aborted a rank (std::bad_alloc) or the coordinator (SIGABRT building a
+// schedule of 2^31 microbatches, or a 16 MB Assignment) before the bounds existed.
+TEST(JobSpecValidationTest, SpecsThatCrashedARankOrTheCoordinatorAreRefusedByName) {
+  ExpectRejected(R"({"model": {"hidden_size": 65536}})", "model.hidden_size: 65536",
+                 "model.hidden_size <= 32768");
+  ExpectRejected(R"({"model": {"seq_length": 1e6}})", "model.seq_length: 1000000",
+                 "model.seq_length <= 65536");
+  ExpectRejected(R"({"model": {"num_layers": 1e9}})", "model.num_layers: 1000000000",
+                 "model.num_layers <= 1024");
+  ExpectRejected(R"({"model": {"vocab_size": 1e8}})", "model.vocab_size: 100000000",
+                 "model.vocab_size <= 1048576");
+  ExpectRejected(R"({"parallel": {"micro_batch_size": 1073741824}})",
+                 "parallel.micro_batch_size: 1073741824", "parallel.micro_batch_size <= 8192");
+  for (const char* pipeline : {"1", "2"}) {
+    SCOPED_TRACE(absl::StrCat("pipeline ", pipeline));
+    const std::string parallel =
+        absl::StrCat(R"({"model": {"num_layers": 4}, "parallel": {"pipeline": )", pipeline,
+                     R"(, "global_batch_size": )");
+    ExpectRejected(parallel + "2147483647}}", "parallel.global_batch_size: 2147483647",
+                   "parallel.global_batch_size <= 1048576");
+    ExpectRejected(parallel + "1e9}}", "parallel.global_batch_size: 1000000000",
+                   "parallel.global_batch_size <= 1048576");
+    ExpectRejected(parallel + "1e6}}",
+                   "parallel.global_batch_size: 1000000 gives 1000000 microbatches",
+                   "microbatches * virtual_stages <= 8192");
+  }
+}
+
+TEST(JobSpecValidationTest, AnOutOfBoundsSizeIsReportedOnce) {
+  // The global batch derived from a refused micro batch is not a second complaint.
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"parallel": {"micro_batch_size": 1073741824, "data": 4}})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "parallel.micro_batch_size: 1073741824 exceeds the limit of 8192 [rule: "
+            "parallel.micro_batch_size <= 8192]");
+}
+
+TEST(JobSpecValidationTest, ShrinkingToMinDataCountsTowardTheMicrobatchBound) {
+  // 8192 microbatches per replica at data 2; 16384 after shrinking to one replica.
+  ExpectRejected(R"({"parallel": {"data": 2, "min_data": 1, "global_batch_size": 16384}})",
+                 "parallel.global_batch_size", "(micro_batch_size * min_data)");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"data": 2, "global_batch_size": 16384}})").ok());
+}
+
+TEST(JobSpecValidationTest, ThePlanAsAWholeIsBounded) {
+  // 4096 ranks x 2048 microbatches each: 8M scheduled microbatches for the coordinator.
+  ExpectRejected(R"({"parallel": {"data": 4096, "global_batch_size": 8388608}})",
+                 "parallel.global_batch_size", "parallel.global_batch_size <= 1048576");
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 8, "data": 128, "global_batch_size": 1048576}})",
+                 "parallel.global_batch_size",
+                 "tensor * pipeline * data * microbatches * virtual_stages <= 262144");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"data": 512, "global_batch_size": 262144}})").ok());
+}
+
+TEST(JobSpecValidationTest, EveryNumericFieldHasAnUpperBound) {
+  ExpectRejected(R"({"model": {"num_heads": 2048, "hidden_size": 2048}})", "model.num_heads: 2048",
+                 "<= 1024");
+  ExpectRejected(R"({"parallel": {"tensor": 8192}})", "parallel.tensor: 8192", "<= 4096");
+  ExpectRejected(R"({"parallel": {"pipeline": 5000}})", "parallel.pipeline: 5000", "<= 4096");
+  ExpectRejected(R"({"parallel": {"data": 4097}})", "parallel.data: 4097", "<= 4096");
+  ExpectRejected(R"({"parallel": {"tensor": 64, "data": 128}, "model": {"num_heads": 64,
+                     "hidden_size": 256}})",
+                 "parallel: tensor * pipeline * data = 8192", "world size <= 4096");
+  ExpectRejected(R"({"parallel": {"virtual_stages": 2000}})", "parallel.virtual_stages: 2000",
+                 "<= 1024");
+  ExpectRejected(R"({"train": {"steps": 2147483647}})", "train.steps: 2147483647", "<= 100000000");
+  ExpectRejected(R"({"train": {"checkpoint_every": 200000000}})", "train.checkpoint_every",
+                 "<= 100000000");
+  ExpectRejected(R"({"train": {"max_restarts": 100000}})", "train.max_restarts: 100000", "<= 1000");
+  ExpectRejected(R"({"optimizer": {"warmup_steps": 2000000000}})", "optimizer.warmup_steps",
+                 "<= 100000000");
+  ExpectRejected(R"({"optimizer": {"decay_steps": 2000000000}})", "optimizer.decay_steps",
+                 "<= 100000000");
+  ExpectRejected(R"({"optimizer": {"lr": 1000}})", "optimizer.lr: 1000", "<= 10");
+  ExpectRejected(R"({"optimizer": {"weight_decay": 1e30}})", "optimizer.weight_decay", "<= 10");
+  ExpectRejected(R"({"optimizer": {"eps": 5}})", "optimizer.eps: 5", "<= 1");
+  ExpectRejected(R"({"optimizer": {"grad_clip": 1e30}})", "optimizer.grad_clip", "<= 1e+06");
+}
+
+TEST(JobSpecValidationTest, UnknownEnumNumbersAreRefusedByName) {
+  ExpectRejected(R"({"device": 99})", "device: 99 is not a known value",
+                 "one of DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA");
+  ExpectRejected(R"({"device": -1})", "device: -1", "DEVICE_CPU");
+  ExpectRejected(R"({"device": -5})", "device: -5", "DEVICE_CPU");
+  ExpectRejected(R"({"precision": 99})", "precision: 99 is not a known value",
+                 "one of PRECISION_FP32, PRECISION_BF16, PRECISION_FP16");
+  ExpectRejected(R"({"parallel": {"schedule": 7}})", "parallel.schedule: 7",
+                 "SCHEDULE_INTERLEAVED_1F1B");
+  ExpectRejected(R"({"data": {"format": 99}})", "data.format: 99", "DATA_FORMAT_MMIDIDX");
+  ExpectRejected(R"({"data": {"tokenizer": 99}})", "data.tokenizer: 99", "TOKENIZER_BYTE");
+  // A precision with no name is not reported with a blank one by the CPU rule either.
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"precision": 99, "device": "DEVICE_CPU"})");
+  EXPECT_EQ(spec.status().message(),
+            "precision: 99 is not a known value [rule: one of PRECISION_FP32, PRECISION_BF16, "
+            "PRECISION_FP16]");
+}
+
+TEST(JobSpecValidationTest, NonFiniteFloatsAreRefused) {
+  for (const char* value : {"\"Infinity\"", "\"-Infinity\"", "\"NaN\""}) {
+    SCOPED_TRACE(value);
+    for (const char* field :
+         {"lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"}) {
+      ExpectRejected(absl::StrCat(R"({"optimizer": {")", field, "\": ", value, "}}"),
+                     absl::StrCat("optimizer.", field, ": must be a finite number"),
+                     "no NaN or Infinity");
+    }
+    ExpectRejected(absl::StrCat(R"({"train": {"dropout": )", value, "}}"),
+                   "train.dropout: must be a finite number", "no NaN or Infinity");
+  }
+  // An infinite lr is one complaint, not a second one about the min_lr derived from it.
+  const absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"optimizer": {"lr": "Infinity"}})");
+  EXPECT_EQ(spec.status().message(),
+            "optimizer.lr: must be a finite number (got inf) [rule: no NaN or Infinity]");
+}
+
+TEST(JobSpecValidationTest, TextThatIsNotJsonIsRefusedEvenWhereProtobufTakesIt) {
+  ExpectRejected("{'name': 'single-quoted'}", "job spec JSON: line 1, column 2",
+                 "not valid JSON [rule: RFC 8259]");
+  ExpectRejected(std::string(kMaxJobSpecJsonBytes + 1, ' '), "job spec JSON", "at most");
+}
+
+TEST(JobSpecValidationTest, PathsAreBoundedUtf8AndFreeOfControlCharacters) {
+  JobSpec spec;
+  spec.mutable_data()->set_path(std::string(5000, 'a'));
+  absl::StatusOr<JobSpec> resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("data.path: 5000 bytes"), HasSubstr("at most 4096 bytes")));
+
+  spec.mutable_data()->set_path("corpus\xff.txt");
+  resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("data.path: byte 6 is not valid UTF-8"), HasSubstr("UTF-8")));
+
+  spec.clear_data();
+  spec.mutable_train()->set_init_from(std::string("a\0b", 3));
+  resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("train.init_from: control character \\x00 at byte 1"),
+                    HasSubstr("no control characters")));
+
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"path": "/data/caf\u00e9.txt"}})").ok());
+}
+
+TEST(JobSpecValidationTest, AbsurdMemoryIsRefusedEvenWithinEveryFieldBound) {
+  // Every size within its bound; 13 trillion parameters on one rank.
+  ExpectRejected(R"({"model": {"num_layers": 1024, "hidden_size": 32768, "num_heads": 256}})",
+                 "model and parallel: one rank needs an estimated",
+                 "per-rank memory estimate <= 1.0 TiB");
+  // GPipe with 8192 microbatches of 8192 tokens in flight on one stage.
+  ExpectRejected(R"({"model": {"seq_length": 8192}, "parallel": {"schedule": "SCHEDULE_GPIPE",
+                     "global_batch_size": 8192}})",
+                 "activations", "per-rank memory estimate");
+  // The same model split 64 ways fits.
+  EXPECT_TRUE(ParseJobSpecJson(R"({"model": {"num_layers": 1024, "hidden_size": 32768,
+                                   "num_heads": 256},
+                                   "parallel": {"tensor": 8, "pipeline": 128},
+                                   "device": "DEVICE_CUDA", "train": {"recompute": true}})")
+                  .ok());
+}
+
+TEST(JobSpecValidationTest, HelpersDoNotOverflow) {
+  ParallelSpec p;
+  p.set_global_batch_size(INT_MAX);
+  p.set_micro_batch_size(1 << 20);
+  p.set_data(1 << 12);  // 2^32 in 32 bits was 0: a division by zero
+  EXPECT_EQ(NumMicrobatches(p), 0);
+  p.set_data(0);
+  EXPECT_EQ(NumMicrobatches(p), 0);
+  EXPECT_EQ(PaddedVocabSize(INT_MAX, 4096), INT_MAX);
 }
 
 }  // namespace
