@@ -60,7 +60,7 @@
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/hf_gpt2.h"
 #include "worker/engine/memory_limits.h"
-#include "worker/engine/rank_memory_estimate.h"
+#include "worker/engine/rank_allocation_estimate.h"
 #include "worker/engine/safetensors.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"
@@ -318,7 +318,7 @@ absl::Status Train(RankSetup& setup) {
                    Trainer::Create(assignment, std::move(groups), options));
   if (rank == 0) {
     std::printf("%s\n", trainer->engine_note().c_str());
-    const RankMemoryEstimate& memory = trainer->memory_estimate();
+    const RankAllocationEstimate& memory = trainer->memory_estimate();
     std::printf("memory: about %s on this rank (%s)\n", HumanBytes(memory.total()).c_str(),
                 memory.Describe().c_str());
     std::fflush(stdout);

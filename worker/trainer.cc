@@ -20,7 +20,7 @@
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
-#include "worker/engine/rank_memory_estimate.h"
+#include "worker/engine/rank_allocation_estimate.h"
 #include "worker/engine/safetensors.h"
 
 namespace mtrain {
@@ -102,8 +102,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   // Before anything is allocated: a spec that passes validation but cannot fit on this
   // machine is refused naming what it needs and what there is, instead of aborting in
   // std::bad_alloc halfway through building the model.
-  ASSIGN_OR_RETURN(const RankMemoryEstimate need,
-                   EstimateRankMemory(assignment, engine.kind != EngineKind::kCuda));
+  ASSIGN_OR_RETURN(const RankAllocationEstimate need,
+                   EstimateRankAllocation(assignment, engine.kind != EngineKind::kCuda));
   RETURN_IF_ERROR(CheckMemoryFits(
       absl::StrCat("rank ", rank.global_rank(), " of job ", assignment.job_id()), need.total(),
       absl::StrCat(need.Describe(),

@@ -36,7 +36,7 @@
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/rank_memory_estimate.h"
+#include "worker/engine/rank_allocation_estimate.h"
 #include "worker/engine/rank_model.h"
 #include "worker/parallel/grad_buckets.h"
 #include "worker/parallel/pipeline_executor.h"
@@ -74,7 +74,7 @@ class Trainer {
   // `assignment.spec` must be resolved. Opens the data, builds and initialises the rank's
   // model chunks from train.seed. INVALID_ARGUMENT for an assignment inconsistent with
   // its spec or a dimension beyond the engine's int32 range; RESOURCE_EXHAUSTED, before
-  // allocating, when the rank's estimated memory (rank_memory_estimate.h) exceeds
+  // allocating, when the rank's estimated memory (rank_allocation_estimate.h) exceeds
   // options.memory_limits.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Assignment& assignment,
                                                          RankGroups groups,
@@ -122,7 +122,7 @@ class Trainer {
   const std::string& engine_note() const { return engine_note_; }
   bool uses_cuda() const { return cuda_ != nullptr; }
   // What Create estimated this rank holds in host memory (checked before allocating).
-  const RankMemoryEstimate& memory_estimate() const { return memory_estimate_; }
+  const RankAllocationEstimate& memory_estimate() const { return memory_estimate_; }
   // Steps skipped so far because fp16 gradients overflowed (0 without fp16).
   long long skipped_steps() const { return scaler_ != nullptr ? scaler_->skipped_steps() : 0; }
 
@@ -161,7 +161,7 @@ class Trainer {
   std::unique_ptr<cuda::CudaEngine> cuda_;     // null: the CPU engine trains
   std::unique_ptr<DynamicLossScaler> scaler_;  // fp16 only
   std::string engine_note_;
-  RankMemoryEstimate memory_estimate_;
+  RankAllocationEstimate memory_estimate_;
   bool engine_reported_ = false;  // engine_note_ sent in a StepMetrics
   size_t shard_begin_ = 0;        // ZeRO-1: this rank's slice of the flat buffer
   size_t shard_size_ = 0;         // 0 without ZeRO

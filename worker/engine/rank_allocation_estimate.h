@@ -1,4 +1,10 @@
-// What one rank of a job will allocate on the host, computed from its assignment alone
+// What one rank of a job will allocate on the host, as the engine that runs it lays out
+// its memory. Not the planner's model (coordinator/plan/rank_memory_estimate.h, which the
+// coordinator checks a spec against before placing it, from the spec alone): this one
+// reads the rank's own assignment (its schedule's in-flight microbatches, its engine) and
+// counts engine details the planner leaves out (checkpoint staging, scratch, token buffers).
+//
+// What it counts, computed from its assignment alone
 // (in floating point, so absurd sizes cannot overflow), before anything is allocated:
 // parameters and gradients (one flat buffer each), AdamW moments, the staging copies a
 // checkpoint save or load makes, the activations of every microbatch the schedule keeps
@@ -10,10 +16,10 @@
 // It also enforces the engine's int32 dimensions (kernels take row and column counts as
 // int): tokens per microbatch, 4 * hidden_size and the padded vocabulary below 2^31.
 //
-//   ASSIGN_OR_RETURN(const RankMemoryEstimate need, EstimateRankMemory(assignment, true));
+//   ASSIGN_OR_RETURN(const RankAllocationEstimate need, EstimateRankAllocation(assignment, true));
 //   RETURN_IF_ERROR(CheckMemoryFits("rank 3", need.total(), need.Describe(), limits));
-#ifndef MTRAIN_WORKER_ENGINE_RANK_MEMORY_ESTIMATE_H_
-#define MTRAIN_WORKER_ENGINE_RANK_MEMORY_ESTIMATE_H_
+#ifndef MTRAIN_WORKER_ENGINE_RANK_ALLOCATION_ESTIMATE_H_
+#define MTRAIN_WORKER_ENGINE_RANK_ALLOCATION_ESTIMATE_H_
 
 #include <string>
 
@@ -23,7 +29,7 @@
 namespace mtrain {
 
 // Bytes, by purpose.
-struct RankMemoryEstimate {
+struct RankAllocationEstimate {
   double parameters = 0;   // the flat parameter buffer
   double gradients = 0;    // the flat gradient buffer
   double optimizer = 0;    // AdamW's two moments (this rank's ZeRO-1 slice)
@@ -39,9 +45,9 @@ struct RankMemoryEstimate {
 // engine keeps them on the device). INVALID_ARGUMENT naming the spec fields when a
 // dimension exceeds the engine's int32 range or the assignment is inconsistent (no
 // layers, a non-positive size).
-absl::StatusOr<RankMemoryEstimate> EstimateRankMemory(const Assignment& assignment,
-                                                      bool host_activations);
+absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& assignment,
+                                                              bool host_activations);
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_RANK_MEMORY_ESTIMATE_H_
+#endif  // MTRAIN_WORKER_ENGINE_RANK_ALLOCATION_ESTIMATE_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/rank_memory_estimate.h"
+#include "worker/engine/rank_allocation_estimate.h"
 
 #include <cmath>
 #include <string>
@@ -39,7 +39,7 @@ double RealParameterBytes(const Assignment& a) {
   return static_cast<double>((*model)->buffer_size()) * 4;
 }
 
-TEST(RankMemoryEstimateTest, ParametersMatchTheRealModelOnEveryRank) {
+TEST(RankAllocationEstimateTest, ParametersMatchTheRealModelOnEveryRank) {
   for (
       const std::string parallel :
       {R"("tensor": 2, "pipeline": 2, "data": 2, "zero_stage": 1, "global_batch_size": 8)",
@@ -51,7 +51,7 @@ TEST(RankMemoryEstimateTest, ParametersMatchTheRealModelOnEveryRank) {
                            "seq_length": 16, "vocab_size": 300}, "parallel": {)",
                           parallel, "}}"));
     for (const Assignment& a : plan) {
-      absl::StatusOr<RankMemoryEstimate> estimate = EstimateRankMemory(a, true);
+      absl::StatusOr<RankAllocationEstimate> estimate = EstimateRankAllocation(a, true);
       ASSERT_TRUE(estimate.ok()) << estimate.status();
       EXPECT_EQ(estimate->parameters, RealParameterBytes(a)) << "rank " << a.rank().global_rank();
       EXPECT_EQ(estimate->gradients, estimate->parameters);
@@ -61,13 +61,13 @@ TEST(RankMemoryEstimateTest, ParametersMatchTheRealModelOnEveryRank) {
   }
 }
 
-TEST(RankMemoryEstimateTest, ActivationsFollowBatchAndRecomputeAndEngine) {
+TEST(RankAllocationEstimateTest, ActivationsFollowBatchAndRecomputeAndEngine) {
   const auto activations = [](const std::string& extra, bool host) {
     const std::vector<Assignment> plan =
         Plan(absl::StrCat(R"({"model": {"num_layers": 4, "num_heads": 4, "hidden_size": 64,
                            "seq_length": 64}, )",
                           extra, "}"));
-    return EstimateRankMemory(plan[0], host)->activations;
+    return EstimateRankAllocation(plan[0], host)->activations;
   };
   const double base = activations(R"("parallel": {"micro_batch_size": 1})", true);
   EXPECT_GT(activations(R"("parallel": {"micro_batch_size": 8})", true), 4 * base);
@@ -77,7 +77,7 @@ TEST(RankMemoryEstimateTest, ActivationsFollowBatchAndRecomputeAndEngine) {
   EXPECT_EQ(activations(R"("parallel": {"micro_batch_size": 1})", false), 0);
 }
 
-TEST(RankMemoryEstimateTest, AbsurdSizesAreComputedWithoutOverflow) {
+TEST(RankAllocationEstimateTest, AbsurdSizesAreComputedWithoutOverflow) {
   // 2^31 - 1 layers of hidden 65536: about 2^67 bytes, a finite double.
   std::vector<Assignment> plan = Plan(R"({"model": {"num_layers": 1, "num_heads": 1,
                                           "hidden_size": 8, "seq_length": 8}})");
@@ -85,13 +85,13 @@ TEST(RankMemoryEstimateTest, AbsurdSizesAreComputedWithoutOverflow) {
   a.mutable_spec()->mutable_model()->set_num_layers(2147483647);
   a.mutable_spec()->mutable_model()->set_hidden_size(65536);
   a.mutable_layers(0)->set_num_layers(2147483647);
-  absl::StatusOr<RankMemoryEstimate> estimate = EstimateRankMemory(a, true);
+  absl::StatusOr<RankAllocationEstimate> estimate = EstimateRankAllocation(a, true);
   ASSERT_TRUE(estimate.ok()) << estimate.status();
   EXPECT_GT(estimate->total(), 1e20);
   EXPECT_TRUE(std::isfinite(estimate->total()));
 }
 
-TEST(RankMemoryEstimateTest, DimensionsBeyondInt32AreRefusedByField) {
+TEST(RankAllocationEstimateTest, DimensionsBeyondInt32AreRefusedByField) {
   std::vector<Assignment> plan = Plan(R"({"model": {"num_layers": 1, "num_heads": 1,
                                           "hidden_size": 8, "seq_length": 8}})");
   struct Case {
@@ -111,14 +111,14 @@ TEST(RankMemoryEstimateTest, DimensionsBeyondInt32AreRefusedByField) {
   for (const Case& c : cases) {
     Assignment a = plan[0];
     c.mutate(a.mutable_spec());
-    absl::StatusOr<RankMemoryEstimate> estimate = EstimateRankMemory(a, true);
+    absl::StatusOr<RankAllocationEstimate> estimate = EstimateRankAllocation(a, true);
     EXPECT_EQ(estimate.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(estimate.status().message().find(c.field), absl::string_view::npos)
         << estimate.status();
   }
 }
 
-TEST(RankMemoryEstimateTest, InFlightMicrobatchesFollowTheSchedule) {
+TEST(RankAllocationEstimateTest, InFlightMicrobatchesFollowTheSchedule) {
   const auto activations = [](const std::string& schedule, bool drop_actions) {
     std::vector<Assignment> plan = Plan(absl::StrCat(
         R"({"model": {"num_layers": 4, "num_heads": 4, "hidden_size": 64, "seq_length": 64},
@@ -127,7 +127,7 @@ TEST(RankMemoryEstimateTest, InFlightMicrobatchesFollowTheSchedule) {
         schedule, R"("}})"));
     Assignment a = plan[0];  // stage 0 holds the most microbatches in flight
     if (drop_actions) a.mutable_schedule()->clear_actions();
-    return EstimateRankMemory(a, true)->activations;
+    return EstimateRankAllocation(a, true)->activations;
   };
   const double gpipe = activations("SCHEDULE_GPIPE", false);
   const double one_f_one_b = activations("SCHEDULE_1F1B", false);

@@ -1,4 +1,4 @@
-#include "worker/engine/rank_memory_estimate.h"
+#include "worker/engine/rank_allocation_estimate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,14 +41,14 @@ std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, const Par
 
 }  // namespace
 
-std::string RankMemoryEstimate::Describe() const {
+std::string RankAllocationEstimate::Describe() const {
   return absl::StrCat("parameters ", HumanBytes(parameters), ", gradients ", HumanBytes(gradients),
                       ", AdamW moments ", HumanBytes(optimizer), ", checkpoint staging ",
                       HumanBytes(staging), ", activations ", HumanBytes(activations));
 }
 
-absl::StatusOr<RankMemoryEstimate> EstimateRankMemory(const Assignment& assignment,
-                                                      bool host_activations) {
+absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& assignment,
+                                                              bool host_activations) {
   const JobSpec& spec = assignment.spec();
   const ModelSpec& model = spec.model();
   const ParallelSpec& par = spec.parallel();
@@ -120,7 +120,7 @@ absl::StatusOr<RankMemoryEstimate> EstimateRankMemory(const Assignment& assignme
   const bool zero = par.zero_stage() == 1 && par.data() > 1;
   const double buffer = zero ? std::ceil(params / d) * d : params;
 
-  RankMemoryEstimate estimate;
+  RankAllocationEstimate estimate;
   estimate.parameters = buffer * kFloat;
   estimate.gradients = buffer * kFloat;
   estimate.optimizer = 2 * (zero ? buffer / d : params) * kFloat;
