@@ -1,12 +1,15 @@
 #include "coordinator/grpc_service.h"
 
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "common/grpc_status.h"
+#include "common/proto_utf8.h"
 #include "coordinator/job_listing.h"
 
 namespace mtrain {
@@ -63,7 +66,7 @@ CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, Rendezvo
       auth_token_(std::move(auth_token)),
       checkpoints_(checkpoints) {}
 
-grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContext& context) const {
+grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContextBase& context) const {
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   const auto it = metadata.find("authorization");
@@ -149,12 +152,62 @@ grpc::Status CoordinatorGrpcService::RemoveWorker(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::ServerUnaryReactor* CoordinatorGrpcService::SubmitJob(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(SubmitBytes(*context, *request, response));
+  return reactor;
+}
+
 grpc::Status CoordinatorGrpcService::SubmitJob(grpc::ServerContext* context,
                                                const SubmitJobRequest* request,
                                                SubmitJobResponse* response) {
-  MTRAIN_AUTHORIZE("SubmitJob");
+  return SubmitParsed(*context, *request, response);
+}
+
+grpc::Status CoordinatorGrpcService::SubmitBytes(const grpc::ServerContextBase& context,
+                                                 const grpc::ByteBuffer& request_bytes,
+                                                 grpc::ByteBuffer* response_bytes) {
+  // Before parsing: an unauthorised caller learns nothing about its request.
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return Answer("SubmitJob", auth);
+  std::vector<grpc::Slice> slices;
+  if (!request_bytes.Dump(&slices).ok()) {
+    return Answer("SubmitJob",
+                  grpc::Status(grpc::StatusCode::INTERNAL, "cannot read the request's bytes"));
+  }
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  SubmitJobRequest request;
+  if (!request.ParseFromString(bytes)) {
+    const std::optional<std::string> field =
+        FindInvalidUtf8Field(*SubmitJobRequest::descriptor(), bytes);
+    std::string message = "the request is not a SubmitJobRequest (malformed protobuf)";
+    if (field) {
+      // Spec fields are named as in the spec ("data.path"), as validation names them.
+      absl::string_view name = *field;
+      absl::ConsumePrefix(&name, "spec.");
+      message = absl::StrCat(name, ": not valid UTF-8 [rule: the strings of a job spec are UTF-8]");
+    }
+    return Answer("SubmitJob", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message));
+  }
+  SubmitJobResponse response;
+  grpc::Status status = SubmitParsed(context, request, &response);
+  if (!status.ok()) return status;
+  const std::string out = response.SerializeAsString();
+  grpc::Slice slice(out);
+  *response_bytes = grpc::ByteBuffer(&slice, 1);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorGrpcService::SubmitParsed(const grpc::ServerContextBase& context,
+                                                  const SubmitJobRequest& request,
+                                                  SubmitJobResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return Answer("SubmitJob", auth);
   if (jobs_ == nullptr) return Answer("SubmitJob", NoJobs());
-  absl::StatusOr<std::string> id = jobs_->Submit(request->spec());
+  absl::StatusOr<std::string> id = jobs_->Submit(request.spec());
   if (!id.ok()) return Answer("SubmitJob", ToGrpcStatus(id.status()));
   response->set_job_id(*id);
   return grpc::Status::OK;

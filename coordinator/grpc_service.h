@@ -22,7 +22,11 @@
 
 namespace mtrain {
 
-class CoordinatorGrpcService final : public Coordinator::Service {
+// SubmitJob is served from the request's bytes (a raw callback method): proto3 refuses a
+// spec whose strings are not UTF-8 before any typed handler runs, and gRPC would answer
+// INTERNAL; parsing here answers INVALID_ARGUMENT naming the field.
+class CoordinatorGrpcService final
+    : public Coordinator::WithRawCallbackMethod_SubmitJob<Coordinator::Service> {
  public:
   // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
   // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
@@ -40,6 +44,11 @@ class CoordinatorGrpcService final : public Coordinator::Service {
   grpc::Status RemoveWorker(grpc::ServerContext* context, const RemoveWorkerRequest* request,
                             RemoveWorkerResponse* response) override;
 
+  // What gRPC calls: parses the bytes, then as the typed overload below.
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // The same for a parsed request (tests and the fuzzer call it directly).
   grpc::Status SubmitJob(grpc::ServerContext* context, const SubmitJobRequest* request,
                          SubmitJobResponse* response) override;
   grpc::Status GetJob(grpc::ServerContext* context, const GetJobRequest* request,
@@ -78,7 +87,11 @@ class CoordinatorGrpcService final : public Coordinator::Service {
 
  private:
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
-  grpc::Status Authorize(const grpc::ServerContext& context) const;
+  grpc::Status Authorize(const grpc::ServerContextBase& context) const;
+  grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,
+                            SubmitJobResponse* response);
+  grpc::Status SubmitBytes(const grpc::ServerContextBase& context, const grpc::ByteBuffer& request,
+                           grpc::ByteBuffer* response);
   // Counts an error answer in the metrics and passes it through.
   grpc::Status Answer(const char* method, const grpc::Status& status) const;
   grpc::Status NoJobs() const;

@@ -216,5 +216,40 @@ TEST_F(GrpcServiceTest, WithATokenEveryRpcNeedsItAndHealthChecksStayOpen) {
   EXPECT_EQ(*health, std::string("\x08\x01", 2));
 }
 
+// Issue 15: a spec whose strings are not UTF-8 got INTERNAL (proto3 refuses it before any
+// typed handler runs); it is INVALID_ARGUMENT naming the field, and a well-formed request
+// still reaches the submit logic (here: no job manager, so UNAVAILABLE).
+TEST_F(GrpcServiceTest, ASpecWithInvalidUtf8IsRefusedNamingTheField) {
+  Start("");
+  SubmitJobRequest request;
+  request.mutable_spec()->set_name("utf8");
+  request.mutable_spec()->mutable_data()->set_path("data/@@.txt");
+  std::string bytes = request.SerializeAsString();
+  const size_t at = bytes.find("@@");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 2, "\xff\xfe");
+  absl::StatusOr<std::string> refused =
+      RawGrpcCall(channel_, "/mtrain.Coordinator/SubmitJob", bytes, absl::Seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::StartsWith("data.path: not valid UTF-8"));
+
+  absl::StatusOr<std::string> garbage = RawGrpcCall(channel_, "/mtrain.Coordinator/SubmitJob",
+                                                    std::string("\x0a\xff", 2), absl::Seconds(30));
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument) << garbage.status();
+  EXPECT_THAT(std::string(garbage.status().message()), ::testing::HasSubstr("malformed"));
+
+  SubmitJobResponse response;
+  const grpc::Status typed = stub_->SubmitJob(Context().get(), request, &response);
+  EXPECT_EQ(typed.error_code(), grpc::StatusCode::UNAVAILABLE) << typed.error_message();
+}
+
+TEST_F(GrpcServiceTest, SubmitBytesNeedTheTokenBeforeTheyAreParsed) {
+  Start("secret");
+  absl::StatusOr<std::string> refused = RawGrpcCall(channel_, "/mtrain.Coordinator/SubmitJob",
+                                                    std::string("\x0a\xff", 2), absl::Seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();
+}
+
 }  // namespace
 }  // namespace mtrain
