@@ -9,6 +9,8 @@
 #   tools/fuzz.sh                # every target, 60 s each
 #   tools/fuzz.sh 300            # 300 s each
 #   tools/fuzz.sh 60 job_spec_json
+# Targets: job_spec_json, coordinator_rpc, http_message (tools/fuzz_http_message.sh),
+# rank_inputs (tools/fuzz_rank_inputs.sh: safetensors and MMIDIDX readers).
 #
 # Built outside Bazel (whose toolchain is gcc): the sources are the Bazel replay test's own
 # (bazel query), compiled with clang++ against Bazel's generated protobuf code and the
@@ -88,5 +90,18 @@ for target in job_spec_json coordinator_rpc; do
       "$OUT/$target.log" || true
     echo "== $target: no crash in ${SECONDS_EACH}s ($(ls "$corpus" | wc -l) corpus inputs)"
   fi
+done
+# Targets with few dependencies have their own small build scripts; run them from here too,
+# so this one command fuzzes every input the service takes.
+for target in http_message rank_inputs; do
+  [[ -n "$ONLY" && "$ONLY" != "$target" ]] && continue
+  echo "== $target: tools/fuzz_$target.sh $SECONDS_EACH"
+  "tools/fuzz_$target.sh" "$SECONDS_EACH" >"$OUT/$target.log" 2>&1 || {
+    echo "== $target: CRASH; see $OUT/$target.log" >&2
+    tail -n 40 "$OUT/$target.log" >&2
+    status=1
+    continue
+  }
+  echo "== $target: no crash in ${SECONDS_EACH}s"
 done
 exit $status
