@@ -20,6 +20,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
@@ -136,25 +137,9 @@ int Run() {
       request.set_value(value);
       KeyValueSetResponse response;
       const grpc::Status status = stub->KeyValueSet(Context().get(), request, &response);
-      static const char* const kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-      const int code = static_cast<int>(status.error_code());
-      const std::string name = code >= 0 && code < 17 ? kNames[code] : "?";
+      // gRPC's codes are absl's, number for number.
+      const std::string name =
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
       if (codes[name]++ == 0) first_message[name] = status.error_message();
     }
     std::printf("%d x %d bytes under %s*:\n", absl::GetFlag(FLAGS_values),
