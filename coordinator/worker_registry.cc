@@ -45,6 +45,21 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
   if (info.incarnation_id().empty()) {
     return absl::InvalidArgumentError("worker.incarnation_id: must not be empty");
   }
+  const std::pair<const char*, const std::string*> strings[] = {
+      {"worker.worker_id", &info.worker_id()},
+      {"worker.incarnation_id", &info.incarnation_id()},
+      {"worker.host", &info.host()},
+      {"worker.device_name", &info.device_name()}};
+  for (const auto& [field, value] : strings) {
+    if (value->size() > kMaxWorkerStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", value->size(), " bytes [rule: at most ", kMaxWorkerStringBytes, " bytes]"));
+    }
+  }
+  if (!DeviceKind_IsValid(info.device_kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.device_kind: ", info.device_kind(), " is not a DeviceKind value"));
+  }
   if (info.device_count() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.device_count: must be >= 0 (got ", info.device_count(), ")"));
@@ -57,6 +72,22 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
   std::lock_guard<std::mutex> lock(mutex_);
   LookLocked(now);
   auto it = workers_.find(info.worker_id());
+  if (it == workers_.end() && static_cast<int>(workers_.size()) >= options_.max_workers) {
+    auto longest_dead = workers_.end();
+    for (auto w = workers_.begin(); w != workers_.end(); ++w) {
+      if (IsAlive(w->second, now)) continue;
+      if (longest_dead == workers_.end() || w->second.last_seen < longest_dead->second.last_seen) {
+        longest_dead = w;
+      }
+    }
+    if (longest_dead == workers_.end()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("worker.worker_id: ", info.worker_id(), " is new, but ", workers_.size(),
+                       " live workers are registered [rule: at most ", options_.max_workers,
+                       " workers; a dead one makes room]"));
+    }
+    workers_.erase(longest_dead);
+  }
   *restarted = it != workers_.end() && it->second.info.incarnation_id() != info.incarnation_id();
   Record& record = workers_[info.worker_id()];
   record = Record{info, now, WORKER_STATE_IDLE, ""};

@@ -47,6 +47,14 @@ inline constexpr absl::Duration kDefaultHeartbeatInterval = absl::Seconds(1);
 // one delayed heartbeat on a loaded machine does not kill a job.
 inline constexpr absl::Duration kDefaultHeartbeatTimeout = absl::Seconds(10);
 
+// Bounds on what a registration may carry, so that a client cannot grow the registry (and
+// every ListWorkers reply, heartbeat lookup and metric label) without limit: ids and names
+// longer than any host name or UUID-derived id...
+inline constexpr size_t kMaxWorkerStringBytes = 256;
+// ...and more workers than any cluster of ours holds. When full, a new worker takes the
+// place of the one dead the longest; with none dead it is refused (RESOURCE_EXHAUSTED).
+inline constexpr int kDefaultMaxWorkers = 16384;
+
 struct WorkerRegistryOptions {
   absl::Duration heartbeat_interval = kDefaultHeartbeatInterval;
   absl::Duration heartbeat_timeout = kDefaultHeartbeatTimeout;
@@ -54,6 +62,7 @@ struct WorkerRegistryOptions {
   // the file comment). Zero: heartbeat_timeout / 2. InfiniteDuration(): never (tests that
   // move a fake clock in one jump past the heartbeat timeout).
   absl::Duration pause_threshold = absl::ZeroDuration();
+  int max_workers = kDefaultMaxWorkers;
 };
 
 class WorkerRegistry {
@@ -63,7 +72,9 @@ class WorkerRegistry {
 
   // Adds or replaces the worker. A new incarnation under a known worker_id replaces the
   // old record (returns true in *restarted so callers can fail what it ran).
-  // INVALID_ARGUMENT if worker_id or incarnation_id is empty or counts are negative.
+  // INVALID_ARGUMENT if worker_id or incarnation_id is empty, a string is longer than
+  // kMaxWorkerStringBytes, device_kind is not a DeviceKind or counts are negative;
+  // RESOURCE_EXHAUSTED for a new worker when max_workers are registered and none is dead.
   absl::Status Register(const WorkerInfo& info, bool* restarted);
 
   // Records a heartbeat. NOT_FOUND for an unknown worker; FAILED_PRECONDITION for a

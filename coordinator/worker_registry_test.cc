@@ -1,5 +1,10 @@
 #include "coordinator/worker_registry.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -177,6 +182,47 @@ TEST_F(WorkerRegistryTest, PauseDetectionCanBeTurnedOff) {
   clock_.Advance(absl::Seconds(15));
   EXPECT_EQ(registry.CountAlive(), 0);
   EXPECT_EQ(registry.pauses().count, 0);
+}
+
+TEST_F(WorkerRegistryTest, OversizedStringsAndUnknownDeviceKindsAreRefusedByName) {
+  bool restarted = false;
+  WorkerInfo long_id = MakeWorker(std::string(kMaxWorkerStringBytes + 1, 'w'), "a");
+  absl::Status status = registry_.Register(long_id, &restarted);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "worker.worker_id: 257 bytes")) << status;
+  WorkerInfo long_host = MakeWorker("w1", "a");
+  long_host.set_host(std::string(3 << 20, 'h'));
+  status = registry_.Register(long_host, &restarted);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "worker.host:")) << status;
+  WorkerInfo odd_kind = MakeWorker("w1", "a");
+  odd_kind.set_device_kind(static_cast<DeviceKind>(99));
+  status = registry_.Register(odd_kind, &restarted);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "worker.device_kind: 99")) << status;
+  EXPECT_TRUE(registry_.List().empty());
+}
+
+TEST(WorkerRegistryBoundTest, AFullRegistryMakesRoomFromTheLongestDeadOrRefuses) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  WorkerRegistryOptions options{absl::Seconds(1), absl::Seconds(10)};
+  options.pause_threshold = absl::InfiniteDuration();
+  options.max_workers = 2;
+  WorkerRegistry registry(&clock, options);
+  bool restarted = false;
+  ASSERT_TRUE(registry.Register(MakeWorker("w1", "a"), &restarted).ok());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(registry.Register(MakeWorker("w2", "a"), &restarted).ok());
+  const absl::Status full = registry.Register(MakeWorker("w3", "a"), &restarted);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_TRUE(absl::StrContains(full.message(), "at most 2 workers")) << full;
+  // A known worker may always register again.
+  EXPECT_TRUE(registry.Register(MakeWorker("w2", "b"), &restarted).ok());
+
+  clock.Advance(absl::Seconds(20));  // both dead; w1 the longest
+  ASSERT_TRUE(registry.Register(MakeWorker("w3", "a"), &restarted).ok());
+  std::vector<std::string> ids;
+  for (const WorkerStatus& w : registry.List()) ids.push_back(w.worker().worker_id());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::string>{"w2", "w3"}));
 }
 
 }  // namespace
