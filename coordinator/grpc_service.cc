@@ -21,28 +21,6 @@ constexpr absl::Duration kMaxRendezvousWait = absl::Minutes(10);
 // A watcher re-checks its connection this often while the job is quiet.
 constexpr absl::Duration kWatchPoll = absl::Seconds(1);
 
-const char* CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int index = static_cast<int>(code);
-  return index >= 0 && index < 17 ? kNames[index] : "UNKNOWN";
-}
-
 // Takes the same time wherever the strings differ, so answer times do not reveal how much
 // of a guessed token was right.
 bool SameSecret(absl::string_view a, absl::string_view b) {
@@ -85,7 +63,9 @@ grpc::Status CoordinatorGrpcService::Authorize(const grpc::ServerContextBase& co
 
 grpc::Status CoordinatorGrpcService::Answer(const char* method, const grpc::Status& status) const {
   if (!status.ok() && metrics_ != nullptr) {
-    metrics_->AddRpcError(method, CodeName(status.error_code()));
+    // gRPC's codes are absl's, number for number.
+    metrics_->AddRpcError(
+        method, absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())));
   }
   return status;
 }

@@ -472,7 +472,7 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
           result.job_id(),
           absl::StrCat("rank ", rank, " on worker ", job.workers[rank],
                        " failed: ", absl::StatusCodeToString(code), ": ", result.message()),
-          retry);
+          retry, code);
     } else {
       job.finished.insert(rank);
       if (job.finished.size() == job.workers.size()) {
@@ -573,7 +573,7 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
 }
 
 void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason,
-                                      bool retry) {
+                                      bool retry, absl::StatusCode cause) {
   const auto it = active_.find(job_id);
   if (it == active_.end()) return;
   // Restart at the submitted size (a generation may have run shrunk).
@@ -586,7 +586,8 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   // A rank found a damaged file the store's cache vouched for (damage that kept the file's
   // size and time): the next placement reads every file again. Not after other failures,
   // since reading a large checkpoint in full holds up the manager.
-  if (checkpoints_ != nullptr && absl::StrContains(reason, "DATA_LOSS")) {
+  const bool data_loss = cause == absl::StatusCode::kDataLoss;
+  if (checkpoints_ != nullptr && data_loss) {
     checkpoints_->ForgetVerified(job_id);
   }
   (void)store_->AppendEvent(job_id, "generation_failed",
@@ -626,7 +627,7 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   }
   // After a DATA_LOSS the checkpoints are to be read again: the next Tick does that
   // outside the lock (VerifyAhead), then places the job.
-  const bool reread_checkpoints = checkpoints_ != nullptr && absl::StrContains(reason, "DATA_LOSS");
+  const bool reread_checkpoints = checkpoints_ != nullptr && data_loss;
   if (reread_checkpoints) {
     (void)TransitionLocked(job_id, JOB_STATE_PENDING,
                            "checking every checkpoint file again before the restart");

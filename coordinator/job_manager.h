@@ -193,8 +193,10 @@ class JobManager {
                    int restarts);
   // Ends the job's generation after a failure and restarts it within its restart budget;
   // `retry` false (a failure the same spec repeats anywhere) fails the job at once.
-  void FailGenerationLocked(const std::string& job_id, const std::string& reason,
-                            bool retry = true);
+  // `cause` is the failing rank's status code, where a rank reported one: DATA_LOSS (a
+  // damaged checkpoint file) has every checkpoint file read again before the restart.
+  void FailGenerationLocked(const std::string& job_id, const std::string& reason, bool retry = true,
+                            absl::StatusCode cause = absl::StatusCode::kUnknown);
   void EndGenerationLocked(const std::string& job_id, const std::string& reason);
   absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
   // Deletes the job's record and in-memory traces; its checkpoints are the caller's to
