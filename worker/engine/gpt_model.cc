@@ -12,19 +12,10 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "worker/engine/model_numerics.h"
 
 namespace mtrain {
 namespace {
-
-constexpr float kLayerNormEps = 1e-5f;
-
-// Dropout sites inside a layer, and the embedding (layer -1).
-enum DropoutSite {
-  kEmbeddingSite = 0,
-  kAttentionProbSite = 1,
-  kAttentionOutSite = 2,
-  kMlpOutSite = 3
-};
 
 template <typename T>
 void Zero(std::vector<T>& v) {
@@ -141,9 +132,7 @@ cpu::VocabShard GptModel<T>::VocabShardOf(int rows) const {
 
 template <typename T>
 uint64_t GptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
-  return cpu::DropoutKey(options_.seed, static_cast<uint64_t>(id.step),
-                         static_cast<uint64_t>(id.first_sample),
-                         static_cast<uint64_t>((global_layer + 1) * 4 + site));
+  return DropoutKeyOf(options_.seed, id, global_layer, site);
 }
 
 template <typename T>

@@ -19,19 +19,10 @@
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/dropout.h"
+#include "worker/engine/model_numerics.h"
 
 namespace mtrain::cuda {
 namespace {
-
-// As the CPU model (gpt_model.cc): the same epsilon and dropout sites give the same
-// numbers and the same masks.
-constexpr float kLayerNormEps = 1e-5f;
-enum DropoutSite {
-  kEmbeddingSite = 0,
-  kAttentionProbSite = 1,
-  kAttentionOutSite = 2,
-  kMlpOutSite = 3
-};
 
 // For the kernels' `accumulate` argument: the output holds nothing to keep.
 constexpr bool kOverwrite = false;
@@ -181,9 +172,8 @@ absl::Status CudaGptModel<T>::TensorAllReduce(T* data, size_t n) {
 
 template <typename T>
 uint64_t CudaGptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
-  return cpu::DropoutKey(options_.seed, static_cast<uint64_t>(id.step),
-                         static_cast<uint64_t>(id.first_sample),
-                         static_cast<uint64_t>((global_layer + 1) * 4 + site));
+  // The CPU model's keys (model_numerics.h): the same masks on either engine.
+  return DropoutKeyOf(options_.seed, id, global_layer, site);
 }
 
 template <typename T>
