@@ -84,7 +84,7 @@ constexpr auto kSetupTimeout = std::chrono::seconds(60);
 // Wait between retries of a failed registration.
 constexpr auto kRegisterRetry = std::chrono::seconds(1);
 // Steps of the submitted job: more than any run reaches, so it only ends when cancelled.
-constexpr int kJobSteps = 1000000000;
+constexpr int kJobSteps = 100000000;  // the spec limit (job_spec_limits.h)
 // The grpc::StatusCode recorded for a stream Write that failed (the stream is closed).
 constexpr int kStreamClosed = -1;
 
