@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace mtrain {
 namespace fs = std::filesystem;

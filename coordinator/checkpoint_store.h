@@ -39,7 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
-#include "worker/engine/file_io.h"
+#include "checkpoint/file_io.h"
 
 namespace mtrain {
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 namespace mtrain {
 namespace {

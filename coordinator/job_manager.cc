@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "coordinator/plan/assignment_plan.h"
-#include "coordinator/plan/job_spec_validation.h"
-#include "coordinator/plan/rank_memory_estimate.h"
+#include "plan/assignment_plan.h"
+#include "spec/job_spec_validation.h"
+#include "plan/rank_memory_estimate.h"
 
 namespace mtrain {
 namespace {

@@ -9,9 +9,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "spec/job_spec_validation.h"
 #include "gtest/gtest.h"
-#include "worker/engine/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_tensors.h"
 
 namespace mtrain {
 namespace {

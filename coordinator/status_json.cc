@@ -7,7 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "coordinator/plan/job_spec_defaults.h"
+#include "spec/job_spec_defaults.h"
 
 namespace mtrain {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/metrics_jsonl.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

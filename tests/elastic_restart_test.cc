@@ -28,8 +28,8 @@
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/metrics_jsonl.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

@@ -30,7 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "spec/job_spec_validation.h"
 #include "kernels/cpu_threads.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec JSON file (required)");

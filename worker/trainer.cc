@@ -10,18 +10,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/plan/job_spec_validation.h"
-#include "coordinator/plan/layer_partition.h"
+#include "spec/job_spec_validation.h"
+#include "plan/layer_partition.h"
 #include "kernels/cuda_device_query.h"
 #include "kernels/grad_norm.h"
-#include "worker/engine/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "worker/engine/cuda/cuda_engine.h"
 #include "worker/engine/data/data_source.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

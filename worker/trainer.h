@@ -32,7 +32,7 @@
 #include "proto/coordinator.pb.h"
 #include "worker/engine/data/sequence_sampler.h"
 #include "worker/engine/data/token_dataset.h"
-#include "worker/engine/full_tensor.h"
+#include "checkpoint/full_tensor.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/optimizer.h"

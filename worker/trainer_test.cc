@@ -1,8 +1,8 @@
 #include "worker/trainer.h"
 
-#include "coordinator/plan/assignment_plan.h"
-#include "coordinator/plan/job_spec_validation.h"
-#include "coordinator/plan/rank_grid.h"
+#include "plan/assignment_plan.h"
+#include "spec/job_spec_validation.h"
+#include "plan/rank_grid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_device_query.h"

@@ -5,10 +5,10 @@
 #include "common/grpc_status.h"
 #include "common/scratch_dir.h"
 #include "common/status_macros.h"
-#include "worker/engine/checkpoint.h"
-#include "worker/engine/checkpoint_tensors.h"
-#include "worker/engine/hf_gpt2.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 

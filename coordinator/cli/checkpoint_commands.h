@@ -16,8 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/checkpoint_transfer.h"
-#include "worker/engine/full_tensor.h"
+#include "checkpoint/checkpoint_transfer.h"
+#include "checkpoint/full_tensor.h"
 
 namespace mtrain {
 

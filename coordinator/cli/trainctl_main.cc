@@ -35,11 +35,11 @@
 #include "coordinator/cli/job_watch.h"
 #include "coordinator/cli/progress_bar.h"
 #include "coordinator/cli/worker_table.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "spec/job_spec_validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/step_metrics_format.h"
+#include "common/step_metrics_format.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
 ABSL_FLAG(bool, json, false, "print machine-readable JSON (one object per line)");

@@ -27,7 +27,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/step_metrics_format.h"
+#include "common/step_metrics_format.h"
 
 namespace mtrain {
 namespace {

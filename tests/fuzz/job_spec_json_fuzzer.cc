@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/plan/assignment_plan.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "plan/assignment_plan.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 

@@ -19,7 +19,7 @@
 #include "worker/engine/cuda/cuda_engine.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain::cuda {
 namespace {

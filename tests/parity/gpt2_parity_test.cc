@@ -10,7 +10,7 @@
 #include "tests/parity/parity_reference.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "worker/engine/single_rank_step.h"
 
 namespace mtrain {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "spec/job_spec_validation.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/model_shape.h"
 #include "worker/engine/parameter_layout.h"

@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job_spec.pb.h"
-#include "worker/engine/full_tensor.h"
+#include "checkpoint/full_tensor.h"
 
 namespace mtrain {
 

@@ -38,7 +38,7 @@ TOLERANCE = 1e-5
 
 
 def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli, reflected 0x82F63B78), as worker/engine/crc32c.h."""
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), as checkpoint/crc32c.h."""
     table = []
     for n in range(256):
         c = n

@@ -14,9 +14,9 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/parity/hf_export_model.h"
-#include "worker/engine/crc32c.h"
-#include "worker/engine/hf_gpt2.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "worker/engine/single_rank_step.h"
 
 namespace mtrain {

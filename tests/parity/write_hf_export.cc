@@ -12,9 +12,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "tests/parity/hf_export_model.h"
-#include "worker/engine/crc32c.h"
-#include "worker/engine/hf_gpt2.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
 
 ABSL_FLAG(std::string, output_dir, "hf_export", "directory to write the export into");
 

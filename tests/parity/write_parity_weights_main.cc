@@ -8,7 +8,7 @@
 #include "tests/parity/parity_config.h"
 #include "worker/engine/parameter_init.h"
 #include "worker/engine/parameter_layout.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 ABSL_FLAG(std::string, output, "parity_init.safetensors", "where to write the weights");
 ABSL_FLAG(std::string, model, "cpu",

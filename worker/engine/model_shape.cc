@@ -1,6 +1,6 @@
 #include "worker/engine/model_shape.h"
 
-#include "coordinator/plan/job_spec_validation.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan/assignment_plan.h"
-#include "coordinator/plan/job_spec_validation.h"
+#include "plan/assignment_plan.h"
+#include "spec/job_spec_validation.h"
 #include "gtest/gtest.h"
 #include "worker/engine/rank_model.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "worker/engine/data/indexed_dataset.h"
-#include "worker/engine/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 namespace {
 

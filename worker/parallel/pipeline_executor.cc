@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/plan/pipeline_schedule.h"
+#include "plan/pipeline_schedule.h"
 
 namespace mtrain {
 namespace {

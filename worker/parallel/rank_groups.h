@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "coordinator/plan/rank_grid.h"
+#include "plan/rank_grid.h"
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/key_value_store.h"

@@ -1,0 +1,430 @@
+#include "checkpoint/hf_gpt2.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "spec/job_spec_defaults.h"
+#include "checkpoint/file_io.h"
+
+namespace mtrain {
+namespace {
+
+// HF's GPT2LMHeadModel names its GPT2Model "transformer"; a bare GPT2Model file lacks it.
+constexpr absl::string_view kHfPrefix = "transformer.";
+constexpr absl::string_view kHfLmHead = "lm_head.weight";
+// The engine's LayerNorm epsilon (kLayerNormEps in gpt_model.cc) and GeLU (kernels/gelu.h:
+// the tanh form, which transformers calls "gelu_new").
+constexpr float kLayerNormEpsilon = 1e-5f;
+constexpr char kHfActivation[] = "gelu_new";
+// Our initialisation's standard deviation (parameter_init.cc); HF uses it only to
+// initialise new weights.
+constexpr float kInitializerRange = 0.02f;
+
+// How a tensor's elements are laid out on each side.
+enum class Layout {
+  kSame,        // identical row-major elements (shapes may differ, e.g. [3, C] vs [3C])
+  kTransposed,  // ours [rows..., cols] is [out, in]; HF's Conv1D weight is [in, out]
+};
+
+// Which side may hold more rows than the other.
+enum class Rows {
+  kExact,
+  kOursPadded,  // wte: ours has the padded vocabulary, HF the real one
+  kHfLonger,    // wpe: HF may hold more positions than our seq_length
+};
+
+struct TensorMapping {
+  std::string ours;
+  std::string hf;  // without kHfPrefix
+  std::vector<int64_t> our_shape;
+  std::vector<int64_t> hf_shape;
+  Layout layout = Layout::kSame;
+  Rows rows = Rows::kExact;
+  std::string spec_fields;  // the spec fields that decide the shape, for error messages
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+int64_t Volume(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A spec's model with the job defaults applied, as a submitted job would have it.
+ModelSpec ResolvedModel(const ModelSpec& model) {
+  JobSpec spec;
+  *spec.mutable_model() = model;
+  ApplyJobSpecDefaults(&spec);
+  return spec.model();
+}
+
+absl::Status CheckModel(const ModelSpec& m) {
+  const std::pair<const char*, int> fields[] = {{"num_layers", m.num_layers()},
+                                                {"num_heads", m.num_heads()},
+                                                {"hidden_size", m.hidden_size()},
+                                                {"seq_length", m.seq_length()},
+                                                {"vocab_size", m.vocab_size()}};
+  for (const auto& [name, value] : fields) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.", name, " is ", value, "; it must be > 0"));
+    }
+  }
+  if (m.hidden_size() % m.num_heads() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model.hidden_size ", m.hidden_size(),
+                                                   " is not divisible by model.num_heads ",
+                                                   m.num_heads()));
+  }
+  return absl::OkStatus();
+}
+
+// Every tensor of a GPT-2 of this shape, in both namings; docs/HUGGINGFACE.md is this
+// table written out.
+std::vector<TensorMapping> Gpt2Mappings(const ModelSpec& m) {
+  const int64_t C = m.hidden_size(), V = m.vocab_size(), S = m.seq_length();
+  const std::string hidden = absl::StrCat("model.hidden_size ", C);
+  std::vector<TensorMapping> maps;
+  maps.push_back({"wte",
+                  "wte.weight",
+                  {V, C},
+                  {V, C},
+                  Layout::kSame,
+                  Rows::kOursPadded,
+                  absl::StrCat("model.vocab_size ", V, ", ", hidden)});
+  maps.push_back({"wpe",
+                  "wpe.weight",
+                  {S, C},
+                  {S, C},
+                  Layout::kSame,
+                  Rows::kHfLonger,
+                  absl::StrCat("model.seq_length ", S, ", ", hidden)});
+  for (int i = 0; i < m.num_layers(); ++i) {
+    const std::string o = absl::StrCat("layers.", i, ".");
+    const std::string h = absl::StrCat("h.", i, ".");
+    const std::string fields =
+        absl::StrCat("layer ", i, " of model.num_layers ", m.num_layers(), ", ", hidden);
+    auto add = [&](const char* ours, const char* hf, std::vector<int64_t> our_shape,
+                   std::vector<int64_t> hf_shape, Layout layout) {
+      maps.push_back({o + ours, h + hf, std::move(our_shape), std::move(hf_shape), layout,
+                      Rows::kExact, fields});
+    };
+    add("ln1.weight", "ln_1.weight", {C}, {C}, Layout::kSame);
+    add("ln1.bias", "ln_1.bias", {C}, {C}, Layout::kSame);
+    // Q, K, V blocks (heads contiguous inside each) are exactly the thirds of c_attn's
+    // output that HF splits with qkv.split(C): the same element order.
+    add("attn.qkv.weight", "attn.c_attn.weight", {3, C, C}, {C, 3 * C}, Layout::kTransposed);
+    add("attn.qkv.bias", "attn.c_attn.bias", {3, C}, {3 * C}, Layout::kSame);
+    add("attn.proj.weight", "attn.c_proj.weight", {C, C}, {C, C}, Layout::kTransposed);
+    add("attn.proj.bias", "attn.c_proj.bias", {C}, {C}, Layout::kSame);
+    add("ln2.weight", "ln_2.weight", {C}, {C}, Layout::kSame);
+    add("ln2.bias", "ln_2.bias", {C}, {C}, Layout::kSame);
+    add("mlp.fc.weight", "mlp.c_fc.weight", {4 * C, C}, {C, 4 * C}, Layout::kTransposed);
+    add("mlp.fc.bias", "mlp.c_fc.bias", {4 * C}, {4 * C}, Layout::kSame);
+    add("mlp.proj.weight", "mlp.c_proj.weight", {C, 4 * C}, {4 * C, C}, Layout::kTransposed);
+    add("mlp.proj.bias", "mlp.c_proj.bias", {C}, {C}, Layout::kSame);
+  }
+  maps.push_back({"lnf.weight", "ln_f.weight", {C}, {C}, Layout::kSame, Rows::kExact, hidden});
+  maps.push_back({"lnf.bias", "ln_f.bias", {C}, {C}, Layout::kSame, Rows::kExact, hidden});
+  return maps;
+}
+
+// [rows, cols] -> [cols, rows].
+std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
+  }
+  return out;
+}
+
+// The Volume(m.our_shape) leading elements of `src` in the other side's layout (for wte
+// and wpe, the leading rows). Our last dimension is the "in" axis that Conv1D puts first.
+std::vector<float> ToHfLayout(const float* src, const TensorMapping& m) {
+  const int64_t n = Volume(m.our_shape);
+  if (m.layout == Layout::kSame) return std::vector<float>(src, src + n);
+  const int64_t cols = m.our_shape.back();
+  return Transposed(src, n / cols, cols);
+}
+
+std::vector<float> FromHfLayout(const float* src, const TensorMapping& m) {
+  const int64_t n = Volume(m.our_shape);
+  if (m.layout == Layout::kSame) return std::vector<float>(src, src + n);
+  const int64_t cols = m.our_shape.back();
+  return Transposed(src, cols, n / cols);
+}
+
+// IEEE half precision to float, exactly (every half is a float).
+float HalfToFloat(uint16_t h) {
+  const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+  const int exponent = (h >> 10) & 0x1F;
+  const int mantissa = h & 0x3FF;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  if (exponent == 31) return mantissa == 0 ? sign * INFINITY : NAN;
+  return sign * std::ldexp(static_cast<float>(mantissa + 1024), exponent - 25);
+}
+
+// bfloat16 is the top half of a float.
+float Bfloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+absl::StatusOr<std::vector<float>> HfFloats(const std::string& name,
+                                            const SafetensorsTensor& tensor) {
+  int element_bytes = 0;
+  if (tensor.dtype == "F32") element_bytes = 4;
+  if (tensor.dtype == "F64") element_bytes = 8;
+  if (tensor.dtype == "F16" || tensor.dtype == "BF16") element_bytes = 2;
+  if (element_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HF tensor '", name, "' has dtype ", tensor.dtype, "; import reads F32, F64, F16 or BF16"));
+  }
+  const int64_t n = tensor.num_elements();
+  if (static_cast<int64_t>(tensor.bytes.size()) != n * element_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HF tensor '", name, "' has ", tensor.bytes.size(), " bytes; its shape ",
+        ShapeString(tensor.shape), " of ", tensor.dtype, " needs ", n * element_bytes));
+  }
+  if (element_bytes != 2) return TensorAsFloats(tensor);
+  std::vector<float> values(static_cast<size_t>(n));
+  const bool half = tensor.dtype == "F16";
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, tensor.bytes.data() + 2 * i, 2);
+    values[i] = half ? HalfToFloat(bits) : Bfloat16ToFloat(bits);
+  }
+  return values;
+}
+
+// "h.<i>.attn.bias" / "h.<i>.attn.masked_bias": the causal mask, a buffer older
+// transformers saved with the weights; it is not a parameter.
+bool IsAttentionMaskBuffer(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, "h.")) return false;
+  const size_t dot = name.find('.');
+  int layer;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(name.substr(0, dot), &layer)) {
+    return false;
+  }
+  name.remove_prefix(dot);
+  return name == ".attn.bias" || name == ".attn.masked_bias";
+}
+
+// The shortest decimal that reads back as `value` in float: "0.1", not "0.100000001".
+std::string FloatJson(float value) {
+  for (int precision = 1; precision < 9; ++precision) {
+    const std::string text = absl::StrFormat("%.*g", precision, value);
+    if (std::strtof(text.c_str(), nullptr) == value) return text;
+  }
+  return absl::StrFormat("%.9g", value);
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
+                                                  const ModelSpec& model_spec) {
+  const ModelSpec model = ResolvedModel(model_spec);
+  RETURN_IF_ERROR(CheckModel(model));
+  const int64_t C = model.hidden_size(), V = model.vocab_size();
+  const std::vector<TensorMapping> mappings = Gpt2Mappings(model);
+  SafetensorsFile file;
+  std::set<std::string> mapped;
+  for (const TensorMapping& m : mappings) {
+    mapped.insert(m.ours);
+    const std::string expected = m.rows == Rows::kOursPadded ? absl::StrCat("[>= ", V, ", ", C, "]")
+                                                             : ShapeString(m.our_shape);
+    auto it = ours.find(m.ours);
+    if (it == ours.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", m.ours, "' is missing; ", m.spec_fields, " expect ", expected));
+    }
+    const FullTensor& tensor = it->second;
+    const bool shape_ok =
+        m.rows == Rows::kOursPadded
+            ? tensor.shape.size() == 2 && tensor.shape[0] >= V && tensor.shape[1] == C
+            : tensor.shape == m.our_shape;
+    if (!shape_ok) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", m.ours, "' has shape ",
+                                                     ShapeString(tensor.shape), "; ", m.spec_fields,
+                                                     " expect ", expected));
+    }
+    if (static_cast<int64_t>(tensor.values.size()) != Volume(tensor.shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", m.ours, "' has ", tensor.values.size(), " values; its shape ",
+                       ShapeString(tensor.shape), " holds ", Volume(tensor.shape)));
+    }
+    // For wte, the leading vocab_size rows: the padding rows after them are never an
+    // input (no token selects them) nor an output (the loss masks their logits).
+    const std::vector<float> values = ToHfLayout(tensor.values.data(), m);
+    file.tensors[absl::StrCat(kHfPrefix, m.hf)] = MakeF32Tensor(m.hf_shape, values.data());
+  }
+  for (const auto& [name, tensor] : ours) {
+    if (!mapped.count(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is not a parameter of a GPT-2 with model.num_layers ",
+                       model.num_layers(), " (pass parameters only, of a model of this spec)"));
+    }
+  }
+  // safetensors' torch loader (and so from_pretrained) refuses files without it.
+  file.metadata["format"] = "pt";
+  return file;
+}
+
+std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec_in) {
+  JobSpec spec = spec_in;
+  ApplyJobSpecDefaults(&spec);
+  const ModelSpec& m = spec.model();
+  const std::string dropout = FloatJson(spec.train().dropout());
+  // GPT2Config's other defaults already match (scale_attn_weights: 1/sqrt(head_dim));
+  // they are written out so the file does not depend on a transformers version's defaults.
+  return absl::StrCat("{\n",                                                    //
+                      "  \"architectures\": [\"GPT2LMHeadModel\"],\n",          //
+                      "  \"model_type\": \"gpt2\",\n",                          //
+                      "  \"vocab_size\": ", m.vocab_size(), ",\n",              //
+                      "  \"n_positions\": ", m.seq_length(), ",\n",             //
+                      "  \"n_ctx\": ", m.seq_length(), ",\n",                   //
+                      "  \"n_embd\": ", m.hidden_size(), ",\n",                 //
+                      "  \"n_layer\": ", m.num_layers(), ",\n",                 //
+                      "  \"n_head\": ", m.num_heads(), ",\n",                   //
+                      "  \"n_inner\": null,\n",                                 // 4 * n_embd
+                      "  \"activation_function\": \"", kHfActivation, "\",\n",  //
+                      "  \"layer_norm_epsilon\": ", FloatJson(kLayerNormEpsilon), ",\n",  //
+                      "  \"embd_pdrop\": ", dropout, ",\n",                               //
+                      "  \"attn_pdrop\": ", dropout, ",\n",                               //
+                      "  \"resid_pdrop\": ", dropout, ",\n",                              //
+                      "  \"initializer_range\": ", FloatJson(kInitializerRange), ",\n",   //
+                      "  \"scale_attn_weights\": true,\n",                                //
+                      "  \"scale_attn_by_inverse_layer_idx\": false,\n",                  //
+                      "  \"reorder_and_upcast_attn\": false,\n",                          //
+                      "  \"tie_word_embeddings\": true,\n",                               //
+                      "  \"bos_token_id\": null,\n",                                      //
+                      "  \"eos_token_id\": null,\n",                                      //
+                      "  \"use_cache\": true,\n",                                         //
+                      "  \"torch_dtype\": \"float32\"\n",                                 //
+                      "}\n");
+}
+
+absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
+                                   const JobSpec& spec, const std::string& out_dir) {
+  ASSIGN_OR_RETURN(const SafetensorsFile file, ToHuggingFaceGpt2(ours, spec.model()));
+  std::error_code error;
+  std::filesystem::create_directories(out_dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create directory ", out_dir, ": ", error.message()));
+  }
+  RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(out_dir, "/", kHuggingFaceModelFile), file));
+  ASSIGN_OR_RETURN(AtomicFileWriter config,
+                   AtomicFileWriter::Create(absl::StrCat(out_dir, "/", kHuggingFaceConfigFile)));
+  RETURN_IF_ERROR(config.Append(HuggingFaceGpt2ConfigJson(spec)));
+  return config.Commit();
+}
+
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
+                                                                      const ModelSpec& model_spec) {
+  const ModelSpec model = ResolvedModel(model_spec);
+  RETURN_IF_ERROR(CheckModel(model));
+  const int64_t C = model.hidden_size(), V = model.vocab_size(), S = model.seq_length();
+
+  // Names without the prefix -> (the name as the file spells it, the tensor).
+  std::map<std::string, std::pair<std::string, const SafetensorsTensor*>> by_name;
+  const SafetensorsTensor* lm_head = nullptr;
+  for (const auto& [name, tensor] : file.tensors) {
+    absl::string_view bare = name;
+    absl::ConsumePrefix(&bare, kHfPrefix);
+    if (bare == kHfLmHead) {
+      lm_head = &tensor;
+      continue;
+    }
+    if (IsAttentionMaskBuffer(bare)) continue;
+    auto [it, inserted] = by_name.emplace(std::string(bare), std::make_pair(name, &tensor));
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("HF tensors '", it->second.first, "' and '",
+                                                     name, "' name the same parameter"));
+    }
+  }
+
+  std::map<std::string, FullTensor> ours;
+  std::vector<float> hf_wte;
+  for (const TensorMapping& m : Gpt2Mappings(model)) {
+    auto it = by_name.find(m.hf);
+    if (it == by_name.end()) {
+      // A file of the engine's own names (train --save_weights) is the likely mix-up.
+      const bool ours_named = file.tensors.count(m.ours) > 0;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HF tensor '", kHfPrefix, m.hf, "' is missing; ", m.spec_fields, " expect ",
+          ShapeString(m.hf_shape),
+          ours_named ? absl::StrCat("; the file has '", m.ours,
+                                    "': it uses the engine's own tensor names (train "
+                                    "--save_weights); `trainctl export` writes HuggingFace ones")
+                     : std::string()));
+    }
+    const std::string& name = it->second.first;
+    const SafetensorsTensor& tensor = *it->second.second;
+    const std::vector<int64_t>& shape = tensor.shape;
+    const bool two_d_of_width_c = shape.size() == 2 && shape[1] == C;
+    if (m.rows == Rows::kOursPadded && two_d_of_width_c && shape[0] != V) {
+      return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has ", shape[0],
+                                                     " rows (tokens); model.vocab_size is ", V,
+                                                     " (the vocabularies must be the same)"));
+    }
+    if (m.rows == Rows::kHfLonger && two_d_of_width_c && shape[0] < S) {
+      return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has ", shape[0],
+                                                     " rows (positions); model.seq_length ", S,
+                                                     " needs at least ", S));
+    }
+    const bool shape_ok = m.rows == Rows::kHfLonger ? two_d_of_width_c : shape == m.hf_shape;
+    if (!shape_ok) {
+      const std::string expected = m.rows == Rows::kHfLonger ? absl::StrCat("[>= ", S, ", ", C, "]")
+                                                             : ShapeString(m.hf_shape);
+      return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has shape ",
+                                                     ShapeString(shape), "; ", m.spec_fields,
+                                                     " expect ", expected));
+    }
+    ASSIGN_OR_RETURN(std::vector<float> values, HfFloats(name, tensor));
+    // For wpe, the first seq_length positions (the leading rows).
+    ours[m.ours] = FullTensor{m.our_shape, FromHfLayout(values.data(), m)};
+    if (m.rows == Rows::kOursPadded) hf_wte = std::move(values);
+    by_name.erase(it);
+  }
+
+  if (lm_head != nullptr) {
+    // GPT2LMHeadModel saves the tied head when asked to; it must be wte itself.
+    absl::StatusOr<std::vector<float>> head = HfFloats(std::string(kHfLmHead), *lm_head);
+    if (!head.ok()) return head.status();
+    if (lm_head->shape != std::vector<int64_t>{V, C} || *head != hf_wte) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HF tensor '", kHfLmHead, "' (shape ", ShapeString(lm_head->shape),
+          ") differs from the token embedding wte: an untied output layer is not supported "
+          "(our output layer is wte)"));
+    }
+  }
+  if (!by_name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HF tensor '", by_name.begin()->second.first,
+                     "' is not a parameter of a GPT-2 with model.num_layers ", model.num_layers(),
+                     " (layers h.0 to h.", model.num_layers() - 1, ")"));
+  }
+  return ours;
+}
+
+}  // namespace mtrain

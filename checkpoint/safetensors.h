@@ -1,0 +1,51 @@
+// Reading and writing the safetensors format (HuggingFace): an 8-byte little-endian header
+// length, a JSON header mapping each tensor name to {dtype, shape, data_offsets} (plus an
+// optional "__metadata__" map of strings), then the raw little-endian tensor bytes.
+// Used for reference data exchanged with PyTorch and for exporting checkpoints.
+#ifndef MTRAIN_CHECKPOINT_SAFETENSORS_H_
+#define MTRAIN_CHECKPOINT_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mtrain {
+
+struct SafetensorsTensor {
+  std::string dtype;  // "F32", "F64", "I32", "I64"
+  std::vector<int64_t> shape;
+  std::string bytes;  // raw little-endian data
+
+  int64_t num_elements() const;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, SafetensorsTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+SafetensorsTensor MakeF32Tensor(std::vector<int64_t> shape, const float* data);
+SafetensorsTensor MakeI32Tensor(std::vector<int64_t> shape, const int32_t* data);
+
+// Element values as float/int32; INVALID_ARGUMENT on a dtype mismatch (F64 converts to
+// float).
+absl::StatusOr<std::vector<float>> TensorAsFloats(const SafetensorsTensor& tensor);
+absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tensor);
+
+// Writes atomically (temporary file, then rename).
+absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file);
+
+// Checks the header (length at most 100 MiB and inside the file, JSON, known dtypes,
+// shapes and data offsets whole numbers whose bytes lie inside the file) before reading
+// any tensor data, so it allocates at most the file's size. DATA_LOSS for a malformed or
+// truncated file, naming the file and what is wrong; INVALID_ARGUMENT naming the file if
+// it is not a regular file (/dev/zero, a FIFO, a directory); NOT_FOUND if absent.
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_CHECKPOINT_SAFETENSORS_H_

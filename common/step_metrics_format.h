@@ -1,0 +1,22 @@
+// The two renderings of a step's metrics: the JSON line of the contract
+// (`train --metrics_jsonl`, `trainctl watch --json`) and the human progress line.
+//
+//   {"step":1,"loss":5.54,"lr":6e-05,"grad_norm":1.2,"tokens_per_second":8123,"mfu":0.013}
+//   step 1/200 | loss 5.5400 | lr 6.00e-05 | grad_norm 1.200 | 8123 tok/s | mfu 1.3%
+#ifndef MTRAIN_COMMON_STEP_METRICS_FORMAT_H_
+#define MTRAIN_COMMON_STEP_METRICS_FORMAT_H_
+
+#include <string>
+
+#include "proto/coordinator.pb.h"
+
+namespace mtrain {
+
+// One line, no trailing newline. Keys in a fixed order; "loss" only when present.
+std::string StepMetricsJson(const StepMetrics& metrics);
+
+std::string StepProgressLine(const StepMetrics& metrics, long long total_steps);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_COMMON_STEP_METRICS_FORMAT_H_

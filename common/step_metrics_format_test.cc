@@ -1,0 +1,48 @@
+#include "common/step_metrics_format.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+StepMetrics Metrics() {
+  StepMetrics m;
+  m.set_step(3);
+  m.set_loss(5.25);
+  m.set_lr(1e-4);
+  m.set_global_rank(1);
+  return m;
+}
+
+TEST(StepMetricsFormatTest, JsonLineHasTheContractFieldsAndNoDeviceMemoryOnTheCpu) {
+  const std::string json = StepMetricsJson(Metrics());
+  EXPECT_THAT(json, ::testing::StartsWith("{\"step\":3,\"loss\":5.25,\"lr\":"));
+  for (const char* field : {"grad_norm", "step_seconds", "tokens_per_second", "mfu", "rank"}) {
+    EXPECT_THAT(json, HasSubstr(std::string("\"") + field + "\":")) << field;
+  }
+  EXPECT_THAT(json, Not(HasSubstr("device_memory_peak_bytes")));
+  EXPECT_THAT(json, EndsWith("\"rank\":1}"));
+}
+
+TEST(StepMetricsFormatTest, LossScalingShowsItsScaleAndSkippedSteps) {
+  StepMetrics m = Metrics();
+  m.set_loss_scale(1.0);
+  EXPECT_THAT(StepMetricsJson(m), Not(HasSubstr("loss_scale")));
+  m.set_loss_scale(65536);
+  m.set_skipped_steps(17);
+  EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"loss_scale\":65536,\"skipped_steps\":17}"));
+}
+
+TEST(StepMetricsFormatTest, CudaRanksReportTheirPeakDeviceMemory) {
+  StepMetrics m = Metrics();
+  m.set_device_memory_peak_bytes(int64_t{5} << 30);
+  EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"device_memory_peak_bytes\":5368709120}"));
+}
+
+}  // namespace
+}  // namespace mtrain

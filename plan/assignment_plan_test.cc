@@ -1,0 +1,120 @@
+#include "plan/assignment_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spec/job_spec_validation.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Spec(const std::string& json) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+TEST(AssignmentPlanTest, EveryRankGetsCoordinatesLayersAndSchedule) {
+  const JobSpec spec = Spec(R"({"model": {"num_layers": 8},
+      "parallel": {"tensor": 2, "pipeline": 2, "data": 2, "virtual_stages": 2,
+                   "schedule": "SCHEDULE_INTERLEAVED_1F1B", "global_batch_size": 8}})");
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-7", 3, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 8u);
+  const Assignment& a = (*plan)[5];  // tp 1, dp 0, pp 1
+  EXPECT_EQ(a.rank().global_rank(), 5);
+  EXPECT_EQ(a.rank().tp_rank(), 1);
+  EXPECT_EQ(a.rank().dp_rank(), 0);
+  EXPECT_EQ(a.rank().pp_rank(), 1);
+  ASSERT_EQ(a.layers_size(), 2);
+  EXPECT_EQ(a.layers(0).first_layer(), 2);
+  EXPECT_EQ(a.layers(1).first_layer(), 6);
+  EXPECT_EQ(a.schedule().num_microbatches(), 4);  // 8 / (1 * 2)
+  // Its pipeline peer is rank 1 (tp 1, dp 0, pp 0).
+  for (const PipelineAction& action : a.schedule().actions()) {
+    if (action.kind() == PipelineAction::RECV_FORWARD ||
+        action.kind() == PipelineAction::SEND_BACKWARD) {
+      EXPECT_EQ(action.peer_rank(), 1);
+    }
+  }
+  EXPECT_EQ(a.peers_size(), 8);
+  EXPECT_EQ(a.rendezvous_prefix(), "job-7/gen-3/");
+  EXPECT_EQ(a.generation(), 3);
+}
+
+TEST(AssignmentPlanTest, PeersMustCoverTheWorld) {
+  const JobSpec spec = Spec(R"({"parallel": {"data": 2, "global_batch_size": 2}})");
+  EXPECT_EQ(PlanAssignments(spec, "j", 1, {Peer()}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Peers as the coordinator fills them: worker ids "HOST-PID" of realistic length.
+std::vector<Peer> Peers(int world) {
+  std::vector<Peer> peers(world);
+  for (int r = 0; r < world; ++r) {
+    peers[r].set_host(absl::StrCat("gpu-node-", 1000 + r / 8, ".cluster.example.org"));
+    peers[r].set_worker_id(absl::StrCat(peers[r].host(), "-", 100000 + r));
+  }
+  return peers;
+}
+
+size_t LargestAssignmentBytes(const std::vector<Assignment>& plan) {
+  size_t largest = 0;
+  for (const Assignment& a : plan) largest = std::max(largest, a.ByteSizeLong());
+  return largest;
+}
+
+// The coordinator once aborted building a schedule for 2^31 microbatches, and a 10^6
+// microbatch Assignment (16 MB) could not be delivered over gRPC (4 MB). The validation
+// bounds keep the largest accepted Assignment well under that, whatever the batch.
+TEST(AssignmentPlanTest, TheLargestAcceptedScheduleKeepsAssignmentsSmall) {
+  // The most scheduled microbatches per rank (m * v = 8192), interleaved over 8 stages so
+  // that every compute has its receive and send (four actions each).
+  const JobSpec spec = Spec(R"({"model": {"num_layers": 64},
+      "parallel": {"pipeline": 8, "virtual_stages": 8, "global_batch_size": 1024,
+                   "schedule": "SCHEDULE_INTERLEAVED_1F1B"}})");
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-1", 1, Peers(8));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const size_t largest = LargestAssignmentBytes(*plan);
+  std::printf("largest assignment, m * v = 8192 on 8 stages: %zu bytes\n", largest);
+  EXPECT_LT(largest, size_t{1} << 20);
+}
+
+TEST(AssignmentPlanTest, ManyRanksKeepAssignmentsSmall) {
+  // 1024 ranks, each listing every peer, at the plan-wide bound (1024 x 256 microbatches).
+  // Peers grow linearly: 4096 ranks would add ~220 KB more.
+  const JobSpec spec = Spec(R"({"parallel": {"data": 1024, "global_batch_size": 262144}})");
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-1", 1, Peers(1024));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const size_t largest = LargestAssignmentBytes(*plan);
+  std::printf("largest assignment, 1024 ranks x 256 microbatches: %zu bytes\n", largest);
+  EXPECT_LT(largest, size_t{1} << 20);
+}
+
+TEST(AssignmentPlanTest, SpecsBeyondTheScheduleBoundsAreRefusedNotBuilt) {
+  // Unvalidated specs (a stored job from before the bounds): an error, never a 2^31-entry
+  // schedule, an overflow or a division by zero.
+  JobSpec spec = Spec("{}");
+  spec.mutable_parallel()->set_global_batch_size(2147483647);
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "j", 1, {});
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("microbatches * virtual_stages <= 8192"),
+            std::string::npos)
+      << plan.status();
+  spec = Spec("{}");
+  spec.mutable_parallel()->set_micro_batch_size(0);
+  EXPECT_EQ(PlanAssignments(spec, "j", 1, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  spec = Spec("{}");
+  spec.mutable_parallel()->set_tensor(65536);
+  spec.mutable_parallel()->set_data(65536);
+  EXPECT_EQ(PlanAssignments(spec, "j", 1, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  spec = Spec("{}");
+  spec.mutable_parallel()->set_virtual_stages(2147483647);
+  EXPECT_EQ(PlanAssignments(spec, "j", 1, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mtrain

@@ -1,0 +1,130 @@
+#include "plan/rank_memory_estimate.h"
+
+#include <climits>
+#include <string>
+
+#include "spec/job_spec_validation.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Resolved(const std::string& json) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(JobSpec());
+}
+
+TEST(RankMemoryEstimateTest, DefaultModelCountsEveryParameterOnce) {
+  // 4 layers of 12 C^2 + 13 C with C = 128, the 256 x 128 tied embedding, 128 x 128
+  // positions and the final LayerNorm (worker/engine/parameter_layout.cc).
+  const RankMemoryEstimate e = EstimateRankMemory(Resolved("{}"));
+  const int64_t layer = 12 * 128 * 128 + 13 * 128;
+  const int64_t parameters = 4 * layer + 256 * 128 + 128 * 128 + 2 * 128;
+  EXPECT_EQ(e.parameters, parameters);
+  EXPECT_EQ(e.pipeline_stage, 0);
+  EXPECT_EQ(e.weight_bytes, 4 * parameters);
+  EXPECT_EQ(e.gradient_bytes, 4 * parameters);
+  EXPECT_EQ(e.optimizer_bytes, 8 * parameters);
+  // One microbatch of 128 tokens in flight through 4 layers, 4 heads of 128 x 128 scores.
+  const int64_t n = 128;
+  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128 * 128;
+  EXPECT_EQ(e.activation_bytes, 4 * 4 * per_layer);
+  EXPECT_EQ(e.logits_bytes, 4 * (2 * n * 256 + n * 128 + 5 * n));
+  EXPECT_EQ(e.total_bytes, e.weight_bytes + e.gradient_bytes + e.optimizer_bytes +
+                               e.activation_bytes + e.logits_bytes);
+}
+
+TEST(RankMemoryEstimateTest, TensorParallelismSplitsTheLayersAndTheVocabulary) {
+  const RankMemoryEstimate one = EstimateRankMemory(Resolved(R"({"parallel": {"tensor": 1}})"));
+  const RankMemoryEstimate two = EstimateRankMemory(Resolved(R"({"parallel": {"tensor": 2}})"));
+  const int64_t c = 128;
+  // Per layer 12 C Cl + 7 Cl + 6 C; the vocabulary 256 pads to 256 for t = 2 (128 each).
+  const int64_t layer2 = 12 * c * 64 + 7 * 64 + 6 * c;
+  EXPECT_EQ(two.parameters, 4 * layer2 + 128 * c + 128 * c + 2 * c);
+  EXPECT_LT(two.total_bytes, one.total_bytes);
+}
+
+TEST(RankMemoryEstimateTest, PipelineStagesSplitTheLayersAndTheLargerStageIsReported) {
+  // p = 2: stage 0 has 2 layers, the embedding and positions; stage 1 has 2 layers, its
+  // copy of the tied embedding, the final LayerNorm and the logits.
+  const RankMemoryEstimate e = EstimateRankMemory(
+      Resolved(R"({"model": {"vocab_size": 50000}, "parallel": {"pipeline": 2}})"));
+  EXPECT_EQ(e.pipeline_stage, 1);  // 50048 x 128 logits per token outweigh the positions
+  const int64_t layer = 12 * 128 * 128 + 13 * 128;
+  EXPECT_EQ(e.parameters, 2 * layer + 50048 * 128 + 2 * 128);
+}
+
+TEST(RankMemoryEstimateTest, ZeroOneShardsTheOptimizerStateAcrossData) {
+  const RankMemoryEstimate plain = EstimateRankMemory(Resolved(R"({"parallel": {"data": 4}})"));
+  const RankMemoryEstimate zero =
+      EstimateRankMemory(Resolved(R"({"parallel": {"data": 4, "zero_stage": 1}})"));
+  EXPECT_EQ(zero.optimizer_bytes, (plain.optimizer_bytes + 3) / 4);
+  EXPECT_EQ(zero.weight_bytes, plain.weight_bytes);
+}
+
+TEST(RankMemoryEstimateTest, GPipeHoldsEveryMicrobatchAnd1F1BAtMostPipeline) {
+  const std::string base = R"({"model": {"num_layers": 4}, "parallel": {"pipeline": 2,
+      "global_batch_size": 16, "schedule": ")";
+  const RankMemoryEstimate gpipe = EstimateRankMemory(Resolved(base + R"(SCHEDULE_GPIPE"}})"));
+  const RankMemoryEstimate one_f_one_b = EstimateRankMemory(Resolved(base + R"(SCHEDULE_1F1B"}})"));
+  // Stage 0: 16 microbatches in flight under GPipe, 2 under 1F1B (each through 2 layers).
+  EXPECT_EQ(gpipe.activation_bytes, 8 * one_f_one_b.activation_bytes);
+  EXPECT_EQ(one_f_one_b.pipeline_stage, 0);
+  EXPECT_GT(gpipe.logits_bytes, 0);  // GPipe's last stage holds all 16 microbatches' logits
+  EXPECT_EQ(gpipe.pipeline_stage, 1);
+}
+
+TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
+  const RankMemoryEstimate saved = EstimateRankMemory(Resolved("{}"));
+  const RankMemoryEstimate recomputed =
+      EstimateRankMemory(Resolved(R"({"train": {"recompute": true}})"));
+  const int64_t n = 128;
+  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128 * 128;
+  EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128 + per_layer));
+  EXPECT_LT(recomputed.activation_bytes, saved.activation_bytes);
+}
+
+TEST(RankMemoryEstimateTest, HalfPrecisionAddsAWorkingCopyOfTheWeights) {
+  const RankMemoryEstimate fp32 = EstimateRankMemory(Resolved(R"({"device": "DEVICE_CUDA"})"));
+  const RankMemoryEstimate bf16 =
+      EstimateRankMemory(Resolved(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"));
+  EXPECT_EQ(bf16.weight_bytes, fp32.weight_bytes / 4 * 6);
+}
+
+TEST(RankMemoryEstimateTest, ExtremeValuesSaturateInsteadOfWrapping) {
+  // Unvalidated: every size at int32's maximum. Products reach ~2^155; they must read as
+  // "too big", not wrap to something small or negative (UBSan checks there is no overflow).
+  JobSpec spec;
+  ModelSpec* m = spec.mutable_model();
+  m->set_num_layers(INT_MAX);
+  m->set_num_heads(INT_MAX);
+  m->set_hidden_size(INT_MAX);
+  m->set_seq_length(INT_MAX);
+  m->set_vocab_size(INT_MAX);
+  ParallelSpec* p = spec.mutable_parallel();
+  p->set_micro_batch_size(INT_MAX);
+  p->set_global_batch_size(INT_MAX);
+  for (Schedule schedule : {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}) {
+    p->set_schedule(schedule);
+    const RankMemoryEstimate e = EstimateRankMemory(spec);
+    EXPECT_EQ(e.total_bytes, kSaturatedBytes);
+    EXPECT_GE(e.parameters, 0);
+    EXPECT_GE(e.activation_bytes, 0);
+  }
+  // Non-positive sizes (which validation refuses) are taken as 1: no division by zero.
+  JobSpec zeros;
+  zeros.mutable_parallel()->set_tensor(0);
+  zeros.mutable_parallel()->set_pipeline(-3);
+  EXPECT_GT(EstimateRankMemory(zeros).total_bytes, 0);
+}
+
+TEST(RankMemoryEstimateTest, FormatsBytesForMessages) {
+  EXPECT_EQ(FormatMemoryBytes(512), "512 B");
+  EXPECT_EQ(FormatMemoryBytes(int64_t{3} << 29), "1.5 GiB");
+  EXPECT_EQ(FormatMemoryBytes(int64_t{1} << 40), "1.0 TiB");
+  EXPECT_EQ(FormatMemoryBytes(kSaturatedBytes), "more than 8 EiB");
+}
+
+}  // namespace
+}  // namespace mtrain

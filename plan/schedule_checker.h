@@ -1,0 +1,47 @@
+// Proves a set of per-stage pipeline schedules (one pipeline group) correct before a
+// worker runs them, and measures them:
+//   - every (microbatch, chunk) gets exactly one FORWARD and one BACKWARD per stage, the
+//     forward first; inputs and output gradients are received before they are used;
+//     sends follow the computation that produced their data;
+//   - every send has exactly one matching receive (same pair, same tag) and vice versa,
+//     with the right peer (the rank of the adjacent virtual stage);
+//   - executing all lists together under the semantics of pipeline_schedule.h (sends
+//     non-blocking, receives blocking) finishes: no deadlock. On a deadlock the error
+//     names each stage's blocked action;
+//   - the most microbatches in flight per stage (forwarded, not yet backwarded; a
+//     microbatch counts once per chunk), bounding activation memory;
+//   - the bubble: a timed simulation where a chunk's forward costs 1 and its backward 2,
+//     messages are free, each action starts as soon as its stage and inputs allow. With
+//     busy = 3 m v per stage and makespan T, bubble_fraction = (T - busy) / busy.
+//
+//   ASSIGN_OR_RETURN(ScheduleReport report, CheckPipelineSchedules(config, schedules, ranks));
+#ifndef MTRAIN_PLAN_SCHEDULE_CHECKER_H_
+#define MTRAIN_PLAN_SCHEDULE_CHECKER_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "plan/pipeline_schedule.h"
+#include "proto/assignment.pb.h"
+
+namespace mtrain {
+
+struct ScheduleReport {
+  std::vector<int> max_in_flight;  // per stage
+  double makespan = 0;             // T, in units of one chunk's forward
+  double bubble_fraction = 0;      // (T - busy) / busy
+};
+
+// `schedules[s]` is stage s's list; `stage_ranks` as in BuildPipelineSchedule.
+// FAILED_PRECONDITION describing the first violation (stage, action index, action) or the
+// deadlock.
+absl::StatusOr<ScheduleReport> CheckPipelineSchedules(
+    const ScheduleConfig& config, const std::vector<PipelineSchedule>& schedules,
+    const std::vector<int>& stage_ranks);
+
+// Megatron's analytic bubble: (p-1)/m, or (p-1)/(v m) for the interleaved schedule.
+double IdealBubbleFraction(const ScheduleConfig& config);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_PLAN_SCHEDULE_CHECKER_H_

@@ -1,0 +1,471 @@
+#include "spec/job_spec_validation.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/utf8.h"
+#include "spec/job_spec_defaults.h"
+#include "spec/job_spec_limits.h"
+#include "spec/json_syntax.h"
+#include "plan/rank_memory_estimate.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mtrain {
+namespace {
+
+constexpr int kByteTokenizerVocab = 256;
+
+// Collects violations; each is "field: what is wrong (the value) [rule: ...]". Every check
+// is written so that no value, however extreme, overflows: products are formed in 64 bits
+// from operands the bounds have already limited.
+class Violations {
+ public:
+  void Add(std::string message) { messages_.push_back(std::move(message)); }
+  bool empty() const { return messages_.empty(); }
+  size_t size() const { return messages_.size(); }
+
+  void RequirePositive(absl::string_view field, long long value) {
+    if (value <= 0) Add(absl::StrCat(field, ": must be > 0 (got ", value, ")"));
+  }
+  void RequireNonNegative(absl::string_view field, double value) {
+    if (value < 0) Add(absl::StrCat(field, ": must be >= 0 (got ", value, ")"));
+  }
+  void RequireFraction(absl::string_view field, double value) {
+    if (!(value >= 0 && value < 1)) {
+      Add(absl::StrCat(field, ": must be in [0, 1) (got ", value, ")"));
+    }
+  }
+  // The upper bound of job_spec_limits.h; true if it holds.
+  bool RequireAtMost(absl::string_view field, long long value, long long limit) {
+    if (value <= limit) return true;
+    Add(absl::StrCat(field, ": ", value, " exceeds the limit of ", limit, " [rule: ", field,
+                     " <= ", limit, "]"));
+    return false;
+  }
+  // Positive and within its bound; true if both hold.
+  bool RequireSize(absl::string_view field, long long value, long long limit) {
+    RequirePositive(field, value);
+    return RequireAtMost(field, value, limit) && value > 0;
+  }
+  // Protobuf JSON accepts "NaN", "Infinity" and "-Infinity" for floats; no field means
+  // anything by them (eps = Infinity "trained" without learning). True if finite.
+  bool RequireFinite(absl::string_view field, float value) {
+    if (std::isfinite(value)) return true;
+    Add(absl::StrCat(field, ": must be a finite number (got ", value,
+                     ") [rule: no NaN or "
+                     "Infinity]"));
+    return false;
+  }
+  void RequireFloatAtMost(absl::string_view field, float value, float limit) {
+    if (value > limit) {
+      Add(absl::StrCat(field, ": ", value, " exceeds the limit of ", limit, " [rule: ", field,
+                       " <= ", limit, "]"));
+    }
+  }
+
+  absl::Status ToStatus() const {
+    if (messages_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(messages_, "; "));
+  }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+bool IsNameCharacter(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+void ValidateName(const std::string& name, Violations* v) {
+  if (name.empty() || name.size() > static_cast<size_t>(kMaxNameLength)) {
+    v->Add(absl::StrCat("name: must have 1 to ", kMaxNameLength, " characters (got ", name.size(),
+                        ")"));
+    return;
+  }
+  for (char c : name) {
+    if (!IsNameCharacter(c)) {
+      v->Add(absl::StrCat("name: character '", absl::CEscape(std::string(1, c)),
+                          "' is not allowed [rule: only A-Z a-z 0-9 . _ -]"));
+      return;
+    }
+  }
+}
+
+// A file path resolved on a worker: bounded, UTF-8 (proto3 strings must be; a spec built in
+// code with other bytes would not even parse on the worker), no control characters (NUL
+// would cut the path short in the C library; a newline would forge log lines).
+void ValidatePath(absl::string_view field, const std::string& path, Violations* v) {
+  if (path.size() > static_cast<size_t>(kMaxPathLength)) {
+    v->Add(absl::StrCat(field, ": ", path.size(), " bytes exceed the limit of ", kMaxPathLength,
+                        " [rule: a path has at most ", kMaxPathLength, " bytes]"));
+    return;
+  }
+  if (const std::optional<size_t> at = FindInvalidUtf8(path)) {
+    v->Add(absl::StrCat(field, ": byte ", *at, " is not valid UTF-8 [rule: paths are UTF-8]"));
+    return;
+  }
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (static_cast<unsigned char>(path[i]) < 0x20 || path[i] == 0x7f) {
+      v->Add(absl::StrCat(field, ": control character \\x",
+                          absl::Hex(static_cast<unsigned char>(path[i]), absl::kZeroPad2),
+                          " at byte ", i, " [rule: no control characters in paths]"));
+      return;
+    }
+  }
+}
+
+// Protobuf keeps unknown enum numbers (proto3 enums are open; JSON and the wire accept
+// any number), and every switch downstream would read them as some default: refuse them.
+template <typename Enum>
+bool ValidateEnum(absl::string_view field, int value, bool (*is_valid)(int),
+                  const std::string& (*name)(Enum), std::initializer_list<Enum> allowed,
+                  Violations* v) {
+  if (is_valid(value) && value != 0) return true;
+  std::vector<std::string> names;
+  for (Enum e : allowed) names.push_back(name(e));
+  v->Add(absl::StrCat(field, ": ", value, " is not a known value [rule: one of ",
+                      absl::StrJoin(names, ", "), "]"));
+  return false;
+}
+
+struct ValidEnums {
+  bool precision = false;
+  bool device = false;
+  bool schedule = false;
+  bool format = false;
+  bool tokenizer = false;
+};
+
+ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
+  ValidEnums ok;
+  ok.precision =
+      ValidateEnum<Precision>("precision", spec.precision(), Precision_IsValid, Precision_Name,
+                              {PRECISION_FP32, PRECISION_BF16, PRECISION_FP16}, v);
+  ok.device = ValidateEnum<Device>("device", spec.device(), Device_IsValid, Device_Name,
+                                   {DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA}, v);
+  ok.schedule = ValidateEnum<Schedule>(
+      "parallel.schedule", spec.parallel().schedule(), Schedule_IsValid, Schedule_Name,
+      {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}, v);
+  ok.format = ValidateEnum<DataFormat>("data.format", spec.data().format(), DataFormat_IsValid,
+                                       DataFormat_Name, {DATA_FORMAT_TEXT, DATA_FORMAT_MMIDIDX}, v);
+  ok.tokenizer = ValidateEnum<Tokenizer>("data.tokenizer", spec.data().tokenizer(),
+                                         Tokenizer_IsValid, Tokenizer_Name, {TOKENIZER_BYTE}, v);
+  return ok;
+}
+
+// Whether the model's sizes are all positive and within bounds.
+bool ValidateModel(const JobSpec& spec, Violations* v) {
+  const ModelSpec& m = spec.model();
+  const size_t before = v->size();
+  v->RequireSize("model.num_layers", m.num_layers(), kMaxNumLayers);
+  v->RequireSize("model.num_heads", m.num_heads(), kMaxNumHeads);
+  v->RequireSize("model.hidden_size", m.hidden_size(), kMaxHiddenSize);
+  v->RequireSize("model.seq_length", m.seq_length(), kMaxSeqLength);
+  v->RequireSize("model.vocab_size", m.vocab_size(), kMaxVocabSize);
+  if (m.num_heads() > 0 && m.hidden_size() > 0 && m.hidden_size() % m.num_heads() != 0) {
+    v->Add(absl::StrCat("model.hidden_size: ", m.hidden_size(),
+                        " is not divisible by model.num_heads (", m.num_heads(),
+                        ") [rule: hidden_size % num_heads == 0]"));
+  }
+  if (spec.data().tokenizer() == TOKENIZER_BYTE && m.vocab_size() > 0 &&
+      m.vocab_size() < kByteTokenizerVocab) {
+    v->Add(absl::StrCat("model.vocab_size: ", m.vocab_size(),
+                        " is smaller than the byte tokenizer's 256 tokens [rule: "
+                        "vocab_size >= 256 with TOKENIZER_BYTE]"));
+  }
+  return v->size() == before;
+}
+
+// Whether the grid and batch sizes are valid (the memory estimate needs them).
+bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
+  const ParallelSpec& p = spec.parallel();
+  const ModelSpec& m = spec.model();
+  const size_t before = v->size();
+  bool sizes_ok = v->RequireSize("parallel.tensor", p.tensor(), kMaxWorldSize);
+  sizes_ok &= v->RequireSize("parallel.pipeline", p.pipeline(), kMaxWorldSize);
+  sizes_ok &= v->RequireSize("parallel.data", p.data(), kMaxWorldSize);
+  sizes_ok &= v->RequireSize("parallel.virtual_stages", p.virtual_stages(), kMaxVirtualStages);
+  sizes_ok &= v->RequireSize("parallel.micro_batch_size", p.micro_batch_size(), kMaxMicroBatchSize);
+  // Unset only when it could not be derived (the micro batch or data degree is wrong and
+  // is reported already).
+  if (p.has_global_batch_size()) {
+    sizes_ok &=
+        v->RequireSize("parallel.global_batch_size", p.global_batch_size(), kMaxGlobalBatchSize);
+  } else {
+    sizes_ok = false;
+  }
+  if (!sizes_ok) return false;  // The rules below would only repeat the same problem.
+  // Every operand is now at most 2^20: the products below fit 64 bits easily.
+  const int64_t world = int64_t{p.tensor()} * p.pipeline() * p.data();
+  if (world > kMaxWorldSize) {
+    v->Add(absl::StrCat("parallel: tensor * pipeline * data = ", world, " exceeds ", kMaxWorldSize,
+                        " ranks [rule: world size <= ", kMaxWorldSize, "]"));
+  }
+  if (m.num_heads() > 0 && m.num_heads() % p.tensor() != 0) {
+    v->Add(absl::StrCat("model.num_heads: ", m.num_heads(),
+                        " is not divisible by parallel.tensor (", p.tensor(),
+                        ") [rule: num_heads % tensor == 0]"));
+  }
+  const int64_t chunks = int64_t{p.pipeline()} * p.virtual_stages();
+  if (m.num_layers() > 0 && m.num_layers() % chunks != 0) {
+    v->Add(absl::StrCat("model.num_layers: ", m.num_layers(),
+                        " is not divisible by parallel.pipeline * parallel.virtual_stages (",
+                        chunks, ") [rule: num_layers % (pipeline * virtual_stages) == 0]"));
+  }
+  const bool interleaved = p.schedule() == SCHEDULE_INTERLEAVED_1F1B;
+  if (schedule_known && !interleaved && p.virtual_stages() > 1) {
+    v->Add(absl::StrCat("parallel.virtual_stages: ", p.virtual_stages(),
+                        " needs parallel.schedule SCHEDULE_INTERLEAVED_1F1B [rule: "
+                        "virtual_stages > 1 only with interleaving]"));
+  }
+  if (interleaved && p.pipeline() < 2) {
+    // One stage would hold the first and the last chunk, and with them the tied embedding
+    // twice; and there is no bubble to shrink.
+    v->Add(absl::StrCat("parallel.pipeline: ", p.pipeline(),
+                        " is too small for SCHEDULE_INTERLEAVED_1F1B [rule: interleaving "
+                        "needs pipeline >= 2]"));
+  }
+  const int64_t per_microbatch_step = int64_t{p.micro_batch_size()} * p.data();
+  bool batch_ok = true;
+  if (p.global_batch_size() % per_microbatch_step != 0) {
+    batch_ok = false;
+    v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(),
+                        " is not divisible by parallel.micro_batch_size * parallel.data (",
+                        per_microbatch_step,
+                        ") [rule: global_batch_size % (micro_batch_size * data) == 0]"));
+  } else if (interleaved) {
+    const int64_t microbatches = p.global_batch_size() / per_microbatch_step;
+    if (microbatches % p.pipeline() != 0) {
+      v->Add(absl::StrCat("parallel.global_batch_size: gives ", microbatches,
+                          " microbatches per replica, not divisible by parallel.pipeline (",
+                          p.pipeline(),
+                          ") [rule: with SCHEDULE_INTERLEAVED_1F1B, microbatches % "
+                          "pipeline == 0]"));
+    }
+  }
+  if (p.zero_stage() != 0 && p.zero_stage() != 1) {
+    v->Add(absl::StrCat("parallel.zero_stage: must be 0 or 1 (got ", p.zero_stage(), ")"));
+  }
+  bool min_data_ok = false;
+  if (p.min_data() < 1 || p.min_data() > p.data()) {
+    v->Add(absl::StrCat("parallel.min_data: must be in [1, parallel.data = ", p.data(), "] (got ",
+                        p.min_data(), ")"));
+  } else if (p.data() % p.min_data() != 0) {
+    // Shrinking keeps the global batch over whole microbatches of the surviving replicas;
+    // a degree that does not divide data leaves no grid the planner would pick from.
+    v->Add(absl::StrCat("parallel.min_data: ", p.min_data(), " does not divide parallel.data (",
+                        p.data(), ") [rule: data % min_data == 0]"));
+  } else if (p.global_batch_size() % (int64_t{p.micro_batch_size()} * p.min_data()) != 0) {
+    v->Add(absl::StrCat("parallel.min_data: global_batch_size ", p.global_batch_size(),
+                        " is not divisible by micro_batch_size * min_data (",
+                        int64_t{p.micro_batch_size()} * p.min_data(),
+                        ") [rule: the global batch must survive shrinking to min_data]"));
+  } else {
+    min_data_ok = true;
+  }
+  if (batch_ok) {
+    // Each rank's schedule lists every (microbatch, chunk); a job shrunk to min_data runs
+    // the most microbatches per replica.
+    const int smallest_data = min_data_ok ? p.min_data() : p.data();
+    const int64_t microbatches =
+        p.global_batch_size() / (int64_t{p.micro_batch_size()} * smallest_data);
+    const int64_t scheduled = microbatches * p.virtual_stages();
+    if (scheduled > kMaxScheduledMicrobatches) {
+      v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(), " gives ",
+                          microbatches,
+                          " microbatches per replica (global_batch_size / (micro_batch_size * ",
+                          min_data_ok && p.min_data() != p.data() ? "min_data" : "data", ")) x ",
+                          p.virtual_stages(), " virtual stages = ", scheduled, ", more than ",
+                          kMaxScheduledMicrobatches, " [rule: microbatches * virtual_stages <= ",
+                          kMaxScheduledMicrobatches, " (raise micro_batch_size or data)]"));
+    } else if (world <= kMaxWorldSize && world * scheduled > kMaxPlanScheduledMicrobatches) {
+      v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(), " gives ",
+                          scheduled, " scheduled microbatches per rank on ", world, " ranks = ",
+                          world * scheduled, ", more than ", kMaxPlanScheduledMicrobatches,
+                          " [rule: tensor * pipeline * data * microbatches * virtual_stages <= ",
+                          kMaxPlanScheduledMicrobatches, "]"));
+    }
+  }
+  return v->size() == before;
+}
+
+void ValidateOptimizer(const OptimizerSpec& o, Violations* v) {
+  if (v->RequireFinite("optimizer.lr", o.lr())) {
+    if (!(o.lr() > 0)) v->Add(absl::StrCat("optimizer.lr: must be > 0 (got ", o.lr(), ")"));
+    v->RequireFloatAtMost("optimizer.lr", o.lr(), kMaxLearningRate);
+    // Unset when lr was invalid (job_spec_defaults derives it from a valid lr only).
+    if (o.has_min_lr() && v->RequireFinite("optimizer.min_lr", o.min_lr()) &&
+        !(o.min_lr() >= 0 && o.min_lr() <= o.lr())) {
+      v->Add(absl::StrCat("optimizer.min_lr: must be in [0, optimizer.lr = ", o.lr(), "] (got ",
+                          o.min_lr(), ")"));
+    }
+  }
+  v->RequireNonNegative("optimizer.warmup_steps", o.warmup_steps());
+  v->RequireAtMost("optimizer.warmup_steps", o.warmup_steps(), kMaxSteps);
+  // Unset when train.steps or warmup_steps was invalid (reported there).
+  if (o.has_decay_steps()) {
+    if (o.decay_steps() < o.warmup_steps()) {
+      v->Add(absl::StrCat("optimizer.decay_steps: ", o.decay_steps(),
+                          " is less than optimizer.warmup_steps (", o.warmup_steps(),
+                          ") [rule: decay_steps >= warmup_steps]"));
+    }
+    v->RequireAtMost("optimizer.decay_steps", o.decay_steps(), kMaxSteps);
+  }
+  if (v->RequireFinite("optimizer.weight_decay", o.weight_decay())) {
+    v->RequireNonNegative("optimizer.weight_decay", o.weight_decay());
+    v->RequireFloatAtMost("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay);
+  }
+  if (v->RequireFinite("optimizer.beta1", o.beta1())) {
+    v->RequireFraction("optimizer.beta1", o.beta1());
+  }
+  if (v->RequireFinite("optimizer.beta2", o.beta2())) {
+    v->RequireFraction("optimizer.beta2", o.beta2());
+  }
+  if (v->RequireFinite("optimizer.eps", o.eps())) {
+    if (!(o.eps() > 0)) v->Add(absl::StrCat("optimizer.eps: must be > 0 (got ", o.eps(), ")"));
+    v->RequireFloatAtMost("optimizer.eps", o.eps(), kMaxEps);
+  }
+  if (v->RequireFinite("optimizer.grad_clip", o.grad_clip())) {
+    v->RequireNonNegative("optimizer.grad_clip", o.grad_clip());
+    v->RequireFloatAtMost("optimizer.grad_clip", o.grad_clip(), kMaxGradClip);
+  }
+}
+
+void ValidateTrain(const TrainSpec& t, Violations* v) {
+  v->RequireSize("train.steps", t.steps(), kMaxSteps);
+  if (v->RequireFinite("train.dropout", t.dropout())) {
+    v->RequireFraction("train.dropout", t.dropout());
+  }
+  v->RequireNonNegative("train.checkpoint_every", t.checkpoint_every());
+  v->RequireAtMost("train.checkpoint_every", t.checkpoint_every(), kMaxSteps);
+  v->RequireNonNegative("train.max_restarts", t.max_restarts());
+  v->RequireAtMost("train.max_restarts", t.max_restarts(), kMaxRestarts);
+  if (t.has_init_from()) ValidatePath("train.init_from", t.init_from(), v);
+}
+
+void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Violations* v) {
+  if (enums.device && enums.precision && spec.device() == DEVICE_CPU &&
+      spec.precision() != PRECISION_FP32) {
+    v->Add(absl::StrCat("precision: ", Precision_Name(spec.precision()),
+                        " needs a GPU but device is DEVICE_CPU [rule: CPU ranks train in "
+                        "PRECISION_FP32]"));
+  }
+  if (spec.data().has_path()) ValidatePath("data.path", spec.data().path(), v);
+  if (enums.format && spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty()) {
+    v->Add(
+        "data.path: must name the .bin/.idx prefix [rule: DATA_FORMAT_MMIDIDX has no "
+        "shipped default]");
+  }
+}
+
+// Only for a spec whose sizes passed: the estimate is then exact arithmetic. The job may
+// shrink to min_data replicas: fewer ZeRO-1 shards and more microbatches per replica, so
+// that grid needs the most.
+void ValidateMemory(const JobSpec& spec, Violations* v) {
+  JobSpec smallest = spec;
+  smallest.mutable_parallel()->set_data(spec.parallel().min_data());
+  const RankMemoryEstimate memory = EstimateRankMemory(smallest);
+  if (memory.total_bytes <= kMaxRankMemoryBytes) return;
+  v->Add(
+      absl::StrCat("model and parallel: one rank needs an estimated ", memory.ToString(),
+                   ", more than the limit of ", FormatMemoryBytes(kMaxRankMemoryBytes),
+                   " [rule: per-rank memory estimate <= ", FormatMemoryBytes(kMaxRankMemoryBytes),
+                   " (a smaller model, micro_batch_size or seq_length, more tensor or "
+                   "pipeline parallelism, or train.recompute need less)]"));
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const JobSpec& spec) {
+  Violations v;
+  ValidateName(spec.name(), &v);
+  const ValidEnums enums = ValidateEnums(spec, &v);
+  const bool model_ok = ValidateModel(spec, &v);
+  const bool parallel_ok = ValidateParallel(spec, enums.schedule, &v);
+  ValidateOptimizer(spec.optimizer(), &v);
+  ValidateTrain(spec.train(), &v);
+  ValidatePrecisionAndDevice(spec, enums, &v);
+  if (model_ok && parallel_ok && enums.schedule && enums.precision) ValidateMemory(spec, &v);
+  return v.ToStatus();
+}
+
+absl::StatusOr<JobSpec> ResolveJobSpec(JobSpec spec) {
+  ApplyJobSpecDefaults(&spec);
+  absl::Status status = ValidateJobSpec(spec);
+  if (!status.ok()) return status;
+  return spec;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+  if (json.size() > static_cast<size_t>(kMaxJobSpecJsonBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec JSON: ", json.size(), " bytes exceed the limit of ", kMaxJobSpecJsonBytes,
+        " [rule: a spec is at most ", kMaxJobSpecJsonBytes, " bytes]"));
+  }
+  const std::optional<TextPosition> syntax_error = FindJsonSyntaxError(json);
+  JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &spec, options);
+  if (!parsed.ok()) {
+    std::string message(parsed.message());
+    if (const std::optional<TextPosition>& at = syntax_error) {
+      // Protobuf's first sentence says what it expected; the rest quotes the text around
+      // the error across its line breaks. The line and column say where more plainly.
+      const size_t sentence = message.find_first_of(".\n");
+      if (sentence != std::string::npos) {
+        message.resize(message[sentence] == '.' ? sentence + 1 : sentence);
+      }
+      message = absl::StrCat("line ", at->line, ", column ", at->column, ": ", message);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("job spec JSON: ", message));
+  }
+  if (syntax_error.has_value()) {
+    // Protobuf's parser is lenient (it takes single-quoted strings, for one); what it
+    // accepts beyond RFC 8259 would make a spec mean different things to different tools.
+    return absl::InvalidArgumentError(absl::StrCat("job spec JSON: line ", syntax_error->line,
+                                                   ", column ", syntax_error->column,
+                                                   ": not valid JSON [rule: RFC 8259]"));
+  }
+  return ResolveJobSpec(std::move(spec));
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read job spec file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(text.str());
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+int PaddedVocabSize(int vocab_size, int tensor) {
+  // 64-bit: the bounds keep a validated result far inside int, and an unvalidated input
+  // must not overflow on the way.
+  const int64_t multiple = int64_t{128} * std::max(tensor, 1);
+  const int64_t padded = (std::max<int64_t>(vocab_size, 0) + multiple - 1) / multiple * multiple;
+  return static_cast<int>(std::min<int64_t>(padded, INT_MAX));
+}
+
+int NumMicrobatches(const ParallelSpec& parallel) {
+  const int64_t per_step = int64_t{parallel.micro_batch_size()} * parallel.data();
+  if (per_step <= 0 || parallel.global_batch_size() <= 0) return 0;
+  return static_cast<int>(parallel.global_batch_size() / per_step);
+}
+
+}  // namespace mtrain

@@ -1,0 +1,56 @@
+// Validation of a JobSpec, shared by the coordinator (SubmitJob) and trainctl (before
+// sending), so both reject the same specs with the same words.
+//
+// Every violated rule is reported, each naming the field, the value and the rule, joined
+// by "; ":
+//   INVALID_ARGUMENT: model.num_heads: 12 is not divisible by parallel.tensor (5)
+//   [rule: num_heads % tensor == 0]
+//
+// Beyond the documented divisibility rules: every numeric field has an upper bound
+// (job_spec_limits.h), every float must be finite, enum numbers must be known values,
+// paths are bounded, UTF-8 and free of control characters, and the per-rank memory
+// estimate (rank_memory_estimate.h) must stay under kMaxRankMemoryBytes. No input makes
+// validation overflow, allocate in proportion to a field's value, or crash; a spec it
+// accepts can be planned (assignment_plan.h) into Assignments of a bounded size.
+//
+//   absl::StatusOr<JobSpec> spec = ParseJobSpecJson(text);  // defaults + validation
+#ifndef MTRAIN_SPEC_JOB_SPEC_VALIDATION_H_
+#define MTRAIN_SPEC_JOB_SPEC_VALIDATION_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+// Checks a spec whose defaults have been applied (ApplyJobSpecDefaults). Returns
+// INVALID_ARGUMENT listing every violated rule.
+absl::Status ValidateJobSpec(const JobSpec& spec);
+
+// Applies defaults to `spec` and validates the result.
+absl::StatusOr<JobSpec> ResolveJobSpec(JobSpec spec);
+
+// Parses protobuf JSON strictly (unknown fields, text that is not RFC 8259 JSON even where
+// protobuf's parser would take it, and texts over kMaxJobSpecJsonBytes are errors), then
+// resolves it. Errors are INVALID_ARGUMENT.
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
+
+// Reads and parses a spec file. NOT_FOUND if the file cannot be read.
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
+
+// The vocabulary after padding to a multiple of 128 * tensor, so every tensor-parallel
+// rank holds an equal slice whose width is a multiple of 128 (GEMM-friendly). Computed in
+// 64 bits; clamped to INT_MAX for inputs validation refuses.
+int PaddedVocabSize(int vocab_size, int tensor);
+
+// Microbatches per optimizer step on each data-parallel replica:
+// global_batch_size / (micro_batch_size * data), computed in 64 bits; 0 when a size is not
+// positive. At most kMaxScheduledMicrobatches for a validated spec.
+int NumMicrobatches(const ParallelSpec& parallel);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_SPEC_JOB_SPEC_VALIDATION_H_

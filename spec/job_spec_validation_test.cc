@@ -1,0 +1,412 @@
+#include "spec/job_spec_validation.h"
+
+#include <climits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "spec/job_spec_defaults.h"
+#include "spec/job_spec_limits.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// Parses `json` and expects INVALID_ARGUMENT whose message contains every fragment.
+void ExpectRejected(const std::string& json, const std::string& field, const std::string& rule) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
+  ASSERT_FALSE(spec.ok()) << json;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), AllOf(HasSubstr(field), HasSubstr(rule)))
+      << json;
+}
+
+TEST(JobSpecValidationTest, EmptySpecTakesDocumentedDefaults) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson("{}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "job");
+  EXPECT_EQ(spec->model().num_layers(), kDefaultNumLayers);
+  EXPECT_EQ(spec->model().vocab_size(), 256);
+  EXPECT_EQ(spec->parallel().tensor(), 1);
+  EXPECT_EQ(spec->parallel().global_batch_size(), 1);
+  EXPECT_EQ(spec->parallel().schedule(), SCHEDULE_1F1B);
+  EXPECT_EQ(spec->parallel().min_data(), 1);
+  EXPECT_FLOAT_EQ(spec->optimizer().lr(), kDefaultLr);
+  EXPECT_FLOAT_EQ(spec->optimizer().min_lr(), kDefaultLr / 10);
+  EXPECT_EQ(spec->optimizer().decay_steps(), kDefaultSteps);
+  EXPECT_FLOAT_EQ(spec->train().dropout(), 0.1f);
+  EXPECT_EQ(spec->precision(), PRECISION_FP32);
+  EXPECT_EQ(spec->device(), DEVICE_AUTO);
+  EXPECT_EQ(spec->data().format(), DATA_FORMAT_TEXT);
+  EXPECT_FALSE(spec->data().has_path());
+}
+
+TEST(JobSpecValidationTest, ExplicitZeroIsKeptNotDefaulted) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"train": {"dropout": 0}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().dropout(), 0.0f);
+}
+
+TEST(JobSpecValidationTest, DerivedDefaultsFollowExplicitValues) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(
+      R"({"parallel": {"data": 2, "micro_batch_size": 3}, "train": {"steps": 40},
+          "optimizer": {"lr": 1e-3}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->parallel().global_batch_size(), 6);
+  EXPECT_EQ(spec->parallel().min_data(), 2);
+  EXPECT_EQ(spec->optimizer().decay_steps(), 40);
+  EXPECT_FLOAT_EQ(spec->optimizer().min_lr(), 1e-4f);
+}
+
+TEST(JobSpecValidationTest, ShortRunsKeepDecayAfterWarmup) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"train": {"steps": 3}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().decay_steps(), kDefaultWarmupSteps);
+}
+
+TEST(JobSpecValidationTest, FullMegatronStyleSpecIsAccepted) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({
+    "name": "gpt-demo",
+    "model": {"num_layers": 8, "num_heads": 8, "hidden_size": 256, "seq_length": 128,
+              "vocab_size": 256},
+    "parallel": {"tensor": 2, "pipeline": 2, "data": 2, "virtual_stages": 2,
+                 "micro_batch_size": 2, "global_batch_size": 16,
+                 "schedule": "SCHEDULE_INTERLEAVED_1F1B", "zero_stage": 1, "min_data": 1},
+    "optimizer": {"lr": 3e-4, "min_lr": 3e-5, "warmup_steps": 5, "decay_steps": 50,
+                  "weight_decay": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+                  "grad_clip": 1.0},
+    "precision": "PRECISION_FP32", "device": "DEVICE_CPU",
+    "data": {"format": "DATA_FORMAT_TEXT", "tokenizer": "TOKENIZER_BYTE"},
+    "train": {"steps": 50, "seed": 7, "dropout": 0.0, "recompute": true,
+              "checkpoint_every": 10, "max_restarts": 2}
+  })");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(NumMicrobatches(spec->parallel()), 4);
+}
+
+TEST(JobSpecValidationTest, NonPositiveSizesNameTheField) {
+  ExpectRejected(R"({"model": {"num_layers": 0}})", "model.num_layers", "must be > 0");
+  ExpectRejected(R"({"model": {"hidden_size": -4}})", "model.hidden_size", "must be > 0");
+  ExpectRejected(R"({"parallel": {"tensor": 0}})", "parallel.tensor", "must be > 0");
+  ExpectRejected(R"({"parallel": {"micro_batch_size": 0}})", "parallel.micro_batch_size",
+                 "must be > 0");
+  ExpectRejected(R"({"train": {"steps": 0}})", "train.steps", "must be > 0");
+}
+
+TEST(JobSpecValidationTest, HeadsMustDivideByTensor) {
+  ExpectRejected(R"({"model": {"num_heads": 6, "hidden_size": 192},
+                     "parallel": {"tensor": 4}})",
+                 "model.num_heads", "num_heads % tensor == 0");
+}
+
+TEST(JobSpecValidationTest, LayersMustDivideByPipelineTimesVirtualStages) {
+  ExpectRejected(R"({"model": {"num_layers": 6}, "parallel": {"pipeline": 4}})", "model.num_layers",
+                 "num_layers % (pipeline * virtual_stages) == 0");
+  ExpectRejected(R"({"model": {"num_layers": 6},
+                     "parallel": {"pipeline": 2, "virtual_stages": 2,
+                                  "global_batch_size": 2,
+                                  "schedule": "SCHEDULE_INTERLEAVED_1F1B"}})",
+                 "model.num_layers", "num_layers % (pipeline * virtual_stages) == 0");
+}
+
+TEST(JobSpecValidationTest, InterleavingNeedsMicrobatchesDivisibleByPipeline) {
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 2, "virtual_stages": 2,
+                                  "global_batch_size": 3,
+                                  "schedule": "SCHEDULE_INTERLEAVED_1F1B"}})",
+                 "parallel.global_batch_size", "microbatches % pipeline == 0");
+  // Without interleaving the same batch is fine.
+  EXPECT_TRUE(ParseJobSpecJson(R"({"model": {"num_layers": 8},
+                                   "parallel": {"pipeline": 2, "global_batch_size": 3}})")
+                  .ok());
+}
+
+TEST(JobSpecValidationTest, InterleavingNeedsTwoStages) {
+  ExpectRejected(R"({"model": {"num_layers": 4},
+                     "parallel": {"pipeline": 1, "virtual_stages": 2,
+                                  "schedule": "SCHEDULE_INTERLEAVED_1F1B"}})",
+                 "parallel.pipeline", "interleaving needs pipeline >= 2");
+}
+
+TEST(JobSpecValidationTest, VirtualStagesNeedInterleavedSchedule) {
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 2, "virtual_stages": 2,
+                                  "global_batch_size": 2}})",
+                 "parallel.virtual_stages", "SCHEDULE_INTERLEAVED_1F1B");
+}
+
+TEST(JobSpecValidationTest, GlobalBatchMustDivideByMicroBatchTimesData) {
+  ExpectRejected(R"({"parallel": {"data": 2, "micro_batch_size": 2,
+                                  "global_batch_size": 6}})",
+                 "parallel.global_batch_size",
+                 "global_batch_size % (micro_batch_size * data) == 0");
+}
+
+TEST(JobSpecValidationTest, MinDataMustBeWithinDataAndKeepTheBatch) {
+  ExpectRejected(R"({"parallel": {"data": 2, "min_data": 3}})", "parallel.min_data",
+                 "must be in [1, parallel.data = 2]");
+  // Accepted before: 12 divides by 4 and by 3, but no shrunk grid the planner builds
+  // has 3 replicas.
+  ExpectRejected(R"({"parallel": {"data": 4, "min_data": 3, "global_batch_size": 12}})",
+                 "parallel.min_data: 3", "data % min_data == 0");
+  EXPECT_TRUE(
+      ParseJobSpecJson(R"({"parallel": {"data": 4, "min_data": 2, "global_batch_size": 8}})").ok());
+}
+
+TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {
+  ExpectRejected(R"({"model": {"num_heads": 3, "hidden_size": 128}})", "model.hidden_size",
+                 "hidden_size % num_heads == 0");
+}
+
+TEST(JobSpecValidationTest, OptimizerRanges) {
+  ExpectRejected(R"({"optimizer": {"lr": 0}})", "optimizer.lr", "must be > 0");
+  ExpectRejected(R"({"optimizer": {"lr": 1e-3, "min_lr": 1e-2}})", "optimizer.min_lr",
+                 "must be in [0, optimizer.lr");
+  ExpectRejected(R"({"optimizer": {"beta2": 1.0}})", "optimizer.beta2", "[0, 1)");
+  ExpectRejected(R"({"optimizer": {"warmup_steps": 20, "decay_steps": 10}})",
+                 "optimizer.decay_steps", "decay_steps >= warmup_steps");
+}
+
+TEST(JobSpecValidationTest, LowPrecisionNeedsAGpu) {
+  ExpectRejected(R"({"precision": "PRECISION_BF16", "device": "DEVICE_CPU"})", "precision",
+                 "PRECISION_FP32");
+}
+
+TEST(JobSpecValidationTest, ByteTokenizerNeedsVocabOf256) {
+  ExpectRejected(R"({"model": {"vocab_size": 100}})", "model.vocab_size", "vocab_size >= 256");
+}
+
+TEST(JobSpecValidationTest, NameCharactersAreRestricted) {
+  ExpectRejected(R"({"name": "my job"})", "name", "only A-Z a-z 0-9");
+  ExpectRejected(R"({"name": ""})", "name", "must have 1 to 128 characters");
+}
+
+TEST(JobSpecValidationTest, EveryViolationIsReported) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"model": {"num_layers": 0}, "train": {"steps": -1}})");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()),
+              AllOf(HasSubstr("model.num_layers"), HasSubstr("train.steps")));
+}
+
+TEST(JobSpecValidationTest, UnknownFieldsAreRejected) {
+  ExpectRejected(R"({"model": {"num_layer": 4}})", "job spec JSON", "num_layer");
+  ExpectRejected(R"({"bogus": 1})", "job spec JSON", "bogus");
+}
+
+TEST(JobSpecValidationTest, MalformedJsonIsRejected) {
+  ExpectRejected(R"({"model": {"num_layers": 4})", "job spec JSON", "");
+  ExpectRejected(R"({"model": {"num_layers": "four"}})", "job spec JSON", "");
+  ExpectRejected(R"({"parallel": {"schedule": "SCHEDULE_ZIGZAG"}})", "job spec JSON", "");
+}
+
+TEST(JobSpecValidationTest, MissingFileIsNotFound) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile("/nonexistent/job.json");
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobSpecValidationTest, VocabIsPaddedToMultipleOf128TimesTensor) {
+  EXPECT_EQ(PaddedVocabSize(256, 1), 256);
+  EXPECT_EQ(PaddedVocabSize(257, 1), 384);
+  EXPECT_EQ(PaddedVocabSize(256, 4), 512);
+  EXPECT_EQ(PaddedVocabSize(50257, 1), 50304);
+  EXPECT_EQ(PaddedVocabSize(50257, 8), 51200);
+}
+
+TEST(JobSpecValidationTest, SyntaxErrorsSayWhereTheyAre) {
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson("{\n  \"model\": {\"num_layers\": 2}\n  \"parallel\": {}\n}\n");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "job spec JSON: line 3, column 3: Expected , or } after key:value pair.");
+  // Not a syntax error: protobuf's message, which names the field.
+  const absl::StatusOr<JobSpec> typed = ParseJobSpecJson(R"({"model": {"num_layers": "x"}})");
+  ASSERT_EQ(typed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(typed.status().message().find("model.num_layers"), std::string::npos) << typed.status();
+}
+
+TEST(JobSpecValidationTest, ABadMicroBatchIsNotReportedTwice) {
+  const absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"parallel": {"micro_batch_size": 0}})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "parallel.micro_batch_size: must be > 0 (got 0)");
+}
+
+// Each of these aborted a rank (std::bad_alloc) or the coordinator (SIGABRT building a
+// schedule of 2^31 microbatches, or a 16 MB Assignment) before the bounds existed.
+TEST(JobSpecValidationTest, SpecsThatCrashedARankOrTheCoordinatorAreRefusedByName) {
+  ExpectRejected(R"({"model": {"hidden_size": 65536}})", "model.hidden_size: 65536",
+                 "model.hidden_size <= 32768");
+  ExpectRejected(R"({"model": {"seq_length": 1e6}})", "model.seq_length: 1000000",
+                 "model.seq_length <= 65536");
+  ExpectRejected(R"({"model": {"num_layers": 1e9}})", "model.num_layers: 1000000000",
+                 "model.num_layers <= 1024");
+  ExpectRejected(R"({"model": {"vocab_size": 1e8}})", "model.vocab_size: 100000000",
+                 "model.vocab_size <= 1048576");
+  ExpectRejected(R"({"parallel": {"micro_batch_size": 1073741824}})",
+                 "parallel.micro_batch_size: 1073741824", "parallel.micro_batch_size <= 8192");
+  for (const char* pipeline : {"1", "2"}) {
+    SCOPED_TRACE(absl::StrCat("pipeline ", pipeline));
+    const std::string parallel =
+        absl::StrCat(R"({"model": {"num_layers": 4}, "parallel": {"pipeline": )", pipeline,
+                     R"(, "global_batch_size": )");
+    ExpectRejected(parallel + "2147483647}}", "parallel.global_batch_size: 2147483647",
+                   "parallel.global_batch_size <= 1048576");
+    ExpectRejected(parallel + "1e9}}", "parallel.global_batch_size: 1000000000",
+                   "parallel.global_batch_size <= 1048576");
+    ExpectRejected(parallel + "1e6}}",
+                   "parallel.global_batch_size: 1000000 gives 1000000 microbatches",
+                   "microbatches * virtual_stages <= 8192");
+  }
+}
+
+TEST(JobSpecValidationTest, AnOutOfBoundsSizeIsReportedOnce) {
+  // The global batch derived from a refused micro batch is not a second complaint.
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"parallel": {"micro_batch_size": 1073741824, "data": 4}})");
+  ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "parallel.micro_batch_size: 1073741824 exceeds the limit of 8192 [rule: "
+            "parallel.micro_batch_size <= 8192]");
+}
+
+TEST(JobSpecValidationTest, ShrinkingToMinDataCountsTowardTheMicrobatchBound) {
+  // 8192 microbatches per replica at data 2; 16384 after shrinking to one replica.
+  ExpectRejected(R"({"parallel": {"data": 2, "min_data": 1, "global_batch_size": 16384}})",
+                 "parallel.global_batch_size", "(micro_batch_size * min_data)");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"data": 2, "global_batch_size": 16384}})").ok());
+}
+
+TEST(JobSpecValidationTest, ThePlanAsAWholeIsBounded) {
+  // 4096 ranks x 2048 microbatches each: 8M scheduled microbatches for the coordinator.
+  ExpectRejected(R"({"parallel": {"data": 4096, "global_batch_size": 8388608}})",
+                 "parallel.global_batch_size", "parallel.global_batch_size <= 1048576");
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 8, "data": 128, "global_batch_size": 1048576}})",
+                 "parallel.global_batch_size",
+                 "tensor * pipeline * data * microbatches * virtual_stages <= 262144");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"data": 512, "global_batch_size": 262144}})").ok());
+}
+
+TEST(JobSpecValidationTest, EveryNumericFieldHasAnUpperBound) {
+  ExpectRejected(R"({"model": {"num_heads": 2048, "hidden_size": 2048}})", "model.num_heads: 2048",
+                 "<= 1024");
+  ExpectRejected(R"({"parallel": {"tensor": 8192}})", "parallel.tensor: 8192", "<= 4096");
+  ExpectRejected(R"({"parallel": {"pipeline": 5000}})", "parallel.pipeline: 5000", "<= 4096");
+  ExpectRejected(R"({"parallel": {"data": 4097}})", "parallel.data: 4097", "<= 4096");
+  ExpectRejected(R"({"parallel": {"tensor": 64, "data": 128}, "model": {"num_heads": 64,
+                     "hidden_size": 256}})",
+                 "parallel: tensor * pipeline * data = 8192", "world size <= 4096");
+  ExpectRejected(R"({"parallel": {"virtual_stages": 2000}})", "parallel.virtual_stages: 2000",
+                 "<= 1024");
+  ExpectRejected(R"({"train": {"steps": 2147483647}})", "train.steps: 2147483647", "<= 100000000");
+  ExpectRejected(R"({"train": {"checkpoint_every": 200000000}})", "train.checkpoint_every",
+                 "<= 100000000");
+  ExpectRejected(R"({"train": {"max_restarts": 100000}})", "train.max_restarts: 100000", "<= 1000");
+  ExpectRejected(R"({"optimizer": {"warmup_steps": 2000000000}})", "optimizer.warmup_steps",
+                 "<= 100000000");
+  ExpectRejected(R"({"optimizer": {"decay_steps": 2000000000}})", "optimizer.decay_steps",
+                 "<= 100000000");
+  ExpectRejected(R"({"optimizer": {"lr": 1000}})", "optimizer.lr: 1000", "<= 10");
+  ExpectRejected(R"({"optimizer": {"weight_decay": 1e30}})", "optimizer.weight_decay", "<= 10");
+  ExpectRejected(R"({"optimizer": {"eps": 5}})", "optimizer.eps: 5", "<= 1");
+  ExpectRejected(R"({"optimizer": {"grad_clip": 1e30}})", "optimizer.grad_clip", "<= 1e+06");
+}
+
+TEST(JobSpecValidationTest, UnknownEnumNumbersAreRefusedByName) {
+  ExpectRejected(R"({"device": 99})", "device: 99 is not a known value",
+                 "one of DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA");
+  ExpectRejected(R"({"device": -1})", "device: -1", "DEVICE_CPU");
+  ExpectRejected(R"({"device": -5})", "device: -5", "DEVICE_CPU");
+  ExpectRejected(R"({"precision": 99})", "precision: 99 is not a known value",
+                 "one of PRECISION_FP32, PRECISION_BF16, PRECISION_FP16");
+  ExpectRejected(R"({"parallel": {"schedule": 7}})", "parallel.schedule: 7",
+                 "SCHEDULE_INTERLEAVED_1F1B");
+  ExpectRejected(R"({"data": {"format": 99}})", "data.format: 99", "DATA_FORMAT_MMIDIDX");
+  ExpectRejected(R"({"data": {"tokenizer": 99}})", "data.tokenizer: 99", "TOKENIZER_BYTE");
+  // A precision with no name is not reported with a blank one by the CPU rule either.
+  const absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"precision": 99, "device": "DEVICE_CPU"})");
+  EXPECT_EQ(spec.status().message(),
+            "precision: 99 is not a known value [rule: one of PRECISION_FP32, PRECISION_BF16, "
+            "PRECISION_FP16]");
+}
+
+TEST(JobSpecValidationTest, NonFiniteFloatsAreRefused) {
+  for (const char* value : {"\"Infinity\"", "\"-Infinity\"", "\"NaN\""}) {
+    SCOPED_TRACE(value);
+    for (const char* field :
+         {"lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"}) {
+      ExpectRejected(absl::StrCat(R"({"optimizer": {")", field, "\": ", value, "}}"),
+                     absl::StrCat("optimizer.", field, ": must be a finite number"),
+                     "no NaN or Infinity");
+    }
+    ExpectRejected(absl::StrCat(R"({"train": {"dropout": )", value, "}}"),
+                   "train.dropout: must be a finite number", "no NaN or Infinity");
+  }
+  // An infinite lr is one complaint, not a second one about the min_lr derived from it.
+  const absl::StatusOr<JobSpec> spec = ParseJobSpecJson(R"({"optimizer": {"lr": "Infinity"}})");
+  EXPECT_EQ(spec.status().message(),
+            "optimizer.lr: must be a finite number (got inf) [rule: no NaN or Infinity]");
+}
+
+TEST(JobSpecValidationTest, TextThatIsNotJsonIsRefusedEvenWhereProtobufTakesIt) {
+  ExpectRejected("{'name': 'single-quoted'}", "job spec JSON: line 1, column 2",
+                 "not valid JSON [rule: RFC 8259]");
+  ExpectRejected(std::string(kMaxJobSpecJsonBytes + 1, ' '), "job spec JSON", "at most");
+}
+
+TEST(JobSpecValidationTest, PathsAreBoundedUtf8AndFreeOfControlCharacters) {
+  JobSpec spec;
+  spec.mutable_data()->set_path(std::string(5000, 'a'));
+  absl::StatusOr<JobSpec> resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("data.path: 5000 bytes"), HasSubstr("at most 4096 bytes")));
+
+  spec.mutable_data()->set_path("corpus\xff.txt");
+  resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("data.path: byte 6 is not valid UTF-8"), HasSubstr("UTF-8")));
+
+  spec.clear_data();
+  spec.mutable_train()->set_init_from(std::string("a\0b", 3));
+  resolved = ResolveJobSpec(spec);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              AllOf(HasSubstr("train.init_from: control character \\x00 at byte 1"),
+                    HasSubstr("no control characters")));
+
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"path": "/data/caf\u00e9.txt"}})").ok());
+}
+
+TEST(JobSpecValidationTest, AbsurdMemoryIsRefusedEvenWithinEveryFieldBound) {
+  // Every size within its bound; 13 trillion parameters on one rank.
+  ExpectRejected(R"({"model": {"num_layers": 1024, "hidden_size": 32768, "num_heads": 256}})",
+                 "model and parallel: one rank needs an estimated",
+                 "per-rank memory estimate <= 1.0 TiB");
+  // GPipe with 8192 microbatches of 8192 tokens in flight on one stage.
+  ExpectRejected(R"({"model": {"seq_length": 8192}, "parallel": {"schedule": "SCHEDULE_GPIPE",
+                     "global_batch_size": 8192}})",
+                 "activations", "per-rank memory estimate");
+  // The same model split 64 ways fits.
+  EXPECT_TRUE(ParseJobSpecJson(R"({"model": {"num_layers": 1024, "hidden_size": 32768,
+                                   "num_heads": 256},
+                                   "parallel": {"tensor": 8, "pipeline": 128},
+                                   "device": "DEVICE_CUDA", "train": {"recompute": true}})")
+                  .ok());
+}
+
+TEST(JobSpecValidationTest, HelpersDoNotOverflow) {
+  ParallelSpec p;
+  p.set_global_batch_size(INT_MAX);
+  p.set_micro_batch_size(1 << 20);
+  p.set_data(1 << 12);  // 2^32 in 32 bits was 0: a division by zero
+  EXPECT_EQ(NumMicrobatches(p), 0);
+  p.set_data(0);
+  EXPECT_EQ(NumMicrobatches(p), 0);
+  EXPECT_EQ(PaddedVocabSize(INT_MAX, 4096), INT_MAX);
+}
+
+}  // namespace
+}  // namespace mtrain
