@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test with Bazel and ends with one line "N passed, N failed[, N skipped]".
-# Counts are per test target. A target counts as skipped when it passed only by skipping
+# Counts are per test target, plus one per static check (tools/checks/*.sh). A target counts as skipped when it passed only by skipping
 # everything (GPU tests on a machine without a GPU); the skipped ones are named.
 # Extra arguments go to `bazel test` (e.g. --config=asan).
 set -uo pipefail
@@ -33,6 +33,24 @@ while read -r target status; do
   fi
 done < <(sed -nE 's#^(//[^ ]+)[[:space:]]+(\(cached\) )?(PASSED|FAILED TO BUILD|FAILED|TIMEOUT|NO STATUS|INCOMPLETE|FLAKY|REMOTE FAILURE).*#\1 \3#p' "$log" |
          sed -E 's/ (FAILED TO BUILD|NO STATUS|REMOTE FAILURE)$/ FAILED/')
+
+# Static checks of the tree (layering, lock annotations): each tools/checks/*.sh is one
+# test, passed when it exits 0. Skipped under a sanitizer config (they do not compile code
+# under test differently).
+if [[ $# -eq 0 ]]; then
+  for check in tools/checks/*.sh; do
+    [[ -e "$check" ]] || continue
+    if "$check" > "build/$(basename "$check" .sh).log" 2>&1; then
+      echo "//$check PASSED"
+      passed=$((passed + 1))
+    else
+      echo "//$check FAILED (build/$(basename "$check" .sh).log):"
+      tail -n 20 "build/$(basename "$check" .sh).log"
+      failed=$((failed + 1))
+      rc=1
+    fi
+  done
+fi
 
 # A failure before any test ran (analysis or build error) must not read as success.
 if ((rc != 0 && failed == 0)); then failed=1; fi
