@@ -1,189 +1,99 @@
 #include "spec/json_syntax.h"
 
 #include <cstddef>
+#include <string>
 
-#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "nlohmann/json.hpp"
 
 namespace mtrain {
 namespace {
 
-constexpr int kMaxDepth = 512;
+using Json = nlohmann::json;
 
-// A recursive-descent recogniser: each Parse* consumes one value (or fails, leaving pos_
-// at the offending character).
-class JsonScanner {
+// Accepts every event and remembers the parser's error, if any. No document is built.
+class ErrorRecorder : public nlohmann::json_sax<Json> {
  public:
-  explicit JsonScanner(absl::string_view text) : text_(text) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
 
-  bool ParseDocument() {
-    SkipSpace();
-    if (!ParseValue(0)) return false;
-    SkipSpace();
-    return pos_ == text_.size();
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& error) override {
+    // out_of_range: a well-formed number too large for a double, not a syntax error.
+    failed_ = dynamic_cast<const Json::out_of_range*>(&error) == nullptr;
+    position_ = position;
+    last_token_ = last_token;
+    return false;
   }
 
-  TextPosition Position() const {
-    TextPosition at;
-    for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++at.line;
-        at.column = 1;
-      } else {
-        ++at.column;
-      }
-    }
-    return at;
-  }
+  bool failed() const { return failed_; }
+  // How many bytes the parser had read when it stopped: the offending character is the
+  // last of them (one past the text when it ended early).
+  std::size_t position() const { return position_; }
+  const std::string& last_token() const { return last_token_; }
 
  private:
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
-
-  void SkipSpace() {
-    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) {
-      ++pos_;
-    }
-  }
-
-  bool ParseValue(int depth) {
-    switch (Peek()) {
-      case '{':
-        return ParseObject(depth);
-      case '[':
-        return ParseArray(depth);
-      case '"':
-        return ParseString();
-      case 't':
-        return ParseLiteral("true");
-      case 'f':
-        return ParseLiteral("false");
-      case 'n':
-        return ParseLiteral("null");
-      default:
-        return ParseNumber();
-    }
-  }
-
-  bool ParseObject(int depth) {
-    if (depth >= kMaxDepth) return false;
-    ++pos_;  // '{'
-    SkipSpace();
-    if (Peek() == '}') {
-      ++pos_;
-      return true;
-    }
-    for (;;) {
-      if (Peek() != '"' || !ParseString()) return false;
-      SkipSpace();
-      if (Peek() != ':') return false;
-      ++pos_;
-      SkipSpace();
-      if (!ParseValue(depth + 1)) return false;
-      SkipSpace();
-      if (Peek() == '}') {
-        ++pos_;
-        return true;
-      }
-      if (Peek() != ',') return false;
-      ++pos_;
-      SkipSpace();
-    }
-  }
-
-  bool ParseArray(int depth) {
-    if (depth >= kMaxDepth) return false;
-    ++pos_;  // '['
-    SkipSpace();
-    if (Peek() == ']') {
-      ++pos_;
-      return true;
-    }
-    for (;;) {
-      if (!ParseValue(depth + 1)) return false;
-      SkipSpace();
-      if (Peek() == ']') {
-        ++pos_;
-        return true;
-      }
-      if (Peek() != ',') return false;
-      ++pos_;
-      SkipSpace();
-    }
-  }
-
-  bool ParseString() {
-    ++pos_;  // '"'
-    while (!AtEnd()) {
-      const unsigned char c = static_cast<unsigned char>(Peek());
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c < 0x20) return false;  // control characters must be escaped
-      if (c != '\\') {
-        ++pos_;
-        continue;
-      }
-      ++pos_;
-      const char escaped = Peek();
-      if (escaped == 'u') {
-        ++pos_;
-        for (int i = 0; i < 4; ++i, ++pos_) {
-          if (!absl::ascii_isxdigit(static_cast<unsigned char>(Peek()))) return false;
-        }
-        continue;
-      }
-      if (absl::string_view("\"\\/bfnrt").find(escaped) == absl::string_view::npos || AtEnd()) {
-        return false;
-      }
-      ++pos_;
-    }
-    return false;  // unterminated
-  }
-
-  bool ParseLiteral(absl::string_view word) {
-    for (char c : word) {
-      if (Peek() != c) return false;
-      ++pos_;
-    }
-    return true;
-  }
-
-  bool Digits() {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(Peek()))) return false;
-    while (absl::ascii_isdigit(static_cast<unsigned char>(Peek()))) ++pos_;
-    return true;
-  }
-
-  bool ParseNumber() {
-    if (Peek() == '-') ++pos_;
-    if (Peek() == '0') {
-      ++pos_;
-    } else if (!Digits()) {
-      return false;
-    }
-    if (Peek() == '.') {
-      ++pos_;
-      if (!Digits()) return false;
-    }
-    if (Peek() == 'e' || Peek() == 'E') {
-      ++pos_;
-      if (Peek() == '+' || Peek() == '-') ++pos_;
-      if (!Digits()) return false;
-    }
-    return true;
-  }
-
-  const absl::string_view text_;
-  size_t pos_ = 0;
+  bool failed_ = false;
+  std::size_t position_ = 0;
+  std::string last_token_;
 };
+
+// The 0-based offset of the first character that cannot continue a valid text. nlohmann
+// stops after the last byte it read: that byte is the culprit when no token can go on with
+// it, but when a whole token is simply not allowed there (a second key without a comma
+// between, `"a" "b"`), the error starts where that token does.
+std::size_t ErrorOffset(absl::string_view text, std::size_t position,
+                        const std::string& last_token) {
+  if (position == 0 || position > text.size()) return text.size();  // the text ended early
+  const absl::string_view read = text.substr(0, position);
+  // A whole string or number: nlohmann reports it as its last token, byte for byte.
+  const bool scalar_token = !last_token.empty() &&
+                            (last_token[0] == '"' || last_token[0] == '-' ||
+                             (last_token[0] >= '0' && last_token[0] <= '9')) &&
+                            absl::EndsWith(read, last_token) && Json::accept(last_token);
+  if (scalar_token) return position - last_token.size();
+  // A whole literal (its last token also holds what came before it since the last string or
+  // number). A character that breaks a token is never the end of one of these words.
+  for (const absl::string_view literal : {"true", "false", "null"}) {
+    if (absl::EndsWith(read, literal)) return position - literal.size();
+  }
+  return position - 1;
+}
+
+TextPosition PositionAt(absl::string_view text, std::size_t offset) {
+  TextPosition at;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++at.line;
+      at.column = 1;
+    } else {
+      ++at.column;
+    }
+  }
+  return at;
+}
 
 }  // namespace
 
 std::optional<TextPosition> FindJsonSyntaxError(absl::string_view text) {
-  JsonScanner scanner(text);
-  if (scanner.ParseDocument()) return std::nullopt;
-  return scanner.Position();
+  // nlohmann skips a UTF-8 byte order mark; RFC 8259 forbids sending one, and protobuf's
+  // parser refuses it.
+  if (absl::StartsWith(text, "\xEF\xBB\xBF")) return TextPosition{};
+  ErrorRecorder recorder;
+  Json::sax_parse(text.data(), text.data() + text.size(), &recorder, Json::input_format_t::json,
+                  /*strict=*/true, /*ignore_comments=*/false);
+  if (!recorder.failed()) return std::nullopt;
+  return PositionAt(text, ErrorOffset(text, recorder.position(), recorder.last_token()));
 }
 
 }  // namespace mtrain

@@ -33,7 +33,7 @@ SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 # The system libraries, as WORKSPACE links them.
 PKGS="grpc++ protobuf sqlite3 prometheus-cpp-pull prometheus-cpp-core absl_status absl_statusor
   absl_strings absl_str_format absl_flags absl_flags_parse absl_synchronization absl_time
-  absl_random_random absl_hash absl_raw_hash_set"
+  absl_random_random absl_hash absl_raw_hash_set nlohmann_json"
 # shellcheck disable=SC2086
 CFLAGS="-std=c++17 -O1 -g -fno-omit-frame-pointer -I. -Ibazel-bin $(pkg-config --cflags $PKGS)"
 # shellcheck disable=SC2086
