@@ -1,41 +1,38 @@
 #include "common/step_metrics_format.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_writer.h"
 
 namespace mtrain {
 namespace {
 
-// JSON has no NaN or infinity; a diverged loss is written as null rather than breaking
-// every parser downstream.
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  return absl::StrFormat("%.9g", value);
-}
+// 9 significant digits, as the contract's lines have always had (the /api documents
+// have 10): a different precision would change bytes that users parse.
+constexpr JsonNumberFormat kStepNumbers = JsonNumberFormat::Significant(9);
 
 }  // namespace
 
 std::string StepMetricsJson(const StepMetrics& m) {
-  std::string json = absl::StrCat("{\"step\":", m.step());
-  if (m.has_loss()) absl::StrAppend(&json, ",\"loss\":", JsonNumber(m.loss()));
-  absl::StrAppend(&json, ",\"lr\":", JsonNumber(m.lr()),
-                  ",\"grad_norm\":", JsonNumber(m.grad_norm()),
-                  ",\"step_seconds\":", JsonNumber(m.step_seconds()),
-                  ",\"tokens_per_second\":", JsonNumber(m.tokens_per_second()),
-                  ",\"model_tflops\":", JsonNumber(m.model_tflops()),
-                  ",\"mfu\":", JsonNumber(m.mfu()), ",\"rank\":", m.global_rank());
+  JsonObject json(kStepNumbers);
+  json.Int("step", m.step());
+  // A diverged loss is written as null rather than breaking every parser downstream.
+  if (m.has_loss()) json.Number("loss", m.loss());
+  json.Number("lr", m.lr())
+      .Number("grad_norm", m.grad_norm())
+      .Number("step_seconds", m.step_seconds())
+      .Number("tokens_per_second", m.tokens_per_second())
+      .Number("model_tflops", m.model_tflops())
+      .Number("mfu", m.mfu())
+      .Int("rank", m.global_rank());
   // Loss scaling (fp16) only: the scale after this step and the overflowed steps so far.
   if (m.loss_scale() > 1.0 || m.skipped_steps() > 0) {
-    absl::StrAppend(&json, ",\"loss_scale\":", JsonNumber(m.loss_scale()),
-                    ",\"skipped_steps\":", m.skipped_steps());
+    json.Number("loss_scale", m.loss_scale()).Int("skipped_steps", m.skipped_steps());
   }
   if (m.has_device_memory_peak_bytes()) {
-    absl::StrAppend(&json, ",\"device_memory_peak_bytes\":", m.device_memory_peak_bytes());
+    json.Int("device_memory_peak_bytes", m.device_memory_peak_bytes());
   }
-  absl::StrAppend(&json, "}");
-  return json;
+  return json.Close();
 }
 
 std::string StepProgressLine(const StepMetrics& m, long long total_steps) {

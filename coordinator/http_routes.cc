@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "coordinator/job_listing.h"
 #include "coordinator/page_token.h"

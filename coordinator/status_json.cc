@@ -1,134 +1,28 @@
 #include "coordinator/status_json.h"
 
-#include <cmath>
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/json_writer.h"
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
 namespace {
 
-// Length of the well-formed UTF-8 sequence at the start of `text`, or 0 if it is not one
-// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
-size_t Utf8SequenceLength(absl::string_view text) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;  // bounds of the second byte
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (text.size() < length || byte(1) < low || byte(1) > high) return 0;
-  for (size_t i = 2; i < length; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
-  }
-  return length;
-}
+// 10 significant digits: more than a chart or a table shows, far shorter than %.17g.
+constexpr JsonNumberFormat kApiNumbers = JsonNumberFormat::Significant(10);
 
 std::string EnumName(const std::string& name, absl::string_view prefix) {
   return absl::StartsWith(name, prefix) ? name.substr(prefix.size()) : name;
 }
 
-// Builds one JSON object field by field: the values are already JSON text.
-class JsonObject {
- public:
-  JsonObject& Raw(absl::string_view key, absl::string_view json) {
-    absl::StrAppend(&text_, text_.size() > 1 ? "," : "", JsonString(key), ":", json);
-    return *this;
-  }
-  JsonObject& String(absl::string_view key, absl::string_view value) {
-    return Raw(key, JsonString(value));
-  }
-  JsonObject& Int(absl::string_view key, int64_t value) { return Raw(key, absl::StrCat(value)); }
-  JsonObject& Number(absl::string_view key, double value) { return Raw(key, JsonNumber(value)); }
-  JsonObject& Bool(absl::string_view key, bool value) { return Raw(key, value ? "true" : "false"); }
-  JsonObject& Null(absl::string_view key) { return Raw(key, "null"); }
-  std::string Close() { return text_ + "}"; }
-
- private:
-  std::string text_ = "{";
-};
-
-template <typename T, typename ToJson>
-std::string JsonArray(const T& items, ToJson to_json) {
-  std::string text = "[";
-  for (const auto& item : items) absl::StrAppend(&text, text.size() > 1 ? "," : "", to_json(item));
-  return text + "]";
-}
-
 }  // namespace
-
-std::string JsonString(absl::string_view text) {
-  std::string out = "\"";
-  out.reserve(text.size() + 2);
-  while (!text.empty()) {
-    const unsigned char c = static_cast<unsigned char>(text[0]);
-    size_t consumed = 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else if (c < 0x80) {
-          // '<' too, so that "</script>" in a job message can never end a script block
-          // should a page ever inline one of these documents.
-          if (c == '<') {
-            out += "\\u003c";
-          } else {
-            out += static_cast<char>(c);
-          }
-        } else if (const size_t length = Utf8SequenceLength(text); length > 0) {
-          out.append(text.data(), length);
-          consumed = length;
-        } else {
-          out += "\\ufffd";
-        }
-    }
-    text.remove_prefix(consumed);
-  }
-  out += "\"";
-  return out;
-}
-
-std::string JsonNumber(double value) {
-  if (!std::isfinite(value)) return "null";
-  // 10 significant digits: more than a chart or a table shows, far shorter than %.17g.
-  return absl::StrFormat("%.10g", value);
-}
 
 std::string JobJson(const JobStatus& job) {
   JobSpec spec = job.spec();
   ApplyJobSpecDefaults(&spec);
-  JsonObject object;
+  JsonObject object(kApiNumbers);
   object.String("job_id", job.job_id())
       .String("name", spec.name())
       .String("state", EnumName(JobState_Name(job.state()), "JOB_STATE_"))
@@ -149,7 +43,7 @@ std::string JobJson(const JobStatus& job) {
       .Int("submitted_unix_ms", job.submitted_unix_ms())
       .Int("updated_unix_ms", job.updated_unix_ms())
       .String("device", EnumName(Device_Name(spec.device()), "DEVICE_"))
-      .Raw("parallel", JsonObject()
+      .Raw("parallel", JsonObject(kApiNumbers)
                            .Int("tensor", spec.parallel().tensor())
                            .Int("pipeline", spec.parallel().pipeline())
                            .Int("data", spec.parallel().data())
@@ -160,7 +54,7 @@ std::string JobJson(const JobStatus& job) {
 }
 
 std::string JobsJson(const std::vector<JobStatus>& jobs, absl::string_view next_page_token) {
-  return JsonObject()
+  return JsonObject(kApiNumbers)
       .Raw("jobs", JsonArray(jobs, JobJson))
       .String("next_page_token", next_page_token)
       .Close();
@@ -169,7 +63,7 @@ std::string JobsJson(const std::vector<JobStatus>& jobs, absl::string_view next_
 std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& steps, bool more,
                       absl::string_view next_page_token) {
   const auto step_json = [](const StepMetrics& m) {
-    JsonObject object;
+    JsonObject object(kApiNumbers);
     object.Int("step", m.step()).Int("generation", m.generation());
     if (m.has_loss()) {
       object.Number("loss", m.loss());
@@ -181,7 +75,7 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
         .Number("mfu", m.mfu())
         .Close();
   };
-  return JsonObject()
+  return JsonObject(kApiNumbers)
       .String("job_id", job_id)
       .Raw("steps", JsonArray(steps, step_json))
       .Bool("more", more)
@@ -191,7 +85,7 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
 
 std::string WorkersJson(const std::vector<WorkerStatus>& workers, int64_t heartbeat_timeout_ms) {
   const auto worker_json = [](const WorkerStatus& w) {
-    return JsonObject()
+    return JsonObject(kApiNumbers)
         .String("worker_id", w.worker().worker_id())
         .String("host", w.worker().host())
         .String("device_kind", EnumName(DeviceKind_Name(w.worker().device_kind()), "DEVICE_KIND_"))
@@ -204,14 +98,14 @@ std::string WorkersJson(const std::vector<WorkerStatus>& workers, int64_t heartb
         .String("job_id", w.job_id())
         .Close();
   };
-  return JsonObject()
+  return JsonObject(kApiNumbers)
       .Int("heartbeat_timeout_ms", heartbeat_timeout_ms)
       .Raw("workers", JsonArray(workers, worker_json))
       .Close();
 }
 
 std::string ErrorJson(const absl::Status& status) {
-  return JsonObject()
+  return JsonObject(kApiNumbers)
       .String("code", absl::StatusCodeToString(status.code()))
       .String("error", status.message())
       .Close();

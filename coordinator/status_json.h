@@ -6,9 +6,10 @@
 //   std::string body = JobsJson(*jobs->List());
 //   // {"jobs":[{"job_id":"job-1","name":"demo","state":"RUNNING","step":12,...}]}
 //
-// Every function returns one complete JSON value (RFC 8259): strings escaped (invalid
-// UTF-8 replaced by U+FFFD), non-finite numbers (a diverged loss) written as null.
-// Pure functions; thread-safe.
+// Every function returns one complete JSON value (RFC 8259), written by
+// common/json_writer.h: strings escaped (invalid UTF-8 replaced by U+FFFD), numbers with 10
+// significant digits, non-finite ones (a diverged loss) as null. Pure functions;
+// thread-safe.
 #ifndef MTRAIN_COORDINATOR_STATUS_JSON_H_
 #define MTRAIN_COORDINATOR_STATUS_JSON_H_
 
@@ -20,11 +21,6 @@
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
-
-// `text` as a JSON string literal, quotes included.
-std::string JsonString(absl::string_view text);
-// `value` as a JSON number; null for NaN and infinities, which JSON cannot carry.
-std::string JsonNumber(double value);
 
 // One job:
 //   {"job_id", "name", "state" (JobState without its prefix: "RUNNING"), "step",

@@ -28,34 +28,17 @@ const google::protobuf::Value& Field(const google::protobuf::Struct& object,
   return it == object.fields().end() ? *missing : it->second;
 }
 
-TEST(JsonString, EscapesQuotesBackslashesAndControlCharacters) {
-  EXPECT_EQ(JsonString("plain"), "\"plain\"");
-  EXPECT_EQ(JsonString("a\"b\\c"), "\"a\\\"b\\\\c\"");
-  EXPECT_EQ(JsonString("line\nnext\ttab\r"), "\"line\\nnext\\ttab\\r\"");
-  EXPECT_EQ(JsonString(std::string("nul\0bell\x07", 9)), "\"nul\\u0000bell\\u0007\"");
-  // A message can never close a <script> block.
-  EXPECT_EQ(JsonString("</script>"), "\"\\u003c/script>\"");
-}
-
-TEST(JsonString, KeepsUtf8AndReplacesWhatIsNot) {
-  EXPECT_EQ(JsonString("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
-            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
-  // A lone continuation byte, a truncated sequence, an overlong '/', a surrogate.
-  EXPECT_EQ(JsonString("a\x80z"), "\"a\\ufffdz\"");
-  EXPECT_EQ(JsonString("a\xe2\x82"), "\"a\\ufffd\\ufffd\"");
-  EXPECT_EQ(JsonString("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
-  EXPECT_EQ(JsonString("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
-  google::protobuf::Struct parsed = Parse("{\"k\":" + JsonString("x\xff\xfe y") + "}");
-  EXPECT_EQ(Field(parsed, "k").string_value(), "x\xef\xbf\xbd\xef\xbf\xbd y");
-}
-
-TEST(JsonNumber, WritesFiniteNumbersAndNullOtherwise) {
-  EXPECT_EQ(JsonNumber(2.5), "2.5");
-  EXPECT_EQ(JsonNumber(5.545177444), "5.545177444");
-  EXPECT_EQ(JsonNumber(-0.0), "-0");
-  EXPECT_EQ(JsonNumber(std::nan("")), "null");
-  EXPECT_EQ(JsonNumber(std::numeric_limits<double>::infinity()), "null");
-  EXPECT_EQ(JsonNumber(1e300), "1e+300");
+TEST(StatusJson, NumbersHaveTenSignificantDigitsAndNonFiniteOnesAreNull) {
+  StepMetrics m;
+  m.set_step(1);
+  m.set_loss(3.14159265358979);
+  m.set_tokens_per_second(std::numeric_limits<double>::infinity());
+  m.set_mfu(1e-300);
+  const std::string json = StepsJson("job-1", {m}, false);
+  EXPECT_NE(json.find("\"loss\":3.141592654,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"tokens_per_second\":null,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"mfu\":1e-300}"), std::string::npos) << json;
+  Parse(json);
 }
 
 JobStatus RunningJob() {

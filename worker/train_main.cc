@@ -44,6 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/json_writer.h"
 #include "common/scratch_dir.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
@@ -454,11 +455,15 @@ absl::Status Train(RankSetup& setup) {
     if (trainer->computes_loss()) metrics_file.Append(StepMetricsJson(metrics));
     const PipelineTimings& timings = trainer->last_pipeline_timings();
     timings_file.Append(
-        absl::StrFormat("{\"step\":%d,\"rank\":%d,\"pp_stage\":%d,\"step_seconds\":%.6f,"
-                        "\"pipeline_seconds\":%.6f,\"compute_seconds\":%.6f,\"wait_seconds\":%.6f}",
-                        metrics.step(), rank, coords.pp_rank(), metrics.step_seconds(),
-                        timings.compute_seconds + timings.wait_seconds, timings.compute_seconds,
-                        timings.wait_seconds));
+        JsonObject(JsonNumberFormat::Fixed(6))
+            .Int("step", metrics.step())
+            .Int("rank", rank)
+            .Int("pp_stage", coords.pp_rank())
+            .Number("step_seconds", metrics.step_seconds())
+            .Number("pipeline_seconds", timings.compute_seconds + timings.wait_seconds)
+            .Number("compute_seconds", timings.compute_seconds)
+            .Number("wait_seconds", timings.wait_seconds)
+            .Close());
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {
       RETURN_IF_ERROR(save());
