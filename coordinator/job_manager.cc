@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "plan/assignment_plan.h"
+#include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_validation.h"
 #include "plan/rank_memory_estimate.h"
 
@@ -662,9 +663,11 @@ std::vector<int> ShrunkDataDegrees(const JobSpec& spec) {
     // Multiples of min_data only: the rank validates its spec again, and min_data must
     // divide data (job_spec_validation).
     if (d % std::max(1, p.min_data()) != 0) continue;
-    if (p.global_batch_size() % (p.micro_batch_size() * d) != 0) continue;
-    const int microbatches = p.global_batch_size() / (p.micro_batch_size() * d);
-    if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B && microbatches % p.pipeline() != 0) continue;
+    if (!GlobalBatchSplitsEvenly(p, d)) continue;
+    if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B &&
+        MicrobatchesPerReplica(p, d) % p.pipeline() != 0) {
+      continue;
+    }
     degrees.push_back(d);
   }
   return degrees;

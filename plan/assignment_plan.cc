@@ -5,12 +5,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "spec/job_spec_limits.h"
-#include "spec/job_spec_validation.h"
 #include "plan/layer_partition.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/rank_grid.h"
 #include "plan/schedule_checker.h"
+#include "spec/job_spec_arithmetic.h"
+#include "spec/job_spec_limits.h"
 
 namespace mtrain {
 
@@ -41,9 +41,8 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
   }
   // Each factor is now at most 2^31: no product below overflows 64 bits.
   const int64_t world64 = int64_t{parallel.tensor()} * parallel.pipeline() * parallel.data();
-  const int64_t scheduled = parallel.global_batch_size() /
-                            (int64_t{parallel.micro_batch_size()} * parallel.data()) *
-                            parallel.virtual_stages();
+  const int64_t scheduled =
+      MicrobatchesPerReplica(parallel, parallel.data()) * parallel.virtual_stages();
   if (world64 > kMaxWorldSize || scheduled > kMaxScheduledMicrobatches ||
       world64 * scheduled > kMaxPlanScheduledMicrobatches) {
     return beyond_bounds(

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
 namespace {
@@ -36,8 +37,6 @@ int64_t Positive(int64_t value) { return std::max<int64_t>(value, 1); }
 constexpr int64_t kFp32Bytes = 4;
 constexpr int64_t kHalfBytes = 2;
 constexpr int64_t kAdamMoments = 2;
-// Vocabulary padding unit per tensor-parallel rank (PaddedVocabSize).
-constexpr int64_t kVocabPadding = 128;
 
 // The sizes every term uses, positive and 64-bit.
 struct Shape {
@@ -62,10 +61,14 @@ Shape ShapeOf(const JobSpec& spec) {
   s.data = Positive(p.data());
   s.virtual_stages = Positive(p.virtual_stages());
   s.micro_batch = Positive(p.micro_batch_size());
-  const int64_t unit = Mul(kVocabPadding, s.tensor);
-  const int64_t padded_vocab = Mul((Positive(m.vocab_size()) + unit - 1) / unit, unit);
-  s.vocab_local = padded_vocab / s.tensor;
-  s.microbatches = Positive(Positive(p.global_batch_size()) / Mul(s.micro_batch, s.data));
+  // The spec's own arithmetic, on sizes that are not positive taken as 1 (as above).
+  ParallelSpec positive = p;
+  positive.set_micro_batch_size(static_cast<int>(s.micro_batch));
+  positive.set_global_batch_size(static_cast<int>(Positive(p.global_batch_size())));
+  s.vocab_local =
+      PaddedVocabSize(static_cast<int>(Positive(m.vocab_size())), static_cast<int>(s.tensor)) /
+      s.tensor;
+  s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
   s.recompute = spec.train().recompute();
   s.half_precision = spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
   s.zero1 = p.zero_stage() == 1;

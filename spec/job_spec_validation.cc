@@ -1,7 +1,6 @@
 #include "spec/job_spec_validation.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/utf8.h"
+#include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_defaults.h"
 #include "spec/job_spec_limits.h"
 #include "spec/json_syntax.h"
@@ -245,7 +245,7 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
                         per_microbatch_step,
                         ") [rule: global_batch_size % (micro_batch_size * data) == 0]"));
   } else if (interleaved) {
-    const int64_t microbatches = p.global_batch_size() / per_microbatch_step;
+    const int64_t microbatches = MicrobatchesPerReplica(p, p.data());
     if (microbatches % p.pipeline() != 0) {
       v->Add(absl::StrCat("parallel.global_batch_size: gives ", microbatches,
                           " microbatches per replica, not divisible by parallel.pipeline (",
@@ -278,8 +278,7 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
     // Each rank's schedule lists every (microbatch, chunk); a job shrunk to min_data runs
     // the most microbatches per replica.
     const int smallest_data = min_data_ok ? p.min_data() : p.data();
-    const int64_t microbatches =
-        p.global_batch_size() / (int64_t{p.micro_batch_size()} * smallest_data);
+    const int64_t microbatches = MicrobatchesPerReplica(p, smallest_data);
     const int64_t scheduled = microbatches * p.virtual_stages();
     if (scheduled > kMaxScheduledMicrobatches) {
       v->Add(absl::StrCat("parallel.global_batch_size: ", p.global_batch_size(), " gives ",
@@ -452,20 +451,6 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }
   return spec;
-}
-
-int PaddedVocabSize(int vocab_size, int tensor) {
-  // 64-bit: the bounds keep a validated result far inside int, and an unvalidated input
-  // must not overflow on the way.
-  const int64_t multiple = int64_t{128} * std::max(tensor, 1);
-  const int64_t padded = (std::max<int64_t>(vocab_size, 0) + multiple - 1) / multiple * multiple;
-  return static_cast<int>(std::min<int64_t>(padded, INT_MAX));
-}
-
-int NumMicrobatches(const ParallelSpec& parallel) {
-  const int64_t per_step = int64_t{parallel.micro_batch_size()} * parallel.data();
-  if (per_step <= 0 || parallel.global_batch_size() <= 0) return 0;
-  return static_cast<int>(parallel.global_batch_size() / per_step);
 }
 
 }  // namespace mtrain

@@ -23,6 +23,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/job_spec.pb.h"
+// PaddedVocabSize and NumMicrobatches were declared here before they moved to
+// job_spec_arithmetic.h; kept so that code written against this header still builds.
+#include "spec/job_spec_arithmetic.h"  // IWYU pragma: export
 
 namespace mtrain {
 
@@ -40,16 +43,6 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
 
 // Reads and parses a spec file. NOT_FOUND if the file cannot be read.
 absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
-
-// The vocabulary after padding to a multiple of 128 * tensor, so every tensor-parallel
-// rank holds an equal slice whose width is a multiple of 128 (GEMM-friendly). Computed in
-// 64 bits; clamped to INT_MAX for inputs validation refuses.
-int PaddedVocabSize(int vocab_size, int tensor);
-
-// Microbatches per optimizer step on each data-parallel replica:
-// global_batch_size / (micro_batch_size * data), computed in 64 bits; 0 when a size is not
-// positive. At most kMaxScheduledMicrobatches for a validated spec.
-int NumMicrobatches(const ParallelSpec& parallel);
 
 }  // namespace mtrain
 

@@ -1,13 +1,13 @@
 #include "spec/job_spec_validation.h"
 
-#include <climits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "spec/job_spec_defaults.h"
-#include "spec/job_spec_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spec/job_spec_arithmetic.h"
+#include "spec/job_spec_defaults.h"
+#include "spec/job_spec_limits.h"
 
 namespace mtrain {
 namespace {
@@ -208,14 +208,6 @@ TEST(JobSpecValidationTest, MissingFileIsNotFound) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(JobSpecValidationTest, VocabIsPaddedToMultipleOf128TimesTensor) {
-  EXPECT_EQ(PaddedVocabSize(256, 1), 256);
-  EXPECT_EQ(PaddedVocabSize(257, 1), 384);
-  EXPECT_EQ(PaddedVocabSize(256, 4), 512);
-  EXPECT_EQ(PaddedVocabSize(50257, 1), 50304);
-  EXPECT_EQ(PaddedVocabSize(50257, 8), 51200);
-}
-
 TEST(JobSpecValidationTest, SyntaxErrorsSayWhereTheyAre) {
   const absl::StatusOr<JobSpec> spec =
       ParseJobSpecJson("{\n  \"model\": {\"num_layers\": 2}\n  \"parallel\": {}\n}\n");
@@ -395,17 +387,6 @@ TEST(JobSpecValidationTest, AbsurdMemoryIsRefusedEvenWithinEveryFieldBound) {
                                    "parallel": {"tensor": 8, "pipeline": 128},
                                    "device": "DEVICE_CUDA", "train": {"recompute": true}})")
                   .ok());
-}
-
-TEST(JobSpecValidationTest, HelpersDoNotOverflow) {
-  ParallelSpec p;
-  p.set_global_batch_size(INT_MAX);
-  p.set_micro_batch_size(1 << 20);
-  p.set_data(1 << 12);  // 2^32 in 32 bits was 0: a division by zero
-  EXPECT_EQ(NumMicrobatches(p), 0);
-  p.set_data(0);
-  EXPECT_EQ(NumMicrobatches(p), 0);
-  EXPECT_EQ(PaddedVocabSize(INT_MAX, 4096), INT_MAX);
 }
 
 }  // namespace

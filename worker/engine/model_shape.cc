@@ -1,6 +1,6 @@
 #include "worker/engine/model_shape.h"
 
-#include "spec/job_spec_validation.h"
+#include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
 
@@ -17,7 +17,8 @@ ModelShape ShapeFromSpec(const JobSpec& spec) {
   shape.hidden = spec.model().hidden_size();
   shape.seq_length = spec.model().seq_length();
   shape.vocab = spec.model().vocab_size();
-  shape.padded_vocab = PaddedVocabSize(shape.vocab, spec.parallel().tensor());
+  // Validated specs keep it far below INT_MAX (rank_allocation_estimate refuses more).
+  shape.padded_vocab = static_cast<int>(PaddedVocabSize(shape.vocab, spec.parallel().tensor()));
   return shape;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "spec/job_spec_arithmetic.h"
 #include "worker/engine/memory_limits.h"
 
 namespace mtrain {
@@ -75,9 +76,8 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
   const double B = par.micro_batch_size(), S = model.seq_length(), C = model.hidden_size();
   const double H = model.num_heads();
   const double n = B * S;  // tokens per microbatch
-  // The vocabulary padded to a multiple of 128 * tensor, as the engine pads it.
-  const double multiple = 128 * t;
-  const double Vp = std::ceil(model.vocab_size() / multiple) * multiple;
+  // The vocabulary padded as the engine pads it (every size is positive by now).
+  const double Vp = static_cast<double>(PaddedVocabSize(model.vocab_size(), par.tensor()));
   if (n > kInt32Max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallel.micro_batch_size ", par.micro_batch_size(), " * model.seq_length ",
@@ -99,7 +99,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
                      "vocabulary with int32]"));
   }
   const double Cl = C / t, Fl = 4 * C / t, Hl = H / t, Vl = Vp / t;
-  const double microbatches = std::floor(par.global_batch_size() / (B * d));
+  const double microbatches = NumMicrobatches(par);
 
   // Parameters, as ParameterLayout lays them out for each chunk.
   const double per_layer = 6 * C + 3 * Cl * C + 3 * Cl + C * Cl + Fl * C + Fl + C * Fl;
