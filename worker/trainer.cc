@@ -154,7 +154,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->executor_ =
       std::make_unique<PipelineExecutor>(t->cpu_stages_.get(), assignment.schedule(),
                                          rank.pp_rank(), par.pipeline(), t->groups_.world.get());
-  t->buckets_ = std::make_unique<GradientBuckets>(t->model_->tensors(), t->model_->grads(),
+  std::vector<GradientRange> grad_ranges;
+  for (const ParamTensor& tensor : t->model_->tensors()) {
+    grad_ranges.push_back({tensor.offset, tensor.size});
+  }
+  t->buckets_ = std::make_unique<GradientBuckets>(grad_ranges, t->model_->grads(),
                                                   t->groups_.data.get(), options.bucket_elements);
   size_t begin = 0;
   size_t end = t->model_->num_params();
@@ -305,7 +309,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     const GradReadyHook hook = [&](const ParamTensor& tensor) {
       // The tied embedding is final only after the exchange between the stages below.
       if (tied_elsewhere && tensor.name == "wte") return;
-      buckets_->MarkReady(tensor);
+      buckets_->MarkReady(tensor.offset);
     };
     cpu_stages_->SetFinalGradsHook(&hook);
     absl::StatusOr<double> run =
@@ -315,7 +319,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
       RETURN_IF_ERROR(
           groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
-      buckets_->MarkReady(*wte);
+      buckets_->MarkReady(wte->offset);
     }
     RETURN_IF_ERROR(buckets_->Finish());
   }

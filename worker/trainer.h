@@ -38,10 +38,10 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_allocation_estimate.h"
 #include "worker/engine/rank_model.h"
+#include "worker/engine/rank_model_stages.h"
 #include "worker/parallel/grad_buckets.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
-#include "worker/parallel/rank_model_stages.h"
 
 namespace mtrain {
 
