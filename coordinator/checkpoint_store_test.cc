@@ -9,16 +9,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_tensor.h"
+#include "gtest/gtest.h"
 
 namespace mtrain {
 namespace {
 namespace fs = std::filesystem;
 
 // Two ranks, each holding half of one [4, 2] tensor (rows split), as a real writer would.
-std::vector<ParamTensor> HalfTensors(int rank) {
-  ParamTensor t;
+std::vector<ShardedTensor> HalfTensors(int rank) {
+  ShardedTensor t;
   t.name = "w";
   t.offset = 0;
   t.size = 4;
@@ -117,7 +118,7 @@ TEST_F(CheckpointStoreTest, CommittedCheckpointLoadsAndIsListed) {
   ASSERT_TRUE(dir.ok());
   auto checkpoint = OpenCheckpoint(*dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  ParamTensor whole = HalfTensors(0)[0];
+  ShardedTensor whole = HalfTensors(0)[0];
   whole.size = 8;
   whole.local_shape = {4, 2};
   whole.global_offset = {0, 0};
