@@ -506,7 +506,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
   std::string records;
   if (me.dp_rank() == 0) {
     ASSIGN_OR_RETURN(RankShardRecords mine,
-                     WriteRankShards(dir, me.global_rank(), step_, model_->tensors(),
+                     WriteRankShards(dir, me.global_rank(), step_, ShardsOf(model_->tensors()),
                                      model_->params(), m.data(), v.data()));
     if (uploader != nullptr) {
       // Uploaded before the records go to rank 0: rank 0 commits only after every
@@ -560,7 +560,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
 }
 
 std::vector<std::string> Trainer::CheckpointFilesNeeded(const CheckpointManifest& manifest) const {
-  return FilesOverlapping(manifest, model_->tensors(), /*with_moments=*/true);
+  return FilesOverlapping(manifest, ShardsOf(model_->tensors()), /*with_moments=*/true);
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
@@ -599,8 +599,8 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
           dir, " has no optimizer moments but is at step ", state.step(),
           " [rule: only step-0 checkpoints (initial weights) may be parameters only]"));
     }
-    RETURN_IF_ERROR(
-        LoadRankTensors(checkpoint, model_->tensors(), model_->params(), nullptr, nullptr));
+    RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(model_->tensors()), model_->params(),
+                                    nullptr, nullptr));
     step_ = 0;
     return SyncToDevice();
   }
@@ -611,8 +611,8 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
                      assignment_.spec().train().seed(), " [rule: a resumed run keeps its seed]"));
   }
   std::vector<float> m(model_->buffer_size()), v(model_->buffer_size());
-  RETURN_IF_ERROR(
-      LoadRankTensors(checkpoint, model_->tensors(), model_->params(), m.data(), v.data()));
+  RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(model_->tensors()), model_->params(),
+                                  m.data(), v.data()));
   const size_t begin = optimizer_->begin();
   std::copy(m.begin() + begin, m.begin() + begin + optimizer_->first_moment().size(),
             optimizer_->first_moment().begin());
