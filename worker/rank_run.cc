@@ -36,18 +36,17 @@ namespace mtrain {
 namespace {
 
 // Opens a JSON-lines file for appending. O_APPEND and one write(2) per line (AppendLine):
-// lines of several ranks sharing a file never interleave.
-absl::Status OpenJsonl(const std::string& path, int* fd) {
+// lines of several ranks sharing a file never interleave. `flag` names the file in errors.
+absl::Status OpenJsonl(const char* flag, const std::string& path, int* fd) {
   *fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (*fd < 0)
-    return absl::InvalidArgumentError(absl::StrCat("--metrics_jsonl: cannot open ", path));
+  if (*fd < 0) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path));
   return absl::OkStatus();
 }
 
-void AppendLine(int fd, const std::string& line) {
+void AppendLine(const char* flag, int fd, const std::string& line) {
   if (fd < 0) return;
   const std::string with_newline = line + "\n";
-  if (::write(fd, with_newline.data(), with_newline.size()) < 0) std::perror("metrics_jsonl");
+  if (::write(fd, with_newline.data(), with_newline.size()) < 0) std::perror(flag);
 }
 
 // Uploads this rank's checkpoint files to the coordinator's store (coordinator mode).
@@ -166,9 +165,9 @@ StdoutAndFileSinks::~StdoutAndFileSinks() {
 
 absl::Status StdoutAndFileSinks::Open(bool computes_loss) {
   if (!metrics_path_.empty() && computes_loss) {
-    RETURN_IF_ERROR(OpenJsonl(metrics_path_, &metrics_fd_));
+    RETURN_IF_ERROR(OpenJsonl("--metrics_jsonl", metrics_path_, &metrics_fd_));
   }
-  if (!timings_path_.empty()) RETURN_IF_ERROR(OpenJsonl(timings_path_, &timings_fd_));
+  if (!timings_path_.empty()) RETURN_IF_ERROR(OpenJsonl("--stage_timings", timings_path_, &timings_fd_));
   return absl::OkStatus();
 }
 
@@ -178,13 +177,13 @@ void StdoutAndFileSinks::Log(const std::string& line) {
 }
 
 void StdoutAndFileSinks::StepMetricsDone(const StepMetrics& metrics) {
-  AppendLine(metrics_fd_, StepMetricsJson(metrics));
+  AppendLine("--metrics_jsonl", metrics_fd_, StepMetricsJson(metrics));
 }
 
 void StdoutAndFileSinks::StageTimings(const StageTimingsRecord& record) {
   const PipelineTimings& timings = record.timings;
   AppendLine(
-      timings_fd_,
+      "--stage_timings", timings_fd_,
       absl::StrFormat("{\"step\":%d,\"rank\":%d,\"pp_stage\":%d,\"step_seconds\":%.6f,"
                       "\"pipeline_seconds\":%.6f,\"compute_seconds\":%.6f,\"wait_seconds\":%.6f}",
                       record.step, record.rank, record.pp_stage, record.step_seconds,
