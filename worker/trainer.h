@@ -14,8 +14,13 @@
 //   5. AdamW on the whole buffer, or on this rank's 1/d of it followed by an all-gather
 //      of the parameters (ZeRO-1).
 //
+// The engine that runs these steps (training_engine.h: CPU or CUDA) is chosen once, by
+// the caller, and the step is the same code for both.
+//
 //   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
-//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), {}));
+//   TrainerOptions options;
+//   ASSIGN_OR_RETURN(options.engine, ChooseEngine(spec, QueryCudaDevices().status()));
+//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), options));
 //   while (trainer->completed_steps() < steps) ASSIGN_OR_RETURN(auto m, trainer->Step());
 #ifndef MTRAIN_WORKER_TRAINER_H_
 #define MTRAIN_WORKER_TRAINER_H_
