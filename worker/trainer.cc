@@ -66,8 +66,9 @@ absl::StatusOr<std::vector<ParamTensor>> ParseShardDescriptions(const std::strin
     if (entry.shards_size() != 1 ||
         entry.shards(0).global_offset_size() != entry.global_shape_size() ||
         entry.shards(0).shape_size() != entry.global_shape_size()) {
-      return absl::DataLossError(absl::StrCat("weight gather: rank ", from_rank, " describes ",
-                                              entry.name(), " without one shard of its rank"));
+      return absl::DataLossError(
+          absl::StrCat("weight gather: rank ", from_rank, " describes ", entry.name(),
+                       " without exactly one shard of its number of dimensions"));
     }
     ParamTensor t;
     t.name = entry.name();
