@@ -232,9 +232,9 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     transport.device = &*device;
   }
   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
-  // CUDA ranks sum their gradients and tensor-parallel activations with NCCL on the GPU
-  // (the Trainer makes the same engine choice); every rank of the job decides alike, so
-  // all or none join the NCCL world.
+  // The engine is chosen here, once, and handed to the Trainer. CUDA ranks sum their
+  // gradients and tensor-parallel activations with NCCL on the GPU; every rank of the job
+  // decides alike, so all or none join the NCCL world.
   const std::string& gpu_collectives = options.gpu_collectives;
   if (gpu_collectives != "nccl" && gpu_collectives != "gloo") {
     return absl::InvalidArgumentError(
@@ -242,12 +242,16 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   }
   const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
   ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
+  TrainerOptions trainer_options;
+  trainer_options.engine = engine;
+  if (engine.kind == EngineKind::kCuda) {
+    trainer_options.cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
+  }
   if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" &&
       (par.data() > 1 || par.tensor() > 1)) {
-    const int cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
-    RETURN_IF_ERROR(ConnectDeviceGroups(grid, rank, transport, cuda_device, &groups));
+    RETURN_IF_ERROR(
+        ConnectDeviceGroups(grid, rank, transport, trainer_options.cuda_device, &groups));
   }
-  TrainerOptions trainer_options;
   trainer_options.bucket_elements =
       std::max<size_t>(1, static_cast<size_t>(options.bucket_mb * (1 << 20) / 4));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
