@@ -13,11 +13,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
 #include "checkpoint/checkpoint_shard_file.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/hyper_rectangle.h"
+#include "common/status_macros.h"
 
 namespace mtrain {
 namespace {
@@ -46,7 +46,7 @@ HyperRectangle BoxOf(const TensorShard& shard) {
           {shard.shape().begin(), shard.shape().end()}};
 }
 
-HyperRectangle BoxOf(const ParamTensor& tensor) {
+HyperRectangle BoxOf(const ShardedTensor& tensor) {
   return {tensor.global_offset, tensor.local_shape};
 }
 
@@ -54,8 +54,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// The rules a ParamTensor obeys, checked before its numbers index any buffer.
-absl::Status CheckParamTensor(const ParamTensor& t) {
+// The rules a ShardedTensor obeys, checked before its numbers index any buffer.
+absl::Status CheckShardedTensor(const ShardedTensor& t) {
   const size_t rank = t.global_shape.size();
   if (t.name.empty() || t.local_shape.size() != rank || t.global_offset.size() != rank) {
     return absl::InvalidArgumentError(
@@ -145,7 +145,7 @@ std::string SecondMomentName(absl::string_view param) {
 
 absl::StatusOr<RankShardRecords> WriteRankShards(const std::string& dir, int global_rank,
                                                  int64_t step,
-                                                 absl::Span<const ParamTensor> tensors,
+                                                 absl::Span<const ShardedTensor> tensors,
                                                  const float* params, const float* first_moment,
                                                  const float* second_moment) {
   if (global_rank < 0) {
@@ -157,8 +157,8 @@ absl::StatusOr<RankShardRecords> WriteRankShards(const std::string& dir, int glo
   }
   absl::flat_hash_set<std::string> names;
   int64_t elements = 0;
-  for (const ParamTensor& t : tensors) {
-    RETURN_IF_ERROR(CheckParamTensor(t));
+  for (const ShardedTensor& t : tensors) {
+    RETURN_IF_ERROR(CheckShardedTensor(t));
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is listed twice"));
     }
@@ -197,7 +197,7 @@ absl::StatusOr<RankShardRecords> WriteRankShards(const std::string& dir, int glo
 
   RankShardRecords records;
   for (const Section& section : sections) {
-    for (const ParamTensor& t : tensors) {
+    for (const ShardedTensor& t : tensors) {
       // A shard's local row-major order is exactly its layout in the flat buffer, so the
       // data goes out as one contiguous write.
       const float* data = section.buffer + t.offset;
@@ -547,8 +547,9 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir,
 namespace {
 
 // Loads one stored tensor (a parameter or a moment) into `wanted`'s place in `buffer`.
-absl::Status LoadTensor(Checkpoint& checkpoint, const std::string& name, const ParamTensor& wanted,
-                        float* buffer, std::map<std::string, RandomAccessFile>& open_files) {
+absl::Status LoadTensor(Checkpoint& checkpoint, const std::string& name,
+                        const ShardedTensor& wanted, float* buffer,
+                        std::map<std::string, RandomAccessFile>& open_files) {
   const TensorEntry* entry = checkpoint.Find(name);
   if (entry == nullptr) {
     return absl::NotFoundError(
@@ -609,13 +610,13 @@ absl::Status LoadTensor(Checkpoint& checkpoint, const std::string& name, const P
 
 }  // namespace
 
-absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ParamTensor> tensors,
+absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ShardedTensor> tensors,
                              float* params, float* first_moment, float* second_moment) {
   if (params == nullptr) return absl::InvalidArgumentError("LoadRankTensors needs a params buffer");
   // Files are opened once per call and closed at its end: a rank reads a few of them.
   std::map<std::string, RandomAccessFile> open_files;
-  for (const ParamTensor& t : tensors) {
-    RETURN_IF_ERROR(CheckParamTensor(t));
+  for (const ShardedTensor& t : tensors) {
+    RETURN_IF_ERROR(CheckShardedTensor(t));
     RETURN_IF_ERROR(LoadTensor(checkpoint, t.name, t, params, open_files));
     if (first_moment != nullptr) {
       RETURN_IF_ERROR(LoadTensor(checkpoint, FirstMomentName(t.name), t, first_moment, open_files));
@@ -653,12 +654,12 @@ absl::StatusOr<uint64_t> GetRngSeed(const TrainingState& state) {
 namespace mtrain {
 
 std::vector<std::string> FilesOverlapping(const CheckpointManifest& manifest,
-                                          absl::Span<const ParamTensor> tensors,
+                                          absl::Span<const ShardedTensor> tensors,
                                           bool with_moments) {
   absl::flat_hash_map<std::string, const TensorEntry*> entries;
   for (const TensorEntry& entry : manifest.tensors()) entries[entry.name()] = &entry;
   std::set<std::string> files;
-  for (const ParamTensor& tensor : tensors) {
+  for (const ShardedTensor& tensor : tensors) {
     const HyperRectangle wanted{tensor.global_offset, tensor.local_shape};
     std::vector<std::string> names = {tensor.name};
     if (with_moments) {

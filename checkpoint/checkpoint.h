@@ -5,10 +5,14 @@
 // shards that overlap its own. The on-disk format is docs/CHECKPOINT_FORMAT.md; the
 // manifest's fields are proto/checkpoint.proto.
 //
+// Every function is keyed on ShardedTensor (sharded_tensor.h): a name, a place in the
+// rank's flat buffer and a hyper-rectangle of the global tensor. Who fills them (the
+// engine from its parameter layout, an importer, a test) is no concern of this library.
+//
 // Saving step N (every data-parallel-rank-0 rank, then one rank):
 //   const std::string dir = absl::StrCat(root, "/", CheckpointDirName(N));
 //   ASSIGN_OR_RETURN(RankShardRecords mine,
-//                    WriteRankShards(dir, global_rank, N, model.tensors(), params, m, v));
+//                    WriteRankShards(dir, global_rank, N, shards, params, m, v));
 //   ... gather every writer's records on one rank (SerializeRankShardRecords) ...
 //   ASSIGN_OR_RETURN(CheckpointManifest manifest,
 //                    BuildManifest(job_id, {t, p, d}, state, all_records));
@@ -16,7 +20,7 @@
 //
 // Resuming under any layout (every rank):
 //   ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
-//   RETURN_IF_ERROR(LoadRankTensors(checkpoint, model.tensors(), params, m, v));
+//   RETURN_IF_ERROR(LoadRankTensors(checkpoint, shards, params, m, v));
 //   const TrainingState& state = checkpoint.manifest().state();
 //
 // Errors follow their retry meaning: NOT_FOUND (no such checkpoint, or a tensor it lacks),
@@ -37,8 +41,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "checkpoint/sharded_tensor.h"
 #include "proto/checkpoint.pb.h"
-#include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
 
@@ -66,17 +70,17 @@ struct RankShardRecords {
 
 // Writes "<dir>/rank-NNNNN.bin" (creating `dir` if needed): the header, then every tensor
 // shard of `params` in the order of `tensors`, then those of `first_moment`, then those of
-// `second_moment`. `tensors` locate the shards in the flat buffers (ParamTensor::offset,
+// `second_moment`. `tensors` locate the shards in the flat buffers (ShardedTensor::offset,
 // local_shape in row-major order) and in the global tensors. The moment buffers are
 // indexed like `params` (under ZeRO-1 gather the slices first); pass both as null to store
 // parameters only. The file appears complete or not at all (written to a temporary file,
 // fsynced, renamed).
-// INVALID_ARGUMENT naming the tensor if a ParamTensor is inconsistent (size vs local
+// INVALID_ARGUMENT naming the tensor if a ShardedTensor is inconsistent (size vs local
 // shape, shard outside the global shape, duplicate name) or only one moment is given;
 // INTERNAL for I/O errors.
 absl::StatusOr<RankShardRecords> WriteRankShards(const std::string& dir, int global_rank,
                                                  int64_t step,
-                                                 absl::Span<const ParamTensor> tensors,
+                                                 absl::Span<const ShardedTensor> tensors,
                                                  const float* params, const float* first_moment,
                                                  const float* second_moment);
 
@@ -192,9 +196,9 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(
 // manifest does not record it, the caller must keep it.
 //
 // NOT_FOUND naming a tensor the checkpoint lacks; INVALID_ARGUMENT naming a tensor whose
-// global shape differs otherwise or whose ParamTensor is inconsistent; DATA_LOSS naming
+// global shape differs otherwise or whose ShardedTensor is inconsistent; DATA_LOSS naming
 // the file if a shard file read is damaged.
-absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ParamTensor> tensors,
+absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ShardedTensor> tensors,
                              float* params, float* first_moment, float* second_moment);
 
 // The files of `manifest` holding some part of `tensors` (each a rank's hyper-rectangle),
@@ -202,7 +206,8 @@ absl::Status LoadRankTensors(Checkpoint& checkpoint, absl::Span<const ParamTenso
 // to LoadRankTensors. Sorted; tensors the manifest lacks are ignored here (the load names
 // them).
 std::vector<std::string> FilesOverlapping(const CheckpointManifest& manifest,
-                                          absl::Span<const ParamTensor> tensors, bool with_moments);
+                                          absl::Span<const ShardedTensor> tensors,
+                                          bool with_moments);
 
 // -------------------------------------------------------------------- training state
 

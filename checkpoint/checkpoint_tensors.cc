@@ -7,14 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
 namespace {
 
-// A ParamTensor whose single shard is the whole tensor, at `offset` of a flat buffer.
-ParamTensor WholeTensor(const std::string& name, const std::vector<int64_t>& shape, size_t offset) {
-  ParamTensor tensor;
+// A ShardedTensor whose single shard is the whole tensor, at `offset` of a flat buffer.
+ShardedTensor WholeTensor(const std::string& name, const std::vector<int64_t>& shape,
+                          size_t offset) {
+  ShardedTensor tensor;
   tensor.name = name;
   tensor.offset = offset;
   tensor.global_shape = shape;
@@ -38,7 +38,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> ReadFullParameters(Checkpoint&
     if (absl::StartsWith(entry.name(), kOptimizerTensorPrefix)) continue;
     FullTensor& full = tensors[entry.name()];
     full.shape.assign(entry.global_shape().begin(), entry.global_shape().end());
-    const ParamTensor whole = WholeTensor(entry.name(), full.shape, 0);
+    const ShardedTensor whole = WholeTensor(entry.name(), full.shape, 0);
     full.values.resize(whole.size);
     // One load per tensor straight into its own vector, rather than one load into a flat
     // buffer split afterwards: peak memory stays at one copy of the model. The price is
@@ -56,7 +56,7 @@ absl::StatusOr<CheckpointManifest> WriteParameterCheckpoint(
   }
   // WriteRankShards reads every shard from one buffer, so the tensors are laid out back
   // to back in the order of the map (sorted names: a deterministic file).
-  std::vector<ParamTensor> layout;
+  std::vector<ShardedTensor> layout;
   size_t total = 0;
   for (const auto& [name, full] : tensors) {
     if (absl::StartsWith(name, kOptimizerTensorPrefix)) {
@@ -71,7 +71,7 @@ absl::StatusOr<CheckpointManifest> WriteParameterCheckpoint(
                                                        "; every dimension must be positive"));
       }
     }
-    ParamTensor tensor = WholeTensor(name, full.shape, total);
+    ShardedTensor tensor = WholeTensor(name, full.shape, total);
     if (full.values.size() != tensor.size) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ", full.values.size(),
                                                      " values; its shape ", ShapeString(full.shape),
@@ -81,7 +81,7 @@ absl::StatusOr<CheckpointManifest> WriteParameterCheckpoint(
     layout.push_back(std::move(tensor));
   }
   std::vector<float> params(total);
-  for (const ParamTensor& tensor : layout) {
+  for (const ShardedTensor& tensor : layout) {
     const std::vector<float>& values = tensors.at(tensor.name).values;
     std::copy(values.begin(), values.end(), params.begin() + tensor.offset);
   }

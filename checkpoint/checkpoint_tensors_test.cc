@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "checkpoint/full_tensor_testing.h"
-#include "worker/engine/parameter_layout.h"
+#include "checkpoint/sharded_tensor.h"
+#include "gtest/gtest.h"
 
 namespace mtrain {
 namespace {
@@ -70,7 +70,7 @@ TEST(CheckpointTensorsTest, LoaderPadsWteRowsOfAParameterCheckpoint) {
   ASSERT_TRUE(WriteParameterCheckpoint(dir, "job", 0, model, 1).ok());
   absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  ParamTensor wanted;
+  ShardedTensor wanted;
   wanted.name = "wte";
   wanted.global_shape = {8, 4};
   wanted.local_shape = {8, 4};
@@ -90,10 +90,10 @@ TEST(CheckpointTensorsTest, AssemblesColumnShardsOfTwoRanks) {
   const std::map<std::string, FullTensor> model = SmallModel();
   std::vector<RankShardRecords> records;
   for (int rank = 0; rank < 2; ++rank) {
-    std::vector<ParamTensor> layout;
+    std::vector<ShardedTensor> layout;
     std::vector<float> params;
     for (const auto& [name, full] : model) {
-      ParamTensor t;
+      ShardedTensor t;
       t.name = name;
       t.offset = params.size();
       t.global_shape = full.shape;

@@ -9,14 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/sharded_tensor.h"
 #include "gtest/gtest.h"
-#include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
 namespace {
 
 constexpr int kLayers = 4;
 constexpr int kVocab = 200;
+constexpr int64_t kHidden = 16;
+constexpr int64_t kSeq = 8;
 // Marks elements no load wrote.
 constexpr float kUntouched = -12345.0f;
 
@@ -32,46 +34,87 @@ std::string LayoutName(const Layout& l) {
 }
 
 // Vocabulary padded to a multiple of 128 * t, as the job spec defaults do.
-ModelShape Shape(int t) {
-  ModelShape s;
-  s.num_layers = kLayers;
-  s.num_heads = 4;
-  s.hidden = 16;
-  s.seq_length = 8;
-  s.vocab = kVocab;
+int64_t PaddedVocab(int t) {
   const int multiple = 128 * t;
-  s.padded_vocab = (kVocab + multiple - 1) / multiple * multiple;
-  return s;
+  return (kVocab + multiple - 1) / multiple * multiple;
 }
 
-// The tensors of rank (tp_rank, stage), laid out as RankModel does: chunk c holds virtual
-// stage c * p + stage (coordinator/plan/layer_partition.h), chunks back to back.
-std::vector<ParamTensor> RankTensors(const Layout& l, int tp_rank, int stage) {
-  const ModelShape shape = Shape(l.t);
-  const int per_chunk = kLayers / (l.p * l.v);
-  std::vector<ParamTensor> tensors;
-  size_t offset = 0;
-  for (int c = 0; c < l.v; ++c) {
-    ModelPlacement placement;
-    placement.tensor_size = l.t;
-    placement.tensor_rank = tp_rank;
-    placement.first_layer = (c * l.p + stage) * per_chunk;
-    placement.num_layers = per_chunk;
-    placement.has_embedding = stage == 0 && c == 0;
-    placement.has_head = stage == l.p - 1 && c == l.v - 1;
-    ParameterLayout layout(shape, placement, offset);
-    offset = layout.end_offset();
-    tensors.insert(tensors.end(), layout.tensors().begin(), layout.tensors().end());
+constexpr int kReplicated = -1;
+
+// The shards of one rank, laid out back to back in its flat buffer.
+class RankShards {
+ public:
+  RankShards(int tensor_size, int tensor_rank) : t_(tensor_size), r_(tensor_rank) {}
+
+  // Adds `name`, split evenly across the tensor-parallel ranks along `split_dim`, or
+  // whole on every rank (kReplicated).
+  void Add(std::string name, std::vector<int64_t> global_shape, int split_dim) {
+    ShardedTensor s;
+    s.name = std::move(name);
+    s.global_shape = global_shape;
+    s.local_shape = global_shape;
+    s.global_offset.assign(global_shape.size(), 0);
+    if (split_dim != kReplicated) {
+      s.local_shape[split_dim] /= t_;
+      s.global_offset[split_dim] = r_ * s.local_shape[split_dim];
+    }
+    s.offset = next_;
+    s.size = 1;
+    for (int64_t d : s.local_shape) s.size *= static_cast<size_t>(d);
+    next_ += s.size;
+    shards_.push_back(std::move(s));
   }
-  return tensors;
+
+  std::vector<ShardedTensor> Take() { return std::move(shards_); }
+
+ private:
+  const int t_;
+  const int64_t r_;
+  size_t next_ = 0;
+  std::vector<ShardedTensor> shards_;
+};
+
+// The tensors of rank (tp_rank, stage) of a small GPT under a Megatron layout, written by
+// hand so that this library is tested without an engine: tensors replicated on every
+// tensor rank (LayerNorm, biases of row-parallel layers), split on their rows (column
+// parallel, the vocabulary), on their columns (row parallel) and on a middle dimension
+// (Q/K/V blocks); the tied embedding held by the first and the last stage. Chunk c holds
+// virtual stage c * p + stage (plan/layer_partition.h), chunks back to back. The engine's
+// own layout is checked against this library in worker/engine/layout_resharding_test.cc.
+std::vector<ShardedTensor> RankTensors(const Layout& l, int tp_rank, int stage,
+                                       int64_t hidden = kHidden) {
+  const int64_t C = hidden;
+  const int per_chunk = kLayers / (l.p * l.v);
+  RankShards rank(l.t, tp_rank);
+  for (int c = 0; c < l.v; ++c) {
+    const bool has_embedding = stage == 0 && c == 0;
+    const bool has_head = stage == l.p - 1 && c == l.v - 1;
+    if (has_embedding || has_head) rank.Add("wte", {PaddedVocab(l.t), C}, 0);
+    if (has_embedding) rank.Add("wpe", {kSeq, C}, kReplicated);
+    for (int i = 0; i < per_chunk; ++i) {
+      const std::string p = "layers." + std::to_string((c * l.p + stage) * per_chunk + i) + ".";
+      rank.Add(p + "ln1.weight", {C}, kReplicated);
+      rank.Add(p + "attn.qkv.weight", {3, C, C}, 1);
+      rank.Add(p + "attn.proj.weight", {C, C}, 1);
+      rank.Add(p + "mlp.fc.weight", {4 * C, C}, 0);
+      rank.Add(p + "mlp.fc.bias", {4 * C}, 0);
+      rank.Add(p + "mlp.proj.weight", {C, 4 * C}, 1);
+      rank.Add(p + "mlp.proj.bias", {C}, kReplicated);
+    }
+    if (has_head) {
+      rank.Add("lnf.weight", {C}, kReplicated);
+      rank.Add("lnf.bias", {C}, kReplicated);
+    }
+  }
+  return rank.Take();
 }
 
 // Global rank with d = 1: tp + t * pp.
 int GlobalRank(const Layout& l, int tp_rank, int stage) { return tp_rank + l.t * stage; }
 
-size_t BufferSize(const std::vector<ParamTensor>& tensors) {
+size_t BufferSize(const std::vector<ShardedTensor>& tensors) {
   size_t end = 0;
-  for (const ParamTensor& t : tensors) end = std::max(end, t.offset + t.size);
+  for (const ShardedTensor& t : tensors) end = std::max(end, t.offset + t.size);
   return end;
 }
 
@@ -80,7 +123,7 @@ size_t BufferSize(const std::vector<ParamTensor>& tensors) {
 float ReferenceValue(int buffer, const std::string& name, int64_t global_index) {
   static const std::map<std::string, int>* ids = [] {
     auto* map = new std::map<std::string, int>;
-    for (const ParamTensor& t : RankTensors({}, 0, 0)) map->emplace(t.name, map->size() + 1);
+    for (const ShardedTensor& t : RankTensors({}, 0, 0)) map->emplace(t.name, map->size() + 1);
     return map;
   }();
   const float base = static_cast<float>(ids->at(name) * 100000 + global_index);
@@ -94,11 +137,11 @@ struct RankBuffers {
   std::vector<float> buffer[3];
 };
 
-RankBuffers FillFromReference(const std::vector<ParamTensor>& tensors) {
+RankBuffers FillFromReference(const std::vector<ShardedTensor>& tensors) {
   RankBuffers b;
   for (int k = 0; k < 3; ++k) {
     b.buffer[k].assign(BufferSize(tensors), kUntouched);
-    for (const ParamTensor& t : tensors) {
+    for (const ShardedTensor& t : tensors) {
       for (size_t i = 0; i < t.size; ++i) {
         b.buffer[k][t.offset + i] = ReferenceValue(k, t.name, GlobalIndex(t, i));
       }
@@ -131,7 +174,7 @@ std::vector<RankShardRecords> WriteShards(const std::string& dir, const Layout& 
   std::vector<RankShardRecords> records(layout.t * layout.p);
   for (int stage = 0; stage < layout.p; ++stage) {
     for (int tp = 0; tp < layout.t; ++tp) {
-      const std::vector<ParamTensor> tensors = RankTensors(layout, tp, stage);
+      const std::vector<ShardedTensor> tensors = RankTensors(layout, tp, stage);
       const RankBuffers b = FillFromReference(tensors);
       const int rank = GlobalRank(layout, tp, stage);
       absl::StatusOr<RankShardRecords> written = WriteRankShards(
@@ -165,7 +208,7 @@ void ExpectLoadsExactly(const std::string& dir, const Layout& target, int stored
   int64_t checked = 0, zero_rows = 0;
   for (int stage = 0; stage < target.p; ++stage) {
     for (int tp = 0; tp < target.t; ++tp) {
-      const std::vector<ParamTensor> tensors = RankTensors(target, tp, stage);
+      const std::vector<ShardedTensor> tensors = RankTensors(target, tp, stage);
       // Two extra elements stand for ZeRO padding, which loading must not touch.
       RankBuffers b;
       for (auto& buffer : b.buffer) buffer.assign(BufferSize(tensors) + 2, kUntouched);
@@ -173,7 +216,7 @@ void ExpectLoadsExactly(const std::string& dir, const Layout& target, int stored
                                                   b.buffer[1].data(), b.buffer[2].data());
       ASSERT_TRUE(loaded.ok()) << loaded;
       for (int k = 0; k < 3; ++k) {
-        for (const ParamTensor& t : tensors) {
+        for (const ShardedTensor& t : tensors) {
           for (size_t i = 0; i < t.size; ++i) {
             const int64_t g = GlobalIndex(t, i);
             const bool beyond_stored =
@@ -192,7 +235,7 @@ void ExpectLoadsExactly(const std::string& dir, const Layout& target, int stored
     }
   }
   EXPECT_GT(checked, 0);
-  if (Shape(target.t).padded_vocab > stored_padded_vocab) {
+  if (PaddedVocab(target.t) > stored_padded_vocab) {
     EXPECT_GT(zero_rows, 0);
   }
 }
@@ -203,7 +246,7 @@ absl::Status FirstLoadError(const std::string& dir, const Layout& target,
   if (!checkpoint.ok()) return checkpoint.status();
   for (int stage = 0; stage < target.p; ++stage) {
     for (int tp = 0; tp < target.t; ++tp) {
-      const std::vector<ParamTensor> tensors = RankTensors(target, tp, stage);
+      const std::vector<ShardedTensor> tensors = RankTensors(target, tp, stage);
       std::vector<float> p(BufferSize(tensors)), m(p.size()), v(p.size());
       absl::Status s = LoadRankTensors(*checkpoint, tensors, p.data(), m.data(), v.data());
       if (!s.ok()) return s;
@@ -237,7 +280,7 @@ class CheckpointReslicingTest : public testing::TestWithParam<Layout> {};
 TEST_P(CheckpointReslicingTest, EveryElementEqualsTheSingleRankValue) {
   const std::string dir = FreshDir("reslice_" + LayoutName(GetParam()));
   WriteCheckpoint(dir, kSource, 100);
-  ExpectLoadsExactly(dir, GetParam(), Shape(kSource.t).padded_vocab);
+  ExpectLoadsExactly(dir, GetParam(), PaddedVocab(kSource.t));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CheckpointReslicingTest,
@@ -253,19 +296,19 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CheckpointReslicingTest,
 TEST(CheckpointTest, NarrowerPaddedVocabularyKeepsTheCommonRows) {
   const std::string dir = FreshDir("narrower_vocab");
   WriteCheckpoint(dir, Layout{4, 1, 1}, 5);
-  ExpectLoadsExactly(dir, Layout{1, 1, 1}, Shape(4).padded_vocab);
-  ExpectLoadsExactly(dir, Layout{2, 2, 2}, Shape(4).padded_vocab);
+  ExpectLoadsExactly(dir, Layout{1, 1, 1}, PaddedVocab(4));
+  ExpectLoadsExactly(dir, Layout{2, 2, 2}, PaddedVocab(4));
 }
 
 // An interleaved source (two chunks per rank) re-slices like any other.
 TEST(CheckpointTest, InterleavedSourceLoadsIntoOneRank) {
   const std::string dir = FreshDir("interleaved_source");
   WriteCheckpoint(dir, Layout{2, 2, 2}, 5);
-  ExpectLoadsExactly(dir, Layout{1, 1, 1}, Shape(2).padded_vocab);
+  ExpectLoadsExactly(dir, Layout{1, 1, 1}, PaddedVocab(2));
 }
 
-ParamTensor BigShard(int64_t rows, int64_t cols, int64_t row_offset, int64_t col_offset) {
-  ParamTensor t;
+ShardedTensor BigShard(int64_t rows, int64_t cols, int64_t row_offset, int64_t col_offset) {
+  ShardedTensor t;
   t.name = "big";
   t.global_shape = {4096, 1024};
   t.local_shape = {rows, cols};
@@ -279,7 +322,7 @@ ParamTensor BigShard(int64_t rows, int64_t cols, int64_t row_offset, int64_t col
 // tensor as runs long enough to be read directly.
 TEST(CheckpointTest, LargeShardsLoadThroughWindowsAndDirectReads) {
   struct Case {
-    std::vector<ParamTensor> stored, wanted;
+    std::vector<ShardedTensor> stored, wanted;
   };
   const std::vector<Case> cases = {
       {{BigShard(4096, 512, 0, 0), BigShard(4096, 512, 0, 512)},
@@ -290,7 +333,7 @@ TEST(CheckpointTest, LargeShardsLoadThroughWindowsAndDirectReads) {
     const std::string dir = FreshDir("large_" + std::to_string(c));
     std::vector<RankShardRecords> records;
     for (size_t r = 0; r < cases[c].stored.size(); ++r) {
-      const ParamTensor& t = cases[c].stored[r];
+      const ShardedTensor& t = cases[c].stored[r];
       std::vector<float> data(t.size);
       for (size_t i = 0; i < t.size; ++i) data[i] = static_cast<float>(GlobalIndex(t, i));
       absl::StatusOr<RankShardRecords> written =
@@ -303,7 +346,7 @@ TEST(CheckpointTest, LargeShardsLoadThroughWindowsAndDirectReads) {
     ASSERT_TRUE(WriteManifest(dir, *manifest).ok());
     absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-    for (const ParamTensor& t : cases[c].wanted) {
+    for (const ShardedTensor& t : cases[c].wanted) {
       std::vector<float> data(t.size, kUntouched);
       ASSERT_TRUE(LoadRankTensors(*checkpoint, {t}, data.data(), nullptr, nullptr).ok());
       for (size_t i = 0; i < t.size; ++i) {
@@ -566,7 +609,7 @@ TEST(CheckpointTest, MissingTensorIsNotFoundNamingIt) {
   WriteCheckpoint(dir, kSource, 1, /*with_moments=*/false);
   absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  std::vector<ParamTensor> tensors = RankTensors({}, 0, 0);
+  std::vector<ShardedTensor> tensors = RankTensors({}, 0, 0);
   std::vector<float> p(BufferSize(tensors)), m(p.size()), v(p.size());
   // Parameters alone load; their moments were never stored.
   EXPECT_TRUE(LoadRankTensors(*checkpoint, tensors, p.data(), nullptr, nullptr).ok());
@@ -585,18 +628,16 @@ TEST(CheckpointTest, AnotherGlobalShapeIsInvalidArgument) {
   WriteCheckpoint(dir, kSource, 1);
   absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  ModelShape wider = Shape(1);
-  wider.hidden = 32;
-  const ParameterLayout layout(wider, WholeModel(wider));
-  std::vector<float> p(layout.total_size());
-  absl::Status status = LoadRankTensors(*checkpoint, layout.tensors(), p.data(), nullptr, nullptr);
+  const std::vector<ShardedTensor> wider = RankTensors({}, 0, 0, /*hidden=*/32);
+  std::vector<float> p(BufferSize(wider));
+  absl::Status status = LoadRankTensors(*checkpoint, wider, p.data(), nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   // wte differs in its second dimension too: not a padded-vocabulary change.
   EXPECT_TRUE(Mentions(status, "'wte'")) << status;
 
   // Only wte may differ in its first dimension.
-  std::vector<ParamTensor> tensors = RankTensors({}, 0, 0);
-  for (ParamTensor& t : tensors) {
+  std::vector<ShardedTensor> tensors = RankTensors({}, 0, 0);
+  for (ShardedTensor& t : tensors) {
     if (t.name == "wpe") {
       t.global_shape[0] = 16;
       t.local_shape[0] = 16;
@@ -610,7 +651,7 @@ TEST(CheckpointTest, AnotherGlobalShapeIsInvalidArgument) {
 }
 
 TEST(CheckpointTest, WritingRejectsInconsistentTensors) {
-  std::vector<ParamTensor> tensors = RankTensors({}, 0, 0);
+  std::vector<ShardedTensor> tensors = RankTensors({}, 0, 0);
   std::vector<float> p(BufferSize(tensors)), m(p.size());
   tensors[3].size += 1;
   absl::Status status =
@@ -632,13 +673,13 @@ TEST(CheckpointTest, RankLoadsFromOnlyTheFilesItsShardsOverlap) {
   // Stage 1 of a (1, 2) layout holds the second half of the layers and the tied
   // embedding: the files of stage 1 (ranks 2, 3) and, for wte, of stage 0 (ranks 0, 1)
   // or stage 1 (both hold it; the manifest keeps the first writer's copy).
-  const std::vector<ParamTensor> last_stage = RankTensors(Layout{1, 2, 1}, 0, 1);
+  const std::vector<ShardedTensor> last_stage = RankTensors(Layout{1, 2, 1}, 0, 1);
   const std::vector<std::string> files = FilesOverlapping(manifest, last_stage, true);
   EXPECT_EQ(files, (std::vector<std::string>{"rank-00000.bin", "rank-00001.bin", "rank-00002.bin",
                                              "rank-00003.bin"}));
   // Without the embedding, stage 1's own layers come only from ranks 2 and 3.
-  std::vector<ParamTensor> layers_only;
-  for (const ParamTensor& t : last_stage) {
+  std::vector<ShardedTensor> layers_only;
+  for (const ShardedTensor& t : last_stage) {
     if (t.name.rfind("layers.", 0) == 0) layers_only.push_back(t);
   }
   const std::vector<std::string> layer_files = FilesOverlapping(manifest, layers_only, true);
@@ -655,7 +696,7 @@ TEST(CheckpointTest, RankLoadsFromOnlyTheFilesItsShardsOverlap) {
   ASSERT_TRUE(LoadRankTensors(*subset, layers_only, b.buffer[0].data(), b.buffer[1].data(),
                               b.buffer[2].data())
                   .ok());
-  for (const ParamTensor& t : layers_only) {
+  for (const ShardedTensor& t : layers_only) {
     ASSERT_EQ(b.buffer[2][t.offset + t.size - 1],
               ReferenceValue(2, t.name, GlobalIndex(t, t.size - 1)))
         << t.name;

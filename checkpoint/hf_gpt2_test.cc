@@ -4,15 +4,15 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "checkpoint/full_tensor_testing.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "checkpoint/full_tensor_testing.h"
-#include "worker/engine/model_shape.h"
-#include "worker/engine/parameter_init.h"
-#include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
 namespace {
@@ -36,24 +36,41 @@ ModelSpec Model() {
   return model;
 }
 
-// Every parameter the engine has (names and global shapes from ParameterLayout, so the
-// mapping is tested against the engine's real tensors), with distinct nonzero values.
+// Every parameter of our GPT, with the names and global shapes the engine's layout gives
+// them (worker/engine/parameter_layout.h; worker/engine/layout_resharding_test.cc checks
+// the engine's real tensors against this conversion) and distinct nonzero values.
 std::map<std::string, FullTensor> OurModel() {
-  ModelShape shape;
-  shape.num_layers = kLayers;
-  shape.num_heads = 2;
-  shape.hidden = kHidden;
-  shape.seq_length = kSeq;
-  shape.vocab = kVocab;
-  shape.padded_vocab = kPaddedVocab;
-  const ParameterLayout layout(shape, WholeModel(shape));
+  const int64_t C = kHidden;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"wte", {kPaddedVocab, C}},
+      {"wpe", {kSeq, C}},
+  };
+  for (int i = 0; i < kLayers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    shapes.push_back({p + "ln1.weight", {C}});
+    shapes.push_back({p + "ln1.bias", {C}});
+    shapes.push_back({p + "attn.qkv.weight", {3, C, C}});
+    shapes.push_back({p + "attn.qkv.bias", {3, C}});
+    shapes.push_back({p + "attn.proj.weight", {C, C}});
+    shapes.push_back({p + "attn.proj.bias", {C}});
+    shapes.push_back({p + "ln2.weight", {C}});
+    shapes.push_back({p + "ln2.bias", {C}});
+    shapes.push_back({p + "mlp.fc.weight", {4 * C, C}});
+    shapes.push_back({p + "mlp.fc.bias", {4 * C}});
+    shapes.push_back({p + "mlp.proj.weight", {C, 4 * C}});
+    shapes.push_back({p + "mlp.proj.bias", {C}});
+  }
+  shapes.push_back({"lnf.weight", {C}});
+  shapes.push_back({"lnf.bias", {C}});
   std::map<std::string, FullTensor> tensors;
-  uint64_t key = 1;
-  for (const ParamTensor& t : layout.tensors()) {
-    FullTensor& full = tensors[t.name];
-    full.shape = t.global_shape;
-    for (size_t i = 0; i < t.size; ++i) {
-      full.values.push_back(static_cast<float>(CounterNormal(key, i)));
+  int key = 1;
+  for (const auto& [name, shape] : shapes) {
+    FullTensor& full = tensors[name];
+    full.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    for (int64_t i = 0; i < n; ++i) {
+      full.values.push_back(static_cast<float>(key) + 0.001f * static_cast<float>(i + 1));
     }
     ++key;
   }

@@ -13,8 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
 #include "checkpoint/checkpoint.h"
+#include "common/status_macros.h"
 
 namespace mtrain {
 namespace fs = std::filesystem;
@@ -144,6 +144,20 @@ absl::StatusOr<uint64_t> CheckpointFileUpload::Finish() {
   return received_;
 }
 
+absl::StatusOr<CheckpointChunk> CheckpointFileDownload::Next() {
+  in_.read(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  const size_t got = static_cast<size_t>(in_.gcount());
+  if (in_.bad()) return absl::InternalError(absl::StrCat("read error on ", header_.file()));
+  CheckpointChunk chunk = header_;
+  chunk.set_offset(offset_);
+  chunk.set_data(buffer_.data(), got);
+  // End of file is known only once a read comes up short: a file of a whole number of
+  // chunks ends with an empty one.
+  chunk.set_last(in_.eof());
+  offset_ += got;
+  return chunk;
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::string& root,
                                                                        int keep_last) {
   if (keep_last < 1) {
@@ -195,6 +209,50 @@ absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> CheckpointStore::BeginFile
   }
   return std::unique_ptr<CheckpointFileUpload>(
       new CheckpointFileUpload(this, job_id, generation, step, file, std::move(writer)));
+}
+
+absl::StatusOr<ReceivedCheckpointFile> CheckpointStore::ReceiveFile(
+    CheckpointChunk first, absl::FunctionRef<bool(CheckpointChunk*)> next) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointFileUpload> upload,
+                   BeginFile(first.job_id(), first.generation(), first.step(), first.file()));
+  RETURN_IF_ERROR(upload->Append(first.offset(), first.data()));
+  first.clear_data();  // kept for its header only
+  CheckpointChunk chunk;
+  for (bool last = first.last(); !last; last = chunk.last()) {
+    if (!next(&chunk)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          first.file(), ": the stream ended without a chunk with `last` set (upload cut off)"));
+    }
+    if (chunk.job_id() != first.job_id() || chunk.generation() != first.generation() ||
+        chunk.step() != first.step() || chunk.file() != first.file()) {
+      return absl::InvalidArgumentError(
+          "a chunk names another job, generation, step or file than the stream's first "
+          "[rule: one file per upload stream]");
+    }
+    RETURN_IF_ERROR(upload->Append(chunk.offset(), chunk.data()));
+  }
+  ReceivedCheckpointFile received;
+  ASSIGN_OR_RETURN(received.bytes_received, upload->Finish());
+  if (first.file() == kManifestFileName) {
+    // Listed, not taken from the commit: retention may already have dropped it.
+    for (const CheckpointInfo& info : List(first.job_id())) {
+      if (info.step() == first.step()) received.committed = info;
+    }
+  }
+  return received;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> CheckpointStore::OpenDownload(
+    const std::string& job_id, int64_t step, const std::string& file) const {
+  ASSIGN_OR_RETURN(const std::string path, FilePath(job_id, step, file));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", file));
+  CheckpointChunk header;
+  header.set_job_id(job_id);
+  header.set_step(step);
+  header.set_file(file);
+  return std::unique_ptr<CheckpointFileDownload>(
+      new CheckpointFileDownload(std::move(in), std::move(header)));
 }
 
 void CheckpointStore::SetWriteFailureListener(WriteFailureListener listener, const void* owner) {

@@ -20,11 +20,14 @@
 // keeps it full. Other ranks still uploading into it then fail too (the checkpoint is lost
 // anyway, and its generation with it).
 //
-// Thread-safe. No gRPC here: the adapter (grpc_service.cc) feeds it chunks.
+// Thread-safe. No gRPC here: the adapter (grpc_service.cc) hands an upload stream to
+// ReceiveFile and sends what a CheckpointFileDownload reads; the rules of both streams
+// (chunk order, which file commits a checkpoint, file names) are this class's.
 #ifndef MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
 #define MTRAIN_COORDINATOR_CHECKPOINT_STORE_H_
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,12 +37,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/file_io.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
-#include "checkpoint/file_io.h"
 
 namespace mtrain {
 
@@ -75,6 +79,38 @@ class CheckpointFileUpload {
   uint64_t received_ = 0;
 };
 
+// What an upload stream delivered (CheckpointStore::ReceiveFile).
+struct ReceivedCheckpointFile {
+  uint64_t bytes_received = 0;
+  // Set when the file was the MANIFEST and the checkpoint it completes is committed (and
+  // not already dropped again by retention: an upload of a step older than the last
+  // `keep_last` ones is stored and removed at once).
+  std::optional<CheckpointInfo> committed;
+};
+
+// One file of a committed checkpoint, read in order for a download. Not thread-safe; the
+// file stays open while this lives.
+class CheckpointFileDownload {
+ public:
+  // At most this much data per chunk (proto/coordinator.proto promises 1 MiB).
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+
+  // The next chunk: the request's job, step and file, the chunk's offset and data, and
+  // `last` on the final one (which may be empty). INTERNAL naming the file on a read
+  // error. Call no more after the last chunk.
+  absl::StatusOr<CheckpointChunk> Next();
+
+ private:
+  friend class CheckpointStore;
+  CheckpointFileDownload(std::ifstream in, CheckpointChunk header)
+      : in_(std::move(in)), header_(std::move(header)), buffer_(kChunkBytes, '\0') {}
+
+  std::ifstream in_;
+  CheckpointChunk header_;  // job_id, step and file of every chunk
+  std::string buffer_;
+  uint64_t offset_ = 0;
+};
+
 class CheckpointStore {
  public:
   // Creates `root` if needed. INVALID_ARGUMENT if keep_last < 1.
@@ -87,6 +123,24 @@ class CheckpointStore {
   absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> BeginFile(const std::string& job_id,
                                                                   int64_t generation, int64_t step,
                                                                   const std::string& file);
+
+  // Receives one file of an upload stream: `first` is the stream's first chunk, `next`
+  // reads the following ones into its argument (false: the stream ended). Every chunk
+  // must name the first's job, generation, step and file and continue where the previous
+  // one ended; the chunk with `last` set ends the file. The MANIFEST, received last by
+  // its uploader, commits the checkpoint (Commit). Whether the generation may upload is
+  // the job manager's call, made before.
+  // INVALID_ARGUMENT naming the rule for a bad job id, file name or step (BeginFile), a
+  // chunk naming another job, generation, step or file, a chunk out of order, or a
+  // stream that ends without `last`; a commit's errors (Commit); INTERNAL (or another
+  // code of the storage) if the file cannot be stored, its step's uploads then removed.
+  absl::StatusOr<ReceivedCheckpointFile> ReceiveFile(
+      CheckpointChunk first, absl::FunctionRef<bool(CheckpointChunk*)> next);
+
+  // Opens a committed checkpoint's file for download. FilePath's errors
+  // (INVALID_ARGUMENT, NOT_FOUND); NOT_FOUND naming the file if it cannot be opened.
+  absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> OpenDownload(
+      const std::string& job_id, int64_t step, const std::string& file) const;
 
   // Commits `step` of the generation's staging directory with this manifest. The manifest
   // must parse, obey docs/CHECKPOINT_FORMAT.md's rules and name this job and step

@@ -9,16 +9,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_tensor.h"
+#include "gtest/gtest.h"
 
 namespace mtrain {
 namespace {
 namespace fs = std::filesystem;
 
 // Two ranks, each holding half of one [4, 2] tensor (rows split), as a real writer would.
-std::vector<ParamTensor> HalfTensors(int rank) {
-  ParamTensor t;
+std::vector<ShardedTensor> HalfTensors(int rank) {
+  ShardedTensor t;
   t.name = "w";
   t.offset = 0;
   t.size = 4;
@@ -94,6 +95,58 @@ class CheckpointStoreTest : public ::testing::Test {
     return Upload(generation, step, "MANIFEST", manifest);
   }
 
+  // `bytes` as an upload stream's chunks of `chunk` bytes, the last one marked.
+  static std::vector<CheckpointChunk> Chunks(int64_t generation, int64_t step,
+                                             const std::string& file, const std::string& bytes,
+                                             size_t chunk = 7) {
+    std::vector<CheckpointChunk> chunks;
+    size_t offset = 0;
+    do {
+      CheckpointChunk& c = chunks.emplace_back();
+      c.set_job_id("job-1");
+      c.set_generation(generation);
+      c.set_step(step);
+      c.set_file(file);
+      c.set_offset(offset);
+      c.set_data(bytes.substr(offset, chunk));
+      offset += c.data().size();
+      c.set_last(offset >= bytes.size());
+    } while (offset < bytes.size());
+    return chunks;
+  }
+
+  // Hands `chunks` to ReceiveFile as an upload stream would.
+  absl::StatusOr<ReceivedCheckpointFile> Receive(const std::vector<CheckpointChunk>& chunks) {
+    size_t next = 1;
+    return store_->ReceiveFile(chunks.at(0), [&](CheckpointChunk* chunk) {
+      if (next == chunks.size()) return false;
+      *chunk = chunks[next++];
+      return true;
+    });
+  }
+
+  // Reads a committed file back through a download, checking each chunk's header.
+  absl::StatusOr<std::string> Download(int64_t step, const std::string& file,
+                                       int* num_chunks = nullptr) {
+    absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> download =
+        store_->OpenDownload("job-1", step, file);
+    if (!download.ok()) return download.status();
+    std::string bytes;
+    if (num_chunks != nullptr) *num_chunks = 0;
+    while (true) {
+      absl::StatusOr<CheckpointChunk> chunk = (*download)->Next();
+      if (!chunk.ok()) return chunk.status();
+      EXPECT_EQ(chunk->job_id(), "job-1");
+      EXPECT_EQ(chunk->step(), step);
+      EXPECT_EQ(chunk->file(), file);
+      EXPECT_EQ(chunk->offset(), bytes.size());
+      EXPECT_LE(chunk->data().size(), CheckpointFileDownload::kChunkBytes);
+      bytes += chunk->data();
+      if (num_chunks != nullptr) ++*num_chunks;
+      if (chunk->last()) return bytes;
+    }
+  }
+
   std::string Committed(int64_t step, const std::string& file) {
     return (base_ / "store" / "job-1" / CheckpointDirName(step) / file).string();
   }
@@ -117,7 +170,7 @@ TEST_F(CheckpointStoreTest, CommittedCheckpointLoadsAndIsListed) {
   ASSERT_TRUE(dir.ok());
   auto checkpoint = OpenCheckpoint(*dir);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  ParamTensor whole = HalfTensors(0)[0];
+  ShardedTensor whole = HalfTensors(0)[0];
   whole.size = 8;
   whole.local_shape = {4, 2};
   whole.global_offset = {0, 0};
@@ -252,6 +305,142 @@ TEST_F(CheckpointStoreTest, RefusesBadNamesOffsetsAndManifests) {
   EXPECT_EQ(store_->FilePath("job-1", 10, "../../etc/passwd").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store_->FilePath("job-1", 10, "MANIFEST").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointStoreTest, ReceivedStreamsStoreShardsAndTheManifestCommits) {
+  const std::string manifest = WriteSource(10);
+  const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
+  for (const char* file : {"rank-00000.bin", "rank-00001.bin"}) {
+    const std::string bytes = ReadAll(src + "/" + file);
+    absl::StatusOr<ReceivedCheckpointFile> received = Receive(Chunks(1, 10, file, bytes));
+    ASSERT_TRUE(received.ok()) << received.status();
+    EXPECT_EQ(received->bytes_received, bytes.size());
+    EXPECT_FALSE(received->committed.has_value()) << file;
+    EXPECT_FALSE(store_->Has("job-1", 10));
+  }
+  absl::StatusOr<ReceivedCheckpointFile> received =
+      Receive(Chunks(1, 10, "MANIFEST", manifest, /*chunk=*/1 << 20));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_EQ(received->bytes_received, manifest.size());
+  ASSERT_TRUE(received->committed.has_value());
+  EXPECT_EQ(received->committed->step(), 10);
+  EXPECT_EQ(received->committed->num_files(), 2);
+  EXPECT_EQ(received->committed->pipeline(), 2);
+  EXPECT_TRUE(store_->Has("job-1", 10));
+  EXPECT_TRUE(OpenCheckpoint(*store_->CheckpointDir("job-1", 10)).ok());
+}
+
+// keep_last is 2: a step older than the two newest is stored and dropped at once, so
+// nothing is reported committed.
+TEST_F(CheckpointStoreTest, AReceivedManifestOfAStepRetentionDropsCommitsNothing) {
+  ASSERT_TRUE(UploadCheckpoint(1, 20).ok());
+  ASSERT_TRUE(UploadCheckpoint(1, 30).ok());
+  const std::string manifest = WriteSource(10);
+  const std::string src = (base_ / "src" / CheckpointDirName(10)).string();
+  for (const char* file : {"rank-00000.bin", "rank-00001.bin"}) {
+    ASSERT_TRUE(Receive(Chunks(2, 10, file, ReadAll(src + "/" + file))).ok());
+  }
+  absl::StatusOr<ReceivedCheckpointFile> received = Receive(Chunks(2, 10, "MANIFEST", manifest));
+  ASSERT_TRUE(received.ok()) << received.status();
+  EXPECT_FALSE(received->committed.has_value());
+  EXPECT_FALSE(store_->Has("job-1", 10));
+}
+
+TEST_F(CheckpointStoreTest, ReceiveRefusesStreamsThatBreakTheirRules) {
+  const std::string bytes(50, 'x');
+  // A chunk of another file in the stream.
+  std::vector<CheckpointChunk> chunks = Chunks(1, 10, "rank-00000.bin", bytes);
+  chunks[2].set_file("rank-00001.bin");
+  absl::Status status = Receive(chunks).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("one file per upload stream"), std::string::npos) << status;
+  // ... of another generation or step.
+  chunks = Chunks(1, 10, "rank-00000.bin", bytes);
+  chunks[1].set_generation(2);
+  EXPECT_EQ(Receive(chunks).status().code(), absl::StatusCode::kInvalidArgument);
+  chunks = Chunks(1, 10, "rank-00000.bin", bytes);
+  chunks[3].set_step(11);
+  EXPECT_EQ(Receive(chunks).status().code(), absl::StatusCode::kInvalidArgument);
+  // A stream cut off before its last chunk.
+  chunks = Chunks(1, 10, "rank-00000.bin", bytes);
+  chunks.pop_back();
+  status = Receive(chunks).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("rank-00000.bin: the stream ended without a chunk with `last`"),
+            std::string::npos)
+      << status;
+  // A gap.
+  chunks = Chunks(1, 10, "rank-00000.bin", bytes);
+  chunks.erase(chunks.begin() + 1);
+  status = Receive(chunks).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("offset"), std::string::npos) << status;
+  // A name that is no checkpoint file.
+  EXPECT_EQ(Receive(Chunks(1, 10, "../rank-00000.bin", bytes)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // None of them left a file behind: a refused stream stores nothing.
+  const fs::path staging = base_ / "store" / "job-1" / "staging" / "gen-1" / "step-00000010";
+  std::error_code ignored;
+  for (const fs::directory_entry& entry : fs::directory_iterator(staging, ignored)) {
+    ADD_FAILURE() << "left behind: " << entry.path();
+  }
+  // A manifest that commits nothing is refused like Commit refuses it.
+  EXPECT_EQ(Receive(Chunks(1, 10, "MANIFEST", "not a manifest")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store_->Has("job-1", 10));
+}
+
+TEST_F(CheckpointStoreTest, DownloadsReadCommittedFilesBackInChunks) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  for (const char* file : {"MANIFEST", "rank-00000.bin", "rank-00001.bin"}) {
+    int chunks = 0;
+    absl::StatusOr<std::string> bytes = Download(10, file, &chunks);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, ReadAll(Committed(10, file))) << file;
+    EXPECT_EQ(chunks, 1) << file;
+  }
+}
+
+// A file over the chunk size comes in several chunks, each at most kChunkBytes.
+TEST_F(CheckpointStoreTest, ALargeFileDownloadsInSeveralChunks) {
+  const std::string dir = (base_ / "src_large").string();
+  ShardedTensor t;
+  t.name = "w";
+  t.size = 300000;  // 1.2 MB of floats
+  t.global_shape = {300000};
+  t.local_shape = {300000};
+  t.global_offset = {0};
+  std::vector<float> params(t.size);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);
+  absl::StatusOr<RankShardRecords> records =
+      WriteRankShards(dir, 0, 5, {t}, params.data(), nullptr, nullptr);
+  ASSERT_TRUE(records.ok()) << records.status();
+  TrainingState state;
+  state.set_step(5);
+  absl::StatusOr<CheckpointManifest> manifest = BuildManifest("job-1", {}, state, {*records});
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const std::string shard = ReadAll(dir + "/rank-00000.bin");
+  ASSERT_TRUE(Receive(Chunks(1, 5, "rank-00000.bin", shard, 1 << 16)).ok());
+  ASSERT_TRUE(Receive(Chunks(1, 5, "MANIFEST", SerializeManifest(*manifest))).ok());
+  int chunks = 0;
+  absl::StatusOr<std::string> bytes = Download(5, "rank-00000.bin", &chunks);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, shard);
+  EXPECT_EQ(chunks, 2);
+}
+
+TEST_F(CheckpointStoreTest, DownloadsRefuseBadNamesAndWhatIsNotThere) {
+  ASSERT_TRUE(UploadCheckpoint(1, 10).ok());
+  EXPECT_EQ(store_->OpenDownload("job-1", 10, "../../etc/passwd").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->OpenDownload("../job", 10, "MANIFEST").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->OpenDownload("job-1", 20, "MANIFEST").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->OpenDownload("job-1", 10, "rank-00007.bin").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->OpenDownload("job-2", 10, "MANIFEST").status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 // Flips one bit of a committed file, keeping its size and, with keep_time, its

@@ -1,6 +1,5 @@
 #include "coordinator/grpc_service.h"
 
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -359,35 +358,12 @@ grpc::Status CoordinatorGrpcService::UploadCheckpoint(grpc::ServerContext* conte
       !allowed.ok()) {
     return fail(allowed);
   }
-  absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> upload =
-      checkpoints_->BeginFile(first.job_id(), first.generation(), first.step(), first.file());
-  if (!upload.ok()) return fail(upload.status());
-  CheckpointChunk chunk = first;
-  first.clear_data();  // kept for its header only
-  while (true) {
-    if (chunk.job_id() != first.job_id() || chunk.generation() != first.generation() ||
-        chunk.step() != first.step() || chunk.file() != first.file()) {
-      return fail(absl::InvalidArgumentError(
-          "a chunk names another job, generation, step or file than the stream's first "
-          "[rule: one file per upload stream]"));
-    }
-    if (absl::Status appended = (*upload)->Append(chunk.offset(), chunk.data()); !appended.ok()) {
-      return fail(appended);
-    }
-    if (chunk.last()) break;
-    if (!reader->Read(&chunk)) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          first.file(), ": the stream ended without a chunk with `last` set (upload cut off)")));
-    }
-  }
-  absl::StatusOr<uint64_t> received = (*upload)->Finish();
+  const std::string job_id = first.job_id();
+  absl::StatusOr<ReceivedCheckpointFile> received = checkpoints_->ReceiveFile(
+      std::move(first), [reader](CheckpointChunk* chunk) { return reader->Read(chunk); });
   if (!received.ok()) return fail(received.status());
-  response->set_bytes_received(*received);
-  if (first.file() == "MANIFEST") {
-    for (const CheckpointInfo& info : checkpoints_->List(first.job_id())) {
-      if (info.step() == first.step()) jobs_->OnCheckpointCommitted(first.job_id(), info);
-    }
-  }
+  response->set_bytes_received(received->bytes_received);
+  if (received->committed.has_value()) jobs_->OnCheckpointCommitted(job_id, *received->committed);
   return grpc::Status::OK;
 }
 
@@ -413,34 +389,14 @@ grpc::Status CoordinatorGrpcService::DownloadCheckpoint(
   if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
     return Answer("DownloadCheckpoint", ToGrpcStatus(job.status()));
   }
-  absl::StatusOr<std::string> path =
-      checkpoints_->FilePath(request->job_id(), request->step(), request->file());
-  if (!path.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(path.status()));
-  std::ifstream in(*path, std::ios::binary);
-  if (!in) {
-    return Answer("DownloadCheckpoint",
-                  grpc::Status(grpc::StatusCode::NOT_FOUND, "cannot open " + request->file()));
-  }
-  constexpr size_t kChunkBytes = 1 << 20;
-  std::string buffer(kChunkBytes, '\0');
-  uint64_t offset = 0;
-  CheckpointChunk chunk;
-  chunk.set_job_id(request->job_id());
-  chunk.set_step(request->step());
-  chunk.set_file(request->file());
+  absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> download =
+      checkpoints_->OpenDownload(request->job_id(), request->step(), request->file());
+  if (!download.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(download.status()));
   while (true) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const size_t got = static_cast<size_t>(in.gcount());
-    if (in.bad()) {
-      return Answer("DownloadCheckpoint",
-                    grpc::Status(grpc::StatusCode::INTERNAL, "read error on " + request->file()));
-    }
-    chunk.set_offset(offset);
-    chunk.set_data(buffer.data(), got);
-    chunk.set_last(in.eof());
-    offset += got;
-    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
-    if (chunk.last()) return grpc::Status::OK;
+    absl::StatusOr<CheckpointChunk> chunk = (*download)->Next();
+    if (!chunk.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(chunk.status()));
+    if (!writer->Write(*chunk)) return grpc::Status::CANCELLED;
+    if (chunk->last()) return grpc::Status::OK;
   }
 }
 

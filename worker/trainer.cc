@@ -9,19 +9,18 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "spec/job_spec_validation.h"
-#include "plan/layer_partition.h"
-#include "kernels/cuda_device_query.h"
-#include "kernels/grad_norm.h"
 #include "checkpoint/checkpoint.h"
-#include "worker/engine/cuda/cuda_engine.h"
+#include "checkpoint/safetensors.h"
+#include "common/status_macros.h"
+#include "kernels/grad_norm.h"
+#include "plan/rank_grid.h"
+#include "spec/job_spec_validation.h"
+#include "worker/engine/cpu_engine.h"
+#include "worker/engine/cuda/cuda_training_engine.h"
 #include "worker/engine/data/data_source.h"
-#include "worker/engine/engine_choice.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
-#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {
@@ -31,54 +30,79 @@ namespace {
 constexpr uint64_t kGatherTag = uint64_t{1} << 54;
 constexpr uint64_t kRecordSizeTag = kGatherTag + 1;
 constexpr uint64_t kRecordTag = kGatherTag + 2;
+constexpr uint64_t kDescriptionSizeTag = kGatherTag + 3;
+constexpr uint64_t kDescriptionTag = kGatherTag + 4;
 
-TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
-  TensorParallelGroup<float> tp;
-  tp.size = group->size();
-  tp.rank = group->rank();
-  tp.all_reduce = [group](float* data, size_t count, ReduceOp op) {
-    return group->AllReduce(data, count, op);
-  };
-  tp.all_gather = [group](const float* in, float* out, size_t count) {
-    return group->AllGather(in, out, count);
-  };
-  return tp;
+// Shard descriptions travel in this message: `tensors` only, each with one shard (its
+// global offset and local shape). Every rank describes its own tensors; nobody derives
+// another rank's layout.
+std::string SerializeShardDescriptions(const std::vector<ParamTensor>& tensors) {
+  CheckpointManifest descriptions;
+  for (const ParamTensor& t : tensors) {
+    TensorEntry* entry = descriptions.add_tensors();
+    entry->set_name(t.name);
+    entry->mutable_global_shape()->Add(t.global_shape.begin(), t.global_shape.end());
+    entry->set_dtype(kCheckpointDtypeF32);
+    TensorShard* shard = entry->add_shards();
+    shard->mutable_global_offset()->Add(t.global_offset.begin(), t.global_offset.end());
+    shard->mutable_shape()->Add(t.local_shape.begin(), t.local_shape.end());
+  }
+  return descriptions.SerializeAsString();
 }
 
-// The chunk placements of the rank at `coords`, derived from the spec alone (every rank
-// can compute every other rank's layout, which the weight gather relies on).
-absl::StatusOr<std::vector<ModelPlacement>> PlacementsOf(const JobSpec& spec, int tp, int pp) {
-  const ParallelSpec& par = spec.parallel();
-  ASSIGN_OR_RETURN(
-      std::vector<LayerRange> ranges,
-      PartitionLayers(spec.model().num_layers(), par.pipeline(), par.virtual_stages(), pp));
-  std::vector<ChunkLayers> layers;
-  for (const LayerRange& r : ranges) layers.push_back({r.first_layer(), r.num_layers()});
-  return ChunkPlacements(layers, pp, par.pipeline(), par.tensor(), tp);
+// The tensors `bytes` describe, their values packed one after another in that order
+// (ParamTensor::offset into the packed values). DATA_LOSS if they do not parse or do not
+// describe a shard of their global shape.
+absl::StatusOr<std::vector<ParamTensor>> ParseShardDescriptions(const std::string& bytes,
+                                                                int from_rank) {
+  CheckpointManifest descriptions;
+  if (!descriptions.ParseFromString(bytes)) {
+    return absl::DataLossError(
+        absl::StrCat("weight gather: rank ", from_rank, "'s shard descriptions do not parse"));
+  }
+  std::vector<ParamTensor> tensors;
+  size_t offset = 0;
+  for (const TensorEntry& entry : descriptions.tensors()) {
+    if (entry.shards_size() != 1 ||
+        entry.shards(0).global_offset_size() != entry.global_shape_size() ||
+        entry.shards(0).shape_size() != entry.global_shape_size()) {
+      return absl::DataLossError(
+          absl::StrCat("weight gather: rank ", from_rank, " describes ", entry.name(),
+                       " without exactly one shard of its number of dimensions"));
+    }
+    ParamTensor t;
+    t.name = entry.name();
+    t.global_shape.assign(entry.global_shape().begin(), entry.global_shape().end());
+    t.global_offset.assign(entry.shards(0).global_offset().begin(),
+                           entry.shards(0).global_offset().end());
+    t.local_shape.assign(entry.shards(0).shape().begin(), entry.shards(0).shape().end());
+    size_t size = 1;
+    for (size_t d = 0; d < t.local_shape.size(); ++d) {
+      if (t.local_shape[d] < 0 || t.global_offset[d] < 0 ||
+          t.global_offset[d] + t.local_shape[d] > t.global_shape[d]) {
+        return absl::DataLossError(absl::StrCat("weight gather: rank ", from_rank, "'s shard of ",
+                                                t.name, " lies outside its global shape"));
+      }
+      size *= static_cast<size_t>(t.local_shape[d]);
+    }
+    t.offset = offset;
+    t.size = size;
+    offset += size;
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+// `tensors`' values from the flat buffer `params`, packed in the order of `tensors`.
+std::vector<float> PackedValues(const std::vector<ParamTensor>& tensors, const float* params) {
+  std::vector<float> packed;
+  for (const ParamTensor& t : tensors) {
+    packed.insert(packed.end(), params + t.offset, params + t.offset + t.size);
+  }
+  return packed;
 }
 
 bool IsTensorSharded(const ParamTensor& t) { return t.local_shape != t.global_shape; }
-
-// The flat-buffer ranges of the tensors `keep` selects, adjacent ones merged (the whole
-// model on one rank is a single range).
-std::vector<cuda::FlatRange> MergedRanges(const std::vector<ParamTensor>& tensors,
-                                          const std::function<bool(const ParamTensor&)>& keep) {
-  std::vector<const ParamTensor*> kept;
-  for (const ParamTensor& t : tensors) {
-    if (keep(t)) kept.push_back(&t);
-  }
-  std::sort(kept.begin(), kept.end(),
-            [](const ParamTensor* a, const ParamTensor* b) { return a->offset < b->offset; });
-  std::vector<cuda::FlatRange> ranges;
-  for (const ParamTensor* t : kept) {
-    if (!ranges.empty() && ranges.back().begin + ranges.back().count == t->offset) {
-      ranges.back().count += t->size;
-    } else {
-      ranges.push_back({t->offset, t->size});
-    }
-  }
-  return ranges;
-}
 
 }  // namespace
 
@@ -90,10 +114,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   const JobSpec& spec = assignment.spec();
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& rank = assignment.rank();
-  // The engine: CPU, or CUDA where the spec and the machine allow (engine_choice.h). A job
-  // that asked for the GPU never silently trains on the CPU.
-  const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
-  ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
+  // The engine was chosen by the caller (engine_choice.h): a job that asked for the GPU
+  // never silently trains on the CPU.
+  const bool cuda = options.engine.kind == EngineKind::kCuda;
   if (rank.world_size() != par.tensor() * par.pipeline() * par.data()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.rank.world_size ", rank.world_size(), " != tensor * pipeline * data (",
@@ -102,8 +125,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   // Before anything is allocated: a spec that passes validation but cannot fit on this
   // machine is refused naming what it needs and what there is, instead of aborting in
   // std::bad_alloc halfway through building the model.
-  ASSIGN_OR_RETURN(const RankAllocationEstimate need,
-                   EstimateRankAllocation(assignment, engine.kind != EngineKind::kCuda));
+  ASSIGN_OR_RETURN(const RankAllocationEstimate need, EstimateRankAllocation(assignment, !cuda));
   RETURN_IF_ERROR(CheckMemoryFits(
       absl::StrCat("rank ", rank.global_rank(), " of job ", assignment.job_id()), need.total(),
       absl::StrCat(need.Describe(),
@@ -117,7 +139,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   std::unique_ptr<Trainer> t(new Trainer);
   t->assignment_ = assignment;
   t->groups_ = std::move(groups);
-  t->engine_note_ = engine.note;
+  t->engine_note_ = options.engine.note;
+  t->uses_cuda_ = cuda;
   t->memory_estimate_ = need;
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
@@ -128,88 +151,54 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
       SequenceSampler sampler,
       SequenceSampler::Create(t->data_->size(), t->shape_.seq_length, spec.train().seed()));
   t->sampler_ = std::make_unique<SequenceSampler>(sampler);
-
-  std::vector<ChunkLayers> layers;
-  for (const LayerRange& r : assignment.layers()) {
-    layers.push_back({r.first_layer(), r.num_layers()});
-  }
-  ModelOptions model_options;
-  model_options.dropout = spec.train().dropout();
-  model_options.recompute = spec.train().recompute();
-  model_options.seed = spec.train().seed();
-  const bool zero = par.zero_stage() == 1 && par.data() > 1;
-  ASSIGN_OR_RETURN(
-      t->model_, RankModel::Create(t->shape_,
-                                   ChunkPlacements(layers, rank.pp_rank(), par.pipeline(),
-                                                   par.tensor(), rank.tp_rank()),
-                                   t->micro_batch_, model_options,
-                                   TensorGroupOf(t->groups_.tensor.get()), zero ? par.data() : 1));
-  t->model_->Initialize(spec.train().seed());
   if (assignment.schedule().num_microbatches() != t->microbatches_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.schedule.num_microbatches ", assignment.schedule().num_microbatches(),
         " != ", t->microbatches_, " microbatches per replica of the spec"));
   }
-  t->cpu_stages_ = std::make_unique<RankModelStages>(t->model_.get());
+
+  // The engine, from the layer ranges the assignment hands this rank.
+  std::vector<ChunkLayers> layers;
+  for (const LayerRange& r : assignment.layers()) {
+    layers.push_back({r.first_layer(), r.num_layers()});
+  }
+  const bool zero = par.zero_stage() == 1 && par.data() > 1;
+  TrainingEngineConfig config;
+  config.shape = t->shape_;
+  config.chunks =
+      ChunkPlacements(layers, rank.pp_rank(), par.pipeline(), par.tensor(), rank.tp_rank());
+  config.micro_batch = t->micro_batch_;
+  config.model.dropout = spec.train().dropout();
+  config.model.recompute = spec.train().recompute();
+  config.model.seed = spec.train().seed();
+  config.optimizer = spec.optimizer();
+  config.precision = spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
+  config.pipeline = par.pipeline();
+  config.zero_shards = zero ? par.data() : 1;
+  config.zero_rank = rank.dp_rank();
+  config.seed = spec.train().seed();
+  config.bucket_elements = options.bucket_elements;
+  config.cuda_device = options.cuda_device;
+  config.groups = &t->groups_;
+  if (cuda) {
+    ASSIGN_OR_RETURN(t->engine_, cuda::CudaTrainingEngine::Create(config));
+  } else {
+    ASSIGN_OR_RETURN(t->engine_, CpuEngine::Create(config));
+  }
+  if (const std::string device = t->engine_->device_description(); !device.empty()) {
+    t->engine_note_ += absl::StrCat(", ", device);
+  }
   t->executor_ =
-      std::make_unique<PipelineExecutor>(t->cpu_stages_.get(), assignment.schedule(),
+      std::make_unique<PipelineExecutor>(&t->engine_->stages(), assignment.schedule(),
                                          rank.pp_rank(), par.pipeline(), t->groups_.world.get());
-  t->buckets_ = std::make_unique<GradientBuckets>(t->model_->tensors(), t->model_->grads(),
-                                                  t->groups_.data.get(), options.bucket_elements);
-  size_t begin = 0;
-  size_t end = t->model_->num_params();
-  if (zero) {
-    t->shard_size_ = t->model_->buffer_size() / par.data();
-    t->shard_begin_ = t->shard_size_ * rank.dp_rank();
-    begin = std::min(t->shard_begin_, end);
-    end = std::min(t->shard_begin_ + t->shard_size_, end);
+  for (const ParamTensor& tensor : t->engine_->layout().tensors()) {
+    if (t->IsCountedInNorm(tensor)) t->counted_in_norm_.push_back(tensor);
   }
-  t->optimizer_ =
-      std::make_unique<AdamWOptimizer>(t->model_->tensors(), spec.optimizer(), begin, end);
+  t->lr_schedule_ = LrScheduleOf(spec.optimizer());
+  // fp16 needs Megatron's dynamic loss scaling (loss_scaler.h); bf16 has fp32's range.
+  if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
   t->flops_per_step_ = ModelFlopsPerIteration(t->shape_, par.global_batch_size());
-  t->peak_flops_ = PeakFlopsPerDevice(options.device_kind) * rank.world_size();
-  if (engine.kind == EngineKind::kCuda) {
-    // Ranks of one machine take its GPUs in turn (one worker per GPU gives each rank its
-    // own; several ranks may share one, as in the tests on one GPU).
-    cuda::CudaEngineConfig config;
-    for (int c = 0; c < t->model_->num_chunks(); ++c) {
-      config.chunks.push_back(&t->model_->chunk_layout(c));
-    }
-    config.buffer_size = t->model_->buffer_size();
-    // Tensor-parallel sums with NCCL where train_main connected a GPU tensor group,
-    // otherwise through host memory and the Gloo tensor group.
-    config.tensor_group = t->groups_.device_tensor != nullptr ? t->groups_.device_tensor.get()
-                                                              : t->groups_.tensor.get();
-    config.tensor_group_on_device = t->groups_.device_tensor != nullptr;
-    // AdamW's range: the whole model, or this replica's ZeRO-1 slice (as the CPU optimizer).
-    config.optimizer_begin = t->optimizer_->begin();
-    config.optimizer_end = t->optimizer_->end();
-    config.micro_batch = t->micro_batch_;
-    config.model = model_options;
-    config.precision =
-        spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
-    config.optimizer = spec.optimizer();
-    // fp16 needs Megatron's dynamic loss scaling (loss_scaler.h); bf16 has fp32's range.
-    if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
-    config.device = CudaDeviceForRank(rank.global_rank(), static_cast<int>(gpus->size()));
-    ASSIGN_OR_RETURN(t->cuda_, cuda::CudaEngine::Create(config));
-    // Tensor or pipeline parallelism: the schedule's actions run on the GPU chunks.
-    t->executor_ =
-        std::make_unique<PipelineExecutor>(t->cuda_.get(), assignment.schedule(), rank.pp_rank(),
-                                           par.pipeline(), t->groups_.world.get());
-    // Data-parallel sums overlapped with the backward: on the GPU where an NCCL data
-    // group exists (train_main connects one), otherwise through the host and the Gloo
-    // data group.
-    if (t->groups_.device_data != nullptr) {
-      t->cuda_->SetDataParallelGroup(t->groups_.device_data.get(), /*on_device=*/true);
-    } else {
-      t->cuda_->SetDataParallelGroup(t->groups_.data.get(), /*on_device=*/false);
-    }
-    t->engine_note_ += absl::StrCat(", ", t->cuda_->device_name(), " #", config.device, ", ",
-                                    Precision_Name(config.precision));
-    t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
-    RETURN_IF_ERROR(t->SyncToDevice());
-  }
+  t->peak_flops_ = PeakFlopsPerDevice(cuda ? "cuda" : options.device_kind) * rank.world_size();
   return t;
 }
 
@@ -249,19 +238,6 @@ bool Trainer::IsCountedInNorm(const ParamTensor& tensor) const {
   return !IsTiedCopyElsewhere(tensor);
 }
 
-double Trainer::GradientSumOfSquares() const {
-  double sum = 0;
-  for (const ParamTensor& t : model_->tensors()) {
-    if (IsCountedInNorm(t)) sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
-  }
-  return sum;
-}
-
-bool Trainer::WholeModelOnRank() const {
-  const ParallelSpec& par = assignment_.spec().parallel();
-  return model_->num_chunks() == 1 && par.tensor() == 1 && par.pipeline() == 1;
-}
-
 absl::StatusOr<StepMetrics> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
   const long long step = step_ + 1;
@@ -270,55 +246,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   const double global_tokens = static_cast<double>(par.global_batch_size()) * shape_.seq_length;
   ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches, LoadMicrobatches(step));
 
-  double loss_sum = 0;
-  double host_collective_seconds = 0;
   // fp16: the backward is seeded with the scaled loss so that small gradients survive.
   const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
-  if (cuda_ != nullptr) {
-    const float d_loss = static_cast<float>(loss_scale / global_tokens);
-    // Both paths sum the data-parallel replicas' gradients during the last backward
-    // (SetDataParallelGroup above).
-    if (WholeModelOnRank()) {
-      ASSIGN_OR_RETURN(loss_sum, cuda_->ForwardBackward(microbatches, d_loss));
-    } else {
-      RETURN_IF_ERROR(cuda_->ZeroGradients());
-      absl::StatusOr<double> run = executor_->RunStep(microbatches, d_loss);
-      const absl::Status summed = cuda_->WaitForGradientSums();  // on failure too
-      ASSIGN_OR_RETURN(loss_sum, std::move(run));
-      RETURN_IF_ERROR(summed);
-      if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && par.pipeline() > 1) {
-        // The tied embedding's two copies (first and last stage) sum their gradients,
-        // each already summed over its replicas.
-        const auto exchange_start = std::chrono::steady_clock::now();
-        RETURN_IF_ERROR(cuda_->AllReduceGradients(groups_.embedding.get(), /*on_device=*/false,
-                                                  {{wte->offset, wte->size}}));
-        host_collective_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - exchange_start)
-                .count();
-      }
-    }
-    host_collective_seconds += cuda_->last_all_reduce_seconds();
-  } else {
-    model_->ZeroGrads();
-    buckets_->StartStep();
-    const bool tied_elsewhere = par.pipeline() > 1;
-    const GradReadyHook hook = [&](const ParamTensor& tensor) {
-      // The tied embedding is final only after the exchange between the stages below.
-      if (tied_elsewhere && tensor.name == "wte") return;
-      buckets_->MarkReady(tensor);
-    };
-    cpu_stages_->SetFinalGradsHook(&hook);
-    absl::StatusOr<double> run =
-        executor_->RunStep(microbatches, static_cast<float>(1.0 / global_tokens));
-    cpu_stages_->SetFinalGradsHook(nullptr);
-    ASSIGN_OR_RETURN(loss_sum, std::move(run));
-    if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
-      RETURN_IF_ERROR(
-          groups_.embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
-      buckets_->MarkReady(*wte);
-    }
-    RETURN_IF_ERROR(buckets_->Finish());
-  }
+  ASSIGN_OR_RETURN(double loss_sum,
+                   engine_->ComputeGradients(*executor_, microbatches,
+                                             static_cast<float>(loss_scale / global_tokens)));
 
   StepMetrics metrics;
   if (computes_loss()) {
@@ -330,7 +262,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   bool apply = true;
   if (scaler_ != nullptr) {
     ASSIGN_OR_RETURN(const bool overflow,
-                     cuda_->UnscaleGradients(static_cast<float>(1.0 / loss_scale)));
+                     engine_->UnscaleGradients(static_cast<float>(1.0 / loss_scale)));
     double found = overflow ? 1.0 : 0.0;
     RETURN_IF_ERROR(groups_.model->AllReduce(&found, 1, ReduceOp::kMax));
     apply = scaler_->Update(found > 0);
@@ -340,17 +272,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   // overflow moves neither the weights nor the learning rate). Without loss scaling every
   // step is applied. A skipped step reports the rate its update will get when applied.
   const long long update = step - skipped_steps() + (apply ? 0 : 1);
-  const double lr = optimizer_->LearningRate(update);
+  const double lr = cpu::LearningRate(lr_schedule_, update);
   if (apply) {
-    double sum_squares = 0;
-    if (cuda_ != nullptr) {
-      ASSIGN_OR_RETURN(
-          sum_squares,
-          cuda_->GradientSumOfSquares(MergedRanges(
-              model_->tensors(), [this](const ParamTensor& t) { return IsCountedInNorm(t); })));
-    } else {
-      sum_squares = GradientSumOfSquares();
-    }
+    ASSIGN_OR_RETURN(double sum_squares, engine_->GradientSumOfSquares(counted_in_norm_));
     RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
     grad_norm = std::sqrt(sum_squares);
     if (!std::isfinite(grad_norm)) {
@@ -358,24 +282,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
           absl::StrCat("step ", step, ": gradient norm is not finite: training diverged"));
     }
     const double clip = cpu::ClipCoefficient(grad_norm, spec.optimizer().grad_clip());
-    if (cuda_ != nullptr) {
-      RETURN_IF_ERROR(cuda_->Update(update, lr, clip));
-    } else {
-      optimizer_->Update(model_->params(), model_->grads(), step, lr, clip);
-    }
+    RETURN_IF_ERROR(engine_->Update(update, lr, clip));
   }
-  if (shard_size_ > 0 && cuda_ != nullptr) {
-    // ZeRO-1 on the GPU: each replica updated its slice of the masters; gather them.
-    RETURN_IF_ERROR(groups_.device_data != nullptr
-                        ? cuda_->AllGatherParameters(groups_.device_data.get(), true, shard_size_)
-                        : cuda_->AllGatherParameters(groups_.data.get(), false, shard_size_));
-  } else if (shard_size_ > 0) {
-    // ZeRO-1: each replica updated its slice; every replica needs all of them.
-    std::vector<float> gathered(model_->buffer_size());
-    RETURN_IF_ERROR(
-        groups_.data->AllGather(model_->params() + shard_begin_, gathered.data(), shard_size_));
-    std::copy(gathered.begin(), gathered.end(), model_->params());
-  }
+  // ZeRO-1: each replica updated its share; every replica needs all of them.
+  RETURN_IF_ERROR(engine_->GatherParameters());
   step_ = step;
 
   const double seconds =
@@ -392,12 +302,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_mfu(flops_per_step_ / seconds / peak_flops_);
   metrics.set_loss_scale(scaler_ != nullptr ? scaler_->scale() : 1.0);
   metrics.set_skipped_steps(skipped_steps());
-  metrics.set_collective_seconds(
-      cuda_ != nullptr ? host_collective_seconds
-                       : std::max(0.0, seconds - executor_->last_timings().compute_seconds));
+  metrics.set_collective_seconds(engine_->CollectiveSeconds(seconds, executor_->last_timings()));
   metrics.set_pipeline_wait_seconds(executor_->last_timings().wait_seconds);
-  if (cuda_ != nullptr) {
-    metrics.set_device_memory_peak_bytes(static_cast<int64_t>(cuda::DeviceBufferPeakBytes()));
+  if (const std::optional<int64_t> peak = engine_->device_memory_peak_bytes(); peak.has_value()) {
+    metrics.set_device_memory_peak_bytes(*peak);
   }
   // The engine goes to the coordinator once, with rank 0's first step of this process.
   if (!engine_reported_ && assignment_.rank().global_rank() == 0) {
@@ -408,41 +316,49 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
 }
 
 absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
-  const JobSpec& spec = assignment_.spec();
-  const ParallelSpec& par = spec.parallel();
-  const int me = assignment_.rank().global_rank();
+  const ParallelSpec& par = assignment_.spec().parallel();
+  const RankCoordinates& me = assignment_.rank();
   ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
-  RETURN_IF_ERROR(SyncFromDevice());
+  RETURN_IF_ERROR(engine_->SyncToHost());
+  const std::vector<ParamTensor>& tensors = engine_->layout().tensors();
+  const float* params = engine_->host_state().params;
   Communicator& world = *groups_.world;
-  // Replica 0 holds every parameter once (data-parallel replicas are identical).
-  if (me != 0) {
-    if (grid.Coordinates(me).dp == 0) {
-      RETURN_IF_ERROR(
-          world.Send(model_->params(), model_->num_params() * sizeof(float), 0, kGatherTag));
+  // Replica 0 holds every parameter once (data-parallel replicas are identical). Each of
+  // its ranks sends what it holds: its shards' descriptions (name, global shape, global
+  // offset, local shape), then their values.
+  if (me.global_rank() != 0) {
+    if (me.dp_rank() == 0) {
+      const std::string descriptions = SerializeShardDescriptions(tensors);
+      const uint64_t size = descriptions.size();
+      const std::vector<float> values = PackedValues(tensors, params);
+      RETURN_IF_ERROR(world.Send(&size, sizeof(size), 0, kDescriptionSizeTag));
+      RETURN_IF_ERROR(world.Send(descriptions.data(), descriptions.size(), 0, kDescriptionTag));
+      RETURN_IF_ERROR(world.Send(values.data(), values.size() * sizeof(float), 0, kGatherTag));
     }
     return std::map<std::string, FullTensor>();
   }
   std::map<std::string, FullTensor> full;
   std::map<std::string, std::vector<char>> written;  // which elements are filled
   for (int rank = 0; rank < grid.world_size(); ++rank) {
-    const GridCoordinates c = grid.Coordinates(rank);
-    if (c.dp != 0) continue;
-    ASSIGN_OR_RETURN(std::vector<ModelPlacement> placements, PlacementsOf(spec, c.tp, c.pp));
-    std::vector<ParamTensor> tensors;
-    size_t offset = 0;
-    for (const ModelPlacement& p : placements) {
-      ParameterLayout layout(shape_, p, offset);
-      offset = layout.end_offset();
-      tensors.insert(tensors.end(), layout.tensors().begin(), layout.tensors().end());
-    }
+    if (grid.Coordinates(rank).dp != 0) continue;
+    std::vector<ParamTensor> received_tensors;
     std::vector<float> received;
-    const float* values = model_->params();
+    const std::vector<ParamTensor>* shards = &tensors;
+    const float* values = params;
     if (rank != 0) {
-      received.resize(offset);
-      RETURN_IF_ERROR(world.Recv(received.data(), offset * sizeof(float), rank, kGatherTag));
+      uint64_t size = 0;
+      RETURN_IF_ERROR(world.Recv(&size, sizeof(size), rank, kDescriptionSizeTag));
+      std::string descriptions(size, '\0');
+      RETURN_IF_ERROR(world.Recv(descriptions.data(), size, rank, kDescriptionTag));
+      ASSIGN_OR_RETURN(received_tensors, ParseShardDescriptions(descriptions, rank));
+      size_t count = 0;
+      for (const ParamTensor& t : received_tensors) count += t.size;
+      received.resize(count);
+      RETURN_IF_ERROR(world.Recv(received.data(), count * sizeof(float), rank, kGatherTag));
+      shards = &received_tensors;
       values = received.data();
     }
-    for (const ParamTensor& t : tensors) {
+    for (const ParamTensor& t : *shards) {
       FullTensor& out = full[t.name];
       std::vector<char>& filled = written[t.name];
       if (out.values.empty()) {
@@ -451,6 +367,9 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
         for (int64_t d : t.global_shape) n *= d;
         out.values.assign(n, 0.0f);
         filled.assign(n, 0);
+      } else if (out.shape != t.global_shape) {
+        return absl::InternalError(
+            absl::StrCat("ranks disagree on the global shape of ", t.name, " (rank ", rank, ")"));
       }
       for (size_t i = 0; i < t.size; ++i) {
         const int64_t g = GlobalIndex(t, static_cast<int64_t>(i));
@@ -469,19 +388,19 @@ absl::StatusOr<std::map<std::string, FullTensor>> Trainer::GatherWeights() {
 }
 
 absl::Status Trainer::FullMoments(std::vector<float>* m, std::vector<float>* v) {
-  m->assign(model_->buffer_size(), 0.0f);
-  v->assign(model_->buffer_size(), 0.0f);
-  const size_t begin = optimizer_->begin();
-  std::copy(optimizer_->first_moment().begin(), optimizer_->first_moment().end(),
-            m->begin() + begin);
-  std::copy(optimizer_->second_moment().begin(), optimizer_->second_moment().end(),
-            v->begin() + begin);
-  if (shard_size_ == 0) return absl::OkStatus();
+  const size_t buffer_size = engine_->layout().buffer_size();
+  const OptimizerSlice& slice = engine_->optimizer_slice();
+  const TrainingEngine::HostState host = engine_->host_state();
+  m->assign(buffer_size, 0.0f);
+  v->assign(buffer_size, 0.0f);
+  std::copy(host.first_moment, host.first_moment + slice.moment_size(), m->begin() + slice.begin);
+  std::copy(host.second_moment, host.second_moment + slice.moment_size(), v->begin() + slice.begin);
+  if (slice.shard_size == 0) return absl::OkStatus();
   // ZeRO-1: every replica holds 1/d of the moments; gather them like the parameters.
   for (std::vector<float>* moments : {m, v}) {
-    std::vector<float> gathered(model_->buffer_size());
-    RETURN_IF_ERROR(
-        groups_.data->AllGather(moments->data() + shard_begin_, gathered.data(), shard_size_));
+    std::vector<float> gathered(buffer_size);
+    RETURN_IF_ERROR(groups_.data->AllGather(moments->data() + slice.shard_begin, gathered.data(),
+                                            slice.shard_size));
     *moments = std::move(gathered);
   }
   return absl::OkStatus();
@@ -493,7 +412,9 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
   const ParallelSpec& par = spec.parallel();
   const RankCoordinates& me = assignment_.rank();
   const std::string dir = absl::StrCat(root, "/", CheckpointDirName(step_));
-  RETURN_IF_ERROR(SyncFromDevice());
+  RETURN_IF_ERROR(engine_->SyncToHost());
+  const std::vector<ParamTensor>& tensors = engine_->layout().tensors();
+  const float* params = engine_->host_state().params;
   std::vector<float> m, v;
   RETURN_IF_ERROR(FullMoments(&m, &v));
   ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
@@ -501,9 +422,8 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
   // Data-parallel replicas are identical: replica 0 writes.
   std::string records;
   if (me.dp_rank() == 0) {
-    ASSIGN_OR_RETURN(RankShardRecords mine,
-                     WriteRankShards(dir, me.global_rank(), step_, model_->tensors(),
-                                     model_->params(), m.data(), v.data()));
+    ASSIGN_OR_RETURN(RankShardRecords mine, WriteRankShards(dir, me.global_rank(), step_, ShardsOf(tensors),
+                                                            params, m.data(), v.data()));
     if (uploader != nullptr) {
       // Uploaded before the records go to rank 0: rank 0 commits only after every
       // writer's file is in the store.
@@ -556,7 +476,7 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
 }
 
 std::vector<std::string> Trainer::CheckpointFilesNeeded(const CheckpointManifest& manifest) const {
-  return FilesOverlapping(manifest, model_->tensors(), /*with_moments=*/true);
+  return FilesOverlapping(manifest, ShardsOf(engine_->layout().tensors()), /*with_moments=*/true);
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
@@ -585,9 +505,11 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
     }
   }
   const TrainingState& state = checkpoint.manifest().state();
+  const std::vector<ParamTensor>& tensors = engine_->layout().tensors();
+  const TrainingEngine::HostState host = engine_->host_state();
+  float* const params = host.params;
   const bool parameters_only =
-      !model_->tensors().empty() &&
-      checkpoint.Find(FirstMomentName(model_->tensors().front().name)) == nullptr;
+      !tensors.empty() && checkpoint.Find(FirstMomentName(tensors.front().name)) == nullptr;
   if (parameters_only) {
     // Initial weights: nothing random has been drawn yet, so the seed need not match.
     if (state.step() != 0) {
@@ -595,10 +517,9 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
           dir, " has no optimizer moments but is at step ", state.step(),
           " [rule: only step-0 checkpoints (initial weights) may be parameters only]"));
     }
-    RETURN_IF_ERROR(
-        LoadRankTensors(checkpoint, model_->tensors(), model_->params(), nullptr, nullptr));
+    RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(tensors), params, nullptr, nullptr));
     step_ = 0;
-    return SyncToDevice();
+    return engine_->SyncFromHost();
   }
   ASSIGN_OR_RETURN(const uint64_t seed, GetRngSeed(state));
   if (seed != assignment_.spec().train().seed()) {
@@ -606,33 +527,15 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
         absl::StrCat(dir, " was trained with train.seed ", seed, " but the spec says ",
                      assignment_.spec().train().seed(), " [rule: a resumed run keeps its seed]"));
   }
-  std::vector<float> m(model_->buffer_size()), v(model_->buffer_size());
-  RETURN_IF_ERROR(
-      LoadRankTensors(checkpoint, model_->tensors(), model_->params(), m.data(), v.data()));
-  const size_t begin = optimizer_->begin();
-  std::copy(m.begin() + begin, m.begin() + begin + optimizer_->first_moment().size(),
-            optimizer_->first_moment().begin());
-  std::copy(v.begin() + begin, v.begin() + begin + optimizer_->second_moment().size(),
-            optimizer_->second_moment().begin());
+  const size_t buffer_size = engine_->layout().buffer_size();
+  std::vector<float> m(buffer_size), v(buffer_size);
+  RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(tensors), params, m.data(), v.data()));
+  const OptimizerSlice& slice = engine_->optimizer_slice();
+  std::copy(m.begin() + slice.begin, m.begin() + slice.end, host.first_moment);
+  std::copy(v.begin() + slice.begin, v.begin() + slice.end, host.second_moment);
   if (scaler_ != nullptr) RETURN_IF_ERROR(scaler_->RestoreFrom(state));
   step_ = state.step();
-  return SyncToDevice();
-}
-
-absl::Status Trainer::SyncFromDevice() {
-  if (cuda_ == nullptr) return absl::OkStatus();
-  RETURN_IF_ERROR(cuda_->DownloadParameters(model_->params()));
-  // The engine keeps moments for the optimizer's range exactly (the ZeRO-1 slice or the
-  // whole model), as the host optimizer does.
-  return cuda_->DownloadMoments(optimizer_->first_moment().data(),
-                                optimizer_->second_moment().data());
-}
-
-absl::Status Trainer::SyncToDevice() {
-  if (cuda_ == nullptr) return absl::OkStatus();
-  RETURN_IF_ERROR(cuda_->UploadParameters(model_->params()));
-  return cuda_->UploadMoments(optimizer_->first_moment().data(),
-                              optimizer_->second_moment().data());
+  return engine_->SyncFromHost();
 }
 
 absl::Status Trainer::SaveWeights(const std::string& path) {

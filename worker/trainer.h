@@ -14,8 +14,13 @@
 //   5. AdamW on the whole buffer, or on this rank's 1/d of it followed by an all-gather
 //      of the parameters (ZeRO-1).
 //
+// The engine that runs these steps (training_engine.h: CPU or CUDA) is chosen once, by
+// the caller, and the step is the same code for both.
+//
 //   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
-//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), {}));
+//   TrainerOptions options;
+//   ASSIGN_OR_RETURN(options.engine, ChooseEngine(spec, QueryCudaDevices().status()));
+//   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), options));
 //   while (trainer->completed_steps() < steps) ASSIGN_OR_RETURN(auto m, trainer->Step());
 #ifndef MTRAIN_WORKER_TRAINER_H_
 #define MTRAIN_WORKER_TRAINER_H_
@@ -27,29 +32,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/full_tensor.h"
+#include "kernels/lr_schedule.h"
 #include "proto/assignment.pb.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
 #include "worker/engine/data/sequence_sampler.h"
 #include "worker/engine/data/token_dataset.h"
-#include "checkpoint/full_tensor.h"
+#include "worker/engine/engine_choice.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/memory_limits.h"
-#include "worker/engine/optimizer.h"
 #include "worker/engine/rank_allocation_estimate.h"
-#include "worker/engine/rank_model.h"
+#include "worker/engine/training_engine.h"
 #include "worker/parallel/grad_buckets.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
-#include "worker/parallel/rank_model_stages.h"
 
 namespace mtrain {
 
-namespace cuda {
-class CudaEngine;
-}  // namespace cuda
-
 struct TrainerOptions {
+  // The engine that trains the rank, chosen once by the caller (ChooseEngine in
+  // engine_choice.h, which also refuses a spec this machine cannot train); the default is
+  // the CPU engine. For the CUDA engine, `cuda_device` is the GPU (CudaDeviceForRank).
+  EngineChoice engine;
+  int cuda_device = 0;
+  // The CPU engine's data-parallel gradient buckets (grad_buckets.h).
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
   // What Create checks the rank's estimated memory against; unset: this machine's
@@ -71,11 +78,11 @@ class CheckpointUploader {
 
 class Trainer {
  public:
-  // `assignment.spec` must be resolved. Opens the data, builds and initialises the rank's
-  // model chunks from train.seed. INVALID_ARGUMENT for an assignment inconsistent with
-  // its spec or a dimension beyond the engine's int32 range; RESOURCE_EXHAUSTED, before
-  // allocating, when the rank's estimated memory (rank_allocation_estimate.h) exceeds
-  // options.memory_limits.
+  // `assignment.spec` must be resolved. Opens the data, builds the engine options.engine
+  // names and initialises the rank's model chunks from train.seed. INVALID_ARGUMENT for an
+  // assignment inconsistent with its spec or a dimension beyond the engine's int32 range;
+  // RESOURCE_EXHAUSTED, before allocating, when the rank's estimated memory
+  // (rank_allocation_estimate.h) exceeds options.memory_limits.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const Assignment& assignment,
                                                          RankGroups groups,
                                                          const TrainerOptions& options);
@@ -87,10 +94,10 @@ class Trainer {
   // Whether this rank holds the last virtual stage (and so reports the loss).
   bool computes_loss() const;
   long long completed_steps() const { return step_; }
-  const RankModel& model() const { return *model_; }
+  // The engine that trains this rank (its layout, and its state through host_state()).
+  TrainingEngine& engine() { return *engine_; }
   const RankCoordinates& coordinates() const { return assignment_.rank(); }
   const PipelineTimings& last_pipeline_timings() const { return executor_->last_timings(); }
-  int num_gradient_buckets() const { return buckets_->num_buckets(); }
 
   // Collective over the world: global rank 0 receives every tensor in full under its
   // global name; other ranks get an empty map. INTERNAL if two copies of a replicated
@@ -120,7 +127,7 @@ class Trainer {
 
   // Which engine trains this rank and why (engine_choice.h), for the rank's log.
   const std::string& engine_note() const { return engine_note_; }
-  bool uses_cuda() const { return cuda_ != nullptr; }
+  bool uses_cuda() const { return uses_cuda_; }
   // What Create estimated this rank holds in host memory (checked before allocating).
   const RankAllocationEstimate& memory_estimate() const { return memory_estimate_; }
   // Steps skipped so far because fp16 gradients overflowed (0 without fp16).
@@ -132,39 +139,30 @@ class Trainer {
  private:
   Trainer() = default;
   absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(long long step) const;
-  double GradientSumOfSquares() const;
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
   // Whether the global gradient norm counts this rank's copy of `tensor` (each parameter
   // is counted once over the model-parallel group).
   bool IsCountedInNorm(const ParamTensor& tensor) const;
-  // One chunk, one tensor rank, one stage: the CUDA engine's fast path applies.
-  bool WholeModelOnRank() const;
-  // The AdamW moments over the whole flat buffer (all-gathered under ZeRO-1).
+  // The AdamW moments over the whole flat buffer (all-gathered under ZeRO-1), from the
+  // engine's host state (synced by the caller).
   absl::Status FullMoments(std::vector<float>* m, std::vector<float>* v);
-  // With the CUDA engine the device holds the training state: these copy parameters and
-  // moments to the host buffers (before checkpoints and gathers) and back (after loads).
-  absl::Status SyncFromDevice();
-  absl::Status SyncToDevice();
 
   Assignment assignment_;
-  RankGroups groups_;
+  RankGroups groups_;  // before engine_ and executor_: they use the groups until destroyed
   ModelShape shape_;
   int micro_batch_ = 0;
   int microbatches_ = 0;  // per replica per step
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<SequenceSampler> sampler_;
-  std::unique_ptr<RankModel> model_;
-  std::unique_ptr<RankModelStages> cpu_stages_;
-  std::unique_ptr<PipelineExecutor> executor_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  std::unique_ptr<AdamWOptimizer> optimizer_;
-  std::unique_ptr<cuda::CudaEngine> cuda_;     // null: the CPU engine trains
+  std::unique_ptr<TrainingEngine> engine_;
+  std::unique_ptr<PipelineExecutor> executor_;  // drives engine_->stages()
+  std::vector<ParamTensor> counted_in_norm_;    // engine_'s tensors that IsCountedInNorm
+  cpu::LrSchedule lr_schedule_;
   std::unique_ptr<DynamicLossScaler> scaler_;  // fp16 only
   std::string engine_note_;
+  bool uses_cuda_ = false;
   RankAllocationEstimate memory_estimate_;
   bool engine_reported_ = false;  // engine_note_ sent in a StepMetrics
-  size_t shard_begin_ = 0;        // ZeRO-1: this rank's slice of the flat buffer
-  size_t shard_size_ = 0;         // 0 without ZeRO
   double flops_per_step_ = 0;
   double peak_flops_ = 0;  // of every device of the job
   long long step_ = 0;

@@ -1,11 +1,12 @@
 #include "worker/trainer.h"
 
-#include "plan/assignment_plan.h"
-#include "spec/job_spec_validation.h"
-#include "plan/rank_grid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_device_query.h"
+#include "plan/assignment_plan.h"
+#include "plan/rank_grid.h"
+#include "spec/job_spec_validation.h"
+#include "worker/engine/engine_choice.h"
 
 namespace mtrain {
 namespace {
@@ -28,7 +29,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> SingleRankTrainer(const JobSpec& spec) 
   if (!grid.ok()) return grid.status();
   absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
   if (!groups.ok()) return groups.status();
-  return Trainer::Create((*plan)[0], std::move(*groups), TrainerOptions{});
+  // The engine is chosen by the caller, as train_main does.
+  const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
+  absl::StatusOr<EngineChoice> engine = ChooseEngine(spec, gpus.status());
+  if (!engine.ok()) return engine.status();
+  TrainerOptions options;
+  options.engine = *engine;
+  return Trainer::Create((*plan)[0], std::move(*groups), options);
 }
 
 std::vector<double> Losses(const JobSpec& spec, std::vector<float>* final_params) {
@@ -43,8 +50,10 @@ std::vector<double> Losses(const JobSpec& spec, std::vector<float>* final_params
     EXPECT_GT(metrics->mfu(), 0);
     losses.push_back(metrics->loss());
   }
-  const RankModel& model = (*trainer)->model();
-  final_params->assign(model.params(), model.params() + model.num_params());
+  TrainingEngine& engine = (*trainer)->engine();
+  EXPECT_TRUE(engine.SyncToHost().ok());
+  const float* params = engine.host_state().params;
+  final_params->assign(params, params + engine.layout().num_params());
   return losses;
 }
 
@@ -87,12 +96,13 @@ TEST(TrainerTest, GatherWeightsReturnsEveryTensorInFull) {
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   absl::StatusOr<std::map<std::string, FullTensor>> weights = (*trainer)->GatherWeights();
   ASSERT_TRUE(weights.ok()) << weights.status();
-  EXPECT_EQ(weights->size(), (*trainer)->model().tensors().size());
+  TrainingEngine& engine = (*trainer)->engine();
+  EXPECT_EQ(weights->size(), engine.layout().tensors().size());
   const FullTensor& wte = weights->at("wte");
   EXPECT_EQ(wte.shape, (std::vector<int64_t>{256, 32}));
-  const ParamTensor* t = (*trainer)->model().Find("wte");
+  const ParamTensor* t = engine.layout().Find("wte");
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(wte.values[5], (*trainer)->model().params()[t->offset + 5]);
+  EXPECT_EQ(wte.values[5], engine.host_state().params[t->offset + 5]);
 }
 
 TEST(TrainerTest, ACheckpointOfADeeperModelIsRefusedNotTruncated) {
@@ -176,7 +186,7 @@ TEST(TrainerTest, ARankThatCannotFitIsRefusedBeforeAllocating) {
   trainer = Trainer::Create((*plan)[0], std::move(*groups), TrainerOptions{});
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   EXPECT_GT((*trainer)->memory_estimate().parameters,
-            static_cast<double>((*trainer)->model().num_params()) * 4 - 1);
+            static_cast<double>((*trainer)->engine().layout().num_params()) * 4 - 1);
 }
 
 }  // namespace

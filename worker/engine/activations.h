@@ -7,24 +7,18 @@
 #include <vector>
 
 #include "worker/engine/model_shape.h"
+#include "worker/parallel/microbatch.h"  // MicrobatchId
 
 namespace mtrain {
-
-// Identifies a microbatch for dropout masks: the same (step, first_sample) gives the same
-// masks on every rank and in every recomputation.
-struct MicrobatchId {
-  int64_t step = 0;          // optimizer step, 1-based
-  int64_t first_sample = 0;  // index of its first sequence within the global batch
-};
 
 // What one layer's backward needs from its forward. N = B * S tokens.
 template <typename T>
 struct LayerActivations {
   std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
-  std::vector<T> qkv;                       // [N, 3 Cl]
-  std::vector<T> att;                       // [B, Hl, S, S]
-  std::vector<T> attn_y;                    // [N, Cl]
-  std::vector<T> h1;                        // [N, C] residual after attention
+  std::vector<T> qkv;                      // [N, 3 Cl]
+  std::vector<T> att;                      // [B, Hl, S, S]
+  std::vector<T> attn_y;                   // [N, Cl]
+  std::vector<T> h1;                       // [N, C] residual after attention
   std::vector<T> ln2, ln2_mean, ln2_rstd;
   std::vector<T> fc;    // [N, Fl] before GeLU
   std::vector<T> gelu;  // [N, Fl]

@@ -6,19 +6,24 @@
 
 namespace mtrain {
 
+cpu::LrSchedule LrScheduleOf(const OptimizerSpec& spec) {
+  cpu::LrSchedule schedule;
+  schedule.max_lr = spec.lr();
+  schedule.min_lr = spec.min_lr();
+  schedule.warmup_steps = spec.warmup_steps();
+  schedule.decay_steps = spec.decay_steps();
+  return schedule;
+}
+
 AdamWOptimizer::AdamWOptimizer(std::vector<ParamTensor> tensors, const OptimizerSpec& spec,
                                size_t begin, size_t end)
     : tensors_(std::move(tensors)),
       spec_(spec),
+      schedule_(LrScheduleOf(spec)),
       begin_(begin),
       end_(end),
       m_(end - begin, 0.0f),
-      v_(end - begin, 0.0f) {
-  schedule_.max_lr = spec.lr();
-  schedule_.min_lr = spec.min_lr();
-  schedule_.warmup_steps = spec.warmup_steps();
-  schedule_.decay_steps = spec.decay_steps();
-}
+      v_(end - begin, 0.0f) {}
 
 double AdamWOptimizer::LearningRate(long long step) const {
   return cpu::LearningRate(schedule_, step);

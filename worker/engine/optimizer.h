@@ -15,6 +15,10 @@
 
 namespace mtrain {
 
+// The learning-rate schedule the spec's optimizer section describes (linear warm-up, then
+// cosine decay to min_lr).
+cpu::LrSchedule LrScheduleOf(const OptimizerSpec& spec);
+
 class AdamWOptimizer {
  public:
   // `tensors` locate every parameter in the flat buffer (for their weight-decay setting).

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "checkpoint/sharded_tensor.h"
 #include "worker/engine/model_shape.h"
 
 namespace mtrain {
@@ -40,13 +42,9 @@ enum class ParamInit {
   kZeros,         // biases
 };
 
-struct ParamTensor {
-  std::string name;
-  size_t offset = 0;  // elements from the start of the buffer
-  size_t size = 0;    // elements held by this rank
-  std::vector<int64_t> global_shape;
-  std::vector<int64_t> local_shape;
-  std::vector<int64_t> global_offset;  // index of the shard's first element per dimension
+// A parameter: its shard as the checkpoint library describes it (name, place in the flat
+// buffer, place in the global tensor), plus what only the engine needs.
+struct ParamTensor : ShardedTensor {
   ParamInit init = ParamInit::kNormal;
   // AdamW's decoupled decay applies to weight matrices and embeddings, not to biases or
   // LayerNorm parameters.
@@ -142,10 +140,9 @@ ModelView<T> ParameterLayout::View(T* base) const {
   return view;
 }
 
-
-// Global row-major index of the element at local row-major index `local_index` of
-// `tensor`'s shard.
-int64_t GlobalIndex(const ParamTensor& tensor, int64_t local_index);
+// The shards of `tensors` as the checkpoint library takes them (WriteRankShards,
+// LoadRankTensors, FilesOverlapping): copies without the engine-only fields.
+std::vector<ShardedTensor> ShardsOf(absl::Span<const ParamTensor> tensors);
 
 }  // namespace mtrain
 

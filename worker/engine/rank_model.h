@@ -12,22 +12,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
+#include "worker/engine/rank_layout.h"
 
 namespace mtrain {
-
-// The placements of a rank's chunks: chunk c holds `layers[c]` (first layer, count); the
-// first chunk of stage 0 holds the embeddings, the last chunk of the last stage the head.
-struct ChunkLayers {
-  int first_layer = 0;
-  int num_layers = 0;
-};
-std::vector<ModelPlacement> ChunkPlacements(const std::vector<ChunkLayers>& layers, int stage,
-                                            int pipeline, int tensor_size, int tensor_rank);
 
 class RankModel {
  public:
@@ -41,7 +35,8 @@ class RankModel {
 
   int num_chunks() const { return static_cast<int>(models_.size()); }
   GptModel<float>& chunk(int c) { return *models_[c]; }
-  const ParameterLayout& chunk_layout(int c) const { return *layouts_[c]; }
+  const ParameterLayout& chunk_layout(int c) const { return layout_.chunk(c); }
+  const RankLayout& layout() const { return layout_; }
 
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
@@ -50,25 +45,22 @@ class RankModel {
   // Padded size of the flat buffers.
   size_t buffer_size() const { return params_.size(); }
   // Elements that hold parameters (the rest is padding).
-  size_t num_params() const { return num_params_; }
+  size_t num_params() const { return layout_.num_params(); }
   // Every tensor of every chunk, offsets into the flat buffers.
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  const ParamTensor* Find(const std::string& name) const;
-  const ModelShape& shape() const { return shape_; }
+  const std::vector<ParamTensor>& tensors() const { return layout_.tensors(); }
+  const ParamTensor* Find(const std::string& name) const { return layout_.Find(name); }
+  const ModelShape& shape() const { return layout_.shape(); }
 
   // Layout-independent initialisation (parameter_init.h).
   void Initialize(uint64_t seed);
   void ZeroGrads();
 
  private:
-  RankModel() = default;
+  explicit RankModel(RankLayout layout) : layout_(std::move(layout)) {}
 
-  ModelShape shape_;
-  std::vector<std::unique_ptr<ParameterLayout>> layouts_;
+  RankLayout layout_;
   std::vector<std::unique_ptr<GptModel<float>>> models_;
-  std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
-  size_t num_params_ = 0;
 };
 
 }  // namespace mtrain

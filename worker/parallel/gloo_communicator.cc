@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gloo/allgather.h"
@@ -156,10 +157,10 @@ struct GroupState {
 
   std::atomic<bool> aborted{false};
   std::mutex mutex;
-  // Unbound buffers with a wait in progress, for Abort to cancel. Guarded by mutex.
-  std::set<UnboundBuffer*> waiting;
-  // The error after which the group is unusable. Guarded by mutex.
-  absl::Status broken;
+  // Unbound buffers with a wait in progress, for Abort to cancel.
+  std::set<UnboundBuffer*> waiting ABSL_GUARDED_BY(mutex);
+  // The error after which the group is unusable.
+  absl::Status broken ABSL_GUARDED_BY(mutex);
 
   int size() const { return static_cast<int>(members.size()); }
 

@@ -4,20 +4,21 @@
 
 namespace mtrain {
 
-GradientBuckets::GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads,
+GradientBuckets::GradientBuckets(const std::vector<GradientRange>& tensors, float* grads,
                                  Communicator* data_group, size_t bucket_elements)
     : grads_(grads), group_(data_group) {
-  std::vector<const ParamTensor*> order;
-  for (const ParamTensor& t : tensors) order.push_back(&t);
+  std::vector<const GradientRange*> order;
+  for (const GradientRange& t : tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
-            [](const ParamTensor* a, const ParamTensor* b) { return a->offset > b->offset; });
-  for (const ParamTensor* t : order) tensor_offsets_.push_back(t->offset);
-  std::reverse(tensor_offsets_.begin(), tensor_offsets_.end());
-  tensor_ready_.assign(tensor_offsets_.size(), 0);
+            [](const GradientRange* a, const GradientRange* b) { return a->offset > b->offset; });
+  for (auto t = order.rbegin(); t != order.rend(); ++t) {
+    tensor_offsets_.push_back((*t)->offset);
+    tensor_sizes_.push_back((*t)->size);
+  }
   // From the end of the buffer down: close a bucket once it reaches the target size.
   Bucket current;
   bool open = false;
-  for (const ParamTensor* t : order) {
+  for (const GradientRange* t : order) {
     if (!open) {
       current = Bucket{};
       current.end = t->offset + t->size;
@@ -30,6 +31,8 @@ GradientBuckets::GradientBuckets(const std::vector<ParamTensor>& tensors, float*
     }
   }
   if (open) buckets_.push_back(current);
+  tensor_ready_.assign(tensor_offsets_.size(), 0);
+  progress_.resize(buckets_.size());
   if (group_ != nullptr && group_->size() > 1) {
     thread_ = std::thread([this] { CommunicationLoop(); });
   }
@@ -60,33 +63,33 @@ int GradientBuckets::BucketOf(size_t offset) const {
 
 void GradientBuckets::StartStep() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (Bucket& b : buckets_) {
-    b.pending = b.end - b.begin;
-    b.launched = false;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    progress_[b].pending = buckets_[b].end - buckets_[b].begin;
+    progress_[b].launched = false;
   }
   std::fill(tensor_ready_.begin(), tensor_ready_.end(), 0);
   first_error_ = absl::OkStatus();
   launched_early_ = 0;
 }
 
-void GradientBuckets::MarkReady(const ParamTensor& tensor) {
-  const auto it = std::lower_bound(tensor_offsets_.begin(), tensor_offsets_.end(), tensor.offset);
-  if (it == tensor_offsets_.end() || *it != tensor.offset) return;
+void GradientBuckets::MarkReady(size_t offset) {
+  const auto it = std::lower_bound(tensor_offsets_.begin(), tensor_offsets_.end(), offset);
+  if (it == tensor_offsets_.end() || *it != offset) return;
   const size_t index = it - tensor_offsets_.begin();
   std::lock_guard<std::mutex> lock(mutex_);
   if (tensor_ready_[index]) return;  // reported twice: count it once
   tensor_ready_[index] = 1;
-  const int b = BucketOf(tensor.offset);
+  const int b = BucketOf(offset);
   if (b < 0) return;
-  buckets_[b].pending -= tensor.size;
-  if (buckets_[b].pending == 0) {
+  progress_[b].pending -= tensor_sizes_[index];
+  if (progress_[b].pending == 0) {
     ++launched_early_;
     Launch(b);
   }
 }
 
 void GradientBuckets::Launch(int bucket) {
-  buckets_[bucket].launched = true;
+  progress_[bucket].launched = true;
   if (!thread_.joinable()) return;  // size-1 group: nothing to reduce
   queue_.push_back(bucket);
   ++outstanding_;
@@ -96,7 +99,7 @@ void GradientBuckets::Launch(int bucket) {
 absl::Status GradientBuckets::Finish() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (!buckets_[b].launched) Launch(static_cast<int>(b));
+    if (!progress_[b].launched) Launch(static_cast<int>(b));
   }
   work_or_done_.wait(lock, [this] { return outstanding_ == 0; });
   return first_error_;

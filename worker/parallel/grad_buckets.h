@@ -12,9 +12,14 @@
 // 1 / (tokens in the GLOBAL batch), so the sum over replicas is the average of their mean
 // gradients, exactly the single-rank gradient of the global batch.
 //
-//   GradientBuckets buckets(model.tensors(), model.grads(), data_group, 1 << 20);
+// The buckets know the buffer only as (offset, size) ranges, one per tensor: which engine
+// owns the buffer and how it names its tensors is not theirs to know.
+//
+//   std::vector<GradientRange> ranges;
+//   for (const ParamTensor& t : model.tensors()) ranges.push_back({t.offset, t.size});
+//   GradientBuckets buckets(ranges, model.grads(), data_group, 1 << 20);
 //   buckets.StartStep();
-//   ... backward with hook [&](const ParamTensor& t) { buckets.MarkReady(t); } ...
+//   ... backward with hook [&](const ParamTensor& t) { buckets.MarkReady(t.offset); } ...
 //   RETURN_IF_ERROR(buckets.Finish());
 //
 // Thread-safety: MarkReady, StartStep and Finish are called from the training thread; the
@@ -29,8 +34,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "worker/engine/parameter_layout.h"
 #include "worker/parallel/communicator.h"
 
 namespace mtrain {
@@ -38,11 +43,17 @@ namespace mtrain {
 // PyTorch DDP's default is 25 MB; on CPU and small models smaller buckets overlap more.
 inline constexpr size_t kDefaultBucketElements = 1 << 20;  // 4 MiB of fp32
 
+// One tensor's gradient in the flat buffer: elements [offset, offset + size).
+struct GradientRange {
+  size_t offset = 0;
+  size_t size = 0;
+};
+
 class GradientBuckets {
  public:
   // `tensors` must tile [0, end of the last tensor) of `grads` without gaps (as a
   // RankModel's do). `data_group` may have size 1: then nothing is communicated.
-  GradientBuckets(const std::vector<ParamTensor>& tensors, float* grads, Communicator* data_group,
+  GradientBuckets(const std::vector<GradientRange>& tensors, float* grads, Communicator* data_group,
                   size_t bucket_elements);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
@@ -50,8 +61,9 @@ class GradientBuckets {
 
   // Forgets the previous step's readiness. Requires the previous step to be Finish()ed.
   void StartStep();
-  // The gradient of `tensor` (identified by its offset) is final for this step.
-  void MarkReady(const ParamTensor& tensor);
+  // The gradient of the tensor starting at `offset` is final for this step (an offset that
+  // starts no tensor is ignored).
+  void MarkReady(size_t offset);
   // Marks every tensor not yet reported ready (a tensor the hook never saw), waits for
   // every bucket's all-reduce and returns the first error.
   absl::Status Finish();
@@ -66,26 +78,31 @@ class GradientBuckets {
  private:
   struct Bucket {
     size_t begin = 0, end = 0;
+  };
+  // What a step has done to a bucket so far.
+  struct BucketProgress {
     size_t pending = 0;  // elements not yet reported ready this step
     bool launched = false;
   };
-  void Launch(int bucket);  // requires mutex_
+  void Launch(int bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void CommunicationLoop();
   int BucketOf(size_t offset) const;
 
   float* const grads_;
   Communicator* const group_;
-  std::vector<Bucket> buckets_;
+  std::vector<Bucket> buckets_;         // fixed at construction
   std::vector<size_t> tensor_offsets_;  // sorted; one per tensor
-  std::vector<char> tensor_ready_;      // per tensor, this step
+  std::vector<size_t> tensor_sizes_;    // in the order of tensor_offsets_
 
   std::mutex mutex_;
   std::condition_variable work_or_done_;
-  std::deque<int> queue_;     // buckets to all-reduce, guarded by mutex_
-  int outstanding_ = 0;       // launched, not yet reduced; guarded by mutex_
-  absl::Status first_error_;  // guarded by mutex_
-  bool stopping_ = false;     // guarded by mutex_
-  int launched_early_ = 0;
+  std::vector<BucketProgress> progress_ ABSL_GUARDED_BY(mutex_);  // per bucket
+  std::vector<char> tensor_ready_ ABSL_GUARDED_BY(mutex_);        // per tensor, this step
+  std::deque<int> queue_ ABSL_GUARDED_BY(mutex_);                 // buckets to all-reduce
+  int outstanding_ ABSL_GUARDED_BY(mutex_) = 0;                   // launched, not yet reduced
+  absl::Status first_error_ ABSL_GUARDED_BY(mutex_);
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  int launched_early_ = 0;  // training thread only
   std::thread thread_;
 };
 

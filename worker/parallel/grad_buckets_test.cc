@@ -51,12 +51,11 @@ class RecordingGroup : public Communicator {
   absl::Status fail_with_;
 };
 
-std::vector<ParamTensor> Tensors(const std::vector<size_t>& sizes) {
-  std::vector<ParamTensor> tensors;
+std::vector<GradientRange> Tensors(const std::vector<size_t>& sizes) {
+  std::vector<GradientRange> tensors;
   size_t offset = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    ParamTensor t;
-    t.name = "t" + std::to_string(i);
+    GradientRange t;
     t.offset = offset;
     t.size = sizes[i];
     offset += sizes[i];
@@ -81,10 +80,10 @@ TEST(GradientBucketsTest, ABucketIsReducedAsSoonAsAllItsTensorsAreReady) {
   RecordingGroup group;
   GradientBuckets buckets(tensors, grads.data(), &group, 6);
   buckets.StartStep();
-  buckets.MarkReady(tensors[4]);
-  buckets.MarkReady(tensors[3]);
-  buckets.MarkReady(tensors[3]);  // reported twice: counted once
-  buckets.MarkReady(tensors[2]);
+  buckets.MarkReady(tensors[4].offset);
+  buckets.MarkReady(tensors[3].offset);
+  buckets.MarkReady(tensors[3].offset);  // reported twice: counted once
+  buckets.MarkReady(tensors[2].offset);
   ASSERT_TRUE(buckets.Finish().ok());
   EXPECT_EQ(buckets.buckets_launched_early(), 2);
   // Every element reduced exactly once, the last bucket only at Finish.
@@ -107,7 +106,7 @@ TEST(GradientBucketsTest, ACommunicationErrorReachesFinish) {
   group.FailWith(absl::DeadlineExceededError("all-reduce in data-0 timed out"));
   GradientBuckets buckets(tensors, grads.data(), &group, 5);
   buckets.StartStep();
-  buckets.MarkReady(tensors[1]);
+  buckets.MarkReady(tensors[1].offset);
   const absl::Status status = buckets.Finish();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(status.message().find("data-0"), absl::string_view::npos);

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/parallel/group_watchdog.h"
@@ -249,7 +250,7 @@ class NcclGroup {
   }
 
   // Polls the non-blocking initialisation (or split) of comm_ until `deadline`.
-  absl::Status AwaitInitLocked(absl::Time deadline) {
+  absl::Status AwaitInitLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     for (int polls = 0;; ++polls) {
       ncclResult_t state = ncclInProgress;
       const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
@@ -359,7 +360,7 @@ class NcclGroup {
 
   // Records the error and aborts the communicator: after a failure the members may
   // disagree about what completed, so nothing else may run on it.
-  absl::Status FailLocked(absl::Status status) {
+  absl::Status FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (broken_.ok()) broken_ = status;
     if (comm_ != nullptr) {
       ncclCommAbort(comm_);
@@ -378,12 +379,12 @@ class NcclGroup {
   float* scratch_ = nullptr;  // one float on the device, for Barrier's all-reduce
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
-  ncclComm_t comm_ = nullptr;  // guarded by mutex_; null once aborted
+  ncclComm_t comm_ ABSL_GUARDED_BY(mutex_) = nullptr;  // null once aborted
   // Split's *newcomm when this member joins no group: NCCL writes it (NULL) from its own
   // thread, so it must outlive the call, not live on Split's stack.
   ncclComm_t split_target_ = nullptr;
-  absl::Status broken_;                     // guarded by mutex_
-  std::vector<SendRecord> unissued_sends_;  // guarded by mutex_
+  absl::Status broken_ ABSL_GUARDED_BY(mutex_);
+  std::vector<SendRecord> unissued_sends_ ABSL_GUARDED_BY(mutex_);
 };
 
 class NcclPendingSend : public PendingSend {

@@ -28,8 +28,8 @@ PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule sche
       pipeline_(pipeline),
       p2p_(p2p),
       num_chunks_(stages->num_chunks()),
-      activation_elements_(static_cast<size_t>(stages->shape().seq_length) *
-                           stages->shape().hidden),
+      seq_length_(stages->seq_length()),
+      activation_elements_(static_cast<size_t>(stages->seq_length()) * stages->hidden_size()),
       last_backward_(stages->num_chunks(), 0) {
   for (int i = 0; i < schedule_.actions_size(); ++i) {
     const PipelineAction& a = schedule_.actions(i);
@@ -69,23 +69,22 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   }
   std::unique_ptr<InFlight>& slot = in_flight_[static_cast<size_t>(mb) * num_chunks_ + c];
   if (slot == nullptr) slot = std::make_unique<InFlight>();
-  const ModelPlacement& placement = stages_->placement(c);
-  const size_t elements =
-      activation_elements_ * (microbatches[mb].tokens.size() / stages_->shape().seq_length);
+  const ChunkEnds ends = stages_->chunk_ends(c);
+  const size_t elements = activation_elements_ * (microbatches[mb].tokens.size() / seq_length_);
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
       slot->input.resize(elements);
       return Receive(action, &slot->input);
     case PipelineAction::FORWARD: {
-      if (!placement.has_embedding && slot->input.size() != elements) {
+      if (!ends.has_embedding && slot->input.size() != elements) {
         return absl::FailedPreconditionError("forward before its input was received");
       }
-      if (!placement.has_head) slot->output.resize(elements);
+      if (!ends.has_head) slot->output.resize(elements);
       const auto start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(const double sum,
                        stages_->Forward(c, mb, microbatches[mb],
-                                        placement.has_embedding ? nullptr : slot->input.data(),
-                                        placement.has_head ? nullptr : slot->output.data()));
+                                        ends.has_embedding ? nullptr : slot->input.data(),
+                                        ends.has_head ? nullptr : slot->output.data()));
       timings_.compute_seconds += SecondsSince(start);
       *loss_sum += sum;
       slot->forward_done = true;
@@ -99,14 +98,14 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
       return Receive(action, &slot->d_output);
     case PipelineAction::BACKWARD: {
       if (!slot->forward_done) return absl::FailedPreconditionError("backward before forward");
-      if (!placement.has_head && slot->d_output.size() != elements) {
+      if (!ends.has_head && slot->d_output.size() != elements) {
         return absl::FailedPreconditionError("backward before its output gradient arrived");
       }
-      if (!placement.has_embedding) slot->d_input.resize(elements);
+      if (!ends.has_embedding) slot->d_input.resize(elements);
       const auto start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(stages_->Backward(
-          c, mb, placement.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
-          placement.has_embedding ? nullptr : slot->d_input.data(), index == last_backward_[c]));
+          c, mb, ends.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
+          ends.has_embedding ? nullptr : slot->d_input.data(), index == last_backward_[c]));
       timings_.compute_seconds += SecondsSince(start);
       slot->forward_done = false;
       std::vector<float>().swap(slot->d_output);

@@ -1,4 +1,4 @@
-// Executes one rank's pipeline schedule (coordinator/plan/pipeline_schedule.h) for one
+// Executes one rank's pipeline schedule (plan/pipeline_schedule.h) for one
 // optimizer step: forwards and backwards of its model chunks, activations and gradients
 // exchanged with the neighbouring stages point to point. The executor decides nothing:
 // it runs the list it was handed, in order.
@@ -8,7 +8,8 @@
 // the next.
 //
 // The compute is a PipelineStages (pipeline_stages.h): the CPU engine's RankModelStages
-// or the CUDA engine; either way the messages are host buffers of float.
+// (worker/engine/rank_model_stages.h) or the CUDA engine; either way the messages are host
+// buffers of float.
 //
 //   RankModelStages stages(model.get());
 //   PipelineExecutor executor(&stages, assignment.schedule(), stage, pipeline, world.get());
@@ -72,7 +73,8 @@ class PipelineExecutor {
   const int pipeline_;
   Communicator* const p2p_;
   const int num_chunks_;
-  const size_t activation_elements_;   // B * S * C
+  const size_t seq_length_;            // S
+  const size_t activation_elements_;   // S * C: one sequence's hidden state
   std::vector<size_t> last_backward_;  // per chunk: index of its last BACKWARD action
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;

@@ -16,14 +16,10 @@ namespace {
 // Records every call; the loss of microbatch k is k + 1.
 class RecordingStages : public PipelineStages {
  public:
-  RecordingStages() {
-    shape_.seq_length = 4;
-    shape_.hidden = 8;
-    placement_.num_layers = 1;
-  }
   int num_chunks() const override { return 1; }
-  const ModelPlacement& placement(int) const override { return placement_; }
-  const ModelShape& shape() const override { return shape_; }
+  ChunkEnds chunk_ends(int) const override { return ChunkEnds{}; }  // the whole model
+  int seq_length() const override { return 4; }
+  int hidden_size() const override { return 8; }
   absl::StatusOr<double> Forward(int chunk, int index, const Microbatch&, const float* hidden_in,
                                  float* hidden_out) override {
     calls.push_back("F" + std::to_string(index));
@@ -43,10 +39,6 @@ class RecordingStages : public PipelineStages {
   }
 
   std::vector<std::string> calls;
-
- private:
-  ModelShape shape_;
-  ModelPlacement placement_;
 };
 
 PipelineSchedule ScheduleOf(const std::vector<std::pair<PipelineAction::Kind, int>>& actions,

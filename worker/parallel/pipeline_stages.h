@@ -3,29 +3,30 @@
 // cross stage boundaries are host memory, float [B, S, C], whatever the engine computes
 // in, so the executor's messages and buffers are the same for every engine.
 //
-// Two engines implement it: RankModelStages (the CPU engine, rank_model_stages.h) and the
-// CUDA engine (worker/engine/cuda/cuda_engine.h), which copies the hidden states between
-// the host and the GPU at stage boundaries.
+// The interface carries only what the executor needs to size and route those messages
+// (plain numbers, and which ends of the model a chunk holds); the model itself stays the
+// engine's, so this library knows no engine.
+//
+// Two engines implement it: RankModelStages (the CPU engine,
+// worker/engine/rank_model_stages.h) and the CUDA engine (worker/engine/cuda/cuda_engine.h),
+// which copies the hidden states between the host and the GPU at stage boundaries.
 //
 // A forward keeps its activations under (chunk, microbatch) until the matching backward;
 // the schedule decides how many are in flight at once.
 #ifndef MTRAIN_WORKER_PARALLEL_PIPELINE_STAGES_H_
 #define MTRAIN_WORKER_PARALLEL_PIPELINE_STAGES_H_
 
-#include <cstdint>
-#include <vector>
-
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/engine/activations.h"
-#include "worker/engine/model_shape.h"
+#include "worker/parallel/microbatch.h"
 
 namespace mtrain {
 
-// One microbatch of this data-parallel replica.
-struct Microbatch {
-  MicrobatchId id;               // id.first_sample: index in the GLOBAL batch (dropout)
-  std::vector<int32_t> tokens;   // [B, S]; read on the first virtual stage
-  std::vector<int32_t> targets;  // [B, S]; read on the last virtual stage
+// Which ends of the model one chunk holds: they decide whether its forward takes a
+// hidden state from the previous stage and whether it sends one to the next.
+struct ChunkEnds {
+  bool has_embedding = true;  // first virtual stage: reads tokens, takes no hidden state
+  bool has_head = true;       // last virtual stage: computes the loss, sends no hidden state
 };
 
 class PipelineStages {
@@ -33,9 +34,11 @@ class PipelineStages {
   virtual ~PipelineStages() = default;
 
   virtual int num_chunks() const = 0;
-  // Which layers chunk c holds, and whether it holds the embeddings or the head.
-  virtual const ModelPlacement& placement(int chunk) const = 0;
-  virtual const ModelShape& shape() const = 0;
+  virtual ChunkEnds chunk_ends(int chunk) const = 0;
+  // S and C of the hidden state [B, S, C] exchanged between stages (B follows from a
+  // microbatch's tokens: B * S of them).
+  virtual int seq_length() const = 0;
+  virtual int hidden_size() const = 0;
 
   // Forward of `microbatch` (index `index` in the step) on `chunk`. hidden_in: the
   // previous stage's output unless the chunk holds the embeddings; hidden_out receives

@@ -112,8 +112,13 @@ class CudaEngine : public PipelineStages {
   // PipelineStages: one chunk's forward or backward of one microbatch; the hidden states
   // are host float [B*S, C] (converted to and from the compute precision on the device).
   int num_chunks() const override;
-  const ModelPlacement& placement(int chunk) const override;
-  const ModelShape& shape() const override;
+  ChunkEnds chunk_ends(int chunk) const override {
+    return ChunkEnds{placement(chunk).has_embedding, placement(chunk).has_head};
+  }
+  int seq_length() const override { return shape().seq_length; }
+  int hidden_size() const override { return shape().hidden; }
+  const ModelPlacement& placement(int chunk) const;
+  const ModelShape& shape() const;
   absl::StatusOr<double> Forward(int chunk, int index, const Microbatch& microbatch,
                                  const float* hidden_in, float* hidden_out) override;
   absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,

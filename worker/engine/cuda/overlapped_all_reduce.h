@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "worker/engine/cuda/device_collectives.h"
 #include "worker/parallel/communicator.h"
@@ -58,15 +59,15 @@ class OverlappedAllReduce {
   void Loop();
 
   const int device_;
-  DeviceCollectives collectives_;         // used by the thread only
-  std::vector<cudaEvent_t> free_events_;  // guarded by mutex_
+  DeviceCollectives collectives_;  // used by the thread only
   std::mutex mutex_;
+  std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mutex_);
   std::condition_variable changed_;
-  std::deque<Range> queue_;  // guarded by mutex_
-  int in_flight_ = 0;        // guarded by mutex_
-  bool stop_ = false;        // guarded by mutex_
-  absl::Status status_;      // guarded by mutex_
-  double busy_seconds_ = 0;  // guarded by mutex_ (written by the thread)
+  std::deque<Range> queue_ ABSL_GUARDED_BY(mutex_);
+  int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mutex_);
+  double busy_seconds_ ABSL_GUARDED_BY(mutex_) = 0;  // written by the thread
   double last_busy_seconds_ = 0;
   std::thread thread_;
 };

@@ -1,4 +1,4 @@
-#include "worker/parallel/rank_model_stages.h"
+#include "worker/engine/rank_model_stages.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"

@@ -1,12 +1,12 @@
-// PipelineStages (pipeline_stages.h) over the CPU engine's RankModel: each chunk's
+// PipelineStages (worker/parallel/pipeline_stages.h) over the CPU engine's RankModel: each chunk's
 // GptModel<float>, with a pool of activation sets per chunk (a set is reused once its
 // backward is done, so memory follows the schedule's in-flight count).
 //
 //   RankModelStages stages(model.get());
 //   stages.SetFinalGradsHook(&hook);  // buckets start their all-reduce from it
 //   PipelineExecutor executor(&stages, schedule, stage, pipeline, world);
-#ifndef MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
-#define MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
+#ifndef MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
+#define MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
 
 #include <map>
 #include <memory>
@@ -27,10 +27,12 @@ class RankModelStages : public PipelineStages {
   void SetFinalGradsHook(const GradReadyHook* hook) { final_grads_hook_ = hook; }
 
   int num_chunks() const override { return model_->num_chunks(); }
-  const ModelPlacement& placement(int chunk) const override {
-    return model_->chunk_layout(chunk).placement();
+  ChunkEnds chunk_ends(int chunk) const override {
+    const ModelPlacement& placement = model_->chunk_layout(chunk).placement();
+    return ChunkEnds{placement.has_embedding, placement.has_head};
   }
-  const ModelShape& shape() const override { return model_->shape(); }
+  int seq_length() const override { return model_->shape().seq_length; }
+  int hidden_size() const override { return model_->shape().hidden; }
   absl::StatusOr<double> Forward(int chunk, int index, const Microbatch& microbatch,
                                  const float* hidden_in, float* hidden_out) override;
   absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
@@ -45,4 +47,4 @@ class RankModelStages : public PipelineStages {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_PARALLEL_RANK_MODEL_STAGES_H_
+#endif  // MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_

@@ -1,0 +1,131 @@
+#include "worker/engine/cpu_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/grad_norm.h"
+
+namespace mtrain {
+namespace {
+
+TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
+  TensorParallelGroup<float> tp;
+  tp.size = group->size();
+  tp.rank = group->rank();
+  tp.all_reduce = [group](float* data, size_t count, ReduceOp op) {
+    return group->AllReduce(data, count, op);
+  };
+  tp.all_gather = [group](const float* in, float* out, size_t count) {
+    return group->AllGather(in, out, count);
+  };
+  return tp;
+}
+
+}  // namespace
+
+CpuEngine::~CpuEngine() = default;
+
+absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngineConfig& config) {
+  if (config.precision != PRECISION_FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CPU engine trains in PRECISION_FP32 only, not ", Precision_Name(config.precision)));
+  }
+  if (config.groups == nullptr || config.groups->tensor == nullptr ||
+      config.groups->data == nullptr) {
+    return absl::InvalidArgumentError("the CPU engine needs the tensor and data groups");
+  }
+  std::unique_ptr<CpuEngine> engine(new CpuEngine);
+  engine->groups_ = config.groups;
+  engine->pipeline_ = config.pipeline;
+  ASSIGN_OR_RETURN(engine->model_,
+                   RankModel::Create(config.shape, config.chunks, config.micro_batch, config.model,
+                                     TensorGroupOf(config.groups->tensor.get()),
+                                     static_cast<size_t>(std::max(1, config.zero_shards))));
+  engine->model_->Initialize(config.seed);
+  engine->stages_ = std::make_unique<RankModelStages>(engine->model_.get());
+  std::vector<GradientRange> grad_ranges;
+  for (const ParamTensor& tensor : engine->model_->tensors()) {
+    grad_ranges.push_back({tensor.offset, tensor.size});
+  }
+  engine->buckets_ = std::make_unique<GradientBuckets>(
+      grad_ranges, engine->model_->grads(), config.groups->data.get(), config.bucket_elements);
+  engine->slice_ = OptimizerSliceOf(engine->model_->layout(), config.zero_shards, config.zero_rank);
+  engine->optimizer_ = std::make_unique<AdamWOptimizer>(engine->model_->tensors(), config.optimizer,
+                                                        engine->slice_.begin, engine->slice_.end);
+  return engine;
+}
+
+absl::StatusOr<double> CpuEngine::ComputeGradients(PipelineExecutor& executor,
+                                                   const std::vector<Microbatch>& microbatches,
+                                                   float d_loss_per_token) {
+  model_->ZeroGrads();
+  buckets_->StartStep();
+  const bool tied_elsewhere = pipeline_ > 1;
+  const GradReadyHook hook = [&](const ParamTensor& tensor) {
+    // The tied embedding is final only after the exchange between the stages below.
+    if (tied_elsewhere && tensor.name == "wte") return;
+    buckets_->MarkReady(tensor.offset);
+  };
+  stages_->SetFinalGradsHook(&hook);
+  absl::StatusOr<double> run = executor.RunStep(microbatches, d_loss_per_token);
+  stages_->SetFinalGradsHook(nullptr);
+  ASSIGN_OR_RETURN(const double loss_sum, std::move(run));
+  if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
+    // The first and the last stage sum their copies' gradients, then the buckets sum the
+    // result over the replicas.
+    RETURN_IF_ERROR(
+        groups_->embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
+    buckets_->MarkReady(wte->offset);
+  }
+  RETURN_IF_ERROR(buckets_->Finish());
+  return loss_sum;
+}
+
+absl::StatusOr<bool> CpuEngine::UnscaleGradients(float factor) {
+  // The CPU engine trains in fp32 without loss scaling; this keeps the interface whole.
+  bool overflow = false;
+  float* grads = model_->grads();
+  for (size_t i = 0; i < model_->buffer_size(); ++i) {
+    grads[i] *= factor;
+    if (!std::isfinite(grads[i])) overflow = true;
+  }
+  return overflow;
+}
+
+absl::StatusOr<double> CpuEngine::GradientSumOfSquares(const std::vector<ParamTensor>& counted) {
+  double sum = 0;
+  for (const ParamTensor& t : counted) sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
+  return sum;
+}
+
+absl::Status CpuEngine::Update(long long step, double lr, double clip_coefficient) {
+  optimizer_->Update(model_->params(), model_->grads(), step, lr, clip_coefficient);
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::GatherParameters() {
+  if (slice_.shard_size == 0) return absl::OkStatus();
+  // Each replica updated its share; every replica needs all of them.
+  std::vector<float> gathered(model_->buffer_size());
+  RETURN_IF_ERROR(groups_->data->AllGather(model_->params() + slice_.shard_begin, gathered.data(),
+                                           slice_.shard_size));
+  std::copy(gathered.begin(), gathered.end(), model_->params());
+  return absl::OkStatus();
+}
+
+double CpuEngine::CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const {
+  return std::max(0.0, step_seconds - timings.compute_seconds);
+}
+
+TrainingEngine::HostState CpuEngine::host_state() {
+  HostState state;
+  state.params = model_->params();
+  state.first_moment = optimizer_->first_moment().data();
+  state.second_moment = optimizer_->second_moment().data();
+  return state;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,66 @@
+// The CPU engine behind TrainingEngine (training_engine.h): the rank's RankModel (fp32
+// GptModel chunks over one flat host buffer), AdamW on the host, data-parallel gradient
+// buckets all-reduced over the Gloo data group while the last backward runs, and the
+// chunks driven by the pipeline executor through RankModelStages. Its buffers are the host
+// state itself: SyncToHost and SyncFromHost do nothing.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<CpuEngine> engine, CpuEngine::Create(config));
+#ifndef MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_
+#define MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/rank_model.h"
+#include "worker/engine/training_engine.h"
+#include "worker/parallel/grad_buckets.h"
+#include "worker/engine/rank_model_stages.h"
+
+namespace mtrain {
+
+class CpuEngine : public TrainingEngine {
+ public:
+  // Builds the model chunks and initialises them from config.seed. INVALID_ARGUMENT for
+  // a precision other than FP32 (reduced precision is CUDA's) or chunks RankLayout
+  // refuses.
+  static absl::StatusOr<std::unique_ptr<CpuEngine>> Create(const TrainingEngineConfig& config);
+  ~CpuEngine() override;
+
+  const RankLayout& layout() const override { return model_->layout(); }
+  const OptimizerSlice& optimizer_slice() const override { return slice_; }
+  PipelineStages& stages() override { return *stages_; }
+
+  absl::StatusOr<double> ComputeGradients(PipelineExecutor& executor,
+                                          const std::vector<Microbatch>& microbatches,
+                                          float d_loss_per_token) override;
+  absl::StatusOr<bool> UnscaleGradients(float factor) override;
+  absl::StatusOr<double> GradientSumOfSquares(const std::vector<ParamTensor>& counted) override;
+  absl::Status Update(long long step, double lr, double clip_coefficient) override;
+  absl::Status GatherParameters() override;
+  // The CPU cannot time its collectives apart from the compute they overlap: the part of
+  // the step outside the pipeline's compute.
+  double CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const override;
+
+  HostState host_state() override;
+  absl::Status SyncToHost() override { return absl::OkStatus(); }
+  absl::Status SyncFromHost() override { return absl::OkStatus(); }
+
+  int num_gradient_buckets() const { return buckets_->num_buckets(); }
+
+ private:
+  CpuEngine() = default;
+
+  const RankGroups* groups_ = nullptr;
+  int pipeline_ = 1;
+  OptimizerSlice slice_;
+  std::unique_ptr<RankModel> model_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<RankModelStages> stages_;
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_

@@ -1,0 +1,150 @@
+#include "worker/engine/cpu_engine.h"
+
+#include <cmath>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "kernels/grad_norm.h"
+#include "plan/pipeline_schedule.h"
+#include "plan/rank_grid.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/rank_model.h"
+#include "worker/parallel/pipeline_executor.h"
+#include "worker/parallel/rank_groups.h"
+#include "worker/engine/rank_model_stages.h"
+
+namespace mtrain {
+namespace {
+
+constexpr int kMicrobatches = 2;
+constexpr int kMicroBatch = 2;
+
+TrainingEngineConfig Config(const RankGroups* groups) {
+  TrainingEngineConfig config;
+  config.shape.num_layers = 2;
+  config.shape.num_heads = 2;
+  config.shape.hidden = 16;
+  config.shape.seq_length = 8;
+  config.shape.vocab = 100;
+  config.shape.padded_vocab = 128;
+  config.chunks = ChunkPlacements({{0, 2}}, 0, 1, 1, 0);
+  config.micro_batch = kMicroBatch;
+  config.model.dropout = 0.1f;
+  config.model.seed = 7;
+  config.optimizer.set_lr(1e-3);
+  config.optimizer.set_beta1(0.9);
+  config.optimizer.set_beta2(0.95);
+  config.optimizer.set_eps(1e-8);
+  config.optimizer.set_weight_decay(0.01);
+  config.seed = 7;
+  config.bucket_elements = 1000;
+  config.groups = groups;
+  return config;
+}
+
+std::vector<Microbatch> Microbatches() {
+  std::vector<Microbatch> microbatches(kMicrobatches);
+  const int tokens = kMicroBatch * 8;
+  for (int k = 0; k < kMicrobatches; ++k) {
+    microbatches[k].id = {1, k * kMicroBatch};
+    for (int i = 0; i < tokens; ++i) {
+      microbatches[k].tokens.push_back((i * 7 + k * 13) % 100);
+      microbatches[k].targets.push_back((i * 11 + k * 5 + 1) % 100);
+    }
+  }
+  return microbatches;
+}
+
+RankGroups SoloGroups() {
+  absl::StatusOr<RankGrid> grid = RankGrid::Create(1, 1, 1);
+  EXPECT_TRUE(grid.ok());
+  absl::StatusOr<RankGroups> groups = ConnectRankGroups(*grid, 0, GroupTransport{});
+  EXPECT_TRUE(groups.ok()) << groups.status();
+  return std::move(*groups);
+}
+
+PipelineSchedule OneStageSchedule() {
+  ScheduleConfig schedule;
+  schedule.microbatches = kMicrobatches;
+  absl::StatusOr<PipelineSchedule> built = BuildPipelineSchedule(schedule, 0, {0});
+  EXPECT_TRUE(built.ok()) << built.status();
+  return *built;
+}
+
+// The engine only orders its parts: a step through it is bit-for-bit a step driven on the
+// parts directly (RankModel, RankModelStages, AdamW), which is what keeps training
+// identical to the Trainer before the engine interface.
+TEST(CpuEngineTest, AStepIsBitForBitTheStepOfItsParts) {
+  RankGroups groups = SoloGroups();
+  const TrainingEngineConfig config = Config(&groups);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  PipelineExecutor executor(&(*engine)->stages(), OneStageSchedule(), 0, 1, groups.world.get());
+  const float d_loss = 1.0f / (kMicrobatches * kMicroBatch * 8);
+  absl::StatusOr<double> loss = (*engine)->ComputeGradients(executor, Microbatches(), d_loss);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  TensorParallelGroup<float> solo{1, 0, nullptr, nullptr};
+  absl::StatusOr<std::unique_ptr<RankModel>> model =
+      RankModel::Create(config.shape, config.chunks, config.micro_batch, config.model, solo, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  (*model)->Initialize(config.seed);
+  RankModelStages stages(model->get());
+  PipelineExecutor reference(&stages, OneStageSchedule(), 0, 1, groups.world.get());
+  absl::StatusOr<double> reference_loss = reference.RunStep(Microbatches(), d_loss);
+  ASSERT_TRUE(reference_loss.ok()) << reference_loss.status();
+  EXPECT_EQ(*loss, *reference_loss);
+
+  const std::vector<ParamTensor>& tensors = (*engine)->layout().tensors();
+  ASSERT_EQ(tensors.size(), (*model)->tensors().size());
+  absl::StatusOr<double> sum_squares = (*engine)->GradientSumOfSquares(tensors);
+  ASSERT_TRUE(sum_squares.ok());
+  double reference_sum = 0;
+  for (const ParamTensor& t : tensors) {
+    reference_sum += cpu::SumOfSquares((*model)->grads() + t.offset, t.size);
+  }
+  EXPECT_EQ(*sum_squares, reference_sum);
+  EXPECT_GT(reference_sum, 0);
+
+  ASSERT_TRUE((*engine)->Update(1, 1e-3, 0.5).ok());
+  ASSERT_TRUE((*engine)->GatherParameters().ok());  // no ZeRO: nothing
+  AdamWOptimizer optimizer((*model)->tensors(), config.optimizer, 0, (*model)->num_params());
+  optimizer.Update((*model)->params(), (*model)->grads(), 1, 1e-3, 0.5);
+  const TrainingEngine::HostState host = (*engine)->host_state();
+  for (size_t i = 0; i < (*model)->buffer_size(); ++i) {
+    ASSERT_EQ(host.params[i], (*model)->params()[i]) << i;
+  }
+  for (size_t i = 0; i < optimizer.first_moment().size(); ++i) {
+    ASSERT_EQ(host.first_moment[i], optimizer.first_moment()[i]) << i;
+    ASSERT_EQ(host.second_moment[i], optimizer.second_moment()[i]) << i;
+  }
+}
+
+TEST(CpuEngineTest, UnscalingReportsAnOverflow) {
+  RankGroups groups = SoloGroups();
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(Config(&groups));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  PipelineExecutor executor(&(*engine)->stages(), OneStageSchedule(), 0, 1, groups.world.get());
+  ASSERT_TRUE((*engine)->ComputeGradients(executor, Microbatches(), 1.0f / 32).ok());
+  const std::vector<ParamTensor>& tensors = (*engine)->layout().tensors();
+  const double before = *(*engine)->GradientSumOfSquares(tensors);
+  absl::StatusOr<bool> overflow = (*engine)->UnscaleGradients(0.5f);
+  ASSERT_TRUE(overflow.ok());
+  EXPECT_FALSE(*overflow);
+  EXPECT_DOUBLE_EQ(*(*engine)->GradientSumOfSquares(tensors), before / 4);
+  overflow = (*engine)->UnscaleGradients(std::numeric_limits<float>::infinity());
+  ASSERT_TRUE(overflow.ok());
+  EXPECT_TRUE(*overflow);
+}
+
+TEST(CpuEngineTest, ReducedPrecisionIsRefused) {
+  RankGroups groups = SoloGroups();
+  TrainingEngineConfig config = Config(&groups);
+  config.precision = PRECISION_BF16;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(config);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("PRECISION_BF16"), std::string::npos) << engine.status();
+}
+
+}  // namespace
+}  // namespace mtrain

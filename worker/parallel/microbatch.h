@@ -1,0 +1,34 @@
+// The unit of work a pipeline schedule moves: one microbatch of a data-parallel replica's
+// share of the global batch. The executor (pipeline_executor.h) hands it to the engine's
+// stages untouched; the engine reads its tokens and targets and derives the dropout masks
+// from its id, so every layout and every engine draws the same masks for the same samples.
+//
+//   Microbatch mb;
+//   mb.id.step = 3;
+//   mb.id.first_sample = 8;  // starts at the 9th sequence of step 3's global batch
+//   mb.tokens = ...;         // [B, S]
+#ifndef MTRAIN_WORKER_PARALLEL_MICROBATCH_H_
+#define MTRAIN_WORKER_PARALLEL_MICROBATCH_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace mtrain {
+
+// Identifies a microbatch for dropout masks: the same (step, first_sample) gives the same
+// masks on every rank and in every recomputation.
+struct MicrobatchId {
+  int64_t step = 0;          // optimizer step, 1-based
+  int64_t first_sample = 0;  // index of its first sequence within the global batch
+};
+
+// One microbatch of this data-parallel replica.
+struct Microbatch {
+  MicrobatchId id;               // id.first_sample: index in the GLOBAL batch (dropout)
+  std::vector<int32_t> tokens;   // [B, S]; read on the first virtual stage
+  std::vector<int32_t> targets;  // [B, S]; read on the last virtual stage
+};
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_PARALLEL_MICROBATCH_H_

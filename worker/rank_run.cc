@@ -1,0 +1,406 @@
+#include "worker/rank_run.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_tensors.h"
+#include "checkpoint/checkpoint_transfer.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
+#include "common/json_writer.h"
+#include "common/scratch_dir.h"
+#include "common/status_macros.h"
+#include "common/step_metrics_format.h"
+#include "kernels/cuda_device_query.h"
+#include "plan/assignment_plan.h"
+#include "plan/rank_grid.h"
+#include "spec/job_spec_validation.h"
+#include "worker/engine/data/data_roots.h"
+#include "worker/engine/engine_choice.h"
+#include "worker/engine/memory_limits.h"
+#include "worker/engine/rank_allocation_estimate.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/rank_groups.h"
+
+namespace mtrain {
+namespace {
+
+// Opens a JSON-lines file for appending. O_APPEND and one write(2) per line (AppendLine):
+// lines of several ranks sharing a file never interleave. `flag` names the file in errors.
+absl::Status OpenJsonl(const char* flag, const std::string& path, int* fd) {
+  *fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (*fd < 0) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot open ", path));
+  return absl::OkStatus();
+}
+
+void AppendLine(const char* flag, int fd, const std::string& line) {
+  if (fd < 0) return;
+  const std::string with_newline = line + "\n";
+  if (::write(fd, with_newline.data(), with_newline.size()) < 0) std::perror(flag);
+}
+
+// Uploads this rank's checkpoint files to the coordinator's store (coordinator mode).
+class CoordinatorCheckpointUploader : public CheckpointUploader {
+ public:
+  CoordinatorCheckpointUploader(CoordinatorClient* client, const Assignment& assignment)
+      : client_(client), assignment_(assignment) {}
+
+  absl::Status UploadShard(int64_t step, const std::string& dir, const std::string& file) override {
+    return UploadCheckpointFile(client_->stub(), Prepare(), assignment_.job_id(),
+                                assignment_.generation(), step, file, dir + "/" + file);
+  }
+  absl::Status CommitManifest(int64_t step, const CheckpointManifest& manifest) override {
+    return UploadCheckpointBytes(client_->stub(), Prepare(), assignment_.job_id(),
+                                 assignment_.generation(), step, kManifestFileName,
+                                 SerializeManifest(manifest));
+  }
+
+ private:
+  PrepareContext Prepare() const {
+    return [this](grpc::ClientContext* context) { client_->Prepare(context, absl::Hours(1)); };
+  }
+  CoordinatorClient* const client_;
+  const Assignment& assignment_;
+};
+
+absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
+  const int rank = options.rank;
+  const std::string& spec_path = options.spec_path;
+  if (spec_path.empty()) return absl::InvalidArgumentError("--spec (or --assignment) is required");
+  ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecFile(spec_path));
+  if (const int steps = options.steps; steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps=", steps, ": must be >= 0 (0 keeps the spec's train.steps)"));
+  } else if (steps > 0) {
+    spec.mutable_train()->set_steps(steps);
+  }
+  const ParallelSpec& par = spec.parallel();
+  const int world = par.tensor() * par.pipeline() * par.data();
+  const int world_flag = options.world_size;
+  if (world_flag != 0 && world_flag != world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--world_size=", world_flag, " but the spec needs tensor * pipeline * data = ",
+        par.tensor(), " * ", par.pipeline(), " * ", par.data(), " = ", world, " ranks"));
+  }
+  if (rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=", rank, " is outside [0, ", world, ")"));
+  }
+  const std::string& rendezvous_dir = options.rendezvous_dir;
+  if (world > 1 && rendezvous_dir.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rendezvous_dir is required for a world of ", world, " ranks"));
+  }
+  if (const std::string& roots_flag = options.data_root; !roots_flag.empty()) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> roots, ParseDataRoots(roots_flag));
+    ASSIGN_OR_RETURN(*spec.mutable_data(), ConfineDataSpec(spec.data(), roots));
+    if (!spec.train().init_from().empty()) {
+      ASSIGN_OR_RETURN(*spec.mutable_train()->mutable_init_from(),
+                       ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<Assignment> plan, PlanAssignments(spec, "static", 1, {}));
+  RankSetup setup;
+  setup.assignment = std::move(plan[rank]);
+  setup.host = options.host;
+  if (world > 1) {
+    ASSIGN_OR_RETURN(setup.store, DirectoryStore::Open(rendezvous_dir));
+  }
+  return setup;
+}
+
+absl::StatusOr<RankSetup> CoordinatorSetup(const RankRunOptions& options) {
+  const std::string& path = options.assignment_path;
+  if (options.steps != 0) {
+    return absl::InvalidArgumentError(
+        "--steps: only with --spec (an assignment's steps are the submitted job's)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  RankSetup setup;
+  if (!in || !setup.assignment.ParseFromIstream(&in)) {
+    return absl::InvalidArgumentError(absl::StrCat("--assignment: cannot read ", path));
+  }
+  // The coordinator planned with a resolved spec; resolving again checks it.
+  ASSIGN_OR_RETURN(*setup.assignment.mutable_spec(), ResolveJobSpec(setup.assignment.spec()));
+  // Under a coordinator the spec is anyone's who can submit: data.path is always confined
+  // (RunRank checks it, so that the refusal is reported as the rank's result).
+  const std::string& roots_flag = options.data_root;
+  setup.data_roots = DefaultDataRoots();
+  if (!roots_flag.empty()) {
+    ASSIGN_OR_RETURN(setup.data_roots, ParseDataRoots(roots_flag));
+  }
+  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
+  setup.coordinator = std::make_unique<CoordinatorClient>(options.coordinator, std::move(token));
+  setup.store = std::make_unique<CoordinatorKeyValueStore>(setup.coordinator.get(),
+                                                           setup.assignment.rendezvous_prefix());
+  const int rank = setup.assignment.rank().global_rank();
+  setup.host = rank < setup.assignment.peers_size() ? setup.assignment.peers(rank).host() : "";
+  if (setup.host.empty()) setup.host = "127.0.0.1";
+  return setup;
+}
+
+}  // namespace
+
+absl::StatusOr<RankSetup> SetUpRank(const RankRunOptions& options) {
+  return options.assignment_path.empty() ? StaticSetup(options) : CoordinatorSetup(options);
+}
+
+StdoutAndFileSinks::StdoutAndFileSinks(const RankRunOptions& options)
+    : metrics_path_(options.metrics_jsonl), timings_path_(options.stage_timings) {}
+
+StdoutAndFileSinks::~StdoutAndFileSinks() {
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
+  if (timings_fd_ >= 0) ::close(timings_fd_);
+}
+
+absl::Status StdoutAndFileSinks::Open(bool computes_loss) {
+  if (!metrics_path_.empty() && computes_loss) {
+    RETURN_IF_ERROR(OpenJsonl("--metrics_jsonl", metrics_path_, &metrics_fd_));
+  }
+  if (!timings_path_.empty()) RETURN_IF_ERROR(OpenJsonl("--stage_timings", timings_path_, &timings_fd_));
+  return absl::OkStatus();
+}
+
+void StdoutAndFileSinks::Log(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void StdoutAndFileSinks::StepMetricsDone(const StepMetrics& metrics) {
+  AppendLine("--metrics_jsonl", metrics_fd_, StepMetricsJson(metrics));
+}
+
+void StdoutAndFileSinks::StageTimings(const StageTimingsRecord& record) {
+  const PipelineTimings& timings = record.timings;
+  AppendLine("--stage_timings", timings_fd_,
+             JsonObject(JsonNumberFormat::Fixed(6))
+                 .Int("step", record.step)
+                 .Int("rank", record.rank)
+                 .Int("pp_stage", record.pp_stage)
+                 .Number("step_seconds", record.step_seconds)
+                 .Number("pipeline_seconds", timings.compute_seconds + timings.wait_seconds)
+                 .Number("compute_seconds", timings.compute_seconds)
+                 .Number("wait_seconds", timings.wait_seconds)
+                 .Close());
+}
+
+void RankAbort::Abort() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  requested_ = true;
+  if (trainer_ != nullptr) trainer_->Abort();
+}
+
+absl::Status RankAbort::Attach(Trainer* trainer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (requested_) return absl::AbortedError("aborted by a signal before training");
+  trainer_ = trainer;
+  return absl::OkStatus();
+}
+
+void RankAbort::Detach() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trainer_ = nullptr;
+}
+
+absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSinks& sinks,
+                     RankAbort* abort) {
+  if (setup.coordinator != nullptr) {
+    // Before the rendezvous: the other ranks are told at once through the coordinator.
+    ASSIGN_OR_RETURN(*setup.assignment.mutable_spec()->mutable_data(),
+                     ConfineDataSpec(setup.assignment.spec().data(), setup.data_roots));
+  }
+  const Assignment& assignment = setup.assignment;
+  const JobSpec& spec = assignment.spec();
+  const ParallelSpec& par = spec.parallel();
+  const int rank = assignment.rank().global_rank();
+  ASSIGN_OR_RETURN(const RankGrid grid, RankGrid::Create(par.tensor(), par.pipeline(), par.data()));
+  std::optional<GlooDevice> device;
+  GroupTransport transport;
+  transport.timeout = assignment.collective_timeout_ms() > 0
+                          ? absl::Milliseconds(assignment.collective_timeout_ms())
+                          : options.collective_timeout;
+  if (grid.world_size() > 1) {
+    ASSIGN_OR_RETURN(device, CreateGlooDevice(setup.host));
+    transport.store = setup.store.get();
+    transport.device = &*device;
+  }
+  ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
+  // The engine is chosen here, once, and handed to the Trainer. CUDA ranks sum their
+  // gradients and tensor-parallel activations with NCCL on the GPU; every rank of the job
+  // decides alike, so all or none join the NCCL world.
+  const std::string& gpu_collectives = options.gpu_collectives;
+  if (gpu_collectives != "nccl" && gpu_collectives != "gloo") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_collectives=", gpu_collectives, ": must be nccl or gloo"));
+  }
+  const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
+  ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
+  TrainerOptions trainer_options;
+  trainer_options.engine = engine;
+  if (engine.kind == EngineKind::kCuda) {
+    trainer_options.cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
+  }
+  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" &&
+      (par.data() > 1 || par.tensor() > 1)) {
+    RETURN_IF_ERROR(
+        ConnectDeviceGroups(grid, rank, transport, trainer_options.cuda_device, &groups));
+  }
+  trainer_options.bucket_elements =
+      std::max<size_t>(1, static_cast<size_t>(options.bucket_mb * (1 << 20) / 4));
+  ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
+                   Trainer::Create(assignment, std::move(groups), trainer_options));
+  if (rank == 0) {
+    sinks.Log(trainer->engine_note());
+    const RankAllocationEstimate& memory = trainer->memory_estimate();
+    sinks.Log(absl::StrFormat("memory: about %s on this rank (%s)", HumanBytes(memory.total()),
+                              memory.Describe()));
+  }
+  // Detaches before the trainer is destroyed, whichever way this returns.
+  struct Detacher {
+    ~Detacher() {
+      if (abort != nullptr) abort->Detach();
+    }
+    RankAbort* abort;
+  } detacher{nullptr};
+  if (abort != nullptr) {
+    RETURN_IF_ERROR(abort->Attach(trainer.get()));
+    detacher.abort = abort;
+  }
+
+  if (const std::string& resume = options.resume_from; !resume.empty()) {
+    RETURN_IF_ERROR(trainer->LoadCheckpoint(resume));
+  } else if (setup.coordinator == nullptr && !spec.train().init_from().empty()) {
+    // Static mode reads the initial weights itself (under a coordinator they arrive as
+    // the job's step-0 checkpoint); a parameters-only checkpoint re-slices them for this
+    // rank like any other.
+    // The file, its float copy and the re-laid-out tensors are alive together.
+    std::error_code size_error;
+    const uintmax_t init_bytes = std::filesystem::file_size(spec.train().init_from(), size_error);
+    if (!size_error) {
+      RETURN_IF_ERROR(CheckMemoryFits(absl::StrCat("train.init_from ", spec.train().init_from()),
+                                      3.0 * static_cast<double>(init_bytes),
+                                      absl::StrCat("3 x its ", init_bytes, " bytes"),
+                                      CurrentMemoryLimits()));
+    }
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(spec.train().init_from());
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("train.init_from: ", file.status().message()));
+    }
+    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(*file, spec.model()));
+    ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
+    RETURN_IF_ERROR(
+        WriteParameterCheckpoint(init.path(), "static", 0, weights, spec.train().seed()).status());
+    RETURN_IF_ERROR(trainer->LoadCheckpoint(init.path()));
+  }
+  std::string checkpoint_dir = options.checkpoint_dir;
+  if (!checkpoint_dir.empty()) {
+    // Found out now, not after the last step (whose checkpoint may be the only one).
+    std::error_code error;
+    std::filesystem::create_directories(checkpoint_dir, error);
+    const std::string probe = absl::StrCat(checkpoint_dir, "/.writable-r", rank);
+    if (error || !std::ofstream(probe).good()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--checkpoint_dir=", checkpoint_dir, ": cannot write there",
+                       error ? absl::StrCat(" (", error.message(), ")") : std::string()));
+    }
+    std::filesystem::remove(probe, error);
+  }
+  std::optional<ScratchDir> scratch;
+  std::unique_ptr<CheckpointUploader> uploader;
+  if (setup.coordinator != nullptr) {
+    // Checkpoints live in the coordinator's store; this machine only stages them.
+    ASSIGN_OR_RETURN(ScratchDir created,
+                     ScratchDir::Create(absl::StrCat(assignment.job_id(), "-g",
+                                                     assignment.generation(), "-r", rank)));
+    scratch.emplace(std::move(created));
+    checkpoint_dir = scratch->path() + "/save";
+    uploader = std::make_unique<CoordinatorCheckpointUploader>(setup.coordinator.get(), assignment);
+    if (assignment.has_resume_step()) {
+      const std::string dir = scratch->path() + "/resume";
+      const PrepareContext prepare = [&](grpc::ClientContext* context) {
+        setup.coordinator->Prepare(context, absl::Hours(1));
+      };
+      auto needed = [&](const CheckpointManifest& manifest, const std::string& file) {
+        const std::vector<std::string> files = trainer->CheckpointFilesNeeded(manifest);
+        return std::find(files.begin(), files.end(), file) != files.end();
+      };
+      RETURN_IF_ERROR(DownloadCheckpoint(setup.coordinator->stub(), prepare, assignment.job_id(),
+                                         assignment.resume_step(), dir, needed)
+                          .status());
+      RETURN_IF_ERROR(trainer->LoadCheckpoint(dir, /*subset=*/true));
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  const int64_t checkpoint_every = spec.train().checkpoint_every();
+  // A resumed run does not save the step it resumed from again.
+  int64_t last_saved = trainer->completed_steps() > 0 ? trainer->completed_steps() : -1;
+
+  RETURN_IF_ERROR(sinks.Open(trainer->computes_loss()));
+  // One rank narrates: the first that knows the loss.
+  const RankCoordinates& coords = trainer->coordinates();
+  const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
+  const long long steps = spec.train().steps();
+  // Saves the steps completed so far; the narrator says where and how long it took.
+  auto save = [&]() -> absl::Status {
+    const absl::Time start = absl::Now();
+    ASSIGN_OR_RETURN(const std::string saved,
+                     trainer->SaveCheckpoint(checkpoint_dir, uploader.get()));
+    last_saved = trainer->completed_steps();
+    if (narrator) {
+      sinks.Log(
+          absl::StrFormat("checkpoint: step %lld saved in %.2f s %s", trainer->completed_steps(),
+                          absl::ToDoubleSeconds(absl::Now() - start),
+                          uploader != nullptr ? "to the coordinator's store" : "in " + saved));
+    }
+    return absl::OkStatus();
+  };
+  if (narrator) {
+    sinks.Log(
+        absl::StrFormat("train: %s, %d layers, hidden %d, %d heads, seq %d, (t,p,d)=(%d,%d,%d) %s, "
+                        "%lld steps",
+                        spec.name(), spec.model().num_layers(), spec.model().hidden_size(),
+                        spec.model().num_heads(), spec.model().seq_length(), par.tensor(),
+                        par.pipeline(), par.data(), Schedule_Name(par.schedule()), steps));
+  }
+  if (narrator && trainer->completed_steps() >= steps) {
+    sinks.Log(
+        absl::StrFormat("train: the checkpoint is at step %lld, train.steps is %lld: nothing to do",
+                        static_cast<long long>(trainer->completed_steps()), steps));
+  }
+  while (trainer->completed_steps() < steps) {
+    ASSIGN_OR_RETURN(const StepMetrics metrics, trainer->Step());
+    if (narrator) sinks.Log(StepProgressLine(metrics, steps));
+    if (trainer->computes_loss()) sinks.StepMetricsDone(metrics);
+    StageTimingsRecord timings;
+    timings.step = metrics.step();
+    timings.rank = rank;
+    timings.pp_stage = coords.pp_rank();
+    timings.step_seconds = metrics.step_seconds();
+    timings.timings = trainer->last_pipeline_timings();
+    sinks.StageTimings(timings);
+    if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
+    if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {
+      RETURN_IF_ERROR(save());
+    }
+  }
+  if (!checkpoint_dir.empty() && last_saved != trainer->completed_steps()) {
+    RETURN_IF_ERROR(save());
+  }
+  if (!options.save_weights.empty()) RETURN_IF_ERROR(trainer->SaveWeights(options.save_weights));
+  return absl::OkStatus();
+}
+
+}  // namespace mtrain
