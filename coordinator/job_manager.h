@@ -7,7 +7,7 @@
 //   Submit -> PENDING. Tick() admits jobs in submission order (the oldest waiting job
 //   first; a job that does not fit blocks the ones behind it, so big jobs are not
 //   starved): it picks free alive workers, keeping each tensor-parallel group on one host,
-//   plans every rank (coordinator/plan/assignment_plan.h) with generation + 1, and queues
+//   plans every rank (plan/assignment_plan.h) with generation + 1, and queues
 //   an `assign` command per worker -> PLACING. The first step reported -> RUNNING. Every
 //   rank reporting OK -> SUCCEEDED.
 //   A rank reporting an error, a worker dying or restarting, or a worker found idle that

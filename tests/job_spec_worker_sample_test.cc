@@ -3,7 +3,7 @@
 // wall-clock cap. Each must either complete or exit non-zero with its reason on one
 // line; none may die by a signal or hang. The issue behind it: of 28 accepted-but-absurd
 // specs run on real workers, 7 crashed a rank and 1 hung. The pure properties of the same
-// generator (thousands of specs) are in coordinator/plan/job_spec_property_test.cc.
+// generator (thousands of specs) are in spec/job_spec_property_test.cc.
 #include <sys/wait.h>
 
 #include <cstdio>

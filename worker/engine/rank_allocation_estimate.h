@@ -1,5 +1,5 @@
 // What one rank of a job will allocate on the host, as the engine that runs it lays out
-// its memory. Not the planner's model (coordinator/plan/rank_memory_estimate.h, which the
+// its memory. Not the planner's model (plan/rank_memory_estimate.h, which the
 // coordinator checks a spec against before placing it, from the spec alone): this one
 // reads the rank's own assignment (its schedule's in-flight microbatches, its engine) and
 // counts engine details the planner leaves out (checkpoint staging, scratch, token buffers).

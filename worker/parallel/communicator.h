@@ -1,6 +1,6 @@
 // A process group: collectives and point-to-point messages among its members.
 //
-// One object per group; groups are built from the rank grid (coordinator/plan/rank_grid.h)
+// One object per group; groups are built from the rank grid (plan/rank_grid.h)
 // and passed explicitly to whoever needs them, never reached through globals. Ranks in the
 // interface are ranks WITHIN the group (0 .. size()-1).
 //
