@@ -620,6 +620,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 }
 
 JobStore::JobStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JobStore::JobStore() = default;
 JobStore::~JobStore() = default;
 
 absl::StatusOr<std::string> JobStore::CreateJob(const JobSpec& spec, int64_t now_ms) {
