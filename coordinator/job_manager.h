@@ -6,10 +6,10 @@
 // One job, one generation at a time:
 //   Submit -> PENDING. Tick() admits jobs in submission order (the oldest waiting job
 //   first; a job that does not fit blocks the ones behind it, so big jobs are not
-//   starved): it picks free alive workers, keeping each tensor-parallel group on one host,
-//   plans every rank (coordinator/plan/assignment_plan.h) with generation + 1, and queues
-//   an `assign` command per worker -> PLACING. The first step reported -> RUNNING. Every
-//   rank reporting OK -> SUCCEEDED.
+//   starved): it picks free alive workers, keeping each tensor-parallel group on one host
+//   (the policy is plan/placement.h), plans every rank (plan/assignment_plan.h) with
+//   generation + 1, and queues an `assign` command per worker -> PLACING. The first step
+//   reported -> RUNNING. Every rank reporting OK -> SUCCEEDED.
 //   A rank reporting an error, a worker dying or restarting, or a worker found idle that
 //   should be running its rank, fails the generation: its surviving workers are told to
 //   abort, its rendezvous keys are dropped (a placement opens its generation's prefix in
@@ -30,6 +30,12 @@
 // the job waits in PENDING ("waiting for room in the state dir") until the checkpoint
 // store's file system has at least the bytes that checkpoint had stored when it failed,
 // then is placed as usual.
+//
+// A write the RetryingJobStore cannot hold either (the store refuses the request, or
+// cannot read the job) is never dropped: it is logged, counted
+// (mtrain_coordinator_store_write_failures_total{operation}), and a lost state change is
+// not applied in memory: the operation stops there and returns the error (see
+// TransitionLocked). Lost events are only logged and counted.
 //
 // Thread-safe: every method may be called from any gRPC thread.
 #ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
