@@ -7,10 +7,10 @@
 #ifndef MTRAIN_COMMON_CLOCK_H_
 #define MTRAIN_COMMON_CLOCK_H_
 
-#include <mutex>
-
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 
 namespace mtrain {
 
@@ -37,17 +37,17 @@ class FakeClock : public Clock {
  public:
   explicit FakeClock(absl::Time start) : now_(start) {}
   absl::Time Now() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     return now_;
   }
   void Advance(absl::Duration delta) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     now_ += delta;
   }
 
  private:
-  mutable std::mutex mutex_;
-  absl::Time now_;  // Guarded by mutex_.
+  mutable Mutex mutex_;
+  absl::Time now_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace mtrain

@@ -2,48 +2,49 @@
 //
 // Used instead of absl::Notification because Debian's Abseil is not built with
 // ThreadSanitizer annotations: TSan cannot see absl::Mutex synchronize and reports false
-// races, while std::mutex goes through pthreads, which TSan understands. The project's own
-// code therefore synchronizes with std::mutex / std::condition_variable.
+// races. The project's own code therefore synchronizes with common/mutex.h (std::mutex
+// underneath, which TSan understands, with annotations the compiler checks).
 #ifndef MTRAIN_COMMON_NOTIFICATION_H_
 #define MTRAIN_COMMON_NOTIFICATION_H_
 
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 
 namespace mtrain {
 
 class Notification {
  public:
   void Notify() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     notified_ = true;
-    changed_.notify_all();
+    changed_.SignalAll();
   }
 
   bool HasBeenNotified() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     return notified_;
   }
 
   // Returns true if notified within `timeout`.
   bool WaitForNotificationWithTimeout(absl::Duration timeout) const {
-    std::unique_lock<std::mutex> lock(mutex_);
-    return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                             [this] { return notified_; });
+    const auto deadline = SteadyDeadlineIn(timeout);
+    MutexLock lock(&mutex_);
+    while (!notified_) {
+      if (changed_.WaitUntil(&mutex_, deadline)) return notified_;
+    }
+    return true;
   }
 
   void WaitForNotification() const {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return notified_; });
+    MutexLock lock(&mutex_);
+    while (!notified_) changed_.Wait(&mutex_);
   }
 
  private:
-  mutable std::mutex mutex_;
-  mutable std::condition_variable changed_;
-  bool notified_ = false;  // Guarded by mutex_.
+  mutable Mutex mutex_;
+  mutable CondVar changed_;
+  bool notified_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace mtrain

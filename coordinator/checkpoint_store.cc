@@ -256,13 +256,13 @@ absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> CheckpointStore::OpenDow
 }
 
 void CheckpointStore::SetWriteFailureListener(WriteFailureListener listener, const void* owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   on_write_failure_ = std::move(listener);
   on_write_failure_owner_ = owner;
 }
 
 void CheckpointStore::RemoveWriteFailureListener(const void* owner) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (on_write_failure_owner_ != owner) return;
   on_write_failure_ = nullptr;
   on_write_failure_owner_ = nullptr;
@@ -296,7 +296,7 @@ absl::Status CheckpointStore::AbandonStaging(const std::string& job_id, int64_t 
                    " not stored (its uploaded files are removed): ", failure.message()));
   WriteFailureListener listener;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     listener = on_write_failure_;
   }
   if (storage && listener) listener(job_id, step, status, bytes_lost);
@@ -339,7 +339,7 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::CommitStaged(const std::string& 
     return absl::DataLossError(absl::StrCat("not committed, a listed file is missing or damaged: ",
                                             opened.status().message()));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const std::string final_dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(step));
   // An older copy of the same step (an earlier generation reached it too) is moved aside,
   // the new one moved in, then the old one deleted. A crash between the renames leaves
@@ -408,7 +408,7 @@ void CheckpointStore::ApplyRetentionLocked(const std::string& job_id, int64_t ge
 }
 
 std::vector<CheckpointInfo> CheckpointStore::List(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   std::vector<CheckpointInfo> out;
   for (int64_t step : CommittedStepsLocked(job_id)) {
     const std::string dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(step));
@@ -419,7 +419,7 @@ std::vector<CheckpointInfo> CheckpointStore::List(const std::string& job_id) con
 }
 
 bool CheckpointStore::Has(const std::string& job_id, int64_t step) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const std::vector<int64_t> steps = CommittedStepsLocked(job_id);
   return std::find(steps.begin(), steps.end(), step) != steps.end();
 }
@@ -469,7 +469,7 @@ absl::Status CheckpointStore::VerifyLocked(const std::string& job_id, int64_t st
 void CheckpointStore::VerifyAhead(const std::string& job_id) {
   std::vector<int64_t> steps;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     steps = CommittedStepsLocked(job_id);
   }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -480,7 +480,7 @@ void CheckpointStore::VerifyAhead(const std::string& job_id) {
     std::optional<std::vector<std::pair<int64_t, int64_t>>> signature = Signature(dir, *manifest);
     if (!signature.has_value()) continue;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       const auto cached = verified_.find(key);
       if (cached != verified_.end() && cached->second.signature == *signature) {
         if (cached->second.status.ok()) return;  // the resume point is known good
@@ -489,7 +489,7 @@ void CheckpointStore::VerifyAhead(const std::string& job_id) {
     }
     absl::Status status = OpenCheckpoint(dir, ChecksumVerification::kAllFilesOnOpen).status();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       // Retention may have deleted it while it was read (the manifest goes first): then
       // there is nothing to record.
       std::error_code error;
@@ -502,7 +502,7 @@ void CheckpointStore::VerifyAhead(const std::string& job_id) {
 
 std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& job_id,
                                                             std::vector<std::string>* damaged) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   std::vector<int64_t> steps = CommittedStepsLocked(job_id);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(*it));
@@ -534,7 +534,7 @@ std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& j
 
 absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
   RETURN_IF_ERROR(CheckJobId(job_id));
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (auto it = verified_.lower_bound({job_id, INT64_MIN});
        it != verified_.end() && it->first.first == job_id;) {
     it = verified_.erase(it);
@@ -543,7 +543,7 @@ absl::Status CheckpointStore::DeleteJob(const std::string& job_id) {
 }
 
 void CheckpointStore::ForgetVerified(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (auto it = verified_.begin(); it != verified_.end();) {
     it = it->first.first == job_id ? verified_.erase(it) : std::next(it);
   }

@@ -31,19 +31,20 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/file_io.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
+#include "common/mutex.h"
 
 namespace mtrain {
 
@@ -215,23 +216,26 @@ class CheckpointStore {
   absl::StatusOr<CheckpointInfo> CommitStaged(const std::string& job_id, int64_t generation,
                                               int64_t step, absl::string_view manifest_bytes);
   std::string StagingDir(const std::string& job_id, int64_t generation, int64_t step) const;
-  // Requires mutex_.
-  std::vector<int64_t> CommittedStepsLocked(const std::string& job_id) const;
-  void ApplyRetentionLocked(const std::string& job_id, int64_t generation);
-  absl::Status VerifyLocked(const std::string& job_id, int64_t step);
+  std::vector<int64_t> CommittedStepsLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void ApplyRetentionLocked(const std::string& job_id, int64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status VerifyLocked(const std::string& job_id, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string root_;
   const int keep_last_;
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   // The outcome of reading every file of a checkpoint, valid while each file keeps the
   // size and modification time it had then.
   struct Verification {
     std::vector<std::pair<int64_t, int64_t>> signature;  // per file: (size, mtime ns)
     absl::Status status;                                 // OK, or why it is unusable
   };
-  std::map<std::pair<std::string, int64_t>, Verification> verified_;  // (job, step)
-  WriteFailureListener on_write_failure_;                             // guarded by mutex_
-  const void* on_write_failure_owner_ = nullptr;                      // guarded by mutex_
+  std::map<std::pair<std::string, int64_t>, Verification> verified_
+      ABSL_GUARDED_BY(mutex_);  // (job, step)
+  WriteFailureListener on_write_failure_ ABSL_GUARDED_BY(mutex_);
+  const void* on_write_failure_owner_ ABSL_GUARDED_BY(mutex_) = nullptr;
 };
 
 // "rank-NNNNN.bin" or "MANIFEST"; anything else (paths, temporary names) is refused.

@@ -7,16 +7,17 @@
 #include <exception>
 #include <initializer_list>
 #include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -198,6 +199,13 @@ struct CoordinatorMetrics::Impl {
                       "error), by store: jobs (SQLite; retried until they land) or "
                       "checkpoints (the upload fails, and with it the generation).")
                 .Register(*registry)),
+        store_write_failures(
+            prometheus::BuildCounter()
+                .Name("mtrain_coordinator_store_write_failures_total")
+                .Help("Job store writes the job manager lost: refused outright (the store "
+                      "contradicts the manager or cannot read the job), not held for a "
+                      "retry; by operation. Each is also logged.")
+                .Register(*registry)),
         state_dir_writes_queued(prometheus::BuildGauge()
                                     .Name("mtrain_state_dir_writes_queued")
                                     .Help("Job store writes held in memory, waiting for the "
@@ -217,8 +225,8 @@ struct CoordinatorMetrics::Impl {
                              "gRPC code.")
                        .Register(*registry)) {}
 
-  // Removes the job's per-rank gauges (the histograms stay). Requires `mutex`.
-  void DropRankGauges(const std::string& job_id) {
+  // Removes the job's per-rank gauges (the histograms stay).
+  void DropRankGauges(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     for (auto it = ranks.lower_bound(RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
          it != ranks.end() && std::get<0>(it->first) == job_id; ++it) {
       RankSeries& series = it->second;
@@ -230,8 +238,8 @@ struct CoordinatorMetrics::Impl {
     }
   }
 
-  // The job's series, created on first use. Requires `mutex`.
-  JobSeries& Job(const std::string& job_id) {
+  // The job's series, created on first use.
+  JobSeries& Job(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     auto [it, inserted] = jobs.try_emplace(job_id);
     JobSeries& series = it->second;
     if (inserted) {
@@ -270,18 +278,19 @@ struct CoordinatorMetrics::Impl {
   prometheus::Gauge& workers_alive;
   prometheus::Counter& heartbeats_missed;
   prometheus::Family<prometheus::Counter>& state_dir_write_failures;
+  prometheus::Family<prometheus::Counter>& store_write_failures;
   prometheus::Gauge& state_dir_writes_queued;
   prometheus::Counter& coordinator_pauses;
   prometheus::Family<prometheus::Counter>& rpc_errors;
 
   // prometheus-cpp's metrics are thread-safe on their own; the mutex keeps the maps and
   // the read-then-write updates (one-hot state, counters advanced to a total, the newest
-  // step) consistent. std::mutex rather than absl::Mutex: see common/notification.h.
-  std::mutex mutex;
-  std::map<std::string, JobSeries> jobs;  // Guarded by mutex.
+  // step) consistent.
+  Mutex mutex;
+  std::map<std::string, JobSeries> jobs ABSL_GUARDED_BY(mutex);
   // Family::Add builds a histogram (and copies the buckets) before it finds the existing
   // one, so each rank's series are looked up here instead, once per step.
-  std::map<RankKey, RankSeries> ranks;  // Guarded by mutex.
+  std::map<RankKey, RankSeries> ranks ABSL_GUARDED_BY(mutex);
 
   int port = 0;
   // Last member: destroyed first, so no scrape runs while the rest is torn down.
@@ -291,6 +300,10 @@ struct CoordinatorMetrics::Impl {
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
     const std::string& http_address) {
   auto impl = std::make_unique<Impl>();
+  // Present from the start at 0, so rate() and increase() see the first failure.
+  for (const char* operation : kStoreWriteOperations) {
+    impl->store_write_failures.Add({{"operation", operation}});
+  }
   if (!http_address.empty()) {
     // The Exposer (civetweb underneath) reports a failed bind only by throwing; keep the
     // exception inside this module and hand callers a status they can retry on.
@@ -318,14 +331,14 @@ CoordinatorMetrics::~CoordinatorMetrics() = default;
 int CoordinatorMetrics::port() const { return impl_->port; }
 
 void CoordinatorMetrics::SetJobState(const std::string& job_id, JobState state) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   for (auto& [gauge_state, gauge] : impl_->Job(job_id).states) {
     gauge->Set(gauge_state == state ? 1 : 0);
   }
 }
 
 void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   impl_->DropRankGauges(job_id);
   auto& ranks = impl_->ranks;
   for (auto it = ranks.lower_bound(Impl::RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
@@ -361,7 +374,7 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
 
 void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetrics& metrics,
                                      const RankCoordinates& coordinates) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::JobSeries& job = impl_->Job(job_id);
 
   if (metrics.generation() > job.gauge_generation) {
@@ -427,17 +440,17 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
 }
 
 void CoordinatorMetrics::SetJobRestarts(const std::string& job_id, int restarts) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   AdvanceCounterTo(*impl_->Job(job_id).restarts, restarts);
 }
 
 void CoordinatorMetrics::AddGenerationFailure(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   impl_->Job(job_id).generation_failures->Increment();
 }
 
 void CoordinatorMetrics::SetCheckpointStep(const std::string& job_id, int64_t step) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::JobSeries& job = impl_->Job(job_id);
   if (job.checkpoint_step == nullptr) {
     job.checkpoint_step = &impl_->job_checkpoint_step.Add({{"job", job_id}});
@@ -455,6 +468,10 @@ void CoordinatorMetrics::AddMissedHeartbeat() { impl_->heartbeats_missed.Increme
 
 void CoordinatorMetrics::AddStateDirWriteFailure(const std::string& store) {
   impl_->state_dir_write_failures.Add({{"store", store}}).Increment();
+}
+
+void CoordinatorMetrics::AddStoreWriteFailure(const std::string& operation) {
+  impl_->store_write_failures.Add({{"operation", operation}}).Increment();
 }
 
 void CoordinatorMetrics::SetStateDirWritesQueued(int64_t queued) {

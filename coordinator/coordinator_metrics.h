@@ -33,6 +33,10 @@
 //                                               jobs, checkpoints)
 //   mtrain_state_dir_writes_queued              job store writes held in memory until the
 //                                               state dir takes them again
+//   mtrain_coordinator_store_write_failures_total{operation}   job store writes the job
+//                                               manager lost: refused outright, not held
+//                                               for a retry (operation: transition,
+//                                               placement, event, step, delete)
 //   mtrain_coordinator_pauses_total             times the coordinator found itself paused
 //                                               and did not count the gap as silence
 //
@@ -52,6 +56,10 @@
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
+
+// The `operation` label values of mtrain_coordinator_store_write_failures_total.
+inline constexpr const char* kStoreWriteOperations[] = {"transition", "placement", "event", "step",
+                                                        "delete"};
 
 class CoordinatorMetrics {
  public:
@@ -82,6 +90,9 @@ class CoordinatorMetrics {
   // A write to the state dir failed; `store` is "jobs" or "checkpoints".
   void AddStateDirWriteFailure(const std::string& store);
   void SetStateDirWritesQueued(int64_t queued);
+  // A job store write the job manager lost (see the metric above); `operation` is one of
+  // kStoreWriteOperations.
+  void AddStoreWriteFailure(const std::string& operation);
   void AddCoordinatorPause();
   // `method` is the RPC's name ("SubmitJob"), `code` the gRPC code's name
   // ("INVALID_ARGUMENT").

@@ -108,6 +108,7 @@ void FeedJob(CoordinatorMetrics& metrics) {
   metrics.ObserveStep("job-1", Step(4, 7.0, 2.5, 0.7), Coordinates(3, 1, 1, 0));
   metrics.AddGenerationFailure("job-1");
   metrics.SetJobRestarts("job-1", 1);
+  metrics.AddStoreWriteFailure("transition");
 }
 
 TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
@@ -269,6 +270,24 @@ TEST(CoordinatorMetricsTest, GenerationFailuresCountFromZero) {
   metrics->AddGenerationFailure("job-1");
   metrics->AddGenerationFailure("job-1");
   EXPECT_EQ(SampleValue(metrics->Scrape(), failures), 2);
+}
+
+TEST(CoordinatorMetricsTest, StoreWriteFailuresCountFromZeroByOperation) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  const auto series = [](const std::string& operation) {
+    return absl::StrCat("mtrain_coordinator_store_write_failures_total{operation=\"", operation,
+                        "\"}");
+  };
+  for (const char* operation : kStoreWriteOperations) {
+    EXPECT_EQ(SampleValue(metrics->Scrape(), series(operation)), 0) << operation;
+  }
+  metrics->AddStoreWriteFailure("transition");
+  metrics->AddStoreWriteFailure("transition");
+  metrics->AddStoreWriteFailure("event");
+  EXPECT_EQ(SampleValue(metrics->Scrape(), series("transition")), 2);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), series("event")), 1);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), series("placement")), 0);
 }
 
 TEST(CoordinatorMetricsTest, JobStateIsOneHotOverEveryState) {

@@ -11,22 +11,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 
 namespace mtrain {
 namespace {
@@ -116,10 +116,10 @@ class HttpServer::Impl {
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       stopping_ = true;
     }
-    work_ready_.notify_all();
+    work_ready_.SignalAll();
     Wake();
     if (loop_thread_.joinable()) loop_thread_.join();
     // Handlers in flight finish; the ones still queued never start.
@@ -177,8 +177,8 @@ class HttpServer::Impl {
     for (;;) {
       Request next;
       {
-        std::unique_lock<std::mutex> lock(mutex_);
-        work_ready_.wait(lock, [this] { return stopping_ || !requests_.empty(); });
+        MutexLock lock(&mutex_);
+        while (!stopping_ && requests_.empty()) work_ready_.Wait(&mutex_);
         if (stopping_) return;
         next = std::move(requests_.front());
         requests_.pop_front();
@@ -186,7 +186,7 @@ class HttpServer::Impl {
       const HttpResponse response = handler_(next.request);
       std::string bytes = FormatHttpResponse(response, next.request.method != "HEAD");
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(&mutex_);
         answers_.push_back({next.connection_id, std::move(bytes)});
       }
       Wake();
@@ -254,10 +254,10 @@ class HttpServer::Impl {
     connection.state = State::kHandling;
     connection.input.clear();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       requests_.push_back({id, *std::move(request)});
     }
-    work_ready_.notify_one();
+    work_ready_.Signal();
     return true;
   }
 
@@ -416,7 +416,7 @@ class HttpServer::Impl {
       }
       std::vector<Answer> answers;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(&mutex_);
         if (stopping_) return;
         answers.swap(answers_);
       }
@@ -478,11 +478,11 @@ class HttpServer::Impl {
   Clock::time_point accept_resume_;
 
   // Between the loop and the handler threads.
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  bool stopping_ = false;         // Guarded by mutex_.
-  std::deque<Request> requests_;  // Guarded by mutex_.
-  std::vector<Answer> answers_;   // Guarded by mutex_.
+  Mutex mutex_;
+  CondVar work_ready_;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::deque<Request> requests_ ABSL_GUARDED_BY(mutex_);
+  std::vector<Answer> answers_ ABSL_GUARDED_BY(mutex_);
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,

@@ -12,9 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "plan/assignment_plan.h"
-#include "spec/job_spec_arithmetic.h"
+#include "plan/placement.h"
 #include "spec/job_spec_validation.h"
 #include "plan/rank_memory_estimate.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 namespace {
@@ -65,16 +66,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
         [self](const std::string& job_id, int64_t step, const absl::Status& failure,
                uint64_t bytes_lost) {
           if (self->metrics_ != nullptr) self->metrics_->AddStateDirWriteFailure("checkpoints");
-          std::lock_guard<std::mutex> lock(self->mutex_);
+          MutexLock lock(&self->mutex_);
           if (self->active_.count(job_id) > 0) {
             RoomWanted& wanted = self->room_wanted_[job_id];
             wanted.step = step;
             wanted.bytes = std::max(wanted.bytes, bytes_lost);
           }
-          (void)self->store_->AppendEvent(
+          self->AppendEventLocked(
               job_id, "checkpoint_write_failed",
-              absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()),
-              self->NowMs());
+              absl::StrCat(absl::StatusCodeToString(failure.code()), ": ", failure.message()));
           self->BumpLocked(job_id);
         },
         self);
@@ -89,7 +89,7 @@ JobManager::~JobManager() {
 int64_t JobManager::NowMs() const { return absl::ToUnixMillis(clock_->Now()); }
 
 absl::Status JobManager::Recover() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(const std::vector<JobStatus> jobs, store_->ListJobs());
   for (const JobStatus& job : jobs) {
     // A stored spec that today's rules refuse (stored by an older coordinator, or written
@@ -115,7 +115,12 @@ absl::Status JobManager::Recover() {
     }
     if (metrics_ != nullptr) {
       absl::StatusOr<JobStatus> now = store_->GetJob(job.job_id());
-      if (now.ok()) metrics_->SetJobState(job.job_id(), now->state());
+      // Only the gauge is lost: it is set again on the job's next transition.
+      if (now.ok()) {
+        metrics_->SetJobState(job.job_id(), now->state());
+      } else {
+        LogStoreReadFailure("recovery", now.status());
+      }
     }
   }
   return absl::OkStatus();
@@ -123,30 +128,46 @@ absl::Status JobManager::Recover() {
 
 absl::Status JobManager::TransitionLocked(const std::string& job_id, JobState to,
                                           const std::string& message) {
-  RETURN_IF_ERROR(store_->Transition(job_id, to, message, NowMs()));
+  if (absl::Status stored = store_->Transition(job_id, to, message, NowMs()); !stored.ok()) {
+    NoteStoreWriteFailure("transition", job_id, stored);
+    return stored;
+  }
   if (metrics_ != nullptr) metrics_->SetJobState(job_id, to);
   BumpLocked(job_id);
   return absl::OkStatus();
 }
 
+absl::Status JobManager::SetPlacementLocked(const std::string& job_id, int64_t generation,
+                                            int restarts, const std::vector<std::string>& workers) {
+  absl::Status stored = store_->SetPlacement(job_id, generation, restarts, workers, NowMs());
+  if (!stored.ok()) NoteStoreWriteFailure("placement", job_id, stored);
+  return stored;
+}
+
+void JobManager::AppendEventLocked(const std::string& job_id, const std::string& kind,
+                                   const std::string& message) {
+  absl::Status stored = store_->AppendEvent(job_id, kind, message, NowMs());
+  if (!stored.ok()) NoteStoreWriteFailure("event", job_id, stored);
+}
+
+void JobManager::NoteStoreWriteFailure(const char* operation, const std::string& job_id,
+                                       const absl::Status& status) const {
+  std::fprintf(stderr, "coordinator: %s: the job store refused a %s write: %s\n", job_id.c_str(),
+               operation, status.ToString().c_str());
+  if (metrics_ != nullptr) metrics_->AddStoreWriteFailure(operation);
+}
+
+void JobManager::LogStoreReadFailure(const std::string& what, const absl::Status& status) const {
+  std::fprintf(stderr, "coordinator: %s: reading the job store failed: %s\n", what.c_str(),
+               status.ToString().c_str());
+}
+
 void JobManager::BumpLocked(const std::string& job_id) {
   ++versions_[job_id];
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 namespace {
-
-// The kinds of worker the job may run on, in order of preference: one job, one engine, so
-// never a mix. DEVICE_AUTO prefers CUDA, and needs it for bf16/fp16 (the CPU engine trains
-// in fp32 only).
-std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
-  if (spec.device() == DEVICE_CUDA) return {DEVICE_KIND_CUDA};
-  if (spec.device() == DEVICE_CPU) return {DEVICE_KIND_CPU};
-  if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
-    return {DEVICE_KIND_CUDA};
-  }
-  return {DEVICE_KIND_CUDA, DEVICE_KIND_CPU};
-}
 
 std::string KindNames(const std::vector<DeviceKind>& kinds) {
   std::vector<std::string> names;
@@ -206,7 +227,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   RETURN_IF_ERROR(CheckMemoryOfLiveWorkers(resolved, kinds));
   std::string job_id;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     ASSIGN_OR_RETURN(job_id, store_->CreateJob(resolved, NowMs()));
     if (metrics_ != nullptr) metrics_->SetJobState(job_id, JOB_STATE_PENDING);
     BumpLocked(job_id);
@@ -228,63 +249,65 @@ void JobManager::ExplainWaitLocked(JobStatus* job) const {
 }
 
 absl::StatusOr<JobStatus> JobManager::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(JobStatus job, store_->GetJob(job_id));
   ExplainWaitLocked(&job);
   return job;
 }
 
 absl::StatusOr<std::vector<JobStatus>> JobManager::List() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(std::vector<JobStatus> jobs, store_->ListJobs());
   for (JobStatus& job : jobs) ExplainWaitLocked(&job);
   return jobs;
 }
 
 absl::StatusOr<JobListPage> JobManager::List(const JobListQuery& query) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(JobListPage page, store_->ListJobs(query));
   for (JobStatus& job : page.jobs) ExplainWaitLocked(&job);
   return page;
 }
 
 absl::StatusOr<std::vector<JobEvent>> JobManager::Events(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return store_->Events(job_id);
 }
 
 absl::StatusOr<JobEventPage> JobManager::Events(const std::string& job_id, int64_t after_event,
                                                 int64_t max_events, int64_t max_bytes) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return store_->Events(job_id, after_event, max_events, max_bytes);
 }
 
 absl::StatusOr<std::vector<StepMetrics>> JobManager::Steps(const std::string& job_id,
                                                            int64_t after_step,
                                                            int64_t limit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   // A range of the primary key: a poller asking for what is new does not read the whole
   // history under the manager's lock.
   return store_->Steps(job_id, after_step, limit);
 }
 
 absl::Status JobManager::Cancel(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(job_id));
   if (IsTerminalJobState(job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
         job_id, " already ended (", JobState_Name(job.state()), "); nothing to cancel"));
   }
+  // Stored first: a store that refuses leaves the generation running and the caller told,
+  // rather than a job the store calls live with no ranks.
+  RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
   restart_waiting_since_.erase(job_id);
   room_wanted_.erase(job_id);
-  RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_CANCELLED, "cancelled by a user"));
   return absl::OkStatus();
 }
 
 absl::Status JobManager::Delete(const std::string& job_id) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     RETURN_IF_ERROR(DeleteLocked(job_id));
   }
   return DeleteCheckpoints(job_id);
@@ -299,7 +322,7 @@ absl::Status JobManager::DeleteLocked(const std::string& job_id) {
   if (metrics_ != nullptr) metrics_->ForgetJob(job_id);
   // Watchers wake up and find the job gone (NOT_FOUND).
   versions_.erase(job_id);
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -318,12 +341,20 @@ void JobManager::ExpireEndedJobs() {
   const absl::Time now = clock_->Now();
   std::vector<std::string> deleted;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     absl::StatusOr<std::vector<std::string>> expired = store_->JobsEndedBy(
         absl::ToUnixMillis(now - options_.job_retention), kMaxExpiredJobsPerTick);
-    if (!expired.ok()) return;  // The next tick tries again.
+    if (!expired.ok()) {  // The next tick tries again.
+      LogStoreReadFailure("retention", expired.status());
+      return;
+    }
     for (const std::string& job_id : *expired) {
-      if (DeleteLocked(job_id).ok()) deleted.push_back(job_id);
+      // A job the store would not delete stays, and the next tick tries again.
+      if (absl::Status removed = DeleteLocked(job_id); !removed.ok()) {
+        NoteStoreWriteFailure("delete", job_id, removed);
+        continue;
+      }
+      deleted.push_back(job_id);
     }
   }
   // The job's own event log goes with it, so the coordinator's log says it.
@@ -339,9 +370,11 @@ void JobManager::ExpireEndedJobs() {
 absl::StatusOr<std::pair<JobStatus, int64_t>> JobManager::WaitForChange(const std::string& job_id,
                                                                         int64_t seen,
                                                                         absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
-  changed_.wait_until(lock, deadline, [&] { return versions_[job_id] != seen; });
+  const auto deadline = SteadyDeadlineIn(timeout);
+  MutexLock lock(&mutex_);
+  while (versions_[job_id] == seen) {
+    if (changed_.WaitUntil(&mutex_, deadline)) break;
+  }
   ASSIGN_OR_RETURN(JobStatus status, store_->GetJob(job_id));
   return std::make_pair(std::move(status), versions_[job_id]);
 }
@@ -362,6 +395,8 @@ void JobManager::FailStoppedRankLocked(const HeartbeatRequest& request) {
   }
   const std::vector<std::string>& ranks = active->second.workers;
   const auto rank = std::find(ranks.begin(), ranks.end(), worker) - ranks.begin();
+  // A failure to store the outcome was logged and counted where it happened; the
+  // heartbeat still carries the aborts the generation's end queued.
   FailGenerationLocked(
       request.job_id(),
       absl::StrCat("rank ", rank, " on worker ", worker, " has been stopped (SIGSTOP) for ",
@@ -369,11 +404,12 @@ void JobManager::FailStoppedRankLocked(const HeartbeatRequest& request) {
                    ", its daemon reports: its peers would wait for it until the collective "
                    "timeout (",
                    absl::FormatDuration(options_.collective_timeout),
-                   "), so the generation fails now"));
+                   "), so the generation fails now"))
+      .IgnoreError();
 }
 
 std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   // First, so that the abort it queues for this worker goes out with this heartbeat.
   FailStoppedRankLocked(request);
   const std::string& worker = request.worker_id();
@@ -401,21 +437,24 @@ std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& reque
 }
 
 void JobManager::OnWorkerRestarted(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   outbox_.erase(worker_id);
   const auto assigned = worker_job_.find(worker_id);
   if (assigned == worker_job_.end()) return;
   // A copy: ending the generation erases this entry (a reference dangled; found by
   // tests/fuzz/coordinator_rpc_fuzzer.cc).
   const std::string job_id = assigned->second;
-  FailGenerationLocked(job_id, absl::StrCat("worker ", worker_id, " restarted and lost its rank"));
+  // The worker's registration succeeds regardless: a failure to store the job's outcome
+  // was logged and counted where it happened.
+  FailGenerationLocked(job_id, absl::StrCat("worker ", worker_id, " restarted and lost its rank"))
+      .IgnoreError();
 }
 
 // An engine note longer than this (a malformed report) is cut in the event log.
 constexpr size_t kMaxEngineNoteLength = 500;
 
 absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto it = active_.find(metrics.job_id());
   if (it == active_.end() || it->second.generation != metrics.generation()) {
     ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(metrics.job_id()));
@@ -429,28 +468,35 @@ absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
     return absl::InvalidArgumentError(absl::StrCat("global_rank ", rank, " is outside the job"));
   }
   if (!job.running) {
-    job.running = true;
+    // Marked running only once stored, so the next step tries the transition again.
     RETURN_IF_ERROR(TransitionLocked(metrics.job_id(), JOB_STATE_RUNNING,
                                      absl::StrCat("generation ", job.generation, " training")));
+    job.running = true;
   }
   if (!metrics.engine().empty()) {
     // Which engine (CPU or CUDA, device, precision) this generation trains on, and why.
-    (void)store_->AppendEvent(metrics.job_id(), "engine",
-                              absl::StrCat("generation ", job.generation, ", rank ", rank, ": ",
-                                           metrics.engine().substr(0, kMaxEngineNoteLength)),
-                              NowMs());
+    AppendEventLocked(metrics.job_id(), "engine",
+                      absl::StrCat("generation ", job.generation, ", rank ", rank, ": ",
+                                   metrics.engine().substr(0, kMaxEngineNoteLength)));
   }
   if (metrics_ != nullptr) metrics_->ObserveStep(metrics.job_id(), metrics, job.plan[rank].rank());
   if (rank == ReportingRank(job.spec)) {
-    RETURN_IF_ERROR(store_->RecordStep(metrics.job_id(), metrics, NowMs()));
+    if (absl::Status recorded = store_->RecordStep(metrics.job_id(), metrics, NowMs());
+        !recorded.ok()) {
+      NoteStoreWriteFailure("step", metrics.job_id(), recorded);
+      return recorded;
+    }
     BumpLocked(metrics.job_id());
   }
   return absl::OkStatus();
 }
 
 absl::Status JobManager::OnRankResult(const RankResult& result) {
+  // Set when the generation ended in memory but the store refused its outcome: returned
+  // to the rank after the Tick its freed workers need.
+  absl::Status unstored;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     const auto it = active_.find(result.job_id());
     if (it == active_.end() || it->second.generation != result.generation()) {
       RETURN_IF_ERROR(store_->GetJob(result.job_id()).status());
@@ -469,7 +515,7 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
       const auto code = static_cast<absl::StatusCode>(result.code());
       const bool retry =
           code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kUnimplemented;
-      FailGenerationLocked(
+      unstored = FailGenerationLocked(
           result.job_id(),
           absl::StrCat("rank ", rank, " on worker ", job.workers[rank],
                        " failed: ", absl::StatusCodeToString(code), ": ", result.message()),
@@ -478,21 +524,24 @@ absl::Status JobManager::OnRankResult(const RankResult& result) {
       job.finished.insert(rank);
       if (job.finished.size() == job.workers.size()) {
         const std::string job_id = result.job_id();
+        // Stored before the generation ends in memory: if the store refuses, the job stays
+        // live here, as it is in the store, and the rank hears why.
         if (!job.running) {  // finished before any step was reported (e.g. 0 steps left)
           RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_RUNNING, "ranks finished"));
+          job.running = true;
         }
-        EndGenerationLocked(job_id, "");
         RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_SUCCEEDED, "all ranks finished"));
+        EndGenerationLocked(job_id, "");
       }
     }
   }
   Tick();  // workers may have been freed
-  return absl::OkStatus();
+  return unstored;
 }
 
 absl::Status JobManager::CheckCheckpointUpload(const std::string& job_id, int64_t generation,
                                                int64_t step) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(job_id));
   if (generation == 0) {
     if (step != 0 || !AwaitsInitialWeightsLocked(job)) {
@@ -514,14 +563,13 @@ absl::Status JobManager::CheckCheckpointUpload(const std::string& job_id, int64_
 
 void JobManager::OnCheckpointCommitted(const std::string& job_id, const CheckpointInfo& info) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    (void)store_->AppendEvent(
+    MutexLock lock(&mutex_);
+    AppendEventLocked(
         job_id, "checkpoint",
         absl::StrCat(info.parameters_only() && info.step() == 0 ? "initial weights" : "checkpoint",
                      " of step ", info.step(), " stored (", info.total_bytes(), " bytes, ",
                      info.num_files(), " files, written under (t,p,d)=(", info.tensor(), ",",
-                     info.pipeline(), ",", info.data(), "))"),
-        NowMs());
+                     info.pipeline(), ",", info.data(), "))"));
     if (metrics_ != nullptr) metrics_->SetCheckpointStep(job_id, info.step());
     BumpLocked(job_id);
   }
@@ -539,12 +587,11 @@ std::optional<CheckpointInfo> JobManager::ResumePointLocked(const std::string& j
   std::vector<std::string> damaged;
   std::optional<CheckpointInfo> latest = checkpoints_->LatestUsable(job_id, &damaged);
   for (const std::string& why : damaged) {
-    (void)store_->AppendEvent(
+    AppendEventLocked(
         job_id, "checkpoint_damaged",
         absl::StrCat(why, latest.has_value()
                               ? absl::StrCat("; using checkpoint step ", latest->step())
-                              : std::string("; no older checkpoint: starting from step 0")),
-        NowMs());
+                              : std::string("; no older checkpoint: starting from step 0")));
   }
   return latest;
 }
@@ -573,16 +620,21 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
   active_.erase(it);
 }
 
-void JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason,
-                                      bool retry, absl::StatusCode cause) {
+absl::Status JobManager::FailGenerationLocked(const std::string& job_id, const std::string& reason,
+                                              bool retry, absl::StatusCode cause) {
   const auto it = active_.find(job_id);
-  if (it == active_.end()) return;
+  if (it == active_.end()) return absl::OkStatus();
   // Restart at the submitted size (a generation may have run shrunk).
   absl::StatusOr<JobStatus> submitted = store_->GetJob(job_id);
+  if (!submitted.ok()) LogStoreReadFailure(job_id, submitted.status());
   const JobSpec spec = submitted.ok() ? submitted->spec() : it->second.spec;
   const int64_t generation = it->second.generation;
   const int restarts = it->second.restarts;
   const bool was_running = it->second.running;
+  // Ended in memory whatever the store does below: its ranks failed or are gone, and its
+  // survivors must be told to stop. A store write that fails from here on stops the
+  // restart (placing again on top of a state the store did not take would compound it) and
+  // is returned; the job is then re-queued by the next coordinator start.
   EndGenerationLocked(job_id, reason);
   // A rank found a damaged file the store's cache vouched for (damage that kept the file's
   // size and time): the next placement reads every file again. Not after other failures,
@@ -591,52 +643,56 @@ void JobManager::FailGenerationLocked(const std::string& job_id, const std::stri
   if (checkpoints_ != nullptr && data_loss) {
     checkpoints_->ForgetVerified(job_id);
   }
-  (void)store_->AppendEvent(job_id, "generation_failed",
-                            absl::StrCat("generation ", generation, ": ", reason), NowMs());
+  AppendEventLocked(job_id, "generation_failed",
+                    absl::StrCat("generation ", generation, ": ", reason));
   if (metrics_ != nullptr) metrics_->AddGenerationFailure(job_id);
   if (!retry) {
     room_wanted_.erase(job_id);
-    (void)TransitionLocked(
+    return TransitionLocked(
         job_id, JOB_STATE_FAILED,
         absl::StrCat(reason, " (not restarted: the job would fail the same way again)"));
-    return;
   }
   if (const auto room = room_wanted_.find(job_id); room != room_wanted_.end()) {
     // The coordinator's disk failed, not the job: no restart is spent, and placing it
     // again before there is room would only lose the same checkpoint again.
-    (void)store_->SetPlacement(job_id, generation, restarts, {}, NowMs());
+    RETURN_IF_ERROR(SetPlacementLocked(job_id, generation, restarts, {}));
     const std::string why = absl::StrCat("waiting for room in the state dir: checkpoint step ",
                                          room->second.step, " could not be stored (", reason,
                                          "); the job is placed again, without spending a "
                                          "restart, once ",
                                          room->second.bytes, " bytes are free");
-    if (was_running) (void)TransitionLocked(job_id, JOB_STATE_PLACING, why);
-    (void)TransitionLocked(job_id, JOB_STATE_PENDING, why);
-    return;
+    if (was_running) RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_PLACING, why));
+    return TransitionLocked(job_id, JOB_STATE_PENDING, why);
   }
   if (restarts >= spec.train().max_restarts()) {
-    (void)TransitionLocked(
+    return TransitionLocked(
         job_id, JOB_STATE_FAILED,
         absl::StrCat(reason, " (restart budget of ", spec.train().max_restarts(), " spent)"));
-    return;
   }
-  (void)store_->SetPlacement(job_id, generation, restarts + 1, {}, NowMs());
+  // The restart is counted in the store before it happens: a count the store did not take
+  // would hand the job a restart beyond its budget.
+  RETURN_IF_ERROR(SetPlacementLocked(job_id, generation, restarts + 1, {}));
   if (metrics_ != nullptr) metrics_->SetJobRestarts(job_id, restarts + 1);
   if (was_running) {
-    (void)TransitionLocked(job_id, JOB_STATE_PLACING,
-                           absl::StrCat("restart ", restarts + 1, " after: ", reason));
+    RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_PLACING,
+                                     absl::StrCat("restart ", restarts + 1, " after: ", reason)));
   }
   // After a DATA_LOSS the checkpoints are to be read again: the next Tick does that
   // outside the lock (VerifyAhead), then places the job.
   const bool reread_checkpoints = checkpoints_ != nullptr && data_loss;
   if (reread_checkpoints) {
-    (void)TransitionLocked(job_id, JOB_STATE_PENDING,
-                           "checking every checkpoint file again before the restart");
+    RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_PENDING,
+                                     "checking every checkpoint file again before the restart"));
     restart_waiting_since_[job_id] = clock_->Now();
-  } else if (!TryPlaceLocked(job_id, spec, generation + 1, restarts + 1)) {
-    (void)TransitionLocked(job_id, JOB_STATE_PENDING, "waiting for free workers to restart");
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const bool placed, TryPlaceLocked(job_id, spec, generation + 1, restarts + 1));
+  if (!placed) {
+    RETURN_IF_ERROR(
+        TransitionLocked(job_id, JOB_STATE_PENDING, "waiting for free workers to restart"));
     restart_waiting_since_[job_id] = clock_->Now();
   }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> JobManager::FreeWorkersLocked() const {
@@ -650,46 +706,23 @@ std::vector<std::string> JobManager::FreeWorkersLocked() const {
   return free;
 }
 
-namespace {
-
-// The data-parallel degrees a job may shrink to, largest first: the multiples of min_data
-// from data - 1 down to min_data, keeping the global batch
-// (global_batch_size % (micro_batch_size * d) == 0) and, interleaved, microbatches %
-// pipeline == 0.
-std::vector<int> ShrunkDataDegrees(const JobSpec& spec) {
-  const ParallelSpec& p = spec.parallel();
-  std::vector<int> degrees;
-  for (int d = p.data() - 1; d >= std::max(1, p.min_data()); --d) {
-    // Multiples of min_data only: the rank validates its spec again, and min_data must
-    // divide data (job_spec_validation).
-    if (d % std::max(1, p.min_data()) != 0) continue;
-    if (!GlobalBatchSplitsEvenly(p, d)) continue;
-    if (p.schedule() == SCHEDULE_INTERLEAVED_1F1B &&
-        MicrobatchesPerReplica(p, d) % p.pipeline() != 0) {
-      continue;
-    }
-    degrees.push_back(d);
-  }
-  return degrees;
-}
-
-}  // namespace
-
-bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                                int restarts, bool allow_shrink) {
-  if (PlaceLocked(job_id, spec, generation, restarts)) return true;
+absl::StatusOr<bool> JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
+                                                int64_t generation, int restarts,
+                                                bool allow_shrink) {
+  ASSIGN_OR_RETURN(const bool placed, PlaceLocked(job_id, spec, generation, restarts));
+  if (placed) return true;
   if (!allow_shrink) return false;
   for (int d : ShrunkDataDegrees(spec)) {
     JobSpec shrunk = spec;
     shrunk.mutable_parallel()->set_data(d);
-    if (PlaceLocked(job_id, shrunk, generation, restarts)) {
-      (void)store_->AppendEvent(
+    ASSIGN_OR_RETURN(const bool placed_shrunk, PlaceLocked(job_id, shrunk, generation, restarts));
+    if (placed_shrunk) {
+      AppendEventLocked(
           job_id, "shrunk",
           absl::StrCat("no replacement worker within ", absl::FormatDuration(options_.shrink_grace),
                        ": data parallelism ", spec.parallel().data(), " -> ", d,
                        ", global batch kept (", NumMicrobatches(shrunk.parallel()),
-                       " microbatches per replica)"),
-          NowMs());
+                       " microbatches per replica)"));
       BumpLocked(job_id);
       return true;
     }
@@ -697,100 +730,102 @@ bool JobManager::TryPlaceLocked(const std::string& job_id, const JobSpec& spec, 
   return false;
 }
 
-bool JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                             int restarts) {
-  const int t = spec.parallel().tensor();
-  const int groups_needed = spec.parallel().pipeline() * spec.parallel().data();
+absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec,
+                                             int64_t generation, int restarts) {
   std::map<std::string, WorkerInfo> info;
   for (const WorkerStatus& w : workers_->List()) info[w.worker().worker_id()] = w.worker();
-  // Candidates by device kind: the first kind with enough free workers.
-  const std::vector<DeviceKind> kinds = EligibleDeviceKinds(spec);
-  const std::vector<std::string> free = FreeWorkersLocked();
-  for (DeviceKind kind : kinds) {
-    // Tensor-parallel groups (t consecutive ranks) each on one host.
-    std::map<std::string, std::vector<std::string>> by_host;
-    for (const std::string& id : free) {
-      if (info[id].device_kind() == kind) by_host[info[id].host()].push_back(id);
-    }
-    std::vector<std::string> ranks;
-    for (const auto& [host, ids] : by_host) {
-      for (size_t g = 0; g + t <= ids.size() && ranks.size() < groups_needed * size_t(t); g += t) {
-        ranks.insert(ranks.end(), ids.begin() + g, ids.begin() + g + t);
-      }
-    }
-    if (static_cast<int>(ranks.size()) < groups_needed * t) continue;
-    std::vector<Peer> peers;
-    for (const std::string& id : ranks) {
-      Peer peer;
-      peer.set_worker_id(id);
-      peer.set_host(info[id].host());
-      peers.push_back(peer);
-    }
-    absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, job_id, generation, peers);
-    if (!plan.ok()) {
-      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
-                             absl::StrCat("cannot plan the job: ", plan.status().message()));
-      return true;  // dealt with: nothing to wait for
-    }
-    const std::optional<CheckpointInfo> resume = ResumePointLocked(job_id);
-    if (!resume.has_value() && spec.train().has_init_from() && !spec.train().init_from().empty()) {
-      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
-                             "no usable checkpoint, not even the initial weights of "
-                             "train.init_from: cannot start");
-      return true;
-    }
-    for (Assignment& assignment : *plan) {
-      if (resume.has_value()) assignment.set_resume_step(resume->step());
-      assignment.set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
-    }
-    if (resume.has_value()) {
-      (void)store_->AppendEvent(
-          job_id, "resume",
-          absl::StrCat("generation ", generation, " resumes from checkpoint step ", resume->step(),
-                       " (written under (t,p,d)=(", resume->tensor(), ",", resume->pipeline(), ",",
-                       resume->data(), "))"),
-          NowMs());
-    }
-    // Ranks may rendezvous only under the prefix of a generation placed here, within a
-    // budget for its size; the prefix closes (its keys deleted) when the generation ends.
-    if (absl::Status opened = rendezvous_->OpenGeneration(
-            (*plan)[0].rendezvous_prefix(),
-            RendezvousGenerationByteLimit(static_cast<int>(plan->size())));
-        !opened.ok()) {
-      (void)TransitionLocked(job_id, JOB_STATE_FAILED,
-                             absl::StrCat("cannot open the rendezvous: ", opened.message()));
-      return true;
-    }
-    ActiveJob job;
-    job.spec = spec;
-    job.generation = generation;
-    job.restarts = restarts;
-    job.plan = *std::move(plan);
-    job.workers = ranks;
-    job.placed_at = clock_->Now();
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      WorkerCommand command;
-      *command.mutable_assign() = job.plan[r];
-      outbox_[ranks[r]].push_back(std::move(command));
-      worker_job_[ranks[r]] = job_id;
-    }
-    active_[job_id] = std::move(job);
-    room_wanted_.erase(job_id);
-    (void)store_->SetPlacement(job_id, generation, restarts, ranks, NowMs());
-    absl::StatusOr<JobStatus> status = store_->GetJob(job_id);
-    if (status.ok() && status->state() != JOB_STATE_PLACING) {
-      (void)TransitionLocked(job_id, JOB_STATE_PLACING,
-                             absl::StrCat("generation ", generation, " on ", ranks.size(),
-                                          " workers: ", absl::StrJoin(ranks, ",")));
-    } else {
-      (void)store_->AppendEvent(
-          job_id, "placed",
-          absl::StrCat("generation ", generation, " on ", absl::StrJoin(ranks, ",")), NowMs());
-      BumpLocked(job_id);
-    }
+  std::vector<FreeWorker> free;
+  for (const std::string& id : FreeWorkersLocked()) {
+    free.push_back(FreeWorker{id, info[id].host(), info[id].device_kind()});
+  }
+  // The policy (plan/placement.h): the first eligible kind with room, tensor-parallel
+  // groups each on one host.
+  const std::optional<std::vector<std::string>> packed = PackRanks(spec, free);
+  if (!packed.has_value()) return false;
+  const std::vector<std::string>& ranks = *packed;
+  std::vector<Peer> peers;
+  for (const std::string& id : ranks) {
+    Peer peer;
+    peer.set_worker_id(id);
+    peer.set_host(info[id].host());
+    peers.push_back(peer);
+  }
+  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, job_id, generation, peers);
+  if (!plan.ok()) {
+    RETURN_IF_ERROR(TransitionLocked(
+        job_id, JOB_STATE_FAILED, absl::StrCat("cannot plan the job: ", plan.status().message())));
+    return true;  // dealt with: nothing to wait for
+  }
+  const std::optional<CheckpointInfo> resume = ResumePointLocked(job_id);
+  if (!resume.has_value() && spec.train().has_init_from() && !spec.train().init_from().empty()) {
+    RETURN_IF_ERROR(TransitionLocked(job_id, JOB_STATE_FAILED,
+                                     "no usable checkpoint, not even the initial weights of "
+                                     "train.init_from: cannot start"));
     return true;
   }
-  return false;
+  for (Assignment& assignment : *plan) {
+    if (resume.has_value()) assignment.set_resume_step(resume->step());
+    assignment.set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
+  }
+  if (resume.has_value()) {
+    AppendEventLocked(job_id, "resume",
+                      absl::StrCat("generation ", generation, " resumes from checkpoint step ",
+                                   resume->step(), " (written under (t,p,d)=(", resume->tensor(),
+                                   ",", resume->pipeline(), ",", resume->data(), "))"));
+  }
+  // Ranks may rendezvous only under the prefix of a generation placed here, within a
+  // budget for its size; the prefix closes (its keys deleted) when the generation ends.
+  const std::string& prefix = (*plan)[0].rendezvous_prefix();
+  if (absl::Status opened = rendezvous_->OpenGeneration(
+          prefix, RendezvousGenerationByteLimit(static_cast<int>(plan->size())));
+      !opened.ok()) {
+    RETURN_IF_ERROR(TransitionLocked(
+        job_id, JOB_STATE_FAILED, absl::StrCat("cannot open the rendezvous: ", opened.message())));
+    return true;
+  }
+  // The placement is stored before it takes effect in memory: if the store refuses it, no
+  // worker is handed a rank of a generation the store does not know, and the job stays
+  // where it was (the caller hears why; admission tries again on the next Tick).
+  if (absl::Status stored = SetPlacementLocked(job_id, generation, restarts, ranks); !stored.ok()) {
+    rendezvous_->CloseGeneration(prefix);
+    return stored;
+  }
+  absl::StatusOr<JobStatus> status = store_->GetJob(job_id);
+  if (!status.ok()) {
+    LogStoreReadFailure(job_id, status.status());
+    rendezvous_->CloseGeneration(prefix);
+    return status.status();
+  }
+  if (status->state() != JOB_STATE_PLACING) {
+    if (absl::Status moved =
+            TransitionLocked(job_id, JOB_STATE_PLACING,
+                             absl::StrCat("generation ", generation, " on ", ranks.size(),
+                                          " workers: ", absl::StrJoin(ranks, ",")));
+        !moved.ok()) {
+      rendezvous_->CloseGeneration(prefix);
+      return moved;
+    }
+  } else {
+    AppendEventLocked(job_id, "placed",
+                      absl::StrCat("generation ", generation, " on ", absl::StrJoin(ranks, ",")));
+    BumpLocked(job_id);
+  }
+  ActiveJob job;
+  job.spec = spec;
+  job.generation = generation;
+  job.restarts = restarts;
+  job.plan = *std::move(plan);
+  job.workers = ranks;
+  job.placed_at = clock_->Now();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    WorkerCommand command;
+    *command.mutable_assign() = job.plan[r];
+    outbox_[ranks[r]].push_back(std::move(command));
+    worker_job_[ranks[r]] = job_id;
+  }
+  active_[job_id] = std::move(job);
+  room_wanted_.erase(job_id);
+  return true;
 }
 
 void JobManager::AdmitLocked() {
@@ -798,7 +833,10 @@ void JobManager::AdmitLocked() {
   JobListQuery pending;
   pending.states = {JOB_STATE_PENDING};
   absl::StatusOr<JobListPage> page = store_->ListJobs(pending);
-  if (!page.ok()) return;
+  if (!page.ok()) {  // the next Tick tries again
+    LogStoreReadFailure("admission", page.status());
+    return;
+  }
   const std::vector<JobStatus>* jobs = &page->jobs;
   // Oldest first; a job that does not fit holds back the ones behind it that want the
   // same kind of worker (a CUDA job waiting for GPUs does not hold back CPU jobs).
@@ -821,8 +859,13 @@ void JobManager::AdmitLocked() {
     const auto waiting = restart_waiting_since_.find(job.job_id());
     const bool allow_shrink = waiting != restart_waiting_since_.end() &&
                               clock_->Now() - waiting->second >= options_.shrink_grace;
-    if (!TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1, job.restarts(),
-                        allow_shrink)) {
+    absl::StatusOr<bool> placed = TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1,
+                                                 job.restarts(), allow_shrink);
+    // A store that refused the placement (logged and counted where it failed): the job
+    // stays PENDING for the next Tick; it waits on its store, not on workers, so it does
+    // not hold back the jobs behind it.
+    if (!placed.ok()) continue;
+    if (!*placed) {
       held_back.insert(kinds.begin(), kinds.end());
       continue;
     }
@@ -848,13 +891,12 @@ void JobManager::DetectLostRanksLocked() {
     }
     pauses_seen_ = pauses.count;
     for (const auto& [job_id, job] : active_) {
-      (void)store_->AppendEvent(
+      AppendEventLocked(
           job_id, "coordinator_paused",
           absl::StrCat("the coordinator did not run for ",
                        absl::FormatDuration(absl::Trunc(pauses.newest, absl::Milliseconds(100))),
                        " (stopped or starved of CPU): that time does not count as any "
-                       "worker's silence, since the coordinator read no heartbeats then"),
-          NowMs());
+                       "worker's silence, since the coordinator read no heartbeats then"));
     }
   }
   const absl::Time now = clock_->Now();
@@ -878,7 +920,9 @@ void JobManager::DetectLostRanksLocked() {
       }
     }
   }
-  for (const auto& [job_id, reason] : failures) FailGenerationLocked(job_id, reason);
+  // No caller to tell: a failure to store the outcome was logged and counted where it
+  // happened.
+  for (const auto& [job_id, reason] : failures) FailGenerationLocked(job_id, reason).IgnoreError();
 }
 
 void JobManager::Tick() {
@@ -887,7 +931,7 @@ void JobManager::Tick() {
   // new status to show.
   const std::vector<std::string> saved = store_->Flush();
   if (!saved.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     for (const std::string& job_id : saved) BumpLocked(job_id);
   }
   if (checkpoints_ != nullptr) {
@@ -897,18 +941,20 @@ void JobManager::Tick() {
     // this reads files only after a coordinator restart or a rank's DATA_LOSS.
     std::vector<std::string> unfinished;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       JobListQuery query;
       query.states = {JOB_STATE_PENDING, JOB_STATE_PLACING, JOB_STATE_RUNNING};
       absl::StatusOr<JobListPage> page = store_->ListJobs(query);
       if (page.ok()) {
         for (const JobStatus& job : page->jobs) unfinished.push_back(job.job_id());
+      } else {  // only the read-ahead is lost: a placement reads what it needs itself
+        LogStoreReadFailure("checkpoint read-ahead", page.status());
       }
     }
     for (const std::string& job_id : unfinished) checkpoints_->VerifyAhead(job_id);
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     DetectLostRanksLocked();
     AdmitLocked();
   }

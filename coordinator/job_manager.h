@@ -6,10 +6,10 @@
 // One job, one generation at a time:
 //   Submit -> PENDING. Tick() admits jobs in submission order (the oldest waiting job
 //   first; a job that does not fit blocks the ones behind it, so big jobs are not
-//   starved): it picks free alive workers, keeping each tensor-parallel group on one host,
-//   plans every rank (plan/assignment_plan.h) with generation + 1, and queues
-//   an `assign` command per worker -> PLACING. The first step reported -> RUNNING. Every
-//   rank reporting OK -> SUCCEEDED.
+//   starved): it picks free alive workers, keeping each tensor-parallel group on one host
+//   (the policy is plan/placement.h), plans every rank (plan/assignment_plan.h) with
+//   generation + 1, and queues an `assign` command per worker -> PLACING. The first step
+//   reported -> RUNNING. Every rank reporting OK -> SUCCEEDED.
 //   A rank reporting an error, a worker dying or restarting, or a worker found idle that
 //   should be running its rank, fails the generation: its surviving workers are told to
 //   abort, its rendezvous keys are dropped (a placement opens its generation's prefix in
@@ -31,24 +31,30 @@
 // store's file system has at least the bytes that checkpoint had stored when it failed,
 // then is placed as usual.
 //
+// A write the RetryingJobStore cannot hold either (the store refuses the request, or
+// cannot read the job) is never dropped: it is logged, counted
+// (mtrain_coordinator_store_write_failures_total{operation}), and a lost state change is
+// not applied in memory: the operation stops there and returns the error (see
+// TransitionLocked). Lost events are only logged and counted.
+//
 // Thread-safe: every method may be called from any gRPC thread.
 #ifndef MTRAIN_COORDINATOR_JOB_MANAGER_H_
 #define MTRAIN_COORDINATOR_JOB_MANAGER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
@@ -178,42 +184,68 @@ class JobManager {
   absl::Status CheckMemoryOfLiveWorkers(const JobSpec& spec,
                                         const std::vector<DeviceKind>& kinds) const;
 
-  // All require mutex_.
-  void AdmitLocked();
+  void AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Places `job_id` if enough workers are free; false (nothing changed) otherwise. With
   // `allow_shrink`, tries fewer data-parallel replicas (down to min_data) when the full
-  // job does not fit.
-  bool TryPlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                      int restarts, bool allow_shrink = false);
-  // Places exactly `spec` (already shrunk, if it is); false if the workers are not there.
+  // job does not fit. An error when the store refused the placement (nothing applied in
+  // memory; the job stays where the store has it).
+  absl::StatusOr<bool> TryPlaceLocked(const std::string& job_id, const JobSpec& spec,
+                                      int64_t generation, int restarts, bool allow_shrink = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // A job that waits for something other than workers says so in its message (not
   // stored: it holds only while the wait lasts).
-  void ExplainWaitLocked(JobStatus* job) const;
-  bool PlaceLocked(const std::string& job_id, const JobSpec& spec, int64_t generation,
-                   int restarts);
+  void ExplainWaitLocked(JobStatus* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Places exactly `spec` (already shrunk, if it is); false if the workers are not there.
+  // Errors as TryPlaceLocked.
+  absl::StatusOr<bool> PlaceLocked(const std::string& job_id, const JobSpec& spec,
+                                   int64_t generation, int restarts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Ends the job's generation after a failure and restarts it within its restart budget;
   // `retry` false (a failure the same spec repeats anywhere) fails the job at once.
   // `cause` is the failing rank's status code, where a rank reported one: DATA_LOSS (a
   // damaged checkpoint file) has every checkpoint file read again before the restart.
-  void FailGenerationLocked(const std::string& job_id, const std::string& reason, bool retry = true,
-                            absl::StatusCode cause = absl::StatusCode::kUnknown);
-  void EndGenerationLocked(const std::string& job_id, const std::string& reason);
-  absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message);
+  // The generation always ends in memory; an error says the store refused the job's next
+  // state (logged and counted already), which stops the restart there.
+  absl::Status FailGenerationLocked(const std::string& job_id, const std::string& reason,
+                                    bool retry = true,
+                                    absl::StatusCode cause = absl::StatusCode::kUnknown)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void EndGenerationLocked(const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The store writes of job state. A failure (the RetryingJobStore holds writes a full
+  // disk refused, so these are refusals: the store contradicts the manager or cannot read
+  // the job) is logged, counted and returned: the caller does not apply the change.
+  absl::Status TransitionLocked(const std::string& job_id, JobState to, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status SetPlacementLocked(const std::string& job_id, int64_t generation, int restarts,
+                                  const std::vector<std::string>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Appends an event to the job's log. Best effort: an event records a decision already
+  // taken, and losing the record (logged and counted) must not undo the decision.
+  void AppendEventLocked(const std::string& job_id, const std::string& kind,
+                         const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Logs a lost store write on stderr and counts it by `operation` (one of
+  // kStoreWriteOperations).
+  void NoteStoreWriteFailure(const char* operation, const std::string& job_id,
+                             const absl::Status& status) const;
+  // Logs a failed read of `what` whose caller goes on without it (each caller says why).
+  void LogStoreReadFailure(const std::string& what, const absl::Status& status) const;
   // Deletes the job's record and in-memory traces; its checkpoints are the caller's to
   // remove, outside the lock (DeleteCheckpoints).
-  absl::Status DeleteLocked(const std::string& job_id);
+  absl::Status DeleteLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status DeleteCheckpoints(const std::string& job_id);
   // Deletes ended jobs older than options_.job_retention.
   void ExpireEndedJobs();
-  void DetectLostRanksLocked();
+  void DetectLostRanksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Fails the generation of a rank its daemon reports stopped (see stopped_rank_grace).
-  void FailStoppedRankLocked(const HeartbeatRequest& request);
+  void FailStoppedRankLocked(const HeartbeatRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Whether a job with train.init_from still lacks its uploaded initial weights.
-  bool AwaitsInitialWeightsLocked(const JobStatus& job) const;
+  bool AwaitsInitialWeightsLocked(const JobStatus& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The checkpoint a new generation resumes from (damaged ones reported as events).
-  std::optional<CheckpointInfo> ResumePointLocked(const std::string& job_id);
-  std::vector<std::string> FreeWorkersLocked() const;
-  void BumpLocked(const std::string& job_id);
+  std::optional<CheckpointInfo> ResumePointLocked(const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::vector<std::string> FreeWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void BumpLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   int64_t NowMs() const;
 
   const Clock* const clock_;
@@ -226,22 +258,28 @@ class JobManager {
   const JobManagerOptions options_;
   CheckpointStore* const checkpoints_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::map<std::string, ActiveJob> active_;                   // guarded by mutex_
-  std::map<std::string, std::vector<WorkerCommand>> outbox_;  // by worker; guarded
-  std::map<std::string, std::string> worker_job_;             // busy worker -> job; guarded
-  std::map<std::string, absl::Time> idle_since_;              // assigned worker seen idle
-  std::map<std::string, int64_t> versions_;                   // job -> change count
-  std::map<std::string, absl::Time> restart_waiting_since_;   // failed job waiting -> since
-  int64_t pauses_seen_ = 0;  // WorkerRegistry::pauses().count already reported; guarded
+  mutable Mutex mutex_;
+  CondVar changed_;  // signalled by BumpLocked and when a job is deleted
+  std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mutex_);
+  // By worker.
+  std::map<std::string, std::vector<WorkerCommand>> outbox_ ABSL_GUARDED_BY(mutex_);
+  // Busy worker -> job.
+  std::map<std::string, std::string> worker_job_ ABSL_GUARDED_BY(mutex_);
+  // Assigned worker -> when it was first seen idle.
+  std::map<std::string, absl::Time> idle_since_ ABSL_GUARDED_BY(mutex_);
+  // Job -> change count (WaitForChange).
+  std::map<std::string, int64_t> versions_ ABSL_GUARDED_BY(mutex_);
+  // Failed job waiting for workers -> since when.
+  std::map<std::string, absl::Time> restart_waiting_since_ ABSL_GUARDED_BY(mutex_);
+  // WorkerRegistry::pauses().count already reported.
+  int64_t pauses_seen_ ABSL_GUARDED_BY(mutex_) = 0;
   // Jobs whose live generation lost a checkpoint to the state dir (a full disk): the
-  // step, and the bytes that must be free before the job is placed again. Guarded.
+  // step, and the bytes that must be free before the job is placed again.
   struct RoomWanted {
     int64_t step = 0;
     uint64_t bytes = 0;
   };
-  std::map<std::string, RoomWanted> room_wanted_;
+  std::map<std::string, RoomWanted> room_wanted_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace mtrain

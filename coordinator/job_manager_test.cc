@@ -7,11 +7,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "spec/job_spec_validation.h"
-#include "gtest/gtest.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "checkpoint/checkpoint_tensors.h"
+#include "common/mutex.h"
+#include "common/status_macros.h"
+#include "coordinator/coordinator_metrics.h"
+#include "gtest/gtest.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 namespace {
@@ -23,6 +31,93 @@ JobSpec Spec(const std::string& parallel, int max_restarts = 1) {
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
+
+// The SQLite store, refusing on demand: while an operation is set to fail, every call of
+// it returns UNAVAILABLE. Failing GetJob as well stands for a store that cannot even read
+// the job, so the RetryingJobStore in front of it cannot hold a write for a retry and
+// hands the error to the manager; that is the case the manager must not swallow.
+class FaultyJobStore : public JobStore {
+ public:
+  explicit FaultyJobStore(JobStore* real) : real_(real) {}
+
+  // Operations by name ("Transition", "GetJob", ...).
+  void Fail(std::set<std::string> operations) {
+    MutexLock lock(&mutex_);
+    failing_ = std::move(operations);
+  }
+  void Heal() { Fail({}); }
+
+  absl::StatusOr<std::string> CreateJob(const JobSpec& spec, int64_t now_ms) override {
+    RETURN_IF_ERROR(Refused("CreateJob"));
+    return real_->CreateJob(spec, now_ms);
+  }
+  absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const override {
+    RETURN_IF_ERROR(Refused("GetJob"));
+    return real_->GetJob(job_id);
+  }
+  absl::StatusOr<std::vector<JobStatus>> ListJobs() const override {
+    RETURN_IF_ERROR(Refused("ListJobs"));
+    return real_->ListJobs();
+  }
+  absl::StatusOr<JobListPage> ListJobs(const JobListQuery& query) const override {
+    RETURN_IF_ERROR(Refused("ListJobs"));
+    return real_->ListJobs(query);
+  }
+  absl::Status DeleteJob(const std::string& job_id) override {
+    RETURN_IF_ERROR(Refused("DeleteJob"));
+    return real_->DeleteJob(job_id);
+  }
+  absl::StatusOr<std::vector<std::string>> JobsEndedBy(int64_t unix_ms,
+                                                       int64_t limit) const override {
+    RETURN_IF_ERROR(Refused("JobsEndedBy"));
+    return real_->JobsEndedBy(unix_ms, limit);
+  }
+  absl::Status Transition(const std::string& job_id, JobState to, const std::string& message,
+                          int64_t now_ms) override {
+    RETURN_IF_ERROR(Refused("Transition"));
+    return real_->Transition(job_id, to, message, now_ms);
+  }
+  absl::Status SetPlacement(const std::string& job_id, int64_t generation, int32_t restarts,
+                            const std::vector<std::string>& workers, int64_t now_ms) override {
+    RETURN_IF_ERROR(Refused("SetPlacement"));
+    return real_->SetPlacement(job_id, generation, restarts, workers, now_ms);
+  }
+  absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics,
+                          int64_t now_ms) override {
+    RETURN_IF_ERROR(Refused("RecordStep"));
+    return real_->RecordStep(job_id, metrics, now_ms);
+  }
+  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id, int64_t after_step,
+                                                 int64_t limit) const override {
+    RETURN_IF_ERROR(Refused("Steps"));
+    return real_->Steps(job_id, after_step, limit);
+  }
+  absl::Status AppendEvent(const std::string& job_id, const std::string& kind,
+                           const std::string& message, int64_t now_ms) override {
+    RETURN_IF_ERROR(Refused("AppendEvent"));
+    return real_->AppendEvent(job_id, kind, message, now_ms);
+  }
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const override {
+    RETURN_IF_ERROR(Refused("Events"));
+    return real_->Events(job_id);
+  }
+  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                      int64_t max_events, int64_t max_bytes) const override {
+    RETURN_IF_ERROR(Refused("Events"));
+    return real_->Events(job_id, after_event, max_events, max_bytes);
+  }
+
+ private:
+  absl::Status Refused(const std::string& operation) const {
+    MutexLock lock(&mutex_);
+    if (failing_.count(operation) == 0) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("injected: ", operation, ": disk I/O error"));
+  }
+
+  JobStore* const real_;
+  mutable Mutex mutex_;
+  std::set<std::string> failing_ ABSL_GUARDED_BY(mutex_);
+};
 
 class JobManagerTest : public ::testing::Test {
  protected:
@@ -40,17 +135,23 @@ class JobManagerTest : public ::testing::Test {
         CheckpointStore::Open(checkpoint_root_, /*keep_last=*/3);
     ASSERT_TRUE(checkpoints.ok()) << checkpoints.status();
     checkpoints_ = std::move(*checkpoints);
+    absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics = CoordinatorMetrics::Start("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = std::move(*metrics);
     Reopen();
   }
 
   void Reopen() {
     manager_.reset();
+    faulty_.reset();
     store_.reset();
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    absl::StatusOr<std::unique_ptr<JobManager>> manager = JobManager::Create(
-        &clock_, &registry_, store_.get(), &rendezvous_, nullptr, options_, checkpoints_.get());
+    faulty_ = std::make_unique<FaultyJobStore>(store_.get());
+    absl::StatusOr<std::unique_ptr<JobManager>> manager =
+        JobManager::Create(&clock_, &registry_, faulty_.get(), &rendezvous_, metrics_.get(),
+                           options_, checkpoints_.get());
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = std::move(*manager);
   }
@@ -149,6 +250,18 @@ class JobManagerTest : public ::testing::Test {
     return text;
   }
 
+  // mtrain_coordinator_store_write_failures_total{operation=`operation`}.
+  double StoreWriteFailures(const std::string& operation) {
+    const std::string series = absl::StrCat(
+        "mtrain_coordinator_store_write_failures_total{operation=\"", operation, "\"} ");
+    for (absl::string_view line : absl::StrSplit(metrics_->Scrape(), '\n')) {
+      double value = 0;
+      if (absl::ConsumePrefix(&line, series) && absl::SimpleAtod(line, &value)) return value;
+    }
+    ADD_FAILURE() << "no series " << series;
+    return -1;
+  }
+
   std::string checkpoint_root_;
   JobManagerOptions options_;  // Reopen() applies changes.
   std::unique_ptr<CheckpointStore> checkpoints_;
@@ -157,6 +270,9 @@ class JobManagerTest : public ::testing::Test {
   RendezvousStore rendezvous_;
   std::string path_;
   std::unique_ptr<JobStore> store_;
+  // In front of store_; healthy unless a test says otherwise.
+  std::unique_ptr<FaultyJobStore> faulty_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<JobManager> manager_;
 };
 
@@ -946,6 +1062,115 @@ TEST_F(JobManagerTest, AWorkerThatRestartedFailsTheGenerationOfItsJob) {
     return e.kind() == "generation_failed" &&
            e.message() == "generation 1: worker w1 restarted and lost its rank";
   }));
+}
+
+}  // namespace
+}  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+TEST_F(JobManagerTest, AFailedGenerationWhoseNextStateTheStoreRefusesIsReportedNotRestarted) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/1));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::map<int, Assignment> ranks = Deliver({"w0", "w1"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+  ASSERT_EQ(State(*id), JOB_STATE_RUNNING);
+
+  faulty_->Fail({"Transition", "GetJob"});
+  const absl::Status reported =
+      manager_->OnRankResult(Result(ranks[1], absl::StatusCode::kDeadlineExceeded, "timeout"));
+  EXPECT_EQ(reported.code(), absl::StatusCode::kUnavailable) << reported;
+  EXPECT_EQ(StoreWriteFailures("transition"), 1);
+  // The generation ended all the same (its survivor is told to stop), but no new one is
+  // placed on top of a state the store did not take.
+  std::vector<WorkerCommand> commands = Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  ASSERT_EQ(commands.size(), 1u);
+  EXPECT_TRUE(commands[0].has_abort());
+  EXPECT_TRUE(Deliver({"w0", "w1"}).empty());
+
+  faulty_->Heal();
+  // The store's view, which the manager did not pretend to have changed.
+  EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
+  // A coordinator restart re-queues it, as it does any job the store has running.
+  Reopen();
+  manager_->Tick();
+  std::map<int, Assignment> again = Deliver({"w0", "w1"});
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].generation(), 2);
+}
+
+TEST_F(JobManagerTest, AFirstStepTheStoreCannotMarkRunningIsRefusedAndTriedAgain) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(State(*id), JOB_STATE_PLACING);
+
+  faulty_->Fail({"Transition", "GetJob"});
+  EXPECT_EQ(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(StoreWriteFailures("transition"), 1);
+  faulty_->Heal();
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
+  // Not marked running in memory: the next step makes the transition.
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 2, 4.9)).ok());
+  EXPECT_EQ(State(*id), JOB_STATE_RUNNING);
+  EXPECT_EQ(StoreWriteFailures("transition"), 1);
+}
+
+TEST_F(JobManagerTest, APlacementTheStoreRefusesHandsOutNoRankAndIsTriedAgain) {
+  AddWorker("w0", "h");
+  faulty_->Fail({"SetPlacement", "GetJob"});
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(id.ok()) << id.status();  // stored; only its placement was refused
+  EXPECT_EQ(StoreWriteFailures("placement"), 1);
+  EXPECT_TRUE(Deliver({"w0"}).empty());
+
+  faulty_->Heal();
+  EXPECT_EQ(State(*id), JOB_STATE_PENDING);
+  manager_->Tick();
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].generation(), 1);
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
+}
+
+TEST_F(JobManagerTest, AnEventTheStoreRefusesIsCountedAndTrainingGoesOn) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], 1, 5.0)).ok());
+
+  faulty_->Fail({"AppendEvent", "GetJob"});
+  StepMetrics step = Step(ranks[0], 2, 4.5);
+  step.set_engine("engine: CPU (device: DEVICE_AUTO)");
+  EXPECT_TRUE(manager_->OnMetrics(step).ok());
+  EXPECT_EQ(StoreWriteFailures("event"), 1);
+  faulty_->Heal();
+  EXPECT_EQ(manager_->Get(*id)->step(), 2);
+  EXPECT_EQ(EventLog(*id).find("engine:"), std::string::npos) << EventLog(*id);
+}
+
+TEST_F(JobManagerTest, AnExpiredJobTheStoreWillNotDeleteStaysAndIsDeletedLater) {
+  options_.job_retention = absl::Hours(1);
+  Reopen();
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(manager_->Cancel(*id).ok());
+  clock_.Advance(absl::Hours(2));
+
+  faulty_->Fail({"DeleteJob"});
+  manager_->Tick();
+  EXPECT_EQ(StoreWriteFailures("delete"), 1);
+  EXPECT_TRUE(manager_->Get(*id).ok());
+  faulty_->Heal();
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get(*id).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

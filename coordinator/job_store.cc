@@ -5,12 +5,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 
 namespace mtrain {
@@ -310,66 +311,73 @@ struct JobStore::Impl {
   // Declared first so that it is destroyed last, after every statement is finalized.
   std::unique_ptr<sqlite3, DbCloser> db;
 
-  // std::mutex rather than absl::Mutex: see common/notification.h. One connection, used by
-  // one thread at a time (hence SQLITE_OPEN_NOMUTEX); it also makes each read-then-write
-  // below atomic with respect to the other threads.
-  std::mutex mutex;
+  // One connection, used by one thread at a time (hence SQLITE_OPEN_NOMUTEX); it also
+  // makes each read-then-write below atomic with respect to the other threads.
+  Mutex mutex;
 
-  // Every statement below is guarded by mutex.
   // IMMEDIATE takes the write lock up front: a read-modify-write never has to upgrade a
   // read lock, which can fail with SQLITE_BUSY halfway through.
-  Statement begin{"BEGIN IMMEDIATE"};
-  Statement commit{"COMMIT"};
-  Statement rollback{"ROLLBACK"};
+  Statement begin ABSL_GUARDED_BY(mutex){"BEGIN IMMEDIATE"};
+  Statement commit ABSL_GUARDED_BY(mutex){"COMMIT"};
+  Statement rollback ABSL_GUARDED_BY(mutex){"ROLLBACK"};
 
-  Statement insert_job{
+  Statement insert_job ABSL_GUARDED_BY(mutex){
       "INSERT INTO jobs (spec, state, submitted_unix_ms, updated_unix_ms, name) "
       "VALUES (?, ?, ?, ?, ?)"};
-  Statement select_job{absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?").c_str()};
-  Statement select_all_jobs{absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY id").c_str()};
-  Statement select_state{"SELECT state FROM jobs WHERE id = ?"};
-  Statement update_state_and_message{
+  Statement select_job ABSL_GUARDED_BY(mutex){
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?").c_str()};
+  Statement select_all_jobs ABSL_GUARDED_BY(mutex){
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs ORDER BY id").c_str()};
+  Statement select_state ABSL_GUARDED_BY(mutex){"SELECT state FROM jobs WHERE id = ?"};
+  Statement update_state_and_message ABSL_GUARDED_BY(mutex){
       "UPDATE jobs SET state = ?, message = ?, updated_unix_ms = ?, ended_unix_ms = ? "
       "WHERE id = ?"};
-  Statement update_placement{
+  Statement update_placement ABSL_GUARDED_BY(mutex){
       "UPDATE jobs SET generation = ?, restarts = ?, updated_unix_ms = ? WHERE id = ?"};
   // coalesce: a step without a loss keeps the last loss.
-  Statement update_progress{
+  Statement update_progress ABSL_GUARDED_BY(mutex){
       "UPDATE jobs SET step = ?, loss = coalesce(?, loss), tokens_per_second = ?, latest = ?, "
       "updated_unix_ms = ? WHERE id = ?"};
 
-  Statement delete_workers{"DELETE FROM job_workers WHERE job_id = ?"};
-  Statement insert_worker{"INSERT INTO job_workers (job_id, rank, worker_id) VALUES (?, ?, ?)"};
-  Statement select_workers{"SELECT worker_id FROM job_workers WHERE job_id = ? ORDER BY rank"};
-  Statement select_all_workers{"SELECT job_id, worker_id FROM job_workers ORDER BY job_id, rank"};
+  Statement delete_workers ABSL_GUARDED_BY(mutex){"DELETE FROM job_workers WHERE job_id = ?"};
+  Statement insert_worker ABSL_GUARDED_BY(mutex){
+      "INSERT INTO job_workers (job_id, rank, worker_id) VALUES (?, ?, ?)"};
+  Statement select_workers ABSL_GUARDED_BY(mutex){
+      "SELECT worker_id FROM job_workers WHERE job_id = ? ORDER BY rank"};
+  Statement select_all_workers ABSL_GUARDED_BY(mutex){
+      "SELECT job_id, worker_id FROM job_workers ORDER BY job_id, rank"};
 
-  Statement insert_event{"INSERT INTO events (job_id, unix_ms, kind, message) VALUES (?, ?, ?, ?)"};
-  Statement select_events{"SELECT unix_ms, kind, message FROM events WHERE job_id = ? ORDER BY id"};
+  Statement insert_event ABSL_GUARDED_BY(mutex){
+      "INSERT INTO events (job_id, unix_ms, kind, message) VALUES (?, ?, ?, ?)"};
+  Statement select_events ABSL_GUARDED_BY(mutex){
+      "SELECT unix_ms, kind, message FROM events WHERE job_id = ? ORDER BY id"};
   // A range of events_by_job (job_id, id).
-  Statement select_event_page{
+  Statement select_event_page ABSL_GUARDED_BY(mutex){
       "SELECT id, unix_ms, kind, message FROM events WHERE job_id = ? AND id > ? ORDER BY id "
       "LIMIT ?"};
 
-  Statement upsert_step{
+  Statement upsert_step ABSL_GUARDED_BY(mutex){
       "INSERT INTO steps (job_id, step, metrics) VALUES (?, ?, ?) "
       "ON CONFLICT (job_id, step) DO UPDATE SET metrics = excluded.metrics"};
   // A job and everything recorded under it (children first: foreign keys are on).
-  Statement delete_job_workers{"DELETE FROM job_workers WHERE job_id = ?"};
-  Statement delete_job_events{"DELETE FROM events WHERE job_id = ?"};
-  Statement delete_job_steps{"DELETE FROM steps WHERE job_id = ?"};
-  Statement delete_job{"DELETE FROM jobs WHERE id = ?"};
+  Statement delete_job_workers ABSL_GUARDED_BY(mutex){"DELETE FROM job_workers WHERE job_id = ?"};
+  Statement delete_job_events ABSL_GUARDED_BY(mutex){"DELETE FROM events WHERE job_id = ?"};
+  Statement delete_job_steps ABSL_GUARDED_BY(mutex){"DELETE FROM steps WHERE job_id = ?"};
+  Statement delete_job ABSL_GUARDED_BY(mutex){"DELETE FROM jobs WHERE id = ?"};
   // Retention: ended jobs, longest ended first (reads the partial index jobs_by_end).
-  Statement select_ended_before{
+  Statement select_ended_before ABSL_GUARDED_BY(mutex){
       "SELECT id FROM jobs WHERE ended_unix_ms IS NOT NULL AND ended_unix_ms <= ? "
       "ORDER BY ended_unix_ms, id LIMIT ?"};
 
   // LIMIT -1 is SQLite's "no limit".
-  Statement select_steps{
+  Statement select_steps ABSL_GUARDED_BY(mutex){
       "SELECT metrics FROM steps WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?"};
 
   // Every mutation runs inside one of these: all of its statements commit together or not
   // at all, and COMMIT returning means the change is in the WAL (and, with synchronous=FULL,
   // on disk). Rolls back unless Commit succeeded.
+  // Made only by a holder of `mutex` (every JobStore method takes it first); its methods
+  // tell the analysis so, which cannot follow the lock through impl_.
   class Transaction {
    public:
     explicit Transaction(Impl* impl) : impl_(impl) {}
@@ -378,6 +386,7 @@ struct JobStore::Impl {
     ~Transaction() {
       // A failed COMMIT may or may not have rolled back already; ROLLBACK outside a
       // transaction is an error, hence the autocommit check.
+      impl_->mutex.AssertHeld();
       if (begun_ && !committed_ && !sqlite3_get_autocommit(impl_->db.get())) {
         Query query(impl_->rollback);
         query.Run().IgnoreError();  // Nothing better to do: the caller already has an error.
@@ -385,12 +394,14 @@ struct JobStore::Impl {
     }
 
     absl::Status Begin() {
+      impl_->mutex.AssertHeld();
       Query query(impl_->begin);
       absl::Status status = query.Run();
       begun_ = status.ok();
       return status;
     }
     absl::Status Commit() {
+      impl_->mutex.AssertHeld();
       Query query(impl_->commit);
       absl::Status status = query.Run();
       committed_ = status.ok();
@@ -403,7 +414,7 @@ struct JobStore::Impl {
     bool committed_ = false;
   };
 
-  absl::Status PrepareAll() {
+  absl::Status PrepareAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     for (Statement* s : {&begin,
                          &commit,
                          &rollback,
@@ -434,7 +445,8 @@ struct JobStore::Impl {
   }
 
   // The current state of job n; NOT_FOUND (naming job_id) if there is no such job.
-  absl::StatusOr<JobState> LoadState(int64_t n, const std::string& job_id) {
+  absl::StatusOr<JobState> LoadState(int64_t n, const std::string& job_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     Query query(select_state);
     query.Bind(n);
     ASSIGN_OR_RETURN(const bool row, query.Step());
@@ -443,7 +455,7 @@ struct JobStore::Impl {
   }
 
   absl::Status InsertEvent(int64_t n, int64_t unix_ms, absl::string_view kind,
-                           absl::string_view message) {
+                           absl::string_view message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
     Query query(insert_event);
     query.Bind(n).Bind(unix_ms).Bind(kind).Bind(message);
     return query.Run();
@@ -610,7 +622,12 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   }
   RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;"));
   RETURN_IF_ERROR(CreateOrCheckSchema(db, path));
-  if (absl::Status s = impl->PrepareAll(); !s.ok()) {
+  absl::Status prepared;
+  {
+    MutexLock lock(&impl->mutex);  // no other thread sees impl yet; the analysis wants it
+    prepared = impl->PrepareAll();
+  }
+  if (absl::Status s = prepared; !s.ok()) {
     // Our application_id and version, yet a statement does not compile: the schema was
     // altered behind our back.
     return absl::DataLossError(
@@ -620,6 +637,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 }
 
 JobStore::JobStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JobStore::JobStore() = default;
 JobStore::~JobStore() = default;
 
 absl::StatusOr<std::string> JobStore::CreateJob(const JobSpec& spec, int64_t now_ms) {
@@ -627,7 +645,7 @@ absl::StatusOr<std::string> JobStore::CreateJob(const JobSpec& spec, int64_t now
   if (!spec.SerializeToString(&spec_bytes)) {
     return absl::InvalidArgumentError("spec: cannot be serialized");
   }
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   {
@@ -649,7 +667,7 @@ absl::StatusOr<JobStatus> JobStore::GetJob(const std::string& job_id) const {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
   // No transaction needed for the two reads: every writer holds the mutex too.
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   JobStatus job;
   {
     Query query(impl_->select_job);
@@ -669,7 +687,7 @@ absl::StatusOr<JobStatus> JobStore::GetJob(const std::string& job_id) const {
 }
 
 absl::StatusOr<std::vector<JobStatus>> JobStore::ListJobs() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   std::vector<JobStatus> jobs;
   std::map<int64_t, size_t> index_of;  // Job number -> position in `jobs`.
   {
@@ -766,7 +784,7 @@ absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
   // One row beyond the page says whether there are more, without a count.
   absl::StrAppend(&sql, " ORDER BY id LIMIT ?");
 
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Statement statement(sql.c_str());
   RETURN_IF_ERROR(statement.Prepare(impl_->db.get()));
   Query query(statement);
@@ -823,7 +841,7 @@ absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
 absl::Status JobStore::DeleteJob(const std::string& job_id) {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   ASSIGN_OR_RETURN(const JobState state, impl_->LoadState(*n, job_id));
@@ -844,7 +862,7 @@ absl::Status JobStore::DeleteJob(const std::string& job_id) {
 
 absl::StatusOr<std::vector<std::string>> JobStore::JobsEndedBy(int64_t unix_ms,
                                                                int64_t limit) const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   std::vector<std::string> jobs;
   Query query(impl_->select_ended_before);
   query.Bind(unix_ms).Bind(limit < 0 ? int64_t{-1} : limit);
@@ -864,7 +882,7 @@ absl::Status JobStore::Transition(const std::string& job_id, JobState to,
   }
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   ASSIGN_OR_RETURN(const JobState from, impl_->LoadState(*n, job_id));
@@ -902,7 +920,7 @@ absl::Status JobStore::SetPlacement(const std::string& job_id, int64_t generatio
   if (restarts < 0) return absl::InvalidArgumentError("restarts: must not be negative");
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   {
@@ -932,7 +950,7 @@ absl::Status JobStore::RecordStep(const std::string& job_id, const StepMetrics& 
   }
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   {
@@ -959,7 +977,7 @@ absl::StatusOr<std::vector<StepMetrics>> JobStore::Steps(const std::string& job_
                                                          int64_t after_step, int64_t limit) const {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   std::vector<StepMetrics> steps;
   Query query(impl_->select_steps);
@@ -979,7 +997,7 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, const std::string&
   if (kind.empty()) return absl::InvalidArgumentError("kind: must not be empty");
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   Impl::Transaction txn(impl_.get());
   RETURN_IF_ERROR(txn.Begin());
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
@@ -991,7 +1009,7 @@ absl::StatusOr<JobEventPage> JobStore::Events(const std::string& job_id, int64_t
                                               int64_t max_events, int64_t max_bytes) const {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   JobEventPage page;
   Query query(impl_->select_event_page);
@@ -1027,7 +1045,7 @@ absl::StatusOr<JobEventPage> JobStore::Events(const std::string& job_id, int64_t
 absl::StatusOr<std::vector<JobEvent>> JobStore::Events(const std::string& job_id) const {
   const std::optional<int64_t> n = ParseJobId(job_id);
   if (!n) return JobNotFound(job_id);
-  std::lock_guard<std::mutex> lock(impl_->mutex);
+  MutexLock lock(&impl_->mutex);
   RETURN_IF_ERROR(impl_->LoadState(*n, job_id).status());
   std::vector<JobEvent> events;
   Query query(impl_->select_events);

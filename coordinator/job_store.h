@@ -19,7 +19,9 @@
 //   ASSIGN_OR_RETURN(std::string id, store->CreateJob(spec, now_ms));
 //   RETURN_IF_ERROR(store->Transition(id, JOB_STATE_PLACING, "placed on 4 workers", now_ms));
 //
-// Thread-safe (one internal mutex; SQLite calls are short).
+// Thread-safe (one internal mutex; SQLite calls are short). The operations are virtual so
+// that tests can put a store that refuses on demand in its place, as LevelDB's tests do
+// with its Env.
 #ifndef MTRAIN_COORDINATOR_JOB_STORE_H_
 #define MTRAIN_COORDINATOR_JOB_STORE_H_
 
@@ -99,56 +101,64 @@ class JobStore {
   // FAILED_PRECONDITION). INVALID_ARGUMENT if the path cannot be opened; DATA_LOSS if the
   // file is not a database of ours.
   static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
-  ~JobStore();
+  virtual ~JobStore();
 
   // A new PENDING job with a fresh id "job-N" (N counts up and is never reused, across
   // restarts too); records a "submitted" event. The spec is stored as given.
-  absl::StatusOr<std::string> CreateJob(const JobSpec& spec, int64_t now_ms);
+  virtual absl::StatusOr<std::string> CreateJob(const JobSpec& spec, int64_t now_ms);
 
   // NOT_FOUND for an unknown id.
-  absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
+  virtual absl::StatusOr<JobStatus> GetJob(const std::string& job_id) const;
   // Every job, oldest first.
-  absl::StatusOr<std::vector<JobStatus>> ListJobs() const;
+  virtual absl::StatusOr<std::vector<JobStatus>> ListJobs() const;
   // One page of the jobs `query` selects, oldest first, read in SQL through the state and
   // name indexes (never every job). INVALID_ARGUMENT for a state outside the enum.
-  absl::StatusOr<JobListPage> ListJobs(const JobListQuery& query) const;
+  virtual absl::StatusOr<JobListPage> ListJobs(const JobListQuery& query) const;
 
   // Deletes an ended job with its events, steps and workers in one transaction; its number
   // is never handed out again. NOT_FOUND; FAILED_PRECONDITION if it has not ended.
-  absl::Status DeleteJob(const std::string& job_id);
+  virtual absl::Status DeleteJob(const std::string& job_id);
   // Ended jobs whose end (JobStatus.ended_unix_ms) is at or before `unix_ms`, the longest
   // ended first, at most `limit`.
-  absl::StatusOr<std::vector<std::string>> JobsEndedBy(int64_t unix_ms, int64_t limit) const;
+  virtual absl::StatusOr<std::vector<std::string>> JobsEndedBy(int64_t unix_ms,
+                                                               int64_t limit) const;
 
   // Moves a job to `to`, records a "state" event "FROM -> TO: message", and for FAILED or
   // CANCELLED keeps `message` as JobStatus.message. A terminal `to` records the end time
   // (JobStatus.ended_unix_ms = now_ms). FAILED_PRECONDITION (naming both
   // states) if the state machine forbids it; NOT_FOUND for an unknown id.
-  absl::Status Transition(const std::string& job_id, JobState to, const std::string& message,
-                          int64_t now_ms);
+  virtual absl::Status Transition(const std::string& job_id, JobState to,
+                                  const std::string& message, int64_t now_ms);
 
   // Records the generation now placed, the restarts so far and its workers (by rank).
-  absl::Status SetPlacement(const std::string& job_id, int64_t generation, int32_t restarts,
-                            const std::vector<std::string>& workers, int64_t now_ms);
+  virtual absl::Status SetPlacement(const std::string& job_id, int64_t generation, int32_t restarts,
+                                    const std::vector<std::string>& workers, int64_t now_ms);
 
   // Records one step's metrics from the loss-reporting rank: the job's latest step, loss,
   // tokens/s and JobStatus.latest, and one summary row per step (a repeated step, after a
   // restart, replaces its row).
-  absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics, int64_t now_ms);
+  virtual absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics,
+                                  int64_t now_ms);
   // The per-step rows with step > `after_step`, in step order, at most `limit` of them
   // (all when limit < 0). Steps are numbered from 1, so the defaults give every row.
-  absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id, int64_t after_step = 0,
-                                                 int64_t limit = -1) const;
+  virtual absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id,
+                                                         int64_t after_step = 0,
+                                                         int64_t limit = -1) const;
 
-  absl::Status AppendEvent(const std::string& job_id, const std::string& kind,
-                           const std::string& message, int64_t now_ms);
+  virtual absl::Status AppendEvent(const std::string& job_id, const std::string& kind,
+                                   const std::string& message, int64_t now_ms);
   // In the order appended.
-  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
+  virtual absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id) const;
   // A page of them: those appended after position `after_event` (0: from the first), at
   // most `max_events` (< 0: no limit), stopping before `max_bytes` of encoded events
   // (< 0: no limit; a page holds at least one). NOT_FOUND for an unknown job.
-  absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
-                                      int64_t max_events, int64_t max_bytes) const;
+  virtual absl::StatusOr<JobEventPage> Events(const std::string& job_id, int64_t after_event,
+                                              int64_t max_events, int64_t max_bytes) const;
+
+ protected:
+  // For test doubles (a store that fails on demand) that override every operation; such
+  // an object has no database.
+  JobStore();
 
  private:
   struct Impl;

@@ -45,7 +45,7 @@ absl::Status RendezvousStore::OpenGeneration(const std::string& prefix, uint64_t
     return absl::InvalidArgumentError(
         absl::StrCat("rendezvous prefix '", Shown(prefix), "' must be non-empty and end in '/'"));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (const auto& [open, generation] : generations_) {
     if (absl::StartsWith(open, prefix) || absl::StartsWith(prefix, open)) {
       return absl::InvalidArgumentError(absl::StrCat("rendezvous prefix '", prefix,
@@ -58,7 +58,7 @@ absl::Status RendezvousStore::OpenGeneration(const std::string& prefix, uint64_t
 }
 
 void RendezvousStore::CloseGeneration(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto generation = generations_.find(prefix);
   if (generation == generations_.end()) return;
   total_bytes_ -= generation->second.bytes;
@@ -66,7 +66,7 @@ void RendezvousStore::CloseGeneration(const std::string& prefix) {
   auto it = values_.lower_bound(prefix);
   while (it != values_.end() && absl::StartsWith(it->first, prefix)) it = values_.erase(it);
   // Waiters on the generation's keys learn it is over.
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 std::map<std::string, RendezvousStore::Generation>::const_iterator
@@ -107,7 +107,7 @@ absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
                                                    " bytes exceeds the limit of ",
                                                    kMaxRendezvousValueBytes, " bytes per value"));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto generation = GenerationOfLocked(key);
   if (generation == generations_.end()) return CheckLiveLocked({key});
   const auto existing = values_.find(key);
@@ -132,13 +132,13 @@ absl::Status RendezvousStore::Set(const std::string& key, std::string value) {
   g.bytes = g.bytes - old_bytes + new_bytes;
   total_bytes_ = total_bytes_ - old_bytes + new_bytes;
   values_[key] = std::move(value);
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) const {
   if (absl::Status valid = CheckKey(key, "key"); !valid.ok()) return valid;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (absl::Status live = CheckLiveLocked({key}); !live.ok()) return live;
   auto it = values_.find(key);
   if (it == values_.end()) return absl::NotFoundError(absl::StrCat("key not set: ", key));
@@ -159,18 +159,23 @@ absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys, absl::D
     if (absl::Status valid = CheckKey(key, "keys"); !valid.ok()) return valid;
   }
   const absl::Time deadline = absl::Now() + timeout;
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (;;) {
     if (absl::Status live = CheckLiveLocked(keys); !live.ok()) return live;
     const absl::Duration left = deadline - absl::Now();
     const absl::Duration slice = cancelled ? std::min(left, kCancelCheck) : left;
+    const auto slice_end = SteadyDeadlineIn(std::max(slice, absl::ZeroDuration()));
     // Wakes on every Set or CloseGeneration; the loop re-checks the generations.
     bool ended = false;
-    if (changed_.wait_for(lock, absl::ToChronoNanoseconds(std::max(slice, absl::ZeroDuration())),
-                          [&] {
-                            ended = !CheckLiveLocked(keys).ok();
-                            return ended || AllPresentLocked(keys);
-                          })) {
+    bool ready = false;
+    bool timed_out = false;
+    for (;;) {
+      ended = !CheckLiveLocked(keys).ok();
+      ready = ended || AllPresentLocked(keys);
+      if (ready || timed_out) break;
+      timed_out = changed_.WaitUntil(&mutex_, slice_end);
+    }
+    if (ready) {
       if (!ended) return absl::OkStatus();
       continue;  // reported at the top
     }
@@ -191,13 +196,13 @@ absl::Status RendezvousStore::Wait(const std::vector<std::string>& keys, absl::D
 }
 
 uint64_t RendezvousStore::GenerationBytes(const std::string& prefix) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto it = generations_.find(prefix);
   return it == generations_.end() ? 0 : it->second.bytes;
 }
 
 uint64_t RendezvousStore::TotalBytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return total_bytes_;
 }
 

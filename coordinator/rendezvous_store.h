@@ -23,17 +23,17 @@
 #ifndef MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 #define MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 
 namespace mtrain {
 
@@ -109,21 +109,23 @@ class RendezvousStore {
   };
 
   // All require mutex_. The open generation `key` belongs to, or generations_.end().
-  std::map<std::string, Generation>::const_iterator GenerationOfLocked(
-      const std::string& key) const;
-  std::map<std::string, Generation>::iterator GenerationOfLocked(const std::string& key);
+  std::map<std::string, Generation>::const_iterator GenerationOfLocked(const std::string& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  std::map<std::string, Generation>::iterator GenerationOfLocked(const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // FAILED_PRECONDITION naming the first key outside every open generation.
-  absl::Status CheckLiveLocked(const std::vector<std::string>& keys) const;
-  bool AllPresentLocked(const std::vector<std::string>& keys) const;
+  absl::Status CheckLiveLocked(const std::vector<std::string>& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool AllPresentLocked(const std::vector<std::string>& keys) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const uint64_t total_byte_limit_;
-  // std::mutex rather than absl::Mutex: see common/notification.h.
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   // Notified on every Set and CloseGeneration.
-  mutable std::condition_variable changed_;
-  std::map<std::string, std::string> values_;      // Guarded by mutex_.
-  std::map<std::string, Generation> generations_;  // By prefix. Guarded by mutex_.
-  uint64_t total_bytes_ = 0;                       // Guarded by mutex_.
+  mutable CondVar changed_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, Generation> generations_ ABSL_GUARDED_BY(mutex_);  // by prefix
+  uint64_t total_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace mtrain

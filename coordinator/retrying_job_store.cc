@@ -53,7 +53,7 @@ bool RetryingJobStore::IsRequestError(const absl::Status& status) {
 }
 
 absl::StatusOr<std::string> RetryingJobStore::CreateJob(const JobSpec& spec, int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return store_->CreateJob(spec, now_ms);
 }
 
@@ -66,7 +66,7 @@ void RetryingJobStore::DescribeBacklog(const Backlog& backlog, JobStatus* row) {
 }
 
 absl::StatusOr<JobStatus> RetryingJobStore::GetJob(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto it = backlogs_.find(job_id);
   if (it == backlogs_.end()) return store_->GetJob(job_id);
   JobStatus row = it->second.row;
@@ -75,7 +75,7 @@ absl::StatusOr<JobStatus> RetryingJobStore::GetJob(const std::string& job_id) co
 }
 
 absl::StatusOr<std::vector<JobStatus>> RetryingJobStore::ListJobs() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(std::vector<JobStatus> jobs, store_->ListJobs());
   if (backlogs_.empty()) return jobs;
   for (JobStatus& job : jobs) {
@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<JobStatus>> RetryingJobStore::ListJobs() const {
 }
 
 absl::StatusOr<JobListPage> RetryingJobStore::ListJobs(const JobListQuery& query) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(JobListPage page, store_->ListJobs(query));
   if (backlogs_.empty()) return page;
   const auto matches = [&query](const JobStatus& job) {
@@ -128,7 +128,7 @@ absl::StatusOr<JobListPage> RetryingJobStore::ListJobs(const JobListQuery& query
 absl::StatusOr<JobEventPage> RetryingJobStore::Events(const std::string& job_id,
                                                       int64_t after_event, int64_t max_events,
                                                       int64_t max_bytes) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(JobEventPage page, store_->Events(job_id, after_event, max_events, max_bytes));
   const auto it = backlogs_.find(job_id);
   if (it == backlogs_.end() || page.next_after_event > 0) return page;
@@ -139,7 +139,7 @@ absl::StatusOr<JobEventPage> RetryingJobStore::Events(const std::string& job_id,
 }
 
 absl::Status RetryingJobStore::DeleteJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   RETURN_IF_ERROR(store_->DeleteJob(job_id));
   backlogs_.erase(job_id);
   PublishLocked();
@@ -148,12 +148,12 @@ absl::Status RetryingJobStore::DeleteJob(const std::string& job_id) {
 
 absl::StatusOr<std::vector<std::string>> RetryingJobStore::JobsEndedBy(int64_t unix_ms,
                                                                        int64_t limit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return store_->JobsEndedBy(unix_ms, limit);
 }
 
 absl::StatusOr<std::vector<JobEvent>> RetryingJobStore::Events(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   ASSIGN_OR_RETURN(std::vector<JobEvent> events, store_->Events(job_id));
   const auto it = backlogs_.find(job_id);
   if (it == backlogs_.end()) return events;
@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<JobEvent>> RetryingJobStore::Events(const std::string
 absl::StatusOr<std::vector<StepMetrics>> RetryingJobStore::Steps(const std::string& job_id,
                                                                  int64_t after_step,
                                                                  int64_t limit) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const auto it = backlogs_.find(job_id);
   if (it == backlogs_.end()) return store_->Steps(job_id, after_step, limit);
   ASSIGN_OR_RETURN(const std::vector<StepMetrics> stored, store_->Steps(job_id, after_step, -1));
@@ -251,7 +251,7 @@ absl::Status RetryingJobStore::WriteLocked(
 
 absl::Status RetryingJobStore::Transition(const std::string& job_id, JobState to,
                                           const std::string& message, int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   auto check = [&](const JobStatus& row) -> absl::Status {
     if (!IsAllowedJobTransition(row.state(), to)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -280,7 +280,7 @@ absl::Status RetryingJobStore::SetPlacement(const std::string& job_id, int64_t g
                                             int32_t restarts,
                                             const std::vector<std::string>& workers,
                                             int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   QueuedWrite write;
   write.apply = [=](JobStore* store) {
     return store->SetPlacement(job_id, generation, restarts, workers, now_ms);
@@ -302,7 +302,7 @@ absl::Status RetryingJobStore::SetPlacement(const std::string& job_id, int64_t g
 
 absl::Status RetryingJobStore::RecordStep(const std::string& job_id, const StepMetrics& metrics,
                                           int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   QueuedWrite write;
   write.apply = [=](JobStore* store) { return store->RecordStep(job_id, metrics, now_ms); };
   write.record = true;
@@ -320,7 +320,7 @@ absl::Status RetryingJobStore::RecordStep(const std::string& job_id, const StepM
 
 absl::Status RetryingJobStore::AppendEvent(const std::string& job_id, const std::string& kind,
                                            const std::string& message, int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   QueuedWrite write;
   write.apply = [=](JobStore* store) { return store->AppendEvent(job_id, kind, message, now_ms); };
   write.record = true;
@@ -330,7 +330,7 @@ absl::Status RetryingJobStore::AppendEvent(const std::string& job_id, const std:
 
 std::vector<std::string> RetryingJobStore::Flush() {
   std::vector<std::string> drained;
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (backlogs_.empty()) return drained;
   const absl::Time now = clock_->Now();
   for (auto it = backlogs_.begin(); it != backlogs_.end();) {
@@ -373,7 +373,7 @@ std::vector<std::string> RetryingJobStore::Flush() {
 }
 
 int64_t RetryingJobStore::QueuedWrites() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   int64_t queued = 0;
   for (const auto& [job_id, backlog] : backlogs_) queued += backlog.writes.size();
   return queued;

@@ -39,14 +39,15 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
 #include "proto/coordinator.pb.h"
@@ -135,25 +136,27 @@ class RetryingJobStore {
   // Whether `status` (from a store write) is about the request rather than the storage.
   static bool IsRequestError(const absl::Status& status);
 
-  // Requires mutex_. Makes the write: at once if the job has no backlog and the store takes
+  // Makes the write: at once if the job has no backlog and the store takes
   // it, else queued (creating the backlog from the stored row). `mutate` applies the write
   // to a row; `check` (may be empty) refuses a request against the current row.
   absl::Status WriteLocked(const std::string& job_id, QueuedWrite write,
                            const std::function<absl::Status(const JobStatus&)>& check,
-                           const std::function<void(JobStatus*, QueuedWrite*)>& mutate);
-  void NoteFailureLocked(Backlog* backlog, const absl::Status& status);
-  void EnqueueLocked(Backlog* backlog, QueuedWrite write);
+                           const std::function<void(JobStatus*, QueuedWrite*)>& mutate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void NoteFailureLocked(Backlog* backlog, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void EnqueueLocked(Backlog* backlog, QueuedWrite write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // JobStatus.message of a job with a backlog: what it would be, plus why it is not saved.
   static void DescribeBacklog(const Backlog& backlog, JobStatus* row);
-  void PublishLocked() const;
+  void PublishLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   JobStore* const store_;
   const Clock* const clock_;
   CoordinatorMetrics* const metrics_;
   const int max_queued_records_;
 
-  mutable std::mutex mutex_;
-  std::map<std::string, Backlog> backlogs_;  // by job; guarded by mutex_
+  mutable Mutex mutex_;
+  std::map<std::string, Backlog> backlogs_ ABSL_GUARDED_BY(mutex_);  // by job
 };
 
 }  // namespace mtrain

@@ -34,7 +34,7 @@ void WorkerRegistry::LookLocked(absl::Time now) const {
 }
 
 WorkerRegistry::Pauses WorkerRegistry::pauses() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   return pauses_;
 }
 
@@ -69,7 +69,7 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
         absl::StrCat("worker.memory_bytes: must be >= 0 (got ", info.memory_bytes(), ")"));
   }
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   LookLocked(now);
   auto it = workers_.find(info.worker_id());
   if (it == workers_.end() && static_cast<int>(workers_.size()) >= options_.max_workers) {
@@ -102,7 +102,7 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
     return absl::InvalidArgumentError("incarnation_id: must not be empty");
   }
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   LookLocked(now);
   auto it = workers_.find(request.worker_id());
   if (it == workers_.end()) {
@@ -127,7 +127,7 @@ bool WorkerRegistry::IsAlive(const Record& record, absl::Time now) const {
 
 std::vector<WorkerStatus> WorkerRegistry::List() const {
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   LookLocked(now);
   std::vector<WorkerStatus> result;
   result.reserve(workers_.size());
@@ -146,7 +146,7 @@ std::vector<WorkerStatus> WorkerRegistry::List() const {
 absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id is empty");
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   LookLocked(now);
   const auto it = workers_.find(worker_id);
   if (it == workers_.end()) {
@@ -164,7 +164,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
 
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   LookLocked(now);
   int alive = 0;
   for (const auto& [id, record] : workers_) alive += IsAlive(record, now) ? 1 : 0;

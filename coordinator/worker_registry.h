@@ -30,13 +30,14 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
@@ -112,18 +113,18 @@ class WorkerRegistry {
   bool IsAlive(const Record& record, absl::Time now) const;
   // Every method that reads the clock calls this first (requires mutex_): a long gap since
   // the previous look gives the workers alive before it a fresh heartbeat window.
-  void LookLocked(absl::Time now) const;
+  void LookLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const Clock* const clock_;
   const WorkerRegistryOptions options_;
   const absl::Duration pause_threshold_;
-  // std::mutex rather than absl::Mutex: see common/notification.h.
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   // Mutable: looking at the clock, which even a const read does, is what finds a pause and
-  // moves the heartbeat windows. Guarded by mutex_.
-  mutable std::map<std::string, Record> workers_;
-  mutable absl::Time last_look_;  // InfinitePast() before the first look
-  mutable Pauses pauses_;
+  // moves the heartbeat windows.
+  mutable std::map<std::string, Record> workers_ ABSL_GUARDED_BY(mutex_);
+  // InfinitePast() before the first look.
+  mutable absl::Time last_look_ ABSL_GUARDED_BY(mutex_);
+  mutable Pauses pauses_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace mtrain

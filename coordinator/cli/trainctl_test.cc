@@ -8,15 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
+#include "common/mutex.h"
+#include "common/step_metrics_format.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/grpc_service.h"
 #include "coordinator/job_manager.h"
@@ -27,7 +29,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/step_metrics_format.h"
 
 namespace mtrain {
 namespace {
@@ -50,7 +51,7 @@ class FakeCoordinator final : public Coordinator::Service {
   void SetJob(JobStatus job) { job_ = std::move(job); }
 
   std::string last_authorization() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return last_authorization_;
   }
 
@@ -108,7 +109,7 @@ class FakeCoordinator final : public Coordinator::Service {
                                   ? ""
                                   : std::string(it->second.data(), it->second.size());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       last_authorization_ = value;
     }
     if (token_.empty() || value == "Bearer " + token_) return grpc::Status::OK;
@@ -120,8 +121,8 @@ class FakeCoordinator final : public Coordinator::Service {
   grpc::Status watch_end_;
   bool hold_open_ = false;
   JobStatus job_;
-  std::mutex mu_;
-  std::string last_authorization_;
+  Mutex mu_;
+  std::string last_authorization_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Result {
