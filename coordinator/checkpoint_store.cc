@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <system_error>
 
@@ -19,6 +20,15 @@
 namespace mtrain {
 namespace fs = std::filesystem;
 namespace {
+
+// Cleanup of files no checkpoint needs any more (a replaced or expired checkpoint, an
+// abandoned upload): a failure loses no state, only disk space, so it is reported on
+// stderr for the operator and the operation goes on; the next retention pass tries again.
+void ReportCleanupFailure(const absl::Status& status, absl::string_view what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "coordinator: checkpoint store: %.*s: %s\n", static_cast<int>(what.size()),
+               what.data(), status.ToString().c_str());
+}
 
 constexpr char kStepPrefix[] = "step-";
 constexpr char kDamagedPrefix[] = "damaged-";
@@ -359,7 +369,7 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::CommitStaged(const std::string& 
         absl::StrCat("cannot move ", staging, " to ", final_dir, ": ", error.message()));
   }
   RETURN_IF_ERROR(SyncDirectory(JobDir(job_id)));
-  (void)RemoveAll(replaced);
+  ReportCleanupFailure(RemoveAll(replaced), "removing the replaced checkpoint");
   if (std::optional<std::vector<std::pair<int64_t, int64_t>>> signature =
           Signature(final_dir, *manifest)) {
     verified_[{job_id, step}] = Verification{*std::move(signature), absl::OkStatus()};
@@ -389,8 +399,8 @@ void CheckpointStore::ApplyRetentionLocked(const std::string& job_id, int64_t ge
     // The manifest first: a half-deleted checkpoint must never look complete.
     std::error_code ignored;
     fs::remove(absl::StrCat(dir, "/", kManifestFileName), ignored);
-    (void)SyncDirectory(dir);
-    (void)RemoveAll(dir);
+    ReportCleanupFailure(SyncDirectory(dir), "syncing an expired checkpoint's directory");
+    ReportCleanupFailure(RemoveAll(dir), "removing an expired checkpoint");
     verified_.erase({job_id, steps[i]});
   }
   // Uploads of older generations were abandoned when their generation failed.
@@ -402,7 +412,7 @@ void CheckpointStore::ApplyRetentionLocked(const std::string& job_id, int64_t ge
     absl::string_view name = filename;
     int64_t gen = 0;
     if (absl::ConsumePrefix(&name, "gen-") && absl::SimpleAtoi(name, &gen) && gen < generation) {
-      (void)RemoveAll(entry.path().string());
+      ReportCleanupFailure(RemoveAll(entry.path().string()), "removing an abandoned upload");
     }
   }
 }
@@ -515,7 +525,7 @@ std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& j
     // Moved aside, not deleted: whoever investigates the damage wants the bytes.
     const std::string aside =
         absl::StrCat(JobDir(job_id), "/", kDamagedPrefix, CheckpointDirName(*it));
-    (void)RemoveAll(aside);
+    ReportCleanupFailure(RemoveAll(aside), "removing an older damaged copy");
     std::error_code error;
     fs::rename(dir, aside, error);
     verified_.erase({job_id, *it});

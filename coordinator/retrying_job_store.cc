@@ -1,6 +1,7 @@
 #include "coordinator/retrying_job_store.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <utility>
@@ -363,8 +364,14 @@ std::vector<std::string> RetryingJobStore::Flush() {
             ? absl::StrCat("; ", backlog.dropped_records,
                            " older events or step rows beyond the in-memory bound were dropped")
             : std::string());
-    // Best effort: the next failure starts a new backlog anyway.
-    (void)store_->AppendEvent(job_id, "state_dir_recovered", summary, absl::ToUnixMillis(now));
+    // Best effort (the backlog itself is saved; this event only tells of it): reported on
+    // stderr when refused, and the next failure starts a new backlog anyway.
+    if (const absl::Status appended =
+            store_->AppendEvent(job_id, "state_dir_recovered", summary, absl::ToUnixMillis(now));
+        !appended.ok()) {
+      std::fprintf(stderr, "coordinator: %s: the state_dir_recovered event was not stored: %s\n",
+                   job_id.c_str(), appended.ToString().c_str());
+    }
     drained.push_back(job_id);
     it = backlogs_.erase(it);
   }
