@@ -221,6 +221,47 @@ TEST(HfGpt2Test, ConfigTakesJobDefaultsForOmittedFields) {
   EXPECT_THAT(json, HasSubstr("\"attn_pdrop\": 0.1,"));
 }
 
+// The exact text, as written before the config went through common/json_writer:
+// transformers reads it, and exported directories are compared and hashed by users.
+TEST(HfGpt2Test, ConfigIsTheSameTextAsEver) {
+  JobSpec spec;
+  *spec.mutable_model() = Model();
+  spec.mutable_train()->set_dropout(0.3f);
+  EXPECT_EQ(HuggingFaceGpt2ConfigJson(spec),
+            "{\n"
+            "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+            "  \"model_type\": \"gpt2\",\n"
+            "  \"vocab_size\": 300,\n"
+            "  \"n_positions\": 6,\n"
+            "  \"n_ctx\": 6,\n"
+            "  \"n_embd\": 8,\n"
+            "  \"n_layer\": 2,\n"
+            "  \"n_head\": 2,\n"
+            "  \"n_inner\": null,\n"
+            "  \"activation_function\": \"gelu_new\",\n"
+            "  \"layer_norm_epsilon\": 1e-05,\n"
+            "  \"embd_pdrop\": 0.3,\n"
+            "  \"attn_pdrop\": 0.3,\n"
+            "  \"resid_pdrop\": 0.3,\n"
+            "  \"initializer_range\": 0.02,\n"
+            "  \"scale_attn_weights\": true,\n"
+            "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+            "  \"reorder_and_upcast_attn\": false,\n"
+            "  \"tie_word_embeddings\": true,\n"
+            "  \"bos_token_id\": null,\n"
+            "  \"eos_token_id\": null,\n"
+            "  \"use_cache\": true,\n"
+            "  \"torch_dtype\": \"float32\"\n"
+            "}\n");
+  // The fewest digits that read back as the same float: 8 here, 9 (the most) below.
+  spec.mutable_train()->set_dropout(0.12345679f);
+  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.12345679,\n"));
+  spec.mutable_train()->set_dropout(0.104274996f);
+  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.104274996,\n"));
+  spec.mutable_train()->set_dropout(0.0f);
+  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0,\n"));
+}
+
 uint16_t ToBfloat16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);

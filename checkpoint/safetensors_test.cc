@@ -36,6 +36,45 @@ TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   EXPECT_FALSE(TensorAsInt32(read->tensors.at("w")).ok());
 }
 
+// The exact bytes of a small file, as the writer produced them before it used
+// common/json_writer: safetensors files are hashed (by tests and by users), so a header's
+// bytes must not change. Metadata holds every character the escaping treats specially.
+TEST(SafetensorsTest, WritesTheSameBytesAsEver) {
+  const std::vector<float> floats = {1.0f, -2.0f};
+  const float scalar = 0.5f;
+  const std::vector<int32_t> ints = {7, -1};
+  SafetensorsFile file;
+  file.tensors["b"] = MakeF32Tensor({2}, floats.data());
+  file.tensors["a.weight"] = MakeI32Tensor({1, 2}, ints.data());
+  file.tensors["s"] = MakeF32Tensor({}, &scalar);
+  file.metadata["format"] = "pt";
+  file.metadata["note"] = "q\"b\\s </x>\n\t\x01\x7f caf\xc3\xa9";
+  const std::string path = TempPath("pinned.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, file).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+
+  const std::string header =
+      "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"q\\\"b\\\\s </x>\\u000a\\u0009\\u0001\x7f "
+      "caf\xc3\xa9\"},"
+      "\"a.weight\":{\"dtype\":\"I32\",\"shape\":[1,2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+      "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[16,20]}}";
+  const std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  std::string expected(8, '\0');
+  for (int i = 0; i < 8; ++i) expected[i] = static_cast<char>((padded.size() >> (8 * i)) & 0xFF);
+  expected += padded;
+  expected.append(reinterpret_cast<const char*>(ints.data()), 8);
+  expected.append(reinterpret_cast<const char*>(floats.data()), 8);
+  expected.append(reinterpret_cast<const char*>(&scalar), 4);
+  EXPECT_EQ(bytes, expected);
+  EXPECT_EQ(padded.size(), 256u);  // the header as it was, spaces included
+
+  absl::StatusOr<SafetensorsFile> read = ReadSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->metadata, file.metadata);
+}
+
 TEST(SafetensorsTest, RejectsTruncatedAndMalformedFiles) {
   const std::vector<float> weights(100, 1.0f);
   SafetensorsFile file;
