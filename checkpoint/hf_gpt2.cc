@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -13,13 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "checkpoint/file_io.h"
+#include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "spec/job_spec_defaults.h"
-#include "checkpoint/file_io.h"
 
 namespace mtrain {
 namespace {
@@ -229,15 +228,6 @@ bool IsAttentionMaskBuffer(absl::string_view name) {
   return name == ".attn.bias" || name == ".attn.masked_bias";
 }
 
-// The shortest decimal that reads back as `value` in float: "0.1", not "0.100000001".
-std::string FloatJson(float value) {
-  for (int precision = 1; precision < 9; ++precision) {
-    const std::string text = absl::StrFormat("%.*g", precision, value);
-    if (std::strtof(text.c_str(), nullptr) == value) return text;
-  }
-  return absl::StrFormat("%.9g", value);
-}
-
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
@@ -293,34 +283,38 @@ std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec_in) {
   JobSpec spec = spec_in;
   ApplyJobSpecDefaults(&spec);
   const ModelSpec& m = spec.model();
-  const std::string dropout = FloatJson(spec.train().dropout());
+  const double dropout = spec.train().dropout();
+  // One field per line, as people read and diff it; the float settings in the fewest
+  // digits that give the same float ("0.1", not "0.100000001").
+  JsonObject config(JsonNumberFormat::ShortestFloat(), JsonLayout::kOneFieldPerLine);
   // GPT2Config's other defaults already match (scale_attn_weights: 1/sqrt(head_dim));
   // they are written out so the file does not depend on a transformers version's defaults.
-  return absl::StrCat("{\n",                                                    //
-                      "  \"architectures\": [\"GPT2LMHeadModel\"],\n",          //
-                      "  \"model_type\": \"gpt2\",\n",                          //
-                      "  \"vocab_size\": ", m.vocab_size(), ",\n",              //
-                      "  \"n_positions\": ", m.seq_length(), ",\n",             //
-                      "  \"n_ctx\": ", m.seq_length(), ",\n",                   //
-                      "  \"n_embd\": ", m.hidden_size(), ",\n",                 //
-                      "  \"n_layer\": ", m.num_layers(), ",\n",                 //
-                      "  \"n_head\": ", m.num_heads(), ",\n",                   //
-                      "  \"n_inner\": null,\n",                                 // 4 * n_embd
-                      "  \"activation_function\": \"", kHfActivation, "\",\n",  //
-                      "  \"layer_norm_epsilon\": ", FloatJson(kLayerNormEpsilon), ",\n",  //
-                      "  \"embd_pdrop\": ", dropout, ",\n",                               //
-                      "  \"attn_pdrop\": ", dropout, ",\n",                               //
-                      "  \"resid_pdrop\": ", dropout, ",\n",                              //
-                      "  \"initializer_range\": ", FloatJson(kInitializerRange), ",\n",   //
-                      "  \"scale_attn_weights\": true,\n",                                //
-                      "  \"scale_attn_by_inverse_layer_idx\": false,\n",                  //
-                      "  \"reorder_and_upcast_attn\": false,\n",                          //
-                      "  \"tie_word_embeddings\": true,\n",                               //
-                      "  \"bos_token_id\": null,\n",                                      //
-                      "  \"eos_token_id\": null,\n",                                      //
-                      "  \"use_cache\": true,\n",                                         //
-                      "  \"torch_dtype\": \"float32\"\n",                                 //
-                      "}\n");
+  config
+      .Raw("architectures", JsonArray(std::vector<std::string>{"GPT2LMHeadModel"},
+                                      [](const std::string& name) { return JsonString(name); }))
+      .String("model_type", "gpt2")
+      .Int("vocab_size", m.vocab_size())
+      .Int("n_positions", m.seq_length())
+      .Int("n_ctx", m.seq_length())
+      .Int("n_embd", m.hidden_size())
+      .Int("n_layer", m.num_layers())
+      .Int("n_head", m.num_heads())
+      .Null("n_inner")  // 4 * n_embd
+      .String("activation_function", kHfActivation)
+      .Number("layer_norm_epsilon", kLayerNormEpsilon)
+      .Number("embd_pdrop", dropout)
+      .Number("attn_pdrop", dropout)
+      .Number("resid_pdrop", dropout)
+      .Number("initializer_range", kInitializerRange)
+      .Bool("scale_attn_weights", true)
+      .Bool("scale_attn_by_inverse_layer_idx", false)
+      .Bool("reorder_and_upcast_attn", false)
+      .Bool("tie_word_embeddings", true)
+      .Null("bos_token_id")
+      .Null("eos_token_id")
+      .Bool("use_cache", true)
+      .String("torch_dtype", "float32");
+  return config.Close() + "\n";  // a text file ends with a newline
 }
 
 absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,

@@ -8,10 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/file_io.h"
+#include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "checkpoint/file_io.h"
 
 namespace mtrain {
 namespace {
@@ -27,21 +28,18 @@ int DtypeSize(const std::string& dtype) {
   return 0;
 }
 
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-      out += buffer;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+// The header holds only strings and integers (written exactly, see JsonArray): this format
+// is never used, but JsonObject asks for one.
+constexpr JsonNumberFormat kUnusedNumberFormat = JsonNumberFormat::Significant(17);
+
+// Compact and minimally escaped: the bytes every safetensors file of this project has had.
+JsonObject HeaderObject() {
+  return JsonObject(kUnusedNumberFormat, JsonLayout::kCompact, JsonEscaping::kMinimal);
+}
+
+template <typename Integer>
+std::string IntegerArray(const std::vector<Integer>& values) {
+  return JsonArray(values, [](Integer value) { return absl::StrCat(value); });
 }
 
 absl::Status Malformed(const std::string& path, const std::string& what) {
@@ -115,23 +113,24 @@ absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tens
 }
 
 absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file) {
-  std::vector<std::string> entries;
+  JsonObject header_object = HeaderObject();
   if (!file.metadata.empty()) {
-    std::vector<std::string> pairs;
-    for (const auto& [key, value] : file.metadata) {
-      pairs.push_back(absl::StrCat("\"", JsonEscape(key), "\":\"", JsonEscape(value), "\""));
-    }
-    entries.push_back(absl::StrCat("\"__metadata__\":{", absl::StrJoin(pairs, ","), "}"));
+    JsonObject metadata = HeaderObject();
+    for (const auto& [key, value] : file.metadata) metadata.String(key, value);
+    header_object.Raw("__metadata__", metadata.Close());
   }
   uint64_t offset = 0;
   for (const auto& [name, tensor] : file.tensors) {
-    entries.push_back(absl::StrCat("\"", JsonEscape(name), "\":{\"dtype\":\"", tensor.dtype,
-                                   "\",\"shape\":[", absl::StrJoin(tensor.shape, ","),
-                                   "],\"data_offsets\":[", offset, ",",
-                                   offset + tensor.bytes.size(), "]}"));
-    offset += tensor.bytes.size();
+    const uint64_t end = offset + tensor.bytes.size();
+    header_object.Raw(name,
+                      HeaderObject()
+                          .String("dtype", tensor.dtype)
+                          .Raw("shape", IntegerArray(tensor.shape))
+                          .Raw("data_offsets", IntegerArray(std::vector<uint64_t>{offset, end}))
+                          .Close());
+    offset = end;
   }
-  std::string header = absl::StrCat("{", absl::StrJoin(entries, ","), "}");
+  std::string header = header_object.Close();
   // Pad with spaces to 8-byte alignment, as the reference writer does.
   while (header.size() % 8 != 0) header += ' ';
   const std::string temporary = path + ".tmp";

@@ -116,6 +116,21 @@ void ExpectRefused(const std::string& path, absl::StatusCode code, const std::st
   EXPECT_NE(read.status().message().find(needle), absl::string_view::npos) << read.status();
 }
 
+// Text that is not UTF-8 is written as U+FFFD, so the header stays JSON that every reader
+// accepts (written as it was, the header was refused: "non UTF-8 code points").
+TEST(SafetensorsTest, WritesTextThatIsNotUtf8AsReplacementCharacters) {
+  const float value = 1.0f;
+  SafetensorsFile file;
+  file.tensors["w\xff"] = MakeF32Tensor({1}, &value);
+  file.metadata["note"] = "x\xfey";
+  const std::string path = TempPath("not_utf8.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, file).ok());
+  absl::StatusOr<SafetensorsFile> read = ReadSafetensors(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->metadata.at("note"), "x\xef\xbf\xbdy");
+  EXPECT_EQ(read->tensors.count("w\xef\xbf\xbd"), 1u);
+}
+
 TEST(SafetensorsTest, RefusesFilesThatAreNotRegularBeforeReadingThem) {
   // /dev/zero never ends: reading it whole used to abort the rank with std::bad_alloc.
   ExpectRefused("/dev/zero", absl::StatusCode::kInvalidArgument, "a character device");

@@ -1,6 +1,7 @@
 #include "common/json_writer.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_format.h"
 
@@ -38,11 +39,26 @@ size_t Utf8SequenceLength(absl::string_view text) {
 }  // namespace
 
 std::string JsonNumberFormat::Format(double value) const {
-  return style_ == Style::kG ? absl::StrFormat("%.*g", digits_, value)
-                             : absl::StrFormat("%.*f", digits_, value);
+  switch (style_) {
+    case Style::kG:
+      return absl::StrFormat("%.*g", digits_, value);
+    case Style::kF:
+      return absl::StrFormat("%.*f", digits_, value);
+    case Style::kShortestFloat: {
+      // 9 significant digits always read back (FLT_DECIMAL_DIG); fewer often do.
+      const float f = static_cast<float>(value);
+      for (int precision = 1; precision < digits_; ++precision) {
+        std::string text = absl::StrFormat("%.*g", precision, f);
+        if (std::strtof(text.c_str(), nullptr) == f) return text;
+      }
+      return absl::StrFormat("%.*g", digits_, f);
+    }
+  }
+  return "null";  // unreachable: every style is handled above
 }
 
-std::string JsonString(absl::string_view text) {
+std::string JsonString(absl::string_view text, JsonEscaping escaping) {
+  const bool minimal = escaping == JsonEscaping::kMinimal;
   std::string out = "\"";
   out.reserve(text.size() + 2);
   while (!text.empty()) {
@@ -56,19 +72,19 @@ std::string JsonString(absl::string_view text) {
         out += "\\\\";
         break;
       case '\n':
-        out += "\\n";
+        out += minimal ? "\\u000a" : "\\n";
         break;
       case '\r':
-        out += "\\r";
+        out += minimal ? "\\u000d" : "\\r";
         break;
       case '\t':
-        out += "\\t";
+        out += minimal ? "\\u0009" : "\\t";
         break;
       default:
         if (c < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
         } else if (c < 0x80) {
-          if (c == '<') {
+          if (c == '<' && !minimal) {
             out += "\\u003c";
           } else {
             out += static_cast<char>(c);
@@ -92,8 +108,18 @@ std::string JsonNumber(double value, JsonNumberFormat format) {
 }
 
 JsonObject& JsonObject::Raw(absl::string_view key, absl::string_view json) {
-  absl::StrAppend(&text_, text_.size() > 1 ? "," : "", JsonString(key), ":", json);
+  const bool first = text_.size() == 1;
+  if (layout_ == JsonLayout::kCompact) {
+    absl::StrAppend(&text_, first ? "" : ",", JsonString(key, escaping_), ":", json);
+  } else {
+    absl::StrAppend(&text_, first ? "\n  " : ",\n  ", JsonString(key, escaping_), ": ", json);
+  }
   return *this;
+}
+
+std::string JsonObject::Close() const {
+  const bool empty = text_.size() == 1;
+  return absl::StrCat(text_, layout_ == JsonLayout::kOneFieldPerLine && !empty ? "\n}" : "}");
 }
 
 }  // namespace mtrain

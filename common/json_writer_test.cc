@@ -39,6 +39,17 @@ TEST(JsonStringTest, AStrictParserReadsBackWhatWasWritten) {
             "x\xef\xbf\xbd\xef\xbf\xbd y");
 }
 
+TEST(JsonStringTest, MinimalEscapingEscapesOnlyWhatJsonRequires) {
+  const JsonEscaping minimal = JsonEscaping::kMinimal;
+  EXPECT_EQ(JsonString("a\"b\\c", minimal), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(JsonString(std::string("\n\r\t\0\x1f", 5), minimal),
+            "\"\\u000a\\u000d\\u0009\\u0000\\u001f\"");
+  EXPECT_EQ(JsonString("</x>\x7f caf\xc3\xa9", minimal), "\"</x>\x7f caf\xc3\xa9\"");
+  EXPECT_EQ(JsonString("a\x80z", minimal), "\"a\\ufffdz\"");
+  const std::string text = "q\"b\\</\n\x01\xc3\xa9";
+  EXPECT_EQ(nlohmann::json::parse(JsonString(text, minimal)).get<std::string>(), text);
+}
+
 TEST(JsonNumberTest, WritesFiniteNumbersAndNullOtherwise) {
   EXPECT_EQ(JsonNumber(2.5, kTen), "2.5");
   EXPECT_EQ(JsonNumber(5.545177444, kTen), "5.545177444");
@@ -62,6 +73,17 @@ TEST(JsonNumberTest, KeepsTheCallersPrecision) {
   EXPECT_EQ(JsonNumber(1e-9, JsonNumberFormat::Fixed(6)), "0.000000");
 }
 
+TEST(JsonNumberTest, ShortestFloatTakesTheFewestDigitsThatReadBackAsTheFloat) {
+  const JsonNumberFormat shortest = JsonNumberFormat::ShortestFloat();
+  EXPECT_EQ(JsonNumber(0.1f, shortest), "0.1");  // not 0.100000001
+  EXPECT_EQ(JsonNumber(0.1, shortest), "0.1");   // a double is rounded to float first
+  EXPECT_EQ(JsonNumber(1e-5f, shortest), "1e-05");
+  EXPECT_EQ(JsonNumber(0.0f, shortest), "0");
+  EXPECT_EQ(JsonNumber(0.12345679f, shortest), "0.12345679");
+  EXPECT_EQ(JsonNumber(0.104274996f, shortest), "0.104274996");  // needs all 9
+  EXPECT_EQ(JsonNumber(std::nan(""), shortest), "null");
+}
+
 TEST(JsonObjectTest, WritesFieldsInOrderWithoutSpaces) {
   const std::string json =
       JsonObject(kTen)
@@ -81,10 +103,41 @@ TEST(JsonObjectTest, WritesFieldsInOrderWithoutSpaces) {
   EXPECT_TRUE(nlohmann::json::accept(json));
 }
 
+TEST(JsonObjectTest, OneFieldPerLineIndentsFieldsAndKeepsNestedValuesInline) {
+  const std::string json =
+      JsonObject(kTen, JsonLayout::kOneFieldPerLine)
+          .Raw("list", JsonArray(std::vector<int>{1, 2}, [](int i) { return absl::StrCat(i); }))
+          .String("name", "gpt2")
+          .Null("none")
+          .Number("eps", 1e-5)
+          .Close();
+  EXPECT_EQ(json,
+            "{\n"
+            "  \"list\": [1,2],\n"
+            "  \"name\": \"gpt2\",\n"
+            "  \"none\": null,\n"
+            "  \"eps\": 1e-05\n"
+            "}");
+  EXPECT_TRUE(nlohmann::json::accept(json));
+  EXPECT_EQ(JsonObject(kTen, JsonLayout::kOneFieldPerLine).Close(), "{}");
+}
+
+TEST(JsonObjectTest, KeysAndStringsTakeTheObjectsEscaping) {
+  EXPECT_EQ(
+      JsonObject(kTen, JsonLayout::kCompact, JsonEscaping::kMinimal).String("a\n<", "b\n<").Close(),
+      "{\"a\\u000a<\":\"b\\u000a<\"}");
+  EXPECT_EQ(JsonObject(kTen).String("a\n<", "b\n<").Close(), "{\"a\\n\\u003c\":\"b\\n\\u003c\"}");
+}
+
 TEST(JsonObjectTest, EmptyObjectsAndArraysAreValid) {
   EXPECT_EQ(JsonObject(kTen).Close(), "{}");
   EXPECT_EQ(JsonArray(std::vector<int>{}, [](int i) { return absl::StrCat(i); }), "[]");
   EXPECT_EQ(JsonObject(kTen).Int("a", int64_t{1} << 62).Close(), "{\"a\":4611686018427387904}");
+  // Integers never pass through a double: 2^53 + 1 and the largest uint64 stay exact.
+  EXPECT_EQ(JsonObject(kTen).Int("a", (int64_t{1} << 53) + 1).Close(), "{\"a\":9007199254740993}");
+  EXPECT_EQ(
+      JsonArray(std::vector<uint64_t>{0, UINT64_MAX}, [](uint64_t v) { return absl::StrCat(v); }),
+      "[0,18446744073709551615]");
 }
 
 }  // namespace
