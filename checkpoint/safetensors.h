@@ -1,7 +1,9 @@
 // Reading and writing the safetensors format (HuggingFace): an 8-byte little-endian header
 // length, a JSON header mapping each tensor name to {dtype, shape, data_offsets} (plus an
 // optional "__metadata__" map of strings), then the raw little-endian tensor bytes.
-// Used for reference data exchanged with PyTorch and for exporting checkpoints.
+// Used for reference data exchanged with PyTorch and for exporting checkpoints. The header
+// is written by common/json_writer.h, compact and minimally escaped: the bytes this
+// project's files have always had (files are hashed; safetensors_test pins them).
 #ifndef MTRAIN_CHECKPOINT_SAFETENSORS_H_
 #define MTRAIN_CHECKPOINT_SAFETENSORS_H_
 
@@ -36,7 +38,8 @@ SafetensorsTensor MakeI32Tensor(std::vector<int64_t> shape, const int32_t* data)
 absl::StatusOr<std::vector<float>> TensorAsFloats(const SafetensorsTensor& tensor);
 absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tensor);
 
-// Writes atomically (temporary file, then rename).
+// Writes atomically (temporary file, then rename). Bytes of names and metadata that are
+// not UTF-8 are written as U+FFFD, since the header must be UTF-8 JSON to be read back.
 absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file);
 
 // Checks the header (length at most 100 MiB and inside the file, JSON, known dtypes,
