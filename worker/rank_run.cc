@@ -196,20 +196,20 @@ void StdoutAndFileSinks::StageTimings(const StageTimingsRecord& record) {
 }
 
 void RankAbort::Abort() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   requested_ = true;
   if (trainer_ != nullptr) trainer_->Abort();
 }
 
 absl::Status RankAbort::Attach(Trainer* trainer) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (requested_) return absl::AbortedError("aborted by a signal before training");
   trainer_ = trainer;
   return absl::OkStatus();
 }
 
 void RankAbort::Detach() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   trainer_ = nullptr;
 }
 

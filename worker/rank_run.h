@@ -24,7 +24,6 @@
 #define MTRAIN_WORKER_RANK_RUN_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "proto/assignment.pb.h"
 #include "proto/coordinator.pb.h"
 #include "worker/coordinator_client.h"
@@ -149,7 +149,7 @@ class RankAbort {
   void Detach();
 
  private:
-  std::mutex mutex_;
+  Mutex mutex_;
   Trainer* trainer_ ABSL_GUARDED_BY(mutex_) = nullptr;
   bool requested_ ABSL_GUARDED_BY(mutex_) = false;
 };

@@ -13,7 +13,6 @@
 #include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
@@ -156,7 +156,7 @@ struct GroupState {
   std::unique_ptr<GroupWatchdog> watchdog;
 
   std::atomic<bool> aborted{false};
-  std::mutex mutex;
+  Mutex mutex;
   // Unbound buffers with a wait in progress, for Abort to cancel.
   std::set<UnboundBuffer*> waiting ABSL_GUARDED_BY(mutex);
   // The error after which the group is unusable.
@@ -169,7 +169,7 @@ struct GroupState {
       return absl::FailedPreconditionError(
           absl::StrCat(what, " in group ", name, ": the group was aborted"));
     }
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(&mutex);
     if (!broken.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, " in group ", name, ": unusable after an earlier error: ", broken.message()));
@@ -190,14 +190,14 @@ struct GroupState {
   absl::Status Fail(const GroupOperation& op, const absl::Status& failure,
                     const std::string& detail) {
     {
-      std::lock_guard<std::mutex> lock(mutex);
+      MutexLock lock(&mutex);
       if (broken.ok()) broken = failure;
       CloseConnections();
     }
     absl::Status explained =
         watchdog->Explain(op, failure, detail, [this] { return aborted.load(); });
     // Later calls then say why the group is unusable in the watchdog's words.
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(&mutex);
     if (broken == failure) broken = explained;
     return explained;
   }
@@ -220,7 +220,7 @@ struct GroupState {
 
   void Abort() {
     aborted.store(true);
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(&mutex);
     // Closing first guarantees no transfer writes into a caller's buffer after its
     // operation has returned.
     CloseConnections();
@@ -273,7 +273,7 @@ struct GroupState {
 class WaitRegistration {
  public:
   WaitRegistration(GroupState& state, UnboundBuffer* buffer) : state_(state), buffer_(buffer) {
-    std::lock_guard<std::mutex> lock(state_.mutex);
+    MutexLock lock(&state_.mutex);
     state_.waiting.insert(buffer_);
     if (state_.aborted.load()) {
       buffer_->abortWaitRecv();
@@ -281,7 +281,7 @@ class WaitRegistration {
     }
   }
   ~WaitRegistration() {
-    std::lock_guard<std::mutex> lock(state_.mutex);
+    MutexLock lock(&state_.mutex);
     state_.waiting.erase(buffer_);
   }
   WaitRegistration(const WaitRegistration&) = delete;

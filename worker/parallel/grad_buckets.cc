@@ -40,10 +40,10 @@ GradientBuckets::GradientBuckets(const std::vector<GradientRange>& tensors, floa
 
 GradientBuckets::~GradientBuckets() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     stopping_ = true;
   }
-  work_or_done_.notify_all();
+  work_or_done_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -62,7 +62,7 @@ int GradientBuckets::BucketOf(size_t offset) const {
 }
 
 void GradientBuckets::StartStep() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     progress_[b].pending = buckets_[b].end - buckets_[b].begin;
     progress_[b].launched = false;
@@ -76,7 +76,7 @@ void GradientBuckets::MarkReady(size_t offset) {
   const auto it = std::lower_bound(tensor_offsets_.begin(), tensor_offsets_.end(), offset);
   if (it == tensor_offsets_.end() || *it != offset) return;
   const size_t index = it - tensor_offsets_.begin();
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   if (tensor_ready_[index]) return;  // reported twice: count it once
   tensor_ready_[index] = 1;
   const int b = BucketOf(offset);
@@ -93,35 +93,36 @@ void GradientBuckets::Launch(int bucket) {
   if (!thread_.joinable()) return;  // size-1 group: nothing to reduce
   queue_.push_back(bucket);
   ++outstanding_;
-  work_or_done_.notify_all();
+  work_or_done_.SignalAll();
 }
 
 absl::Status GradientBuckets::Finish() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (!progress_[b].launched) Launch(static_cast<int>(b));
   }
-  work_or_done_.wait(lock, [this] { return outstanding_ == 0; });
+  while (outstanding_ != 0) work_or_done_.Wait(&mutex_);
   return first_error_;
 }
 
 void GradientBuckets::CommunicationLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   while (true) {
-    work_or_done_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    while (!stopping_ && queue_.empty()) work_or_done_.Wait(&mutex_);
     if (queue_.empty()) return;  // stopping with nothing left
     const int b = queue_.front();
     queue_.pop_front();
     const Bucket bucket = buckets_[b];
     const bool skip = !first_error_.ok();  // the group is unusable after an error
-    lock.unlock();
+    // The all-reduce runs unlocked so that the training thread can go on marking tensors.
+    mutex_.Unlock();
     absl::Status status =
         skip ? absl::OkStatus()
              : group_->AllReduce(grads_ + bucket.begin, bucket.end - bucket.begin, ReduceOp::kSum);
-    lock.lock();
+    mutex_.Lock();
     if (!status.ok() && first_error_.ok()) first_error_ = status;
     --outstanding_;
-    work_or_done_.notify_all();
+    work_or_done_.SignalAll();
   }
 }
 

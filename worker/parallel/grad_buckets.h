@@ -27,15 +27,14 @@
 #ifndef MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_
 #define MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "worker/parallel/communicator.h"
 
 namespace mtrain {
@@ -94,8 +93,8 @@ class GradientBuckets {
   std::vector<size_t> tensor_offsets_;  // sorted; one per tensor
   std::vector<size_t> tensor_sizes_;    // in the order of tensor_offsets_
 
-  std::mutex mutex_;
-  std::condition_variable work_or_done_;
+  Mutex mutex_;
+  CondVar work_or_done_;
   std::vector<BucketProgress> progress_ ABSL_GUARDED_BY(mutex_);  // per bucket
   std::vector<char> tensor_ready_ ABSL_GUARDED_BY(mutex_);        // per tensor, this step
   std::deque<int> queue_ ABSL_GUARDED_BY(mutex_);                 // buckets to all-reduce

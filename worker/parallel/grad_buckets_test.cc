@@ -1,8 +1,9 @@
 #include "worker/parallel/grad_buckets.h"
 
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -16,7 +17,7 @@ class RecordingGroup : public Communicator {
   int size() const override { return 2; }
   const std::string& name() const override { return name_; }
   absl::Status AllReduce(float* data, size_t count, ReduceOp) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (!fail_with_.ok()) return fail_with_;
     for (size_t i = 0; i < count; ++i) data[i] *= 2;
     reduced_.emplace_back(data, count);
@@ -39,16 +40,19 @@ class RecordingGroup : public Communicator {
   void Abort() override {}
 
   std::vector<std::pair<float*, size_t>> reduced() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     return reduced_;
   }
-  void FailWith(absl::Status s) { fail_with_ = std::move(s); }
+  void FailWith(absl::Status s) {
+    MutexLock lock(&mutex_);
+    fail_with_ = std::move(s);
+  }
 
  private:
   std::string name_ = "data-0 (ranks 0,1)";
-  std::mutex mutex_;
-  std::vector<std::pair<float*, size_t>> reduced_;
-  absl::Status fail_with_;
+  Mutex mutex_;  // AllReduce runs on the buckets' communication thread
+  std::vector<std::pair<float*, size_t>> reduced_ ABSL_GUARDED_BY(mutex_);
+  absl::Status fail_with_ ABSL_GUARDED_BY(mutex_);
 };
 
 std::vector<GradientRange> Tensors(const std::vector<size_t>& sizes) {

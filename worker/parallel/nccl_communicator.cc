@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -15,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "worker/parallel/group_watchdog.h"
 
@@ -63,7 +63,7 @@ class NcclGroup {
   ~NcclGroup() {
     cudaSetDevice(device_);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       if (comm_ != nullptr) {
         // Flush and release cleanly when the peers are still there; abort otherwise.
         const ncclResult_t finalize = ncclCommFinalize(comm_);
@@ -99,7 +99,7 @@ class NcclGroup {
                     const std::string& call, absl::Time deadline) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     if (absl::Status s = Prepare(&config); !s.ok()) return s;
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     const ncclResult_t started = create(&comm_, &config);
     if (started != ncclSuccess && started != ncclInProgress) {
       return FailLocked(
@@ -125,38 +125,10 @@ class NcclGroup {
     if (child != nullptr) {
       if (absl::Status s = child->Prepare(&config); !s.ok()) return s;
     }
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (comm_ == nullptr) return Aborted("ncclCommSplit");
-    // The child is not shared yet: nothing else touches its comm_ while NCCL writes it.
-    ncclComm_t* const target = child != nullptr ? &child->comm_ : &split_target_;
-    const ncclResult_t started = ncclCommSplit(comm_, child != nullptr ? color : NCCL_SPLIT_NOCOLOR,
-                                               key, target, child != nullptr ? &config : nullptr);
-    if (started != ncclSuccess && started != ncclInProgress) {
-      return FailLocked(
-          absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ncclCommSplit: ",
-                                                     ncclGetErrorString(started), LastError())));
+    {
+      MutexLock lock(&mutex_);
+      if (absl::Status s = SplitLocked(child, color, key, &config, deadline); !s.ok()) return s;
     }
-    for (int polls = 0;; ++polls) {
-      ncclResult_t state = ncclInProgress;
-      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
-      if (queried != ncclSuccess) state = queried;
-      if (state == ncclSuccess) break;
-      if (state != ncclInProgress) {
-        return FailLocked(
-            absl::Status(CodeOf(state), absl::StrCat("group ", name_, ": ncclCommSplit failed: ",
-                                                     ncclGetErrorString(state), LastError())));
-      }
-      if (absl::Now() >= deadline) {
-        return FailLocked(absl::DeadlineExceededError(
-            absl::StrCat("group ", name_, ": ncclCommSplit did not complete within ",
-                         absl::FormatDuration(timeout_), " (a member missing?)")));
-      }
-      lock.unlock();
-      Pause(polls);
-      lock.lock();
-      if (comm_ == nullptr) return Aborted("ncclCommSplit");
-    }
-    lock.unlock();
     if (child == nullptr) return absl::OkStatus();
     return child->AwaitSplit(deadline);
   }
@@ -168,7 +140,7 @@ class NcclGroup {
   absl::Status Begin(const std::string& what) {
     if (aborted_.load()) return Aborted(what);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(&mutex_);
       if (!broken_.ok()) {
         return absl::FailedPreconditionError(absl::StrCat(
             what, " in group ", name_, ": unusable after an earlier error: ", broken_.message()));
@@ -198,13 +170,13 @@ class NcclGroup {
   }
 
   void RecordSend(const void* data, size_t bytes, int peer) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     unissued_sends_.push_back(SendRecord{data, bytes, peer});
   }
 
   void Abort() {
     aborted_.store(true);
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (comm_ != nullptr) {
       // The caller's thread may work on another device: give it back as it was.
       int caller_device = device_;
@@ -235,10 +207,52 @@ class NcclGroup {
     return absl::OkStatus();
   }
 
+  // Split's work on this (parent) group: starts ncclCommSplit and polls the parent until
+  // the split is done, releasing the lock between polls so that Abort stays prompt.
+  absl::Status SplitLocked(NcclGroup* child, int color, int key, ncclConfig_t* config,
+                           absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (comm_ == nullptr) return Aborted("ncclCommSplit");
+    ncclComm_t* const target = child != nullptr ? child->SplitSlot() : &split_target_;
+    const ncclResult_t started = ncclCommSplit(comm_, child != nullptr ? color : NCCL_SPLIT_NOCOLOR,
+                                               key, target, child != nullptr ? config : nullptr);
+    if (started != ncclSuccess && started != ncclInProgress) {
+      return FailLocked(
+          absl::Status(CodeOf(started), absl::StrCat("group ", name_, ": ncclCommSplit: ",
+                                                     ncclGetErrorString(started), LastError())));
+    }
+    for (int polls = 0;; ++polls) {
+      ncclResult_t state = ncclInProgress;
+      const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
+      if (queried != ncclSuccess) state = queried;
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) {
+        return FailLocked(
+            absl::Status(CodeOf(state), absl::StrCat("group ", name_, ": ncclCommSplit failed: ",
+                                                     ncclGetErrorString(state), LastError())));
+      }
+      if (absl::Now() >= deadline) {
+        return FailLocked(absl::DeadlineExceededError(
+            absl::StrCat("group ", name_, ": ncclCommSplit did not complete within ",
+                         absl::FormatDuration(timeout_), " (a member missing?)")));
+      }
+      mutex_.Unlock();
+      Pause(polls);
+      mutex_.Lock();
+      if (comm_ == nullptr) return Aborted("ncclCommSplit");
+    }
+  }
+
+  // Where ncclCommSplit stores this (child) group's communicator. NCCL writes it from its
+  // own thread when the split completes, outside any lock of ours, so no lock could guard
+  // that write and taking mutex_ here would prove nothing. What makes it safe: the child is
+  // not shared until Split has returned (only the splitting thread knows it), and
+  // AwaitSplit reads comm_ atomically under mutex_ once the parent reports the split done.
+  ncclComm_t* SplitSlot() ABSL_NO_THREAD_SAFETY_ANALYSIS { return &comm_; }
+
   // The child's side of Split, once the parent reported the split complete: comm_ was
   // filled by NCCL (null only if NCCL failed to); polls its own state until `deadline`.
   absl::Status AwaitSplit(absl::Time deadline) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     for (int polls = 0; __atomic_load_n(&comm_, __ATOMIC_ACQUIRE) == nullptr; ++polls) {
       if (absl::Now() >= deadline) {
         return FailLocked(absl::InternalError(absl::StrCat(
@@ -279,7 +293,7 @@ class NcclGroup {
   // Issues the recorded sends and `enqueue` as one NCCL group.
   absl::Status Issue(const std::string& what,
                      const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& enqueue) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (comm_ == nullptr) return Aborted(what);
     ncclResult_t result = ncclGroupStart();
     for (const SendRecord& send : unissued_sends_) {
@@ -314,7 +328,7 @@ class NcclGroup {
     const absl::Time deadline = absl::Now() + timeout_;
     for (int polls = 0;; ++polls) {
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        MutexLock lock(&mutex_);
         if (comm_ == nullptr) return Aborted(what);
         ncclResult_t state = ncclInProgress;
         const ncclResult_t queried = ncclCommGetAsyncError(comm_, &state);
@@ -352,7 +366,7 @@ class NcclGroup {
     }
   }
 
-  std::string LastError() const {
+  std::string LastError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     if (comm_ == nullptr) return "";
     const char* text = ncclGetLastError(comm_);
     return text != nullptr && text[0] != '\0' ? absl::StrCat(" (", text, ")") : "";
@@ -378,7 +392,7 @@ class NcclGroup {
   cudaStream_t stream_ = nullptr;
   float* scratch_ = nullptr;  // one float on the device, for Barrier's all-reduce
   std::atomic<bool> aborted_{false};
-  std::mutex mutex_;
+  Mutex mutex_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mutex_) = nullptr;  // null once aborted
   // Split's *newcomm when this member joins no group: NCCL writes it (NULL) from its own
   // thread, so it must outlive the call, not live on Split's stack.

@@ -12,10 +12,10 @@ OverlappedAllReduce::OverlappedAllReduce(Communicator* group, bool on_device, in
 
 OverlappedAllReduce::~OverlappedAllReduce() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     stop_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   thread_.join();
   for (const Range& range : queue_) cudaEventDestroy(range.ready);
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
@@ -24,7 +24,7 @@ OverlappedAllReduce::~OverlappedAllReduce() {
 absl::Status OverlappedAllReduce::Enqueue(cudaStream_t stream, float* data, size_t count) {
   cudaEvent_t event = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     if (!status_.ok()) return absl::OkStatus();  // Finish reports the first failure
     if (!free_events_.empty()) {
       event = free_events_.back();
@@ -43,17 +43,17 @@ absl::Status OverlappedAllReduce::Enqueue(cudaStream_t stream, float* data, size
     return recorded;
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(&mutex_);
     queue_.push_back(Range{event, data, count});
     ++in_flight_;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::Status OverlappedAllReduce::Finish() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return in_flight_ == 0; });
+  MutexLock lock(&mutex_);
+  while (in_flight_ != 0) changed_.Wait(&mutex_);
   last_busy_seconds_ = busy_seconds_;
   busy_seconds_ = 0;
   return status_;
@@ -65,16 +65,17 @@ void OverlappedAllReduce::Loop() {
   // overlap the compute stream's kernels.
   cudaSetDevice(device_);
   cudaStream_t stream = nullptr;
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   status_ = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                        "creating the gradient all-reduce's stream");
   while (true) {
-    changed_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    while (!stop_ && queue_.empty()) changed_.Wait(&mutex_);
     if (queue_.empty()) break;  // stop_ and nothing left
     const Range range = queue_.front();
     queue_.pop_front();
     const bool skip = !status_.ok();
-    lock.unlock();
+    // Unlocked while it waits and reduces, so that Enqueue can go on queueing ranges.
+    mutex_.Unlock();
     absl::Status status;
     if (!skip) {
       const auto start = std::chrono::steady_clock::now();
@@ -84,15 +85,15 @@ void OverlappedAllReduce::Loop() {
       }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      lock.lock();
+      mutex_.Lock();
       busy_seconds_ += seconds;
     } else {
-      lock.lock();
+      mutex_.Lock();
     }
     if (!status.ok() && status_.ok()) status_ = status;
     free_events_.push_back(range.ready);
     --in_flight_;
-    changed_.notify_all();
+    changed_.SignalAll();
   }
   if (stream != nullptr) cudaStreamDestroy(stream);
 }

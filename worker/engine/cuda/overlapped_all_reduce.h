@@ -16,15 +16,14 @@
 
 #include <cuda_runtime.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "worker/engine/cuda/device_collectives.h"
 #include "worker/parallel/communicator.h"
 
@@ -60,9 +59,9 @@ class OverlappedAllReduce {
 
   const int device_;
   DeviceCollectives collectives_;  // used by the thread only
-  std::mutex mutex_;
+  Mutex mutex_;
   std::vector<cudaEvent_t> free_events_ ABSL_GUARDED_BY(mutex_);
-  std::condition_variable changed_;
+  CondVar changed_;
   std::deque<Range> queue_ ABSL_GUARDED_BY(mutex_);
   int in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
   bool stop_ ABSL_GUARDED_BY(mutex_) = false;
