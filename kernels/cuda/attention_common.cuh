@@ -1,0 +1,94 @@
+// What the two implementations of kernels/cuda/attention.h share, and their entry points:
+//   attention_scalar.cu       scalar float kernels, a thread per query (or key) row: every T
+//                             at head dims 32, 64 and 128 (fp32 always takes them);
+//   attention_tensor_core.cu  FlashAttention-2-style mma.sync kernels: bf16 and fp16 at head
+//                             dims 64 and 128;
+//   attention.cu              the public functions: check the shape, then choose one.
+// Both drop the probabilities through DeviceDropout at the same global index as the CPU
+// (kernels/attention.cc), so whichever runs, the same elements are dropped.
+// Internal to //kernels/cuda:attention; nothing outside it includes this header.
+#ifndef MTRAIN_KERNELS_CUDA_ATTENTION_COMMON_CUH_
+#define MTRAIN_KERNELS_CUDA_ATTENTION_COMMON_CUH_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dropout_mask.cuh"
+
+namespace mtrain::cuda::attention_internal {
+
+// kernels/dropout.cc's mask (dropout_mask.cuh) over the probabilities, at their global
+// index in [B, total_heads, S, S].
+struct DeviceDropout {
+  uint64_t key = 0;
+  uint32_t threshold = 0;  // 0: no dropout
+  float scale = 1.0f;      // 1 / (1 - p)
+  int head_offset = 0;
+  int total_heads = 0;
+
+  // The factor element (b, h, i, j) of the probabilities is multiplied by: 0 or 1/(1-p).
+  __device__ __forceinline__ float Factor(int b, int h, int i, int j, int S) const {
+    if (threshold == 0) return 1.0f;
+    const uint64_t index =
+        ((uint64_t(b) * total_heads + head_offset + h) * uint64_t(S) + i) * uint64_t(S) + j;
+    return DropoutKeep(key, index, threshold) ? scale : 0.0f;
+  }
+};
+
+// Element offsets into qkv[B, S, 3, H, D] and out[B, S, H, D].
+__device__ __forceinline__ size_t QkvRow(int b, int i, int part, int h, int S, int H, int D) {
+  return ((size_t(b) * S + i) * 3 + part) * size_t(H) * D + size_t(h) * D;
+}
+__device__ __forceinline__ size_t OutRow(int b, int i, int h, int S, int H, int D) {
+  return (size_t(b) * S + i) * size_t(H) * D + size_t(h) * D;
+}
+
+// Launches `kernel` (raising its dynamic shared-memory limit when it needs more than the
+// default 48 KiB) and returns the launch's status.
+template <typename... Params, typename... Args>
+absl::Status Launch(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                    cudaStream_t stream, const char* what, Args... args) {
+  if (smem > 48 * 1024) {
+    if (absl::Status s =
+            CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)),
+                       what);
+        !s.ok()) {
+      return s;
+    }
+  }
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return LastLaunchStatus(what);
+}
+
+// The implementations' entry points. The caller has checked the shape (attention.cu's
+// CheckShape) and handles empty batches; `drop` is the caller's AttentionDropout on the
+// device. Semantics are FlashAttentionForward's and FlashAttentionBackward's.
+
+// Any T; head_dim 32, 64 or 128.
+template <typename T>
+absl::Status ScalarAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
+                                    const DeviceDropout& drop, cudaStream_t stream);
+template <typename T>
+absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
+                                     T* d_qkv, const AttentionShape& shape,
+                                     const DeviceDropout& drop, cudaStream_t stream);
+
+// T = __nv_bfloat16 or __half; head_dim 64 or 128.
+template <typename T>
+absl::Status TensorCoreAttentionForward(const T* qkv, T* out, float* lse,
+                                        const AttentionShape& shape, const DeviceDropout& drop,
+                                        cudaStream_t stream);
+template <typename T>
+absl::Status TensorCoreAttentionBackward(const T* d_out, const T* qkv, const T* out,
+                                         const float* lse, T* d_qkv, const AttentionShape& shape,
+                                         const DeviceDropout& drop, cudaStream_t stream);
+
+}  // namespace mtrain::cuda::attention_internal
+
+#endif  // MTRAIN_KERNELS_CUDA_ATTENTION_COMMON_CUH_

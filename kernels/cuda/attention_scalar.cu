@@ -1,0 +1,284 @@
+// The scalar attention kernels: float arithmetic whatever T, a thread per query row
+// (forward, dQ) or key row (dK, dV) with keys and values (or queries and dO) staged through
+// shared memory as floats. They follow the CPU closely (the fp32 tests hold them to 1e-5);
+// fp32 always runs here, bf16 and fp16 at head dim 32 (attention.cu chooses).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/device_math.cuh"
+
+namespace mtrain::cuda::attention_internal {
+namespace {
+
+// Query (or key) rows per block: one thread each.
+constexpr int kRows = 64;
+
+// Key/value rows staged per shared-memory tile: 32 KiB of floats for two tiles.
+template <int D>
+__host__ __device__ constexpr int TileRows() {
+  return 4096 / D;
+}
+
+// The block stages keys and values [start, start + kTile) of head h in shared memory as
+// floats (zeros past the sequence).
+template <typename T, int D, int kTile>
+__device__ __forceinline__ void LoadKeyValueTile(const T* qkv, int b, int h, int start, int S,
+                                                 int H, float (*ks)[D], float (*vs)[D]) {
+  for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+    const int j = start + e / D, d = e % D;
+    ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, h, S, H, D) + d]) : 0.0f;
+    vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, h, S, H, D) + d]) : 0.0f;
+  }
+}
+
+// grid (ceil(S / kRows), B * H), kRows threads: thread t owns query row blockIdx.x*kRows+t.
+template <typename T, int D>
+__global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, DeviceDropout drop) {
+  constexpr int kTile = TileRows<D>();
+  __shared__ float ks[kTile][D];
+  __shared__ float vs[kTile][D];
+  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int i = blockIdx.x * kRows + threadIdx.x;
+  const bool active = i < S;
+  const float scale = rsqrtf(float(D));
+  float q[D], o[D];
+  float m = -INFINITY, l = 0.0f;
+  if (active) {
+    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, D);
+    for (int d = 0; d < D; ++d) {
+      q[d] = ToFloat(qr[d]) * scale;
+      o[d] = 0.0f;
+    }
+  }
+  const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  for (int start = 0; start <= last_key; start += kTile) {
+    __syncthreads();
+    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
+    __syncthreads();
+    if (!active) continue;
+    const int end = min(kTile, i - start + 1);  // causal: keys j <= i
+    for (int t = 0; t < end; ++t) {
+      float s = 0.0f;
+      for (int d = 0; d < D; ++d) s += q[d] * ks[t][d];
+      const float m_new = fmaxf(m, s);
+      const float correction = expf(m - m_new);
+      const float p = expf(s - m_new);
+      l = l * correction + p;
+      const float p_kept = p * drop.Factor(b, h, i, start + t, S);
+      for (int d = 0; d < D; ++d) o[d] = o[d] * correction + p_kept * vs[t][d];
+      m = m_new;
+    }
+  }
+  if (!active) return;
+  T* orow = out + OutRow(b, i, h, S, H, D);
+  const float inv_l = 1.0f / l;
+  for (int d = 0; d < D; ++d) orow[d] = FromFloat<T>(o[d] * inv_l);
+  lse[(size_t(b) * H + h) * S + i] = m + logf(l);
+}
+
+// delta[b, h, i] = sum_d d_out * out (= sum_j dropped-probabilities * their gradient).
+template <typename T, int D>
+__global__ void DeltaKernel(const T* d_out, const T* out, float* delta, int B, int S, int H) {
+  const size_t row = blockIdx.x * size_t(blockDim.x) + threadIdx.x;  // over B*H*S
+  if (row >= size_t(B) * H * S) return;
+  const int i = row % S, h = (row / S) % H, b = row / (size_t(S) * H);
+  const size_t at = OutRow(b, i, h, S, H, D);
+  float sum = 0.0f;
+  for (int d = 0; d < D; ++d) sum += ToFloat(d_out[at + d]) * ToFloat(out[at + d]);
+  delta[row] = sum;
+}
+
+// Thread per query row i: d_q_i = scale * sum_{j<=i} ds_ij k_j.
+template <typename T, int D>
+__global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* lse,
+                                    const float* delta, T* d_qkv, int S, int H,
+                                    DeviceDropout drop) {
+  constexpr int kTile = TileRows<D>();
+  __shared__ float ks[kTile][D];
+  __shared__ float vs[kTile][D];
+  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int i = blockIdx.x * kRows + threadIdx.x;
+  const bool active = i < S;
+  const float scale = rsqrtf(float(D));
+  float q[D], dout[D], dq[D];
+  float row_lse = 0.0f, row_delta = 0.0f;
+  if (active) {
+    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, D);
+    const T* dor = d_out + OutRow(b, i, h, S, H, D);
+    for (int d = 0; d < D; ++d) {
+      q[d] = ToFloat(qr[d]) * scale;
+      dout[d] = ToFloat(dor[d]);
+      dq[d] = 0.0f;
+    }
+    row_lse = lse[(size_t(b) * H + h) * S + i];
+    row_delta = delta[(size_t(b) * H + h) * S + i];
+  }
+  const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  for (int start = 0; start <= last_key; start += kTile) {
+    __syncthreads();
+    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
+    __syncthreads();
+    if (!active) continue;
+    const int end = min(kTile, i - start + 1);
+    for (int t = 0; t < end; ++t) {
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += q[d] * ks[t][d];
+        dp += dout[d] * vs[t][d];
+      }
+      const float p = expf(s - row_lse);
+      const float ds = p * (dp * drop.Factor(b, h, i, start + t, S) - row_delta);
+      for (int d = 0; d < D; ++d) dq[d] += ds * ks[t][d];
+    }
+  }
+  if (!active) return;
+  T* dqr = d_qkv + QkvRow(b, i, 0, h, S, H, D);
+  for (int d = 0; d < D; ++d) dqr[d] = FromFloat<T>(ToFloat(dqr[d]) + dq[d] * scale);
+}
+
+// Thread per key row j: d_k_j = scale * sum_{i>=j} ds_ij q_i, d_v_j = sum_{i>=j} pk_ij do_i.
+template <typename T, int D>
+__global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float* lse,
+                                       const float* delta, T* d_qkv, int S, int H,
+                                       DeviceDropout drop) {
+  constexpr int kTile = TileRows<D>();
+  __shared__ float qs[kTile][D];
+  __shared__ float dos[kTile][D];
+  __shared__ float lses[kTile];
+  __shared__ float deltas[kTile];
+  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int j = blockIdx.x * kRows + threadIdx.x;
+  const bool active = j < S;
+  const float scale = rsqrtf(float(D));
+  float k[D], v[D], dk[D], dv[D];
+  if (active) {
+    const T* kr = qkv + QkvRow(b, j, 1, h, S, H, D);
+    const T* vr = qkv + QkvRow(b, j, 2, h, S, H, D);
+    for (int d = 0; d < D; ++d) {
+      k[d] = ToFloat(kr[d]);
+      v[d] = ToFloat(vr[d]);
+      dk[d] = 0.0f;
+      dv[d] = 0.0f;
+    }
+  }
+  const int first_query = blockIdx.x * kRows;  // causal: queries i >= j
+  const int first_tile = first_query / kTile * kTile;
+  for (int start = first_tile; start < S; start += kTile) {
+    __syncthreads();
+    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+      const int i = start + e / D, d = e % D;
+      qs[e / D][d] = i < S ? ToFloat(qkv[QkvRow(b, i, 0, h, S, H, D) + d]) * scale : 0.0f;
+      dos[e / D][d] = i < S ? ToFloat(d_out[OutRow(b, i, h, S, H, D) + d]) : 0.0f;
+    }
+    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+      const int i = start + t;
+      lses[t] = i < S ? lse[(size_t(b) * H + h) * S + i] : 0.0f;
+      deltas[t] = i < S ? delta[(size_t(b) * H + h) * S + i] : 0.0f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int t = max(0, j - start); t < kTile && start + t < S; ++t) {
+      const int i = start + t;
+      float s = 0.0f, dp = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        s += qs[t][d] * k[d];
+        dp += dos[t][d] * v[d];
+      }
+      const float p = expf(s - lses[t]);
+      const float factor = drop.Factor(b, h, i, j, S);
+      const float ds = p * (dp * factor - deltas[t]);
+      const float p_kept = p * factor;
+      for (int d = 0; d < D; ++d) {
+        dv[d] += p_kept * dos[t][d];
+        dk[d] += ds * qs[t][d];  // qs already carries the 1/sqrt(D)
+      }
+    }
+  }
+  if (!active) return;
+  T* dkr = d_qkv + QkvRow(b, j, 1, h, S, H, D);
+  T* dvr = d_qkv + QkvRow(b, j, 2, h, S, H, D);
+  for (int d = 0; d < D; ++d) {
+    dkr[d] = FromFloat<T>(ToFloat(dkr[d]) + dk[d]);
+    dvr[d] = FromFloat<T>(ToFloat(dvr[d]) + dv[d]);
+  }
+}
+
+template <typename T, int D>
+absl::Status Forward(const T* qkv, T* out, float* lse, const AttentionShape& s,
+                     const DeviceDropout& drop, cudaStream_t stream) {
+  const dim3 grid((s.seq + kRows - 1) / kRows, s.batch * s.heads);
+  return Launch(ForwardKernel<T, D>, grid, kRows, 0, stream, "FlashAttentionForward", qkv, out, lse,
+                s.seq, s.heads, drop);
+}
+
+template <typename T, int D>
+absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* lse, T* d_qkv,
+                      const AttentionShape& s, const DeviceDropout& drop, cudaStream_t stream) {
+  const size_t rows = size_t(s.batch) * s.heads * s.seq;
+  float* delta = nullptr;
+  if (absl::Status st = CudaStatus(
+          cudaMallocAsync(reinterpret_cast<void**>(&delta), rows * sizeof(float), stream),
+          "FlashAttentionBackward scratch");
+      !st.ok()) {
+    return st;
+  }
+  absl::Status launched =
+      Launch(DeltaKernel<T, D>, dim3(unsigned((rows + 255) / 256)), 256, 0, stream,
+             "FlashAttentionBackward (delta)", d_out, out, delta, s.batch, s.seq, s.heads);
+  const dim3 grid((s.seq + kRows - 1) / kRows, s.batch * s.heads);
+  if (launched.ok()) {
+    launched.Update(Launch(BackwardQueryKernel<T, D>, grid, kRows, 0, stream,
+                           "FlashAttentionBackward (queries)", d_out, qkv, lse, delta, d_qkv, s.seq,
+                           s.heads, drop));
+  }
+  if (launched.ok()) {
+    launched.Update(Launch(BackwardKeyValueKernel<T, D>, grid, kRows, 0, stream,
+                           "FlashAttentionBackward (keys, values)", d_out, qkv, lse, delta, d_qkv,
+                           s.seq, s.heads, drop));
+  }
+  absl::Status freed = CudaStatus(cudaFreeAsync(delta, stream), "FlashAttentionBackward scratch");
+  return launched.ok() ? freed : launched;
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status ScalarAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
+                                    const DeviceDropout& drop, cudaStream_t stream) {
+  switch (shape.head_dim) {
+    case 32:
+      return Forward<T, 32>(qkv, out, lse, shape, drop, stream);
+    case 64:
+      return Forward<T, 64>(qkv, out, lse, shape, drop, stream);
+    default:
+      return Forward<T, 128>(qkv, out, lse, shape, drop, stream);
+  }
+}
+
+template <typename T>
+absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
+                                     T* d_qkv, const AttentionShape& shape,
+                                     const DeviceDropout& drop, cudaStream_t stream) {
+  switch (shape.head_dim) {
+    case 32:
+      return Backward<T, 32>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
+    case 64:
+      return Backward<T, 64>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
+    default:
+      return Backward<T, 128>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
+  }
+}
+
+#define MTRAIN_INSTANTIATE_SCALAR_ATTENTION(T)                                                     \
+  template absl::Status ScalarAttentionForward<T>(const T*, T*, float*, const AttentionShape&,     \
+                                                  const DeviceDropout&, cudaStream_t);             \
+  template absl::Status ScalarAttentionBackward<T>(const T*, const T*, const T*, const float*, T*, \
+                                                   const AttentionShape&, const DeviceDropout&,    \
+                                                   cudaStream_t);
+MTRAIN_INSTANTIATE_SCALAR_ATTENTION(float)
+MTRAIN_INSTANTIATE_SCALAR_ATTENTION(__nv_bfloat16)
+MTRAIN_INSTANTIATE_SCALAR_ATTENTION(__half)
+#undef MTRAIN_INSTANTIATE_SCALAR_ATTENTION
+
+}  // namespace mtrain::cuda::attention_internal
