@@ -1,108 +1,160 @@
 #!/usr/bin/env python3
-"""CPU training throughput of the engine vs PyTorch on the same GPT-2, batch and threads.
+"""CPU training throughput and memory of the engine vs PyTorch as a user writes it (issue 17).
 
-Runs `bazel-bin/worker/train` on a fixed spec, then the same model in PyTorch (eager, fp32,
-the reference implementation of tests/parity/gpt2_reference.py) with the same batch, on the
-same number of threads, and prints tokens/s (median of the timed steps) side by side.
+For each shape, in one run, on the same threads, fp32, the same batch and the same data
+(byte tokens of the shipped corpus, tests/data/shakespeare.txt, which the engine's default
+spec reads):
+  - the engine: `bazel-bin/worker/train` on the equivalent spec (dropout 0);
+  - PyTorch eager: the nanoGPT-style model of tests/bench/pytorch_gpt.py (nn.Linear,
+    F.scaled_dot_product_attention with is_causal, tanh GeLU, foreach AdamW, clip 1.0);
+  - the same under torch.compile.
+Each runs in its own process, so its peak resident memory (max RSS) is its own. Prints
+tokens/s and step ms (median of the timed steps after --warmup), the peak RSS, and the
+engine's ratio to the faster of eager and compile.
 
   bazel build //worker:train
-  python3 tests/bench/cpu_vs_pytorch.py [--threads 2] [--steps 12]
+  pip install torch            # PyPI; the GPU machine has it already
+  python3 tests/bench/cpu_vs_pytorch.py [--threads 2] [--steps 10] [--warmup 3]
+      [--shapes small,medium,large] [--no-compile]
 """
 import argparse
 import json
-import math
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "parity"))
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CORPUS = ROOT / "tests" / "data" / "shakespeare.txt"
+sys.path.insert(0, str(HERE))
 
-SPEC = {
-    "name": "cpu-bench",
-    "model": {"num_layers": 4, "num_heads": 4, "hidden_size": 256, "seq_length": 256,
-              "vocab_size": 256},
-    "parallel": {"micro_batch_size": 8, "global_batch_size": 8},
-    "train": {"dropout": 0.0, "seed": 1},
-    "device": "DEVICE_CPU",
+SHAPES = {
+    # name: layers, hidden, heads, seq, vocab, batch (the issue's three shapes)
+    "small": dict(layers=4, hidden=256, heads=4, seq=256, vocab=256, batch=8),
+    "medium": dict(layers=4, hidden=512, heads=8, seq=512, vocab=256, batch=4),
+    "large": dict(layers=4, hidden=768, heads=12, seq=1024, vocab=256, batch=2),
 }
 
 
-def bench_engine(steps, threads):
-    spec = json.loads(json.dumps(SPEC))
-    spec["train"]["steps"] = steps
+def engine_spec(cfg, steps):
+    return {
+        "name": "cpu-bench",
+        "model": {"num_layers": cfg["layers"], "num_heads": cfg["heads"],
+                  "hidden_size": cfg["hidden"], "seq_length": cfg["seq"],
+                  "vocab_size": cfg["vocab"]},
+        "parallel": {"micro_batch_size": cfg["batch"], "global_batch_size": cfg["batch"]},
+        "train": {"dropout": 0.0, "seed": 1, "steps": steps},
+        "device": "DEVICE_CPU",
+    }
+
+
+def run_engine(cfg, args):
+    """In this (child) process: runs `train`; step times from its metrics lines."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = pathlib.Path(tmp, "spec.json")
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps(engine_spec(cfg, args.warmup + args.steps)))
         metrics = pathlib.Path(tmp, "metrics.jsonl")
         subprocess.run([str(ROOT / "bazel-bin/worker/train"), f"--spec={spec_path}",
-                        f"--metrics_jsonl={metrics}", f"--threads={threads}"],
+                        f"--metrics_jsonl={metrics}", f"--threads={args.threads}"],
                        check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    timed = rows[2:]  # the first steps warm caches and the allocator
-    return (statistics.median(r["tokens_per_second"] for r in timed),
-            statistics.median(r["step_seconds"] for r in timed), rows[-1]["loss"])
+    timed = rows[args.warmup:]
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"step_seconds": statistics.median(r["step_seconds"] for r in timed),
+            "peak_bytes": peak_kib * 1024, "loss": rows[-1]["loss"]}
 
 
-def bench_torch(steps, threads):
+def run_torch(cfg, args, compiled):
+    """In this (child) process: trains the PyTorch model; wall-clock step times."""
     import torch
-    from gpt2_reference import Gpt2
-    torch.set_num_threads(threads)
+    import pytorch_gpt
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    m, p = SPEC["model"], SPEC["parallel"]
-    C, S, L, V = m["hidden_size"], m["seq_length"], m["num_layers"], m["vocab_size"]
-    cfg = {"layers": L, "heads": m["num_heads"], "hidden": C, "vocab": V}
-    w = {"wte": torch.randn(V, C) * 0.02, "wpe": torch.randn(S, C) * 0.02,
-         "lnf.weight": torch.ones(C), "lnf.bias": torch.zeros(C)}
-    for i in range(L):
-        q = f"layers.{i}."
-        w.update({q + "ln1.weight": torch.ones(C), q + "ln1.bias": torch.zeros(C),
-                  q + "ln2.weight": torch.ones(C), q + "ln2.bias": torch.zeros(C),
-                  q + "attn.qkv.weight": torch.randn(3, C, C) * 0.02,
-                  q + "attn.qkv.bias": torch.zeros(3, C),
-                  q + "attn.proj.weight": torch.randn(C, C) * 0.02,
-                  q + "attn.proj.bias": torch.zeros(C),
-                  q + "mlp.fc.weight": torch.randn(4 * C, C) * 0.02,
-                  q + "mlp.fc.bias": torch.zeros(4 * C),
-                  q + "mlp.proj.weight": torch.randn(C, 4 * C) * 0.02,
-                  q + "mlp.proj.bias": torch.zeros(C)})
-    model = Gpt2(w, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
-    B = p["global_batch_size"]
+    model = pytorch_gpt.build_model(torch, cfg["layers"], cfg["hidden"], cfg["heads"],
+                                    cfg["seq"], cfg["vocab"])
+    opt = pytorch_gpt.build_optimizer(torch, model, "cpu")
+    step_fn = torch.compile(model) if compiled else model
+    corpus = torch.frombuffer(bytearray(CORPUS.read_bytes()), dtype=torch.uint8).long()
+    generator = torch.Generator().manual_seed(1)
+    B, S = cfg["batch"], cfg["seq"]
     times = []
-    for _ in range(steps):
-        tokens = torch.randint(0, V, (B, S + 1))
-        start = time.perf_counter()
-        opt.zero_grad()
-        loss = model.loss(model(tokens[:, :-1]), tokens[:, 1:])
+    for step in range(args.warmup + args.steps):
+        starts = torch.randint(0, corpus.numel() - S - 1, (B,), generator=generator)
+        windows = torch.stack([corpus[s:s + S + 1] for s in starts.tolist()])
+        t0 = time.perf_counter()
+        loss = step_fn(windows[:, :-1], windows[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        times.append(time.perf_counter() - start)
-    step = statistics.median(times[2:])
-    return B * S / step, step, torch.__version__
+        opt.zero_grad(set_to_none=True)
+        seconds = time.perf_counter() - t0
+        if step >= args.warmup:
+            times.append(seconds)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"step_seconds": statistics.median(times), "peak_bytes": peak_kib * 1024,
+            "loss": float(loss.detach()), "version": torch.__version__}
+
+
+def measure(kind, shape, args):
+    """Runs one measurement in a fresh process (its own max RSS); returns its JSON."""
+    command = [sys.executable, __file__, "--child", kind, "--shapes", shape,
+               "--threads", str(args.threads), "--steps", str(args.steps),
+               "--warmup", str(args.warmup)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        return {"error": (run.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--shapes", default="small,medium,large")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    ours_tps, ours_step, ours_loss = bench_engine(args.steps, args.threads)
-    torch_tps, torch_step, version = bench_torch(args.steps, args.threads)
-    m, p = SPEC["model"], SPEC["parallel"]
-    print(f"GPT-2 L={m['num_layers']} h={m['hidden_size']} heads={m['num_heads']} "
-          f"s={m['seq_length']} V={m['vocab_size']} batch={p['global_batch_size']} fp32, "
-          f"{args.threads} threads, median of steps 3..{args.steps}")
-    print(f"{'implementation':<24}{'tokens/s':>12}{'step ms':>10}")
-    print(f"{'mtrain engine':<24}{ours_tps:>12.0f}{ours_step * 1e3:>10.1f}")
-    print(f"{'PyTorch ' + version + ' eager':<24}{torch_tps:>12.0f}{torch_step * 1e3:>10.1f}")
-    print(f"ratio (engine / PyTorch): {ours_tps / torch_tps:.2f}")
+    if args.child:
+        cfg = SHAPES[args.shapes]
+        result = (run_engine(cfg, args) if args.child == "engine"
+                  else run_torch(cfg, args, compiled=args.child == "compile"))
+        print(json.dumps(result))
+        return 0
+
+    kinds = ["engine", "eager"] + ([] if args.no_compile else ["compile"])
+    labels = {"engine": "mtrain engine", "eager": "PyTorch eager", "compile": "PyTorch compile"}
+    print(f"fp32, {args.threads} threads, median of {args.steps} steps after {args.warmup}; "
+          f"peak = max RSS of the process")
+    print(f"{'shape':<7} {'implementation':<16} {'tokens/s':>9} {'step ms':>9} {'peak MiB':>9} "
+          f"{'loss':>7}")
+    for shape in args.shapes.split(","):
+        cfg = SHAPES[shape]
+        tokens = cfg["batch"] * cfg["seq"]
+        results = {kind: measure(kind, shape, args) for kind in kinds}
+        for kind in kinds:
+            r = results[kind]
+            if "error" in r:
+                print(f"{shape:<7} {labels[kind]:<16} failed: {r['error']}")
+                continue
+            print(f"{shape:<7} {labels[kind]:<16} {tokens / r['step_seconds']:>9.0f} "
+                  f"{r['step_seconds'] * 1e3:>9.1f} {r['peak_bytes'] / 2**20:>9.0f} "
+                  f"{r['loss']:>7.3f}")
+        torch_rows = [results[k] for k in kinds if k != "engine" and "error" not in results[k]]
+        if "error" not in results["engine"] and torch_rows:
+            fastest = min(r["step_seconds"] for r in torch_rows)
+            leanest = min(r["peak_bytes"] for r in torch_rows)
+            print(f"{shape:<7} engine / faster PyTorch: {fastest / results['engine']['step_seconds']:.2f}x "
+                  f"tokens/s, {results['engine']['peak_bytes'] / leanest:.2f}x peak memory "
+                  f"(L={cfg['layers']} h={cfg['hidden']} heads={cfg['heads']} s={cfg['seq']} "
+                  f"V={cfg['vocab']} B={cfg['batch']})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """GPU training throughput of the engine vs PyTorch on the same GPT and batch (issue 7).
 
-For each config, PyTorch trains the same GPT-2 architecture (pre-LN, GeLU tanh, tied
-embeddings, F.scaled_dot_product_attention with is_causal, fused AdamW, bf16 autocast over
-fp32 weights) eager and under torch.compile; then the engine (`train`, if --engine is given)
+For each config, PyTorch trains the same GPT-2 architecture (tests/bench/pytorch_gpt.py,
+the model the CPU benchmark uses too: pre-LN, GeLU tanh, tied embeddings,
+F.scaled_dot_product_attention with is_causal, fused AdamW; here bf16 autocast over fp32
+weights) eager and under torch.compile; then the engine (`train`, if --engine is given)
 runs the same spec with precision bf16 on the GPU. Prints tokens/s, step time, MFU and peak
 memory side by side, with the engine / torch.compile ratio last.
 
@@ -26,6 +27,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import pytorch_gpt  # noqa: E402  the one PyTorch model definition both benchmarks use
+
 CONFIGS = {
     # name: layers, hidden, heads, seq, vocab, micro batch
     "tiny": dict(layers=2, hidden=64, heads=4, seq=64, vocab=256, batch=4),
@@ -34,64 +38,22 @@ CONFIGS = {
 }
 
 
-def padded_vocab(vocab, tensor=1):
-    multiple = 128 * tensor
-    return (vocab + multiple - 1) // multiple * multiple
-
-
 def model_flops_per_step(cfg):
     """Megatron's model FLOPs per iteration without recomputation."""
-    B, s, l, h, V = cfg["batch"], cfg["seq"], cfg["layers"], cfg["hidden"], padded_vocab(cfg["vocab"])
-    return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    return pytorch_gpt.model_flops_per_step(cfg["layers"], cfg["hidden"], cfg["seq"],
+                                            cfg["vocab"], cfg["batch"])
 
 
 def build_torch_model(cfg, torch):
-    nn, F = torch.nn, torch.nn.functional
-
-    class Block(nn.Module):
-        def __init__(self, C, H):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            self.fc, self.fc_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-            self.H = H
-
-        def forward(self, x):
-            B, S, C = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-            q, k, v = (t.view(B, S, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(B, S, C))
-            return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-    class Gpt(nn.Module):
-        def __init__(self):
-            super().__init__()
-            C, V = cfg["hidden"], padded_vocab(cfg["vocab"])
-            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(cfg["seq"], C)
-            self.blocks = nn.ModuleList(Block(C, cfg["heads"]) for _ in range(cfg["layers"]))
-            self.lnf = nn.LayerNorm(C)
-
-        def forward(self, tokens, targets):
-            pos = torch.arange(tokens.shape[1], device=tokens.device)
-            x = self.wte(tokens) + self.wpe(pos)
-            for block in self.blocks:
-                x = block(x)
-            logits = self.lnf(x) @ self.wte.weight.t()  # tied output layer
-            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
-
-    return Gpt()
+    return pytorch_gpt.build_model(torch, cfg["layers"], cfg["hidden"], cfg["heads"], cfg["seq"],
+                                   cfg["vocab"])
 
 
 def bench_torch(cfg, compiled, args, torch):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     model = build_torch_model(cfg, torch).to(device)
-    for name, p in model.named_parameters():  # GPT-2's N(0, 0.02), as the engine starts
-        if p.dim() > 1:
-            torch.nn.init.normal_(p, 0.0, 0.02)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
-                            weight_decay=0.01, fused=device == "cuda")
+    opt = pytorch_gpt.build_optimizer(torch, model, device)
     step_fn = torch.compile(model) if compiled else model
     dtype = torch.bfloat16
     if device == "cuda":
