@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/attention_isa.h"
 #include "kernels/dropout.h"
 #include "kernels/test_util.h"
 
@@ -249,8 +250,11 @@ struct AttentionRun {
   std::vector<float> out, att, d_qkv;
 };
 
-AttentionRun RunAttention(int threads) {
-  const AttentionShape shape{2, 48, 3, 16};
+// `isa`: which build of the core runs (kChosen: the one AttentionForward picks).
+enum class Isa { kChosen, kGeneric, kAvx2 };
+
+AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
+                          const AttentionShape& shape = {2, 48, 3, 16}) {
   const AttentionDropout dropout{0.2f, DropoutKey(10, 11), 0, 0};
   std::mt19937_64 rng(8);
   const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
@@ -260,9 +264,23 @@ AttentionRun RunAttention(int threads) {
   std::vector<float> scratch(AttSize(shape));
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
-  AttentionForward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-  AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
-                    shape, dropout);
+  switch (isa) {
+    case Isa::kChosen:
+      AttentionForward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
+      AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
+                        shape, dropout);
+      break;
+    case Isa::kGeneric:
+      generic::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
+      generic::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
+                        shape, dropout);
+      break;
+    case Isa::kAvx2:
+      avx2::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
+      avx2::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
+                     shape, dropout);
+      break;
+  }
   omp_set_num_threads(previous_threads);
   return run;
 }
@@ -274,6 +292,23 @@ TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
     EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
     EXPECT_TRUE(BitIdentical(one.att, many.att)) << threads;
     EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
+  }
+}
+
+// The SSE and AVX2 builds of the core must agree bit for bit (attention_core.inc says why),
+// on shapes whose sequence is and is not a multiple of either tile width.
+TEST(AttentionTest, Avx2BuildIsBitIdenticalToTheGenericOne) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2")) {
+    GTEST_SKIP() << "this CPU has no AVX2: only the generic build can run here";
+  }
+  for (const AttentionShape shape :
+       {AttentionShape{2, 48, 3, 16}, AttentionShape{1, 37, 2, 64}, AttentionShape{2, 70, 1, 24}}) {
+    const AttentionRun generic_run = RunAttention(2, Isa::kGeneric, shape);
+    const AttentionRun avx2_run = RunAttention(2, Isa::kAvx2, shape);
+    EXPECT_TRUE(BitIdentical(generic_run.out, avx2_run.out)) << shape.seq;
+    EXPECT_TRUE(BitIdentical(generic_run.att, avx2_run.att)) << shape.seq;
+    EXPECT_TRUE(BitIdentical(generic_run.d_qkv, avx2_run.d_qkv)) << shape.seq;
   }
 }
 
