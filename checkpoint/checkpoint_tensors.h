@@ -20,9 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "proto/checkpoint.pb.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/full_tensor.h"
+#include "proto/checkpoint.pb.h"
 
 namespace mtrain {
 

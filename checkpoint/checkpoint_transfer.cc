@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/status_macros.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/file_io.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace mtrain {
 namespace {

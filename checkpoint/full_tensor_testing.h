@@ -5,8 +5,8 @@
 #include <map>
 #include <string>
 
-#include "gtest/gtest.h"
 #include "checkpoint/full_tensor.h"
+#include "gtest/gtest.h"
 
 namespace mtrain {
 

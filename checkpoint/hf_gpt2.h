@@ -39,9 +39,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/job_spec.pb.h"
 #include "checkpoint/full_tensor.h"
 #include "checkpoint/safetensors.h"
+#include "proto/job_spec.pb.h"
 
 namespace mtrain {
 

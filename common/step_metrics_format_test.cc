@@ -35,7 +35,8 @@ TEST(StepMetricsFormatTest, LossScalingShowsItsScaleAndSkippedSteps) {
   EXPECT_THAT(StepMetricsJson(m), Not(HasSubstr("loss_scale")));
   m.set_loss_scale(65536);
   m.set_skipped_steps(17);
-  EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"loss_scale\":65536,\"skipped_steps\":17}"));
+  EXPECT_THAT(StepMetricsJson(m),
+              EndsWith(",\"rank\":1,\"loss_scale\":65536,\"skipped_steps\":17}"));
 }
 
 TEST(StepMetricsFormatTest, CudaRanksReportTheirPeakDeviceMemory) {

@@ -36,15 +36,15 @@
 #include <utility>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/file_io.h"
+#include "common/mutex.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
-#include "common/mutex.h"
 
 namespace mtrain {
 

@@ -13,7 +13,6 @@
 #include "common/status_macros.h"
 #include "plan/assignment_plan.h"
 #include "plan/placement.h"
-#include "spec/job_spec_validation.h"
 #include "plan/rank_memory_estimate.h"
 #include "spec/job_spec_validation.h"
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "spec/job_spec_validation.h"
 #include "gtest/gtest.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 namespace {

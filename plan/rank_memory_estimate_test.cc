@@ -3,8 +3,8 @@
 #include <climits>
 #include <string>
 
-#include "spec/job_spec_validation.h"
 #include "gtest/gtest.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 namespace {

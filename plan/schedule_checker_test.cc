@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "plan/pipeline_schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/pipeline_schedule.h"
 
 namespace mtrain {
 namespace {

@@ -17,16 +17,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/utf8.h"
-#include "plan/assignment_plan.h"
-#include "spec/job_spec_limits.h"
-#include "spec/job_spec_mutator.h"
-#include "spec/job_spec_validation.h"
-#include "plan/pipeline_schedule.h"
-#include "plan/rank_memory_estimate.h"
-#include "plan/schedule_checker.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "plan/assignment_plan.h"
+#include "plan/pipeline_schedule.h"
+#include "plan/rank_memory_estimate.h"
+#include "plan/schedule_checker.h"
+#include "spec/job_spec_limits.h"
+#include "spec/job_spec_mutator.h"
+#include "spec/job_spec_validation.h"
 
 namespace mtrain {
 namespace {

@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/utf8.h"
+#include "google/protobuf/util/json_util.h"
+#include "plan/rank_memory_estimate.h"
 #include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_defaults.h"
 #include "spec/job_spec_limits.h"
 #include "spec/json_syntax.h"
-#include "plan/rank_memory_estimate.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace mtrain {
 namespace {

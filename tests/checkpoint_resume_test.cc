@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/metrics_jsonl.h"
-#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

@@ -23,13 +23,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/metrics_jsonl.h"
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

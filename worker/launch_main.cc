@@ -30,8 +30,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "spec/job_spec_validation.h"
 #include "kernels/cpu_threads.h"
+#include "spec/job_spec_validation.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec JSON file (required)");
 ABSL_FLAG(std::string, out_dir, "", "directory for logs, metrics and rendezvous (required)");

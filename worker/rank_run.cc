@@ -168,7 +168,8 @@ absl::Status StdoutAndFileSinks::Open(bool computes_loss) {
   if (!metrics_path_.empty() && computes_loss) {
     RETURN_IF_ERROR(OpenJsonl("--metrics_jsonl", metrics_path_, &metrics_fd_));
   }
-  if (!timings_path_.empty()) RETURN_IF_ERROR(OpenJsonl("--stage_timings", timings_path_, &timings_fd_));
+  if (!timings_path_.empty())
+    RETURN_IF_ERROR(OpenJsonl("--stage_timings", timings_path_, &timings_fd_));
   return absl::OkStatus();
 }
 

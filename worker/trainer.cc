@@ -422,8 +422,9 @@ absl::StatusOr<std::string> Trainer::SaveCheckpoint(const std::string& root,
   // Data-parallel replicas are identical: replica 0 writes.
   std::string records;
   if (me.dp_rank() == 0) {
-    ASSIGN_OR_RETURN(RankShardRecords mine, WriteRankShards(dir, me.global_rank(), step_, ShardsOf(tensors),
-                                                            params, m.data(), v.data()));
+    ASSIGN_OR_RETURN(RankShardRecords mine,
+                     WriteRankShards(dir, me.global_rank(), step_, ShardsOf(tensors), params,
+                                     m.data(), v.data()));
     if (uploader != nullptr) {
       // Uploaded before the records go to rank 0: rank 0 commits only after every
       // writer's file is in the store.

@@ -2,13 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/grpc_status.h"
-#include "common/scratch_dir.h"
-#include "common/status_macros.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
+#include "common/grpc_status.h"
+#include "common/scratch_dir.h"
+#include "common/status_macros.h"
 
 namespace mtrain {
 

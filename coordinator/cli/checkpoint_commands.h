@@ -15,9 +15,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "checkpoint/checkpoint_transfer.h"
 #include "checkpoint/full_tensor.h"
+#include "proto/coordinator.grpc.pb.h"
 
 namespace mtrain {
 

@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/step_metrics_format.h"
 #include "coordinator/cli/auth_token.h"
 #include "coordinator/cli/checkpoint_commands.h"
 #include "coordinator/cli/checkpoint_table.h"
@@ -35,11 +36,10 @@
 #include "coordinator/cli/job_watch.h"
 #include "coordinator/cli/progress_bar.h"
 #include "coordinator/cli/worker_table.h"
-#include "spec/job_spec_validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/step_metrics_format.h"
+#include "spec/job_spec_validation.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
 ABSL_FLAG(bool, json, false, "print machine-readable JSON (one object per line)");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_support.h"
 #include "kernels/grad_norm.h"
@@ -19,7 +20,6 @@
 #include "worker/engine/cuda/cuda_engine.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/optimizer.h"
-#include "checkpoint/safetensors.h"
 
 namespace mtrain::cuda {
 namespace {

@@ -5,12 +5,12 @@
 // cuda_parity_test holds the CUDA engine to, so its reference is checked here as well).
 #include <cmath>
 
+#include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
 #include "tests/parity/parity_reference.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/optimizer.h"
-#include "checkpoint/safetensors.h"
 #include "worker/engine/single_rank_step.h"
 
 namespace mtrain {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/job_spec.pb.h"
 #include "checkpoint/full_tensor.h"
+#include "proto/job_spec.pb.h"
 
 namespace mtrain {
 

@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/safetensors.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/parity/hf_export_model.h"
-#include "checkpoint/crc32c.h"
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/safetensors.h"
 
 namespace mtrain {
 namespace {

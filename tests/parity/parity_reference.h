@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
-#include "checkpoint/safetensors.h"
 #include "worker/engine/single_rank_step.h"
 
 namespace mtrain {

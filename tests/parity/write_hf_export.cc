@@ -11,10 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "tests/parity/hf_export_model.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
+#include "tests/parity/hf_export_model.h"
 
 ABSL_FLAG(std::string, output_dir, "hf_export", "directory to write the export into");
 

@@ -5,10 +5,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/safetensors.h"
 #include "tests/parity/parity_config.h"
 #include "worker/engine/parameter_init.h"
 #include "worker/engine/parameter_layout.h"
-#include "checkpoint/safetensors.h"
 
 ABSL_FLAG(std::string, output, "parity_init.safetensors", "where to write the weights");
 ABSL_FLAG(std::string, model, "cpu",

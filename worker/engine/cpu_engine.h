@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_model.h"
+#include "worker/engine/rank_model_stages.h"
 #include "worker/engine/training_engine.h"
 #include "worker/parallel/grad_buckets.h"
-#include "worker/engine/rank_model_stages.h"
 
 namespace mtrain {
 

@@ -9,9 +9,9 @@
 #include "plan/rank_grid.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/rank_model.h"
+#include "worker/engine/rank_model_stages.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
-#include "worker/engine/rank_model_stages.h"
 
 namespace mtrain {
 namespace {

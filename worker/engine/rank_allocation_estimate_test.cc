@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "plan/assignment_plan.h"
 #include "spec/job_spec_validation.h"
-#include "gtest/gtest.h"
 #include "worker/engine/rank_model.h"
 
 namespace mtrain {

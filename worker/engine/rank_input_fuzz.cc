@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/engine/data/indexed_dataset.h"
 #include "checkpoint/safetensors.h"
+#include "worker/engine/data/indexed_dataset.h"
 
 namespace {
 
