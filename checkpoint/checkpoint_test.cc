@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/resharding_testing.h"
 #include "checkpoint/sharded_tensor.h"
 #include "gtest/gtest.h"
 
@@ -19,19 +20,10 @@ constexpr int kLayers = 4;
 constexpr int kVocab = 200;
 constexpr int64_t kHidden = 16;
 constexpr int64_t kSeq = 8;
-// Marks elements no load wrote.
-constexpr float kUntouched = -12345.0f;
-
-// A parallel layout: tensor size, pipeline stages, model chunks per stage (interleaving).
-struct Layout {
-  int t = 1;
-  int p = 1;
-  int v = 1;
-};
-
-std::string LayoutName(const Layout& l) {
-  return "t" + std::to_string(l.t) + "p" + std::to_string(l.p) + "v" + std::to_string(l.v);
-}
+using resharding_testing::BufferSize;
+using resharding_testing::kUntouched;
+using resharding_testing::Layout;
+using resharding_testing::LayoutName;
 
 // Vocabulary padded to a multiple of 128 * t, as the job spec defaults do.
 int64_t PaddedVocab(int t) {
@@ -112,42 +104,15 @@ std::vector<ShardedTensor> RankTensors(const Layout& l, int tp_rank, int stage,
 // Global rank with d = 1: tp + t * pp.
 int GlobalRank(const Layout& l, int tp_rank, int stage) { return tp_rank + l.t * stage; }
 
-size_t BufferSize(const std::vector<ShardedTensor>& tensors) {
-  size_t end = 0;
-  for (const ShardedTensor& t : tensors) end = std::max(end, t.offset + t.size);
-  return end;
+// The values every shard is written with and checked against (resharding_testing.h).
+const resharding_testing::Reference& Ref() {
+  static const auto* reference = new resharding_testing::Reference(
+      [](const Layout& l, int tp_rank, int stage) { return RankTensors(l, tp_rank, stage); });
+  return *reference;
 }
 
-// The value of element `global_index` of a tensor of the single-rank model: distinct per
-// tensor, element and buffer (0 params, 1 first moment, 2 second moment).
 float ReferenceValue(int buffer, const std::string& name, int64_t global_index) {
-  static const std::map<std::string, int>* ids = [] {
-    auto* map = new std::map<std::string, int>;
-    for (const ShardedTensor& t : RankTensors({}, 0, 0)) map->emplace(t.name, map->size() + 1);
-    return map;
-  }();
-  const float base = static_cast<float>(ids->at(name) * 100000 + global_index);
-  if (buffer == 0) return base;
-  if (buffer == 1) return -base - 0.5f;
-  return 0.25f * base + 3.0f;
-}
-
-// Flat params, first and second moments of one rank, filled from the reference.
-struct RankBuffers {
-  std::vector<float> buffer[3];
-};
-
-RankBuffers FillFromReference(const std::vector<ShardedTensor>& tensors) {
-  RankBuffers b;
-  for (int k = 0; k < 3; ++k) {
-    b.buffer[k].assign(BufferSize(tensors), kUntouched);
-    for (const ShardedTensor& t : tensors) {
-      for (size_t i = 0; i < t.size; ++i) {
-        b.buffer[k][t.offset + i] = ReferenceValue(k, t.name, GlobalIndex(t, i));
-      }
-    }
-  }
-  return b;
+  return Ref().Value(buffer, name, global_index);
 }
 
 std::string FreshDir(const std::string& name) {
@@ -175,11 +140,11 @@ std::vector<RankShardRecords> WriteShards(const std::string& dir, const Layout& 
   for (int stage = 0; stage < layout.p; ++stage) {
     for (int tp = 0; tp < layout.t; ++tp) {
       const std::vector<ShardedTensor> tensors = RankTensors(layout, tp, stage);
-      const RankBuffers b = FillFromReference(tensors);
+      const auto b = Ref().Fill(tensors);
       const int rank = GlobalRank(layout, tp, stage);
       absl::StatusOr<RankShardRecords> written = WriteRankShards(
-          dir, rank, step, tensors, b.buffer[0].data(), with_moments ? b.buffer[1].data() : nullptr,
-          with_moments ? b.buffer[2].data() : nullptr);
+          dir, rank, step, tensors, b[0].data(), with_moments ? b[1].data() : nullptr,
+          with_moments ? b[2].data() : nullptr);
       EXPECT_TRUE(written.ok()) << written.status();
       if (written.ok()) records[rank] = *std::move(written);
     }
@@ -200,44 +165,8 @@ CheckpointManifest WriteCheckpoint(const std::string& dir, const Layout& layout,
   return *manifest;
 }
 
-// Loads the checkpoint in `dir` into every rank of `target` and checks every element
-// against the reference; wte rows at or past `stored_padded_vocab` must be zero.
 void ExpectLoadsExactly(const std::string& dir, const Layout& target, int stored_padded_vocab) {
-  absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  int64_t checked = 0, zero_rows = 0;
-  for (int stage = 0; stage < target.p; ++stage) {
-    for (int tp = 0; tp < target.t; ++tp) {
-      const std::vector<ShardedTensor> tensors = RankTensors(target, tp, stage);
-      // Two extra elements stand for ZeRO padding, which loading must not touch.
-      RankBuffers b;
-      for (auto& buffer : b.buffer) buffer.assign(BufferSize(tensors) + 2, kUntouched);
-      const absl::Status loaded = LoadRankTensors(*checkpoint, tensors, b.buffer[0].data(),
-                                                  b.buffer[1].data(), b.buffer[2].data());
-      ASSERT_TRUE(loaded.ok()) << loaded;
-      for (int k = 0; k < 3; ++k) {
-        for (const ShardedTensor& t : tensors) {
-          for (size_t i = 0; i < t.size; ++i) {
-            const int64_t g = GlobalIndex(t, i);
-            const bool beyond_stored =
-                t.name == "wte" && g / t.global_shape[1] >= stored_padded_vocab;
-            const float expected = beyond_stored ? 0.0f : ReferenceValue(k, t.name, g);
-            ASSERT_EQ(b.buffer[k][t.offset + i], expected)
-                << LayoutName(target) << " tp " << tp << " stage " << stage << " buffer " << k
-                << " " << t.name << " element " << g;
-            ++checked;
-            zero_rows += beyond_stored ? 1 : 0;
-          }
-        }
-        EXPECT_EQ(b.buffer[k][BufferSize(tensors)], kUntouched);
-        EXPECT_EQ(b.buffer[k][BufferSize(tensors) + 1], kUntouched);
-      }
-    }
-  }
-  EXPECT_GT(checked, 0);
-  if (PaddedVocab(target.t) > stored_padded_vocab) {
-    EXPECT_GT(zero_rows, 0);
-  }
+  Ref().ExpectLoadsExactly(dir, target, stored_padded_vocab);
 }
 
 absl::Status FirstLoadError(const std::string& dir, const Layout& target,
@@ -691,14 +620,11 @@ TEST(CheckpointTest, RankLoadsFromOnlyTheFilesItsShardsOverlap) {
             absl::StatusCode::kDataLoss);
   absl::StatusOr<Checkpoint> subset = OpenCheckpoint(dir, ChecksumVerification::kOnFirstUseSubset);
   ASSERT_TRUE(subset.ok()) << subset.status();
-  RankBuffers b;
-  for (auto& buffer : b.buffer) buffer.assign(BufferSize(layers_only) + 8, kUntouched);
-  ASSERT_TRUE(LoadRankTensors(*subset, layers_only, b.buffer[0].data(), b.buffer[1].data(),
-                              b.buffer[2].data())
-                  .ok());
+  std::array<std::vector<float>, 3> b;
+  for (auto& buffer : b) buffer.assign(BufferSize(layers_only) + 8, kUntouched);
+  ASSERT_TRUE(LoadRankTensors(*subset, layers_only, b[0].data(), b[1].data(), b[2].data()).ok());
   for (const ShardedTensor& t : layers_only) {
-    ASSERT_EQ(b.buffer[2][t.offset + t.size - 1],
-              ReferenceValue(2, t.name, GlobalIndex(t, t.size - 1)))
+    ASSERT_EQ(b[2][t.offset + t.size - 1], ReferenceValue(2, t.name, GlobalIndex(t, t.size - 1)))
         << t.name;
   }
   // A tensor whose file is absent is DATA_LOSS naming the file when first needed.

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/full_tensor.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/resharding_testing.h"
 #include "gtest/gtest.h"
 #include "worker/engine/parameter_layout.h"
 
@@ -21,19 +22,9 @@ namespace {
 
 constexpr int kLayers = 4;
 constexpr int kVocab = 200;
-// Marks elements no load wrote.
-constexpr float kUntouched = -12345.0f;
-
-// A parallel layout: tensor size, pipeline stages, model chunks per stage (interleaving).
-struct Layout {
-  int t = 1;
-  int p = 1;
-  int v = 1;
-};
-
-std::string LayoutName(const Layout& l) {
-  return "t" + std::to_string(l.t) + "p" + std::to_string(l.p) + "v" + std::to_string(l.v);
-}
+using resharding_testing::BufferSize;
+using resharding_testing::Layout;
+using resharding_testing::LayoutName;
 
 // Vocabulary padded to a multiple of 128 * t, as the job spec defaults do.
 ModelShape Shape(int t) {
@@ -70,24 +61,13 @@ std::vector<ParamTensor> RankTensors(const Layout& l, int tp_rank, int stage) {
   return tensors;
 }
 
-size_t BufferSize(const std::vector<ParamTensor>& tensors) {
-  size_t end = 0;
-  for (const ParamTensor& t : tensors) end = std::max(end, t.offset + t.size);
-  return end;
-}
-
-// The value of element `global_index` of a tensor of the single-rank model: distinct per
-// tensor, element and buffer (0 params, 1 first moment, 2 second moment).
-float ReferenceValue(int buffer, const std::string& name, int64_t global_index) {
-  static const std::map<std::string, int>* ids = [] {
-    auto* map = new std::map<std::string, int>;
-    for (const ParamTensor& t : RankTensors({}, 0, 0)) map->emplace(t.name, map->size() + 1);
-    return map;
-  }();
-  const float base = static_cast<float>(ids->at(name) * 100000 + global_index);
-  if (buffer == 0) return base;
-  if (buffer == 1) return -base - 0.5f;
-  return 0.25f * base + 3.0f;
+// The values every shard is written with and checked against (resharding_testing.h).
+const resharding_testing::Reference& Ref() {
+  static const auto* reference =
+      new resharding_testing::Reference([](const Layout& l, int tp_rank, int stage) {
+        return ShardsOf(RankTensors(l, tp_rank, stage));
+      });
+  return *reference;
 }
 
 std::string FreshDir(const std::string& name) {
@@ -103,15 +83,7 @@ void WriteCheckpoint(const std::string& dir, const Layout& layout, int64_t step)
   for (int stage = 0; stage < layout.p; ++stage) {
     for (int tp = 0; tp < layout.t; ++tp) {
       const std::vector<ParamTensor> tensors = RankTensors(layout, tp, stage);
-      std::vector<float> buffers[3];
-      for (int k = 0; k < 3; ++k) {
-        buffers[k].assign(BufferSize(tensors), kUntouched);
-        for (const ParamTensor& t : tensors) {
-          for (size_t i = 0; i < t.size; ++i) {
-            buffers[k][t.offset + i] = ReferenceValue(k, t.name, GlobalIndex(t, i));
-          }
-        }
-      }
+      const auto buffers = Ref().Fill(ShardsOf(tensors));
       absl::StatusOr<RankShardRecords> written =
           WriteRankShards(dir, tp + layout.t * stage, step, ShardsOf(tensors), buffers[0].data(),
                           buffers[1].data(), buffers[2].data());
@@ -128,48 +100,8 @@ void WriteCheckpoint(const std::string& dir, const Layout& layout, int64_t step)
   ASSERT_TRUE(WriteManifest(dir, *manifest).ok());
 }
 
-// Loads the checkpoint in `dir` into every rank of `target` and checks every element
-// against the reference; wte rows at or past `stored_padded_vocab` must be zero.
 void ExpectLoadsExactly(const std::string& dir, const Layout& target, int stored_padded_vocab) {
-  absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(dir);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
-  int64_t checked = 0, zero_rows = 0;
-  for (int stage = 0; stage < target.p; ++stage) {
-    for (int tp = 0; tp < target.t; ++tp) {
-      const std::vector<ParamTensor> tensors = RankTensors(target, tp, stage);
-      // Two extra elements stand for ZeRO padding, which loading must not touch.
-      std::vector<float> b[3];
-      for (auto& buffer : b) buffer.assign(BufferSize(tensors) + 2, kUntouched);
-      // FilesOverlapping names what a resuming rank downloads: the load needs no other.
-      const std::vector<std::string> files =
-          FilesOverlapping(checkpoint->manifest(), ShardsOf(tensors), /*with_moments=*/true);
-      EXPECT_FALSE(files.empty());
-      const absl::Status loaded =
-          LoadRankTensors(*checkpoint, ShardsOf(tensors), b[0].data(), b[1].data(), b[2].data());
-      ASSERT_TRUE(loaded.ok()) << loaded;
-      for (int k = 0; k < 3; ++k) {
-        for (const ParamTensor& t : tensors) {
-          for (size_t i = 0; i < t.size; ++i) {
-            const int64_t g = GlobalIndex(t, i);
-            const bool beyond_stored =
-                t.name == "wte" && g / t.global_shape[1] >= stored_padded_vocab;
-            const float expected = beyond_stored ? 0.0f : ReferenceValue(k, t.name, g);
-            ASSERT_EQ(b[k][t.offset + i], expected)
-                << LayoutName(target) << " tp " << tp << " stage " << stage << " buffer " << k
-                << " " << t.name << " element " << g;
-            ++checked;
-            zero_rows += beyond_stored ? 1 : 0;
-          }
-        }
-        EXPECT_EQ(b[k][BufferSize(tensors)], kUntouched);
-        EXPECT_EQ(b[k][BufferSize(tensors) + 1], kUntouched);
-      }
-    }
-  }
-  EXPECT_GT(checked, 0);
-  if (Shape(target.t).padded_vocab > stored_padded_vocab) {
-    EXPECT_GT(zero_rows, 0);
-  }
+  Ref().ExpectLoadsExactly(dir, target, stored_padded_vocab);
 }
 
 constexpr Layout kSource{2, 2, 1};
