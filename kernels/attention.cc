@@ -28,12 +28,12 @@ void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
 }
 
 template <typename T>
-void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv, T* scratch,
+void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout) {
   if (AttentionUsesAvx2()) {
-    avx2::Backward(d_out, qkv, att, d_qkv, scratch, shape, dropout);
+    avx2::Backward(d_out, qkv, att, d_qkv, shape, dropout);
   } else {
-    generic::Backward(d_out, qkv, att, d_qkv, scratch, shape, dropout);
+    generic::Backward(d_out, qkv, att, d_qkv, shape, dropout);
   }
 }
 
@@ -41,9 +41,9 @@ template void AttentionForward<float>(const float*, float*, float*, const Attent
                                       const AttentionDropout&);
 template void AttentionForward<double>(const double*, double*, double*, const AttentionShape&,
                                        const AttentionDropout&);
-template void AttentionBackward<float>(const float*, const float*, const float*, float*, float*,
+template void AttentionBackward<float>(const float*, const float*, const float*, float*,
                                        const AttentionShape&, const AttentionDropout&);
 template void AttentionBackward<double>(const double*, const double*, const double*, double*,
-                                        double*, const AttentionShape&, const AttentionDropout&);
+                                        const AttentionShape&, const AttentionDropout&);
 
 }  // namespace mtrain::cpu

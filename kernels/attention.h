@@ -37,9 +37,10 @@ template <typename T>
 void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
                       const AttentionDropout& dropout);
 
-// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D]. `scratch` holds B*H*S*S elements.
+// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D]. Its workspace (one block of 64 queries'
+// scores per thread, 64 x S values, and [S, D] sums per head) is allocated inside.
 template <typename T>
-void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv, T* scratch,
+void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout);
 
 }  // namespace mtrain::cpu

@@ -86,6 +86,12 @@ bool BitIdentical(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
+uint32_t BitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
 const AttentionShape kSmallShape{/*batch=*/2, /*seq=*/5, /*heads=*/3, /*head_dim=*/4};
 
 TEST(AttentionTest, ForwardMatchesNaiveInDouble) {
@@ -204,10 +210,8 @@ struct AttentionProblem {
 
   void Backward(std::vector<double>* d_qkv) const {
     std::vector<double> out(OutSize(shape)), att(AttSize(shape));
-    std::vector<double> scratch(AttSize(shape), 0.0);
     AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
-    AttentionBackward(r.data(), qkv.data(), att.data(), d_qkv->data(), scratch.data(), shape,
-                      dropout);
+    AttentionBackward(r.data(), qkv.data(), att.data(), d_qkv->data(), shape, dropout);
   }
 };
 
@@ -261,24 +265,20 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
   const std::vector<float> d_out = RandomFloatVector(OutSize(shape), rng);
   AttentionRun run{std::vector<float>(OutSize(shape)), std::vector<float>(AttSize(shape)),
                    std::vector<float>(QkvSize(shape), 0.0f)};
-  std::vector<float> scratch(AttSize(shape));
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
   switch (isa) {
     case Isa::kChosen:
       AttentionForward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
-                        shape, dropout);
+      AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
       break;
     case Isa::kGeneric:
       generic::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      generic::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
-                        shape, dropout);
+      generic::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
       break;
     case Isa::kAvx2:
       avx2::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      avx2::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), scratch.data(),
-                     shape, dropout);
+      avx2::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
       break;
   }
   omp_set_num_threads(previous_threads);
@@ -309,6 +309,73 @@ TEST(AttentionTest, Avx2BuildIsBitIdenticalToTheGenericOne) {
     EXPECT_TRUE(BitIdentical(generic_run.out, avx2_run.out)) << shape.seq;
     EXPECT_TRUE(BitIdentical(generic_run.att, avx2_run.att)) << shape.seq;
     EXPECT_TRUE(BitIdentical(generic_run.d_qkv, avx2_run.d_qkv)) << shape.seq;
+  }
+}
+
+// A tensor-parallel rank holding heads [head_offset, head_offset + H) must compute exactly
+// the bits a single rank computes for those heads (its qkv rows are narrower, the products
+// the same), so that layouts differ only where their reductions do.
+TEST(AttentionTest, HeadSliceIsBitIdenticalToTheFullComputation) {
+  for (const AttentionShape full : {AttentionShape{2, 16, 4, 8}, AttentionShape{2, 70, 4, 24}}) {
+    const AttentionDropout dropout{0.1f, DropoutKey(3, 4), 0, 0};
+    std::mt19937_64 rng(21);
+    const std::vector<float> qkv = RandomFloatVector(QkvSize(full), rng, -2.0, 2.0);
+    const std::vector<float> d_out = RandomFloatVector(OutSize(full), rng);
+    std::vector<float> out(OutSize(full)), att(AttSize(full)), d_qkv(QkvSize(full), 0.0f);
+    AttentionForward(qkv.data(), out.data(), att.data(), full, dropout);
+    AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), full, dropout);
+
+    const int half = full.heads / 2;
+    const AttentionShape slice{full.batch, full.seq, half, full.head_dim};
+    for (int offset : {0, half}) {
+      // The rank's own columns of qkv and d_out, as a column-parallel QKV layer leaves them.
+      std::vector<float> qkv_slice(QkvSize(slice)), d_out_slice(OutSize(slice));
+      for (int b = 0; b < full.batch; ++b) {
+        for (int i = 0; i < full.seq; ++i) {
+          for (int h = 0; h < half; ++h) {
+            for (int d = 0; d < full.head_dim; ++d) {
+              for (int block = 0; block < 3; ++block) {
+                qkv_slice[QkvIndex(slice, b, i, block, h, d)] =
+                    qkv[QkvIndex(full, b, i, block, offset + h, d)];
+              }
+              d_out_slice[((static_cast<size_t>(b) * full.seq + i) * half + h) * full.head_dim +
+                          d] =
+                  d_out[((static_cast<size_t>(b) * full.seq + i) * full.heads + offset + h) *
+                            full.head_dim +
+                        d];
+            }
+          }
+        }
+      }
+      const AttentionDropout slice_dropout{dropout.p, dropout.key, offset, full.heads};
+      std::vector<float> out_slice(OutSize(slice)), att_slice(AttSize(slice));
+      std::vector<float> d_qkv_slice(QkvSize(slice), 0.0f);
+      AttentionForward(qkv_slice.data(), out_slice.data(), att_slice.data(), slice, slice_dropout);
+      AttentionBackward(d_out_slice.data(), qkv_slice.data(), att_slice.data(), d_qkv_slice.data(),
+                        slice, slice_dropout);
+      for (int b = 0; b < full.batch; ++b) {
+        for (int i = 0; i < full.seq; ++i) {
+          for (int h = 0; h < half; ++h) {
+            for (int d = 0; d < full.head_dim; ++d) {
+              const size_t got_out =
+                  ((static_cast<size_t>(b) * full.seq + i) * half + h) * full.head_dim + d;
+              const size_t want_out =
+                  ((static_cast<size_t>(b) * full.seq + i) * full.heads + offset + h) *
+                      full.head_dim +
+                  d;
+              ASSERT_EQ(BitsOf(out_slice[got_out]), BitsOf(out[want_out]))
+                  << "out b=" << b << " i=" << i << " head " << offset + h << " d=" << d;
+              for (int block = 0; block < 3; ++block) {
+                ASSERT_EQ(BitsOf(d_qkv_slice[QkvIndex(slice, b, i, block, h, d)]),
+                          BitsOf(d_qkv[QkvIndex(full, b, i, block, offset + h, d)]))
+                    << "d_qkv block " << block << " b=" << b << " i=" << i << " head " << offset + h
+                    << " d=" << d << " seq " << full.seq;
+              }
+            }
+          }
+        }
+      }
+    }
   }
 }
 

@@ -5,36 +5,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/fast_exp.h"
+
 namespace mtrain::cpu {
 namespace {
 
 // Below this many elements the OpenMP fork/join costs more than the tanh it spreads.
 constexpr size_t kParallelThreshold = size_t{1} << 15;
-
-// exp(x) for float without a libm call, so that the GeLU loops vectorise (glibc's expf and
-// tanhf are scalar calls here and were a fifth of a training step). Cody-Waite reduction
-// x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for exp(r) and 2^n by exponent
-// arithmetic: about 2 ulp, branch-free. Inputs are clamped to the range where the result
-// is finite and normal.
-inline float ExpFloat(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  // Round to nearest by adding and subtracting 1.5 * 2^23 (vectorises; nearbyint does not).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-inline float Exp(float x) { return ExpFloat(x); }
-inline double Exp(double x) { return std::exp(std::fmin(x, 700.0)); }
 
 template <typename T>
 constexpr T kSqrtTwoOverPi = static_cast<T>(0.79788456080286535587989211986876);
@@ -50,7 +27,7 @@ void GeluForward(const T* x, T* y, size_t n) {
     // 0.5 (1 + tanh u) = e / (1 + e) with e = exp(2u): no cancellation in either tail.
     const T v = x[i];
     const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
-    const T e = Exp(T(2) * inner);
+    const T e = FastExp(T(2) * inner);
     y[i] = v * (e / (T(1) + e));
   }
 }
@@ -61,7 +38,7 @@ void GeluBackward(const T* d_y, const T* x, T* d_x, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const T v = x[i];
     const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
-    const T e = Exp(T(2) * inner);
+    const T e = FastExp(T(2) * inner);
     const T d_inner = kSqrtTwoOverPi<T> * (T(1) + T(3) * kCubicCoefficient<T> * v * v);
     // d/dv [0.5 v (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 v (1 - tanh^2 u) du/dv, with
     // 0.5 (1 + tanh u) = s = e / (1 + e) and 0.5 (1 - tanh^2 u) = 2 s (1 - s); computing

@@ -4,6 +4,13 @@
 // losses of every loss-computing rank within 1e-5 (relative) over 10 steps, and the final
 // weights, gathered to rank 0, within 1e-5.
 //
+// Adam's eps is 1e-3, not 1e-8: with a tiny eps, Adam divides each gradient by its own
+// magnitude, so an element whose gradient is near zero takes full-size steps in the
+// direction of its rounding noise, and the 1e-5 comparison after 10 steps measured that
+// amplification more than the parallelism (with eps 1e-8 the t2 layout's error ranged from
+// 5e-6 to 1e-4 across seeds as unrelated kernels changed their roundings; with 1e-3 it is
+// 3e-7 for every seed tried). The update stays normalised for real gradients.
+//
 // Dropout is on (its masks are functions of global sample, layer and head indices, so they
 // do not depend on the layout), buckets are small (several data-parallel all-reduces per
 // step) and the model has 8 layers so that every layout, interleaving included, splits it.
@@ -26,6 +33,7 @@ namespace {
 constexpr int kSteps = 10;
 constexpr double kLossTolerance = 1e-5;
 constexpr double kWeightTolerance = 1e-5;
+constexpr double kMinLossDrop = 0.2;
 
 struct Layout {
   std::string name;
@@ -44,7 +52,7 @@ std::string SpecJson(const Layout& l) {
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "virtual_stages": %d,
                        "schedule": "%s", "zero_stage": %d,
                        "micro_batch_size": 2, "global_batch_size": 8},
-          "optimizer": {"lr": 3e-3, "warmup_steps": 3},
+          "optimizer": {"lr": 3e-3, "warmup_steps": 3, "eps": 1e-3},
           "train": {"steps": %d, "seed": 11, "dropout": 0.1},
           "device": "DEVICE_CPU"})",
       l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage, kSteps);
@@ -98,6 +106,9 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
   ASSERT_EQ(reference_->losses_per_rank.size(), 1u);
   const std::vector<double>& expected = reference_->losses_per_rank[0];
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+  // The reference must actually learn, or matching it would prove little.
+  EXPECT_LT(expected.back(), expected.front() - kMinLossDrop)
+      << "single-rank losses " << expected.front() << " -> " << expected.back();
   const Layout& layout = GetParam();
   const RunResult run = RunLayout(layout);
   ASSERT_EQ(run.losses_per_rank.size(), static_cast<size_t>(layout.tensor * layout.data));

@@ -73,27 +73,26 @@ void BenchMatmul() {
            }));
 }
 
-void BenchAttention(float dropout_p) {
-  const AttentionShape shape{/*batch=*/4, /*seq=*/256, /*heads=*/12, /*head_dim=*/64};
+void BenchAttention(const AttentionShape& shape, float dropout_p) {
   const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
   const size_t width = static_cast<size_t>(shape.heads) * shape.head_dim;
   const size_t att_size = static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq;
   const std::vector<float> qkv = RandomFloats(tokens * 3 * width, 5);
   const std::vector<float> d_out = RandomFloats(tokens * width, 6);
-  std::vector<float> out(tokens * width), att(att_size), scratch(att_size);
+  std::vector<float> out(tokens * width), att(att_size);
   std::vector<float> d_qkv(qkv.size(), 0.0f);
   const AttentionDropout dropout{dropout_p, DropoutKey(1, 2), 0, 0};
   const double pairs =
       static_cast<double>(shape.batch) * shape.heads * shape.seq * (shape.seq + 1) / 2;
   char shape_text[64];
-  std::snprintf(shape_text, sizeof(shape_text), "B=4 S=256 H=12 D=64 p=%.1f", dropout_p);
+  std::snprintf(shape_text, sizeof(shape_text), "B=%d S=%d H=%d D=%d p=%.1f", shape.batch,
+                shape.seq, shape.heads, shape.head_dim, dropout_p);
   PrintRow("attention forward", shape_text, 4.0 * shape.head_dim * pairs, SecondsPerCall([&] {
              AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
            }));
   AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
   PrintRow("attention backward", shape_text, 8.0 * shape.head_dim * pairs, SecondsPerCall([&] {
-             AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), scratch.data(),
-                               shape, dropout);
+             AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), shape, dropout);
            }));
 }
 
@@ -107,7 +106,11 @@ int main() {
   std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
               std::string(11, '-').c_str(), std::string(10, '-').c_str());
   mtrain::cpu::BenchMatmul();
-  mtrain::cpu::BenchAttention(0.0f);
-  mtrain::cpu::BenchAttention(0.1f);
+  // The h768 model's heads at two sequence lengths (issue 17's small and large shapes).
+  for (const mtrain::cpu::AttentionShape shape : {mtrain::cpu::AttentionShape{4, 256, 12, 64},
+                                                  mtrain::cpu::AttentionShape{2, 1024, 12, 64}}) {
+    mtrain::cpu::BenchAttention(shape, 0.0f);
+    mtrain::cpu::BenchAttention(shape, 0.1f);
+  }
   return 0;
 }

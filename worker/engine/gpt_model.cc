@@ -68,8 +68,7 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
 template <typename T>
 void GptModel<T>::AllocateScratch() {
   // On first use, not in the constructor: a model that only holds parameters (the host
-  // copy next to the CUDA engine) never needs these (the attention scratch alone is
-  // B*H*S*S values).
+  // copy next to the CUDA engine) never needs these.
   if (scratch_allocated_) return;
   scratch_allocated_ = true;
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
@@ -79,8 +78,6 @@ void GptModel<T>::AllocateScratch() {
   d_gelu_.resize(n * placement_.local_ffn(shape_));
   d_qkv_.resize(n * 3 * placement_.local_hidden(shape_));
   d_attn_y_.resize(n * placement_.local_hidden(shape_));
-  d_att_scratch_.resize(static_cast<size_t>(batch_) * placement_.local_heads(shape_) *
-                        shape_.seq_length * shape_.seq_length);
   if (options_.recompute) {
     recompute_scratch_ = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_);
   }
@@ -217,8 +214,8 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.att.data(), d_qkv_.data(),
-                            d_att_scratch_.data(), shape, att_dropout);
+  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.att.data(), d_qkv_.data(), shape,
+                            att_dropout);
   Zero(d_ln_);
   RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
                                                       w.qkv_weight, d_ln_.data(), g.qkv_weight,

@@ -137,7 +137,7 @@ class GptModel {
   // allocated by the first Forward or Backward.
   bool scratch_allocated_ = false;
   std::unique_ptr<LayerActivations<T>> recompute_scratch_;
-  std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_, d_att_scratch_;
+  std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_;
 };
 
 }  // namespace mtrain

@@ -145,8 +145,9 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       // The pipeline's received input and output gradient of each microbatch in flight.
       per_microbatch += 2 * n * C;
       // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layer,
-      // and the head's temporaries (d_logits, the residual gradients).
-      double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl + attention;
+      // and the head's temporaries (d_logits, the residual gradients). The attention core's
+      // own workspace (64 x S per thread, [S, D] per head) is below this precision.
+      double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl;
       if (recompute) scratch += saved_layer;
       if (head) scratch += n * Vl + 3 * n * C + n;
       activations += in_flight[c] * per_microbatch + scratch;
