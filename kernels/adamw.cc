@@ -1,7 +1,10 @@
 #include "kernels/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+
+#include "kernels/cpu_isa.h"
 
 namespace mtrain::cpu {
 namespace {
@@ -11,27 +14,76 @@ constexpr size_t kParallelThreshold = size_t{1} << 16;
 
 }  // namespace
 
+namespace {
+
+// The step's constants, in T.
+template <typename T>
+struct AdamWFactors {
+  T beta1, beta2, lr, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+};
+
+// Elements [begin, end); the factors in locals so that the compiler keeps them in registers.
+template <typename T>
+MTRAIN_ALWAYS_INLINE void UpdateRange(T* __restrict param, const T* __restrict grad,
+                                      T* __restrict m, T* __restrict v, size_t begin, size_t end,
+                                      AdamWFactors<T> f) {
+  const T beta1 = f.beta1, beta2 = f.beta2, lr = f.lr, eps = f.eps;
+  const T weight_decay = f.weight_decay, grad_scale = f.grad_scale;
+  const T bias_correction1 = f.bias_correction1, bias_correction2 = f.bias_correction2;
+#pragma omp simd
+  for (size_t i = begin; i < end; ++i) {
+    const T g = grad[i] * grad_scale;
+    const T m_new = beta1 * m[i] + (T(1) - beta1) * g;
+    const T v_new = beta2 * v[i] + (T(1) - beta2) * g * g;
+    m[i] = m_new;
+    v[i] = v_new;
+    const T m_hat = m_new / bias_correction1;
+    const T v_hat = v_new / bias_correction2;
+    // Vectorises because kernels build with -fno-math-errno (no errno path for sqrt).
+    param[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + weight_decay * param[i]);
+  }
+}
+
+// Contiguous ranges of this many elements per OpenMP iteration.
+constexpr size_t kChunk = 4096;
+
+// The loop twice: for the project's baseline and for AVX2 (cpu_isa.h).
+template <typename T>
+void UpdateLoop(T* param, const T* grad, T* m, T* v, size_t n, AdamWFactors<T> f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);
+  }
+}
+
+template <typename T>
+MTRAIN_TARGET_AVX2 void UpdateLoopAvx2(T* param, const T* grad, T* m, T* v, size_t n,
+                                       AdamWFactors<T> f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void AdamWUpdate(T* param, const T* grad, T* m, T* v, size_t n, const AdamWHyperparameters& h) {
   // Step-dependent factors once, in double: beta^step underflows gracefully and stays exact
   // for the small step counts where bias correction matters most.
   const double step = static_cast<double>(h.step);
-  const T bias_correction1 = static_cast<T>(1.0 - std::pow(static_cast<double>(h.beta1), step));
-  const T bias_correction2 = static_cast<T>(1.0 - std::pow(static_cast<double>(h.beta2), step));
-  const T beta1 = h.beta1;
-  const T beta2 = h.beta2;
-  const T lr = h.lr;
-  const T eps = h.eps;
-  const T weight_decay = h.weight_decay;
-  const T grad_scale = h.grad_scale;
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) {
-    const T g = grad[i] * grad_scale;
-    m[i] = beta1 * m[i] + (T(1) - beta1) * g;
-    v[i] = beta2 * v[i] + (T(1) - beta2) * g * g;
-    const T m_hat = m[i] / bias_correction1;
-    const T v_hat = v[i] / bias_correction2;
-    param[i] -= lr * (m_hat / (std::sqrt(v_hat) + eps) + weight_decay * param[i]);
+  const AdamWFactors<T> factors{h.beta1,
+                                h.beta2,
+                                h.lr,
+                                h.eps,
+                                h.weight_decay,
+                                h.grad_scale,
+                                static_cast<T>(1.0 - std::pow(static_cast<double>(h.beta1), step)),
+                                static_cast<T>(1.0 - std::pow(static_cast<double>(h.beta2), step))};
+  if (CpuKernelsUseAvx2()) {
+    UpdateLoopAvx2(param, grad, m, v, n, factors);
+  } else {
+    UpdateLoop(param, grad, m, v, n, factors);
   }
 }
 

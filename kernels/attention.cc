@@ -1,26 +1,14 @@
 #include "kernels/attention.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "kernels/attention_isa.h"
+#include "kernels/cpu_isa.h"
 
 namespace mtrain::cpu {
-
-bool AttentionUsesAvx2() {
-  static const bool avx2 = [] {
-    const char* forced = std::getenv("MTRAIN_ATTENTION_ISA");
-    if (forced != nullptr && std::strcmp(forced, "generic") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return avx2;
-}
 
 template <typename T>
 void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
                       const AttentionDropout& dropout) {
-  if (AttentionUsesAvx2()) {
+  if (CpuKernelsUseAvx2()) {
     avx2::Forward(qkv, out, att, shape, dropout);
   } else {
     generic::Forward(qkv, out, att, shape, dropout);
@@ -30,7 +18,7 @@ void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
 template <typename T>
 void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout) {
-  if (AttentionUsesAvx2()) {
+  if (CpuKernelsUseAvx2()) {
     avx2::Backward(d_out, qkv, att, d_qkv, shape, dropout);
   } else {
     generic::Backward(d_out, qkv, att, d_qkv, shape, dropout);

@@ -1,7 +1,6 @@
-// The attention core's builds per instruction set (attention_core.inc) and the run-time
-// choice between them. Both give bit-identical results (see attention_core.inc); the AVX2
-// build runs its register-tiled products on 256-bit vectors, twice the SSE width that the
-// project's -march=x86-64-v2 allows everywhere else.
+// The attention core's builds per instruction set (attention_core.inc); attention.cc picks
+// one with CpuKernelsUseAvx2 (cpu_isa.h). Both give bit-identical results; the AVX2 build
+// runs the softmax and its gradient on 256-bit vectors.
 #ifndef MTRAIN_KERNELS_ATTENTION_ISA_H_
 #define MTRAIN_KERNELS_ATTENTION_ISA_H_
 
@@ -21,10 +20,6 @@ namespace mtrain::cpu {
 MTRAIN_DECLARE_ATTENTION_CORE(generic)
 MTRAIN_DECLARE_ATTENTION_CORE(avx2)
 #undef MTRAIN_DECLARE_ATTENTION_CORE
-
-// Whether this CPU runs the AVX2 build (checked once). MTRAIN_ATTENTION_ISA=generic in the
-// environment forces the SSE build (for comparing the two).
-bool AttentionUsesAvx2();
 
 }  // namespace mtrain::cpu
 

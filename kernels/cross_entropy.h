@@ -37,16 +37,14 @@ void CrossEntropyLocalSums(const T* logits, const int32_t* targets, const T* max
 
 // losses[N] = log(sum_exp) + max - target_logit.
 template <typename T>
-void CrossEntropyLosses(const T* max, const T* sum_exp, const T* target_logit, int rows,
-                        T* losses);
+void CrossEntropyLosses(const T* max, const T* sum_exp, const T* target_logit, int rows, T* losses);
 
 // d_logits[N, V_local] += d_loss[i] * (softmax - onehot(target)) on valid columns, where
 // d_loss is the gradient of the final loss with respect to each token's loss (1/N for a
 // mean over N tokens): one value `d_loss_per_token` for every token.
 template <typename T>
-void CrossEntropyBackward(const T* logits, const int32_t* targets, const T* max,
-                          const T* sum_exp, const VocabShard& shard, T d_loss_per_token,
-                          T* d_logits);
+void CrossEntropyBackward(const T* logits, const int32_t* targets, const T* max, const T* sum_exp,
+                          const VocabShard& shard, T d_loss_per_token, T* d_logits);
 
 }  // namespace mtrain::cpu
 

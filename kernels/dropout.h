@@ -27,8 +27,7 @@ void DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, uint64_t 
 
 // d_x[i] += keep(key, index_base + i) ? d_y[i] / (1 - p) : 0.
 template <typename T>
-void DropoutBackward(const T* d_y, T* d_x, size_t n, float p, uint64_t key,
-                     uint64_t index_base);
+void DropoutBackward(const T* d_y, T* d_x, size_t n, float p, uint64_t key, uint64_t index_base);
 
 }  // namespace mtrain::cpu
 

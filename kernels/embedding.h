@@ -13,13 +13,13 @@ namespace mtrain::cpu {
 // out[n, C] = table[ids[i] - row_start] (or 0 outside the slice). With `accumulate` the
 // rows are added to out instead of overwriting it.
 template <typename T>
-void EmbeddingForward(const int32_t* ids, const T* table, T* out, int n, int C,
-                      int row_start, int num_rows, bool accumulate);
+void EmbeddingForward(const int32_t* ids, const T* table, T* out, int n, int C, int row_start,
+                      int num_rows, bool accumulate);
 
 // d_table[ids[i] - row_start] += d_out[i] for ids inside the slice.
 template <typename T>
-void EmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table, int n, int C,
-                       int row_start, int num_rows);
+void EmbeddingBackward(const int32_t* ids, const T* d_out, T* d_table, int n, int C, int row_start,
+                       int num_rows);
 
 }  // namespace mtrain::cpu
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu_isa.h"
 #include "kernels/fast_exp.h"
 
 namespace mtrain::cpu {
@@ -20,33 +21,71 @@ constexpr T kCubicCoefficient = static_cast<T>(0.044715);
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+MTRAIN_ALWAYS_INLINE T GeluOf(T v) {
+  // 0.5 (1 + tanh u) = e / (1 + e) with e = exp(2u): no cancellation in either tail.
+  const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
+  const T e = FastExp(T(2) * inner);
+  return v * (e / (T(1) + e));
+}
+
+template <typename T>
+MTRAIN_ALWAYS_INLINE T GeluDerivativeOf(T v) {
+  const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
+  const T e = FastExp(T(2) * inner);
+  const T d_inner = kSqrtTwoOverPi<T> * (T(1) + T(3) * kCubicCoefficient<T> * v * v);
+  // d/dv [0.5 v (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 v (1 - tanh^2 u) du/dv, with
+  // 0.5 (1 + tanh u) = s = e / (1 + e) and 0.5 (1 - tanh^2 u) = 2 s (1 - s); computing
+  // 1 - s as 1 / (1 + e) avoids the cancellation of 1 - tanh^2 in the tails.
+  const T s = e / (T(1) + e);
+  const T one_minus_s = T(1) / (T(1) + e);
+  return s + T(2) * v * s * one_minus_s * d_inner;
+}
+
+// Each loop twice: for the project's baseline and for AVX2 (cpu_isa.h).
+template <typename T>
+void ForwardLoop(const T* x, T* y, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
+}
+
+template <typename T>
+MTRAIN_TARGET_AVX2 void ForwardLoopAvx2(const T* x, T* y, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
+}
+
+template <typename T>
+void BackwardLoop(const T* d_y, const T* x, T* d_x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
+}
+
+template <typename T>
+MTRAIN_TARGET_AVX2 void BackwardLoopAvx2(const T* d_y, const T* x, T* d_x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
+}
+
+}  // namespace
+
 template <typename T>
 void GeluForward(const T* x, T* y, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) {
-    // 0.5 (1 + tanh u) = e / (1 + e) with e = exp(2u): no cancellation in either tail.
-    const T v = x[i];
-    const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
-    const T e = FastExp(T(2) * inner);
-    y[i] = v * (e / (T(1) + e));
+  if (CpuKernelsUseAvx2()) {
+    ForwardLoopAvx2(x, y, n);
+  } else {
+    ForwardLoop(x, y, n);
   }
 }
 
 template <typename T>
 void GeluBackward(const T* d_y, const T* x, T* d_x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) {
-    const T v = x[i];
-    const T inner = kSqrtTwoOverPi<T> * (v + kCubicCoefficient<T> * v * v * v);
-    const T e = FastExp(T(2) * inner);
-    const T d_inner = kSqrtTwoOverPi<T> * (T(1) + T(3) * kCubicCoefficient<T> * v * v);
-    // d/dv [0.5 v (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 v (1 - tanh^2 u) du/dv, with
-    // 0.5 (1 + tanh u) = s = e / (1 + e) and 0.5 (1 - tanh^2 u) = 2 s (1 - s); computing
-    // 1 - s as 1 / (1 + e) avoids the cancellation of 1 - tanh^2 in the tails.
-    const T s = e / (T(1) + e);
-    const T one_minus_s = T(1) / (T(1) + e);
-    const T derivative = s + T(2) * v * s * one_minus_s * d_inner;
-    d_x[i] += d_y[i] * derivative;
+  if (CpuKernelsUseAvx2()) {
+    BackwardLoopAvx2(d_y, x, d_x, n);
+  } else {
+    BackwardLoop(d_y, x, d_x, n);
   }
 }
 

@@ -9,8 +9,8 @@ namespace mtrain::cpu {
 //   y = (x - mean) * rstd * gamma + beta,   rstd = 1 / sqrt(var + eps)  (biased variance)
 // Saves mean[rows] and rstd[rows] for the backward pass. `y` is overwritten.
 template <typename T>
-void LayerNormForward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
-                      int rows, int C, T eps);
+void LayerNormForward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int rows,
+                      int C, T eps);
 
 // Accumulates d_x[rows, C], d_gamma[C], d_beta[C] from d_y, using the saved statistics.
 template <typename T>

@@ -24,8 +24,8 @@ void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, i
 //   d_weight[N, K] += d_out^T @ in
 //   d_bias[N]      += column sums of d_out  (skipped when d_bias is null)
 template <typename T>
-void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight,
-                    T* d_bias, int M, int K, int N);
+void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight, T* d_bias,
+                    int M, int K, int N);
 
 }  // namespace mtrain::cpu
 

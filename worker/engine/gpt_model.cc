@@ -78,6 +78,10 @@ void GptModel<T>::AllocateScratch() {
   d_gelu_.resize(n * placement_.local_ffn(shape_));
   d_qkv_.resize(n * 3 * placement_.local_hidden(shape_));
   d_attn_y_.resize(n * placement_.local_hidden(shape_));
+  d_residual_.resize(n * shape_.hidden);
+  d_residual_below_.resize(n * shape_.hidden);
+  if (placement_.has_head) d_logits_.resize(n * placement_.local_vocab(shape_));
+  if (options_.recompute) recompute_output_.resize(n * shape_.hidden);
   if (options_.recompute) {
     recompute_scratch_ = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_);
   }
@@ -284,14 +288,18 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
-  // d_x holds the gradient of the residual stream as it flows down the layers.
-  std::vector<T> d_x(NC, T(0));
+  // d_x holds the gradient of the residual stream as it flows down the layers. The buffers
+  // are the model's (AllocateScratch): fresh ones each microbatch cost page faults.
+  std::vector<T>& d_x = d_residual_;
+  std::vector<T>& d_below = d_residual_below_;
+  Zero(d_x);
   auto report = [&](const ParamTensor* tensor) {
     if (on_grad_ready != nullptr && tensor != nullptr) (*on_grad_ready)(*tensor);
   };
   if (placement_.has_head) {
     const int Vl = placement_.local_vocab(shape_);
-    std::vector<T> d_logits(static_cast<size_t>(N) * Vl, T(0));
+    std::vector<T>& d_logits = d_logits_;
+    Zero(d_logits);
     tp::VocabParallelCrossEntropyBackward<T>(
         acts->logits.data(), acts->targets.data(), VocabShardOf(N),
         {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, d_loss_per_token,
@@ -309,15 +317,13 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     std::copy(d_hidden_out, d_hidden_out + NC, d_x.begin());
   }
 
-  std::vector<T> d_below(NC);
   for (int l = placement_.num_layers - 1; l >= 0; --l) {
     const T* x = acts->layer_io[l].data();
     LayerActivations<T>* scratch = acts->saved.empty() ? nullptr : acts->saved[l].get();
     if (options_.recompute) {
       // Same input, same dropout keys: the recomputed activations are bit-identical.
       scratch = recompute_scratch_.get();
-      std::vector<T> discard(NC);
-      RETURN_IF_ERROR(LayerForward(l, acts->id, x, discard.data(), scratch));
+      RETURN_IF_ERROR(LayerForward(l, acts->id, x, recompute_output_.data(), scratch));
     }
     RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *scratch, d_x.data(), d_below.data()));
     d_x.swap(d_below);

@@ -138,6 +138,9 @@ class GptModel {
   bool scratch_allocated_ = false;
   std::unique_ptr<LayerActivations<T>> recompute_scratch_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_;
+  // Backward: the residual gradient and the one below it (swapped layer by layer), the
+  // logits' gradient, and the discarded output of a recomputed layer.
+  std::vector<T> d_residual_, d_residual_below_, d_logits_, recompute_output_;
 };
 
 }  // namespace mtrain
