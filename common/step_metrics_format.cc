@@ -32,6 +32,9 @@ std::string StepMetricsJson(const StepMetrics& m) {
   if (m.has_device_memory_peak_bytes()) {
     json.Int("device_memory_peak_bytes", m.device_memory_peak_bytes());
   }
+  if (m.has_host_memory_peak_bytes()) {
+    json.Int("host_memory_peak_bytes", m.host_memory_peak_bytes());
+  }
   return json.Close();
 }
 

@@ -45,5 +45,11 @@ TEST(StepMetricsFormatTest, CudaRanksReportTheirPeakDeviceMemory) {
   EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"device_memory_peak_bytes\":5368709120}"));
 }
 
+TEST(StepMetricsFormatTest, CpuRanksReportTheirPeakHeap) {
+  StepMetrics m = Metrics();
+  m.set_host_memory_peak_bytes(int64_t{3} << 20);
+  EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"host_memory_peak_bytes\":3145728}"));
+}
+
 }  // namespace
 }  // namespace mtrain

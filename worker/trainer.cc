@@ -307,6 +307,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (const std::optional<int64_t> peak = engine_->device_memory_peak_bytes(); peak.has_value()) {
     metrics.set_device_memory_peak_bytes(*peak);
   }
+  if (const std::optional<int64_t> peak = engine_->host_memory_peak_bytes();
+      peak.has_value() && *peak > 0) {
+    metrics.set_host_memory_peak_bytes(*peak);
+  }
   // The engine goes to the coordinator once, with rank 0's first step of this process.
   if (!engine_reported_ && assignment_.rank().global_rank() == 0) {
     metrics.set_engine(engine_note_);

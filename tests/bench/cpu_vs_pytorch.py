@@ -66,7 +66,8 @@ def run_engine(cfg, args):
     timed = rows[args.warmup:]
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"step_seconds": statistics.median(r["step_seconds"] for r in timed),
-            "peak_bytes": peak_kib * 1024, "loss": rows[-1]["loss"]}
+            "peak_bytes": peak_kib * 1024, "loss": rows[-1]["loss"],
+            "heap_peak_bytes": rows[-1].get("host_memory_peak_bytes", 0)}
 
 
 def run_torch(cfg, args, compiled):
@@ -133,9 +134,11 @@ def main():
     kinds = ["engine", "eager"] + ([] if args.no_compile else ["compile"])
     labels = {"engine": "mtrain engine", "eager": "PyTorch eager", "compile": "PyTorch compile"}
     print(f"fp32, {args.threads} threads, median of {args.steps} steps after {args.warmup}, "
-          f"fastest of {args.repeats} interleaved run(s); peak = max RSS of the process")
+          f"fastest of {args.repeats} interleaved run(s); peak = max RSS of the process; heap = "
+          f"the engine's own report (host_memory_peak_bytes: parameters, gradients, moments, "
+          f"activations, workspace)")
     print(f"{'shape':<7} {'implementation':<16} {'tokens/s':>9} {'step ms':>9} {'peak MiB':>9} "
-          f"{'loss':>7}")
+          f"{'heap MiB':>9} {'loss':>7}")
     for shape in args.shapes.split(","):
         cfg = SHAPES[shape]
         tokens = cfg["batch"] * cfg["seq"]
@@ -152,8 +155,10 @@ def main():
             if "error" in r:
                 print(f"{shape:<7} {labels[kind]:<16} failed: {r['error']}")
                 continue
+            heap = (f"{r['heap_peak_bytes'] / 2**20:>9.0f}" if r.get("heap_peak_bytes")
+                    else f"{'':>9}")
             print(f"{shape:<7} {labels[kind]:<16} {tokens / r['step_seconds']:>9.0f} "
-                  f"{r['step_seconds'] * 1e3:>9.1f} {r['peak_bytes'] / 2**20:>9.0f} "
+                  f"{r['step_seconds'] * 1e3:>9.1f} {r['peak_bytes'] / 2**20:>9.0f} {heap} "
                   f"{r['loss']:>7.3f}")
         torch_rows = [results[k] for k in kinds if k != "engine" and "error" not in results[k]]
         if "error" not in results["engine"] and torch_rows:

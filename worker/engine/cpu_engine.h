@@ -43,6 +43,11 @@ class CpuEngine : public TrainingEngine {
   // the step outside the pipeline's compute.
   double CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const override;
 
+  // The heap's peak, sampled after each microbatch's forward and backward.
+  std::optional<int64_t> host_memory_peak_bytes() const override {
+    return stages_->heap_peak_bytes();
+  }
+
   HostState host_state() override;
   absl::Status SyncToHost() override { return absl::OkStatus(); }
   absl::Status SyncFromHost() override { return absl::OkStatus(); }

@@ -120,6 +120,28 @@ TEST(CpuEngineTest, AStepIsBitForBitTheStepOfItsParts) {
   }
 }
 
+// The memory report: the heap's peak holds at least the parameters, gradients and both
+// moments, and rises when a step's activations are in flight.
+TEST(CpuEngineTest, ReportsTheHeapPeakOfAStep) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer replaces malloc: glibc's mallinfo2 does not see its heap";
+#endif
+  RankGroups groups = SoloGroups();
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(Config(&groups));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->host_memory_peak_bytes(), 0) << "nothing sampled before a step";
+  PipelineExecutor executor(&(*engine)->stages(), OneStageSchedule(), 0, 1, groups.world.get());
+  ASSERT_TRUE((*engine)->ComputeGradients(executor, Microbatches(), 1.0f / 32).ok());
+  const std::optional<int64_t> peak = (*engine)->host_memory_peak_bytes();
+  ASSERT_TRUE(peak.has_value());
+  const int64_t state_bytes =
+      static_cast<int64_t>((*engine)->layout().buffer_size()) * sizeof(float) * 4;
+  EXPECT_GE(*peak, state_bytes);
+  // One microbatch's saved attention probabilities alone: B * heads * S * S floats/layer.
+  const int64_t attention_bytes = int64_t{kMicroBatch} * 2 * 8 * 8 * sizeof(float) * 2;
+  EXPECT_GE(*peak - state_bytes, attention_bytes);
+}
+
 TEST(CpuEngineTest, UnscalingReportsAnOverflow) {
   RankGroups groups = SoloGroups();
   absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(Config(&groups));

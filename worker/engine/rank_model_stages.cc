@@ -25,7 +25,9 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
   input.tokens = microbatch.tokens.data();
   input.targets = microbatch.targets.data();
   input.hidden_in = hidden_in;
-  return model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
+  absl::StatusOr<double> loss = model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
+  heap_peak_.Sample();
+  return loss;
 }
 
 absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidden_out,
@@ -40,6 +42,7 @@ absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidd
                                     last_of_step ? final_grads_hook_ : nullptr);
   acts->has_forward = false;
   free_[chunk].push_back(std::move(acts));
+  heap_peak_.Sample();
   return status;
 }
 

@@ -8,11 +8,13 @@
 #ifndef MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
 #define MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "worker/engine/heap_peak.h"
 #include "worker/engine/rank_model.h"
 #include "worker/parallel/pipeline_stages.h"
 
@@ -38,11 +40,15 @@ class RankModelStages : public PipelineStages {
   absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
                         float* d_hidden_in, bool last_of_step) override;
 
+  // The most heap in use after any microbatch's forward or backward so far.
+  int64_t heap_peak_bytes() const { return heap_peak_.peak_bytes(); }
+
  private:
   RankModel* const model_;
   const GradReadyHook* final_grads_hook_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> in_flight_;
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_;  // per chunk
+  HeapPeak heap_peak_;
 };
 
 }  // namespace mtrain

@@ -118,6 +118,8 @@ class TrainingEngine {
   virtual double CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const = 0;
   // Peak device memory so far, for engines with a device.
   virtual std::optional<int64_t> device_memory_peak_bytes() const { return std::nullopt; }
+  // Peak host heap in use so far, for engines whose tensors live there (the CPU's).
+  virtual std::optional<int64_t> host_memory_peak_bytes() const { return std::nullopt; }
 
   // ---- The training state in host memory (checkpoints, weight gathers, loads).
   struct HostState {
