@@ -6,22 +6,22 @@
 namespace mtrain::cpu {
 
 template <typename T>
-void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
+void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout) {
   if (CpuKernelsUseAvx2()) {
-    avx2::Forward(qkv, out, att, shape, dropout);
+    avx2::Forward(qkv, out, lse, shape, dropout);
   } else {
-    generic::Forward(qkv, out, att, shape, dropout);
+    generic::Forward(qkv, out, lse, shape, dropout);
   }
 }
 
 template <typename T>
-void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv,
+void AttentionBackward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout) {
   if (CpuKernelsUseAvx2()) {
-    avx2::Backward(d_out, qkv, att, d_qkv, shape, dropout);
+    avx2::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
   } else {
-    generic::Backward(d_out, qkv, att, d_qkv, shape, dropout);
+    generic::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
   }
 }
 
@@ -29,9 +29,10 @@ template void AttentionForward<float>(const float*, float*, float*, const Attent
                                       const AttentionDropout&);
 template void AttentionForward<double>(const double*, double*, double*, const AttentionShape&,
                                        const AttentionDropout&);
-template void AttentionBackward<float>(const float*, const float*, const float*, float*,
-                                       const AttentionShape&, const AttentionDropout&);
-template void AttentionBackward<double>(const double*, const double*, const double*, double*,
-                                        const AttentionShape&, const AttentionDropout&);
+template void AttentionBackward<float>(const float*, const float*, const float*, const float*,
+                                       float*, const AttentionShape&, const AttentionDropout&);
+template void AttentionBackward<double>(const double*, const double*, const double*,
+                                        const double*, double*, const AttentionShape&,
+                                        const AttentionDropout&);
 
 }  // namespace mtrain::cpu

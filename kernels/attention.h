@@ -4,8 +4,8 @@
 // Layout: qkv[B, S, 3, H, D] is exactly the output of the fused QKV matmul
 // ([B*S, 3*H*D], Q block then K block then V block, heads contiguous inside each block);
 // out[B, S, H, D] = [B*S, H*D] feeds the output projection.
-//   att[b, h, i, j] = softmax_j<=i( q_i . k_j / sqrt(D) )     (j > i masked out)
-//   out[b, i, h]    = sum_j dropout(att)[b, h, i, j] v_j
+//   P[b, h, i, j] = softmax_j<=i( q_i . k_j / sqrt(D) )     (j > i masked out)
+//   out[b, i, h]  = sum_j dropout(P)[b, h, i, j] v_j
 // Conventions: see matmul.h.
 #ifndef MTRAIN_KERNELS_ATTENTION_H_
 #define MTRAIN_KERNELS_ATTENTION_H_
@@ -31,16 +31,19 @@ struct AttentionDropout {
   int total_heads = 0;  // 0 means H
 };
 
-// Writes out[B, S, H*D] and saves the softmax probabilities att[B, H, S, S] (before
-// dropout; the upper triangle is written as 0) for the backward pass.
+// Writes out[B, S, H*D] and saves, for the backward pass, lse[B, H, S]: the log-sum-exp of
+// each query's scaled scores, lse[b, h, i] = log sum_{j<=i} exp(q_i . k_j / sqrt(D)), from
+// which the backward recomputes the probabilities (as the CUDA flash attention does; no
+// S x S matrix is kept).
 template <typename T>
-void AttentionForward(const T* qkv, T* out, T* att, const AttentionShape& shape,
+void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout);
 
-// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D]. Its workspace (one block of 64 queries'
-// scores per thread, 64 x S values, and [S, D] sums per head) is allocated inside.
+// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D], given the forward's out and lse. Its
+// workspace (two or three blocks of 64 queries' scores per thread, 64 x S values each, and
+// [S, D] sums per head) is allocated inside.
 template <typename T>
-void AttentionBackward(const T* d_out, const T* qkv, const T* att, T* d_qkv,
+void AttentionBackward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout);
 
 }  // namespace mtrain::cpu

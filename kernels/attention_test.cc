@@ -27,8 +27,8 @@ size_t QkvSize(const AttentionShape& s) {
 size_t OutSize(const AttentionShape& s) {
   return static_cast<size_t>(s.batch) * s.seq * s.heads * s.head_dim;
 }
-size_t AttSize(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch) * s.heads * s.seq * s.seq;
+size_t LseSize(const AttentionShape& s) {
+  return static_cast<size_t>(s.batch) * s.heads * s.seq;
 }
 
 // Offset of element d of block (0 = q, 1 = k, 2 = v) of head h at token (b, i).
@@ -40,10 +40,10 @@ size_t QkvIndex(const AttentionShape& s, int b, int i, int block, int h, int d) 
 template <typename T>
 void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
                     const AttentionDropout& dropout, std::vector<double>* out,
-                    std::vector<double>* att) {
+                    std::vector<double>* lse) {
   const int total_heads = dropout.total_heads > 0 ? dropout.total_heads : s.heads;
   out->assign(OutSize(s), 0.0);
-  att->assign(AttSize(s), 0.0);
+  lse->assign(LseSize(s), 0.0);
   for (int b = 0; b < s.batch; ++b) {
     for (int h = 0; h < s.heads; ++h) {
       for (int i = 0; i < s.seq; ++i) {
@@ -60,9 +60,9 @@ void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
         }
         double sum = 0;
         for (int j = 0; j <= i; ++j) sum += std::exp(scores[j] - max_score);
+        (*lse)[(static_cast<size_t>(b) * s.heads + h) * s.seq + i] = max_score + std::log(sum);
         for (int j = 0; j <= i; ++j) {
           const double probability = std::exp(scores[j] - max_score) / sum;
-          (*att)[((static_cast<size_t>(b) * s.heads + h) * s.seq + i) * s.seq + j] = probability;
           const uint64_t index =
               ((static_cast<uint64_t>(b) * total_heads + dropout.head_offset + h) * s.seq + i) *
                   s.seq +
@@ -99,13 +99,12 @@ TEST(AttentionTest, ForwardMatchesNaiveInDouble) {
   const std::vector<double> qkv = RandomVector(QkvSize(kSmallShape), rng, -2.0, 2.0);
   for (float p : {0.0f, 0.3f}) {
     const AttentionDropout dropout{p, DropoutKey(1, 2, 3), 0, 0};
-    std::vector<double> out(OutSize(kSmallShape)), att(AttSize(kSmallShape), 9.0);
-    AttentionForward(qkv.data(), out.data(), att.data(), kSmallShape, dropout);
-    std::vector<double> expected_out, expected_att;
-    NaiveAttention(qkv, kSmallShape, dropout, &expected_out, &expected_att);
+    std::vector<double> out(OutSize(kSmallShape)), lse(LseSize(kSmallShape), 9.0);
+    AttentionForward(qkv.data(), out.data(), lse.data(), kSmallShape, dropout);
+    std::vector<double> expected_out, expected_lse;
+    NaiveAttention(qkv, kSmallShape, dropout, &expected_out, &expected_lse);
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 1e-13) << i;
-    // Includes the upper triangle, which must be written as exactly 0.
-    for (size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(att[i], expected_att[i], 1e-14) << i;
+    for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], expected_lse[i], 1e-13) << i;
   }
 }
 
@@ -114,12 +113,12 @@ TEST(AttentionTest, ForwardMatchesNaiveInFloat) {
   std::mt19937_64 rng(2);
   const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
   const AttentionDropout dropout{0.1f, DropoutKey(4, 5), 0, 0};
-  std::vector<float> out(OutSize(shape)), att(AttSize(shape));
-  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
-  std::vector<double> expected_out, expected_att;
-  NaiveAttention(qkv, shape, dropout, &expected_out, &expected_att);
+  std::vector<float> out(OutSize(shape)), lse(LseSize(shape));
+  AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
+  std::vector<double> expected_out, expected_lse;
+  NaiveAttention(qkv, shape, dropout, &expected_out, &expected_lse);
   for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 2e-5) << i;
-  for (size_t i = 0; i < att.size(); ++i) EXPECT_NEAR(att[i], expected_att[i], 2e-6) << i;
+  for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], expected_lse[i], 2e-6) << i;
 }
 
 TEST(AttentionTest, FutureTokensDoNotChangeEarlierOutputs) {
@@ -127,8 +126,8 @@ TEST(AttentionTest, FutureTokensDoNotChangeEarlierOutputs) {
   std::mt19937_64 rng(3);
   const std::vector<double> qkv = RandomVector(QkvSize(shape), rng);
   const AttentionDropout dropout{0.3f, DropoutKey(6, 0), 0, 0};
-  std::vector<double> out(OutSize(shape)), att(AttSize(shape));
-  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+  std::vector<double> out(OutSize(shape)), lse(LseSize(shape));
+  AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
   const size_t token_width = static_cast<size_t>(shape.heads) * shape.head_dim;
   for (int i = 0; i < shape.seq - 1; ++i) {
     // Replace q, k and v of every token after i.
@@ -136,8 +135,8 @@ TEST(AttentionTest, FutureTokensDoNotChangeEarlierOutputs) {
     for (size_t e = static_cast<size_t>(i + 1) * 3 * token_width; e < changed.size(); ++e) {
       changed[e] = 10.0 * std::sin(static_cast<double>(e));
     }
-    std::vector<double> changed_out(out.size()), changed_att(att.size());
-    AttentionForward(changed.data(), changed_out.data(), changed_att.data(), shape, dropout);
+    std::vector<double> changed_out(out.size()), changed_lse(lse.size());
+    AttentionForward(changed.data(), changed_out.data(), changed_lse.data(), shape, dropout);
     for (size_t e = 0; e < (i + 1) * token_width; ++e) {
       EXPECT_EQ(out[e], changed_out[e]) << "position " << i << " element " << e;
     }
@@ -167,10 +166,10 @@ TEST(AttentionTest, HeadSliceDropsWhatASingleRankDrops) {
     }
   }
   const uint64_t key = DropoutKey(8, 9);
-  std::vector<double> out(OutSize(full)), att(AttSize(full));
-  AttentionForward(qkv.data(), out.data(), att.data(), full, AttentionDropout{0.4f, key, 0, 0});
-  std::vector<double> slice_out(OutSize(slice)), slice_att(AttSize(slice));
-  AttentionForward(slice_qkv.data(), slice_out.data(), slice_att.data(), slice,
+  std::vector<double> out(OutSize(full)), lse(LseSize(full));
+  AttentionForward(qkv.data(), out.data(), lse.data(), full, AttentionDropout{0.4f, key, 0, 0});
+  std::vector<double> slice_out(OutSize(slice)), slice_lse(LseSize(slice));
+  AttentionForward(slice_qkv.data(), slice_out.data(), slice_lse.data(), slice,
                    AttentionDropout{0.4f, key, head_offset, full.heads});
   for (int b = 0; b < full.batch; ++b) {
     for (int i = 0; i < full.seq; ++i) {
@@ -203,15 +202,15 @@ struct AttentionProblem {
   }
 
   double Objective() const {
-    std::vector<double> out(OutSize(shape)), att(AttSize(shape));
-    AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+    std::vector<double> out(OutSize(shape)), lse(LseSize(shape));
+    AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
     return Dot(out, r);
   }
 
   void Backward(std::vector<double>* d_qkv) const {
-    std::vector<double> out(OutSize(shape)), att(AttSize(shape));
-    AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
-    AttentionBackward(r.data(), qkv.data(), att.data(), d_qkv->data(), shape, dropout);
+    std::vector<double> out(OutSize(shape)), lse(LseSize(shape));
+    AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
+    AttentionBackward(r.data(), qkv.data(), out.data(), lse.data(), d_qkv->data(), shape, dropout);
   }
 };
 
@@ -241,6 +240,16 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferencesOnTiledShape) {
                      "d_qkv");
 }
 
+TEST(AttentionTest, BackwardMatchesFiniteDifferencesAcrossQueryBlocks) {
+  // Three blocks of 64 queries, the last one partial: the backward recomputes each block's
+  // probabilities from the saved log-sum-exp against every key before it.
+  AttentionProblem problem(10, 0.2f, AttentionShape{1, 150, 1, 4});
+  std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+  problem.Backward(&d_qkv);
+  ExpectGradientNear(d_qkv, NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+                     "d_qkv");
+}
+
 TEST(AttentionTest, BackwardAccumulates) {
   AttentionProblem problem(7, 0.3f);
   std::vector<double> d_qkv(problem.qkv.size(), 0.0);
@@ -251,7 +260,7 @@ TEST(AttentionTest, BackwardAccumulates) {
 }
 
 struct AttentionRun {
-  std::vector<float> out, att, d_qkv;
+  std::vector<float> out, lse, d_qkv;
 };
 
 // `isa`: which build of the core runs (kChosen: the one AttentionForward picks).
@@ -263,22 +272,25 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
   std::mt19937_64 rng(8);
   const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
   const std::vector<float> d_out = RandomFloatVector(OutSize(shape), rng);
-  AttentionRun run{std::vector<float>(OutSize(shape)), std::vector<float>(AttSize(shape)),
+  AttentionRun run{std::vector<float>(OutSize(shape)), std::vector<float>(LseSize(shape)),
                    std::vector<float>(QkvSize(shape), 0.0f)};
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(threads);
   switch (isa) {
     case Isa::kChosen:
-      AttentionForward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      AttentionBackward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
+      AttentionForward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
+      AttentionBackward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
+                        shape, dropout);
       break;
     case Isa::kGeneric:
-      generic::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      generic::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
+      generic::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
+      generic::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
+                        shape, dropout);
       break;
     case Isa::kAvx2:
-      avx2::Forward(qkv.data(), run.out.data(), run.att.data(), shape, dropout);
-      avx2::Backward(d_out.data(), qkv.data(), run.att.data(), run.d_qkv.data(), shape, dropout);
+      avx2::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
+      avx2::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
+                     shape, dropout);
       break;
   }
   omp_set_num_threads(previous_threads);
@@ -290,7 +302,7 @@ TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
   for (int threads : {2, 3}) {
     const AttentionRun many = RunAttention(threads);
     EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
-    EXPECT_TRUE(BitIdentical(one.att, many.att)) << threads;
+    EXPECT_TRUE(BitIdentical(one.lse, many.lse)) << threads;
     EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
   }
 }
@@ -307,7 +319,7 @@ TEST(AttentionTest, Avx2BuildIsBitIdenticalToTheGenericOne) {
     const AttentionRun generic_run = RunAttention(2, Isa::kGeneric, shape);
     const AttentionRun avx2_run = RunAttention(2, Isa::kAvx2, shape);
     EXPECT_TRUE(BitIdentical(generic_run.out, avx2_run.out)) << shape.seq;
-    EXPECT_TRUE(BitIdentical(generic_run.att, avx2_run.att)) << shape.seq;
+    EXPECT_TRUE(BitIdentical(generic_run.lse, avx2_run.lse)) << shape.seq;
     EXPECT_TRUE(BitIdentical(generic_run.d_qkv, avx2_run.d_qkv)) << shape.seq;
   }
 }
@@ -321,9 +333,10 @@ TEST(AttentionTest, HeadSliceIsBitIdenticalToTheFullComputation) {
     std::mt19937_64 rng(21);
     const std::vector<float> qkv = RandomFloatVector(QkvSize(full), rng, -2.0, 2.0);
     const std::vector<float> d_out = RandomFloatVector(OutSize(full), rng);
-    std::vector<float> out(OutSize(full)), att(AttSize(full)), d_qkv(QkvSize(full), 0.0f);
-    AttentionForward(qkv.data(), out.data(), att.data(), full, dropout);
-    AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), full, dropout);
+    std::vector<float> out(OutSize(full)), lse(LseSize(full)), d_qkv(QkvSize(full), 0.0f);
+    AttentionForward(qkv.data(), out.data(), lse.data(), full, dropout);
+    AttentionBackward(d_out.data(), qkv.data(), out.data(), lse.data(), d_qkv.data(), full,
+                      dropout);
 
     const int half = full.heads / 2;
     const AttentionShape slice{full.batch, full.seq, half, full.head_dim};
@@ -348,11 +361,11 @@ TEST(AttentionTest, HeadSliceIsBitIdenticalToTheFullComputation) {
         }
       }
       const AttentionDropout slice_dropout{dropout.p, dropout.key, offset, full.heads};
-      std::vector<float> out_slice(OutSize(slice)), att_slice(AttSize(slice));
+      std::vector<float> out_slice(OutSize(slice)), lse_slice(LseSize(slice));
       std::vector<float> d_qkv_slice(QkvSize(slice), 0.0f);
-      AttentionForward(qkv_slice.data(), out_slice.data(), att_slice.data(), slice, slice_dropout);
-      AttentionBackward(d_out_slice.data(), qkv_slice.data(), att_slice.data(), d_qkv_slice.data(),
-                        slice, slice_dropout);
+      AttentionForward(qkv_slice.data(), out_slice.data(), lse_slice.data(), slice, slice_dropout);
+      AttentionBackward(d_out_slice.data(), qkv_slice.data(), out_slice.data(), lse_slice.data(),
+                        d_qkv_slice.data(), slice, slice_dropout);
       for (int b = 0; b < full.batch; ++b) {
         for (int i = 0; i < full.seq; ++i) {
           for (int h = 0; h < half; ++h) {

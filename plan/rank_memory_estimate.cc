@@ -119,7 +119,7 @@ int64_t LayersInFlight(const Shape& s, int64_t stage) {
 // Elements one layer saves for its backward per microbatch (activations.h).
 int64_t LayerActivationElements(const Shape& s) {
   const int64_t n = s.tokens();
-  const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), Mul(s.seq, s.seq));
+  const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
   return Sum({Mul(4, Mul(n, s.hidden)), Mul(4, n), Mul(12, Mul(n, s.local_hidden())), attention});
 }
 

@@ -16,8 +16,8 @@
 //   gradients    4 bytes per parameter (one fp32 buffer, all-reduced in buckets).
 //   optimizer    AdamW's two fp32 moments, 8 bytes per parameter, divided by data under
 //                ZeRO-1 (rounded up).
-//   activations  per layer and microbatch 4 N C + 4 N + 12 N Cl + B (heads / t) S^2
-//                elements (LayerNorm inputs and statistics, qkv, attention probabilities,
+//   activations  per layer and microbatch 4 N C + 4 N + 12 N Cl + B (heads / t) S
+//                elements (LayerNorm inputs and statistics, qkv, attention log-sum-exp,
 //                attention output, residual, MLP before and after GeLU, layer input); with
 //                train.recompute only the layer input N C is kept, plus one layer's full set
 //                while it is recomputed. Times the layer-microbatches in flight on stage s:

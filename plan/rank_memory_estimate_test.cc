@@ -26,9 +26,10 @@ TEST(RankMemoryEstimateTest, DefaultModelCountsEveryParameterOnce) {
   EXPECT_EQ(e.weight_bytes, 4 * parameters);
   EXPECT_EQ(e.gradient_bytes, 4 * parameters);
   EXPECT_EQ(e.optimizer_bytes, 8 * parameters);
-  // One microbatch of 128 tokens in flight through 4 layers, 4 heads of 128 x 128 scores.
+  // One microbatch of 128 tokens in flight through 4 layers; the attention keeps one
+  // log-sum-exp per head and query (4 x 128).
   const int64_t n = 128;
-  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128 * 128;
+  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
   EXPECT_EQ(e.activation_bytes, 4 * 4 * per_layer);
   EXPECT_EQ(e.logits_bytes, 4 * (2 * n * 256 + n * 128 + 5 * n));
   EXPECT_EQ(e.total_bytes, e.weight_bytes + e.gradient_bytes + e.optimizer_bytes +
@@ -80,7 +81,7 @@ TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
   const RankMemoryEstimate recomputed =
       EstimateRankMemory(Resolved(R"({"train": {"recompute": true}})"));
   const int64_t n = 128;
-  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128 * 128;
+  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
   EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128 + per_layer));
   EXPECT_LT(recomputed.activation_bytes, saved.activation_bytes);
 }

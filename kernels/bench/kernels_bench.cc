@@ -76,10 +76,10 @@ void BenchMatmul() {
 void BenchAttention(const AttentionShape& shape, float dropout_p) {
   const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
   const size_t width = static_cast<size_t>(shape.heads) * shape.head_dim;
-  const size_t att_size = static_cast<size_t>(shape.batch) * shape.heads * shape.seq * shape.seq;
+  const size_t lse_size = static_cast<size_t>(shape.batch) * shape.heads * shape.seq;
   const std::vector<float> qkv = RandomFloats(tokens * 3 * width, 5);
   const std::vector<float> d_out = RandomFloats(tokens * width, 6);
-  std::vector<float> out(tokens * width), att(att_size);
+  std::vector<float> out(tokens * width), lse(lse_size);
   std::vector<float> d_qkv(qkv.size(), 0.0f);
   const AttentionDropout dropout{dropout_p, DropoutKey(1, 2), 0, 0};
   const double pairs =
@@ -88,11 +88,12 @@ void BenchAttention(const AttentionShape& shape, float dropout_p) {
   std::snprintf(shape_text, sizeof(shape_text), "B=%d S=%d H=%d D=%d p=%.1f", shape.batch,
                 shape.seq, shape.heads, shape.head_dim, dropout_p);
   PrintRow("attention forward", shape_text, 4.0 * shape.head_dim * pairs, SecondsPerCall([&] {
-             AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+             AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
            }));
-  AttentionForward(qkv.data(), out.data(), att.data(), shape, dropout);
+  AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
   PrintRow("attention backward", shape_text, 8.0 * shape.head_dim * pairs, SecondsPerCall([&] {
-             AttentionBackward(d_out.data(), qkv.data(), att.data(), d_qkv.data(), shape, dropout);
+             AttentionBackward(d_out.data(), qkv.data(), out.data(), lse.data(), d_qkv.data(), shape,
+                               dropout);
            }));
 }
 

@@ -98,10 +98,10 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
 
   const std::vector<double> qd = testing::ToDouble(qkv), dod = testing::ToDouble(d_out);
   std::vector<double> out(out_size), d_qkv = testing::ToDouble(d_qkv0);
-  const size_t att_size = size_t(shape.batch) * shape.heads * shape.seq * shape.seq;
-  std::vector<double> att(att_size);
-  cpu::AttentionForward<double>(qd.data(), out.data(), att.data(), shape, dropout);
-  cpu::AttentionBackward<double>(dod.data(), qd.data(), att.data(), d_qkv.data(), shape, dropout);
+  std::vector<double> cpu_lse(lse_size);
+  cpu::AttentionForward<double>(qd.data(), out.data(), cpu_lse.data(), shape, dropout);
+  cpu::AttentionBackward<double>(dod.data(), qd.data(), out.data(), cpu_lse.data(), d_qkv.data(),
+                                 shape, dropout);
   const std::vector<float> got_out = dout.Download(), got_lse = dlse.Download();
   const std::vector<float> got_d_qkv = ddqkv.Download();
   const double out_error = testing::RelativeError(got_out, out);

@@ -16,7 +16,7 @@ template <typename T>
 struct LayerActivations {
   std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
   std::vector<T> qkv;                      // [N, 3 Cl]
-  std::vector<T> att;                      // [B, Hl, S, S]
+  std::vector<T> lse;                      // [B, Hl, S] attention log-sum-exp
   std::vector<T> attn_y;                   // [N, Cl]
   std::vector<T> h1;                       // [N, C] residual after attention
   std::vector<T> ln2, ln2_mean, ln2_rstd;
@@ -30,7 +30,7 @@ struct LayerActivations {
     ln1_mean.resize(n);
     ln1_rstd.resize(n);
     qkv.resize(n * 3 * p.local_hidden(s));
-    att.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length * s.seq_length);
+    lse.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length);
     attn_y.resize(n * p.local_hidden(s));
     h1.resize(n * C);
     ln2.resize(n * C);

@@ -157,7 +157,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->att.data(), shape, att_dropout);
+  cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->lse.data(), shape, att_dropout);
   RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->attn_y.data(), w.proj_weight, w.proj_bias,
                                                   out, N, Cl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
@@ -218,8 +218,8 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.att.data(), d_qkv_.data(), shape,
-                            att_dropout);
+  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.attn_y.data(), s.lse.data(),
+                            d_qkv_.data(), shape, att_dropout);
   Zero(d_ln_);
   RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
                                                       w.qkv_weight, d_ln_.data(), g.qkv_weight,

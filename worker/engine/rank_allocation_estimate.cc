@@ -130,9 +130,9 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
 
   if (host_activations) {
     const bool recompute = spec.train().recompute();
-    const double attention = B * Hl * S * S;  // one layer's attention probabilities
+    const double attention = B * Hl * S;  // one layer's attention log-sum-exp
     // LayerActivations: ln1, h1, ln2 [n, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
-    // [n, Fl]; the attention matrix; LayerNorm statistics.
+    // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics.
     const double saved_layer = 3 * n * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * n;
     const std::vector<double> in_flight =
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
@@ -146,7 +146,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       per_microbatch += 2 * n * C;
       // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layer,
       // and the head's temporaries (d_logits, the residual gradients). The attention core's
-      // own workspace (64 x S per thread, [S, D] per head) is below this precision.
+      // own workspace (three 64 x S blocks per thread, [S, D] per head) is below this precision.
       double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl;
       if (recompute) scratch += saved_layer;
       if (head) scratch += n * Vl + 3 * n * C + n;
