@@ -1,0 +1,90 @@
+#include "plan/cluster_description.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mtrain {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view rule, double value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("cluster description: ", field, " must be ", rule, " (got ", value, ")"));
+}
+
+absl::Status CheckPositive(absl::string_view field, double value) {
+  if (!std::isfinite(value) || value <= 0) return Invalid(field, "a positive number", value);
+  return absl::OkStatus();
+}
+
+absl::Status CheckNonNegative(absl::string_view field, double value) {
+  if (!std::isfinite(value) || value < 0) return Invalid(field, "finite and >= 0", value);
+  return absl::OkStatus();
+}
+
+absl::Status CheckLink(absl::string_view name, const LinkProfile& link) {
+  if (absl::Status s = CheckPositive(absl::StrCat(name, ".bandwidth_bytes_per_second"),
+                                     link.bandwidth_bytes_per_second());
+      !s.ok()) {
+    return s;
+  }
+  return CheckNonNegative(absl::StrCat(name, ".latency_seconds"), link.latency_seconds());
+}
+
+}  // namespace
+
+absl::Status ValidateClusterDescription(const ClusterDescription& cluster) {
+  if (cluster.nodes() <= 0) return Invalid("nodes", "> 0", cluster.nodes());
+  if (cluster.devices_per_node() <= 0) {
+    return Invalid("devices_per_node", "> 0", cluster.devices_per_node());
+  }
+  const DeviceProfile& device = cluster.device();
+  for (const auto& [field, value] :
+       {std::pair<absl::string_view, double>{"device.fp32_flops", device.fp32_flops()},
+        {"device.memory_bandwidth_bytes_per_second", device.memory_bandwidth_bytes_per_second()},
+        {"device.memory_bytes", static_cast<double>(device.memory_bytes())}}) {
+    if (absl::Status s = CheckPositive(field, value); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckNonNegative("device.half_flops", device.half_flops()); !s.ok()) {
+    return s;
+  }
+  if (!(device.matmul_efficiency() > 0 && device.matmul_efficiency() <= 1)) {
+    return Invalid("device.matmul_efficiency", "in (0, 1]", device.matmul_efficiency());
+  }
+  if (absl::Status s = CheckNonNegative("device.matmul_half_size", device.matmul_half_size());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckLink("intra_node", cluster.intra_node()); !s.ok()) return s;
+  if (cluster.nodes() > 1) return CheckLink("inter_node", cluster.inter_node());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterDescription> ParseClusterDescription(absl::string_view json) {
+  ClusterDescription cluster;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      std::string(json), &cluster, google::protobuf::util::JsonParseOptions());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster description: not valid JSON for ClusterDescription "
+                     "(proto/cluster.proto): ",
+                     parsed.ToString()));
+  }
+  if (absl::Status s = ValidateClusterDescription(cluster); !s.ok()) return s;
+  return cluster;
+}
+
+ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProfile& intra_node,
+                                     int devices) {
+  ClusterDescription cluster;
+  cluster.set_name(absl::StrCat(devices, " x ", device.name()));
+  cluster.set_nodes(1);
+  cluster.set_devices_per_node(devices);
+  *cluster.mutable_device() = device;
+  *cluster.mutable_intra_node() = intra_node;
+  return cluster;
+}
+
+}  // namespace mtrain

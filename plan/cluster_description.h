@@ -1,0 +1,31 @@
+// Cluster descriptions (proto/cluster.proto) from protobuf JSON, checked field by field, and
+// the description of the machine a CPU job runs on. `trainctl plan --cluster FILE` reads one;
+// deploy/clusters/ holds examples with the sources of their numbers.
+//
+//   ASSIGN_OR_RETURN(ClusterDescription cluster, ParseClusterDescription(json_text));
+#ifndef MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
+#define MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "proto/cluster.pb.h"
+
+namespace mtrain {
+
+// INVALID_ARGUMENT naming the field and the rule for JSON that does not parse, unknown
+// fields, counts that are not positive, an efficiency outside (0, 1], a peak, bandwidth
+// or memory that is not positive, or a negative latency or half size.
+absl::StatusOr<ClusterDescription> ParseClusterDescription(absl::string_view json);
+
+// The same checks on a description built in code.
+absl::Status ValidateClusterDescription(const ClusterDescription& cluster);
+
+// `devices` identical devices in one node (a CPU host's ranks, or `trainctl plan --workers
+// N` without a file): `device` for each, `intra_node` between them.
+ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProfile& intra_node,
+                                     int devices);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_

@@ -1,0 +1,121 @@
+#include "plan/layout_search.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "spec/job_spec_validation.h"
+
+namespace mtrain {
+namespace {
+
+std::vector<int> Divisors(int value, int limit) {
+  std::vector<int> divisors;
+  for (int candidate = 1; candidate <= std::min(value, limit); ++candidate) {
+    if (value % candidate == 0) divisors.push_back(candidate);
+  }
+  return divisors;
+}
+
+JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, bool recompute) {
+  JobSpec candidate = spec;
+  ParallelSpec* par = candidate.mutable_parallel();
+  par->set_tensor(t);
+  par->set_pipeline(p);
+  par->set_data(d);
+  par->set_virtual_stages(v);
+  par->set_micro_batch_size(b);
+  par->set_min_data(d);
+  par->set_schedule(v > 1 ? SCHEDULE_INTERLEAVED_1F1B
+                          : (spec.parallel().schedule() == SCHEDULE_GPIPE ? SCHEDULE_GPIPE
+                                                                          : SCHEDULE_1F1B));
+  candidate.mutable_train()->set_recompute(recompute);
+  return candidate;
+}
+
+// What makes a layout impossible for the model whatever the service's limits: the rules of
+// spec/job_spec_validation.cc that involve the layout fields.
+std::string LayoutProblem(const JobSpec& spec) {
+  const ParallelSpec& par = spec.parallel();
+  const int layers = spec.model().num_layers();
+  const int64_t replicas_batch = int64_t{par.micro_batch_size()} * par.data();
+  if (layers % (par.pipeline() * par.virtual_stages()) != 0) {
+    return absl::StrCat("model.num_layers ", layers, " is not divisible by pipeline * virtual_stages ",
+                        par.pipeline() * par.virtual_stages());
+  }
+  if (par.global_batch_size() % replicas_batch != 0) {
+    return absl::StrCat("parallel.global_batch_size ", par.global_batch_size(),
+                        " is not divisible by micro_batch_size * data ", replicas_batch);
+  }
+  const int64_t microbatches = par.global_batch_size() / replicas_batch;
+  if (par.virtual_stages() > 1 && microbatches % par.pipeline() != 0) {
+    return absl::StrCat("the interleaved schedule needs microbatches (", microbatches,
+                        ") divisible by pipeline ", par.pipeline());
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string LayoutName(const JobSpec& spec) {
+  const ParallelSpec& par = spec.parallel();
+  return absl::StrCat("t=", par.tensor(), " p=", par.pipeline(), " d=", par.data(),
+                      " v=", par.virtual_stages(), " b=", par.micro_batch_size(),
+                      spec.train().recompute() ? " recompute" : "");
+}
+
+LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluster,
+                           const LayoutSearchOptions& options) {
+  LayoutSearch search;
+  const int devices =
+      options.devices > 0 ? options.devices : cluster.nodes() * cluster.devices_per_node();
+  const int heads = std::max(1, spec.model().num_heads());
+  const int layers = std::max(1, spec.model().num_layers());
+  std::vector<bool> recompute_choices = {spec.train().recompute()};
+  if (options.try_recompute) recompute_choices = {false, true};
+
+  for (int t : Divisors(devices, devices)) {
+    if (heads % t != 0) continue;  // not a candidate at all: heads cannot split
+    for (int p : Divisors(devices / t, layers)) {
+      if (layers % p != 0) continue;
+      const int d = devices / (t * p);
+      for (int v : Divisors(layers / p, p > 1 ? options.max_virtual_stages : 1)) {
+        for (int b : options.micro_batch_sizes) {
+          for (bool recompute : recompute_choices) {
+            JobSpec candidate = WithLayout(spec, t, p, d, v, b, recompute);
+            if (std::string problem = LayoutProblem(candidate); !problem.empty()) {
+              search.rejected.push_back(
+                  {std::move(candidate), absl::StrCat("not valid: ", problem)});
+              continue;
+            }
+            if (options.enforce_service_limits) {
+              if (absl::Status valid = ValidateJobSpec(candidate); !valid.ok()) {
+                search.rejected.push_back(
+                    {std::move(candidate), absl::StrCat("not valid: ", valid.message())});
+                continue;
+              }
+            }
+            RankMemoryEstimate memory = EstimateRankMemory(candidate);
+            if (memory.total_bytes > cluster.device().memory_bytes()) {
+              search.rejected.push_back(
+                  {std::move(candidate),
+                   absl::StrCat("does not fit: needs ", memory.ToString(), "; a device has ",
+                                FormatMemoryBytes(cluster.device().memory_bytes()))});
+              continue;
+            }
+            StepCost cost = PredictStepCost(candidate, cluster, options.cost);
+            search.feasible.push_back({std::move(candidate), cost, memory});
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(search.feasible.begin(), search.feasible.end(),
+                   [](const PricedLayout& a, const PricedLayout& b) {
+                     return std::make_tuple(a.cost.step_seconds, a.spec.parallel().pipeline()) <
+                            std::make_tuple(b.cost.step_seconds, b.spec.parallel().pipeline());
+                   });
+  return search;
+}
+
+}  // namespace mtrain

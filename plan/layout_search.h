@@ -1,0 +1,66 @@
+// The planner's search: every layout (t, p, d, v, micro batch, recompute) of a job spec on
+// a cluster's devices, priced by the cost model (step_cost_model.h) and checked against the
+// device memory by the memory model (rank_memory_estimate.h). Returns the layouts that run,
+// fastest first, and every other candidate with the reason it was rejected (the spec
+// validator's message when it does not divide, the estimate when it does not fit).
+//
+//   LayoutSearch search = SearchLayouts(spec, cluster, options);  // options.devices = 8
+//   if (search.feasible.empty()) ... // search.rejected says why
+//   const JobSpec& best = search.feasible.front().spec;
+#ifndef MTRAIN_PLAN_LAYOUT_SEARCH_H_
+#define MTRAIN_PLAN_LAYOUT_SEARCH_H_
+
+#include <string>
+#include <vector>
+
+#include "plan/rank_memory_estimate.h"
+#include "plan/step_cost_model.h"
+#include "proto/cluster.pb.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+struct LayoutSearchOptions {
+  // Devices to use, all of them (t p d = devices). 0 means every device of the cluster.
+  int devices = 0;
+  // Micro batch sizes tried (each must divide the global batch per replica).
+  std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
+  // Whether layouts with full recompute are tried beside those without; the spec's own
+  // train.recompute is tried either way.
+  bool try_recompute = true;
+  // Largest interleaving tried (v <= this and v divides layers / p).
+  int max_virtual_stages = 8;
+  StepCostOptions cost;
+  // Whether candidates must also pass this service's own limits (spec/job_spec_limits.h:
+  // world size, scheduled microbatches, rank memory), i.e. be submittable here. Off for
+  // describing other clusters, such as the paper's 3072 GPUs.
+  bool enforce_service_limits = true;
+};
+
+struct PricedLayout {
+  JobSpec spec;  // the input spec with this layout's parallel fields and train.recompute
+  StepCost cost;
+  RankMemoryEstimate memory;
+};
+
+struct RejectedLayout {
+  JobSpec spec;
+  std::string reason;  // "not valid: <the validator's message>", "does not fit: needs ..."
+};
+
+struct LayoutSearch {
+  std::vector<PricedLayout> feasible;  // fastest first (ties: fewer pipeline stages first)
+  std::vector<RejectedLayout> rejected;
+};
+
+// "t=8 p=4 d=32 v=5 b=1 recompute" for a spec's layout.
+std::string LayoutName(const JobSpec& spec);
+
+// `spec` must be resolved; its parallel fields other than global_batch_size, schedule
+// preference and zero_stage are replaced by each candidate's.
+LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluster,
+                           const LayoutSearchOptions& options = {});
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_PLAN_LAYOUT_SEARCH_H_

@@ -1,0 +1,116 @@
+#include "plan/layout_search.h"
+
+#include <set>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "spec/job_spec_validation.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Resolved(const std::string& json) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(JobSpec());
+}
+
+ClusterDescription Cluster(double link_bandwidth, int64_t memory_bytes) {
+  ClusterDescription cluster;
+  cluster.set_nodes(1);
+  cluster.set_devices_per_node(4);
+  DeviceProfile* device = cluster.mutable_device();
+  device->set_fp32_flops(1e11);
+  device->set_matmul_efficiency(0.8);
+  device->set_matmul_half_size(16);
+  device->set_memory_bandwidth_bytes_per_second(1e10);
+  device->set_memory_bytes(memory_bytes);
+  cluster.mutable_intra_node()->set_bandwidth_bytes_per_second(link_bandwidth);
+  cluster.mutable_intra_node()->set_latency_seconds(link_bandwidth > 1e12 ? 0 : 50e-6);
+  return cluster;
+}
+
+LayoutSearchOptions Devices(int devices) {
+  LayoutSearchOptions options;
+  options.devices = devices;
+  return options;
+}
+
+const char kSpec[] = R"({"model": {"num_layers": 4, "num_heads": 4},
+                         "parallel": {"global_batch_size": 16}})";
+
+TEST(LayoutSearchTest, EveryFeasibleLayoutUsesTheDevicesAndTheFastestComesFirst) {
+  const LayoutSearch search =
+      SearchLayouts(Resolved(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(4));
+  ASSERT_FALSE(search.feasible.empty());
+  std::set<std::string> names;
+  for (size_t i = 0; i < search.feasible.size(); ++i) {
+    const ParallelSpec& par = search.feasible[i].spec.parallel();
+    EXPECT_EQ(par.tensor() * par.pipeline() * par.data(), 4);
+    EXPECT_EQ(par.global_batch_size(), 16) << "the global batch is the user's, never changed";
+    EXPECT_TRUE(names.insert(LayoutName(search.feasible[i].spec)).second) << "duplicate";
+    if (i > 0) {
+      EXPECT_LE(search.feasible[i - 1].cost.step_seconds, search.feasible[i].cost.step_seconds);
+    }
+  }
+  // t in {1, 2, 4} x p in {1, 2, 4} all divide; micro batches 1, 2 and 4 split the 16 / d
+  // sequences of each replica; with and without recompute.
+  EXPECT_TRUE(names.count("t=2 p=2 d=1 v=1 b=4 recompute"));
+  EXPECT_TRUE(names.count("t=1 p=1 d=4 v=1 b=1"));
+  EXPECT_TRUE(names.count("t=1 p=2 d=2 v=2 b=1"));
+}
+
+TEST(LayoutSearchTest, WithFreeLinksPureDataParallelismWins) {
+  // No bubble, no replicated LayerNorms, no messages that cost anything.
+  const LayoutSearch search =
+      SearchLayouts(Resolved(kSpec), Cluster(1e15, int64_t{1} << 33), Devices(4));
+  ASSERT_FALSE(search.feasible.empty());
+  const ParallelSpec& best = search.feasible.front().spec.parallel();
+  EXPECT_EQ(best.data(), 4) << LayoutName(search.feasible.front().spec);
+  EXPECT_FALSE(search.feasible.front().spec.train().recompute());
+}
+
+TEST(LayoutSearchTest, LayoutsThatDoNotFitAreRejectedWithTheEstimate) {
+  const JobSpec spec = Resolved(kSpec);
+  // Room for what a (4, 1, 1) rank needs but not a full replica's weights and moments.
+  JobSpec replica = spec;
+  replica.mutable_parallel()->set_data(4);
+  replica.mutable_parallel()->set_global_batch_size(16);
+  const int64_t replica_bytes = EstimateRankMemory(replica).total_bytes;
+  const LayoutSearch search = SearchLayouts(spec, Cluster(1e9, replica_bytes - 1), Devices(4));
+  ASSERT_FALSE(search.feasible.empty());
+  for (const PricedLayout& layout : search.feasible) {
+    EXPECT_LE(layout.memory.total_bytes, replica_bytes - 1);
+  }
+  bool saw_fit_refusal = false;
+  for (const RejectedLayout& rejected : search.rejected) {
+    if (LayoutName(rejected.spec) == "t=1 p=1 d=4 v=1 b=1") {
+      EXPECT_NE(rejected.reason.find("does not fit: needs"), std::string::npos) << rejected.reason;
+      saw_fit_refusal = true;
+    }
+  }
+  EXPECT_TRUE(saw_fit_refusal);
+}
+
+TEST(LayoutSearchTest, NothingFitsOnATinyDevice) {
+  const LayoutSearch search = SearchLayouts(Resolved(kSpec), Cluster(1e9, 1024), Devices(4));
+  EXPECT_TRUE(search.feasible.empty());
+  ASSERT_FALSE(search.rejected.empty());
+  for (const RejectedLayout& rejected : search.rejected) {
+    EXPECT_FALSE(rejected.reason.empty());
+  }
+}
+
+TEST(LayoutSearchTest, InvalidCombinationsSayWhy) {
+  // 3 devices: d = 3 does not split the global batch of 16.
+  const LayoutSearch search =
+      SearchLayouts(Resolved(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(3));
+  EXPECT_TRUE(search.feasible.empty());
+  ASSERT_FALSE(search.rejected.empty());
+  EXPECT_NE(search.rejected.front().reason.find("not valid: "), std::string::npos);
+  EXPECT_NE(search.rejected.front().reason.find("global_batch_size"), std::string::npos)
+      << search.rejected.front().reason;
+}
+
+}  // namespace
+}  // namespace mtrain

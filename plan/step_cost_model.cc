@@ -1,0 +1,246 @@
+#include "plan/step_cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mtrain {
+namespace {
+
+// The spec's sizes as doubles (FLOP and byte counts overflow int64 at trillion-parameter
+// scale only in products, which are all taken in double here).
+struct Sizes {
+  double layers, hidden, heads, seq, vocab;
+  double t, p, d, v, micro_batch, global_batch;
+  bool recompute;
+  double tokens() const { return micro_batch * seq; }  // n, per microbatch
+  double microbatches() const { return std::max(1.0, global_batch / (micro_batch * d)); }
+};
+
+double AtLeastOne(int value) { return std::max(1, value); }
+
+Sizes SizesOf(const JobSpec& spec) {
+  const ModelSpec& m = spec.model();
+  const ParallelSpec& par = spec.parallel();
+  Sizes s;
+  s.layers = AtLeastOne(m.num_layers());
+  s.hidden = AtLeastOne(m.hidden_size());
+  s.heads = AtLeastOne(m.num_heads());
+  s.seq = AtLeastOne(m.seq_length());
+  s.vocab = AtLeastOne(m.vocab_size());
+  s.t = AtLeastOne(par.tensor());
+  s.p = AtLeastOne(par.pipeline());
+  s.d = AtLeastOne(par.data());
+  s.v = AtLeastOne(par.virtual_stages());
+  s.micro_batch = AtLeastOne(par.micro_batch_size());
+  s.global_batch = std::max<double>(AtLeastOne(par.global_batch_size()), s.micro_batch * s.d);
+  s.recompute = spec.train().recompute();
+  return s;
+}
+
+bool HalfPrecision(const JobSpec& spec) {
+  return spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
+}
+
+// Prices work on one device of the cluster.
+class DeviceClock {
+ public:
+  DeviceClock(const DeviceProfile& device, double peak)
+      : device_(device),
+        rate_(peak * (device.matmul_efficiency() > 0 ? device.matmul_efficiency() : 1.0)),
+        bandwidth_(device.memory_bandwidth_bytes_per_second()) {}
+
+  // x / (x + half): the share of the large-matrix rate a dimension x allows.
+  double SizeFactor(double x) const {
+    const double half = device_.matmul_half_size();
+    return half > 0 ? x / (x + half) : 1.0;
+  }
+  // [m, k] x [k, n].
+  double Gemm(double m, double n, double k) const {
+    return 2 * m * n * k / (rate_ * SizeFactor(m) * SizeFactor(n) * SizeFactor(k));
+  }
+  // `count` independent GEMMs of the same shape (the attention's per-head products).
+  double BatchedGemm(double count, double m, double n, double k) const {
+    return count * Gemm(m, n, k);
+  }
+  double Bytes(double bytes) const { return bandwidth_ > 0 ? bytes / bandwidth_ : 0.0; }
+
+ private:
+  const DeviceProfile& device_;
+  double rate_;
+  double bandwidth_;
+};
+
+// Ring all-reduce of `bytes` among `ranks` on `link`.
+double AllReduceSeconds(double bytes, double ranks, const LinkProfile& link) {
+  if (ranks <= 1) return 0;
+  const double bandwidth = link.bandwidth_bytes_per_second();
+  const double transfer = bandwidth > 0 ? 2 * (ranks - 1) / ranks * bytes / bandwidth : 0.0;
+  return transfer + 2 * (ranks - 1) * link.latency_seconds();
+}
+
+double MessageSeconds(double bytes, const LinkProfile& link) {
+  const double bandwidth = link.bandwidth_bytes_per_second();
+  return (bandwidth > 0 ? bytes / bandwidth : 0.0) + link.latency_seconds();
+}
+
+// Where a group's members sit: consecutive ranks fill a node first (rank_grid.h).
+const LinkProfile& LinkSpanning(double consecutive_ranks, const ClusterDescription& cluster) {
+  const double per_node = std::max(1, cluster.devices_per_node());
+  // A group of 6 on 8-device nodes starts at rank 6 once: it spans two nodes.
+  const bool inside = consecutive_ranks <= per_node &&
+                      std::fmod(per_node, consecutive_ranks) == 0;
+  return inside ? cluster.intra_node() : cluster.inter_node();
+}
+
+// Forward and backward of one transformer layer for one microbatch on one tensor rank,
+// split into the StepCost terms (seconds).
+struct LayerTimes {
+  double matmul = 0, attention = 0, elementwise = 0, tensor_comm = 0;
+  double total() const { return matmul + attention + elementwise + tensor_comm; }
+};
+
+LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clock,
+                                const LinkProfile& tensor_link, const StepCostOptions& options) {
+  const double n = s.tokens();
+  const double h = s.hidden;
+  const double local_heads = s.heads / s.t;
+  const double head_dim = h / s.heads;
+  // Forward passes: one, plus the recomputation before the backward.
+  const double forwards = s.recompute ? 2 : 1;
+
+  LayerTimes times;
+  const double linear_forward = clock.Gemm(n, 3 * h / s.t, h) + clock.Gemm(n, h, h / s.t) +
+                                clock.Gemm(n, 4 * h / s.t, h) + clock.Gemm(n, h, 4 * h / s.t);
+  times.matmul = (forwards + 2) * linear_forward;
+
+  const double sequences = s.micro_batch * local_heads;  // independent S x S problems
+  const double scores = sequences * s.seq * s.seq;        // elements of all score matrices
+  if (options.attention == AttentionKernel::kFused) {
+    // Causal half of Q K^T and P V forward; the backward recomputes the scores and makes
+    // four products (dV, dP, dQ, dK).
+    const double product = clock.BatchedGemm(sequences, s.seq, s.seq, head_dim) / 2;
+    times.attention = forwards * 2 * product + 5 * product;
+  } else {
+    // Every S^2 product, each no faster than its S^2 operand moves through memory.
+    const double product = std::max(clock.BatchedGemm(sequences, s.seq, s.seq, head_dim),
+                                    clock.Bytes(scores * e));
+    const double mask = options.dropout ? 1 : 0;
+    const double softmax_forward = clock.Bytes(scores * (2 * e + (options.dropout ? 2 * e : 0) + mask));
+    const double softmax_backward =
+        clock.Bytes(scores * (3 * e + (options.dropout ? 2 * e : 0) + mask));
+    times.attention = forwards * (2 * product + softmax_forward) + 4 * product + softmax_backward;
+  }
+
+  // Two LayerNorms (read, write), two bias + dropout + residual passes (read two, write
+  // one, the mask), bias + GeLU over the local 4h/t columns (read, write).
+  const double mask = options.dropout ? 1 : 0;
+  const double elementwise_forward =
+      clock.Bytes(n * h * (2 * 2 * e) + 2 * n * h * (3 * e + mask) + n * 4 * h / s.t * 2 * e);
+  times.elementwise = (forwards + 2) * elementwise_forward;
+
+  const double all_reduce = AllReduceSeconds(n * h * e, s.t, tensor_link);
+  times.tensor_comm = (forwards + 1) * 2 * all_reduce;
+  return times;
+}
+
+}  // namespace
+
+double ModelFlopsPerStep(const JobSpec& spec) {
+  const Sizes s = SizesOf(spec);
+  const double h = s.hidden;
+  return 72 * s.global_batch * s.seq * s.layers * h * h *
+         (1 + s.seq / (6 * h) + s.vocab / (12 * s.layers * h));
+}
+
+double HardwareFlopsPerStep(const JobSpec& spec) {
+  const Sizes s = SizesOf(spec);
+  if (!s.recompute) return ModelFlopsPerStep(spec);
+  const double h = s.hidden;
+  return 96 * s.global_batch * s.seq * s.layers * h * h *
+         (1 + s.seq / (6 * h) + s.vocab / (16 * s.layers * h));
+}
+
+double PeakFlops(const JobSpec& spec, const DeviceProfile& device) {
+  if (HalfPrecision(spec) && device.half_flops() > 0) return device.half_flops();
+  return device.fp32_flops();
+}
+
+StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
+                         const StepCostOptions& options) {
+  const Sizes s = SizesOf(spec);
+  const DeviceProfile& device = cluster.device();
+  const double peak = PeakFlops(spec, device);
+  const DeviceClock clock(device, peak);
+  const double e = HalfPrecision(spec) ? 2 : 4;
+  const double n = s.tokens();
+  const double h = s.hidden;
+  // The engines pad the vocabulary to a multiple of 128 t (parameter_layout.cc).
+  const double padded_vocab = std::ceil(s.vocab / (128 * s.t)) * 128 * s.t;
+  const double local_vocab = padded_vocab / s.t;
+
+  const LinkProfile& tensor_link = LinkSpanning(s.t, cluster);
+  const LinkProfile& data_link = LinkSpanning(s.t * s.d, cluster);
+  const LinkProfile& pipeline_link = LinkSpanning(s.t * s.d * s.p, cluster);
+
+  // One microbatch through the last stage (its layers and the head), which is the
+  // slowest: the first stage's embedding lookup is a gather of n h elements.
+  const LayerTimes layer = LayerForwardBackward(s, e, clock, tensor_link, options);
+  const double stage_layers = s.layers / s.p;
+  const double head_matmul = 3 * clock.Gemm(n, local_vocab, h);
+  // Logits written, read by the cross-entropy, their gradient written and read.
+  const double head_elementwise = clock.Bytes(4 * n * local_vocab * 4 + 2 * n * h * 2 * e);
+  const double chunk_message =
+      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link)
+              : 0.0;
+  // Each microbatch enters and leaves each of a rank's v chunks: one activation forward and
+  // one gradient back per chunk boundary.
+  const double pipeline_per_microbatch = 2 * s.v * chunk_message;
+  const double per_microbatch =
+      stage_layers * layer.total() + head_matmul + head_elementwise + pipeline_per_microbatch;
+
+  StepCost cost;
+  const double m = s.microbatches();
+  cost.microbatches = static_cast<int>(m);
+  cost.devices = static_cast<int>(s.t * s.p * s.d);
+  cost.matmul_seconds = m * (stage_layers * layer.matmul + head_matmul);
+  cost.attention_seconds = m * stage_layers * layer.attention;
+  cost.elementwise_seconds = m * (stage_layers * layer.elementwise + head_elementwise);
+  cost.tensor_comm_seconds = m * stage_layers * layer.tensor_comm;
+  cost.pipeline_comm_seconds = m * pipeline_per_microbatch;
+  const bool interleaved = spec.parallel().schedule() == SCHEDULE_INTERLEAVED_1F1B;
+  cost.bubble_seconds = (s.p - 1) * per_microbatch / (interleaved ? s.v : 1.0);
+  cost.bubble_fraction = cost.bubble_seconds / (m * per_microbatch);
+
+  // Parameters of one rank of the last stage: its layers and its copy of the tied
+  // embedding (the first stage holds the positions instead; the same within s h).
+  const double layer_parameters = 12 * h * h / s.t + 7 * h / s.t + 6 * h;
+  const double rank_parameters = stage_layers * layer_parameters + local_vocab * h + 2 * h;
+  const double gradient_reduction =
+      AllReduceSeconds(rank_parameters * options.gradient_bytes, s.d, data_link);
+  // The tied embedding's gradient is summed between the first and last stage.
+  const double embedding_reduction =
+      s.p > 1 ? AllReduceSeconds(local_vocab * h * options.gradient_bytes, 2, pipeline_link) : 0.0;
+  cost.data_comm_seconds =
+      (1 - std::clamp(options.data_parallel_overlap, 0.0, 1.0)) * gradient_reduction +
+      embedding_reduction;
+  // AdamW reads parameter, gradient and both moments and writes three of them (fp32), plus
+  // the gradient norm's read; under ZeRO-1 each rank updates 1/d of them.
+  const double updated = spec.parallel().zero_stage() == 1 ? rank_parameters / s.d : rank_parameters;
+  cost.optimizer_seconds = clock.Bytes(updated * (7 * 4 + (e < 4 ? 2 : 0)) + rank_parameters * 4);
+
+  cost.step_seconds = cost.matmul_seconds + cost.attention_seconds + cost.elementwise_seconds +
+                      cost.tensor_comm_seconds + cost.pipeline_comm_seconds +
+                      cost.bubble_seconds + cost.data_comm_seconds + cost.optimizer_seconds;
+
+  cost.model_flops = ModelFlopsPerStep(spec);
+  cost.hardware_flops = HardwareFlopsPerStep(spec);
+  if (cost.step_seconds > 0) {
+    cost.tokens_per_second = s.global_batch * s.seq / cost.step_seconds;
+    cost.model_flops_per_device = cost.model_flops / cost.step_seconds / cost.devices;
+    cost.hardware_flops_per_device = cost.hardware_flops / cost.step_seconds / cost.devices;
+    cost.mfu = peak > 0 ? cost.model_flops_per_device / peak : 0;
+  }
+  return cost;
+}
+
+}  // namespace mtrain

@@ -1,0 +1,105 @@
+// The planner's cost model: the predicted time of one training step of a job spec under its
+// layout (t, p, d, v, micro batch, recompute, ZeRO) on a described cluster, term by term, and
+// the FLOP counts that turn it into tokens/s, TFLOP/s per device and MFU. Pure arithmetic:
+// no I/O, no clock, so the coordinator, `trainctl plan` and tests get the same answer.
+//
+// One step of the slowest pipeline stage, per device (n = B s tokens per microbatch,
+// e = bytes per activation element: 2 in bf16/fp16, 4 in fp32):
+//   matmuls      every GEMM of a layer (QKV, projection, MLP in and out; forward once,
+//                backward twice, a second forward under recompute) at
+//                rate * matmul_efficiency * prod over its dimensions x of x / (x + half_size)
+//                (the efficiency curve for small matrices); the head's logits GEMM on the
+//                last stage.
+//   attention    fused (flash attention, this project's CPU and CUDA engines): the causal
+//                half of the S^2 products, the backward recomputing the scores, no S^2
+//                memory traffic; unfused (Megatron-LM 2021): all S^2 products, each no faster
+//                than its S^2 output moves through memory, plus the softmax and dropout
+//                passes over the scores (4e + 1 bytes an element forward, 5e + 1 backward).
+//   elementwise  LayerNorms, bias + dropout + residual, bias + GeLU: bytes moved / sustained
+//                memory bandwidth (replicated across the tensor group except GeLU's).
+//   tensor comm  ring all-reduces of n h e bytes: 2 per layer forward, 2 backward, 2 more
+//                under recompute, 2 (t - 1)/t bytes / bandwidth + 2 (t - 1) latencies.
+//   pipeline     per microbatch and model chunk one activation forward and one gradient
+//                back, n h e bytes (/t with scatter/gather), not overlapped.
+//   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved.
+//   data comm    ring all-reduce (or reduce-scatter + all-gather under ZeRO-1: the same
+//                bytes) of the rank's gradients, minus the overlapped fraction.
+//   optimizer    AdamW over the rank's parameter slice (ZeRO-1: 1/d), bytes / bandwidth.
+// Links: a tensor group is on one node when t <= devices_per_node; a data group when
+// t d <= devices_per_node; pipeline neighbours when t d p <= devices_per_node (the rank
+// grid puts tensor innermost, then data, then pipeline: plan/rank_grid.h).
+//
+// FLOPs (Megatron-LM, Narayanan et al. 2021): model FLOPs per step
+// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); hardware FLOPs with full recompute
+// 96 B s l h^2 (1 + s/(6h) + V/(16 l h)). MFU = model FLOPs / (step time * devices * peak).
+//
+//   const StepCost cost = PredictStepCost(spec, cluster);
+//   std::cout << cost.step_seconds << " s, " << cost.mfu * 100 << "% MFU\n";
+#ifndef MTRAIN_PLAN_STEP_COST_MODEL_H_
+#define MTRAIN_PLAN_STEP_COST_MODEL_H_
+
+#include "proto/cluster.pb.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+enum class AttentionKernel {
+  kFused,    // flash attention (this project's engines)
+  kUnfused,  // S^2 scores in memory, separate softmax and dropout kernels (Megatron-LM 2021)
+};
+
+// How the implementation being priced behaves, beyond what the spec says.
+struct StepCostOptions {
+  AttentionKernel attention = AttentionKernel::kFused;
+  // Bytes per gradient element in the data-parallel reduction: 4 for this project's fp32
+  // gradient buffers; 2 where half-precision gradients are reduced.
+  int gradient_bytes = 4;
+  // Fraction of the data-parallel reduction hidden behind the backward pass (this
+  // project's engines start each bucket's all-reduce as soon as it is full).
+  double data_parallel_overlap = 0.0;
+  // Pipeline messages split across the tensor group and all-gathered on the receiver.
+  bool scatter_gather = false;
+  // Dropout masks priced in the elementwise passes (the spec's train.dropout > 0 or not).
+  bool dropout = true;
+};
+
+struct StepCost {
+  // Per step, on the slowest pipeline stage's ranks, in seconds.
+  double matmul_seconds = 0;
+  double attention_seconds = 0;    // the attention core outside the linear layers
+  double elementwise_seconds = 0;  // LayerNorm, GeLU, dropout, residual, cross-entropy
+  double tensor_comm_seconds = 0;
+  double pipeline_comm_seconds = 0;
+  double bubble_seconds = 0;
+  double data_comm_seconds = 0;  // the part not hidden behind the backward
+  double optimizer_seconds = 0;
+  double step_seconds = 0;  // the sum
+
+  double bubble_fraction = 0;  // bubble / (step - bubble): (p - 1)/m, (p - 1)/(v m)
+  int microbatches = 0;        // m per step on each pipeline
+  int devices = 0;             // t p d
+
+  double model_flops = 0;     // per step, whole job (72 formula)
+  double hardware_flops = 0;  // per step, whole job, counting recompute (96 formula)
+  double tokens_per_second = 0;
+  double model_flops_per_device = 0;     // model FLOP/s of one device
+  double hardware_flops_per_device = 0;  // hardware FLOP/s of one device
+  double mfu = 0;                        // model FLOP/s / peak of the spec's precision
+};
+
+// Megatron-LM's FLOP formulas for one step of `spec` (resolved: defaults applied).
+double ModelFlopsPerStep(const JobSpec& spec);
+double HardwareFlopsPerStep(const JobSpec& spec);
+
+// The peak FLOP/s of one device at the spec's precision (16-bit uses half_flops when the
+// device has it).
+double PeakFlops(const JobSpec& spec, const DeviceProfile& device);
+
+// The prediction for `spec` (resolved and valid: its layout divides the model) on
+// `cluster`. Device counts beyond the cluster's are not checked here (layout_search does).
+StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
+                         const StepCostOptions& options = {});
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_PLAN_STEP_COST_MODEL_H_

@@ -1,0 +1,145 @@
+#include "plan/step_cost_model.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "spec/job_spec_validation.h"
+
+namespace mtrain {
+namespace {
+
+JobSpec Resolved(const std::string& json) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(JobSpec());
+}
+
+// Devices with no small-matrix penalty and links that cost exactly bytes / bandwidth +
+// latency, so that the terms can be checked by hand.
+ClusterDescription Cluster(int nodes, int devices_per_node) {
+  ClusterDescription cluster;
+  cluster.set_nodes(nodes);
+  cluster.set_devices_per_node(devices_per_node);
+  DeviceProfile* device = cluster.mutable_device();
+  device->set_fp32_flops(1e12);
+  device->set_half_flops(8e12);
+  device->set_matmul_efficiency(0.5);
+  device->set_memory_bandwidth_bytes_per_second(1e11);
+  device->set_memory_bytes(int64_t{1} << 34);
+  cluster.mutable_intra_node()->set_bandwidth_bytes_per_second(1e10);
+  cluster.mutable_intra_node()->set_latency_seconds(1e-6);
+  cluster.mutable_inter_node()->set_bandwidth_bytes_per_second(1e9);
+  cluster.mutable_inter_node()->set_latency_seconds(1e-5);
+  return cluster;
+}
+
+TEST(StepCostModelTest, MegatronFlopFormulas) {
+  // B = 4, s = 32, l = 2, h = 64, V = 256:
+  //   72 B s l h^2 = 75,497,472;  (1 + 32/384 + 256/1536) = 5/4   -> 94,371,840
+  //   96 B s l h^2 = 100,663,296; (1 + 32/384 + 256/2048) = 29/24 -> 121,634,816
+  const std::string model =
+      R"("model": {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "seq_length": 32,
+                   "vocab_size": 256}, "parallel": {"micro_batch_size": 4})";
+  const JobSpec plain = Resolved("{" + model + "}");
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(plain), 94371840.0);
+  EXPECT_DOUBLE_EQ(HardwareFlopsPerStep(plain), 94371840.0);
+  const JobSpec recomputed = Resolved("{" + model + R"(, "train": {"recompute": true}})");
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(recomputed), 94371840.0);
+  EXPECT_DOUBLE_EQ(HardwareFlopsPerStep(recomputed), 121634816.0);
+}
+
+TEST(StepCostModelTest, BubbleFollowsEachSchedule) {
+  const std::string base = R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,
+      "global_batch_size": 8, )";
+  const ClusterDescription cluster = Cluster(1, 8);
+  const StepCost one_f_one_b =
+      PredictStepCost(Resolved(base + R"("schedule": "SCHEDULE_1F1B"}})"), cluster);
+  EXPECT_EQ(one_f_one_b.microbatches, 8);
+  EXPECT_NEAR(one_f_one_b.bubble_fraction, 3.0 / 8, 1e-12);  // (p - 1) / m
+  const StepCost gpipe =
+      PredictStepCost(Resolved(base + R"("schedule": "SCHEDULE_GPIPE"}})"), cluster);
+  EXPECT_NEAR(gpipe.bubble_fraction, 3.0 / 8, 1e-12);
+  const StepCost interleaved = PredictStepCost(
+      Resolved(base + R"("schedule": "SCHEDULE_INTERLEAVED_1F1B", "virtual_stages": 2}})"),
+      cluster);
+  EXPECT_NEAR(interleaved.bubble_fraction, 3.0 / 16, 1e-12);  // (p - 1) / (v m)
+  EXPECT_LT(interleaved.bubble_seconds, one_f_one_b.bubble_seconds);
+  // ...at the price of twice the pipeline messages.
+  EXPECT_NEAR(interleaved.pipeline_comm_seconds, 2 * one_f_one_b.pipeline_comm_seconds, 1e-15);
+}
+
+TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
+  const ClusterDescription cluster = Cluster(1, 8);
+  const StepCost one = PredictStepCost(Resolved(R"({"parallel": {"tensor": 1}})"), cluster);
+  const StepCost two = PredictStepCost(Resolved(R"({"parallel": {"tensor": 2}})"), cluster);
+  EXPECT_EQ(one.tensor_comm_seconds, 0);
+  // Without the small-matrix penalty the layers' GEMMs halve exactly; the head's
+  // vocabulary (256, padded to 256 for t = 2) halves too.
+  EXPECT_NEAR(two.matmul_seconds, one.matmul_seconds / 2, 1e-15);
+  // 4 layers x (2 forward + 2 backward) ring all-reduces of n h e = 128 * 128 * 4 bytes
+  // between 2 ranks: (bytes / 1e10 + 2 * 1e-6) each.
+  const double all_reduce = 65536.0 / 1e10 + 2e-6;
+  EXPECT_NEAR(two.tensor_comm_seconds, 4 * 4 * all_reduce, 1e-15);
+}
+
+TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
+  const JobSpec spec = Resolved(R"({"parallel": {"tensor": 4}})");
+  const StepCost inside = PredictStepCost(spec, Cluster(1, 4));
+  const StepCost across = PredictStepCost(spec, Cluster(2, 2));
+  EXPECT_GT(across.tensor_comm_seconds, 5 * inside.tensor_comm_seconds);
+  EXPECT_DOUBLE_EQ(across.matmul_seconds, inside.matmul_seconds);
+}
+
+TEST(StepCostModelTest, DataParallelReductionIsARingAllReduceMinusItsOverlap) {
+  const JobSpec spec = Resolved(R"({"parallel": {"data": 4}})");
+  const ClusterDescription cluster = Cluster(1, 4);
+  const StepCost plain = PredictStepCost(spec, cluster);
+  // The last stage's parameters: 4 layers of 12 C^2 + 13 C, the 256 x 128 word embedding
+  // and the final LayerNorm; each of 4 ranks all-reduces their fp32 gradients in a ring.
+  const double parameters = 4 * (12.0 * 128 * 128 + 13 * 128) + 256 * 128 + 2 * 128;
+  const double expected = 2 * 3.0 / 4 * parameters * 4 / 1e10 + 2 * 3 * 1e-6;
+  EXPECT_NEAR(plain.data_comm_seconds, expected, 1e-12);
+  StepCostOptions overlapped;
+  overlapped.data_parallel_overlap = 1;
+  EXPECT_EQ(PredictStepCost(spec, cluster, overlapped).data_comm_seconds, 0);
+  // ZeRO-1 updates a quarter of the parameters on each rank.
+  const StepCost zero =
+      PredictStepCost(Resolved(R"({"parallel": {"data": 4, "zero_stage": 1}})"), cluster);
+  EXPECT_LT(zero.optimizer_seconds, plain.optimizer_seconds / 2);
+}
+
+TEST(StepCostModelTest, RecomputeRepeatsTheForwardAndMfuCountsOnlyTheModel) {
+  const ClusterDescription cluster = Cluster(1, 1);
+  const StepCost plain = PredictStepCost(Resolved("{}"), cluster);
+  const StepCost recomputed = PredictStepCost(Resolved(R"({"train": {"recompute": true}})"),
+                                              cluster);
+  // Layers: 3 passes' worth of GEMMs become 4; the head is not recomputed.
+  EXPECT_GT(recomputed.matmul_seconds, 1.25 * plain.matmul_seconds);
+  EXPECT_LT(recomputed.matmul_seconds, 4.0 / 3 * plain.matmul_seconds + 1e-12);
+  EXPECT_GT(recomputed.step_seconds, plain.step_seconds);
+  EXPECT_LT(recomputed.mfu, plain.mfu);
+  EXPECT_NEAR(plain.mfu, plain.model_flops / plain.step_seconds / 1e12, 1e-12);
+  EXPECT_NEAR(plain.tokens_per_second, 1 * 128 / plain.step_seconds, 1e-9);
+}
+
+TEST(StepCostModelTest, HalfPrecisionUsesTheTensorCoreRate) {
+  const ClusterDescription cluster = Cluster(1, 1);
+  const StepCost fp32 = PredictStepCost(Resolved(R"({"device": "DEVICE_CUDA"})"), cluster);
+  const StepCost bf16 = PredictStepCost(
+      Resolved(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"), cluster);
+  EXPECT_NEAR(bf16.matmul_seconds, fp32.matmul_seconds / 8, 1e-15);
+  EXPECT_DOUBLE_EQ(PeakFlops(Resolved(R"({"device": "DEVICE_CUDA",
+      "precision": "PRECISION_BF16"})"), cluster.device()), 8e12);
+}
+
+TEST(StepCostModelTest, UnfusedAttentionPaysForItsScoresInMemory) {
+  const JobSpec spec = Resolved(R"({"model": {"seq_length": 1024}})");
+  const ClusterDescription cluster = Cluster(1, 1);
+  StepCostOptions unfused;
+  unfused.attention = AttentionKernel::kUnfused;
+  EXPECT_GT(PredictStepCost(spec, cluster, unfused).attention_seconds,
+            1.5 * PredictStepCost(spec, cluster).attention_seconds);
+}
+
+}  // namespace
+}  // namespace mtrain
