@@ -31,8 +31,7 @@ template void AttentionForward<double>(const double*, double*, double*, const At
                                        const AttentionDropout&);
 template void AttentionBackward<float>(const float*, const float*, const float*, const float*,
                                        float*, const AttentionShape&, const AttentionDropout&);
-template void AttentionBackward<double>(const double*, const double*, const double*,
-                                        const double*, double*, const AttentionShape&,
-                                        const AttentionDropout&);
+template void AttentionBackward<double>(const double*, const double*, const double*, const double*,
+                                        double*, const AttentionShape&, const AttentionDropout&);
 
 }  // namespace mtrain::cpu

@@ -8,14 +8,14 @@
 
 namespace mtrain::cpu {
 
-#define MTRAIN_DECLARE_ATTENTION_CORE(isa)                                                         \
-  namespace isa {                                                                                  \
-  template <typename T>                                                                            \
-  void Forward(const T* qkv, T* out, T* lse, const AttentionShape& shape,                          \
-               const AttentionDropout& dropout);                                                   \
-  template <typename T>                                                                            \
-  void Backward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv,                \
-                const AttentionShape& shape, const AttentionDropout& dropout);                     \
+#define MTRAIN_DECLARE_ATTENTION_CORE(isa)                                          \
+  namespace isa {                                                                   \
+  template <typename T>                                                             \
+  void Forward(const T* qkv, T* out, T* lse, const AttentionShape& shape,           \
+               const AttentionDropout& dropout);                                    \
+  template <typename T>                                                             \
+  void Backward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv, \
+                const AttentionShape& shape, const AttentionDropout& dropout);      \
   }
 MTRAIN_DECLARE_ATTENTION_CORE(generic)
 MTRAIN_DECLARE_ATTENTION_CORE(avx2)

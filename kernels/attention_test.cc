@@ -27,9 +27,7 @@ size_t QkvSize(const AttentionShape& s) {
 size_t OutSize(const AttentionShape& s) {
   return static_cast<size_t>(s.batch) * s.seq * s.heads * s.head_dim;
 }
-size_t LseSize(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch) * s.heads * s.seq;
-}
+size_t LseSize(const AttentionShape& s) { return static_cast<size_t>(s.batch) * s.heads * s.seq; }
 
 // Offset of element d of block (0 = q, 1 = k, 2 = v) of head h at token (b, i).
 size_t QkvIndex(const AttentionShape& s, int b, int i, int block, int h, int d) {

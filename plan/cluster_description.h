@@ -6,9 +6,8 @@
 #ifndef MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
 #define MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/cluster.pb.h"
 
 namespace mtrain {

@@ -26,9 +26,9 @@ JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, bool 
   par->set_virtual_stages(v);
   par->set_micro_batch_size(b);
   par->set_min_data(d);
-  par->set_schedule(v > 1 ? SCHEDULE_INTERLEAVED_1F1B
-                          : (spec.parallel().schedule() == SCHEDULE_GPIPE ? SCHEDULE_GPIPE
-                                                                          : SCHEDULE_1F1B));
+  par->set_schedule(
+      v > 1 ? SCHEDULE_INTERLEAVED_1F1B
+            : (spec.parallel().schedule() == SCHEDULE_GPIPE ? SCHEDULE_GPIPE : SCHEDULE_1F1B));
   candidate.mutable_train()->set_recompute(recompute);
   return candidate;
 }
@@ -40,7 +40,8 @@ std::string LayoutProblem(const JobSpec& spec) {
   const int layers = spec.model().num_layers();
   const int64_t replicas_batch = int64_t{par.micro_batch_size()} * par.data();
   if (layers % (par.pipeline() * par.virtual_stages()) != 0) {
-    return absl::StrCat("model.num_layers ", layers, " is not divisible by pipeline * virtual_stages ",
+    return absl::StrCat("model.num_layers ", layers,
+                        " is not divisible by pipeline * virtual_stages ",
                         par.pipeline() * par.virtual_stages());
   }
   if (par.global_batch_size() % replicas_batch != 0) {

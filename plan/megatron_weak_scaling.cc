@@ -1,5 +1,7 @@
 #include "plan/megatron_weak_scaling.h"
 
+#include <algorithm>
+
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
@@ -55,13 +57,16 @@ JobSpec MegatronRowSpec(const MegatronRow& row, int virtual_stages) {
   return spec;
 }
 
-MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescription& cluster) {
+MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescription& cluster,
+                                      int max_virtual_stages) {
   const StepCostOptions options = MegatronLm2021Options();
   MegatronPrediction prediction;
   const int stage_layers = row.layers / row.pipeline;
   const int microbatches = row.batch / (row.gpus / (row.tensor * row.pipeline));
   bool first = true;
-  for (int v = 1; v <= stage_layers; ++v) {
+  const int v_limit =
+      max_virtual_stages > 0 ? std::min(max_virtual_stages, stage_layers) : stage_layers;
+  for (int v = 1; v <= v_limit; ++v) {
     if (stage_layers % v != 0 || (v > 1 && (row.pipeline == 1 || microbatches % row.pipeline))) {
       continue;
     }

@@ -45,7 +45,10 @@ struct MegatronPrediction {
   PricedLayout choice;
 };
 
-MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescription& cluster);
+// `max_virtual_stages` bounds the interleaving tried for the published layout (0: any v
+// that divides the stage's layers).
+MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescription& cluster,
+                                      int max_virtual_stages = 0);
 
 }  // namespace mtrain
 

@@ -18,6 +18,9 @@ ABSL_FLAG(std::string, cluster, "deploy/clusters/dgx_a100.json",
           "Cluster description (protobuf JSON of proto/cluster.proto), relative to the "
           "workspace under `bazel run`.");
 
+ABSL_FLAG(int, max_virtual_stages, 0,
+          "Largest interleaving tried for the published layouts (0: any).");
+
 namespace {
 
 std::string Resolve(const std::string& path) {
@@ -38,8 +41,7 @@ int main(int argc, char** argv) {
   }
   std::stringstream text;
   text << file.rdbuf();
-  absl::StatusOr<mtrain::ClusterDescription> cluster =
-      mtrain::ParseClusterDescription(text.str());
+  absl::StatusOr<mtrain::ClusterDescription> cluster = mtrain::ParseClusterDescription(text.str());
   if (!cluster.ok()) {
     std::fprintf(stderr, "megatron_weak_scaling: %s: %s\n", path.c_str(),
                  std::string(cluster.status().message()).c_str());
@@ -52,7 +54,8 @@ int main(int argc, char** argv) {
       "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double worst = 0;
   for (const mtrain::MegatronRow& row : mtrain::MegatronWeakScalingRows()) {
-    const mtrain::MegatronPrediction p = mtrain::PredictMegatronRow(row, *cluster);
+    const mtrain::MegatronPrediction p =
+        mtrain::PredictMegatronRow(row, *cluster, absl::GetFlag(FLAGS_max_virtual_stages));
     worst = std::max(worst, std::fabs(p.error));
     std::string choice = "none fits";
     std::string gain = "";

@@ -87,8 +87,7 @@ double MessageSeconds(double bytes, const LinkProfile& link) {
 const LinkProfile& LinkSpanning(double consecutive_ranks, const ClusterDescription& cluster) {
   const double per_node = std::max(1, cluster.devices_per_node());
   // A group of 6 on 8-device nodes starts at rank 6 once: it spans two nodes.
-  const bool inside = consecutive_ranks <= per_node &&
-                      std::fmod(per_node, consecutive_ranks) == 0;
+  const bool inside = consecutive_ranks <= per_node && std::fmod(per_node, consecutive_ranks) == 0;
   return inside ? cluster.intra_node() : cluster.inter_node();
 }
 
@@ -114,7 +113,7 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
   times.matmul = (forwards + 2) * linear_forward;
 
   const double sequences = s.micro_batch * local_heads;  // independent S x S problems
-  const double scores = sequences * s.seq * s.seq;        // elements of all score matrices
+  const double scores = sequences * s.seq * s.seq;       // elements of all score matrices
   if (options.attention == AttentionKernel::kFused) {
     // Causal half of Q K^T and P V forward; the backward recomputes the scores and makes
     // four products (dV, dP, dQ, dK).
@@ -122,10 +121,11 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
     times.attention = forwards * 2 * product + 5 * product;
   } else {
     // Every S^2 product, each no faster than its S^2 operand moves through memory.
-    const double product = std::max(clock.BatchedGemm(sequences, s.seq, s.seq, head_dim),
-                                    clock.Bytes(scores * e));
+    const double product =
+        std::max(clock.BatchedGemm(sequences, s.seq, s.seq, head_dim), clock.Bytes(scores * e));
     const double mask = options.dropout ? 1 : 0;
-    const double softmax_forward = clock.Bytes(scores * (2 * e + (options.dropout ? 2 * e : 0) + mask));
+    const double softmax_forward =
+        clock.Bytes(scores * (2 * e + (options.dropout ? 2 * e : 0) + mask));
     const double softmax_backward =
         clock.Bytes(scores * (3 * e + (options.dropout ? 2 * e : 0) + mask));
     times.attention = forwards * (2 * product + softmax_forward) + 4 * product + softmax_backward;
@@ -190,8 +190,7 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
   // Logits written, read by the cross-entropy, their gradient written and read.
   const double head_elementwise = clock.Bytes(4 * n * local_vocab * 4 + 2 * n * h * 2 * e);
   const double chunk_message =
-      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link)
-              : 0.0;
+      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) : 0.0;
   // Each microbatch enters and leaves each of a rank's v chunks: one activation forward and
   // one gradient back per chunk boundary.
   const double pipeline_per_microbatch = 2 * s.v * chunk_message;
@@ -225,12 +224,13 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
       embedding_reduction;
   // AdamW reads parameter, gradient and both moments and writes three of them (fp32), plus
   // the gradient norm's read; under ZeRO-1 each rank updates 1/d of them.
-  const double updated = spec.parallel().zero_stage() == 1 ? rank_parameters / s.d : rank_parameters;
+  const double updated =
+      spec.parallel().zero_stage() == 1 ? rank_parameters / s.d : rank_parameters;
   cost.optimizer_seconds = clock.Bytes(updated * (7 * 4 + (e < 4 ? 2 : 0)) + rank_parameters * 4);
 
   cost.step_seconds = cost.matmul_seconds + cost.attention_seconds + cost.elementwise_seconds +
-                      cost.tensor_comm_seconds + cost.pipeline_comm_seconds +
-                      cost.bubble_seconds + cost.data_comm_seconds + cost.optimizer_seconds;
+                      cost.tensor_comm_seconds + cost.pipeline_comm_seconds + cost.bubble_seconds +
+                      cost.data_comm_seconds + cost.optimizer_seconds;
 
   cost.model_flops = ModelFlopsPerStep(spec);
   cost.hardware_flops = HardwareFlopsPerStep(spec);

@@ -111,8 +111,8 @@ TEST(StepCostModelTest, DataParallelReductionIsARingAllReduceMinusItsOverlap) {
 TEST(StepCostModelTest, RecomputeRepeatsTheForwardAndMfuCountsOnlyTheModel) {
   const ClusterDescription cluster = Cluster(1, 1);
   const StepCost plain = PredictStepCost(Resolved("{}"), cluster);
-  const StepCost recomputed = PredictStepCost(Resolved(R"({"train": {"recompute": true}})"),
-                                              cluster);
+  const StepCost recomputed =
+      PredictStepCost(Resolved(R"({"train": {"recompute": true}})"), cluster);
   // Layers: 3 passes' worth of GEMMs become 4; the head is not recomputed.
   EXPECT_GT(recomputed.matmul_seconds, 1.25 * plain.matmul_seconds);
   EXPECT_LT(recomputed.matmul_seconds, 4.0 / 3 * plain.matmul_seconds + 1e-12);
@@ -129,7 +129,9 @@ TEST(StepCostModelTest, HalfPrecisionUsesTheTensorCoreRate) {
       Resolved(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"), cluster);
   EXPECT_NEAR(bf16.matmul_seconds, fp32.matmul_seconds / 8, 1e-15);
   EXPECT_DOUBLE_EQ(PeakFlops(Resolved(R"({"device": "DEVICE_CUDA",
-      "precision": "PRECISION_BF16"})"), cluster.device()), 8e12);
+      "precision": "PRECISION_BF16"})"),
+                             cluster.device()),
+                   8e12);
 }
 
 TEST(StepCostModelTest, UnfusedAttentionPaysForItsScoresInMemory) {

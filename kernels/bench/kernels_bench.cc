@@ -92,8 +92,8 @@ void BenchAttention(const AttentionShape& shape, float dropout_p) {
            }));
   AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
   PrintRow("attention backward", shape_text, 8.0 * shape.head_dim * pairs, SecondsPerCall([&] {
-             AttentionBackward(d_out.data(), qkv.data(), out.data(), lse.data(), d_qkv.data(), shape,
-                               dropout);
+             AttentionBackward(d_out.data(), qkv.data(), out.data(), lse.data(), d_qkv.data(),
+                               shape, dropout);
            }));
 }
 
