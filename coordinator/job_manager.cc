@@ -9,9 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "plan/assignment_plan.h"
+#include "plan/cluster_description.h"
 #include "plan/placement.h"
 #include "plan/rank_memory_estimate.h"
 #include "spec/job_spec_validation.h"
@@ -198,8 +200,75 @@ absl::Status JobManager::CheckMemoryOfLiveWorkers(const JobSpec& spec,
                    "train.recompute need less)]"));
 }
 
+namespace {
+
+// Why a search found nothing, for a refusal: how many layouts each kind of reason
+// rejected and one example of each ("does not fit" first: it carries the estimate).
+std::string RejectionSummary(const LayoutSearch& search) {
+  std::map<std::string, std::pair<int, const RejectedLayout*>> by_kind;
+  for (const RejectedLayout& rejected : search.rejected) {
+    const std::string kind = rejected.reason.substr(0, rejected.reason.find(':'));
+    auto& [count, example] = by_kind[kind];
+    if (count++ == 0) example = &rejected;
+  }
+  std::vector<std::string> parts;
+  for (const char* kind : {"does not fit", "not valid"}) {
+    const auto it = by_kind.find(kind);
+    if (it == by_kind.end()) continue;
+    parts.push_back(absl::StrCat(it->second.first, " ", kind, ", e.g. ",
+                                 LayoutName(it->second.second->spec), ": ",
+                                 it->second.second->reason));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
+absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
+                                                       const std::vector<WorkerStatus>& workers) {
+  for (DeviceKind kind : EligibleDeviceKinds(spec)) {
+    std::vector<PlannedWorker> planned;
+    for (const WorkerStatus& w : workers) {
+      if (w.worker().device_kind() == kind) planned.push_back({w.worker().host(), w.worker().profile()});
+    }
+    if (planned.empty()) continue;
+    ASSIGN_OR_RETURN(const ClusterDescription cluster, ClusterFromWorkers(planned));
+    LayoutSearchOptions options;
+    options.devices = static_cast<int>(planned.size());
+    options.min_devices = 1;  // fewer workers when that is faster, or all that divides
+    // This project's engines: flash attention, data-parallel buckets reduced during the
+    // backward (most of it hidden), fp32 gradients.
+    options.cost.data_parallel_overlap = 0.5;
+    options.cost.dropout = spec.train().dropout() > 0;
+    return SearchLayouts(spec, cluster, options);
+  }
+  return absl::FailedPreconditionError(
+      "no live worker of a kind this job can run on to plan for");
+}
+
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
-  ASSIGN_OR_RETURN(const JobSpec resolved, ResolveJobSpec(spec));
+  ASSIGN_OR_RETURN(JobSpec resolved, ResolveJobSpec(spec));
+  std::string planned;
+  if (resolved.parallel().auto_()) {
+    std::vector<WorkerStatus> live;
+    for (const WorkerStatus& w : workers_->List()) {
+      if (w.alive()) live.push_back(w);
+    }
+    absl::StatusOr<LayoutSearch> search = PlanOnWorkers(resolved, live);
+    if (!search.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.auto: cannot plan: ", search.status().message()));
+    }
+    if (search->feasible.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallel.auto: no layout of this model fits the live workers (", RejectionSummary(*search),
+          ") [rule: some layout must fit the workers' memory]"));
+    }
+    const PricedLayout& best = search->feasible.front();
+    planned = absl::StrCat("chose ", PredictionText(best), " (", search->feasible.size(),
+                           " layouts fit, ", search->rejected.size(), " rejected)");
+    ASSIGN_OR_RETURN(resolved, ResolveJobSpec(best.spec));
+  }
   const int world = WorldSize(resolved);
   // Live workers of a kind the job can run on (DEVICE_AUTO: CUDA or CPU, CUDA alone for
   // bf16/fp16); it needs `world` of one kind.
@@ -228,6 +297,7 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
   {
     MutexLock lock(&mutex_);
     ASSIGN_OR_RETURN(job_id, store_->CreateJob(resolved, NowMs()));
+    if (!planned.empty()) AppendEventLocked(job_id, "planned", planned);
     if (metrics_ != nullptr) metrics_->SetJobState(job_id, JOB_STATE_PENDING);
     BumpLocked(job_id);
   }
@@ -711,6 +781,30 @@ absl::StatusOr<bool> JobManager::TryPlaceLocked(const std::string& job_id, const
   ASSIGN_OR_RETURN(const bool placed, PlaceLocked(job_id, spec, generation, restarts));
   if (placed) return true;
   if (!allow_shrink) return false;
+  if (spec.parallel().auto_()) {
+    // Re-plan for the workers that are free now: any layout, the same global batch; the
+    // checkpoint reshards to it.
+    std::map<std::string, WorkerStatus> by_id;
+    for (const WorkerStatus& w : workers_->List()) by_id[w.worker().worker_id()] = w;
+    std::vector<WorkerStatus> free;
+    for (const std::string& id : FreeWorkersLocked()) free.push_back(by_id[id]);
+    absl::StatusOr<LayoutSearch> search = PlanOnWorkers(spec, free);
+    if (!search.ok()) return false;
+    for (const PricedLayout& layout : search->feasible) {
+      ASSIGN_OR_RETURN(const bool placed_replanned,
+                       PlaceLocked(job_id, layout.spec, generation, restarts));
+      if (placed_replanned) {
+        AppendEventLocked(job_id, "replanned",
+                          absl::StrCat("no replacement worker within ",
+                                       absl::FormatDuration(options_.shrink_grace), ": ",
+                                       LayoutName(spec), " -> ", PredictionText(layout), " on ",
+                                       free.size(), " free workers"));
+        BumpLocked(job_id);
+        return true;
+      }
+    }
+    return false;
+  }
   for (int d : ShrunkDataDegrees(spec)) {
     JobSpec shrunk = spec;
     shrunk.mutable_parallel()->set_data(d);

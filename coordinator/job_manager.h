@@ -62,6 +62,7 @@
 #include "coordinator/retrying_job_store.h"
 #include "coordinator/worker_registry.h"
 #include "proto/assignment.pb.h"
+#include "plan/layout_search.h"
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
@@ -181,6 +182,10 @@ class JobManager {
   absl::Status Recover();
   // INVALID_ARGUMENT naming both numbers when the spec's per-rank memory estimate exceeds
   // every live worker of `kinds` (workers reporting 0 bytes are not counted).
+  // parallel.auto: the layouts the cost model predicts for `spec` on `workers` (their
+  // measured profiles; the first eligible kind that has any), fastest first.
+  static absl::StatusOr<LayoutSearch> PlanOnWorkers(const JobSpec& spec,
+                                                    const std::vector<WorkerStatus>& workers);
   absl::Status CheckMemoryOfLiveWorkers(const JobSpec& spec,
                                         const std::vector<DeviceKind>& kinds) const;
 

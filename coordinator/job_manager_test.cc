@@ -167,6 +167,26 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(registry_.Register(info, &restarted).ok());
   }
 
+  // A CPU worker that measured its device (worker/device_probe.h), as `parallel.auto` needs.
+  void AddMeasuredWorker(const std::string& id, const std::string& host,
+                         int64_t memory_bytes = int64_t{16} << 30) {
+    WorkerInfo info;
+    info.set_worker_id(id);
+    info.set_host(host);
+    info.set_device_kind(DEVICE_KIND_CPU);
+    info.set_incarnation_id("inc-" + id);
+    info.set_memory_bytes(memory_bytes);
+    DeviceProfile* profile = info.mutable_profile();
+    profile->set_name("cpu (measured)");
+    profile->set_fp32_flops(1e11);
+    profile->set_matmul_efficiency(1);
+    profile->set_matmul_half_size(16);
+    profile->set_memory_bandwidth_bytes_per_second(2e10);
+    profile->set_memory_bytes(memory_bytes);
+    bool restarted = false;
+    ASSERT_TRUE(registry_.Register(info, &restarted).ok());
+  }
+
   // One heartbeat from `id` in `state` (BUSY with the job and generation it was given).
   std::vector<WorkerCommand> Beat(const std::string& id, WorkerState state,
                                   const std::string& job = "", int64_t generation = 0) {
@@ -536,6 +556,80 @@ TEST_F(JobManagerTest, WithoutAReplacementTheJobShrinksDataParallelismKeepingThe
   ASSERT_TRUE(events.ok());
   EXPECT_TRUE(std::any_of(events->begin(), events->end(),
                           [](const JobEvent& e) { return e.kind() == "shrunk"; }));
+}
+
+TEST_F(JobManagerTest, AutoPlansTheLayoutOnTheLiveWorkersAndRecordsThePrediction) {
+  AddMeasuredWorker("w0", "h");
+  AddMeasuredWorker("w1", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"auto": true, "global_batch_size": 4})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<JobStatus> job = manager_->Get(*id);
+  ASSERT_TRUE(job.ok());
+  const ParallelSpec& chosen = job->spec().parallel();
+  EXPECT_TRUE(chosen.auto_());
+  EXPECT_EQ(chosen.global_batch_size(), 4) << "the batch stays the user's";
+  EXPECT_LE(chosen.tensor() * chosen.pipeline() * chosen.data(), 2);
+  const std::string log = EventLog(*id);
+  EXPECT_NE(log.find("planned: chose t="), std::string::npos) << log;
+  EXPECT_NE(log.find("predicted"), std::string::npos) << log;
+  EXPECT_NE(log.find("tokens/s"), std::string::npos) << log;
+}
+
+TEST_F(JobManagerTest, AutoNeedsMeasuredWorkers) {
+  AddWorker("w0", "h");  // reported no profile
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"auto": true})"));
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("parallel.auto: cannot plan"), absl::string_view::npos)
+      << id.status();
+  EXPECT_NE(id.status().message().find("measured device profile"), absl::string_view::npos)
+      << id.status();
+}
+
+TEST_F(JobManagerTest, AutoRefusesAModelNoLayoutFitsWithTheReasons) {
+  AddMeasuredWorker("w0", "h", /*memory_bytes=*/1 << 20);
+  AddMeasuredWorker("w1", "h", /*memory_bytes=*/1 << 20);
+  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"auto": true})"));
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("no layout of this model fits the live workers"),
+            absl::string_view::npos)
+      << id.status();
+  EXPECT_NE(id.status().message().find("does not fit: needs"), absl::string_view::npos)
+      << id.status();
+}
+
+TEST_F(JobManagerTest, WithoutAReplacementAnAutoJobIsReplannedForTheWorkersLeft) {
+  AddMeasuredWorker("w0", "h");
+  AddMeasuredWorker("w1", "h");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(
+      R"({"parallel": {"auto": true, "global_batch_size": 4},
+          "train": {"steps": 2, "max_restarts": 2}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::string> id = manager_->Submit(*spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<JobStatus> job = manager_->Get(*id);
+  ASSERT_TRUE(job.ok());
+  const ParallelSpec& first = job->spec().parallel();
+  if (first.tensor() * first.pipeline() * first.data() < 2) {
+    GTEST_SKIP() << "the planner put the job on one worker; nothing to lose";
+  }
+  Deliver({"w0", "w1"});
+  // w1 dies; w0 aborts its rank and waits, idle, past the grace period.
+  std::map<int, Assignment> ranks;
+  for (int i = 0; i < 45 && ranks.empty(); ++i) {
+    clock_.Advance(absl::Seconds(1));
+    for (const WorkerCommand& c : Beat("w0", WORKER_STATE_IDLE)) {
+      if (c.has_assign()) ranks[c.assign().rank().global_rank()] = c.assign();
+    }
+    manager_->Tick();
+  }
+  for (auto& [r, a] : Deliver({"w0"})) ranks[r] = a;
+  ASSERT_EQ(ranks.size(), 1u);
+  const ParallelSpec& replanned = ranks[0].spec().parallel();
+  EXPECT_EQ(replanned.tensor() * replanned.pipeline() * replanned.data(), 1);
+  EXPECT_EQ(replanned.global_batch_size(), 4);
+  const std::string log = EventLog(*id);
+  EXPECT_NE(log.find("replanned: no replacement worker within"), std::string::npos) << log;
+  EXPECT_NE(log.find("-> t=1 p=1 d=1"), std::string::npos) << log;
 }
 
 TEST_F(JobManagerTest, ARankThatVanishedWithoutReportingIsNoticed) {

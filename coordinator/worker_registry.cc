@@ -1,6 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -38,6 +39,40 @@ WorkerRegistry::Pauses WorkerRegistry::pauses() const {
   return pauses_;
 }
 
+namespace {
+
+// A measured profile is only ever read by the planner's arithmetic: every number must be
+// finite and not negative, the efficiency a fraction.
+absl::Status CheckDeviceProfile(const DeviceProfile& profile) {
+  if (profile.name().size() > kMaxWorkerStringBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("worker.profile.name: ", profile.name().size(),
+                                                   " bytes [rule: at most ", kMaxWorkerStringBytes,
+                                                   " bytes]"));
+  }
+  const std::pair<const char*, double> numbers[] = {
+      {"worker.profile.fp32_flops", profile.fp32_flops()},
+      {"worker.profile.half_flops", profile.half_flops()},
+      {"worker.profile.matmul_efficiency", profile.matmul_efficiency()},
+      {"worker.profile.matmul_half_size", profile.matmul_half_size()},
+      {"worker.profile.memory_bandwidth_bytes_per_second",
+       profile.memory_bandwidth_bytes_per_second()},
+      {"worker.profile.memory_bytes", static_cast<double>(profile.memory_bytes())}};
+  for (const auto& [field, value] : numbers) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be finite and >= 0 (got ", value, ")"));
+    }
+  }
+  if (profile.matmul_efficiency() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker.profile.matmul_efficiency: must be in [0, 1] (got ", profile.matmul_efficiency(),
+        ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
   if (info.worker_id().empty()) {
     return absl::InvalidArgumentError("worker.worker_id: must not be empty");
@@ -68,6 +103,7 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker.memory_bytes: must be >= 0 (got ", info.memory_bytes(), ")"));
   }
+  if (absl::Status profile = CheckDeviceProfile(info.profile()); !profile.ok()) return profile;
   const absl::Time now = clock_->Now();
   MutexLock lock(&mutex_);
   LookLocked(now);

@@ -1,6 +1,8 @@
 #include "plan/cluster_description.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,52 @@ ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProf
   cluster.set_devices_per_node(devices);
   *cluster.mutable_device() = device;
   *cluster.mutable_intra_node() = intra_node;
+  return cluster;
+}
+
+LinkProfile AssumedIntraHostLink() {
+  LinkProfile link;
+  link.set_bandwidth_bytes_per_second(2e9);
+  link.set_latency_seconds(50e-6);
+  return link;
+}
+
+LinkProfile AssumedInterHostLink() {
+  LinkProfile link;
+  link.set_bandwidth_bytes_per_second(1.1e9);
+  link.set_latency_seconds(100e-6);
+  return link;
+}
+
+absl::StatusOr<ClusterDescription> ClusterFromWorkers(const std::vector<PlannedWorker>& workers) {
+  std::map<std::string, int> per_host;
+  const DeviceProfile* slowest = nullptr;
+  for (const PlannedWorker& worker : workers) {
+    ++per_host[worker.host];
+    if (worker.profile.fp32_flops() <= 0) continue;
+    if (slowest == nullptr || worker.profile.fp32_flops() < slowest->fp32_flops()) {
+      slowest = &worker.profile;
+    }
+  }
+  if (workers.empty()) return absl::FailedPreconditionError("no live workers to plan for");
+  if (slowest == nullptr) {
+    return absl::FailedPreconditionError(
+        "no live worker reported a measured device profile (workers measure their CPU at "
+        "start unless --probe_device=false; CUDA workers do not measure yet): give the "
+        "cluster with --cluster FILE");
+  }
+  int most = 0;
+  for (const auto& [host, count] : per_host) most = std::max(most, count);
+  ClusterDescription cluster;
+  cluster.set_name(absl::StrCat(workers.size(), " live workers on ", per_host.size(), " host(s)"));
+  cluster.set_nodes(static_cast<int>(per_host.size()));
+  cluster.set_devices_per_node(most);
+  *cluster.mutable_device() = *slowest;
+  *cluster.mutable_intra_node() = AssumedIntraHostLink();
+  *cluster.mutable_inter_node() = AssumedInterHostLink();
+  cluster.set_source(
+      "device: the slowest worker's own measurement at start; links assumed (loopback "
+      "2 GB/s, 50 us within a host; 1.1 GB/s, 100 us between hosts), not probed");
   return cluster;
 }
 

@@ -7,6 +7,9 @@
 #define MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
 
 #include "absl/status/statusor.h"
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 #include "proto/cluster.pb.h"
 
@@ -24,6 +27,24 @@ absl::Status ValidateClusterDescription(const ClusterDescription& cluster);
 // N` without a file): `device` for each, `intra_node` between them.
 ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProfile& intra_node,
                                      int devices);
+
+// A worker the planner may use, as the coordinator knows it.
+struct PlannedWorker {
+  std::string host;
+  DeviceProfile profile;  // measured at the worker's start (worker/device_probe.h)
+};
+
+// The links between workers until they are probed: ranks on one host talk over loopback
+// TCP (Gloo) or shared memory, hosts over a 10 Gb/s network. Stated assumptions, printed
+// with every plan made from workers.
+LinkProfile AssumedIntraHostLink();
+LinkProfile AssumedInterHostLink();
+
+// The cluster the planner sees in `workers`: a node per host, devices_per_node the most
+// workers any host has, and the slowest profile (lowest fp32_flops) for every device, so a
+// plan never counts on the fastest worker. FAILED_PRECONDITION when there are no workers
+// or none has a measured profile.
+absl::StatusOr<ClusterDescription> ClusterFromWorkers(const std::vector<PlannedWorker>& workers);
 
 }  // namespace mtrain
 

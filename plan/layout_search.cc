@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "spec/job_spec_validation.h"
 
 namespace mtrain {
@@ -58,6 +60,31 @@ std::string LayoutProblem(const JobSpec& spec) {
 
 }  // namespace
 
+// Adds the candidates of exactly `devices` devices to `out` (unsorted).
+static void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
+                       const LayoutSearchOptions& options, int devices, LayoutSearch* out);
+
+std::string PredictionText(const PricedLayout& layout) {
+  return absl::StrCat(LayoutName(layout.spec), ": predicted ",
+                      absl::StrFormat("%.4g s a step, %.4g tokens/s, MFU %.1f%%",
+                                      layout.cost.step_seconds, layout.cost.tokens_per_second,
+                                      100 * layout.cost.mfu),
+                      ", ", FormatMemoryBytes(layout.memory.total_bytes), " a rank");
+}
+
+std::optional<double> PredictedStepSeconds(absl::string_view text) {
+  constexpr absl::string_view kPrefix = "predicted ";
+  const size_t at = text.rfind(kPrefix);
+  if (at == absl::string_view::npos) return std::nullopt;
+  absl::string_view rest = text.substr(at + kPrefix.size());
+  const size_t end = rest.find(" s a step");
+  double seconds = 0;
+  if (end == absl::string_view::npos || !absl::SimpleAtod(rest.substr(0, end), &seconds)) {
+    return std::nullopt;
+  }
+  return seconds;
+}
+
 std::string LayoutName(const JobSpec& spec) {
   const ParallelSpec& par = spec.parallel();
   return absl::StrCat("t=", par.tensor(), " p=", par.pipeline(), " d=", par.data(),
@@ -68,8 +95,28 @@ std::string LayoutName(const JobSpec& spec) {
 LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluster,
                            const LayoutSearchOptions& options) {
   LayoutSearch search;
-  const int devices =
+  const int most =
       options.devices > 0 ? options.devices : cluster.nodes() * cluster.devices_per_node();
+  std::vector<int> device_counts = {most};
+  if (options.min_devices > 0) {
+    device_counts.clear();
+    for (int n = most; n >= std::max(1, options.min_devices); --n) {
+      const bool power_of_two = (n & (n - 1)) == 0;
+      if (most - n < 32 || most - options.min_devices < 64 || power_of_two) device_counts.push_back(n);
+    }
+  }
+  for (int devices : device_counts) SearchDeviceCount(spec, cluster, options, devices, &search);
+  std::stable_sort(search.feasible.begin(), search.feasible.end(),
+                   [](const PricedLayout& a, const PricedLayout& b) {
+                     return std::make_tuple(a.cost.step_seconds, a.spec.parallel().pipeline()) <
+                            std::make_tuple(b.cost.step_seconds, b.spec.parallel().pipeline());
+                   });
+  return search;
+}
+
+void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
+                       const LayoutSearchOptions& options, int devices, LayoutSearch* out) {
+  LayoutSearch& search = *out;
   const int heads = std::max(1, spec.model().num_heads());
   const int layers = std::max(1, spec.model().num_layers());
   std::vector<bool> recompute_choices = {spec.train().recompute()};
@@ -111,12 +158,6 @@ LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluste
       }
     }
   }
-  std::stable_sort(search.feasible.begin(), search.feasible.end(),
-                   [](const PricedLayout& a, const PricedLayout& b) {
-                     return std::make_tuple(a.cost.step_seconds, a.spec.parallel().pipeline()) <
-                            std::make_tuple(b.cost.step_seconds, b.spec.parallel().pipeline());
-                   });
-  return search;
 }
 
 }  // namespace mtrain

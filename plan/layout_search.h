@@ -10,9 +10,11 @@
 #ifndef MTRAIN_PLAN_LAYOUT_SEARCH_H_
 #define MTRAIN_PLAN_LAYOUT_SEARCH_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "plan/rank_memory_estimate.h"
 #include "plan/step_cost_model.h"
 #include "proto/cluster.pb.h"
@@ -21,8 +23,12 @@
 namespace mtrain {
 
 struct LayoutSearchOptions {
-  // Devices to use, all of them (t p d = devices). 0 means every device of the cluster.
+  // Devices to use (t p d = devices). 0 means every device of the cluster.
   int devices = 0;
+  // Also try fewer devices, down to this many (0: exactly `devices`): a job may run
+  // faster, or only fit the divisibility rules, on fewer. Above 64 device counts, only the
+  // 32 largest and the powers of two are tried.
+  int min_devices = 0;
   // Micro batch sizes tried (each must divide the global batch per replica).
   std::vector<int> micro_batch_sizes = {1, 2, 4, 8};
   // Whether layouts with full recompute are tried beside those without; the spec's own
@@ -55,6 +61,13 @@ struct LayoutSearch {
 
 // "t=8 p=4 d=32 v=5 b=1 recompute" for a spec's layout.
 std::string LayoutName(const JobSpec& spec);
+
+// "t=2 p=1 d=2 v=1 b=1: predicted 0.31 s a step, 1650 tokens/s, MFU 41.2%, 210 MiB a rank":
+// how the coordinator's `planned` and `replanned` events state a choice.
+std::string PredictionText(const PricedLayout& layout);
+
+// The step time a PredictionText states ("predicted X s a step"), if `text` holds one.
+std::optional<double> PredictedStepSeconds(absl::string_view text);
 
 // `spec` must be resolved; its parallel fields other than global_batch_size, schedule
 // preference and zero_stage are replaced by each candidate's.

@@ -372,6 +372,9 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
 // shrink to min_data replicas: fewer ZeRO-1 shards and more microbatches per replica, so
 // that grid needs the most.
 void ValidateMemory(const JobSpec& spec, Violations* v) {
+  // parallel.auto: the layout given is a placeholder; the planner checks each layout it
+  // considers against the workers' memory instead.
+  if (spec.parallel().auto_()) return;
   JobSpec smallest = spec;
   smallest.mutable_parallel()->set_data(spec.parallel().min_data());
   const RankMemoryEstimate memory = EstimateRankMemory(smallest);

@@ -79,6 +79,12 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
   const std::string& spec_path = options.spec_path;
   if (spec_path.empty()) return absl::InvalidArgumentError("--spec (or --assignment) is required");
   ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpecFile(spec_path));
+  if (spec.parallel().auto_()) {
+    return absl::InvalidArgumentError(
+        "parallel.auto: the coordinator chooses the layout at admission; `train` runs the "
+        "layout the spec gives (`trainctl plan SPEC --cluster=FILE` prints the planner's "
+        "choice to write into it) [rule: no parallel.auto in static mode]");
+  }
   if (const int steps = options.steps; steps < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--steps=", steps, ": must be >= 0 (0 keeps the spec's train.steps)"));

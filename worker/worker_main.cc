@@ -30,6 +30,7 @@
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 #include "worker/device_inventory.h"
+#include "worker/device_probe.h"
 #include "worker/engine/data/data_roots.h"
 #include "worker/rank_process.h"
 
@@ -42,6 +43,9 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, train_binary, "",
           "the `train` binary that runs assigned ranks (default: beside this binary)");
 ABSL_FLAG(int, threads, 0, "CPU threads of each rank this worker runs (0: all cores)");
+ABSL_FLAG(bool, probe_device, true,
+          "measure the CPU at start (matrix-multiply rate, memory bandwidth; about half a "
+          "second) and report it for the coordinator's planner");
 ABSL_FLAG(std::string, log_dir, "",
           "where assigned ranks' logs go (default /tmp/mtrain-worker-ID)");
 ABSL_FLAG(std::string, data_root, "",
@@ -86,6 +90,16 @@ int Run() {
   if (worker_id.empty()) worker_id = absl::StrCat(info->host(), "-", getpid());
   info->set_worker_id(worker_id);
   info->set_incarnation_id(NewIncarnationId());
+  if (info->device_kind() == DEVICE_KIND_CPU && absl::GetFlag(FLAGS_probe_device)) {
+    *info->mutable_profile() = ProbeCpu({.threads = absl::GetFlag(FLAGS_threads),
+                                         .seconds_per_measurement = 0.1});
+    const DeviceProfile& profile = info->profile();
+    note = absl::StrCat(note, absl::StrFormat(
+                                  "; measured %.0f GFLOP/s fp32 GEMM (half size %.0f), %.1f GB/s "
+                                  "memory",
+                                  profile.fp32_flops() / 1e9, profile.matmul_half_size(),
+                                  profile.memory_bandwidth_bytes_per_second() / 1e9));
+  }
 
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   std::printf("worker %s starting: %s; coordinator %s\n", worker_id.c_str(), note.c_str(),

@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,10 +37,14 @@
 #include "coordinator/cli/job_text.h"
 #include "coordinator/cli/job_watch.h"
 #include "coordinator/cli/progress_bar.h"
+#include "coordinator/cli/plan_report.h"
 #include "coordinator/cli/worker_table.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "plan/cluster_description.h"
+#include "plan/layout_search.h"
+#include "plan/placement.h"
 #include "spec/job_spec_validation.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
@@ -60,6 +66,12 @@ ABSL_FLAG(std::string, state, "",
           "list: only jobs in these states, comma-separated (e.g. running,failed)");
 ABSL_FLAG(std::string, name, "", "list: only jobs whose name starts with this");
 ABSL_FLAG(int64_t, limit, 0, "list: at most this many jobs, oldest first (0: every job)");
+ABSL_FLAG(bool, wide, false, "workers: add each worker's measured device profile");
+ABSL_FLAG(std::string, cluster, "",
+          "plan: a cluster description (protobuf JSON of proto/cluster.proto; examples in "
+          "deploy/clusters/) instead of the coordinator's live workers");
+ABSL_FLAG(int, workers, 0, "plan: how many devices (workers) to plan for (0: all of them)");
+ABSL_FLAG(double, tokens, 0, "plan: also estimate the time to train this many tokens");
 
 namespace mtrain {
 namespace {
@@ -69,7 +81,12 @@ constexpr const char* kUsage = R"(trainctl: drive the training coordinator
 usage: trainctl [flags] COMMAND [ARGS]
 
 commands:
-  workers               list registered workers (--json: one JSON object per worker)
+  workers               list registered workers (--json: one JSON object per worker;
+                        --wide: with each one's measured GEMM rate and memory bandwidth)
+  plan SPEC.json        the fastest layouts (t, p, d, v, micro batch, recompute) the cost
+                        model predicts for the spec, on the coordinator's live workers or on
+                        --cluster=FILE, --workers=N of them; every rejected layout with its
+                        reason; --tokens=T adds the time to train T tokens
   remove-worker ID      forget a dead worker (decommissioned or renamed): it leaves the
                         list and the worker-lost alert; refused while it is alive
   validate SPEC.json    check a job spec locally and print it with defaults filled in
@@ -320,7 +337,68 @@ int Workers(Client& client) {
       std::printf("%s\n", ToJsonLine(worker).c_str());
     }
   } else {
-    std::printf("%s", FormatWorkerTable(response).c_str());
+    std::printf("%s", FormatWorkerTable(response, absl::GetFlag(FLAGS_wide)).c_str());
+  }
+  return 0;
+}
+
+// The cluster to plan on: --cluster FILE, or the live workers of the kind the spec runs on.
+absl::StatusOr<ClusterDescription> PlanCluster(const JobSpec& spec) {
+  if (const std::string path = absl::GetFlag(FLAGS_cluster); !path.empty()) {
+    std::ifstream file(path);
+    if (!file) return absl::NotFoundError(absl::StrCat("--cluster: cannot read ", path));
+    std::stringstream text;
+    text << file.rdbuf();
+    return ParseClusterDescription(text.str());
+  }
+  absl::StatusOr<std::string> token =
+      ResolveToken(absl::GetFlag(FLAGS_token), absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) return token.status();
+  Client client(absl::GetFlag(FLAGS_coordinator), *std::move(token));
+  ListWorkersResponse response;
+  if (absl::Status listed = client.Check(client.stub()->ListWorkers(
+          client.Context().get(), ListWorkersRequest(), &response));
+      !listed.ok()) {
+    return listed;
+  }
+  for (DeviceKind kind : EligibleDeviceKinds(spec)) {
+    std::vector<PlannedWorker> workers;
+    for (const WorkerStatus& status : response.workers()) {
+      if (status.alive() && status.worker().device_kind() == kind) {
+        workers.push_back({status.worker().host(), status.worker().profile()});
+      }
+    }
+    if (!workers.empty()) return ClusterFromWorkers(workers);
+  }
+  return absl::FailedPreconditionError(
+      "no live worker of a kind this spec can run on (see `trainctl workers`); give "
+      "--cluster=FILE to plan for other hardware");
+}
+
+int Plan(const std::string& path) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile(path);
+  if (!spec.ok()) return Fail("plan", spec.status());
+  absl::StatusOr<ClusterDescription> cluster = PlanCluster(*spec);
+  if (!cluster.ok()) return Fail("plan", cluster.status());
+  LayoutSearchOptions options;
+  options.devices = absl::GetFlag(FLAGS_workers);
+  // Without --workers, any number of the devices up to all of them.
+  if (options.devices == 0) options.min_devices = 1;
+  const int available = cluster->nodes() * cluster->devices_per_node();
+  if (options.devices < 0 || options.devices > available) {
+    return UsageError("plan", absl::StrCat("--workers=", options.devices, ": the cluster has ",
+                                           available, " device(s)"));
+  }
+  // Planning for other hardware describes it; only the live workers' plan must be
+  // submittable here.
+  options.enforce_service_limits = absl::GetFlag(FLAGS_cluster).empty();
+  const LayoutSearch search = SearchLayouts(*spec, *cluster, options);
+  PlanReportOptions report;
+  report.tokens = absl::GetFlag(FLAGS_tokens);
+  std::printf("%s", FormatPlanReport(*spec, *cluster, search, report).c_str());
+  if (search.feasible.empty()) {
+    std::fprintf(stderr, "trainctl plan: no layout of this spec fits the cluster\n");
+    return 1;
   }
   return 0;
 }
@@ -386,6 +464,35 @@ int Submit(Client& client, const std::string& path) {
   return FollowJob(client, "submit", response.job_id(), /*look_first=*/false);
 }
 
+// For a parallel.auto job: the planner's latest choice (its `planned` or `replanned` event)
+// and its predicted step time beside the measured one.
+void PrintPlanAgainstMeasurement(Client& client, const JobStatus& job) {
+  ListJobEventsRequest request;
+  request.set_job_id(job.job_id());
+  request.set_page_size(10000);
+  std::string choice;
+  while (true) {
+    ListJobEventsResponse page;
+    if (!client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &page)).ok()) {
+      return;  // the status above stands on its own
+    }
+    for (const JobEvent& event : page.events()) {
+      if (event.kind() == "planned" || event.kind() == "replanned") choice = event.message();
+    }
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  if (choice.empty()) return;
+  std::printf("%-11s %s\n", "plan", choice.c_str());
+  const std::optional<double> predicted = PredictedStepSeconds(choice);
+  const double measured = job.latest().step_seconds();
+  if (predicted.has_value() && measured > 0) {
+    std::printf("%-11s predicted %.4g s a step, measured %.4g s (step %lld): %+.0f%%\n", "step time",
+                *predicted, measured, static_cast<long long>(job.latest().step()),
+                100 * (measured / *predicted - 1));
+  }
+}
+
 int Status(Client& client, const std::string& job_id) {
   GetJobRequest request;
   request.set_job_id(job_id);
@@ -397,6 +504,7 @@ int Status(Client& client, const std::string& job_id) {
     std::printf("%s\n", ToJsonLine(response).c_str());
   } else {
     std::printf("%s", FormatJobStatus(response, absl::Now()).c_str());
+    if (response.spec().parallel().auto_()) PrintPlanAgainstMeasurement(client, response);
   }
   return 0;
 }
@@ -541,7 +649,7 @@ std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
       command == "cancel" || command == "delete" || command == "events" ||
-      command == "checkpoints" || command == "remove-worker") {
+      command == "checkpoints" || command == "remove-worker" || command == "plan") {
     return 1;
   }
   if (command == "export") return 2;
@@ -581,7 +689,16 @@ int Run(const std::vector<char*>& args) {
                                       ParseStateFlag(absl::GetFlag(FLAGS_state)).status()}) {
     if (!checked.ok()) return UsageError(command, std::string(checked.message()));
   }
+  if (absl::GetFlag(FLAGS_wide) && command != "workers") {
+    return UsageError(command, "--wide applies only to workers");
+  }
+  if ((!absl::GetFlag(FLAGS_cluster).empty() || absl::GetFlag(FLAGS_workers) != 0 ||
+       absl::GetFlag(FLAGS_tokens) != 0) &&
+      command != "plan") {
+    return UsageError(command, "--cluster, --workers and --tokens apply only to plan");
+  }
   if (command == "validate") return Validate(args[2]);
+  if (command == "plan") return Plan(args[2]);
 
   if (!absl::GetFlag(FLAGS_token).empty() && !absl::GetFlag(FLAGS_token_file).empty()) {
     return UsageError(command, "give --token or --token_file, not both");

@@ -8,8 +8,10 @@
 
 namespace mtrain {
 
-// One header line, then one line per worker, each ending in '\n'.
-std::string FormatWorkerTable(const ListWorkersResponse& workers);
+// One header line, then one line per worker, each ending in '\n'. `wide` adds each
+// worker's measured device profile: GEMM GFLOP/s, the small-matrix half size, memory GB/s
+// ("-" for workers that did not measure).
+std::string FormatWorkerTable(const ListWorkersResponse& workers, bool wide = false);
 
 // "1.5 GiB", "512 MiB", ...
 std::string FormatBytes(int64_t bytes);

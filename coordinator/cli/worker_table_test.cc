@@ -36,5 +36,24 @@ TEST(WorkerTableTest, OneLinePerWorkerWithStateAndDevice) {
   EXPECT_THAT(table, HasSubstr("12.5s ago"));
 }
 
+TEST(WorkerTableTest, WideAddsTheMeasuredProfile) {
+  ListWorkersResponse response;
+  WorkerStatus* measured = response.add_workers();
+  measured->mutable_worker()->set_worker_id("cpu-0");
+  DeviceProfile* profile = measured->mutable_worker()->mutable_profile();
+  profile->set_fp32_flops(196.4e9);
+  profile->set_matmul_half_size(21);
+  profile->set_memory_bandwidth_bytes_per_second(22.3e9);
+  response.add_workers()->mutable_worker()->set_worker_id("cpu-1");  // did not measure
+  const std::string narrow = FormatWorkerTable(response);
+  EXPECT_THAT(narrow, ::testing::Not(HasSubstr("GEMM GF/S")));
+  const std::string wide = FormatWorkerTable(response, /*wide=*/true);
+  EXPECT_THAT(wide, HasSubstr("GEMM GF/S"));
+  EXPECT_THAT(wide, HasSubstr("196.4"));
+  EXPECT_THAT(wide, HasSubstr("22.3"));
+  EXPECT_EQ(std::count(wide.begin(), wide.end(), '\n'), 3);
+  EXPECT_THAT(wide, HasSubstr("        -      -         -"));
+}
+
 }  // namespace
 }  // namespace mtrain
