@@ -89,6 +89,18 @@ ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProf
   return cluster;
 }
 
+ClusterDescription ShareDevices(const ClusterDescription& cluster, int ranks) {
+  ClusterDescription shared = cluster;
+  if (ranks <= 1) return shared;
+  shared.set_devices_per_node(cluster.devices_per_node() * ranks);
+  DeviceProfile* device = shared.mutable_device();
+  device->set_fp32_flops(device->fp32_flops() / ranks);
+  device->set_half_flops(device->half_flops() / ranks);
+  device->set_memory_bandwidth_bytes_per_second(device->memory_bandwidth_bytes_per_second() / ranks);
+  device->set_memory_bytes(device->memory_bytes() / ranks);
+  return shared;
+}
+
 LinkProfile AssumedIntraHostLink() {
   LinkProfile link;
   link.set_bandwidth_bytes_per_second(2e9);

@@ -28,6 +28,11 @@ absl::Status ValidateClusterDescription(const ClusterDescription& cluster);
 ClusterDescription SingleNodeCluster(const DeviceProfile& device, const LinkProfile& intra_node,
                                      int devices);
 
+// `cluster` with each device shared by `ranks` ranks (CPU ranks on one host, each with
+// 1/ranks of its cores and memory bandwidth): devices_per_node times `ranks`, fp32_flops,
+// half_flops and the memory bandwidth divided by it, the memory too.
+ClusterDescription ShareDevices(const ClusterDescription& cluster, int ranks);
+
 // A worker the planner may use, as the coordinator knows it.
 struct PlannedWorker {
   std::string host;

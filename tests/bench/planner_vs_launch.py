@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The planner's cost model against measured CPU training on this machine (issue 18).
+
+For each layout of two model sizes, runs every rank with `launch` (real processes, Gloo on
+loopback, the ranks sharing this host's cores), takes the median step time after warm-up
+and the loss-computing rank's heap peak, and sets beside them the cost model's prediction
+for the same spec (`plan:predict_step` on a cluster description, each rank getting
+1/world of the host). Prints one row per layout, the median and worst absolute error, and
+whether the layout the model ranks first is the one measured fastest.
+
+  bazel build //worker:launch //worker:train //plan:predict_step
+  python3 tests/bench/planner_vs_launch.py [--cluster deploy/clusters/cpu_host.json]
+      [--steps 6] [--warmup 2] [--models small,large]
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = ROOT / "bazel-bin"
+
+MODELS = {
+    "small": dict(num_layers=4, num_heads=4, hidden_size=256, seq_length=256, vocab_size=256),
+    "large": dict(num_layers=8, num_heads=8, hidden_size=512, seq_length=256, vocab_size=256),
+}
+# (tensor, pipeline, data, virtual_stages, micro_batch_size, recompute)
+LAYOUTS = [
+    (1, 1, 1, 1, 1, False), (1, 1, 1, 1, 4, False), (1, 1, 1, 1, 2, True),
+    (1, 1, 2, 1, 2, False), (2, 1, 1, 1, 2, False), (1, 2, 1, 1, 1, False),
+    (1, 2, 1, 2, 1, False), (2, 2, 1, 1, 1, False), (2, 1, 2, 1, 1, False),
+    (1, 1, 4, 1, 1, False), (4, 1, 1, 1, 2, False), (1, 4, 1, 1, 1, False),
+]
+GLOBAL_BATCH = 8
+
+
+def spec_for(model, layout, steps):
+    t, p, d, v, b, recompute = layout
+    return {
+        "name": "planner-check",
+        "model": MODELS[model],
+        "parallel": {"tensor": t, "pipeline": p, "data": d, "virtual_stages": v,
+                     "micro_batch_size": b, "global_batch_size": GLOBAL_BATCH,
+                     "schedule": "SCHEDULE_INTERLEAVED_1F1B" if v > 1 else "SCHEDULE_1F1B"},
+        "train": {"steps": steps, "dropout": 0.0, "recompute": recompute, "seed": 1},
+        "device": "DEVICE_CPU",
+    }
+
+
+def measure(spec_path, world, args, tmp):
+    out = pathlib.Path(tmp, "run")
+    threads = max(1, args.cores // world)
+    subprocess.run([str(BIN / "worker/launch"), f"--spec={spec_path}", f"--out_dir={out}",
+                    f"--threads_per_rank={threads}"], check=True, stdout=subprocess.DEVNULL,
+                   cwd=ROOT)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    timed = [r for r in rows if r["step"] > args.warmup]
+    return (statistics.median(r["step_seconds"] for r in timed),
+            max(r.get("host_memory_peak_bytes", 0) for r in rows))
+
+
+def predict(spec_path, world, args):
+    result = subprocess.run([str(BIN / "plan/predict_step"), f"--spec={spec_path}",
+                             f"--cluster={args.cluster}", f"--ranks_per_device={world}"],
+                            check=True, capture_output=True, text=True, cwd=ROOT)
+    return json.loads(result.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cluster", default=str(ROOT / "deploy/clusters/cpu_host.json"))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--models", default="small,large")
+    args = parser.parse_args()
+    errors = []
+    print(f"{'model':6} {'layout':28} {'predicted s':>11} {'measured s':>10} {'error':>7} "
+          f"{'memory est MiB':>14} {'heap MiB':>8}")
+    for model in args.models.split(","):
+        rows = []
+        for layout in LAYOUTS:
+            t, p, d, v, b, recompute = layout
+            world = t * p * d
+            with tempfile.TemporaryDirectory() as tmp:
+                spec_path = pathlib.Path(tmp, "spec.json")
+                spec_path.write_text(json.dumps(spec_for(model, layout, args.steps)))
+                try:
+                    predicted = predict(spec_path, world, args)
+                    measured, heap = measure(spec_path, world, args, tmp)
+                except subprocess.CalledProcessError as error:
+                    print(f"{model:6} {str(layout):28} failed: {error}", file=sys.stderr)
+                    continue
+            error = predicted["step_seconds"] / measured - 1
+            errors.append(abs(error))
+            name = f"t{t} p{p} d{d} v{v} b{b}" + (" recompute" if recompute else "")
+            rows.append((name, predicted["step_seconds"], measured))
+            print(f"{model:6} {name:28} {predicted['step_seconds']:11.4f} {measured:10.4f} "
+                  f"{100 * error:+6.1f}% {predicted['memory_bytes'] / 2**20:14.1f} "
+                  f"{heap / 2**20:8.1f}", flush=True)
+        if rows:
+            first = min(rows, key=lambda r: r[1])
+            fastest = min(rows, key=lambda r: r[2])
+            print(f"{model}: model's first choice {first[0]} measured {first[2]:.4f} s; "
+                  f"measured fastest {fastest[0]} {fastest[2]:.4f} s "
+                  f"({100 * (first[2] / fastest[2] - 1):+.1f}%)")
+    if errors:
+        print(f"median absolute error {100 * statistics.median(errors):.1f}%, "
+              f"worst {100 * max(errors):.1f}% over {len(errors)} layouts")
+
+
+if __name__ == "__main__":
+    main()
