@@ -39,7 +39,12 @@ int main(int argc, char** argv) {
   }
   const mtrain::ClusterDescription shared =
       mtrain::ShareDevices(*cluster, absl::GetFlag(FLAGS_ranks_per_device));
-  const mtrain::StepCost c = mtrain::PredictStepCost(*spec, shared);
+  mtrain::StepCostOptions options;
+  options.ranks_per_device = absl::GetFlag(FLAGS_ranks_per_device);
+  options.dropout = spec->train().dropout() > 0;
+  // The CPU engine reduces data-parallel buckets during the backward.
+  options.data_parallel_overlap = 0.5;
+  const mtrain::StepCost c = mtrain::PredictStepCost(*spec, shared, options);
   const mtrain::RankMemoryEstimate memory = mtrain::EstimateRankMemory(*spec);
   std::printf(
       "%s\n",

@@ -189,13 +189,20 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
   const double head_matmul = 3 * clock.Gemm(n, local_vocab, h);
   // Logits written, read by the cross-entropy, their gradient written and read.
   const double head_elementwise = clock.Bytes(4 * n * local_vocab * 4 + 2 * n * h * 2 * e);
+  // With the vocabulary split over the tensor group: the cross-entropy's three all-reduces
+  // of one value a token (maximum, sum of exponentials, target logit) and the input
+  // gradient of the tied output layer; on a single stage also the embedding's all-reduce.
+  const double head_tensor_comm =
+      s.t > 1 ? 3 * AllReduceSeconds(n * 4, s.t, tensor_link) +
+                    (s.p > 1 ? 1 : 2) * AllReduceSeconds(n * h * e, s.t, tensor_link)
+              : 0.0;
   const double chunk_message =
       s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) : 0.0;
   // Each microbatch enters and leaves each of a rank's v chunks: one activation forward and
   // one gradient back per chunk boundary.
   const double pipeline_per_microbatch = 2 * s.v * chunk_message;
-  const double per_microbatch =
-      stage_layers * layer.total() + head_matmul + head_elementwise + pipeline_per_microbatch;
+  const double per_microbatch = stage_layers * layer.total() + head_matmul + head_elementwise +
+                                head_tensor_comm + pipeline_per_microbatch;
 
   StepCost cost;
   const double m = s.microbatches();
@@ -204,10 +211,11 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
   cost.matmul_seconds = m * (stage_layers * layer.matmul + head_matmul);
   cost.attention_seconds = m * stage_layers * layer.attention;
   cost.elementwise_seconds = m * (stage_layers * layer.elementwise + head_elementwise);
-  cost.tensor_comm_seconds = m * stage_layers * layer.tensor_comm;
+  cost.tensor_comm_seconds = m * (stage_layers * layer.tensor_comm + head_tensor_comm);
   cost.pipeline_comm_seconds = m * pipeline_per_microbatch;
   const bool interleaved = spec.parallel().schedule() == SCHEDULE_INTERLEAVED_1F1B;
-  cost.bubble_seconds = (s.p - 1) * per_microbatch / (interleaved ? s.v : 1.0);
+  cost.bubble_seconds = (s.p - 1) * per_microbatch / (interleaved ? s.v : 1.0) /
+                        std::max(1, options.ranks_per_device);
   cost.bubble_fraction = cost.bubble_seconds / (m * per_microbatch);
 
   // Parameters of one rank of the last stage: its layers and its copy of the tied

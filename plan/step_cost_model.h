@@ -18,10 +18,13 @@
 //   elementwise  LayerNorms, bias + dropout + residual, bias + GeLU: bytes moved / sustained
 //                memory bandwidth (replicated across the tensor group except GeLU's).
 //   tensor comm  ring all-reduces of n h e bytes: 2 per layer forward, 2 backward, 2 more
-//                under recompute, 2 (t - 1)/t bytes / bandwidth + 2 (t - 1) latencies.
+//                under recompute, 2 (t - 1)/t bytes / bandwidth + 2 (t - 1) latencies; the
+//                vocabulary-parallel head adds one (the tied layer's input gradient), the
+//                embedding one on a single stage, the cross-entropy three of n values.
 //   pipeline     per microbatch and model chunk one activation forward and one gradient
 //                back, n h e bytes (/t with scatter/gather), not overlapped.
-//   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved.
+//   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved;
+//                divided by the ranks time-sharing a device (their idle time is not lost).
 //   data comm    ring all-reduce (or reduce-scatter + all-gather under ZeRO-1: the same
 //                bytes) of the rank's gradients, minus the overlapped fraction.
 //   optimizer    AdamW over the rank's parameter slice (ZeRO-1: 1/d), bytes / bandwidth.
@@ -61,6 +64,10 @@ struct StepCostOptions {
   bool scatter_gather = false;
   // Dropout masks priced in the elementwise passes (the spec's train.dropout > 0 or not).
   bool dropout = true;
+  // Ranks time-sharing one device (CPU ranks of one host, each given 1/this of it by
+  // ShareDevices): a rank idle in the pipeline bubble leaves its share to the others, so
+  // the bubble costs 1/this of what it costs ranks on devices of their own.
+  int ranks_per_device = 1;
 };
 
 struct StepCost {

@@ -68,6 +68,16 @@ TEST(StepCostModelTest, BubbleFollowsEachSchedule) {
   EXPECT_NEAR(interleaved.pipeline_comm_seconds, 2 * one_f_one_b.pipeline_comm_seconds, 1e-15);
 }
 
+TEST(StepCostModelTest, RanksSharingADeviceLoseLessToTheBubble) {
+  const JobSpec spec = Resolved(R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,
+      "global_batch_size": 8}})");
+  const ClusterDescription cluster = Cluster(1, 8);
+  StepCostOptions shared;
+  shared.ranks_per_device = 4;
+  EXPECT_NEAR(PredictStepCost(spec, cluster, shared).bubble_seconds,
+              PredictStepCost(spec, cluster).bubble_seconds / 4, 1e-15);
+}
+
 TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
   const ClusterDescription cluster = Cluster(1, 8);
   const StepCost one = PredictStepCost(Resolved(R"({"parallel": {"tensor": 1}})"), cluster);
@@ -77,9 +87,11 @@ TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
   // vocabulary (256, padded to 256 for t = 2) halves too.
   EXPECT_NEAR(two.matmul_seconds, one.matmul_seconds / 2, 1e-15);
   // 4 layers x (2 forward + 2 backward) ring all-reduces of n h e = 128 * 128 * 4 bytes
-  // between 2 ranks: (bytes / 1e10 + 2 * 1e-6) each.
+  // between 2 ranks, (bytes / 1e10 + 2 * 1e-6) each, plus the head's and the embedding's,
+  // and the cross-entropy's three of 128 values.
   const double all_reduce = 65536.0 / 1e10 + 2e-6;
-  EXPECT_NEAR(two.tensor_comm_seconds, 4 * 4 * all_reduce, 1e-15);
+  const double small_all_reduce = 512.0 / 1e10 + 2e-6;
+  EXPECT_NEAR(two.tensor_comm_seconds, (4 * 4 + 2) * all_reduce + 3 * small_all_reduce, 1e-15);
 }
 
 TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
