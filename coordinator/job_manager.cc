@@ -225,25 +225,27 @@ std::string RejectionSummary(const LayoutSearch& search) {
 }  // namespace
 
 absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
-                                                       const std::vector<WorkerStatus>& workers) {
+                                                       const std::vector<WorkerStatus>& workers,
+                                                       bool keep_micro_batch) {
   for (DeviceKind kind : EligibleDeviceKinds(spec)) {
     std::vector<PlannedWorker> planned;
     for (const WorkerStatus& w : workers) {
-      if (w.worker().device_kind() == kind) planned.push_back({w.worker().host(), w.worker().profile()});
+      if (w.worker().device_kind() == kind)
+        planned.push_back({w.worker().host(), w.worker().profile()});
     }
     if (planned.empty()) continue;
     ASSIGN_OR_RETURN(const ClusterDescription cluster, ClusterFromWorkers(planned));
     LayoutSearchOptions options;
     options.devices = static_cast<int>(planned.size());
     options.min_devices = 1;  // fewer workers when that is faster, or all that divides
+    if (keep_micro_batch) options.micro_batch_sizes = {spec.parallel().micro_batch_size()};
     // This project's engines: flash attention, data-parallel buckets reduced during the
     // backward (most of it hidden), fp32 gradients.
     options.cost.data_parallel_overlap = 0.5;
     options.cost.dropout = spec.train().dropout() > 0;
     return SearchLayouts(spec, cluster, options);
   }
-  return absl::FailedPreconditionError(
-      "no live worker of a kind this job can run on to plan for");
+  return absl::FailedPreconditionError("no live worker of a kind this job can run on to plan for");
 }
 
 absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
@@ -261,8 +263,8 @@ absl::StatusOr<std::string> JobManager::Submit(const JobSpec& spec) {
     }
     if (search->feasible.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "parallel.auto: no layout of this model fits the live workers (", RejectionSummary(*search),
-          ") [rule: some layout must fit the workers' memory]"));
+          "parallel.auto: no layout of this model fits the live workers (",
+          RejectionSummary(*search), ") [rule: some layout must fit the workers' memory]"));
     }
     const PricedLayout& best = search->feasible.front();
     planned = absl::StrCat("chose ", PredictionText(best), " (", search->feasible.size(),
@@ -781,24 +783,24 @@ absl::StatusOr<bool> JobManager::TryPlaceLocked(const std::string& job_id, const
   ASSIGN_OR_RETURN(const bool placed, PlaceLocked(job_id, spec, generation, restarts));
   if (placed) return true;
   if (!allow_shrink) return false;
-  if (spec.parallel().auto_()) {
+  if (spec.parallel().auto_() || spec.parallel().replan()) {
     // Re-plan for the workers that are free now: any layout, the same global batch; the
     // checkpoint reshards to it.
     std::map<std::string, WorkerStatus> by_id;
     for (const WorkerStatus& w : workers_->List()) by_id[w.worker().worker_id()] = w;
     std::vector<WorkerStatus> free;
     for (const std::string& id : FreeWorkersLocked()) free.push_back(by_id[id]);
-    absl::StatusOr<LayoutSearch> search = PlanOnWorkers(spec, free);
+    absl::StatusOr<LayoutSearch> search = PlanOnWorkers(spec, free, /*keep_micro_batch=*/true);
     if (!search.ok()) return false;
     for (const PricedLayout& layout : search->feasible) {
       ASSIGN_OR_RETURN(const bool placed_replanned,
                        PlaceLocked(job_id, layout.spec, generation, restarts));
       if (placed_replanned) {
-        AppendEventLocked(job_id, "replanned",
-                          absl::StrCat("no replacement worker within ",
-                                       absl::FormatDuration(options_.shrink_grace), ": ",
-                                       LayoutName(spec), " -> ", PredictionText(layout), " on ",
-                                       free.size(), " free workers"));
+        AppendEventLocked(
+            job_id, "replanned",
+            absl::StrCat("no replacement worker within ",
+                         absl::FormatDuration(options_.shrink_grace), ": ", LayoutName(spec),
+                         " -> ", PredictionText(layout), " on ", free.size(), " free workers"));
         BumpLocked(job_id);
         return true;
       }

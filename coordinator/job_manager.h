@@ -61,8 +61,8 @@
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/retrying_job_store.h"
 #include "coordinator/worker_registry.h"
-#include "proto/assignment.pb.h"
 #include "plan/layout_search.h"
+#include "proto/assignment.pb.h"
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
@@ -183,9 +183,12 @@ class JobManager {
   // INVALID_ARGUMENT naming both numbers when the spec's per-rank memory estimate exceeds
   // every live worker of `kinds` (workers reporting 0 bytes are not counted).
   // parallel.auto: the layouts the cost model predicts for `spec` on `workers` (their
-  // measured profiles; the first eligible kind that has any), fastest first.
+  // measured profiles; the first eligible kind that has any), fastest first. With
+  // `keep_micro_batch`, only layouts with the spec's micro_batch_size: a running job keeps
+  // it, since dropout masks are drawn per microbatch and its losses must continue.
   static absl::StatusOr<LayoutSearch> PlanOnWorkers(const JobSpec& spec,
-                                                    const std::vector<WorkerStatus>& workers);
+                                                    const std::vector<WorkerStatus>& workers,
+                                                    bool keep_micro_batch = false);
   absl::Status CheckMemoryOfLiveWorkers(const JobSpec& spec,
                                         const std::vector<DeviceKind>& kinds) const;
 

@@ -561,7 +561,8 @@ TEST_F(JobManagerTest, WithoutAReplacementTheJobShrinksDataParallelismKeepingThe
 TEST_F(JobManagerTest, AutoPlansTheLayoutOnTheLiveWorkersAndRecordsThePrediction) {
   AddMeasuredWorker("w0", "h");
   AddMeasuredWorker("w1", "h");
-  absl::StatusOr<std::string> id = manager_->Submit(Spec(R"({"auto": true, "global_batch_size": 4})"));
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"auto": true, "global_batch_size": 4})"));
   ASSERT_TRUE(id.ok()) << id.status();
   absl::StatusOr<JobStatus> job = manager_->Get(*id);
   ASSERT_TRUE(job.ok());
@@ -573,6 +574,19 @@ TEST_F(JobManagerTest, AutoPlansTheLayoutOnTheLiveWorkersAndRecordsThePrediction
   EXPECT_NE(log.find("planned: chose t="), std::string::npos) << log;
   EXPECT_NE(log.find("predicted"), std::string::npos) << log;
   EXPECT_NE(log.find("tokens/s"), std::string::npos) << log;
+}
+
+TEST_F(JobManagerTest, ReplanKeepsTheLayoutGivenUntilWorkersAreLost) {
+  AddMeasuredWorker("w0", "h");
+  AddMeasuredWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"replan": true, "tensor": 2, "global_batch_size": 4})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  absl::StatusOr<JobStatus> job = manager_->Get(*id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->spec().parallel().tensor(), 2);
+  EXPECT_EQ(job->spec().parallel().data(), 1);
+  EXPECT_EQ(EventLog(*id).find("planned"), std::string::npos) << EventLog(*id);
 }
 
 TEST_F(JobManagerTest, AutoNeedsMeasuredWorkers) {

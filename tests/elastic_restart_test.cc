@@ -295,6 +295,51 @@ TEST_F(ElasticRestartTest, WithoutReplacementDataParallelismShrinksKeepingTheGlo
   }
 }
 
+// parallel.replan: the job starts as given, (2,2,2) on all 8 workers; three
+// die and none comes back, so the coordinator re-plans for the 5 left (any layout, the
+// same global batch) and the run resumes from its checkpoint with the losses it would
+// have had (every layout reproduces single-rank training to rounding).
+TEST_F(ElasticRestartTest, AnAutoJobThatLosesWorkersIsReplannedAndKeepsItsLosses) {
+  const std::string reference = RunStatic(
+      "static", WriteSpec("static.json", SpecJson(R"("global_batch_size": 8)",
+                                                  R"("steps": 24, "checkpoint_every": 4)")));
+  const std::string spec =
+      WriteSpec("job.json", SpecJson(R"("replan": true, "tensor": 2, "pipeline": 2, "data": 2,
+                               "global_batch_size": 8)",
+                                     R"("steps": 24, "checkpoint_every": 4, "max_restarts": 3)"));
+  StartCoordinator("127.0.0.1:0", {"--shrink_grace=2s", "--collective_timeout=10s"});
+  StartWorkers(8);  // no spare
+  const std::string job = Submit(spec);
+  WaitForStep(job, 9, absl::Minutes(3));
+  std::vector<ChildProcess*> victims;
+  for (int rank : {1, 2, 3}) victims.push_back(WorkerOfRank(job, rank));
+  for (ChildProcess* victim : victims) {
+    ASSERT_NE(victim, nullptr);
+    victim->Signal(SIGKILL);
+  }
+  WaitForSuccess(job, absl::Minutes(4));
+  const std::string events = Events(job);
+  EXPECT_THAT(events, HasSubstr("replanned"));
+  EXPECT_THAT(events, HasSubstr("t=2 p=2 d=2 v=1 b=2 -> t="));
+  EXPECT_THAT(events, HasSubstr("on 5 free workers"));
+  EXPECT_THAT(events, HasSubstr("resumes from checkpoint step"));
+  absl::StatusOr<JobStatus> status = Status(job);
+  ASSERT_TRUE(status.ok());
+  EXPECT_LE(status->workers_size(), 5) << "the re-planned generation runs on the workers left";
+  // The job's loss of each step comes from whichever rank computed it: the last pipeline
+  // stage of (2,2,2) first, the re-planned layout's after.
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+  absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  std::map<int, double> got;
+  for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
+  ASSERT_EQ(expected.size(), 24u);
+  ASSERT_EQ(got.size(), 24u);
+  for (const auto& [step, loss] : got) {
+    EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
+  }
+}
+
 TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
   StartCoordinator("127.0.0.1:0", {"--collective_timeout=10s"});
   StartWorkers(3);
