@@ -16,6 +16,7 @@
 #include "plan/cluster_description.h"
 #include "plan/placement.h"
 #include "plan/rank_memory_estimate.h"
+#include "plan/step_cost_model.h"
 #include "spec/job_spec_validation.h"
 
 namespace mtrain {
@@ -239,10 +240,7 @@ absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
     options.devices = static_cast<int>(planned.size());
     options.min_devices = 1;  // fewer workers when that is faster, or all that divides
     if (keep_micro_batch) options.micro_batch_sizes = {spec.parallel().micro_batch_size()};
-    // This project's engines: flash attention, data-parallel buckets reduced during the
-    // backward (most of it hidden), fp32 gradients.
-    options.cost.data_parallel_overlap = 0.5;
-    options.cost.dropout = spec.train().dropout() > 0;
+    options.cost = ProjectEngineOptions(spec);
     return SearchLayouts(spec, cluster, options);
   }
   return absl::FailedPreconditionError("no live worker of a kind this job can run on to plan for");

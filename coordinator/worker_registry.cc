@@ -64,9 +64,9 @@ absl::Status CheckDeviceProfile(const DeviceProfile& profile) {
     }
   }
   if (profile.matmul_efficiency() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker.profile.matmul_efficiency: must be in [0, 1] (got ", profile.matmul_efficiency(),
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker.profile.matmul_efficiency: must be in [0, 1] (got ",
+                     profile.matmul_efficiency(), ")"));
   }
   return absl::OkStatus();
 }

@@ -96,7 +96,8 @@ ClusterDescription ShareDevices(const ClusterDescription& cluster, int ranks) {
   DeviceProfile* device = shared.mutable_device();
   device->set_fp32_flops(device->fp32_flops() / ranks);
   device->set_half_flops(device->half_flops() / ranks);
-  device->set_memory_bandwidth_bytes_per_second(device->memory_bandwidth_bytes_per_second() / ranks);
+  device->set_memory_bandwidth_bytes_per_second(device->memory_bandwidth_bytes_per_second() /
+                                                ranks);
   device->set_memory_bytes(device->memory_bytes() / ranks);
   return shared;
 }

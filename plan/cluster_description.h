@@ -6,10 +6,10 @@
 #ifndef MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
 #define MTRAIN_PLAN_CLUSTER_DESCRIPTION_H_
 
-#include "absl/status/statusor.h"
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/cluster.pb.h"
 

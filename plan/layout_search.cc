@@ -62,14 +62,14 @@ std::string LayoutProblem(const JobSpec& spec) {
 
 // Adds the candidates of exactly `devices` devices to `out` (unsorted).
 static void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
-                       const LayoutSearchOptions& options, int devices, LayoutSearch* out);
+                              const LayoutSearchOptions& options, int devices, LayoutSearch* out);
 
 std::string PredictionText(const PricedLayout& layout) {
-  return absl::StrCat(LayoutName(layout.spec), ": predicted ",
-                      absl::StrFormat("%.4g s a step, %.4g tokens/s, MFU %.1f%%",
-                                      layout.cost.step_seconds, layout.cost.tokens_per_second,
-                                      100 * layout.cost.mfu),
-                      ", ", FormatMemoryBytes(layout.memory.total_bytes), " a rank");
+  return absl::StrCat(
+      LayoutName(layout.spec), ": predicted ",
+      absl::StrFormat("%.4g s a step, %.4g tokens/s, MFU %.1f%%", layout.cost.step_seconds,
+                      layout.cost.tokens_per_second, 100 * layout.cost.mfu),
+      ", ", FormatMemoryBytes(layout.memory.total_bytes), " a rank");
 }
 
 std::optional<double> PredictedStepSeconds(absl::string_view text) {
@@ -102,7 +102,8 @@ LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluste
     device_counts.clear();
     for (int n = most; n >= std::max(1, options.min_devices); --n) {
       const bool power_of_two = (n & (n - 1)) == 0;
-      if (most - n < 32 || most - options.min_devices < 64 || power_of_two) device_counts.push_back(n);
+      if (most - n < 32 || most - options.min_devices < 64 || power_of_two)
+        device_counts.push_back(n);
     }
   }
   for (int devices : device_counts) SearchDeviceCount(spec, cluster, options, devices, &search);

@@ -4,16 +4,10 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "spec/job_spec_validation.h"
+#include "spec/resolved_spec_for_test.h"
 
 namespace mtrain {
 namespace {
-
-JobSpec Resolved(const std::string& json) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.value_or(JobSpec());
-}
 
 ClusterDescription Cluster(double link_bandwidth, int64_t memory_bytes) {
   ClusterDescription cluster;
@@ -41,7 +35,7 @@ const char kSpec[] = R"({"model": {"num_layers": 4, "num_heads": 4},
 
 TEST(LayoutSearchTest, EveryFeasibleLayoutUsesTheDevicesAndTheFastestComesFirst) {
   const LayoutSearch search =
-      SearchLayouts(Resolved(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(4));
+      SearchLayouts(ResolvedSpecForTest(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(4));
   ASSERT_FALSE(search.feasible.empty());
   std::set<std::string> names;
   for (size_t i = 0; i < search.feasible.size(); ++i) {
@@ -63,7 +57,7 @@ TEST(LayoutSearchTest, EveryFeasibleLayoutUsesTheDevicesAndTheFastestComesFirst)
 TEST(LayoutSearchTest, WithFreeLinksPureDataParallelismWins) {
   // No bubble, no replicated LayerNorms, no messages that cost anything.
   const LayoutSearch search =
-      SearchLayouts(Resolved(kSpec), Cluster(1e15, int64_t{1} << 33), Devices(4));
+      SearchLayouts(ResolvedSpecForTest(kSpec), Cluster(1e15, int64_t{1} << 33), Devices(4));
   ASSERT_FALSE(search.feasible.empty());
   const ParallelSpec& best = search.feasible.front().spec.parallel();
   EXPECT_EQ(best.data(), 4) << LayoutName(search.feasible.front().spec);
@@ -71,7 +65,7 @@ TEST(LayoutSearchTest, WithFreeLinksPureDataParallelismWins) {
 }
 
 TEST(LayoutSearchTest, LayoutsThatDoNotFitAreRejectedWithTheEstimate) {
-  const JobSpec spec = Resolved(kSpec);
+  const JobSpec spec = ResolvedSpecForTest(kSpec);
   // Room for what a (4, 1, 1) rank needs but not a full replica's weights and moments.
   JobSpec replica = spec;
   replica.mutable_parallel()->set_data(4);
@@ -93,7 +87,8 @@ TEST(LayoutSearchTest, LayoutsThatDoNotFitAreRejectedWithTheEstimate) {
 }
 
 TEST(LayoutSearchTest, NothingFitsOnATinyDevice) {
-  const LayoutSearch search = SearchLayouts(Resolved(kSpec), Cluster(1e9, 1024), Devices(4));
+  const LayoutSearch search =
+      SearchLayouts(ResolvedSpecForTest(kSpec), Cluster(1e9, 1024), Devices(4));
   EXPECT_TRUE(search.feasible.empty());
   ASSERT_FALSE(search.rejected.empty());
   for (const RejectedLayout& rejected : search.rejected) {
@@ -104,7 +99,7 @@ TEST(LayoutSearchTest, NothingFitsOnATinyDevice) {
 TEST(LayoutSearchTest, InvalidCombinationsSayWhy) {
   // 3 devices: d = 3 does not split the global batch of 16.
   const LayoutSearch search =
-      SearchLayouts(Resolved(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(3));
+      SearchLayouts(ResolvedSpecForTest(kSpec), Cluster(1e9, int64_t{1} << 33), Devices(3));
   EXPECT_TRUE(search.feasible.empty());
   ASSERT_FALSE(search.rejected.empty());
   EXPECT_NE(search.rejected.front().reason.find("not valid: "), std::string::npos);

@@ -31,19 +31,15 @@ int main(int argc, char** argv) {
   std::ifstream file(absl::GetFlag(FLAGS_cluster));
   std::stringstream text;
   text << file.rdbuf();
-  absl::StatusOr<mtrain::ClusterDescription> cluster =
-      mtrain::ParseClusterDescription(text.str());
+  absl::StatusOr<mtrain::ClusterDescription> cluster = mtrain::ParseClusterDescription(text.str());
   if (!cluster.ok()) {
     std::fprintf(stderr, "predict_step: %s\n", cluster.status().ToString().c_str());
     return 1;
   }
   const mtrain::ClusterDescription shared =
       mtrain::ShareDevices(*cluster, absl::GetFlag(FLAGS_ranks_per_device));
-  mtrain::StepCostOptions options;
+  mtrain::StepCostOptions options = mtrain::ProjectEngineOptions(*spec);
   options.ranks_per_device = absl::GetFlag(FLAGS_ranks_per_device);
-  options.dropout = spec->train().dropout() > 0;
-  // The CPU engine reduces data-parallel buckets during the backward.
-  options.data_parallel_overlap = 0.5;
   const mtrain::StepCost c = mtrain::PredictStepCost(*spec, shared, options);
   const mtrain::RankMemoryEstimate memory = mtrain::EstimateRankMemory(*spec);
   std::printf(

@@ -4,21 +4,15 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "spec/job_spec_validation.h"
+#include "spec/resolved_spec_for_test.h"
 
 namespace mtrain {
 namespace {
 
-JobSpec Resolved(const std::string& json) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.value_or(JobSpec());
-}
-
 TEST(RankMemoryEstimateTest, DefaultModelCountsEveryParameterOnce) {
   // 4 layers of 12 C^2 + 13 C with C = 128, the 256 x 128 tied embedding, 128 x 128
   // positions and the final LayerNorm (worker/engine/parameter_layout.cc).
-  const RankMemoryEstimate e = EstimateRankMemory(Resolved("{}"));
+  const RankMemoryEstimate e = EstimateRankMemory(ResolvedSpecForTest("{}"));
   const int64_t layer = 12 * 128 * 128 + 13 * 128;
   const int64_t parameters = 4 * layer + 256 * 128 + 128 * 128 + 2 * 128;
   EXPECT_EQ(e.parameters, parameters);
@@ -37,8 +31,10 @@ TEST(RankMemoryEstimateTest, DefaultModelCountsEveryParameterOnce) {
 }
 
 TEST(RankMemoryEstimateTest, TensorParallelismSplitsTheLayersAndTheVocabulary) {
-  const RankMemoryEstimate one = EstimateRankMemory(Resolved(R"({"parallel": {"tensor": 1}})"));
-  const RankMemoryEstimate two = EstimateRankMemory(Resolved(R"({"parallel": {"tensor": 2}})"));
+  const RankMemoryEstimate one =
+      EstimateRankMemory(ResolvedSpecForTest(R"({"parallel": {"tensor": 1}})"));
+  const RankMemoryEstimate two =
+      EstimateRankMemory(ResolvedSpecForTest(R"({"parallel": {"tensor": 2}})"));
   const int64_t c = 128;
   // Per layer 12 C Cl + 7 Cl + 6 C; the vocabulary 256 pads to 256 for t = 2 (128 each).
   const int64_t layer2 = 12 * c * 64 + 7 * 64 + 6 * c;
@@ -50,16 +46,17 @@ TEST(RankMemoryEstimateTest, PipelineStagesSplitTheLayersAndTheLargerStageIsRepo
   // p = 2: stage 0 has 2 layers, the embedding and positions; stage 1 has 2 layers, its
   // copy of the tied embedding, the final LayerNorm and the logits.
   const RankMemoryEstimate e = EstimateRankMemory(
-      Resolved(R"({"model": {"vocab_size": 50000}, "parallel": {"pipeline": 2}})"));
+      ResolvedSpecForTest(R"({"model": {"vocab_size": 50000}, "parallel": {"pipeline": 2}})"));
   EXPECT_EQ(e.pipeline_stage, 1);  // 50048 x 128 logits per token outweigh the positions
   const int64_t layer = 12 * 128 * 128 + 13 * 128;
   EXPECT_EQ(e.parameters, 2 * layer + 50048 * 128 + 2 * 128);
 }
 
 TEST(RankMemoryEstimateTest, ZeroOneShardsTheOptimizerStateAcrossData) {
-  const RankMemoryEstimate plain = EstimateRankMemory(Resolved(R"({"parallel": {"data": 4}})"));
+  const RankMemoryEstimate plain =
+      EstimateRankMemory(ResolvedSpecForTest(R"({"parallel": {"data": 4}})"));
   const RankMemoryEstimate zero =
-      EstimateRankMemory(Resolved(R"({"parallel": {"data": 4, "zero_stage": 1}})"));
+      EstimateRankMemory(ResolvedSpecForTest(R"({"parallel": {"data": 4, "zero_stage": 1}})"));
   EXPECT_EQ(zero.optimizer_bytes, (plain.optimizer_bytes + 3) / 4);
   EXPECT_EQ(zero.weight_bytes, plain.weight_bytes);
 }
@@ -67,8 +64,10 @@ TEST(RankMemoryEstimateTest, ZeroOneShardsTheOptimizerStateAcrossData) {
 TEST(RankMemoryEstimateTest, GPipeHoldsEveryMicrobatchAnd1F1BAtMostPipeline) {
   const std::string base = R"({"model": {"num_layers": 4}, "parallel": {"pipeline": 2,
       "global_batch_size": 16, "schedule": ")";
-  const RankMemoryEstimate gpipe = EstimateRankMemory(Resolved(base + R"(SCHEDULE_GPIPE"}})"));
-  const RankMemoryEstimate one_f_one_b = EstimateRankMemory(Resolved(base + R"(SCHEDULE_1F1B"}})"));
+  const RankMemoryEstimate gpipe =
+      EstimateRankMemory(ResolvedSpecForTest(base + R"(SCHEDULE_GPIPE"}})"));
+  const RankMemoryEstimate one_f_one_b =
+      EstimateRankMemory(ResolvedSpecForTest(base + R"(SCHEDULE_1F1B"}})"));
   // Stage 0: 16 microbatches in flight under GPipe, 2 under 1F1B (each through 2 layers).
   EXPECT_EQ(gpipe.activation_bytes, 8 * one_f_one_b.activation_bytes);
   EXPECT_EQ(one_f_one_b.pipeline_stage, 0);
@@ -77,9 +76,9 @@ TEST(RankMemoryEstimateTest, GPipeHoldsEveryMicrobatchAnd1F1BAtMostPipeline) {
 }
 
 TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
-  const RankMemoryEstimate saved = EstimateRankMemory(Resolved("{}"));
+  const RankMemoryEstimate saved = EstimateRankMemory(ResolvedSpecForTest("{}"));
   const RankMemoryEstimate recomputed =
-      EstimateRankMemory(Resolved(R"({"train": {"recompute": true}})"));
+      EstimateRankMemory(ResolvedSpecForTest(R"({"train": {"recompute": true}})"));
   const int64_t n = 128;
   const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
   EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128 + per_layer));
@@ -87,9 +86,10 @@ TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
 }
 
 TEST(RankMemoryEstimateTest, HalfPrecisionAddsAWorkingCopyOfTheWeights) {
-  const RankMemoryEstimate fp32 = EstimateRankMemory(Resolved(R"({"device": "DEVICE_CUDA"})"));
-  const RankMemoryEstimate bf16 =
-      EstimateRankMemory(Resolved(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"));
+  const RankMemoryEstimate fp32 =
+      EstimateRankMemory(ResolvedSpecForTest(R"({"device": "DEVICE_CUDA"})"));
+  const RankMemoryEstimate bf16 = EstimateRankMemory(
+      ResolvedSpecForTest(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"));
   EXPECT_EQ(bf16.weight_bytes, fp32.weight_bytes / 4 * 6);
 }
 

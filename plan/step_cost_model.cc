@@ -145,6 +145,15 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
 
 }  // namespace
 
+StepCostOptions ProjectEngineOptions(const JobSpec& spec) {
+  StepCostOptions options;
+  options.attention = AttentionKernel::kFused;
+  options.gradient_bytes = 4;
+  options.data_parallel_overlap = 0.5;
+  options.dropout = spec.train().dropout() > 0;
+  return options;
+}
+
 double ModelFlopsPerStep(const JobSpec& spec) {
   const Sizes s = SizesOf(spec);
   const double h = s.hidden;

@@ -94,6 +94,11 @@ struct StepCost {
   double mfu = 0;                        // model FLOP/s / peak of the spec's precision
 };
 
+// How this project's engines run `spec`: flash attention, fp32 gradients whose data-parallel
+// buckets are reduced during the backward (about half of that time hidden), dropout as the
+// spec sets it. What `trainctl plan`, `parallel.auto` and predict_step price.
+StepCostOptions ProjectEngineOptions(const JobSpec& spec);
+
 // Megatron-LM's FLOP formulas for one step of `spec` (resolved: defaults applied).
 double ModelFlopsPerStep(const JobSpec& spec);
 double HardwareFlopsPerStep(const JobSpec& spec);

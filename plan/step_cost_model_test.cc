@@ -3,16 +3,10 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "spec/job_spec_validation.h"
+#include "spec/resolved_spec_for_test.h"
 
 namespace mtrain {
 namespace {
-
-JobSpec Resolved(const std::string& json) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(json);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.value_or(JobSpec());
-}
 
 // Devices with no small-matrix penalty and links that cost exactly bytes / bandwidth +
 // latency, so that the terms can be checked by hand.
@@ -40,10 +34,11 @@ TEST(StepCostModelTest, MegatronFlopFormulas) {
   const std::string model =
       R"("model": {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "seq_length": 32,
                    "vocab_size": 256}, "parallel": {"micro_batch_size": 4})";
-  const JobSpec plain = Resolved("{" + model + "}");
+  const JobSpec plain = ResolvedSpecForTest("{" + model + "}");
   EXPECT_DOUBLE_EQ(ModelFlopsPerStep(plain), 94371840.0);
   EXPECT_DOUBLE_EQ(HardwareFlopsPerStep(plain), 94371840.0);
-  const JobSpec recomputed = Resolved("{" + model + R"(, "train": {"recompute": true}})");
+  const JobSpec recomputed =
+      ResolvedSpecForTest("{" + model + R"(, "train": {"recompute": true}})");
   EXPECT_DOUBLE_EQ(ModelFlopsPerStep(recomputed), 94371840.0);
   EXPECT_DOUBLE_EQ(HardwareFlopsPerStep(recomputed), 121634816.0);
 }
@@ -53,14 +48,15 @@ TEST(StepCostModelTest, BubbleFollowsEachSchedule) {
       "global_batch_size": 8, )";
   const ClusterDescription cluster = Cluster(1, 8);
   const StepCost one_f_one_b =
-      PredictStepCost(Resolved(base + R"("schedule": "SCHEDULE_1F1B"}})"), cluster);
+      PredictStepCost(ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_1F1B"}})"), cluster);
   EXPECT_EQ(one_f_one_b.microbatches, 8);
   EXPECT_NEAR(one_f_one_b.bubble_fraction, 3.0 / 8, 1e-12);  // (p - 1) / m
   const StepCost gpipe =
-      PredictStepCost(Resolved(base + R"("schedule": "SCHEDULE_GPIPE"}})"), cluster);
+      PredictStepCost(ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_GPIPE"}})"), cluster);
   EXPECT_NEAR(gpipe.bubble_fraction, 3.0 / 8, 1e-12);
   const StepCost interleaved = PredictStepCost(
-      Resolved(base + R"("schedule": "SCHEDULE_INTERLEAVED_1F1B", "virtual_stages": 2}})"),
+      ResolvedSpecForTest(base +
+                          R"("schedule": "SCHEDULE_INTERLEAVED_1F1B", "virtual_stages": 2}})"),
       cluster);
   EXPECT_NEAR(interleaved.bubble_fraction, 3.0 / 16, 1e-12);  // (p - 1) / (v m)
   EXPECT_LT(interleaved.bubble_seconds, one_f_one_b.bubble_seconds);
@@ -69,7 +65,8 @@ TEST(StepCostModelTest, BubbleFollowsEachSchedule) {
 }
 
 TEST(StepCostModelTest, RanksSharingADeviceLoseLessToTheBubble) {
-  const JobSpec spec = Resolved(R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,
+  const JobSpec spec =
+      ResolvedSpecForTest(R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,
       "global_batch_size": 8}})");
   const ClusterDescription cluster = Cluster(1, 8);
   StepCostOptions shared;
@@ -80,8 +77,10 @@ TEST(StepCostModelTest, RanksSharingADeviceLoseLessToTheBubble) {
 
 TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
   const ClusterDescription cluster = Cluster(1, 8);
-  const StepCost one = PredictStepCost(Resolved(R"({"parallel": {"tensor": 1}})"), cluster);
-  const StepCost two = PredictStepCost(Resolved(R"({"parallel": {"tensor": 2}})"), cluster);
+  const StepCost one =
+      PredictStepCost(ResolvedSpecForTest(R"({"parallel": {"tensor": 1}})"), cluster);
+  const StepCost two =
+      PredictStepCost(ResolvedSpecForTest(R"({"parallel": {"tensor": 2}})"), cluster);
   EXPECT_EQ(one.tensor_comm_seconds, 0);
   // Without the small-matrix penalty the layers' GEMMs halve exactly; the head's
   // vocabulary (256, padded to 256 for t = 2) halves too.
@@ -95,7 +94,7 @@ TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
 }
 
 TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
-  const JobSpec spec = Resolved(R"({"parallel": {"tensor": 4}})");
+  const JobSpec spec = ResolvedSpecForTest(R"({"parallel": {"tensor": 4}})");
   const StepCost inside = PredictStepCost(spec, Cluster(1, 4));
   const StepCost across = PredictStepCost(spec, Cluster(2, 2));
   EXPECT_GT(across.tensor_comm_seconds, 5 * inside.tensor_comm_seconds);
@@ -103,7 +102,7 @@ TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
 }
 
 TEST(StepCostModelTest, DataParallelReductionIsARingAllReduceMinusItsOverlap) {
-  const JobSpec spec = Resolved(R"({"parallel": {"data": 4}})");
+  const JobSpec spec = ResolvedSpecForTest(R"({"parallel": {"data": 4}})");
   const ClusterDescription cluster = Cluster(1, 4);
   const StepCost plain = PredictStepCost(spec, cluster);
   // The last stage's parameters: 4 layers of 12 C^2 + 13 C, the 256 x 128 word embedding
@@ -115,16 +114,16 @@ TEST(StepCostModelTest, DataParallelReductionIsARingAllReduceMinusItsOverlap) {
   overlapped.data_parallel_overlap = 1;
   EXPECT_EQ(PredictStepCost(spec, cluster, overlapped).data_comm_seconds, 0);
   // ZeRO-1 updates a quarter of the parameters on each rank.
-  const StepCost zero =
-      PredictStepCost(Resolved(R"({"parallel": {"data": 4, "zero_stage": 1}})"), cluster);
+  const StepCost zero = PredictStepCost(
+      ResolvedSpecForTest(R"({"parallel": {"data": 4, "zero_stage": 1}})"), cluster);
   EXPECT_LT(zero.optimizer_seconds, plain.optimizer_seconds / 2);
 }
 
 TEST(StepCostModelTest, RecomputeRepeatsTheForwardAndMfuCountsOnlyTheModel) {
   const ClusterDescription cluster = Cluster(1, 1);
-  const StepCost plain = PredictStepCost(Resolved("{}"), cluster);
+  const StepCost plain = PredictStepCost(ResolvedSpecForTest("{}"), cluster);
   const StepCost recomputed =
-      PredictStepCost(Resolved(R"({"train": {"recompute": true}})"), cluster);
+      PredictStepCost(ResolvedSpecForTest(R"({"train": {"recompute": true}})"), cluster);
   // Layers: 3 passes' worth of GEMMs become 4; the head is not recomputed.
   EXPECT_GT(recomputed.matmul_seconds, 1.25 * plain.matmul_seconds);
   EXPECT_LT(recomputed.matmul_seconds, 4.0 / 3 * plain.matmul_seconds + 1e-12);
@@ -136,18 +135,19 @@ TEST(StepCostModelTest, RecomputeRepeatsTheForwardAndMfuCountsOnlyTheModel) {
 
 TEST(StepCostModelTest, HalfPrecisionUsesTheTensorCoreRate) {
   const ClusterDescription cluster = Cluster(1, 1);
-  const StepCost fp32 = PredictStepCost(Resolved(R"({"device": "DEVICE_CUDA"})"), cluster);
+  const StepCost fp32 =
+      PredictStepCost(ResolvedSpecForTest(R"({"device": "DEVICE_CUDA"})"), cluster);
   const StepCost bf16 = PredictStepCost(
-      Resolved(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"), cluster);
+      ResolvedSpecForTest(R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16"})"), cluster);
   EXPECT_NEAR(bf16.matmul_seconds, fp32.matmul_seconds / 8, 1e-15);
-  EXPECT_DOUBLE_EQ(PeakFlops(Resolved(R"({"device": "DEVICE_CUDA",
+  EXPECT_DOUBLE_EQ(PeakFlops(ResolvedSpecForTest(R"({"device": "DEVICE_CUDA",
       "precision": "PRECISION_BF16"})"),
                              cluster.device()),
                    8e12);
 }
 
 TEST(StepCostModelTest, UnfusedAttentionPaysForItsScoresInMemory) {
-  const JobSpec spec = Resolved(R"({"model": {"seq_length": 1024}})");
+  const JobSpec spec = ResolvedSpecForTest(R"({"model": {"seq_length": 1024}})");
   const ClusterDescription cluster = Cluster(1, 1);
   StepCostOptions unfused;
   unfused.attention = AttentionKernel::kUnfused;

@@ -1,7 +1,5 @@
 #include "worker/device_probe.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,8 +14,7 @@ namespace mtrain {
 namespace {
 
 double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The fastest run of `work` among repetitions filling `budget` seconds (at least 3).
@@ -52,12 +49,6 @@ double CopyBandwidth(double budget) {
   return 2.0 * bytes / seconds;
 }
 
-int64_t HostMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
-}
-
 }  // namespace
 
 double MatmulHalfSize(double small, double small_rate, double large, double large_rate) {
@@ -82,13 +73,12 @@ DeviceProfile ProbeCpu(const CpuProbeOptions& options) {
   const double small_rate = CubeRate(kSmall, options.seconds_per_measurement);
 
   DeviceProfile profile;
-  profile.set_name(absl::StrCat("cpu (", threads, " threads of ", cpu::AvailableCores(),
-                                " cores, measured)"));
+  profile.set_name(
+      absl::StrCat("cpu (", threads, " threads of ", cpu::AvailableCores(), " cores, measured)"));
   profile.set_fp32_flops(large_rate);
   profile.set_matmul_efficiency(1.0);
   profile.set_matmul_half_size(MatmulHalfSize(kSmall, small_rate, kLarge, large_rate));
   profile.set_memory_bandwidth_bytes_per_second(CopyBandwidth(options.seconds_per_measurement));
-  profile.set_memory_bytes(HostMemoryBytes());
   return profile;
 }
 

@@ -1,7 +1,8 @@
 // Measures what the planner's cost model needs to know about this worker's CPU, in well
 // under a second at start: the matrix-multiply rate at a large and a small shape (from
-// which the small-matrix efficiency curve follows), the memory bandwidth, the usable
-// memory. The worker reports it at registration (WorkerInfo.profile) and `trainctl workers
+// which the small-matrix efficiency curve follows) and the memory bandwidth; the usable
+// memory is the inventory's (device_inventory.h), which the worker copies in. It reports it at
+// registration (WorkerInfo.profile) and `trainctl workers
 // --wide` shows it. A measured profile states the measured large-GEMM rate as fp32_flops
 // with matmul_efficiency 1: it is what the kernels reach, not the chip's data-sheet peak.
 // CUDA devices are not measured yet (their profile carries name and memory only).

@@ -26,7 +26,6 @@ TEST(DeviceProbeTest, MeasuresThisMachine) {
   EXPECT_GE(profile.matmul_half_size(), 0);
   EXPECT_TRUE(std::isfinite(profile.matmul_half_size()));
   EXPECT_GT(profile.memory_bandwidth_bytes_per_second(), 1e8);
-  EXPECT_GT(profile.memory_bytes(), 0);
   EXPECT_NE(profile.name().find("measured"), std::string::npos);
 }
 

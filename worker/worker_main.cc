@@ -91,14 +91,15 @@ int Run() {
   info->set_worker_id(worker_id);
   info->set_incarnation_id(NewIncarnationId());
   if (info->device_kind() == DEVICE_KIND_CPU && absl::GetFlag(FLAGS_probe_device)) {
-    *info->mutable_profile() = ProbeCpu({.threads = absl::GetFlag(FLAGS_threads),
-                                         .seconds_per_measurement = 0.1});
+    *info->mutable_profile() =
+        ProbeCpu({.threads = absl::GetFlag(FLAGS_threads), .seconds_per_measurement = 0.1});
+    info->mutable_profile()->set_memory_bytes(info->memory_bytes());
     const DeviceProfile& profile = info->profile();
-    note = absl::StrCat(note, absl::StrFormat(
-                                  "; measured %.0f GFLOP/s fp32 GEMM (half size %.0f), %.1f GB/s "
-                                  "memory",
-                                  profile.fp32_flops() / 1e9, profile.matmul_half_size(),
-                                  profile.memory_bandwidth_bytes_per_second() / 1e9));
+    note = absl::StrCat(
+        note, absl::StrFormat("; measured %.0f GFLOP/s fp32 GEMM (half size %.0f), %.1f GB/s "
+                              "memory",
+                              profile.fp32_flops() / 1e9, profile.matmul_half_size(),
+                              profile.memory_bandwidth_bytes_per_second() / 1e9));
   }
 
   const std::string address = absl::GetFlag(FLAGS_coordinator);

@@ -34,9 +34,9 @@ double ModelParameters(const JobSpec& spec) {
 
 std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& cluster,
                              const LayoutSearch& search, const PlanReportOptions& options) {
-  std::string out = absl::StrFormat(
-      "cluster: %s: %d node(s) x %d device(s), %s\nsource: %s\n", cluster.name(), cluster.nodes(),
-      cluster.devices_per_node(), cluster.device().name(), cluster.source());
+  std::string out = absl::StrFormat("cluster: %s: %d node(s) x %d device(s), %s\nsource: %s\n",
+                                    cluster.name(), cluster.nodes(), cluster.devices_per_node(),
+                                    cluster.device().name(), cluster.source());
   absl::StrAppendFormat(&out,
                         "job: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d, "
                         "global batch %d (%.3g parameters)\n",
@@ -49,8 +49,8 @@ std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& clus
   } else {
     constexpr const char* kRow = "%-3s %-34s %10s %11s %12s %6s %12s %7s\n";
     absl::StrAppend(&out, "\n",
-                    absl::StrFormat(kRow, "#", "LAYOUT", "STEP", "TOKENS/S", "TFLOP/S/DEV",
-                                    "MFU", "MEMORY/DEV", "BUBBLE"));
+                    absl::StrFormat(kRow, "#", "LAYOUT", "STEP", "TOKENS/S", "TFLOP/S/DEV", "MFU",
+                                    "MEMORY/DEV", "BUBBLE"));
     for (int i = 0; i < options.top && i < static_cast<int>(search.feasible.size()); ++i) {
       const PricedLayout& layout = search.feasible[i];
       absl::StrAppend(
@@ -97,9 +97,9 @@ std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& clus
     }
   }
   if (search.feasible.size() > 1) {
-    absl::StrAppendFormat(&out, "slower: %d other layout(s) fit\n",
-                          search.feasible.size() - std::min<size_t>(search.feasible.size(),
-                                                                    options.top));
+    absl::StrAppendFormat(
+        &out, "slower: %d other layout(s) fit\n",
+        search.feasible.size() - std::min<size_t>(search.feasible.size(), options.top));
   }
   return out;
 }

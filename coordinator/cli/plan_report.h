@@ -13,9 +13,9 @@
 namespace mtrain {
 
 struct PlanReportOptions {
-  int top = 5;             // layouts listed
-  int examples = 3;        // rejected layouts shown per reason
-  double tokens = 0;       // time-to-train estimate for this many tokens (0: skip)
+  int top = 5;        // layouts listed
+  int examples = 3;   // rejected layouts shown per reason
+  double tokens = 0;  // time-to-train estimate for this many tokens (0: skip)
 };
 
 // The model's parameter count (tied embedding counted once).

@@ -36,15 +36,16 @@
 #include "coordinator/cli/job_table.h"
 #include "coordinator/cli/job_text.h"
 #include "coordinator/cli/job_watch.h"
-#include "coordinator/cli/progress_bar.h"
 #include "coordinator/cli/plan_report.h"
+#include "coordinator/cli/progress_bar.h"
 #include "coordinator/cli/worker_table.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/coordinator.grpc.pb.h"
 #include "plan/cluster_description.h"
 #include "plan/layout_search.h"
 #include "plan/placement.h"
+#include "plan/step_cost_model.h"
+#include "proto/coordinator.grpc.pb.h"
 #include "spec/job_spec_validation.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");
@@ -356,8 +357,8 @@ absl::StatusOr<ClusterDescription> PlanCluster(const JobSpec& spec) {
   if (!token.ok()) return token.status();
   Client client(absl::GetFlag(FLAGS_coordinator), *std::move(token));
   ListWorkersResponse response;
-  if (absl::Status listed = client.Check(client.stub()->ListWorkers(
-          client.Context().get(), ListWorkersRequest(), &response));
+  if (absl::Status listed = client.Check(
+          client.stub()->ListWorkers(client.Context().get(), ListWorkersRequest(), &response));
       !listed.ok()) {
     return listed;
   }
@@ -381,6 +382,7 @@ int Plan(const std::string& path) {
   absl::StatusOr<ClusterDescription> cluster = PlanCluster(*spec);
   if (!cluster.ok()) return Fail("plan", cluster.status());
   LayoutSearchOptions options;
+  options.cost = ProjectEngineOptions(*spec);
   options.devices = absl::GetFlag(FLAGS_workers);
   // Without --workers, any number of the devices up to all of them.
   if (options.devices == 0) options.min_devices = 1;
@@ -487,8 +489,8 @@ void PrintPlanAgainstMeasurement(Client& client, const JobStatus& job) {
   const std::optional<double> predicted = PredictedStepSeconds(choice);
   const double measured = job.latest().step_seconds();
   if (predicted.has_value() && measured > 0) {
-    std::printf("%-11s predicted %.4g s a step, measured %.4g s (step %lld): %+.0f%%\n", "step time",
-                *predicted, measured, static_cast<long long>(job.latest().step()),
+    std::printf("%-11s predicted %.4g s a step, measured %.4g s (step %lld): %+.0f%%\n",
+                "step time", *predicted, measured, static_cast<long long>(job.latest().step()),
                 100 * (measured / *predicted - 1));
   }
 }

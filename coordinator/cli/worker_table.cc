@@ -34,9 +34,10 @@ std::string StateText(const WorkerStatus& status) {
 std::string ProfileText(const DeviceProfile& profile) {
   constexpr const char* kColumns = "%9s %6s %9s";
   if (profile.fp32_flops() <= 0) return absl::StrFormat(kColumns, "-", "-", "-");
-  return absl::StrFormat(kColumns, absl::StrFormat("%.1f", profile.fp32_flops() / 1e9),
-                         absl::StrFormat("%.0f", profile.matmul_half_size()),
-                         absl::StrFormat("%.1f", profile.memory_bandwidth_bytes_per_second() / 1e9));
+  return absl::StrFormat(
+      kColumns, absl::StrFormat("%.1f", profile.fp32_flops() / 1e9),
+      absl::StrFormat("%.0f", profile.matmul_half_size()),
+      absl::StrFormat("%.1f", profile.memory_bandwidth_bytes_per_second() / 1e9));
 }
 
 }  // namespace
@@ -45,14 +46,14 @@ std::string FormatWorkerTable(const ListWorkersResponse& workers, bool wide) {
   constexpr const char* kRow = "%-24s %-16s %-28s %10s %-12s %s";
   std::string out =
       absl::StrFormat(kRow, "WORKER", "HOST", "DEVICE", "MEMORY", "STATE", "LAST SEEN");
-  if (wide) absl::StrAppend(&out, absl::StrFormat("  %9s %6s %9s", "GEMM GF/S", "HALF", "MEM GB/S"));
+  if (wide)
+    absl::StrAppend(&out, absl::StrFormat("  %9s %6s %9s", "GEMM GF/S", "HALF", "MEM GB/S"));
   absl::StrAppend(&out, "\n");
   for (const WorkerStatus& status : workers.workers()) {
     const WorkerInfo& info = status.worker();
-    std::string row =
-        absl::StrFormat(kRow, info.worker_id(), info.host(), DeviceText(info),
-                        FormatBytes(info.memory_bytes()), StateText(status),
-                        absl::StrFormat("%.1fs ago", status.last_seen_ms_ago() / 1000.0));
+    std::string row = absl::StrFormat(
+        kRow, info.worker_id(), info.host(), DeviceText(info), FormatBytes(info.memory_bytes()),
+        StateText(status), absl::StrFormat("%.1fs ago", status.last_seen_ms_ago() / 1000.0));
     if (wide) absl::StrAppend(&row, "  ", ProfileText(info.profile()));
     absl::StrAppend(&out, row, "\n");
   }
