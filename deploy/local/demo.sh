@@ -39,6 +39,8 @@ for binary in coordinator/coordinator worker/worker coordinator/cli/trainctl; do
   [[ -x "$BIN/$binary" ]] || { echo "demo: $BIN/$binary missing: run 'make demo'" >&2; exit 1; }
 done
 
+# Created before the coordinator starts: the loop below may read it first.
+: >"$STATE/coordinator.log"
 "$BIN/coordinator/coordinator" --listen=127.0.0.1:0 --http=127.0.0.1:0 \
   --state_dir="$STATE/coordinator" >"$STATE/coordinator.log" 2>&1 &
 PIDS+=($!)
