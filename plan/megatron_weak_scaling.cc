@@ -29,6 +29,10 @@ StepCostOptions MegatronLm2021Options() {
   options.data_parallel_overlap = 0;
   options.scatter_gather = true;
   options.dropout = true;
+  // Megatron-LM's 2021 local DDP added each microbatch's fp16 weight gradients into its
+  // contiguous reduction buffer in a backward hook (main_grad.add_(grad)): read both,
+  // write one. The fused weight-gradient accumulation came later.
+  options.gradient_accumulation_bytes = 6;
   return options;
 }
 

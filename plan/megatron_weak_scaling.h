@@ -27,8 +27,9 @@ struct MegatronRow {
 // The ten rows of the paper's table.
 const std::vector<MegatronRow>& MegatronWeakScalingRows();
 
-// How Megatron-LM 2021 ran: unfused attention, half-precision gradients reduced without
-// overlap, scatter/gather pipeline messages, dropout on.
+// How Megatron-LM 2021 ran: unfused attention, half-precision gradients added into the
+// reduction buffer by a pass of their own each microbatch and reduced without overlap,
+// scatter/gather pipeline messages, dropout on.
 StepCostOptions MegatronLm2021Options();
 
 // The row's spec: the published t and p, d = gpus / (t p), micro batch 1, fp16, full

@@ -83,12 +83,34 @@ double MessageSeconds(double bytes, const LinkProfile& link) {
   return (bandwidth > 0 ? bytes / bandwidth : 0.0) + link.latency_seconds();
 }
 
-// Where a group's members sit: consecutive ranks fill a node first (rank_grid.h).
-const LinkProfile& LinkSpanning(double consecutive_ranks, const ClusterDescription& cluster) {
+// All-gather of `bytes` (the whole result) among `ranks` on `link`: each rank receives the
+// (ranks - 1)/ranks it lacks.
+double AllGatherSeconds(double bytes, double ranks, const LinkProfile& link) {
+  if (ranks <= 1) return 0;
+  const double bandwidth = link.bandwidth_bytes_per_second();
+  const double transfer = bandwidth > 0 ? (ranks - 1) / ranks * bytes / bandwidth : 0.0;
+  return transfer + (ranks - 1) * link.latency_seconds();
+}
+
+// The link a group of `size` ranks, `stride` apart in the rank order, communicates over.
+// Consecutive ranks fill a node first (rank_grid.h): a group whose span fits a node and
+// divides it stays inside one (a span of 6 on 8-device nodes starts at rank 6 once and
+// straddles two). A group spanning nodes with k members on each drives k of a node's
+// adapters at once (NCCL's rings are spread over them), so its inter-node bandwidth is
+// min(k, adapters) times one adapter's. A job of at most one node's devices never leaves it.
+LinkProfile GroupLink(double size, double stride, double job_devices,
+                      const ClusterDescription& cluster) {
   const double per_node = std::max(1, cluster.devices_per_node());
-  // A group of 6 on 8-device nodes starts at rank 6 once: it spans two nodes.
-  const bool inside = consecutive_ranks <= per_node && std::fmod(per_node, consecutive_ranks) == 0;
-  return inside ? cluster.intra_node() : cluster.inter_node();
+  const double span = size * stride;
+  if (job_devices <= per_node || (span <= per_node && std::fmod(per_node, span) == 0)) {
+    return cluster.intra_node();
+  }
+  LinkProfile link = cluster.inter_node();
+  const double members_per_node = std::clamp(std::floor(per_node / stride), 1.0, size);
+  const double adapters = std::max(1, cluster.inter_node_adapters());
+  link.set_bandwidth_bytes_per_second(link.bandwidth_bytes_per_second() *
+                                      std::min(members_per_node, adapters));
+  return link;
 }
 
 // Forward and backward of one transformer layer for one microbatch on one tensor rank,
@@ -187,9 +209,12 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
   const double padded_vocab = std::ceil(s.vocab / (128 * s.t)) * 128 * s.t;
   const double local_vocab = padded_vocab / s.t;
 
-  const LinkProfile& tensor_link = LinkSpanning(s.t, cluster);
-  const LinkProfile& data_link = LinkSpanning(s.t * s.d, cluster);
-  const LinkProfile& pipeline_link = LinkSpanning(s.t * s.d * s.p, cluster);
+  const double job_devices = s.t * s.d * s.p;
+  const LinkProfile tensor_link = GroupLink(s.t, 1, job_devices, cluster);
+  const LinkProfile data_link = GroupLink(s.d, s.t, job_devices, cluster);
+  // Between neighbouring stages: one rank to one rank t d ranks on (with scatter/gather
+  // the t ranks of a tensor group each send their slice over their own adapter).
+  const LinkProfile pipeline_link = GroupLink(2, s.t * s.d, job_devices, cluster);
 
   // One microbatch through the last stage (its layers and the head), which is the
   // slowest: the first stage's embedding lookup is a gather of n h elements.
@@ -205,13 +230,23 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
       s.t > 1 ? 3 * AllReduceSeconds(n * 4, s.t, tensor_link) +
                     (s.p > 1 ? 1 : 2) * AllReduceSeconds(n * h * e, s.t, tensor_link)
               : 0.0;
+  // With scatter/gather each tensor rank sends its 1/t slice and the receivers all-gather
+  // the slices over the tensor group's link.
   const double chunk_message =
-      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) : 0.0;
+      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) +
+                    (options.scatter_gather ? AllGatherSeconds(n * h * e, s.t, tensor_link) : 0.0)
+              : 0.0;
   // Each microbatch enters and leaves each of a rank's v chunks: one activation forward and
   // one gradient back per chunk boundary.
   const double pipeline_per_microbatch = 2 * s.v * chunk_message;
+  // Parameters of one rank of the last stage: its layers and its copy of the tied
+  // embedding (the first stage holds the positions instead; the same within s h).
+  const double layer_parameters = 12 * h * h / s.t + 7 * h / s.t + 6 * h;
+  const double rank_parameters = stage_layers * layer_parameters + local_vocab * h + 2 * h;
+  // A separate pass adding each microbatch's gradients into the reduction buffer.
+  const double accumulation = clock.Bytes(rank_parameters * options.gradient_accumulation_bytes);
   const double per_microbatch = stage_layers * layer.total() + head_matmul + head_elementwise +
-                                head_tensor_comm + pipeline_per_microbatch;
+                                accumulation + head_tensor_comm + pipeline_per_microbatch;
 
   StepCost cost;
   const double m = s.microbatches();
@@ -219,7 +254,8 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
   cost.devices = static_cast<int>(s.t * s.p * s.d);
   cost.matmul_seconds = m * (stage_layers * layer.matmul + head_matmul);
   cost.attention_seconds = m * stage_layers * layer.attention;
-  cost.elementwise_seconds = m * (stage_layers * layer.elementwise + head_elementwise);
+  cost.elementwise_seconds =
+      m * (stage_layers * layer.elementwise + head_elementwise + accumulation);
   cost.tensor_comm_seconds = m * (stage_layers * layer.tensor_comm + head_tensor_comm);
   cost.pipeline_comm_seconds = m * pipeline_per_microbatch;
   const bool interleaved = spec.parallel().schedule() == SCHEDULE_INTERLEAVED_1F1B;
@@ -227,10 +263,6 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
                         std::max(1, options.ranks_per_device);
   cost.bubble_fraction = cost.bubble_seconds / (m * per_microbatch);
 
-  // Parameters of one rank of the last stage: its layers and its copy of the tied
-  // embedding (the first stage holds the positions instead; the same within s h).
-  const double layer_parameters = 12 * h * h / s.t + 7 * h / s.t + 6 * h;
-  const double rank_parameters = stage_layers * layer_parameters + local_vocab * h + 2 * h;
   const double gradient_reduction =
       AllReduceSeconds(rank_parameters * options.gradient_bytes, s.d, data_link);
   // The tied embedding's gradient is summed between the first and last stage.

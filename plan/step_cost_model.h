@@ -22,15 +22,19 @@
 //                vocabulary-parallel head adds one (the tied layer's input gradient), the
 //                embedding one on a single stage, the cross-entropy three of n values.
 //   pipeline     per microbatch and model chunk one activation forward and one gradient
-//                back, n h e bytes (/t with scatter/gather), not overlapped.
+//                back, n h e bytes, not overlapped (with scatter/gather: n h e / t bytes
+//                between stages, then an all-gather of the slices in the tensor group).
 //   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved;
 //                divided by the ranks time-sharing a device (their idle time is not lost).
 //   data comm    ring all-reduce (or reduce-scatter + all-gather under ZeRO-1: the same
 //                bytes) of the rank's gradients, minus the overlapped fraction.
 //   optimizer    AdamW over the rank's parameter slice (ZeRO-1: 1/d), bytes / bandwidth.
+//   accumulate   where the implementation adds each microbatch's gradients into the
+//                reduction buffer in a pass of its own: its bytes / memory bandwidth.
 // Links: a tensor group is on one node when t <= devices_per_node; a data group when
 // t d <= devices_per_node; pipeline neighbours when t d p <= devices_per_node (the rank
-// grid puts tensor innermost, then data, then pipeline: plan/rank_grid.h).
+// grid puts tensor innermost, then data, then pipeline: plan/rank_grid.h). A group
+// spanning nodes with k members on each uses min(k, inter_node_adapters) adapters.
 //
 // FLOPs (Megatron-LM, Narayanan et al. 2021): model FLOPs per step
 // 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); hardware FLOPs with full recompute
@@ -62,6 +66,10 @@ struct StepCostOptions {
   double data_parallel_overlap = 0.0;
   // Pipeline messages split across the tensor group and all-gathered on the receiver.
   bool scatter_gather = false;
+  // Bytes per parameter that a separate pass moves each microbatch to add the backward's
+  // gradients into the data-parallel reduction buffer (0: the weight-gradient GEMMs
+  // accumulate into it themselves, as this project's engines' do).
+  int gradient_accumulation_bytes = 0;
   // Dropout masks priced in the elementwise passes (the spec's train.dropout > 0 or not).
   bool dropout = true;
   // Ranks time-sharing one device (CPU ranks of one host, each given 1/this of it by

@@ -101,6 +101,55 @@ TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
   EXPECT_DOUBLE_EQ(across.matmul_seconds, inside.matmul_seconds);
 }
 
+// Data groups of 8 with t = 2 on 4-device nodes: two members on each node, so the ring's
+// traffic between nodes goes through two adapters at once when the node has them.
+TEST(StepCostModelTest, GroupsSpanningNodesDriveOneAdapterPerMemberOnANode) {
+  const JobSpec spec = ResolvedSpecForTest(
+      R"({"parallel": {"tensor": 2, "data": 8, "global_batch_size": 8}})");
+  ClusterDescription one_adapter = Cluster(4, 4);
+  ClusterDescription adapters = Cluster(4, 4);
+  adapters.set_inter_node_adapters(4);
+  StepCostOptions no_overlap;
+  const StepCost shared = PredictStepCost(spec, one_adapter, no_overlap);
+  const StepCost spread = PredictStepCost(spec, adapters, no_overlap);
+  // Same latencies, twice the bandwidth (two members a node, not four).
+  const double latency = 2 * 7 * 1e-5;
+  EXPECT_NEAR(spread.data_comm_seconds - latency, (shared.data_comm_seconds - latency) / 2,
+              1e-12);
+  // Tensor pairs stay inside a node either way.
+  EXPECT_DOUBLE_EQ(spread.tensor_comm_seconds, shared.tensor_comm_seconds);
+}
+
+TEST(StepCostModelTest, ScatterGatherSendsASliceAndAllGathersItInTheTensorGroup) {
+  // t = 2, p = 2, one stage a node: messages between nodes, the all-gather inside.
+  const JobSpec spec = ResolvedSpecForTest(
+      R"({"parallel": {"tensor": 2, "pipeline": 2, "global_batch_size": 4}})");
+  const ClusterDescription cluster = Cluster(2, 2);
+  StepCostOptions whole, sliced;
+  sliced.scatter_gather = true;
+  const StepCost plain = PredictStepCost(spec, cluster, whole);
+  const StepCost scattered = PredictStepCost(spec, cluster, sliced);
+  // n h e = 1 x 128 x 128 x 4 bytes (micro batch 1, default seq 128, hidden 128, fp32) per
+  // message, two messages per microbatch and 4 microbatches.
+  const double bytes = 128.0 * 128 * 4;
+  const double whole_message = bytes / 1e9 + 1e-5;
+  const double sliced_message = bytes / 2 / 1e9 + 1e-5 + (bytes / 2 / 1e10 + 1e-6);
+  EXPECT_NEAR(plain.pipeline_comm_seconds, 4 * 2 * whole_message, 1e-12);
+  EXPECT_NEAR(scattered.pipeline_comm_seconds, 4 * 2 * sliced_message, 1e-12);
+}
+
+TEST(StepCostModelTest, ASeparateGradientAccumulationPassCostsItsBytesEachMicrobatch) {
+  const JobSpec spec = ResolvedSpecForTest(R"({"parallel": {"global_batch_size": 4}})");
+  const ClusterDescription cluster = Cluster(1, 1);
+  StepCostOptions fused, separate;
+  separate.gradient_accumulation_bytes = 6;
+  const StepCost a = PredictStepCost(spec, cluster, fused);
+  const StepCost b = PredictStepCost(spec, cluster, separate);
+  const double parameters = 4 * (12.0 * 128 * 128 + 13 * 128) + 256 * 128 + 2 * 128;
+  EXPECT_NEAR(b.elementwise_seconds - a.elementwise_seconds, 4 * parameters * 6 / 1e11, 1e-12);
+  EXPECT_NEAR(b.step_seconds - a.step_seconds, 4 * parameters * 6 / 1e11, 1e-12);
+}
+
 TEST(StepCostModelTest, DataParallelReductionIsARingAllReduceMinusItsOverlap) {
   const JobSpec spec = ResolvedSpecForTest(R"({"parallel": {"data": 4}})");
   const ClusterDescription cluster = Cluster(1, 4);

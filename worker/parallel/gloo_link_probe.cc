@@ -4,12 +4,19 @@
 // do, and the ring model t = 2 (n - 1) latency + 2 (n - 1) / n bytes / bandwidth is fitted
 // to the mean times by least squares. Prints the table and a LinkProfile as JSON for a
 // cluster description (deploy/clusters/cpu_host.json):
-//   bazel run //worker/parallel:gloo_link_probe -- --members=2 [--busy]
+//   bazel run //worker/parallel:gloo_link_probe -- --members=2 [--busy | --compute_ms=2]
+// --compute_ms measures what a tensor-parallel rank pays: each member computes that long
+// before every all-reduce (as a layer's GEMMs run between its all-reduces) and the cost
+// of an all-reduce is the loop's time less the same computation without all-reduces. On
+// shared cores that includes waiting for the slower member and for Gloo's event-loop
+// threads to be scheduled, which an idle probe never sees.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -28,6 +35,10 @@ ABSL_FLAG(bool, busy, false,
           "each member keeps a compute thread busy meanwhile, as a training rank's kernels "
           "do: Gloo's event-loop thread then competes with it for the core");
 
+ABSL_FLAG(double, compute_ms, 0,
+          "milliseconds of single-thread computation before each all-reduce (0: none); the "
+          "reported time is the loop's less the computation alone");
+
 namespace mtrain {
 namespace {
 
@@ -44,7 +55,33 @@ void BusyLoop(const std::atomic<bool>* stop) {
   (void)sink;
 }
 
-int RunMember(const std::string& directory, int rank, int members, int iterations, bool busy) {
+// Arithmetic for `loops` rounds (about 0.1 ms each on one core).
+void Compute(int64_t loops) {
+  volatile float sink = 0;
+  float x = 1.0f;
+  for (int64_t l = 0; l < loops; ++l) {
+    for (int i = 0; i < 100000; ++i) x = x * 0.999999f + 1e-7f;
+  }
+  sink = x;
+  (void)sink;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Rounds of Compute() that take `milliseconds` on this core when nothing else runs.
+int64_t CalibrateLoops(double milliseconds) {
+  const int64_t trial = 200;
+  const auto start = std::chrono::steady_clock::now();
+  Compute(trial);
+  const double per_loop = SecondsSince(start) / trial;
+  return std::max<int64_t>(1, static_cast<int64_t>(milliseconds * 1e-3 / per_loop + 0.5));
+}
+
+int RunMember(const std::string& directory, int rank, int members, int iterations, bool busy,
+              double compute_ms) {
+  const int64_t loops = compute_ms > 0 ? CalibrateLoops(compute_ms) : 0;
   std::atomic<bool> stop{false};
   std::thread worker;
   if (busy) worker = std::thread(BusyLoop, &stop);
@@ -73,12 +110,22 @@ int RunMember(const std::string& directory, int rank, int members, int iteration
     for (int warm = 0; warm < 3; ++warm) {
       if (!(*group)->AllReduce(data.data(), data.size(), ReduceOp::kSum).ok()) return 4;
     }
+    // The computation alone, every member at once (they contend for the cores as they do
+    // in the timed loop).
+    double compute_seconds = 0;
+    if (loops > 0) {
+      if (!(*group)->Barrier().ok()) return 4;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < iterations; ++i) Compute(loops);
+      compute_seconds = SecondsSince(start);
+      if (!(*group)->Barrier().ok()) return 4;
+    }
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i) {
+      if (loops > 0) Compute(loops);
       if (!(*group)->AllReduce(data.data(), data.size(), ReduceOp::kSum).ok()) return 5;
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = SecondsSince(start) - compute_seconds;
     out << bytes << " " << seconds / iterations << "\n";
   }
   return 0;
@@ -101,7 +148,8 @@ int main(int argc, char** argv) {
   for (int rank = 0; rank < members; ++rank) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      ::_exit(mtrain::RunMember(directory, rank, members, iterations, absl::GetFlag(FLAGS_busy)));
+      ::_exit(mtrain::RunMember(directory, rank, members, iterations, absl::GetFlag(FLAGS_busy),
+                                absl::GetFlag(FLAGS_compute_ms)));
     }
     children.push_back(pid);
   }
