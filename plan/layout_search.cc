@@ -144,7 +144,7 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
                 continue;
               }
             }
-            RankMemoryEstimate memory = EstimateRankMemory(candidate);
+            RankMemoryEstimate memory = EstimateRankMemory(candidate, options.memory);
             if (memory.total_bytes > cluster.device().memory_bytes()) {
               search.rejected.push_back(
                   {std::move(candidate),

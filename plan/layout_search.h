@@ -37,6 +37,8 @@ struct LayoutSearchOptions {
   // Largest interleaving tried (v <= this and v divides layers / p).
   int max_virtual_stages = 8;
   StepCostOptions cost;
+  // How the implementation keeps activations (this project's engines by default).
+  RankMemoryOptions memory;
   // Whether candidates must also pass this service's own limits (spec/job_spec_limits.h:
   // world size, scheduled microbatches, rank memory), i.e. be submittable here. Off for
   // describing other clusters, such as the paper's 3072 GPUs.

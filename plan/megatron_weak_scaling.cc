@@ -82,12 +82,14 @@ MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescr
       first = false;
     }
   }
+  prediction.memory = EstimateRankMemory(prediction.spec, {ActivationModel::kMegatronLm});
   prediction.error =
       prediction.cost.hardware_flops_per_device / (row.published_tflops_per_gpu * 1e12) - 1;
 
   LayoutSearchOptions search_options;
   search_options.devices = row.gpus;
   search_options.cost = options;
+  search_options.memory.activations = ActivationModel::kMegatronLm;
   search_options.micro_batch_sizes = {1, 2, 4};
   search_options.enforce_service_limits = false;
   LayoutSearch search = SearchLayouts(MegatronRowSpec(row, 1), cluster, search_options);

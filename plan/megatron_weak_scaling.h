@@ -39,9 +39,10 @@ JobSpec MegatronRowSpec(const MegatronRow& row, int virtual_stages);
 struct MegatronPrediction {
   JobSpec spec;  // the published layout with the v the model finds fastest
   StepCost cost;
-  double error = 0;  // predicted / published TFLOP/s per GPU - 1
+  RankMemoryEstimate memory;  // Megatron-LM's activations (megatron_activation_memory.h)
+  double error = 0;           // predicted / published TFLOP/s per GPU - 1
   // The planner's own choice on the same GPUs (any t, p, v, micro batch; recompute as
-  // the memory needs), or none when nothing fits.
+  // the memory needs, with Megatron-LM's activations), or none when nothing fits.
   bool has_choice = false;
   PricedLayout choice;
 };

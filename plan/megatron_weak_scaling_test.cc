@@ -39,6 +39,9 @@ TEST(MegatronWeakScalingTest, EveryRowIsPredictedWithinTheDocumentedError) {
         << row.parameters << ": predicted " << prediction.cost.hardware_flops_per_device / 1e12
         << " TFLOP/s per GPU, published " << row.published_tflops_per_gpu;
     EXPECT_EQ(prediction.cost.devices, row.gpus);
+    // The published layout ran, so the memory model must let it fit an 80 GB A100.
+    EXPECT_LE(prediction.memory.total_bytes, cluster.device().memory_bytes())
+        << row.parameters << ": " << prediction.memory.ToString();
     // The planner's own choice is never slower than the published layout it also tried.
     ASSERT_TRUE(prediction.has_choice) << row.parameters;
     EXPECT_LE(prediction.choice.cost.step_seconds, prediction.cost.step_seconds * (1 + 1e-9))

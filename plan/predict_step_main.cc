@@ -42,16 +42,20 @@ int main(int argc, char** argv) {
   options.ranks_per_device = absl::GetFlag(FLAGS_ranks_per_device);
   const mtrain::StepCost c = mtrain::PredictStepCost(*spec, shared, options);
   const mtrain::RankMemoryEstimate memory = mtrain::EstimateRankMemory(*spec);
+  // The last stage's ranks report the metrics (and their engine's memory peak).
+  const mtrain::RankMemoryEstimate last_stage =
+      mtrain::EstimateStageMemory(*spec, spec->parallel().pipeline() - 1);
   std::printf(
       "%s\n",
       absl::StrFormat(
           R"({"step_seconds": %.6g, "matmul_seconds": %.6g, "attention_seconds": %.6g, )"
           R"("elementwise_seconds": %.6g, "tensor_comm_seconds": %.6g, )"
           R"("pipeline_comm_seconds": %.6g, "bubble_seconds": %.6g, "data_comm_seconds": %.6g, )"
-          R"("optimizer_seconds": %.6g, "tokens_per_second": %.6g, "memory_bytes": %d})",
+          R"("optimizer_seconds": %.6g, "tokens_per_second": %.6g, "memory_bytes": %d, )"
+          R"("last_stage_memory_bytes": %d})",
           c.step_seconds, c.matmul_seconds, c.attention_seconds, c.elementwise_seconds,
           c.tensor_comm_seconds, c.pipeline_comm_seconds, c.bubble_seconds, c.data_comm_seconds,
-          c.optimizer_seconds, c.tokens_per_second, memory.total_bytes)
+          c.optimizer_seconds, c.tokens_per_second, memory.total_bytes, last_stage.total_bytes)
           .c_str());
   return 0;
 }

@@ -4,9 +4,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "plan/megatron_activation_memory.h"
+#include "plan/pipeline_schedule.h"
 #include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
@@ -42,7 +45,7 @@ constexpr int64_t kAdamMoments = 2;
 struct Shape {
   int64_t layers, heads, hidden, seq, vocab_local;
   int64_t tensor, pipeline, data, virtual_stages, micro_batch, microbatches;
-  bool recompute, half_precision, zero1;
+  bool recompute, half_precision, zero1, dropout;
   Schedule schedule;
   int64_t local_hidden() const { return hidden / tensor; }
   int64_t tokens() const { return Mul(micro_batch, seq); }  // N
@@ -70,6 +73,7 @@ Shape ShapeOf(const JobSpec& spec) {
       s.tensor;
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
   s.recompute = spec.train().recompute();
+  s.dropout = spec.train().dropout() > 0;
   s.half_precision = spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
   s.zero1 = p.zero_stage() == 1;
   s.schedule = p.schedule();
@@ -96,53 +100,162 @@ int64_t StageParameters(const Shape& s, int64_t stage) {
   return count;
 }
 
-// Layer-microbatches whose activations stage `stage` holds at its peak.
-int64_t LayersInFlight(const Shape& s, int64_t stage) {
+// Chunk-microbatches in flight at once on stage `stage` (forwards whose backward has not
+// run yet, summed over the stage's v chunks), from the schedule's closed form.
+int64_t ChunksInFlightAtOnce(const Shape& s, int64_t stage) {
   const int64_t p = s.pipeline;
   const int64_t m = s.microbatches;
-  const int64_t layers_per_stage = s.layers / p;
   switch (s.schedule) {
     case SCHEDULE_GPIPE:
-      return Mul(m, layers_per_stage);
+      return m;
     case SCHEDULE_INTERLEAVED_1F1B: {
       const int64_t v = s.virtual_stages;
       const int64_t all = Mul(m, v);
       const int64_t warmup_plus_one = Sum({Mul(2, p - stage - 1), Mul(v - 1, p), 1});
-      const int64_t chunks = m == p ? all : std::min(warmup_plus_one, all);
-      return Mul(chunks, layers_per_stage / v);
+      return m == p ? all : std::min(warmup_plus_one, all);
     }
     default:  // SCHEDULE_1F1B
-      return Mul(std::min(p - stage, m), layers_per_stage);
+      return std::min(p - stage, m);
   }
 }
 
-// Elements one layer saves for its backward per microbatch (activations.h).
-int64_t LayerActivationElements(const Shape& s) {
+// Largest schedule walked action by action (beyond it the closed form is used).
+constexpr int64_t kMaxWalkedChunkMicrobatches = 1 << 16;
+
+// Chunk-microbatch activation sets the stage holds at its peak, and how many of them are
+// the last chunk's (whose head, on the last stage, keeps its logits with them). This
+// project's engines keep each chunk's sets in a pool that never shrinks
+// (rank_model_stages.h), so under interleaving they hold the sum of each chunk's own peak,
+// which the schedule's action list gives (a little more than the closed form's
+// simultaneous peak). Megatron-LM frees them: the simultaneous peak.
+struct InFlight {
+  int64_t chunks = 0;      // chunk-microbatches, all chunks
+  int64_t last_chunk = 0;  // of the last chunk
+};
+
+InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+  InFlight closed_form;
+  closed_form.chunks = ChunksInFlightAtOnce(s, stage);
+  closed_form.last_chunk = s.schedule == SCHEDULE_GPIPE ? s.microbatches
+                           : s.schedule == SCHEDULE_INTERLEAVED_1F1B
+                               ? std::min(s.microbatches, s.pipeline)
+                               : 1;
+  if (s.schedule != SCHEDULE_INTERLEAVED_1F1B ||
+      options.activations == ActivationModel::kMegatronLm ||
+      Mul(s.microbatches, s.virtual_stages) > kMaxWalkedChunkMicrobatches) {
+    return closed_form;
+  }
+  ScheduleConfig config;
+  config.schedule = s.schedule;
+  config.pipeline = static_cast<int>(s.pipeline);
+  config.virtual_stages = static_cast<int>(s.virtual_stages);
+  config.microbatches = static_cast<int>(s.microbatches);
+  absl::StatusOr<PipelineSchedule> schedule =
+      BuildPipelineSchedule(config, static_cast<int>(stage), std::vector<int>(s.pipeline, 0));
+  if (!schedule.ok()) return closed_form;  // validation reports the spec
+  std::vector<int64_t> now(s.virtual_stages, 0), peak(s.virtual_stages, 0);
+  for (const PipelineAction& action : schedule->actions()) {
+    const int c = action.chunk();
+    if (c < 0 || c >= s.virtual_stages) continue;
+    if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
+    if (action.kind() == PipelineAction::BACKWARD) --now[c];
+  }
+  InFlight walked;
+  for (int64_t p : peak) walked.chunks += p;
+  walked.last_chunk = peak.back();
+  return walked;
+}
+
+int64_t LayersInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+  return Mul(ChunksInFlight(s, stage, options).chunks, s.layers / s.pipeline / s.virtual_stages);
+}
+
+// Elements one layer saves for its backward per microbatch besides its input
+// (worker/engine/activations.h): ln1, h1, ln2 [N, C]; qkv [N, 3 Cl]; attention output
+// [N, Cl]; MLP before and after GeLU [N, 4 Cl]; the attention's log-sum-exp; the two
+// LayerNorms' statistics.
+int64_t LayerSavedElements(const Shape& s) {
   const int64_t n = s.tokens();
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
-  return Sum({Mul(4, Mul(n, s.hidden)), Mul(4, n), Mul(12, Mul(n, s.local_hidden())), attention});
+  return Sum({Mul(3, Mul(n, s.hidden)), Mul(4, n), Mul(12, Mul(n, s.local_hidden())), attention});
 }
 
-int64_t ActivationBytes(const Shape& s, int64_t stage) {
-  const int64_t in_flight = LayersInFlight(s, stage);
-  if (!s.recompute) return Mul(kFp32Bytes, Mul(in_flight, LayerActivationElements(s)));
-  // Only each layer's input is kept; one layer at a time is recomputed in full.
-  const int64_t inputs = Mul(in_flight, Mul(s.tokens(), s.hidden));
-  return Mul(kFp32Bytes, Add(inputs, LayerActivationElements(s)));
+// Bytes of one layer's saved activations (besides its input) for one microbatch.
+int64_t LayerSavedBytes(const Shape& s, const RankMemoryOptions& options) {
+  if (options.activations == ActivationModel::kMegatronLm) {
+    MegatronActivationOptions megatron;
+    megatron.element_bytes = s.half_precision ? kHalfBytes : kFp32Bytes;
+    megatron.dropout = s.dropout;
+    const double bytes = MegatronLayerActivationBytes(
+        {static_cast<double>(s.seq), static_cast<double>(s.micro_batch),
+         static_cast<double>(s.hidden), static_cast<double>(s.heads),
+         static_cast<double>(s.tensor)},
+        megatron);
+    // Less its input, which the caller counts with every layer's.
+    const double input = static_cast<double>(s.tokens()) * s.hidden * megatron.element_bytes;
+    const double saved = bytes - input;
+    return saved >= 9e18 ? kSaturatedBytes : static_cast<int64_t>(saved);
+  }
+  return Mul(kFp32Bytes, LayerSavedElements(s));
 }
 
-int64_t LogitsBytes(const Shape& s, int64_t stage) {
+int64_t InputBytes(const Shape& s, const RankMemoryOptions& options) {
+  const int64_t bytes = options.activations == ActivationModel::kMegatronLm && s.half_precision
+                            ? kHalfBytes
+                            : kFp32Bytes;
+  return Mul(bytes, Mul(s.tokens(), s.hidden));
+}
+
+// Every layer in flight keeps its input; without recompute also its saved set.
+int64_t ActivationBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+  const int64_t layers = LayersInFlight(s, stage, options);
+  int64_t per_layer = InputBytes(s, options);
+  if (!s.recompute) per_layer = Add(per_layer, LayerSavedBytes(s, options));
+  return Mul(layers, per_layer);
+}
+
+// The head on the last stage: LayerNorm output [N, C], its statistics and the logits
+// [N, Vl] with the cross-entropy's three statistics, per microbatch in flight on it.
+int64_t LogitsBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
   if (stage != s.pipeline - 1) return 0;
-  int64_t in_flight = 1;
-  if (s.schedule == SCHEDULE_GPIPE) in_flight = s.microbatches;
-  if (s.schedule == SCHEDULE_INTERLEAVED_1F1B) in_flight = std::min(s.microbatches, s.pipeline);
+  const int64_t in_flight = ChunksInFlight(s, stage, options).last_chunk;
   const int64_t n = s.tokens();
-  const int64_t logits = Mul(n, s.vocab_local);
-  const int64_t per_microbatch = Sum({logits, Mul(n, s.hidden), Mul(5, n)});
-  return Mul(kFp32Bytes, Add(Mul(in_flight, per_microbatch), logits));
+  const int64_t per_microbatch = Sum({Mul(n, s.vocab_local), Mul(n, s.hidden), Mul(5, n)});
+  return Mul(kFp32Bytes, Mul(in_flight, per_microbatch));
 }
 
-RankMemoryEstimate EstimateStage(const Shape& s, int64_t stage) {
+// What the engine allocates besides saved activations (worker/engine/
+// rank_allocation_estimate.cc counts the same): per chunk-microbatch in flight its tokens,
+// targets and positions, the chunk's output, and the pipeline's received input and output
+// gradient (3 N + 3 N C); each chunk's backward scratch (2 N C + 2 N Fl + 4 N Cl, one
+// recomputed layer's saved set under recompute), and on the last stage the logits'
+// gradient and the head's residual gradients (N Vl + 3 N C + N); every microbatch's tokens and
+// targets (2 N each), loaded at the start of a step. fp32 and int32: 4 bytes.
+int64_t WorkspaceBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+  const int64_t n = s.tokens();
+  if (options.activations == ActivationModel::kMegatronLm) {
+    // Megatron-LM frees a stage's output once sent and keeps no separate pipeline
+    // buffers: one recomputed layer's set and the head's fp32 logits gradient remain.
+    int64_t bytes = s.recompute ? LayerSavedBytes(s, options) : 0;
+    if (stage == s.pipeline - 1) bytes = Add(bytes, Mul(kFp32Bytes, Mul(n, s.vocab_local)));
+    return bytes;
+  }
+  const int64_t nc = Mul(n, s.hidden);
+  const int64_t fl = 4 * s.local_hidden();
+  const int64_t per_chunk = Sum({Mul(3, n), Mul(3, nc)});
+  int64_t elements = Mul(ChunksInFlight(s, stage, options).chunks, per_chunk);
+  // Each of the v chunks has its own backward scratch (and recomputed layer).
+  int64_t scratch = Sum({Mul(2, nc), Mul(2, Mul(n, fl)), Mul(4, Mul(n, s.local_hidden()))});
+  if (s.recompute) scratch = Add(scratch, LayerSavedElements(s));
+  elements = Add(elements, Mul(s.virtual_stages, scratch));
+  if (stage == s.pipeline - 1) {
+    elements = Sum({elements, Mul(n, s.vocab_local), Mul(3, nc), n});
+  }
+  elements = Add(elements, Mul(s.microbatches, Mul(2, n)));
+  return Mul(kFp32Bytes, elements);
+}
+
+RankMemoryEstimate EstimateStage(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
   RankMemoryEstimate e;
   e.pipeline_stage = static_cast<int>(stage);
   e.parameters = StageParameters(s, stage);
@@ -153,23 +266,30 @@ RankMemoryEstimate EstimateStage(const Shape& s, int64_t stage) {
   e.optimizer_bytes = s.zero1 && moments != kSaturatedBytes
                           ? moments / s.data + (moments % s.data != 0 ? 1 : 0)
                           : moments;
-  e.activation_bytes = ActivationBytes(s, stage);
-  e.logits_bytes = LogitsBytes(s, stage);
-  e.total_bytes = Sum(
-      {e.weight_bytes, e.gradient_bytes, e.optimizer_bytes, e.activation_bytes, e.logits_bytes});
+  e.activation_bytes = ActivationBytes(s, stage, options);
+  e.logits_bytes = LogitsBytes(s, stage, options);
+  e.workspace_bytes = WorkspaceBytes(s, stage, options);
+  e.total_bytes = Sum({e.weight_bytes, e.gradient_bytes, e.optimizer_bytes, e.activation_bytes,
+                       e.logits_bytes, e.workspace_bytes});
   return e;
 }
 
 }  // namespace
 
-RankMemoryEstimate EstimateRankMemory(const JobSpec& spec) {
+RankMemoryEstimate EstimateRankMemory(const JobSpec& spec, const RankMemoryOptions& options) {
   const Shape shape = ShapeOf(spec);
   // The first stage holds the most activations (1F1B, interleaved) and the embedding; the
   // last holds the logits. Middle stages hold no more than the first.
-  const RankMemoryEstimate first = EstimateStage(shape, 0);
+  const RankMemoryEstimate first = EstimateStage(shape, 0, options);
   if (shape.pipeline == 1) return first;
-  const RankMemoryEstimate last = EstimateStage(shape, shape.pipeline - 1);
+  const RankMemoryEstimate last = EstimateStage(shape, shape.pipeline - 1, options);
   return last.total_bytes > first.total_bytes ? last : first;
+}
+
+RankMemoryEstimate EstimateStageMemory(const JobSpec& spec, int stage,
+                                       const RankMemoryOptions& options) {
+  const Shape shape = ShapeOf(spec);
+  return EstimateStage(shape, std::clamp<int64_t>(stage, 0, shape.pipeline - 1), options);
 }
 
 std::string FormatMemoryBytes(int64_t bytes) {
@@ -186,12 +306,12 @@ std::string FormatMemoryBytes(int64_t bytes) {
 }
 
 std::string RankMemoryEstimate::ToString() const {
-  return absl::StrCat(FormatMemoryBytes(total_bytes), " (pipeline stage ", pipeline_stage, ", ",
-                      parameters, " parameters: weights ", FormatMemoryBytes(weight_bytes),
-                      ", gradients ", FormatMemoryBytes(gradient_bytes), ", optimizer ",
-                      FormatMemoryBytes(optimizer_bytes), ", activations ",
-                      FormatMemoryBytes(activation_bytes), ", logits ",
-                      FormatMemoryBytes(logits_bytes), ")");
+  return absl::StrCat(
+      FormatMemoryBytes(total_bytes), " (pipeline stage ", pipeline_stage, ", ", parameters,
+      " parameters: weights ", FormatMemoryBytes(weight_bytes), ", gradients ",
+      FormatMemoryBytes(gradient_bytes), ", optimizer ", FormatMemoryBytes(optimizer_bytes),
+      ", activations ", FormatMemoryBytes(activation_bytes), ", logits ",
+      FormatMemoryBytes(logits_bytes), ", workspace ", FormatMemoryBytes(workspace_bytes), ")");
 }
 
 }  // namespace mtrain

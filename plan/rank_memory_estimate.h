@@ -16,25 +16,35 @@
 //   gradients    4 bytes per parameter (one fp32 buffer, all-reduced in buckets).
 //   optimizer    AdamW's two fp32 moments, 8 bytes per parameter, divided by data under
 //                ZeRO-1 (rounded up).
-//   activations  per layer and microbatch 4 N C + 4 N + 12 N Cl + B (heads / t) S
-//                elements (LayerNorm inputs and statistics, qkv, attention log-sum-exp,
-//                attention output, residual, MLP before and after GeLU, layer input); with
-//                train.recompute only the layer input N C is kept, plus one layer's full set
-//                while it is recomputed. Times the layer-microbatches in flight on stage s:
-//                GPipe m L/p; 1F1B min(p - s, m) L/p; interleaved (pipeline_schedule.cc's
-//                warm-up plus one) min(2 (p - s - 1) + (v - 1) p + 1, m v) L/(p v), all
-//                m v chunks when m == p. Counted as fp32 (4 bytes) for every precision: an
-//                upper bound for bf16/fp16.
+//   activations  every layer-microbatch in flight keeps its input N C and, without
+//                train.recompute, its saved set 3 N C + 12 N Cl + 4 N + B (heads / t) S
+//                (LayerNorm inputs and statistics, qkv, attention output, residual, MLP
+//                before and after GeLU, the attention log-sum-exp). Layer-microbatches in
+//                flight on stage s: GPipe m L/p; 1F1B min(p - s, m) L/p; interleaved
+//                (pipeline_schedule.cc's warm-up plus one) min(2 (p - s - 1) + (v - 1) p + 1,
+//                m v) L/(p v), all m v chunks when m == p. fp32 (this project's engines keep
+//                activations in fp32 for every precision). With
+//                RankMemoryOptions::activations = kMegatronLm the saved set is Megatron-LM's
+//                (Korthikanti et al. 2022, megatron_activation_memory.h) in the spec's
+//                precision.
 //   logits       the last stage keeps N Vl logits (+ LayerNorm output N C and 5 N
 //                statistics) per microbatch in flight on it (GPipe m, 1F1B 1, interleaved
-//                at most min(m, p)), plus one N Vl workspace for their gradient. fp32.
+//                at most min(m, p)). fp32.
+//   workspace    what the engine allocates besides: per chunk-microbatch in flight its
+//                token ids and the pipeline's input, output and output gradient (3 N +
+//                3 N C); each chunk's backward scratch (2 N C + 12 N Cl; a recomputed
+//                layer's saved set); the head's N Vl + 3 N C + N on the last stage; every
+//                microbatch's tokens and targets (2 N m). worker/engine/
+//                rank_allocation_estimate.cc counts the same from a rank's own schedule
+//                (its test holds the two together).
 // The rank reported is the stage that needs the most (the first or the last). The
-// estimate leaves out what does not grow with the spec (code, communicator buffers,
-// the data set), so compare it with a margin.
+// estimate is of the engine's own allocations (what the CPU engine reports as
+// host_memory_peak_bytes); the process's code, communicator buffers and data set come on
+// top.
 //
 // All arithmetic is 64-bit and saturating: a value that does not fit int64 is reported as
-// kSaturatedBytes, never wraps. Issue 18 extends this into the planner's memory model; keep
-// each term a separate, named function of the spec.
+// kSaturatedBytes, never wraps. It is the planner's memory model (layout_search.h rejects
+// layouts with it); each term is a separate, named function of the spec.
 //
 //   const RankMemoryEstimate memory = EstimateRankMemory(spec);
 //   if (memory.total_bytes > worker.memory_bytes()) ...
@@ -59,17 +69,31 @@ struct RankMemoryEstimate {
   int64_t gradient_bytes = 0;    // fp32 gradients
   int64_t optimizer_bytes = 0;   // AdamW moments (ZeRO-1: divided by data)
   int64_t activation_bytes = 0;  // transformer layers' saved activations in flight
-  int64_t logits_bytes = 0;      // last stage: logits in flight + their gradient
+  int64_t logits_bytes = 0;      // last stage: logits in flight
+  int64_t workspace_bytes = 0;   // pipeline buffers, backward scratch, token buffers
   int64_t total_bytes = 0;       // sum, saturating
 
   // "18.2 MiB (pipeline stage 0, 842496 parameters: weights 3.2 MiB, gradients ...)".
   std::string ToString() const;
 };
 
+enum class ActivationModel {
+  kThisProjectsEngines,  // flash attention, fp32 activations (activations.h)
+  kMegatronLm,           // Megatron-LM's saved tensors, S^2 scores included, in the precision
+};
+
+struct RankMemoryOptions {
+  ActivationModel activations = ActivationModel::kThisProjectsEngines;
+};
+
 // The estimate for the rank that needs the most. `spec` must have its defaults applied;
 // sizes that are not positive are taken as 1 (validation reports them), so any spec gives
 // a defined answer.
-RankMemoryEstimate EstimateRankMemory(const JobSpec& spec);
+RankMemoryEstimate EstimateRankMemory(const JobSpec& spec, const RankMemoryOptions& options = {});
+
+// The estimate for a rank of pipeline stage `stage` (clamped to the stages there are).
+RankMemoryEstimate EstimateStageMemory(const JobSpec& spec, int stage,
+                                       const RankMemoryOptions& options = {});
 
 // "1.5 GiB", "512 B", "more than 8 EiB" (kSaturatedBytes).
 std::string FormatMemoryBytes(int64_t bytes);

@@ -20,14 +20,18 @@ TEST(RankMemoryEstimateTest, DefaultModelCountsEveryParameterOnce) {
   EXPECT_EQ(e.weight_bytes, 4 * parameters);
   EXPECT_EQ(e.gradient_bytes, 4 * parameters);
   EXPECT_EQ(e.optimizer_bytes, 8 * parameters);
-  // One microbatch of 128 tokens in flight through 4 layers; the attention keeps one
-  // log-sum-exp per head and query (4 x 128).
-  const int64_t n = 128;
-  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
+  // One microbatch of 128 tokens in flight through 4 layers: each keeps its input and
+  // 3 N C + 12 N C + 4 N and one log-sum-exp per head and query (4 x 128).
+  const int64_t n = 128, c = 128;
+  const int64_t per_layer = n * c + 3 * n * c + 4 * n + 12 * n * c + 4 * 128;
   EXPECT_EQ(e.activation_bytes, 4 * 4 * per_layer);
-  EXPECT_EQ(e.logits_bytes, 4 * (2 * n * 256 + n * 128 + 5 * n));
+  EXPECT_EQ(e.logits_bytes, 4 * (n * 256 + n * c + 5 * n));
+  // The chunk's token ids and pipeline buffers (3 N + 3 N C), the backward scratch
+  // (2 N C + 8 N C + 4 N C), the head's (N V + 3 N C + N) and the step's tokens (2 N).
+  EXPECT_EQ(e.workspace_bytes, 4 * ((3 * n + 3 * n * c) + (2 * n * c + 8 * n * c + 4 * n * c) +
+                                    (n * 256 + 3 * n * c + n) + 2 * n));
   EXPECT_EQ(e.total_bytes, e.weight_bytes + e.gradient_bytes + e.optimizer_bytes +
-                               e.activation_bytes + e.logits_bytes);
+                               e.activation_bytes + e.logits_bytes + e.workspace_bytes);
 }
 
 TEST(RankMemoryEstimateTest, TensorParallelismSplitsTheLayersAndTheVocabulary) {
@@ -80,9 +84,11 @@ TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
   const RankMemoryEstimate recomputed =
       EstimateRankMemory(ResolvedSpecForTest(R"({"train": {"recompute": true}})"));
   const int64_t n = 128;
-  const int64_t per_layer = 4 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
-  EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128 + per_layer));
+  const int64_t saved_set = 3 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
+  EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128));
   EXPECT_LT(recomputed.activation_bytes, saved.activation_bytes);
+  // The layer being recomputed holds its full set in the workspace.
+  EXPECT_EQ(recomputed.workspace_bytes - saved.workspace_bytes, 4 * saved_set);
 }
 
 TEST(RankMemoryEstimateTest, HalfPrecisionAddsAWorkingCopyOfTheWeights) {

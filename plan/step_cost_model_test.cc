@@ -104,8 +104,8 @@ TEST(StepCostModelTest, GroupsThatLeaveANodeUseTheSlowerLink) {
 // Data groups of 8 with t = 2 on 4-device nodes: two members on each node, so the ring's
 // traffic between nodes goes through two adapters at once when the node has them.
 TEST(StepCostModelTest, GroupsSpanningNodesDriveOneAdapterPerMemberOnANode) {
-  const JobSpec spec = ResolvedSpecForTest(
-      R"({"parallel": {"tensor": 2, "data": 8, "global_batch_size": 8}})");
+  const JobSpec spec =
+      ResolvedSpecForTest(R"({"parallel": {"tensor": 2, "data": 8, "global_batch_size": 8}})");
   ClusterDescription one_adapter = Cluster(4, 4);
   ClusterDescription adapters = Cluster(4, 4);
   adapters.set_inter_node_adapters(4);
@@ -114,16 +114,15 @@ TEST(StepCostModelTest, GroupsSpanningNodesDriveOneAdapterPerMemberOnANode) {
   const StepCost spread = PredictStepCost(spec, adapters, no_overlap);
   // Same latencies, twice the bandwidth (two members a node, not four).
   const double latency = 2 * 7 * 1e-5;
-  EXPECT_NEAR(spread.data_comm_seconds - latency, (shared.data_comm_seconds - latency) / 2,
-              1e-12);
+  EXPECT_NEAR(spread.data_comm_seconds - latency, (shared.data_comm_seconds - latency) / 2, 1e-12);
   // Tensor pairs stay inside a node either way.
   EXPECT_DOUBLE_EQ(spread.tensor_comm_seconds, shared.tensor_comm_seconds);
 }
 
 TEST(StepCostModelTest, ScatterGatherSendsASliceAndAllGathersItInTheTensorGroup) {
   // t = 2, p = 2, one stage a node: messages between nodes, the all-gather inside.
-  const JobSpec spec = ResolvedSpecForTest(
-      R"({"parallel": {"tensor": 2, "pipeline": 2, "global_batch_size": 4}})");
+  const JobSpec spec =
+      ResolvedSpecForTest(R"({"parallel": {"tensor": 2, "pipeline": 2, "global_batch_size": 4}})");
   const ClusterDescription cluster = Cluster(2, 2);
   StepCostOptions whole, sliced;
   sliced.scatter_gather = true;

@@ -37,6 +37,8 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngin
       config.groups->data == nullptr) {
     return absl::InvalidArgumentError("the CPU engine needs the tensor and data groups");
   }
+  // The memory report counts what the engine allocates from here on.
+  const int64_t heap_before = HeapBytesInUse();
   std::unique_ptr<CpuEngine> engine(new CpuEngine);
   engine->groups_ = config.groups;
   engine->pipeline_ = config.pipeline;
@@ -45,7 +47,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngin
                                      TensorGroupOf(config.groups->tensor.get()),
                                      static_cast<size_t>(std::max(1, config.zero_shards))));
   engine->model_->Initialize(config.seed);
-  engine->stages_ = std::make_unique<RankModelStages>(engine->model_.get());
+  engine->stages_ = std::make_unique<RankModelStages>(engine->model_.get(), heap_before);
   std::vector<GradientRange> grad_ranges;
   for (const ParamTensor& tensor : engine->model_->tensors()) {
     grad_ranges.push_back({tensor.offset, tensor.size});

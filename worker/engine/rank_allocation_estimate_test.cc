@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "plan/assignment_plan.h"
+#include "plan/rank_memory_estimate.h"
 #include "spec/job_spec_validation.h"
 #include "worker/engine/rank_model.h"
 
@@ -37,6 +38,43 @@ double RealParameterBytes(const Assignment& a) {
       par.micro_batch_size(), ModelOptions{}, tp, zero ? par.data() : 1);
   EXPECT_TRUE(model.ok()) << model.status();
   return static_cast<double>((*model)->buffer_size()) * 4;
+}
+
+// The planner prices a layout's memory from the spec alone (plan/rank_memory_estimate.h);
+// this estimate reads a rank's own schedule. They count the same tensors, so on the first
+// and last pipeline stage (what the planner reports) they must agree, staging aside
+// (checkpoint copies the planner leaves to the worker's own check).
+TEST(RankAllocationEstimateTest, AgreesWithThePlannersMemoryModel) {
+  for (const std::string parallel : {
+           R"("tensor": 1, "global_batch_size": 2)",
+           R"("tensor": 2, "micro_batch_size": 2, "global_batch_size": 4)",
+           R"("pipeline": 2, "global_batch_size": 8)",
+           R"("pipeline": 4, "global_batch_size": 8, "schedule": "SCHEDULE_GPIPE")",
+           R"("tensor": 2, "pipeline": 2, "data": 2, "zero_stage": 1, "global_batch_size": 8)",
+           R"("pipeline": 2, "virtual_stages": 2, "global_batch_size": 8,
+               "schedule": "SCHEDULE_INTERLEAVED_1F1B")",
+       }) {
+    for (const bool recompute : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(parallel, recompute ? " recompute" : ""));
+      const std::string json = absl::StrCat(
+          R"({"model": {"num_layers": 8, "num_heads": 4, "hidden_size": 64, "seq_length": 32,
+                        "vocab_size": 300}, "train": {"recompute": )",
+          recompute ? "true" : "false", R"(}, "parallel": {)", parallel, "}}");
+      const std::vector<Assignment> plan = Plan(json);
+      for (const Assignment& a : plan) {
+        const int stage = a.rank().pp_rank();
+        const int stages = a.spec().parallel().pipeline();
+        if (stage != 0 && stage != stages - 1) continue;
+        absl::StatusOr<RankAllocationEstimate> worker = EstimateRankAllocation(a, true);
+        ASSERT_TRUE(worker.ok()) << worker.status();
+        const RankMemoryEstimate planner = EstimateStageMemory(a.spec(), stage);
+        const double worker_bytes = worker->total() - worker->staging;
+        EXPECT_NEAR(planner.total_bytes / worker_bytes, 1.0, 0.01)
+            << "stage " << stage << ": planner " << planner.ToString() << "; worker "
+            << worker->Describe();
+      }
+    }
+  }
 }
 
 TEST(RankAllocationEstimateTest, ParametersMatchTheRealModelOnEveryRank) {

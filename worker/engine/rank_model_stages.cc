@@ -5,7 +5,8 @@
 
 namespace mtrain {
 
-RankModelStages::RankModelStages(RankModel* model) : model_(model), free_(model->num_chunks()) {}
+RankModelStages::RankModelStages(RankModel* model, int64_t heap_baseline)
+    : model_(model), free_(model->num_chunks()), heap_peak_(heap_baseline) {}
 
 absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Microbatch& microbatch,
                                                 const float* hidden_in, float* hidden_out) {

@@ -23,7 +23,9 @@ namespace mtrain {
 class RankModelStages : public PipelineStages {
  public:
   // `model` must outlive this.
-  explicit RankModelStages(RankModel* model);
+  // `heap_baseline`: HeapBytesInUse() before `model` was built, so that heap_peak_bytes()
+  // counts the engine's own allocations.
+  RankModelStages(RankModel* model, int64_t heap_baseline);
 
   // Passed to each chunk's last backward of a step (null: none). Must outlive the step.
   void SetFinalGradsHook(const GradReadyHook* hook) { final_grads_hook_ = hook; }
