@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -371,6 +372,7 @@ absl::Status JobManager::Cancel(const std::string& job_id) {
   if (active_.count(job_id) > 0) EndGenerationLocked(job_id, "cancelled by a user");
   restart_waiting_since_.erase(job_id);
   room_wanted_.erase(job_id);
+  growth_.erase(job_id);
   return absl::OkStatus();
 }
 
@@ -388,6 +390,7 @@ absl::Status JobManager::DeleteLocked(const std::string& job_id) {
   // cleared when it ended).
   RETURN_IF_ERROR(store_->DeleteJob(job_id));
   restart_waiting_since_.erase(job_id);
+  growth_.erase(job_id);
   if (metrics_ != nullptr) metrics_->ForgetJob(job_id);
   // Watchers wake up and find the job gone (NOT_FOUND).
   versions_.erase(job_id);
@@ -640,9 +643,62 @@ void JobManager::OnCheckpointCommitted(const std::string& job_id, const Checkpoi
                      info.num_files(), " files, written under (t,p,d)=(", info.tensor(), ",",
                      info.pipeline(), ",", info.data(), "))"));
     if (metrics_ != nullptr) metrics_->SetCheckpointStep(job_id, info.step());
+    if (!info.parameters_only()) MaybeGrowLocked(job_id, info.step());
     BumpLocked(job_id);
   }
-  Tick();  // initial weights may let the job start
+  Tick();  // initial weights may let the job start; a grown job is placed
+}
+
+void JobManager::MaybeGrowLocked(const std::string& job_id, int64_t step) {
+  const auto it = active_.find(job_id);
+  if (it == active_.end() || !it->second.running) return;
+  const ActiveJob& job = it->second;
+  const ParallelSpec& par = job.spec.parallel();
+  const double gain = par.replan_on_join_gain();
+  if (gain <= 0 || !(par.auto_() || par.replan())) return;
+  if (step >= job.spec.train().steps()) return;  // the last checkpoint: nothing left to speed
+  const std::vector<std::string> joined = FreeWorkersLocked();
+  if (joined.empty()) return;
+  std::map<std::string, WorkerStatus> by_id;
+  for (const WorkerStatus& w : workers_->List()) by_id[w.worker().worker_id()] = w;
+  std::vector<WorkerStatus> running;
+  for (const std::string& id : std::set<std::string>(job.workers.begin(), job.workers.end())) {
+    running.push_back(by_id[id]);
+  }
+  std::vector<WorkerStatus> grown = running;
+  for (const std::string& id : joined) grown.push_back(by_id[id]);
+  absl::StatusOr<LayoutSearch> now = PlanOnWorkers(job.spec, running, /*keep_micro_batch=*/true);
+  absl::StatusOr<LayoutSearch> more = PlanOnWorkers(job.spec, grown, /*keep_micro_batch=*/true);
+  if (!now.ok() || !more.ok() || more->feasible.empty()) return;
+  // The running layout as the model prices it on its own workers.
+  std::optional<double> running_seconds;
+  const std::string running_name = LayoutName(job.spec);
+  for (const PricedLayout& layout : now->feasible) {
+    if (LayoutName(layout.spec) == running_name) {
+      running_seconds = layout.cost.step_seconds;
+      break;
+    }
+  }
+  if (!running_seconds.has_value()) return;  // a layout the model cannot price: leave it
+  const PricedLayout& best = more->feasible.front();
+  if (best.cost.devices <= static_cast<int>(running.size())) return;  // not a growth
+  if (best.cost.step_seconds > *running_seconds * (1 - gain)) return;
+  const std::string why =
+      absl::StrCat(joined.size(), " free workers joined: ", running_name, " (predicted ",
+                   absl::StrFormat("%.3g", *running_seconds), " s a step) -> ",
+                   PredictionText(best), ", resuming from the checkpoint of step ", step);
+  const int64_t generation = job.generation;
+  const int restarts = job.restarts;
+  EndGenerationLocked(job_id, "the job is re-planned onto more workers");
+  growth_[job_id] = Growth{best.spec, clock_->Now()};
+  AppendEventLocked(job_id, "replanned", why);
+  // Not a failure: the restart budget is kept.
+  if (!SetPlacementLocked(job_id, generation, restarts, {}).ok()) return;
+  if (!TransitionLocked(job_id, JOB_STATE_PLACING, absl::StrCat("re-planning: ", why)).ok()) {
+    return;
+  }
+  (void)TransitionLocked(job_id, JOB_STATE_PENDING,
+                         "waiting for the job's workers to stop their ranks before growing");
 }
 
 bool JobManager::AwaitsInitialWeightsLocked(const JobStatus& job) const {
@@ -948,6 +1004,25 @@ void JobManager::AdmitLocked() {
                     [&](DeviceKind k) { return held_back.count(k) > 0; })) {
       held_back.insert(kinds.begin(), kinds.end());
       continue;
+    }
+    if (const auto grow = growth_.find(job.job_id()); grow != growth_.end()) {
+      absl::StatusOr<bool> placed =
+          PlaceLocked(job.job_id(), grow->second.spec, job.generation() + 1, job.restarts());
+      if (!placed.ok()) continue;  // the store refused: next Tick
+      if (*placed) {
+        growth_.erase(grow);
+        continue;
+      }
+      if (clock_->Now() - grow->second.since < options_.shrink_grace) {
+        held_back.insert(kinds.begin(), kinds.end());
+        continue;
+      }
+      // The workers went away meanwhile: placed as it was.
+      AppendEventLocked(
+          job.job_id(), "replan_abandoned",
+          absl::StrCat("the workers for ", LayoutName(grow->second.spec), " were not free within ",
+                       absl::FormatDuration(options_.shrink_grace)));
+      growth_.erase(grow);
     }
     const auto waiting = restart_waiting_since_.find(job.job_id());
     const bool allow_shrink = waiting != restart_waiting_since_.end() &&

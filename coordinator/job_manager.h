@@ -193,6 +193,13 @@ class JobManager {
                                         const std::vector<DeviceKind>& kinds) const;
 
   void AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // parallel.replan_on_join_gain: called when a checkpoint of step `step` of the job's live
+  // generation has landed. When the layout the planner picks for the job's workers plus
+  // the free ones is predicted faster than the running one by at least the gain, ends the
+  // generation (no restart spent) and records that layout for the next placement, which
+  // resumes from this checkpoint.
+  void MaybeGrowLocked(const std::string& job_id, int64_t step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Places `job_id` if enough workers are free; false (nothing changed) otherwise. With
   // `allow_shrink`, tries fewer data-parallel replicas (down to min_data) when the full
   // job does not fit. An error when the store refused the placement (nothing applied in
@@ -288,6 +295,14 @@ class JobManager {
     uint64_t bytes = 0;
   };
   std::map<std::string, RoomWanted> room_wanted_ ABSL_GUARDED_BY(mutex_);
+  // Jobs stopped to grow onto joined workers (MaybeGrowLocked): the layout to place next,
+  // and since when. Placed by AdmitLocked once the job's own workers have stopped their
+  // ranks; after shrink_grace without the workers the job is placed as it was.
+  struct Growth {
+    JobSpec spec;
+    absl::Time since;
+  };
+  std::map<std::string, Growth> growth_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace mtrain

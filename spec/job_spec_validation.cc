@@ -254,6 +254,14 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
                           "pipeline == 0]"));
     }
   }
+  if (!(p.replan_on_join_gain() >= 0 && p.replan_on_join_gain() < 1)) {
+    v->Add(absl::StrCat("parallel.replan_on_join_gain: must be in [0, 1) (got ",
+                        p.replan_on_join_gain(), ")"));
+  } else if (p.replan_on_join_gain() > 0 && !p.auto_() && !p.replan()) {
+    v->Add(
+        "parallel.replan_on_join_gain: set, but neither parallel.auto nor parallel.replan "
+        "is [rule: only a job the coordinator may re-plan can grow onto new workers]");
+  }
   if (p.zero_stage() != 0 && p.zero_stage() != 1) {
     v->Add(absl::StrCat("parallel.zero_stage: must be 0 or 1 (got ", p.zero_stage(), ")"));
   }

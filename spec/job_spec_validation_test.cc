@@ -156,6 +156,19 @@ TEST(JobSpecValidationTest, MinDataMustBeWithinDataAndKeepTheBatch) {
       ParseJobSpecJson(R"({"parallel": {"data": 4, "min_data": 2, "global_batch_size": 8}})").ok());
 }
 
+TEST(JobSpecValidationTest, GrowingOnJoinNeedsAJobTheCoordinatorMayReplan) {
+  ExpectRejected(R"({"parallel": {"replan": true, "replan_on_join_gain": 1.5}})",
+                 "parallel.replan_on_join_gain: must be in [0, 1) (got 1.5)", "");
+  ExpectRejected(R"({"parallel": {"replan": true, "replan_on_join_gain": -0.1}})",
+                 "parallel.replan_on_join_gain: must be in [0, 1)", "");
+  ExpectRejected(R"({"parallel": {"replan_on_join_gain": 0.2}})",
+                 "parallel.replan_on_join_gain: set, but neither parallel.auto nor "
+                 "parallel.replan is",
+                 "only a job the coordinator may re-plan can grow");
+  EXPECT_TRUE(
+      ParseJobSpecJson(R"({"parallel": {"replan": true, "replan_on_join_gain": 0.2}})").ok());
+}
+
 TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {
   ExpectRejected(R"({"model": {"num_heads": 3, "hidden_size": 128}})", "model.hidden_size",
                  "hidden_size % num_heads == 0");

@@ -340,6 +340,57 @@ TEST_F(ElasticRestartTest, AnAutoJobThatLosesWorkersIsReplannedAndKeepsItsLosses
   }
 }
 
+// parallel.replan_on_join_gain: a job runs (1,1,2) on the only 2 workers; 2 more join.
+// At its next checkpoint the coordinator predicts a layout on all 4 at least 10% faster,
+// stops the job without spending a restart (max_restarts is 0) and resumes it from that
+// checkpoint under the new layout; every step's loss is the one an uninterrupted
+// single-rank run has.
+TEST_F(ElasticRestartTest, AJobGrowsOntoWorkersThatJoinAndKeepsItsLosses) {
+  // Enough work a step that more workers are predicted faster (tiny models are latency-
+  // bound and the planner keeps them on few workers).
+  const std::string model = R"("model": {"num_layers": 4, "num_heads": 4, "hidden_size": 256,
+      "seq_length": 64}, "device": "DEVICE_CPU")";
+  const std::string train = R"("train": {"dropout": 0.1, "seed": 3, "steps": 24,
+      "checkpoint_every": 4, "max_restarts": 0})";
+  const std::string reference =
+      RunStatic("static", WriteSpec("static.json", absl::StrCat("{", model, R"(, "parallel":
+          {"micro_batch_size": 2, "global_batch_size": 16}, )",
+                                                                train, "}")));
+  const std::string spec =
+      WriteSpec("job.json", absl::StrCat("{", model, R"(, "parallel": {"replan": true,
+          "replan_on_join_gain": 0.1, "data": 2, "micro_batch_size": 2,
+          "global_batch_size": 16}, )",
+                                         train, "}"));
+  StartCoordinator("127.0.0.1:0", {"--shrink_grace=20s", "--collective_timeout=20s"});
+  StartWorkers(2);
+  const std::string job = Submit(spec);
+  WaitForStep(job, 1, absl::Minutes(2));
+  // The newcomers would measure the host while the job's ranks load it; the planner
+  // prices every worker at the slowest measurement, so they report none (and are priced
+  // at the first two's).
+  worker_flags_ = {"--probe_device=false"};
+  StartWorkers(2);
+  WaitForSuccess(job, absl::Minutes(5));
+  const std::string events = Events(job);
+  EXPECT_THAT(events, HasSubstr("replanned"));
+  EXPECT_THAT(events, HasSubstr("2 free workers joined: t=1 p=1 d=2 v=1 b=2 (predicted"));
+  EXPECT_THAT(events, HasSubstr("resumes from checkpoint step"));
+  absl::StatusOr<JobStatus> status = Status(job);
+  ASSERT_TRUE(status.ok());
+  EXPECT_GT(status->workers_size(), 2) << "the grown generation runs on the joined workers too";
+  EXPECT_EQ(status->restarts(), 0) << "growing is not a failure";
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+  absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  std::map<int, double> got;
+  for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
+  ASSERT_EQ(expected.size(), 24u);
+  ASSERT_EQ(got.size(), 24u);
+  for (const auto& [step, loss] : got) {
+    EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
+  }
+}
+
 TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
   StartCoordinator("127.0.0.1:0", {"--collective_timeout=10s"});
   StartWorkers(3);

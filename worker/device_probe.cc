@@ -1,12 +1,20 @@
 #include "worker/device_probe.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/util/json_util.h"
 #include "kernels/cpu_threads.h"
 #include "kernels/matmul.h"
 
@@ -79,6 +87,62 @@ DeviceProfile ProbeCpu(const CpuProbeOptions& options) {
   profile.set_matmul_efficiency(1.0);
   profile.set_matmul_half_size(MatmulHalfSize(kSmall, small_rate, kLarge, large_rate));
   profile.set_memory_bandwidth_bytes_per_second(CopyBandwidth(options.seconds_per_measurement));
+  return profile;
+}
+
+absl::StatusOr<DeviceProfile> MeasureCudaWithRankBinary(const std::string& train_binary,
+                                                        int device) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return absl::InternalError("cannot create a pipe for the probe");
+  const std::string flag = absl::StrCat("--measure_cuda_device=", device);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return absl::InternalError("cannot fork the GPU probe");
+  }
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::dup2(pipe_fds[1], STDERR_FILENO);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    ::execl(train_binary.c_str(), train_binary.c_str(), flag.c_str(), static_cast<char*>(nullptr));
+    std::fprintf(stderr, "cannot run %s: %s\n", train_binary.c_str(), std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(pipe_fds[1]);
+  std::string output;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof(buffer))) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (output.size() < (1 << 20)) output.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipWhitespace())) {
+    last = std::string(absl::StripAsciiWhitespace(line));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(train_binary, " ", flag, " failed: ", last.empty() ? "no output" : last));
+  }
+  DeviceProfile profile;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(last, &profile);
+  if (!parsed.ok()) {
+    return absl::InternalError(
+        absl::StrCat(train_binary, " ", flag, " printed no device profile: ", parsed.ToString()));
+  }
+  if (!(profile.fp32_flops() > 0) || !(profile.half_flops() >= 0) ||
+      !(profile.memory_bandwidth_bytes_per_second() > 0)) {
+    return absl::InternalError(
+        absl::StrCat(train_binary, " ", flag, " printed a profile without positive rates: ", last));
+  }
   return profile;
 }
 

@@ -1,7 +1,13 @@
 #include "worker/device_probe.h"
 
-#include <cmath>
+#include <sys/stat.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -27,6 +33,49 @@ TEST(DeviceProbeTest, MeasuresThisMachine) {
   EXPECT_TRUE(std::isfinite(profile.matmul_half_size()));
   EXPECT_GT(profile.memory_bandwidth_bytes_per_second(), 1e8);
   EXPECT_NE(profile.name().find("measured"), std::string::npos);
+}
+
+// A stand-in for `train --measure_cuda_device` (a shell script): the logic of running it
+// and reading its profile, on machines without a GPU.
+std::string FakeRankBinary(const std::string& name, const std::string& body) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+TEST(DeviceProbeTest, ReadsTheProfileTheRankBinaryPrints) {
+  const std::string train = FakeRankBinary(
+      "prints-profile", R"(test "$1" = "--measure_cuda_device=0" || exit 3
+echo "cuBLAS warming up"
+echo '{"name":"NVIDIA H100","fp32Flops":5e13,"halfFlops":7e14,"matmulEfficiency":1,)"
+                        R"("matmulHalfSize":96,"memoryBandwidthBytesPerSecond":3e12,)"
+                        R"("memoryBytes":"80000000000"}')");
+  absl::StatusOr<DeviceProfile> profile = MeasureCudaWithRankBinary(train, 0);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->name(), "NVIDIA H100");
+  EXPECT_EQ(profile->half_flops(), 7e14);
+  EXPECT_EQ(profile->matmul_half_size(), 96);
+  EXPECT_EQ(profile->memory_bytes(), 80000000000);
+}
+
+TEST(DeviceProbeTest, ARankBinaryThatFailsOrPrintsNoProfileIsAnError) {
+  absl::StatusOr<DeviceProfile> failed = MeasureCudaWithRankBinary(
+      FakeRankBinary("fails", "echo 'no CUDA device 0 (0 visible)' >&2; exit 1"), 0);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::HasSubstr("no CUDA device 0 (0 visible)"));
+  absl::StatusOr<DeviceProfile> garbage =
+      MeasureCudaWithRankBinary(FakeRankBinary("garbage", "echo 'not json'"), 0);
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInternal);
+  absl::StatusOr<DeviceProfile> zero = MeasureCudaWithRankBinary(
+      FakeRankBinary("zero", R"(echo '{"name": "x", "fp32Flops": 0}')"), 0);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(zero.status().message()), ::testing::HasSubstr("positive rates"));
+  absl::StatusOr<DeviceProfile> missing = MeasureCudaWithRankBinary("/nonexistent/train", 0);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.status().message()), ::testing::HasSubstr("cannot run"));
 }
 
 }  // namespace

@@ -38,7 +38,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/shutdown_signal.h"
+#include "google/protobuf/util/json_util.h"
 #include "kernels/cpu_threads.h"
+#include "proto/cluster.pb.h"
+#include "worker/device_probe.h"
+#include "worker/engine/cuda/cuda_device_probe.h"
 #include "worker/rank_run.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec JSON file (static mode)");
@@ -59,6 +63,10 @@ ABSL_FLAG(std::string, host, mtrain::RankRunOptions().host,
           "address this rank's connections listen on");
 ABSL_FLAG(std::string, metrics_jsonl, "",
           "append one JSON object per step to this file (ranks that compute the loss)");
+ABSL_FLAG(int, measure_cuda_device, -1,
+          "measure CUDA device N for the planner (GEMM rates, copy bandwidth, free memory: "
+          "worker/engine/cuda/cuda_device_probe.h), print it as one DeviceProfile JSON line "
+          "(proto/cluster.proto) and exit; a CUDA worker daemon runs this at start");
 ABSL_FLAG(int, threads, 0, "CPU threads for GEMMs and kernels; 0 = all cores");
 ABSL_FLAG(std::string, save_weights, "",
           "after the last step, write the full weights (global tensor names) as safetensors "
@@ -231,9 +239,50 @@ int Run() {
 }  // namespace
 }  // namespace mtrain
 
+namespace mtrain {
+namespace {
+
+// --measure_cuda_device: the profile a CUDA worker reports. The measured large-GEMM rates
+// are stated as the peaks with matmul_efficiency 1 (what the kernels reach, as CPU
+// profiles do); the small-matrix curve comes from the bf16 cubes.
+int MeasureCudaDevice(int device) {
+  const cuda::CudaProbeOptions options;
+  absl::StatusOr<cuda::CudaDeviceMeasurement> m = cuda::MeasureCudaDevice(device, options);
+  if (!m.ok()) {
+    std::fprintf(stderr, "train: --measure_cuda_device=%d: %s\n", device,
+                 m.status().ToString().c_str());
+    return 1;
+  }
+  DeviceProfile profile;
+  profile.set_name(m->name);
+  profile.set_fp32_flops(m->fp32_flops);
+  profile.set_half_flops(m->bf16_flops);
+  profile.set_matmul_efficiency(1.0);
+  profile.set_matmul_half_size(
+      MatmulHalfSize(options.small, m->bf16_small_flops, options.large, m->bf16_flops));
+  profile.set_memory_bandwidth_bytes_per_second(m->copy_bytes_per_second);
+  profile.set_memory_bytes(m->free_memory_bytes);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = false;
+  const auto status = google::protobuf::util::MessageToJsonString(profile, &json, print);
+  if (!status.ok()) {
+    std::fprintf(stderr, "train: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace mtrain
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "train one rank of a GPT job without a coordinator (static mode); see README");
   absl::ParseCommandLine(argc, argv);
+  if (const int device = absl::GetFlag(FLAGS_measure_cuda_device); device >= 0) {
+    return mtrain::MeasureCudaDevice(device);
+  }
   return mtrain::Run();
 }

@@ -102,6 +102,25 @@ int Run() {
                               profile.memory_bandwidth_bytes_per_second() / 1e9));
   }
 
+  if (info->device_kind() == DEVICE_KIND_CUDA && absl::GetFlag(FLAGS_probe_device)) {
+    // The CUDA runtime stays out of the daemon: the rank binary measures the GPU.
+    std::string train = absl::GetFlag(FLAGS_train_binary);
+    if (train.empty()) train = SiblingBinary("train");
+    absl::StatusOr<DeviceProfile> profile = MeasureCudaWithRankBinary(train, 0);
+    if (profile.ok()) {
+      *info->mutable_profile() = *profile;
+      note = absl::StrCat(
+          note, absl::StrFormat("; measured %.0f TFLOP/s bf16 GEMM (half size %.0f), %.0f TFLOP/s "
+                                "fp32, %.0f GB/s memory",
+                                profile->half_flops() / 1e12, profile->matmul_half_size(),
+                                profile->fp32_flops() / 1e12,
+                                profile->memory_bandwidth_bytes_per_second() / 1e9));
+    } else {
+      note = absl::StrCat(note, "; GPU not measured (", profile.status().message(),
+                          "): plans need --cluster");
+    }
+  }
+
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   std::printf("worker %s starting: %s; coordinator %s\n", worker_id.c_str(), note.c_str(),
               address.c_str());
