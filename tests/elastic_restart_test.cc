@@ -379,6 +379,7 @@ TEST_F(ElasticRestartTest, AJobGrowsOntoWorkersThatJoinAndKeepsItsLosses) {
   ASSERT_TRUE(status.ok());
   EXPECT_GT(status->workers_size(), 2) << "the grown generation runs on the joined workers too";
   EXPECT_EQ(status->restarts(), 0) << "growing is not a failure";
+  EXPECT_THAT(Trainctl({"status", job}).second, HasSubstr("step time   predicted"));
   const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
   absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
   ASSERT_TRUE(lines.ok()) << lines.status();

@@ -466,8 +466,8 @@ int Submit(Client& client, const std::string& path) {
   return FollowJob(client, "submit", response.job_id(), /*look_first=*/false);
 }
 
-// For a parallel.auto job: the planner's latest choice (its `planned` or `replanned` event)
-// and its predicted step time beside the measured one.
+// For a parallel.auto or replan job: the planner's latest choice (its `planned` or
+// `replanned` event, if any) and its predicted step time beside the measured one.
 void PrintPlanAgainstMeasurement(Client& client, const JobStatus& job) {
   ListJobEventsRequest request;
   request.set_job_id(job.job_id());
@@ -506,7 +506,8 @@ int Status(Client& client, const std::string& job_id) {
     std::printf("%s\n", ToJsonLine(response).c_str());
   } else {
     std::printf("%s", FormatJobStatus(response, absl::Now()).c_str());
-    if (response.spec().parallel().auto_()) PrintPlanAgainstMeasurement(client, response);
+    const ParallelSpec& par = response.spec().parallel();
+    if (par.auto_() || par.replan()) PrintPlanAgainstMeasurement(client, response);
   }
   return 0;
 }
