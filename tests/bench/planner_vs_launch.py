@@ -15,6 +15,7 @@ own allocations that those ranks report (`host_memory_peak_bytes`).
   bazel build //worker:launch //worker:train //plan:predict_step
   python3 tests/bench/planner_vs_launch.py [--cluster deploy/clusters/cpu_host.json]
       [--steps 10] [--warmup 2] [--models small,large] [--confirm 3]
+      [--only 't1 p1 d1 v1 b1,t1 p1 d1 v1 b4']
 """
 import argparse
 import json
@@ -54,6 +55,11 @@ def spec_for(model, layout, steps):
     }
 
 
+def layout_name(layout):
+    t, p, d, v, b, recompute = layout
+    return f"t{t} p{p} d{d} v{v} b{b}" + (" recompute" if recompute else "")
+
+
 def measure(spec_path, world, args, tmp):
     out = pathlib.Path(tmp, "run")
     threads = max(1, args.cores // world)
@@ -81,7 +87,11 @@ def main():
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--models", default="small,large")
     parser.add_argument("--confirm", type=int, default=3)
+    parser.add_argument("--only", default="",
+                        help="comma-separated layout names to run (e.g. 't1 p1 d1 v1 b1,"
+                             "t1 p1 d1 v1 b4'); default all")
     args = parser.parse_args()
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
     all_rows, memory_errors = [], []
     print(f"{'model':6} {'layout':28} {'predicted s':>11} {'measured s':>10} {'error':>7} "
           f"{'memory est MiB':>14} {'engine MiB':>10} {'error':>7}")
@@ -90,6 +100,8 @@ def main():
         for layout in LAYOUTS:
             t, p, d, v, b, recompute = layout
             world = t * p * d
+            if only and layout_name(layout) not in only:
+                continue
             with tempfile.TemporaryDirectory() as tmp:
                 spec_path = pathlib.Path(tmp, "spec.json")
                 spec_path.write_text(json.dumps(spec_for(model, layout, args.steps)))
@@ -103,7 +115,7 @@ def main():
             memory = predicted["last_stage_memory_bytes"]
             memory_error = memory / heap - 1 if heap else float("nan")
             memory_errors.append(abs(memory_error))
-            name = f"t{t} p{p} d{d} v{v} b{b}" + (" recompute" if recompute else "")
+            name = layout_name(layout)
             rows.append({"model": model, "name": name, "layout": layout,
                          "predicted": predicted["step_seconds"],
                          "runs": [measured]})
