@@ -53,6 +53,10 @@ check gpu_parallel_training_test env MTRAIN_BIN_DIR="$BUNDLE/bin" "$BUNDLE/bin/g
 check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
 # Tensor-core attention speed (ms, TFLOP/s) at GPT-2 124M's shapes; compare with SDPA.
 check attention_bench "$BUNDLE/bin/attention_bench"
+# The planner's GPU measurement (GEMM rates, copy bandwidth, free memory), and the worker
+# reporting it on its start line ("measured N TFLOP/s bf16 GEMM ...").
+check cuda_device_probe_test "$BUNDLE/bin/cuda_device_probe_test"
+check worker_measures_gpu bash -c "timeout 20 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'TFLOP/s bf16 GEMM'"
 # The worker's start line says "device: cuda, N x NAME (sm_XY ...)"; an error also contains
 # "device: cuda..." (e.g. "no CUDA device: cudaError..."), hence the comma.
 check worker_detects_gpu bash -c "timeout 10 $BUNDLE/bin/worker --device=cuda --coordinator=127.0.0.1:1 2>&1 | grep -m1 'starting: device: cuda, '"
