@@ -1,0 +1,119 @@
+#include "tokenizer/bpe_tokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// GPT-2's stand-in character for byte b, as UTF-8 (the table bpe_tokenizer.cc builds,
+// written out again here from its definition).
+std::string ByteSymbol(int b) {
+  int next = 256;
+  for (int x = 0; x < b; ++x) {
+    const bool printable = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE;
+    if (!printable) ++next;
+  }
+  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+  const int cp = printable ? b : next;
+  std::string s;
+  if (cp < 0x80) {
+    s.push_back(static_cast<char>(cp));
+  } else {
+    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return s;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+// Bytes are ids 0-255; merges make "he" 256, "ll" 257, "hell" 258, "hello" 259, " w" 260;
+// <|endoftext|> is added as 261.
+std::string TinyTokenizerJson(const std::string& extra_root = "") {
+  std::string vocab;
+  for (int b = 0; b < 256; ++b) absl::StrAppend(&vocab, JsonString(ByteSymbol(b)), ": ", b, ", ");
+  const std::string space = ByteSymbol(' ');
+  absl::StrAppend(&vocab, R"("he": 256, "ll": 257, "hell": 258, "hello": 259, )",
+                  JsonString(space + "w"), ": 260");
+  return absl::StrCat(R"({"version": "1.0", )", extra_root,
+                      R"("added_tokens": [{"id": 261, "content": "<|endoftext|>", "special": true}],
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "model": {"type": "BPE", "dropout": null, "vocab": {)",
+                      vocab, R"(}, "merges": ["h e", "l l", ["he", "ll"], "hell o", )",
+                      JsonString(space + " w"), "]}}");
+}
+
+TEST(BpeTokenizerTest, MergesByRankAndCutsOutAddedTokens) {
+  absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(TinyTokenizerJson(), "tiny");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->vocab_size(), 262);
+  EXPECT_EQ(t->end_of_document_id(), 261);
+  EXPECT_THAT(t->Encode("hello<|endoftext|> world"),
+              ElementsAre(259, 261, 260, 'o', 'r', 'l', 'd'));
+  // "hell" without the o: h e -> he, l l -> ll, he ll -> hell.
+  EXPECT_THAT(t->Encode("hell"), ElementsAre(258));
+  // Bytes outside the printable range go through their stand-ins (newline is byte 10).
+  EXPECT_THAT(t->Encode("\n"), ElementsAre(10));
+  absl::StatusOr<std::string> text = t->Decode(t->Encode("hello<|endoftext|> world\n\xc3\xa9"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "hello<|endoftext|> world\n\xc3\xa9");
+}
+
+TEST(BpeTokenizerTest, InvalidUtf8ReadsAsReplacementCharacters) {
+  absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(TinyTokenizerJson(), "tiny");
+  ASSERT_TRUE(t.ok()) << t.status();
+  // 0xFF alone becomes U+FFFD, whose UTF-8 bytes EF BF BD are three byte tokens.
+  EXPECT_THAT(t->Encode("\xff"), ElementsAre(0xEF, 0xBF, 0xBD));
+}
+
+TEST(BpeTokenizerTest, DecodeNamesAnIdOutsideTheVocabulary) {
+  absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(TinyTokenizerJson(), "tiny");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<int32_t> ids = {104, 262};
+  absl::StatusOr<std::string> text = t->Decode(ids);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("token 1 is id 262"));
+}
+
+TEST(BpeTokenizerTest, RefusesWhatItCannotReproduceNamingTheField) {
+  auto message = [](const std::string& json) {
+    return std::string(BpeTokenizer::ParseHuggingFaceJson(json, "t.json").status().message());
+  };
+  EXPECT_THAT(message("{"), HasSubstr("t.json: not JSON"));
+  EXPECT_THAT(message(TinyTokenizerJson(R"("normalizer": {"type": "NFC"}, )")),
+              HasSubstr("normalizer: not supported"));
+  EXPECT_THAT(message(R"({"model": {"type": "WordPiece"}})"), HasSubstr("model.type"));
+  std::string bad_merge = TinyTokenizerJson();
+  bad_merge.replace(bad_merge.find("\"hell o\""), 8, "\"hell q\"");
+  EXPECT_THAT(message(bad_merge), HasSubstr("merge 4 (\"hell q\") names a token the vocabulary"));
+  std::string no_pre = TinyTokenizerJson();
+  no_pre.replace(no_pre.find("ByteLevel"), 9, "Whitespace");
+  EXPECT_THAT(message(no_pre), HasSubstr("pre_tokenizer: must be"));
+}
+
+TEST(BpeTokenizerTest, MissingFilesAreNotFound) {
+  EXPECT_EQ(BpeTokenizer::FromVocabAndMerges("/nonexistent/vocab.json", "/nonexistent/m.txt")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(BpeTokenizer::FromHuggingFaceJson("/nonexistent/tokenizer.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mtrain
