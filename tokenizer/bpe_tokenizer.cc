@@ -85,8 +85,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> VocabFromJson(
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() >= std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "[\"", it.key(),
-                                                     "\"]: must be an id in [0, 2^31 - 1)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "[\"", it.key(), "\"]: must be an id in [0, 2^31 - 1)"));
     }
     out.emplace_back(it.key(), it.value().get<int32_t>());
   }
@@ -124,9 +124,9 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Build(
     AppendUtf8(ByteSymbols()[b], &symbol);
     const auto it = t.token_ids_.find(symbol);
     if (it == t.token_ids_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": the vocabulary has no token for byte ", b, " (\"", symbol,
-          "\") [rule: a byte-level BPE vocabulary holds all 256 byte symbols]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": the vocabulary has no token for byte ", b, " (\"", symbol,
+                       "\") [rule: a byte-level BPE vocabulary holds all 256 byte symbols]"));
     }
     t.byte_ids_[b] = it->second;
   }
@@ -142,7 +142,8 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Build(
                        "\") names a token the vocabulary lacks [rule: both tokens and their "
                        "concatenation are in the vocabulary]"));
     }
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
+    const uint64_t key =
+        (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
     // The first (highest-priority) occurrence of a pair wins, as in `tokenizers`.
     t.merges_.try_emplace(key, static_cast<int32_t>(rank), m->second);
   }
@@ -181,9 +182,9 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::FromVocabAndMerges(const std::string&
     if (line.empty() || (line_number == 1 && absl::StartsWith(line, "#version"))) continue;
     std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
     if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          merges_path, ":", line_number, ": \"", line,
-          "\" is not a merge [rule: two tokens separated by one space]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(merges_path, ":", line_number, ": \"", line,
+                       "\" is not a merge [rule: two tokens separated by one space]"));
     }
     merges.emplace_back(std::string(parts[0]), std::string(parts[1]));
   }
@@ -254,7 +255,8 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_vie
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     } else {
-      return refuse(absl::StrCat("model.merges[", i, "]"), "must be \"left right\" or [left, right]");
+      return refuse(absl::StrCat("model.merges[", i, "]"),
+                    "must be \"left right\" or [left, right]");
     }
   }
   std::vector<std::pair<std::string, int32_t>> added;
@@ -363,8 +365,7 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size_ || !known_ids_[static_cast<size_t>(id)]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "token ", i, " is id ", id, ", which is not in the vocabulary (", vocab_size_,
-          " ids)"));
+          "token ", i, " is id ", id, ", which is not in the vocabulary (", vocab_size_, " ids)"));
     }
     text += id_bytes_[static_cast<size_t>(id)];
   }

@@ -10,8 +10,8 @@ namespace mtrain {
 namespace {
 
 // The pieces as UTF-8 strings. Expected values are what Python's
-// regex.findall(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""", text)
-// returns.
+// regex.findall(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+// text) returns.
 std::vector<std::string> Split(const std::string& utf8) {
   const std::u32string text = DecodeUtf8Lossy(utf8);
   std::vector<TextPiece> pieces;
@@ -38,8 +38,8 @@ TEST(Gpt2PretokenizerTest, WordsTakeTheSpaceBeforeThem) {
 
 TEST(Gpt2PretokenizerTest, Contractions) {
   EXPECT_EQ(Split("I'm don't we'll they've she'd you're it's"),
-            (Pieces{"I", "'m", " don", "'t", " we", "'ll", " they", "'ve", " she", "'d",
-                    " you", "'re", " it", "'s"}));
+            (Pieces{"I", "'m", " don", "'t", " we", "'ll", " they", "'ve", " she", "'d", " you",
+                    "'re", " it", "'s"}));
   // Only lower case; "'S" is punctuation then a letter run.
   EXPECT_EQ(Split("IT'S"), (Pieces{"IT", "'", "S"}));
   // A space before an apostrophe joins the punctuation run.
@@ -63,7 +63,9 @@ TEST(Gpt2PretokenizerTest, OtherScriptsEmojiAndNumbers) {
   EXPECT_EQ(Split("I ❤️ 🍕!"), (Pieces{"I", " ❤️", " 🍕!"}));
   EXPECT_EQ(Split("½ Ⅳ ٣"), (Pieces{"½", " Ⅳ", " ٣"}));
   // A no-break space is white space but not the optional ASCII space.
-  EXPECT_EQ(Split("a\xc2\xa0" "b"), (Pieces{"a", "\xc2\xa0", "b"}));
+  EXPECT_EQ(Split("a\xc2\xa0"
+                  "b"),
+            (Pieces{"a", "\xc2\xa0", "b"}));
 }
 
 }  // namespace

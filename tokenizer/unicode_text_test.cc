@@ -32,14 +32,14 @@ TEST(UnicodeTextTest, ReplacesIllFormedSequencesAsPythonDoes) {
 
 TEST(UnicodeTextTest, ClassifiesLettersNumbersAndWhiteSpace) {
   EXPECT_TRUE(IsUnicodeLetter(U'a'));
-  EXPECT_TRUE(IsUnicodeLetter(0x4E2D));   // 中
-  EXPECT_TRUE(IsUnicodeLetter(0x05D0));   // א
+  EXPECT_TRUE(IsUnicodeLetter(0x4E2D));  // 中
+  EXPECT_TRUE(IsUnicodeLetter(0x05D0));  // א
   EXPECT_FALSE(IsUnicodeLetter(U'1'));
   EXPECT_FALSE(IsUnicodeLetter(0x1F600));  // 😀 is a symbol
   EXPECT_TRUE(IsUnicodeNumber(U'7'));
-  EXPECT_TRUE(IsUnicodeNumber(0x0663));   // Arabic-Indic three
-  EXPECT_TRUE(IsUnicodeNumber(0x00BD));   // ½ (No)
-  EXPECT_TRUE(IsUnicodeNumber(0x2163));   // Ⅳ (Nl)
+  EXPECT_TRUE(IsUnicodeNumber(0x0663));  // Arabic-Indic three
+  EXPECT_TRUE(IsUnicodeNumber(0x00BD));  // ½ (No)
+  EXPECT_TRUE(IsUnicodeNumber(0x2163));  // Ⅳ (Nl)
   EXPECT_FALSE(IsUnicodeNumber(U'x'));
   for (char32_t c : {U' ', U'\t', U'\n', U'\v', U'\f', U'\r', char32_t{0x85}, char32_t{0xA0},
                      char32_t{0x2003}, char32_t{0x3000}, char32_t{0x2028}}) {

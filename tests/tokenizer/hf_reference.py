@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The reference side of the tokenizer parity test: HuggingFace `tokenizers` trains a
+byte-level BPE (8192 ids, <|endoftext|> special) on the shipped Shakespeare text, saves it as
+tokenizer.json and as vocab.json + merges.txt, and encodes the test corpus (read as
+bytes.decode("utf-8", errors="replace"), as text from a file reaches `tokenizers` in
+Python); with --gpt2-dir it also encodes the corpus with GPT-2's own files. Ids are written
+as little-endian int32; a JSON summary (counts, single-thread MB/s of each encode) goes to
+stdout.
+
+  python3 tests/tokenizer/hf_reference.py --corpus CORPUS --out DIR [--gpt2-dir DIR]
+"""
+import argparse
+import array
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+import tokenizers  # noqa: E402
+from tokenizers import ByteLevelBPETokenizer  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def encode(tokenizer, text, out_path):
+    start = time.perf_counter()
+    ids = tokenizer.encode(text).ids
+    seconds = time.perf_counter() - start
+    array.array("i", ids).tofile(open(out_path, "wb"))
+    return len(ids), seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--gpt2-dir", default="")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    args = parser.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = pathlib.Path(args.corpus).read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    summary = {"tokenizers": tokenizers.__version__, "corpus_bytes": len(raw)}
+
+    trained = ByteLevelBPETokenizer(add_prefix_space=False)
+    trained.train([str(ROOT / "tests/data/shakespeare.txt")], vocab_size=args.vocab_size,
+                  min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
+    trained.save(str(out / "tokenizer.json"))
+    trained.save_model(str(out))  # vocab.json, merges.txt
+    n, seconds = encode(trained, text, out / "trained_ids.bin")
+    summary["trained"] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
+
+    if args.gpt2_dir:
+        gpt2 = ByteLevelBPETokenizer(str(pathlib.Path(args.gpt2_dir, "vocab.json")),
+                                     str(pathlib.Path(args.gpt2_dir, "merges.txt")),
+                                     add_prefix_space=False)
+        n, seconds = encode(gpt2, text, out / "gpt2_ids.bin")
+        summary["gpt2"] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
+    json.dump(summary, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main()
