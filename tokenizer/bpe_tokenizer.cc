@@ -100,6 +100,19 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
+BpeTokenizer BpeTokenizer::Clone() const {
+  BpeTokenizer copy;
+  copy.vocab_size_ = vocab_size_;
+  copy.add_prefix_space_ = add_prefix_space_;
+  std::copy(std::begin(byte_ids_), std::end(byte_ids_), std::begin(copy.byte_ids_));
+  copy.merges_ = merges_;
+  copy.token_ids_ = token_ids_;
+  copy.id_bytes_ = id_bytes_;
+  copy.known_ids_ = known_ids_;
+  copy.added_ = added_;
+  return copy;
+}
+
 absl::StatusOr<BpeTokenizer> BpeTokenizer::Build(
     std::vector<std::pair<std::string, int32_t>> vocab,
     const std::vector<std::pair<std::string, std::string>>& merges,

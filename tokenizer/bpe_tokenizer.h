@@ -46,6 +46,9 @@ class BpeTokenizer {
   static absl::StatusOr<BpeTokenizer> ParseHuggingFaceJson(absl::string_view json,
                                                            const std::string& name);
 
+  // A copy with its own (empty) cache, for another thread.
+  BpeTokenizer Clone() const;
+
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
   ~BpeTokenizer();
