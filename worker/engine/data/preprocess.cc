@@ -40,6 +40,8 @@ struct ProcessedBatch {
   absl::Status status;
   std::vector<ProcessedDocument> documents;
   int64_t bytes = 0;
+  std::string file;
+  std::vector<int64_t> lines;
 };
 
 // Reads the inputs in order, a batch of about `batch_bytes` at a time, never holding a
@@ -173,6 +175,8 @@ ProcessedBatch Process(const RawBatch& batch, const PreprocessOptions& options,
                        const TokenizerPool& pool, int tokenizer, const MinHashDeduplicator* dedup) {
   ProcessedBatch out;
   out.bytes = batch.bytes;
+  out.file = batch.file;
+  out.lines = batch.lines;
   out.documents.resize(batch.records.size());
   std::vector<std::string> texts;
   std::string joined;
@@ -244,6 +248,14 @@ absl::StatusOr<PreprocessSummary> RunPreprocess(
   std::unique_ptr<MinHashDeduplicator> dedup;
   if (options.near_dedup) dedup = std::make_unique<MinHashDeduplicator>(options.minhash);
   absl::flat_hash_set<uint64_t> seen_texts;
+  std::ofstream dropped_log;
+  if (!options.dropped_log.empty()) {
+    dropped_log.open(options.dropped_log);
+    if (!dropped_log) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dropped log ", options.dropped_log, ": cannot be written"));
+    }
+  }
 
   const auto start = std::chrono::steady_clock::now();
   BatchReader reader(options);
@@ -251,18 +263,25 @@ absl::StatusOr<PreprocessSummary> RunPreprocess(
   std::vector<int32_t> sequence;
   auto write = [&](ProcessedBatch batch) -> absl::Status {
     if (!batch.status.ok()) return batch.status;
-    for (ProcessedDocument& doc : batch.documents) {
-      ++summary.progress.documents;
+    for (size_t d = 0; d < batch.documents.size(); ++d) {
+      ProcessedDocument& doc = batch.documents[d];
+      const int64_t index = summary.progress.documents++;
+      const char* reason = nullptr;
       if (doc.tokens < options.min_tokens) {
         ++summary.too_short;
-        continue;
-      }
-      if (options.exact_dedup && !seen_texts.insert(doc.text_hash).second) {
+        reason = "too_short";
+      } else if (options.exact_dedup && !seen_texts.insert(doc.text_hash).second) {
         ++summary.exact_duplicates;
-        continue;
-      }
-      if (dedup != nullptr && dedup->IsNearDuplicateAndRemember(doc.signature)) {
+        reason = "exact_duplicate";
+      } else if (dedup != nullptr && dedup->IsNearDuplicateAndRemember(doc.signature)) {
         ++summary.near_duplicates;
+        reason = "near_duplicate";
+      }
+      if (reason != nullptr) {
+        if (dropped_log.is_open()) {
+          dropped_log << index << '\t' << batch.file << ':' << batch.lines[d] << '\t' << reason
+                      << '\n';
+        }
         continue;
       }
       ++summary.progress.kept;

@@ -50,6 +50,10 @@ struct PreprocessOptions {
   bool exact_dedup = true;   // a document whose text equals an earlier one's
   bool near_dedup = true;    // MinHash LSH
   MinHashOptions minhash;
+  // When set, one line per dropped document: "INDEX\tFILE:LINE\tREASON" (INDEX counts
+  // documents from 0 across all inputs; LINE is 0 for text files; REASON is too_short,
+  // exact_duplicate or near_duplicate).
+  std::string dropped_log;
 };
 
 struct PreprocessProgress {

@@ -42,7 +42,9 @@ ABSL_FLAG(int, dedup_bands, 0, "LSH bands (0: chosen for --dedup-threshold)");
 ABSL_FLAG(int, dedup_rows, 0, "LSH rows a band (0: chosen for --dedup-threshold)");
 ABSL_FLAG(std::string, dedup_shingles, "word", "word or char n-grams");
 ABSL_FLAG(int, dedup_ngram, 5, "words (or bytes) a shingle");
-ABSL_FLAG(bool, progress, true, "a progress line on stderr (when it is a terminal or forced)");
+ABSL_FLAG(std::string, dropped_log, "",
+          "write one line per dropped document: INDEX<tab>FILE:LINE<tab>REASON");
+ABSL_FLAG(bool, progress, true, "a progress line on stderr, updated each batch");
 
 namespace {
 
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
   options.min_tokens = absl::GetFlag(FLAGS_min_tokens);
   options.exact_dedup = absl::GetFlag(FLAGS_exact_dedup);
   options.near_dedup = absl::GetFlag(FLAGS_near_dedup);
+  options.dropped_log = absl::GetFlag(FLAGS_dropped_log);
   const std::string shingles = absl::GetFlag(FLAGS_dedup_shingles);
   if (shingles != "word" && shingles != "char") {
     std::fprintf(stderr, "preprocess: --dedup-shingles=%s: must be word or char\n",

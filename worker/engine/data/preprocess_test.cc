@@ -95,8 +95,12 @@ TEST(PreprocessTest, JsonlBecomesAnIndexedDatasetWithTheFiltersCounted) {
   options.append_eod = true;
   options.min_tokens = 50;
   std::tie(options.minhash.bands, options.minhash.rows) = OptimalBandsAndRows(0.7, 128);
+  options.dropped_log = Tmp("dropped.tsv");
   absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(ReadAll(Tmp("dropped.tsv")),
+            absl::StrCat("40\t", Tmp("in.jsonl"), ":41\ttoo_short\n41\t", Tmp("in.jsonl"),
+                         ":42\texact_duplicate\n42\t", Tmp("in.jsonl"), ":43\tnear_duplicate\n"));
   EXPECT_EQ(summary->progress.documents, 43);
   EXPECT_EQ(summary->progress.kept, 40);
   EXPECT_EQ(summary->too_short, 1);
