@@ -159,8 +159,9 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
       {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}, v);
   ok.format = ValidateEnum<DataFormat>("data.format", spec.data().format(), DataFormat_IsValid,
                                        DataFormat_Name, {DATA_FORMAT_TEXT, DATA_FORMAT_MMIDIDX}, v);
-  ok.tokenizer = ValidateEnum<Tokenizer>("data.tokenizer", spec.data().tokenizer(),
-                                         Tokenizer_IsValid, Tokenizer_Name, {TOKENIZER_BYTE}, v);
+  ok.tokenizer = ValidateEnum<Tokenizer>(
+      "data.tokenizer", spec.data().tokenizer(), Tokenizer_IsValid, Tokenizer_Name,
+      {TOKENIZER_BYTE, TOKENIZER_GPT2_BPE, TOKENIZER_HF_JSON}, v);
   return ok;
 }
 
@@ -369,6 +370,32 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
                         "PRECISION_FP32]"));
   }
   if (spec.data().has_path()) ValidatePath("data.path", spec.data().path(), v);
+  const DataSpec& data = spec.data();
+  if (data.has_vocab_file()) ValidatePath("data.vocab_file", data.vocab_file(), v);
+  if (data.has_merge_file()) ValidatePath("data.merge_file", data.merge_file(), v);
+  if (data.has_tokenizer_json()) ValidatePath("data.tokenizer_json", data.tokenizer_json(), v);
+  if (enums.tokenizer) {
+    const bool gpt2 = data.tokenizer() == TOKENIZER_GPT2_BPE;
+    const bool hf = data.tokenizer() == TOKENIZER_HF_JSON;
+    if (gpt2 && (data.vocab_file().empty() || data.merge_file().empty())) {
+      v->Add(
+          "data.vocab_file, data.merge_file: required with TOKENIZER_GPT2_BPE [rule: GPT-2's "
+          "vocab.json and merges.txt]");
+    }
+    if (hf && data.tokenizer_json().empty()) {
+      v->Add("data.tokenizer_json: required with TOKENIZER_HF_JSON");
+    }
+    if (!gpt2 && (data.has_vocab_file() || data.has_merge_file())) {
+      v->Add(absl::StrCat("data.vocab_file, data.merge_file: set, but data.tokenizer is ",
+                          Tokenizer_Name(data.tokenizer()),
+                          " [rule: only TOKENIZER_GPT2_BPE reads them]"));
+    }
+    if (!hf && data.has_tokenizer_json()) {
+      v->Add(absl::StrCat("data.tokenizer_json: set, but data.tokenizer is ",
+                          Tokenizer_Name(data.tokenizer()),
+                          " [rule: only TOKENIZER_HF_JSON reads it]"));
+    }
+  }
   if (enums.format && spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty()) {
     v->Add(
         "data.path: must name the .bin/.idx prefix [rule: DATA_FORMAT_MMIDIDX has no "

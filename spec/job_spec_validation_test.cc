@@ -169,6 +169,25 @@ TEST(JobSpecValidationTest, GrowingOnJoinNeedsAJobTheCoordinatorMayReplan) {
       ParseJobSpecJson(R"({"parallel": {"replan": true, "replan_on_join_gain": 0.2}})").ok());
 }
 
+TEST(JobSpecValidationTest, BpeTokenizersNameTheirFiles) {
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"tokenizer": "TOKENIZER_GPT2_BPE",
+      "vocab_file": "/d/vocab.json", "merge_file": "/d/merges.txt"},
+      "model": {"vocab_size": 50257}})")
+                  .ok());
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON",
+      "tokenizer_json": "/d/tokenizer.json"}, "model": {"vocab_size": 8192}})")
+                  .ok());
+  ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_GPT2_BPE", "vocab_file": "/d/v.json"}})",
+                 "data.vocab_file, data.merge_file: required with TOKENIZER_GPT2_BPE", "");
+  ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON"}})",
+                 "data.tokenizer_json: required with TOKENIZER_HF_JSON", "");
+  ExpectRejected(R"({"data": {"tokenizer_json": "/d/t.json"}})",
+                 "data.tokenizer_json: set, but data.tokenizer is TOKENIZER_BYTE",
+                 "only TOKENIZER_HF_JSON reads it");
+  ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON", "tokenizer_json": "a\u0001b"}})",
+                 "data.tokenizer_json", "");
+}
+
 TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {
   ExpectRejected(R"({"model": {"num_heads": 3, "hidden_size": 128}})", "model.hidden_size",
                  "hidden_size % num_heads == 0");

@@ -111,8 +111,21 @@ absl::StatusOr<std::string> ConfineToDataRoots(absl::string_view field, const st
 
 absl::StatusOr<DataSpec> ConfineDataSpec(const DataSpec& data,
                                          const std::vector<std::string>& roots) {
-  if (data.path().empty()) return data;
   DataSpec confined = data;
+  // The tokenizer's files are read on the worker too.
+  if (!data.vocab_file().empty()) {
+    ASSIGN_OR_RETURN(*confined.mutable_vocab_file(),
+                     ConfineToDataRoots("data.vocab_file", data.vocab_file(), roots));
+  }
+  if (!data.merge_file().empty()) {
+    ASSIGN_OR_RETURN(*confined.mutable_merge_file(),
+                     ConfineToDataRoots("data.merge_file", data.merge_file(), roots));
+  }
+  if (!data.tokenizer_json().empty()) {
+    ASSIGN_OR_RETURN(*confined.mutable_tokenizer_json(),
+                     ConfineToDataRoots("data.tokenizer_json", data.tokenizer_json(), roots));
+  }
+  if (data.path().empty()) return confined;
   if (data.format() == DATA_FORMAT_MMIDIDX) {
     ASSIGN_OR_RETURN(const std::string index,
                      ConfineToDataRoots("data.path", IndexFilePath(data.path()), roots));

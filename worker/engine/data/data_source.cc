@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -116,11 +117,35 @@ absl::StatusOr<std::string> FindDefaultCorpus() {
   return FindDefaultCorpus(CurrentCorpusSearchContext());
 }
 
-absl::StatusOr<std::unique_ptr<TokenDataset>> OpenDataset(const DataSpec& spec) {
-  if (spec.tokenizer() != TOKENIZER_UNSPECIFIED && spec.tokenizer() != TOKENIZER_BYTE) {
-    return absl::InvalidArgumentError(absl::StrCat("data.tokenizer: ", spec.tokenizer(),
-                                                   " is not supported (only TOKENIZER_BYTE)"));
+namespace {
+
+// data.tokenizer's BPE, or none for the byte tokenizer.
+absl::StatusOr<std::optional<BpeTokenizer>> OpenTokenizer(const DataSpec& spec) {
+  switch (spec.tokenizer()) {
+    case TOKENIZER_UNSPECIFIED:
+    case TOKENIZER_BYTE:
+      return std::optional<BpeTokenizer>();
+    case TOKENIZER_GPT2_BPE: {
+      absl::StatusOr<BpeTokenizer> t =
+          BpeTokenizer::FromVocabAndMerges(spec.vocab_file(), spec.merge_file());
+      if (!t.ok()) return InField(t.status(), "data.vocab_file, data.merge_file");
+      return std::optional<BpeTokenizer>(*std::move(t));
+    }
+    case TOKENIZER_HF_JSON: {
+      absl::StatusOr<BpeTokenizer> t = BpeTokenizer::FromHuggingFaceJson(spec.tokenizer_json());
+      if (!t.ok()) return InField(t.status(), "data.tokenizer_json");
+      return std::optional<BpeTokenizer>(*std::move(t));
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.tokenizer: ", spec.tokenizer(),
+          " is not supported (TOKENIZER_BYTE, TOKENIZER_GPT2_BPE or TOKENIZER_HF_JSON)"));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenDataset>> OpenDataset(const DataSpec& spec) {
   switch (spec.format()) {
     case DATA_FORMAT_UNSPECIFIED:
     case DATA_FORMAT_TEXT: {
@@ -130,7 +155,10 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> OpenDataset(const DataSpec& spec) 
         if (!found.ok()) return InField(found.status(), "data.path (unset)");
         path = *std::move(found);
       }
-      absl::StatusOr<std::unique_ptr<TextDataset>> text = TextDataset::Open(path);
+      absl::StatusOr<std::optional<BpeTokenizer>> tokenizer = OpenTokenizer(spec);
+      if (!tokenizer.ok()) return tokenizer.status();
+      absl::StatusOr<std::unique_ptr<TextDataset>> text =
+          TextDataset::Open(path, tokenizer->has_value() ? &**tokenizer : nullptr);
       if (!text.ok()) return InField(text.status(), "data.path");
       return std::unique_ptr<TokenDataset>(*std::move(text));
     }

@@ -11,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/tokenizer_json_for_test.h"
 #include "worker/engine/data/indexed_dataset_writer.h"
 
 namespace mtrain {
@@ -180,6 +182,41 @@ TEST(DataSourceTest, RejectsUnknownFormatsAndTokenizers) {
   absl::Status tokenizer = OpenDataset(spec).status();
   EXPECT_EQ(tokenizer.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(tokenizer.message(), HasSubstr("data.tokenizer"));
+}
+
+// data.tokenizer: a text file tokenized with a BPE on load, its ids the tokenizer's; a
+// tokenizer file that does not load is named.
+TEST(DataSourceTest, TextIsTokenizedWithTheSpecsBpe) {
+  const std::string dir = MakeDir("bpe");
+  const std::string text = "hello hello world<|endoftext|>hello";
+  std::ofstream(dir + "/text.txt") << text;
+  std::ofstream(dir + "/tokenizer.json") << TokenizerJsonForTest(
+      {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}}, {{"<|endoftext|>", 300}});
+  DataSpec spec;
+  spec.set_path(dir + "/text.txt");
+  spec.set_tokenizer(TOKENIZER_HF_JSON);
+  spec.set_tokenizer_json(dir + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<TokenDataset>> dataset = OpenDataset(spec);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  absl::StatusOr<BpeTokenizer> bpe = BpeTokenizer::FromHuggingFaceJson(dir + "/tokenizer.json");
+  ASSERT_TRUE(bpe.ok());
+  const std::vector<int32_t> expected = bpe->Encode(text);
+  ASSERT_EQ((*dataset)->size(), static_cast<int64_t>(expected.size()));
+  std::vector<int32_t> got(expected.size());
+  ASSERT_TRUE((*dataset)->Read(0, static_cast<int>(got.size()), got.data()).ok());
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got[0], 259);  // "hello"
+  EXPECT_EQ((*dataset)->vocab_upper_bound(), 301);
+  EXPECT_THAT(CheckTokensFitVocab(**dataset, 256).message(), HasSubstr("token id 259"));
+
+  spec.set_tokenizer_json(dir + "/text.txt");  // not JSON
+  absl::Status bad = OpenDataset(spec).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), AllOf(HasSubstr("data.tokenizer_json"), HasSubstr("not JSON")));
+  spec.set_tokenizer(TOKENIZER_GPT2_BPE);
+  spec.set_vocab_file(dir + "/missing.json");
+  spec.set_merge_file(dir + "/missing.txt");
+  EXPECT_THAT(OpenDataset(spec).status().message(), HasSubstr("data.vocab_file"));
 }
 
 TEST(DataSourceTest, ChecksTokenIdsAgainstTheVocabulary) {

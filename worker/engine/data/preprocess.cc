@@ -121,6 +121,7 @@ class TokenizerPool {
     auto pool = std::unique_ptr<TokenizerPool>(new TokenizerPool);
     if (o.tokenizer == PreprocessTokenizer::kByte) {
       pool->vocab_size_ = ByteTokenizer::kVocabSize;
+      MutexLock lock(&pool->mutex_);
       for (int i = 0; i < size; ++i) pool->free_.push_back(-1);
       return pool;
     }
@@ -133,6 +134,7 @@ class TokenizerPool {
     pool->eod_ = first->end_of_document_id();
     for (int i = 1; i < size; ++i) pool->tokenizers_.push_back(first->Clone());
     pool->tokenizers_.push_back(*std::move(first));
+    MutexLock lock(&pool->mutex_);
     for (int i = 0; i < size; ++i) pool->free_.push_back(i);
     return pool;
   }

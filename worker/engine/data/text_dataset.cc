@@ -9,7 +9,8 @@
 
 namespace mtrain {
 
-absl::StatusOr<std::unique_ptr<TextDataset>> TextDataset::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<TextDataset>> TextDataset::Open(const std::string& path,
+                                                               const BpeTokenizer* tokenizer) {
   // Mapping rather than streaming reads the file in one pass without a second copy of it.
   ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
   if (file->size() > kMaxTextFileBytes) {
@@ -22,7 +23,12 @@ absl::StatusOr<std::unique_ptr<TextDataset>> TextDataset::Open(const std::string
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": the text file is empty; a dataset needs at least one token"));
   }
-  return std::unique_ptr<TextDataset>(new TextDataset(path, ByteTokenizer::Encode(file->bytes())));
+  if (tokenizer == nullptr) {
+    return std::unique_ptr<TextDataset>(
+        new TextDataset(path, ByteTokenizer::Encode(file->bytes()), ByteTokenizer::kVocabSize));
+  }
+  return std::unique_ptr<TextDataset>(
+      new TextDataset(path, tokenizer->Encode(file->bytes()), tokenizer->vocab_size()));
 }
 
 absl::Status TextDataset::Read(int64_t offset, int length, int32_t* out) const {
@@ -31,6 +37,6 @@ absl::Status TextDataset::Read(int64_t offset, int length, int32_t* out) const {
   return absl::OkStatus();
 }
 
-int64_t TextDataset::vocab_upper_bound() const { return ByteTokenizer::kVocabSize; }
+int64_t TextDataset::vocab_upper_bound() const { return vocab_upper_bound_; }
 
 }  // namespace mtrain
