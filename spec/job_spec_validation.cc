@@ -377,18 +377,22 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
   if (enums.tokenizer) {
     const bool gpt2 = data.tokenizer() == TOKENIZER_GPT2_BPE;
     const bool hf = data.tokenizer() == TOKENIZER_HF_JSON;
-    if (gpt2 && (data.vocab_file().empty() || data.merge_file().empty())) {
-      v->Add(
-          "data.vocab_file, data.merge_file: required with TOKENIZER_GPT2_BPE [rule: GPT-2's "
-          "vocab.json and merges.txt]");
+    const std::pair<const char*, bool> gpt2_files[] = {{"data.vocab_file", data.has_vocab_file()},
+                                                       {"data.merge_file", data.has_merge_file()}};
+    for (const auto& [field, set] : gpt2_files) {
+      if (gpt2 && !set) {
+        v->Add(absl::StrCat(field,
+                            ": required with TOKENIZER_GPT2_BPE [rule: GPT-2's vocab.json "
+                            "and merges.txt]"));
+      }
+      if (!gpt2 && set) {
+        v->Add(absl::StrCat(field, ": set, but data.tokenizer is ",
+                            Tokenizer_Name(data.tokenizer()),
+                            " [rule: only TOKENIZER_GPT2_BPE reads it]"));
+      }
     }
-    if (hf && data.tokenizer_json().empty()) {
+    if (hf && !data.has_tokenizer_json()) {
       v->Add("data.tokenizer_json: required with TOKENIZER_HF_JSON");
-    }
-    if (!gpt2 && (data.has_vocab_file() || data.has_merge_file())) {
-      v->Add(absl::StrCat("data.vocab_file, data.merge_file: set, but data.tokenizer is ",
-                          Tokenizer_Name(data.tokenizer()),
-                          " [rule: only TOKENIZER_GPT2_BPE reads them]"));
     }
     if (!hf && data.has_tokenizer_json()) {
       v->Add(absl::StrCat("data.tokenizer_json: set, but data.tokenizer is ",

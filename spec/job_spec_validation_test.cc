@@ -178,7 +178,7 @@ TEST(JobSpecValidationTest, BpeTokenizersNameTheirFiles) {
       "tokenizer_json": "/d/tokenizer.json"}, "model": {"vocab_size": 8192}})")
                   .ok());
   ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_GPT2_BPE", "vocab_file": "/d/v.json"}})",
-                 "data.vocab_file, data.merge_file: required with TOKENIZER_GPT2_BPE", "");
+                 "data.merge_file: required with TOKENIZER_GPT2_BPE", "");
   ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON"}})",
                  "data.tokenizer_json: required with TOKENIZER_HF_JSON", "");
   ExpectRejected(R"({"data": {"tokenizer_json": "/d/t.json"}})",

@@ -110,6 +110,22 @@ class ElasticRestartTest : public ClusterTest {
         << Trainctl({"status", job}).second;
   }
 
+  // The job's recorded loss of each of `steps` steps (from whichever generation computed
+  // it) equals rank 0's in the uninterrupted static run under `reference`, to 1e-5.
+  void ExpectJobLossesEqualTheReference(const std::string& job, const std::string& reference,
+                                        size_t steps) {
+    const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+    absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
+    ASSERT_TRUE(lines.ok()) << lines.status();
+    std::map<int, double> got;
+    for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
+    ASSERT_EQ(expected.size(), steps);
+    ASSERT_EQ(got.size(), steps);
+    for (const auto& [step, loss] : got) {
+      EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
+    }
+  }
+
   void WaitForSuccess(const std::string& job, absl::Duration timeout) {
     ASSERT_TRUE(WaitFor(
         [&] {
@@ -328,16 +344,7 @@ TEST_F(ElasticRestartTest, AnAutoJobThatLosesWorkersIsReplannedAndKeepsItsLosses
   EXPECT_LE(status->workers_size(), 5) << "the re-planned generation runs on the workers left";
   // The job's loss of each step comes from whichever rank computed it: the last pipeline
   // stage of (2,2,2) first, the re-planned layout's after.
-  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
-  absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
-  ASSERT_TRUE(lines.ok()) << lines.status();
-  std::map<int, double> got;
-  for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
-  ASSERT_EQ(expected.size(), 24u);
-  ASSERT_EQ(got.size(), 24u);
-  for (const auto& [step, loss] : got) {
-    EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
-  }
+  ExpectJobLossesEqualTheReference(job, reference, 24);
 }
 
 // parallel.replan_on_join_gain: a job runs (1,1,2) on the only 2 workers; 2 more join.
@@ -380,16 +387,7 @@ TEST_F(ElasticRestartTest, AJobGrowsOntoWorkersThatJoinAndKeepsItsLosses) {
   EXPECT_GT(status->workers_size(), 2) << "the grown generation runs on the joined workers too";
   EXPECT_EQ(status->restarts(), 0) << "growing is not a failure";
   EXPECT_THAT(Trainctl({"status", job}).second, HasSubstr("step time   predicted"));
-  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
-  absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
-  ASSERT_TRUE(lines.ok()) << lines.status();
-  std::map<int, double> got;
-  for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
-  ASSERT_EQ(expected.size(), 24u);
-  ASSERT_EQ(got.size(), 24u);
-  for (const auto& [step, loss] : got) {
-    EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
-  }
+  ExpectJobLossesEqualTheReference(job, reference, 24);
 }
 
 TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
