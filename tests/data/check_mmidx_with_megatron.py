@@ -2,7 +2,10 @@
 """Cross-checks our MMIDIDX files against Megatron-LM's own implementation.
 
 Not part of `make test` (it needs megatron-core and torch). Given a text file and the
-prefix that //worker/engine/data:build_indexed_dataset wrote from it:
+prefix that //worker/engine/data:build_indexed_dataset wrote from it (or a JSONL file and
+the prefix //worker/engine/data:preprocess wrote from it with GPT-2's files, every document
+kept: --jsonl, --vocab-file, --merge-file, --append-eod; the expected ids then come from
+HuggingFace `tokenizers`):
 
   1. reads the prefix with megatron.core.datasets.indexed_dataset.IndexedDataset and checks
      dtype, sequence and document counts, and that every sequence is the matching
@@ -79,17 +82,46 @@ def check(condition: bool, what: str, failures: list) -> None:
         failures.append(what)
 
 
+def expected_from_jsonl(args):
+    """preprocess's documents, tokenized by HuggingFace `tokenizers` with GPT-2's files
+    (every line kept: run preprocess with --min-tokens=0 --exact-dedup=false
+    --near-dedup=false), plus <|endoftext|> with --append-eod."""
+    import json
+    from tokenizers import ByteLevelBPETokenizer
+    tokenizer = ByteLevelBPETokenizer(args.vocab_file, args.merge_file, add_prefix_space=False)
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    expected = []
+    with open(args.jsonl, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            ids = tokenizer.encode(json.loads(line)[args.json_key]).ids
+            expected.append(np.array(ids + ([eod] if args.append_eod else []), np.int64))
+    return expected
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--text", required=True)
+    parser.add_argument("--text", help="the text file build_indexed_dataset read")
+    parser.add_argument("--jsonl", help="or: the JSONL file preprocess read (with --vocab-file, "
+                        "--merge-file)")
+    parser.add_argument("--json-key", default="text")
+    parser.add_argument("--vocab-file")
+    parser.add_argument("--merge-file")
+    parser.add_argument("--append-eod", action="store_true")
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--separator", default="\\n\\n", help="as given to the tool")
     args = parser.parse_args()
-    with open(args.text, "rb") as f:
-        text = f.read()
-    separator = codecs.decode(args.separator, "unicode_escape").encode("latin-1")
-    documents = split_documents(text, separator)
-    expected = [np.frombuffer(d, np.uint8).astype(np.int64) for d in documents]
+    text = None
+    if args.jsonl:
+        expected = expected_from_jsonl(args)
+        documents = expected
+    else:
+        with open(args.text, "rb") as f:
+            text = f.read()
+        separator = codecs.decode(args.separator, "unicode_escape").encode("latin-1")
+        documents = split_documents(text, separator)
+        expected = [np.frombuffer(d, np.uint8).astype(np.int64) for d in documents]
     failures = []
 
     dtype, sequences, document_indices = read_with_numpy(args.prefix)
@@ -99,7 +131,7 @@ def main() -> int:
     check(list(document_indices) == list(range(len(documents) + 1)),
           "numpy: document indices 0..N", failures)
     check(all(np.array_equal(s, e) for s, e in zip(sequences, expected)),
-          "numpy: every sequence equals its document's bytes", failures)
+          "numpy: every sequence equals its document's tokens", failures)
 
     try:
         from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
@@ -116,9 +148,10 @@ def main() -> int:
           "megatron: document_indices 0..N", failures)
     check(all(np.array_equal(dataset[i].astype(np.int64), expected[i])
               for i in range(len(documents))),
-          "megatron: dataset[i] equals document i's bytes for every i", failures)
-    joined = np.concatenate([dataset[i] for i in range(len(dataset))]).astype(np.uint8).tobytes()
-    check(joined == text, "megatron: sequences concatenated == the text file", failures)
+          "megatron: dataset[i] equals document i's tokens for every i", failures)
+    if text is not None:
+        joined = np.concatenate([dataset[i] for i in range(len(dataset))]).astype(np.uint8).tobytes()
+        check(joined == text, "megatron: sequences concatenated == the text file", failures)
     middle = len(documents) // 2
     part = dataset.get(middle, offset=1, length=5)
     check(np.array_equal(part.astype(np.int64), expected[middle][1:6]),
