@@ -55,8 +55,10 @@ class BatchReader {
     *batch = RawBatch();
     while (batch->bytes < static_cast<int64_t>(options_.batch_bytes)) {
       if (!in_.is_open() || in_.eof()) {
-        if (!pending_.empty()) {  // the last text document of the file
-          Emit(batch, std::move(pending_), 0);
+        if (!pending_.empty()) {  // the file's last text documents
+          for (absl::string_view document : SplitIntoDocuments(pending_, options_.text_separator)) {
+            Emit(batch, std::string(document), 0);
+          }
           pending_.clear();
         }
         if (next_file_ >= options_.inputs.size()) break;
@@ -80,9 +82,17 @@ class BatchReader {
       } else {
         char chunk[1 << 16];
         in_.read(chunk, sizeof(chunk));
+        const size_t before = pending_.size();
         pending_.append(chunk, static_cast<size_t>(in_.gcount()));
-        std::vector<absl::string_view> documents =
-            SplitIntoDocuments(pending_, options_.text_separator);
+        // Split only when the new bytes hold a separator (an empty separator makes the file
+        // one document): a long document is then read in linear time, not re-split per chunk.
+        const std::string& separator = options_.text_separator;
+        if (separator.empty() ||
+            pending_.find(separator, before >= separator.size() ? before - separator.size() + 1
+                                                                : 0) == std::string::npos) {
+          continue;
+        }
+        std::vector<absl::string_view> documents = SplitIntoDocuments(pending_, separator);
         if (documents.size() < 2) continue;
         // All but the last are complete: the last may continue in the next chunk.
         for (size_t d = 0; d + 1 < documents.size(); ++d) {

@@ -159,8 +159,11 @@ TEST(PreprocessTest, TheOutputIsTheSameForAnyNumberOfWorkersAndBatches) {
 TEST(PreprocessTest, TextFilesAreCutIntoDocumentsAcrossReadChunks) {
   // Over 64 KiB (one read) of blank-line-separated paragraphs, some spanning a chunk edge.
   std::mt19937_64 rng(9);
+  // The file ends without a separator, and some documents hold no separator for several
+  // reads (one document spans more than a 64 KiB read).
   std::string text;
   while (text.size() < 200000) absl::StrAppend(&text, Words(rng, 1 + rng() % 300), "\n\n");
+  absl::StrAppend(&text, Words(rng, 20000), "\n\n", Words(rng, 50), "\n\n\n", Words(rng, 9));
   PreprocessOptions options;
   options.inputs = {Write("in.txt", text)};
   options.jsonl = false;
@@ -178,6 +181,25 @@ TEST(PreprocessTest, TextFilesAreCutIntoDocumentsAcrossReadChunks) {
   for (size_t d = 0; d < docs.size(); ++d) {
     EXPECT_EQ(std::string(docs[d].begin(), docs[d].end()), std::string(expected[d])) << d;
   }
+}
+
+// A read that ends right after a separator, then a last document with none: the end of
+// the file must still cut there.
+TEST(PreprocessTest, ASeparatorAtAReadsEndStillCutsTheLastDocument) {
+  const std::string text = std::string(65534, 'x') + "\n\n" + "the tail without a separator";
+  PreprocessOptions options;
+  options.inputs = {Write("edge.txt", text)};
+  options.jsonl = false;
+  options.output_prefix = Tmp("edge");
+  options.tokenizer = PreprocessTokenizer::kByte;
+  options.min_tokens = 0;
+  options.exact_dedup = false;
+  options.near_dedup = false;
+  absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  const std::vector<std::vector<int32_t>> docs = Documents(Tmp("edge_text_document"));
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(std::string(docs[1].begin(), docs[1].end()), "the tail without a separator");
 }
 
 TEST(PreprocessTest, BadInputIsNamedAndLeavesNoOutput) {
