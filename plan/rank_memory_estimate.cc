@@ -166,8 +166,8 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
   return walked;
 }
 
-int64_t LayersInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
-  return Mul(ChunksInFlight(s, stage, options).chunks, s.layers / s.pipeline / s.virtual_stages);
+int64_t LayersInFlight(const Shape& s, const InFlight& in_flight) {
+  return Mul(in_flight.chunks, s.layers / s.pipeline / s.virtual_stages);
 }
 
 // Elements one layer saves for its backward per microbatch besides its input
@@ -207,8 +207,9 @@ int64_t InputBytes(const Shape& s, const RankMemoryOptions& options) {
 }
 
 // Every layer in flight keeps its input; without recompute also its saved set.
-int64_t ActivationBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
-  const int64_t layers = LayersInFlight(s, stage, options);
+int64_t ActivationBytes(const Shape& s, const InFlight& in_flight,
+                        const RankMemoryOptions& options) {
+  const int64_t layers = LayersInFlight(s, in_flight);
   int64_t per_layer = InputBytes(s, options);
   if (!s.recompute) per_layer = Add(per_layer, LayerSavedBytes(s, options));
   return Mul(layers, per_layer);
@@ -216,12 +217,12 @@ int64_t ActivationBytes(const Shape& s, int64_t stage, const RankMemoryOptions& 
 
 // The head on the last stage: LayerNorm output [N, C], its statistics and the logits
 // [N, Vl] with the cross-entropy's three statistics, per microbatch in flight on it.
-int64_t LogitsBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+int64_t LogitsBytes(const Shape& s, int64_t stage, const InFlight& in_flight) {
   if (stage != s.pipeline - 1) return 0;
-  const int64_t in_flight = ChunksInFlight(s, stage, options).last_chunk;
+  const int64_t held = in_flight.last_chunk;
   const int64_t n = s.tokens();
   const int64_t per_microbatch = Sum({Mul(n, s.vocab_local), Mul(n, s.hidden), Mul(5, n)});
-  return Mul(kFp32Bytes, Mul(in_flight, per_microbatch));
+  return Mul(kFp32Bytes, Mul(held, per_microbatch));
 }
 
 // What the engine allocates besides saved activations (worker/engine/
@@ -231,7 +232,8 @@ int64_t LogitsBytes(const Shape& s, int64_t stage, const RankMemoryOptions& opti
 // recomputed layer's saved set under recompute), and on the last stage the logits'
 // gradient and the head's residual gradients (N Vl + 3 N C + N); every microbatch's tokens and
 // targets (2 N each), loaded at the start of a step. fp32 and int32: 4 bytes.
-int64_t WorkspaceBytes(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
+int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
+                       const RankMemoryOptions& options) {
   const int64_t n = s.tokens();
   if (options.activations == ActivationModel::kMegatronLm) {
     // Megatron-LM frees a stage's output once sent and keeps no separate pipeline
@@ -243,7 +245,7 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const RankMemoryOptions& o
   const int64_t nc = Mul(n, s.hidden);
   const int64_t fl = 4 * s.local_hidden();
   const int64_t per_chunk = Sum({Mul(3, n), Mul(3, nc)});
-  int64_t elements = Mul(ChunksInFlight(s, stage, options).chunks, per_chunk);
+  int64_t elements = Mul(in_flight.chunks, per_chunk);
   // Each of the v chunks has its own backward scratch (and recomputed layer).
   int64_t scratch = Sum({Mul(2, nc), Mul(2, Mul(n, fl)), Mul(4, Mul(n, s.local_hidden()))});
   if (s.recompute) scratch = Add(scratch, LayerSavedElements(s));
@@ -266,9 +268,11 @@ RankMemoryEstimate EstimateStage(const Shape& s, int64_t stage, const RankMemory
   e.optimizer_bytes = s.zero1 && moments != kSaturatedBytes
                           ? moments / s.data + (moments % s.data != 0 ? 1 : 0)
                           : moments;
-  e.activation_bytes = ActivationBytes(s, stage, options);
-  e.logits_bytes = LogitsBytes(s, stage, options);
-  e.workspace_bytes = WorkspaceBytes(s, stage, options);
+  // The schedule is walked once a stage (interleaving: its whole action list).
+  const InFlight in_flight = ChunksInFlight(s, stage, options);
+  e.activation_bytes = ActivationBytes(s, in_flight, options);
+  e.logits_bytes = LogitsBytes(s, stage, in_flight);
+  e.workspace_bytes = WorkspaceBytes(s, stage, in_flight, options);
   e.total_bytes = Sum({e.weight_bytes, e.gradient_bytes, e.optimizer_bytes, e.activation_bytes,
                        e.logits_bytes, e.workspace_bytes});
   return e;

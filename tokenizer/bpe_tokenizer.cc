@@ -346,23 +346,29 @@ void BpeTokenizer::EncodeText(absl::string_view text, std::vector<int32_t>* ids)
 }
 
 void BpeTokenizer::Encode(absl::string_view text, std::vector<int32_t>* ids) const {
-  // Added tokens are cut out verbatim first; the text between them is encoded alone.
-  while (!added_.empty() && !text.empty()) {
-    size_t first = absl::string_view::npos;
-    const std::pair<std::string, int32_t>* found = nullptr;
-    for (const auto& token : added_) {  // longest first: the longest wins a tie
-      const size_t at = text.find(token.first);
-      if (at < first) {
-        first = at;
-        found = &token;
+  // Added tokens are cut out verbatim first; the text between them is encoded alone. Each
+  // token's next occurrence is remembered, so the text is searched once per token and
+  // occurrence, not once per token for every occurrence of any of them.
+  std::vector<size_t> next(added_.size());
+  for (size_t t = 0; t < added_.size(); ++t) next[t] = text.find(added_[t].first);
+  size_t done = 0;
+  while (true) {
+    size_t first = absl::string_view::npos, found = 0;
+    for (size_t t = 0; t < added_.size(); ++t) {
+      if (next[t] != absl::string_view::npos && next[t] < done) {
+        next[t] = text.find(added_[t].first, done);  // overlapped by the last one taken
+      }
+      if (next[t] < first) {  // ties: the longest (added_ is longest first) wins
+        first = next[t];
+        found = t;
       }
     }
-    if (found == nullptr) break;
-    EncodeText(text.substr(0, first), ids);
-    ids->push_back(found->second);
-    text.remove_prefix(first + found->first.size());
+    if (first == absl::string_view::npos) break;
+    EncodeText(text.substr(done, first - done), ids);
+    ids->push_back(added_[found].second);
+    done = first + added_[found].first.size();
   }
-  EncodeText(text, ids);
+  EncodeText(text.substr(done), ids);
 }
 
 std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text) const {

@@ -41,6 +41,21 @@ TEST(BpeTokenizerTest, MergesByRankAndCutsOutAddedTokens) {
   EXPECT_EQ(*text, "hello<|endoftext|> world\n\xc3\xa9");
 }
 
+// Several added tokens: each occurrence is cut out wherever it is, whichever tokens are
+// absent, and the longest wins where two start at one place.
+TEST(BpeTokenizerTest, ManyAddedTokensAreFoundInOrder) {
+  absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(
+      TokenizerJsonForTest({}, {{"<a>", 300}, {"<a><b>", 301}, {"<never>", 302}}), "added");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(t->Encode("x<a>y<a><b><a>"), ElementsAre('x', 300, 'y', 301, 300));
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "<a>z";
+  const std::vector<int32_t> ids = t->Encode(many);
+  ASSERT_EQ(ids.size(), 2000u);
+  EXPECT_EQ(ids[1998], 300);
+  EXPECT_EQ(ids[1999], 'z');
+}
+
 TEST(BpeTokenizerTest, InvalidUtf8ReadsAsReplacementCharacters) {
   absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(TinyTokenizerJson(), "tiny");
   ASSERT_TRUE(t.ok()) << t.status();

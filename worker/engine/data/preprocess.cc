@@ -24,8 +24,7 @@ namespace {
 struct RawBatch {
   std::vector<std::string> records;
   std::string file;
-  int64_t first_line = 0;  // JSONL: the line of records[0] (1-based); text: 0
-  std::vector<int64_t> lines;
+  std::vector<int64_t> lines;  // JSONL: each record's line (1-based); text: 0
   int64_t bytes = 0;
 };
 
@@ -101,11 +100,8 @@ class BatchReader {
         pending_ = std::string(documents.back());
       }
     }
-    bytes_read_ += batch->bytes;
     return !batch->records.empty() || next_file_ < options_.inputs.size() || !pending_.empty();
   }
-
-  int64_t bytes_read() const { return bytes_read_; }
 
  private:
   void Emit(RawBatch* batch, std::string record, int64_t line) {
@@ -120,7 +116,6 @@ class BatchReader {
   size_t next_file_ = 0;
   int64_t line_ = 0;
   std::string pending_;
-  int64_t bytes_read_ = 0;
 };
 
 // One tokenizer per batch in flight (a BpeTokenizer's piece cache is not shared).

@@ -156,6 +156,20 @@ TEST(PreprocessTest, TheOutputIsTheSameForAnyNumberOfWorkersAndBatches) {
   }
 }
 
+// `text` written to `name`, read as a text file with the byte tokenizer and no filters.
+PreprocessOptions KeepEveryTextDocument(const std::string& name, const std::string& text,
+                                        const std::string& prefix) {
+  PreprocessOptions options;
+  options.inputs = {Write(name, text)};
+  options.jsonl = false;
+  options.output_prefix = Tmp(prefix);
+  options.tokenizer = PreprocessTokenizer::kByte;
+  options.min_tokens = 0;
+  options.exact_dedup = false;
+  options.near_dedup = false;
+  return options;
+}
+
 TEST(PreprocessTest, TextFilesAreCutIntoDocumentsAcrossReadChunks) {
   // Over 64 KiB (one read) of blank-line-separated paragraphs, some spanning a chunk edge.
   std::mt19937_64 rng(9);
@@ -164,14 +178,7 @@ TEST(PreprocessTest, TextFilesAreCutIntoDocumentsAcrossReadChunks) {
   std::string text;
   while (text.size() < 200000) absl::StrAppend(&text, Words(rng, 1 + rng() % 300), "\n\n");
   absl::StrAppend(&text, Words(rng, 20000), "\n\n", Words(rng, 50), "\n\n\n", Words(rng, 9));
-  PreprocessOptions options;
-  options.inputs = {Write("in.txt", text)};
-  options.jsonl = false;
-  options.output_prefix = Tmp("text");
-  options.tokenizer = PreprocessTokenizer::kByte;
-  options.min_tokens = 0;
-  options.exact_dedup = false;
-  options.near_dedup = false;
+  PreprocessOptions options = KeepEveryTextDocument("in.txt", text, "text");
   options.batch_bytes = 10000;
   absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
@@ -187,14 +194,7 @@ TEST(PreprocessTest, TextFilesAreCutIntoDocumentsAcrossReadChunks) {
 // the file must still cut there.
 TEST(PreprocessTest, ASeparatorAtAReadsEndStillCutsTheLastDocument) {
   const std::string text = std::string(65534, 'x') + "\n\n" + "the tail without a separator";
-  PreprocessOptions options;
-  options.inputs = {Write("edge.txt", text)};
-  options.jsonl = false;
-  options.output_prefix = Tmp("edge");
-  options.tokenizer = PreprocessTokenizer::kByte;
-  options.min_tokens = 0;
-  options.exact_dedup = false;
-  options.near_dedup = false;
+  const PreprocessOptions options = KeepEveryTextDocument("edge.txt", text, "edge");
   absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options);
   ASSERT_TRUE(summary.ok()) << summary.status();
   const std::vector<std::vector<int32_t>> docs = Documents(Tmp("edge_text_document"));
