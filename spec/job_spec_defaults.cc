@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/data_split.h"
 #include "spec/job_spec_limits.h"
 
 namespace mtrain {
@@ -67,6 +68,8 @@ void ApplyTrainDefaults(TrainSpec* train) {
   MTRAIN_DEFAULT(train, recompute, false);
   MTRAIN_DEFAULT(train, checkpoint_every, 0);
   MTRAIN_DEFAULT(train, max_restarts, kDefaultMaxRestarts);
+  MTRAIN_DEFAULT(train, eval_interval, 0);
+  MTRAIN_DEFAULT(train, eval_iters, kDefaultEvalIters);
 }
 
 #undef MTRAIN_DEFAULT
@@ -84,6 +87,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   DataSpec* data = spec->mutable_data();
   if (data->format() == DATA_FORMAT_UNSPECIFIED) data->set_format(DATA_FORMAT_TEXT);
   if (data->tokenizer() == TOKENIZER_UNSPECIFIED) data->set_tokenizer(TOKENIZER_BYTE);
+  if (!data->has_split()) data->set_split(kDefaultDataSplit);
   // data.path stays unset: the worker resolves "unset" to the corpus shipped with the
   // build, whose location only the worker knows.
 }

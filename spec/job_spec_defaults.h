@@ -30,6 +30,8 @@ inline constexpr float kDefaultEps = 1e-8f;
 inline constexpr float kDefaultGradClip = 1.0f;
 inline constexpr float kDefaultDropout = 0.1f;
 inline constexpr int kDefaultMaxRestarts = 3;
+// Global batches per validation when train.eval_interval asks for one.
+inline constexpr int kDefaultEvalIters = 10;
 
 // Fills every unset field with its default. Fields whose default depends on other fields
 // (global_batch_size, min_data, min_lr, decay_steps) are derived from the values already

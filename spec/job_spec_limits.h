@@ -57,6 +57,11 @@ inline constexpr float kMaxGradClip = 1e6f;
 // warmup_steps, decay_steps and checkpoint_every too.
 inline constexpr int kMaxSteps = 100'000'000;
 inline constexpr int kMaxRestarts = 1000;
+// Global batches per validation: a typo bound (Megatron's default is 100).
+inline constexpr int kMaxEvalIters = 1'000'000;
+// Datasets in one blend (data.paths): far above published blends (tens of sources), and
+// each one costs the rank an open file pair and an index.
+inline constexpr int kMaxBlendDatasets = 1024;
 
 // Strings: a Linux path (PATH_MAX), and the job name (it appears in metrics labels).
 inline constexpr int kMaxPathLength = 4096;

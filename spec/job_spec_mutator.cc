@@ -43,6 +43,9 @@ constexpr const char* kSeedSpecs[] = {
         "model": {"num_layers": 12, "num_heads": 12, "hidden_size": 768, "seq_length": 1024,
                   "vocab_size": 50257}})",
     R"({"data": {"path": "tests/data/shakespeare.txt"}, "train": {"steps": 1, "dropout": 0}})",
+    R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "split": "969,30,1",
+                 "paths": [{"path": "/d/a", "weight": 0.3}, {"path": "/d/b", "weight": 0.7}]},
+        "train": {"eval_interval": 5, "eval_iters": 2}})",
 };
 
 int64_t Pick(std::mt19937_64& rng, std::initializer_list<int64_t> values) {
@@ -60,8 +63,15 @@ void CollectLeaves(Message* message, std::vector<Leaf>* leaves) {
   const Reflection* reflection = message->GetReflection();
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const FieldDescriptor* field = descriptor->field(i);
-    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && field->is_repeated()) {
+      // Each element present (a seed spec's blend entries, say) is mutated like a message.
+      for (int k = 0; k < reflection->FieldSize(*message, field); ++k) {
+        CollectLeaves(reflection->MutableRepeatedMessage(message, field, k), leaves);
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       CollectLeaves(reflection->MutableMessage(message, field), leaves);
+    } else if (field->is_repeated()) {
+      continue;  // no repeated scalars in a JobSpec; the setters below take singular ones
     } else {
       leaves->push_back({message, field});
     }

@@ -99,8 +99,12 @@ bool StringsAreUtf8(const google::protobuf::Message& message) {
         !IsValidUtf8(r->GetString(message, f))) {
       return false;
     }
-    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
-        !StringsAreUtf8(r->GetMessage(message, f))) {
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && f->is_repeated()) {
+      for (int k = 0; k < r->FieldSize(message, f); ++k) {
+        if (!StringsAreUtf8(r->GetRepeatedMessage(message, f, k))) return false;
+      }
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
+               !StringsAreUtf8(r->GetMessage(message, f))) {
       return false;
     }
   }

@@ -15,6 +15,7 @@
 #include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "plan/rank_memory_estimate.h"
+#include "spec/data_split.h"
 #include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_defaults.h"
 #include "spec/job_spec_limits.h"
@@ -360,6 +361,48 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   v->RequireNonNegative("train.max_restarts", t.max_restarts());
   v->RequireAtMost("train.max_restarts", t.max_restarts(), kMaxRestarts);
   if (t.has_init_from()) ValidatePath("train.init_from", t.init_from(), v);
+  v->RequireNonNegative("train.eval_interval", t.eval_interval());
+  v->RequireAtMost("train.eval_interval", t.eval_interval(), kMaxSteps);
+  v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
+}
+
+// data.split, data.paths, and what train.eval_interval needs of them.
+void ValidateDataSources(const JobSpec& spec, const ValidEnums& enums, Violations* v) {
+  const DataSpec& data = spec.data();
+  const std::string split_text = data.has_split() ? data.split() : kDefaultDataSplit;
+  const absl::StatusOr<DataSplit> split = ParseDataSplit(split_text);
+  if (!split.ok()) v->Add(std::string(split.status().message()));
+  if (split.ok() && spec.train().eval_interval() > 0 && split->share(SplitKind::kValidation) <= 0) {
+    v->Add(absl::StrCat("train.eval_interval: ", spec.train().eval_interval(),
+                        " asks for a validation loss but data.split (\"", split_text,
+                        "\") gives validation no share [rule: set data.split with a "
+                        "validation share, e.g. \"969,30,1\"]"));
+  }
+  if (data.paths().empty()) return;
+  if (enums.format && data.format() != DATA_FORMAT_MMIDIDX) {
+    v->Add(absl::StrCat("data.paths: a blend needs data.format DATA_FORMAT_MMIDIDX (got ",
+                        DataFormat_Name(data.format()), ") [rule: preprocess makes them]"));
+  }
+  if (data.has_path()) {
+    v->Add(
+        "data.paths: set together with data.path [rule: one dataset (data.path) or a "
+        "blend (data.paths), not both]");
+  }
+  if (!v->RequireAtMost("data.paths", data.paths_size(), kMaxBlendDatasets)) return;
+  for (int i = 0; i < data.paths_size(); ++i) {
+    const WeightedDataPath& entry = data.paths(i);
+    if (entry.path().empty()) {
+      v->Add(absl::StrCat("data.paths: entry ", i,
+                          " has no path [rule: every entry names a "
+                          ".bin/.idx prefix]"));
+    } else {
+      ValidatePath("data.paths", entry.path(), v);
+    }
+    if (!(std::isfinite(entry.weight()) && entry.weight() > 0)) {
+      v->Add(absl::StrCat("data.paths: entry ", i, " (\"", entry.path(), "\") has weight ",
+                          entry.weight(), " [rule: every weight is a finite number > 0]"));
+    }
+  }
 }
 
 void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Violations* v) {
@@ -400,10 +443,11 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
                           " [rule: only TOKENIZER_HF_JSON reads it]"));
     }
   }
-  if (enums.format && spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty()) {
+  if (enums.format && spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty() &&
+      spec.data().paths().empty()) {
     v->Add(
-        "data.path: must name the .bin/.idx prefix [rule: DATA_FORMAT_MMIDIDX has no "
-        "shipped default]");
+        "data.path: must name the .bin/.idx prefix, or data.paths a blend [rule: "
+        "DATA_FORMAT_MMIDIDX has no shipped default]");
   }
 }
 
@@ -437,6 +481,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   ValidateOptimizer(spec.optimizer(), &v);
   ValidateTrain(spec.train(), &v);
   ValidatePrecisionAndDevice(spec, enums, &v);
+  ValidateDataSources(spec, enums, &v);
   if (model_ok && parallel_ok && enums.schedule && enums.precision) ValidateMemory(spec, &v);
   return v.ToStatus();
 }

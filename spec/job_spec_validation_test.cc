@@ -42,6 +42,9 @@ TEST(JobSpecValidationTest, EmptySpecTakesDocumentedDefaults) {
   EXPECT_EQ(spec->device(), DEVICE_AUTO);
   EXPECT_EQ(spec->data().format(), DATA_FORMAT_TEXT);
   EXPECT_FALSE(spec->data().has_path());
+  EXPECT_EQ(spec->data().split(), "1,0,0");
+  EXPECT_EQ(spec->train().eval_interval(), 0);
+  EXPECT_EQ(spec->train().eval_iters(), kDefaultEvalIters);
 }
 
 TEST(JobSpecValidationTest, ExplicitZeroIsKeptNotDefaulted) {
@@ -186,6 +189,42 @@ TEST(JobSpecValidationTest, BpeTokenizersNameTheirFiles) {
                  "only TOKENIZER_HF_JSON reads it");
   ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON", "tokenizer_json": "a\u0001b"}})",
                  "data.tokenizer_json", "");
+}
+
+TEST(JobSpecValidationTest, SplitsBlendsAndValidationAreChecked) {
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"split": "969,30,1"},
+      "train": {"eval_interval": 50, "eval_iters": 4}})")
+                  .ok());
+  EXPECT_TRUE(ParseJobSpecJson(R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "paths": [
+      {"path": "/d/a", "weight": 0.3}, {"path": "/d/b", "weight": 0.7}]}})")
+                  .ok());
+  ExpectRejected(R"({"data": {"split": "1,x"}})", "data.split: \"1,x\" share 2",
+                 "one to three non-negative numbers");
+  ExpectRejected(R"({"data": {"split": "0,0"}})", "data.split", "sums to 0");
+  ExpectRejected(R"({"train": {"eval_interval": 10}})",
+                 "train.eval_interval: 10 asks for a validation loss but data.split (\"1,0,0\")",
+                 "set data.split with a validation share");
+  ExpectRejected(R"({"train": {"eval_interval": -1}})", "train.eval_interval: must be >= 0", "");
+  ExpectRejected(R"({"train": {"eval_iters": 0}})", "train.eval_iters: must be > 0", "");
+  ExpectRejected(R"({"train": {"eval_iters": 2000000}})", "train.eval_iters: 2000000",
+                 "<= 1000000");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "paths": [
+      {"path": "/d/a", "weight": 0.3}, {"path": "/d/b", "weight": -0.7}]}})",
+                 "data.paths: entry 1 (\"/d/b\") has weight -0.7",
+                 "every weight is a finite "
+                 "number > 0");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "paths": [{"path": "/d/a"}]}})",
+                 "data.paths: entry 0 (\"/d/a\") has weight 0", "> 0");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "paths": [{"weight": 1}]}})",
+                 "data.paths: entry 0 has no path", "");
+  ExpectRejected(R"({"data": {"paths": [{"path": "/d/a", "weight": 1}]}})",
+                 "data.paths: a blend needs data.format DATA_FORMAT_MMIDIDX (got DATA_FORMAT_TEXT)",
+                 "");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "path": "/d/a",
+      "paths": [{"path": "/d/b", "weight": 1}]}})",
+                 "data.paths: set together with data.path", "not both");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_MMIDIDX"}})", "data.path: must name",
+                 "or data.paths a blend");
 }
 
 TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {

@@ -109,6 +109,22 @@ absl::StatusOr<std::string> ConfineToDataRoots(absl::string_view field, const st
       " [rule: a rank reads data only inside the worker's --data_root]"));
 }
 
+namespace {
+
+// Both PREFIX.idx and PREFIX.bin inside the roots; the resolved prefix when both resolve
+// to one (the usual case: what is opened is what was checked), else `prefix` unchanged.
+absl::StatusOr<std::string> ConfineIndexedPrefix(absl::string_view field, const std::string& prefix,
+                                                 const std::vector<std::string>& roots) {
+  ASSIGN_OR_RETURN(const std::string index,
+                   ConfineToDataRoots(field, IndexFilePath(prefix), roots));
+  ASSIGN_OR_RETURN(const std::string bin, ConfineToDataRoots(field, DataFilePath(prefix), roots));
+  const absl::string_view resolved = absl::StripSuffix(index, ".idx");
+  if (bin == DataFilePath(resolved)) return std::string(resolved);
+  return prefix;
+}
+
+}  // namespace
+
 absl::StatusOr<DataSpec> ConfineDataSpec(const DataSpec& data,
                                          const std::vector<std::string>& roots) {
   DataSpec confined = data;
@@ -125,15 +141,14 @@ absl::StatusOr<DataSpec> ConfineDataSpec(const DataSpec& data,
     ASSIGN_OR_RETURN(*confined.mutable_tokenizer_json(),
                      ConfineToDataRoots("data.tokenizer_json", data.tokenizer_json(), roots));
   }
+  for (int i = 0; i < data.paths_size(); ++i) {
+    ASSIGN_OR_RETURN(*confined.mutable_paths(i)->mutable_path(),
+                     ConfineIndexedPrefix("data.paths", data.paths(i).path(), roots));
+  }
   if (data.path().empty()) return confined;
   if (data.format() == DATA_FORMAT_MMIDIDX) {
-    ASSIGN_OR_RETURN(const std::string index,
-                     ConfineToDataRoots("data.path", IndexFilePath(data.path()), roots));
-    ASSIGN_OR_RETURN(const std::string bin,
-                     ConfineToDataRoots("data.path", DataFilePath(data.path()), roots));
-    // Open what was checked when both files resolve to one prefix (the usual case).
-    const absl::string_view prefix = absl::StripSuffix(index, ".idx");
-    if (bin == DataFilePath(prefix)) confined.set_path(std::string(prefix));
+    ASSIGN_OR_RETURN(*confined.mutable_path(),
+                     ConfineIndexedPrefix("data.path", data.path(), roots));
     return confined;
   }
   ASSIGN_OR_RETURN(const std::string resolved, ConfineToDataRoots("data.path", data.path(), roots));

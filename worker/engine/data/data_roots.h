@@ -43,8 +43,9 @@ absl::StatusOr<std::string> ConfineToDataRoots(absl::string_view field, const st
 
 // data.path confined: an unset path (the shipped corpus, found by the rank itself) is
 // left alone; a text file is replaced by its resolved path, so the file opened is the one
-// checked; for DATA_FORMAT_MMIDIDX both PREFIX.idx and PREFIX.bin must lie inside. The
-// tokenizer's files (data.vocab_file, merge_file, tokenizer_json) likewise.
+// checked; for DATA_FORMAT_MMIDIDX both PREFIX.idx and PREFIX.bin must lie inside, and so
+// for every prefix of a blend (data.paths). The tokenizer's files (data.vocab_file,
+// merge_file, tokenizer_json) likewise.
 absl::StatusOr<DataSpec> ConfineDataSpec(const DataSpec& data,
                                          const std::vector<std::string>& roots);
 
