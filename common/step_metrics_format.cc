@@ -1,5 +1,7 @@
 #include "common/step_metrics_format.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/json_writer.h"
@@ -35,6 +37,11 @@ std::string StepMetricsJson(const StepMetrics& m) {
   if (m.has_host_memory_peak_bytes()) {
     json.Int("host_memory_peak_bytes", m.host_memory_peak_bytes());
   }
+  // Steps with an evaluation (train.eval_interval) only.
+  if (m.has_validation_loss()) {
+    json.Number("validation_loss", m.validation_loss())
+        .Number("validation_perplexity", std::exp(m.validation_loss()));
+  }
   return json.Close();
 }
 
@@ -45,6 +52,10 @@ std::string StepProgressLine(const StepMetrics& m, long long total_steps) {
   absl::StrAppend(&line,
                   absl::StrFormat(" | lr %.2e | grad_norm %.3f | %.0f tok/s | mfu %.2f%%", m.lr(),
                                   m.grad_norm(), m.tokens_per_second(), 100.0 * m.mfu()));
+  if (m.has_validation_loss()) {
+    absl::StrAppend(&line, absl::StrFormat(" | validation loss %.4f, perplexity %.2f",
+                                           m.validation_loss(), std::exp(m.validation_loss())));
+  }
   return line;
 }
 

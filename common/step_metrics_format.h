@@ -12,7 +12,8 @@
 
 namespace mtrain {
 
-// One line, no trailing newline. Keys in a fixed order; "loss" only when present.
+// One line, no trailing newline. Keys in a fixed order; "loss" only when present,
+// "validation_loss" and "validation_perplexity" only on steps with an evaluation.
 std::string StepMetricsJson(const StepMetrics& metrics);
 
 std::string StepProgressLine(const StepMetrics& metrics, long long total_steps);

@@ -51,5 +51,15 @@ TEST(StepMetricsFormatTest, CpuRanksReportTheirPeakHeap) {
   EXPECT_THAT(StepMetricsJson(m), EndsWith(",\"rank\":1,\"host_memory_peak_bytes\":3145728}"));
 }
 
+TEST(StepMetricsFormatTest, EvaluationStepsCarryTheValidationLossAndPerplexity) {
+  StepMetrics m = Metrics();
+  EXPECT_THAT(StepMetricsJson(m), Not(HasSubstr("validation")));
+  EXPECT_THAT(StepProgressLine(m, 10), Not(HasSubstr("validation")));
+  m.set_validation_loss(2.0);
+  EXPECT_THAT(StepMetricsJson(m),
+              EndsWith(",\"rank\":1,\"validation_loss\":2,\"validation_perplexity\":7.3890561}"));
+  EXPECT_THAT(StepProgressLine(m, 10), EndsWith(" | validation loss 2.0000, perplexity 7.39"));
+}
+
 }  // namespace
 }  // namespace mtrain

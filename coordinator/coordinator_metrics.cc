@@ -84,6 +84,7 @@ struct CoordinatorMetrics::Impl {
     prometheus::Gauge* model_tflops = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* loss_scale = nullptr;
+    prometheus::Gauge* validation_loss = nullptr;      // created by the first evaluation
     prometheus::Gauge* checkpoint_step = nullptr;      // created by the first checkpoint
     prometheus::Counter* checkpoints_saved = nullptr;  // present from the start at 0
     // The newest (generation, step) shown in the gauges. Several ranks carry the loss and
@@ -122,6 +123,12 @@ struct CoordinatorMetrics::Impl {
                      .Name("mtrain_job_loss")
                      .Help("Training loss of the job's last completed step.")
                      .Register(*registry)),
+        job_validation_loss(prometheus::BuildGauge()
+                                .Name("mtrain_job_validation_loss")
+                                .Help("Validation loss (mean per-token cross-entropy over "
+                                      "train.eval_iters batches of the validation split) at "
+                                      "the job's last evaluation; its exp is the perplexity.")
+                                .Register(*registry)),
         job_tokens_per_second(prometheus::BuildGauge()
                                   .Name("mtrain_job_tokens_per_second")
                                   .Help("Training throughput of the job's last step in tokens "
@@ -262,6 +269,7 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_state;
   prometheus::Family<prometheus::Gauge>& job_step;
   prometheus::Family<prometheus::Gauge>& job_loss;
+  prometheus::Family<prometheus::Gauge>& job_validation_loss;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second;
   prometheus::Family<prometheus::Gauge>& job_model_tflops;
   prometheus::Family<prometheus::Gauge>& job_mfu;
@@ -354,6 +362,7 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
        std::initializer_list<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>{
            {&impl_->job_step, series.step},
            {&impl_->job_loss, series.loss},
+           {&impl_->job_validation_loss, series.validation_loss},
            {&impl_->job_tokens_per_second, series.tokens_per_second},
            {&impl_->job_model_tflops, series.model_tflops},
            {&impl_->job_mfu, series.mfu},
@@ -436,6 +445,12 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
   job.model_tflops->Set(metrics.model_tflops());
   job.mfu->Set(metrics.mfu());
   job.loss_scale->Set(metrics.loss_scale());
+  if (metrics.has_validation_loss()) {
+    if (job.validation_loss == nullptr) {
+      job.validation_loss = &impl_->job_validation_loss.Add({{"job", job_id}});
+    }
+    job.validation_loss->Set(metrics.validation_loss());
+  }
   AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
 }
 

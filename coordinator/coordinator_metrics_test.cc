@@ -104,8 +104,10 @@ void FeedJob(CoordinatorMetrics& metrics) {
     metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step, 0.06), Coordinates(2, 0, 1, 0));
     metrics.ObserveStep("job-1", Step(step, 0.3, 2.0 + 0.25 * step, 0.06), Coordinates(3, 1, 1, 0));
   }
-  // Rank 3 reports a fourth step with a different duration.
-  metrics.ObserveStep("job-1", Step(4, 7.0, 2.5, 0.7), Coordinates(3, 1, 1, 0));
+  // Rank 3 reports a fourth step with a different duration, and an evaluation.
+  StepMetrics evaluated = Step(4, 7.0, 2.5, 0.7);
+  evaluated.set_validation_loss(2.75);
+  metrics.ObserveStep("job-1", evaluated, Coordinates(3, 1, 1, 0));
   metrics.AddGenerationFailure("job-1");
   metrics.SetJobRestarts("job-1", 1);
   metrics.AddStoreWriteFailure("transition");
@@ -136,6 +138,8 @@ TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
   EXPECT_THAT(text, HasSubstr("# TYPE mtrain_pipeline_bubble_ratio gauge"));
 
   EXPECT_THAT(text, HasSubstr("mtrain_job_loss{job=\"job-1\"} 2.5\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mtrain_job_validation_loss gauge"));
+  EXPECT_EQ(SampleValue(text, "mtrain_job_validation_loss{job=\"job-1\"}"), 2.75);
   EXPECT_EQ(SampleValue(text, "mtrain_job_step{job=\"job-1\"}"), 4);
   EXPECT_EQ(SampleValue(text, "mtrain_job_tokens_per_second{job=\"job-1\"}"), 12345);
   EXPECT_EQ(SampleValue(text, "mtrain_job_model_tflops{job=\"job-1\"}"), 87.5);

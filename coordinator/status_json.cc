@@ -70,10 +70,12 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
     } else {
       object.Null("loss");
     }
-    return object.Number("tokens_per_second", m.tokens_per_second())
+    object.Number("tokens_per_second", m.tokens_per_second())
         .Number("step_seconds", m.step_seconds())
-        .Number("mfu", m.mfu())
-        .Close();
+        .Number("mfu", m.mfu());
+    // Steps with an evaluation only (train.eval_interval).
+    if (m.has_validation_loss()) object.Number("validation_loss", m.validation_loss());
+    return object.Close();
   };
   return JsonObject(kApiNumbers)
       .String("job_id", job_id)

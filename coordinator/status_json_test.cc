@@ -132,6 +132,7 @@ TEST(StepsJson, WritesEachStepAndWhetherMoreFollow) {
   StepMetrics no_loss = first;
   no_loss.set_step(3);
   no_loss.clear_loss();
+  no_loss.set_validation_loss(4.25);
   const google::protobuf::Struct doc = Parse(StepsJson("job-2", {first, diverged, no_loss}, true));
   EXPECT_EQ(Field(doc, "job_id").string_value(), "job-2");
   EXPECT_TRUE(Field(doc, "more").bool_value());
@@ -146,6 +147,9 @@ TEST(StepsJson, WritesEachStepAndWhetherMoreFollow) {
   EXPECT_EQ(Field(one, "mfu").number_value(), 0.01);
   EXPECT_TRUE(Field(steps.values(1).struct_value(), "loss").has_null_value());
   EXPECT_TRUE(Field(steps.values(2).struct_value(), "loss").has_null_value());
+  // Only evaluation steps carry a validation loss.
+  EXPECT_EQ(one.fields().count("validation_loss"), 0u);
+  EXPECT_EQ(Field(steps.values(2).struct_value(), "validation_loss").number_value(), 4.25);
 }
 
 TEST(WorkersJson, CarriesHealth) {

@@ -36,7 +36,10 @@ absl::StatusOr<std::set<std::string>> CoordinatorSeriesNames() {
     step.set_model_tflops(1);
     step.set_mfu(0.1);
     step.set_loss_scale(1);
-    if (rank == 1) step.set_loss(5.5);
+    if (rank == 1) {
+      step.set_loss(5.5);
+      step.set_validation_loss(5.75);
+    }
     m.ObserveStep("job-1", step, coordinates);
   }
   m.AddGenerationFailure("job-1");

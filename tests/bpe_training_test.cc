@@ -1,7 +1,8 @@
 // Training on text tokenized by a BPE (data.tokenizer TOKENIZER_HF_JSON) end to end: real
 // `train` processes under `launch`, the shipped corpus tokenized on load by a small
-// byte-level BPE, a 2-layer model under (1,1,1) and (2,2,1): the loss falls and both
-// layouts give the same losses.
+// byte-level BPE, split 95/5 by token ranges with a validation loss every 4 steps, a
+// 2-layer model under (1,1,1) and (2,2,1): train and validation losses fall and both
+// layouts give the same ones.
 #include <unistd.h>
 
 #include <cmath>
@@ -38,7 +39,12 @@ std::string TokenizerFile() {
   return path;
 }
 
-std::vector<double> Train(const std::string& name, int tensor, int pipeline) {
+struct Losses {
+  std::vector<double> train;       // by step
+  std::vector<double> validation;  // steps 4, 8, 12
+};
+
+Losses Train(const std::string& name, int tensor, int pipeline) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", name);
   const std::string spec = dir + ".json";
   std::ofstream(spec) << absl::StrCat(
@@ -47,10 +53,11 @@ std::vector<double> Train(const std::string& name, int tensor, int pipeline) {
           "parallel": {"tensor": )",
       tensor, R"(, "pipeline": )", pipeline, R"(, "micro_batch_size": 2,
           "global_batch_size": 8},
-          "data": {"tokenizer": "TOKENIZER_HF_JSON", "tokenizer_json": ")",
+          "data": {"tokenizer": "TOKENIZER_HF_JSON", "split": "95,5,0", "tokenizer_json": ")",
       TokenizerFile(),
       R"("}, "optimizer": {"lr": 3e-3, "warmup_steps": 2, "eps": 1e-3},
-          "train": {"steps": 12, "seed": 5, "dropout": 0.0}, "device": "DEVICE_CPU"})");
+          "train": {"steps": 12, "seed": 5, "dropout": 0.0, "eval_interval": 4,
+                    "eval_iters": 2}, "device": "DEVICE_CPU"})");
   // The tokenizer lies in the test's directory: a data root besides the corpus's.
   const std::string roots =
       absl::StrCat(TestTempDir(), ",", std::filesystem::absolute("tests/data").string());
@@ -67,17 +74,32 @@ std::vector<double> Train(const std::string& name, int tensor, int pipeline) {
   const int last_rank = tensor * pipeline - tensor;  // the first loss-computing rank
   absl::StatusOr<std::vector<double>> losses = LossesOfRank(*lines, last_rank);
   EXPECT_TRUE(losses.ok()) << losses.status();
-  return losses.ok() ? *losses : std::vector<double>();
+  Losses out;
+  if (losses.ok()) out.train = *losses;
+  for (const MetricsLine& line : *lines) {
+    if (static_cast<int>(line.at("rank")) == last_rank && line.count("validation_loss") != 0) {
+      out.validation.push_back(line.at("validation_loss"));
+    }
+  }
+  return out;
 }
 
 TEST(BpeTrainingTest, ABpeTokenizedCorpusTrainsAndLayoutsAgree) {
-  const std::vector<double> single = Train("single", 1, 1);
-  const std::vector<double> parallel = Train("t2p2", 2, 2);
-  ASSERT_EQ(single.size(), 12u);
-  ASSERT_EQ(parallel.size(), 12u);
-  EXPECT_LT(single.back(), single.front() - 0.5) << "the loss must fall";
-  for (size_t s = 0; s < single.size(); ++s) {
-    EXPECT_NEAR(parallel[s], single[s], 1e-5 * std::abs(single[s])) << "step " << s + 1;
+  const Losses single = Train("single", 1, 1);
+  const Losses parallel = Train("t2p2", 2, 2);
+  ASSERT_EQ(single.train.size(), 12u);
+  ASSERT_EQ(parallel.train.size(), 12u);
+  EXPECT_LT(single.train.back(), single.train.front() - 0.5) << "the loss must fall";
+  for (size_t s = 0; s < single.train.size(); ++s) {
+    EXPECT_NEAR(parallel.train[s], single.train[s], 1e-5 * std::abs(single.train[s]))
+        << "step " << s + 1;
+  }
+  ASSERT_EQ(single.validation.size(), 3u);
+  ASSERT_EQ(parallel.validation.size(), 3u);
+  EXPECT_LT(single.validation.back(), single.validation.front()) << "validation must fall";
+  for (size_t e = 0; e < single.validation.size(); ++e) {
+    EXPECT_NEAR(parallel.validation[e], single.validation[e], 1e-5 * std::abs(single.validation[e]))
+        << "evaluation " << e + 1;
   }
 }
 

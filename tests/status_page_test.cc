@@ -1,10 +1,11 @@
 // The coordinator's status page in a real browser: a coordinator, two CPU workers and a
 // running job as real processes on loopback, and Debian's headless Chromium loading
 // http://HOST:PORT/ (issue 8, item 2). Checks that the page shows the running job with its
-// state, that its loss/throughput chart has points and gains more between two loads a few
-// seconds apart, that both workers are listed alive, and that the browser logged no
-// console message (an uncaught error, a failed load, a blocked resource). Skips, saying
-// so, only where Chromium is not installed (`make deps` installs it).
+// state, that its loss/throughput chart has points (the validation loss too) and gains
+// more between two loads a few seconds apart, that both workers are listed alive, and that
+// the browser logged no console message (an uncaught error, a failed load, a blocked
+// resource). Skips, saying so, only where Chromium is not installed (`make deps` installs
+// it).
 #include <unistd.h>
 
 #include <cstdio>
@@ -61,9 +62,9 @@ std::string AttributeOf(const std::string& dom, const std::string& tag_start,
   return dom.substr(begin, dom.find('"', begin) - begin);
 }
 
-int PlottedPoints(const std::string& dom) {
+int PlottedPoints(const std::string& dom, const std::string& attribute = "data-points") {
   int points = -1;
-  if (!absl::SimpleAtoi(AttributeOf(dom, "<canvas id=\"chart\"", "data-points"), &points)) {
+  if (!absl::SimpleAtoi(AttributeOf(dom, "<canvas id=\"chart\"", attribute), &points)) {
     return -1;
   }
   return points;
@@ -141,7 +142,9 @@ class StatusPageTest : public ClusterTest {
 constexpr char kSpec[] = R"({"name": "status-page",
   "model": {"num_layers": 2, "num_heads": 2, "hidden_size": 32, "seq_length": 16},
   "parallel": {"pipeline": 2, "micro_batch_size": 2, "global_batch_size": 4},
-  "train": {"steps": 100000, "dropout": 0.0}, "device": "DEVICE_CPU"})";
+  "data": {"split": "90,10,0"},
+  "train": {"steps": 100000, "dropout": 0.0, "eval_interval": 2, "eval_iters": 1},
+  "device": "DEVICE_CPU"})";
 
 TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   ASSERT_EQ(::access(kChartJs, R_OK), 0)
@@ -171,6 +174,8 @@ TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   EXPECT_EQ(AttributeOf(first.dom, "<canvas id=\"chart\"", "data-job"), job) << first.dom;
   const int first_points = PlottedPoints(first.dom);
   EXPECT_GT(first_points, 0) << first.dom;
+  // Every second step was evaluated: the validation loss is plotted too.
+  EXPECT_GT(PlottedPoints(first.dom, "data-validation-points"), 0) << first.dom;
   // Both workers, alive and busy with the job.
   for (const std::string worker : {"w0", "w1"}) {
     const std::string worker_row = absl::StrCat("<tr data-worker=\"", worker, "\"");

@@ -269,6 +269,7 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
                    Trainer::Create(assignment, std::move(groups), trainer_options));
   if (rank == 0) {
     sinks.Log(trainer->engine_note());
+    sinks.Log(trainer->data_note());
     const RankAllocationEstimate& memory = trainer->memory_estimate();
     sinks.Log(absl::StrFormat("memory: about %s on this rank (%s)", HumanBytes(memory.total()),
                               memory.Describe()));

@@ -116,14 +116,16 @@ TEST(RankRunTest, EveryStepReachesTheSinks) {
   EXPECT_EQ(sinks.timings[2].pp_stage, 0);
   EXPECT_DOUBLE_EQ(sinks.timings[2].step_seconds, sinks.steps[2].step_seconds());
 
-  // Rank 0's engine and memory notes, then the narrator's header and one progress line
-  // per step.
-  ASSERT_EQ(sinks.log.size(), 6u);
-  EXPECT_THAT(sinks.log[1], StartsWith("memory: about "));
-  EXPECT_EQ(sinks.log[2],
+  // Rank 0's engine, data and memory notes, then the narrator's header and one progress
+  // line per step.
+  ASSERT_EQ(sinks.log.size(), 7u);
+  EXPECT_THAT(sinks.log[1], StartsWith("data: "));
+  EXPECT_THAT(sinks.log[1], HasSubstr("shakespeare.txt train tokens [0, "));
+  EXPECT_THAT(sinks.log[2], StartsWith("memory: about "));
+  EXPECT_EQ(sinks.log[3],
             "train: rank-run-test, 2 layers, hidden 32, 2 heads, seq 16, (t,p,d)=(1,1,1) "
             "SCHEDULE_1F1B, 3 steps");
-  EXPECT_EQ(sinks.log[5], StepProgressLine(sinks.steps[2], 3));
+  EXPECT_EQ(sinks.log[6], StepProgressLine(sinks.steps[2], 3));
 }
 
 TEST(RankRunTest, CheckpointEveryWritesItsStepsAndTheLast) {

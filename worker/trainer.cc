@@ -145,12 +145,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
   t->microbatches_ = NumMicrobatches(par);
-  ASSIGN_OR_RETURN(t->data_, OpenDataset(spec.data()));
-  RETURN_IF_ERROR(CheckTokensFitVocab(*t->data_, spec.model().vocab_size()));
-  ASSIGN_OR_RETURN(
-      SequenceSampler sampler,
-      SequenceSampler::Create(t->data_->size(), t->shape_.seq_length, spec.train().seed()));
-  t->sampler_ = std::make_unique<SequenceSampler>(sampler);
+  ASSIGN_OR_RETURN(t->samples_, OpenSplitSamples(spec));
   if (assignment.schedule().num_microbatches() != t->microbatches_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.schedule.num_microbatches ", assignment.schedule().num_microbatches(),
@@ -202,27 +197,58 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   return t;
 }
 
+std::string Trainer::data_note() const {
+  std::string note = absl::StrCat("data: ", samples_.train->Describe());
+  if (samples_.validation != nullptr) {
+    absl::StrAppend(&note, "; ", samples_.validation->Describe());
+  }
+  return note;
+}
+
 bool Trainer::computes_loss() const {
   return assignment_.rank().pp_rank() == assignment_.spec().parallel().pipeline() - 1;
 }
 
-absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(long long step) const {
+absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& source,
+                                                                  int64_t first_sample,
+                                                                  long long step,
+                                                                  bool evaluation) const {
   const int S = shape_.seq_length;
+  std::vector<int32_t> sample(static_cast<size_t>(S) + 1);
   std::vector<Microbatch> microbatches(microbatches_);
   for (int k = 0; k < microbatches_; ++k) {
     // Microbatch k of replica r is microbatch r * m + k of the global batch.
     const int64_t first =
         (static_cast<int64_t>(assignment_.rank().dp_rank()) * microbatches_ + k) * micro_batch_;
-    std::vector<int64_t> indices(micro_batch_);
-    for (int i = 0; i < micro_batch_; ++i) indices[i] = first + i;
     Microbatch& mb = microbatches[k];
-    mb.id = {step, first};
+    mb.id = {step, first, evaluation};
     mb.tokens.resize(static_cast<size_t>(micro_batch_) * S);
     mb.targets.resize(static_cast<size_t>(micro_batch_) * S);
-    RETURN_IF_ERROR(sampler_->Fill(*data_, step, indices, absl::MakeSpan(mb.tokens),
-                                   absl::MakeSpan(mb.targets)));
+    for (int i = 0; i < micro_batch_; ++i) {
+      RETURN_IF_ERROR(source.Fill(first_sample + first + i, absl::MakeSpan(sample)));
+      std::copy(sample.begin(), sample.end() - 1, mb.tokens.begin() + static_cast<size_t>(i) * S);
+      std::copy(sample.begin() + 1, sample.end(), mb.targets.begin() + static_cast<size_t>(i) * S);
+    }
   }
   return microbatches;
+}
+
+absl::StatusOr<double> Trainer::Validate() {
+  const ParallelSpec& par = assignment_.spec().parallel();
+  const int iters = assignment_.spec().train().eval_iters();
+  double loss_sum = 0;
+  for (int it = 0; it < iters; ++it) {
+    // The same samples at every evaluation, so that the points of the curve compare.
+    ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches,
+                     LoadMicrobatches(*samples_.validation,
+                                      static_cast<int64_t>(it) * par.global_batch_size(), it + 1,
+                                      /*evaluation=*/true));
+    ASSIGN_OR_RETURN(const double sum, engine_->ComputeLoss(*executor_, microbatches));
+    loss_sum += sum;
+  }
+  if (!computes_loss()) return 0.0;
+  RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
+  return loss_sum / (static_cast<double>(iters) * par.global_batch_size() * shape_.seq_length);
 }
 
 bool Trainer::IsTiedCopyElsewhere(const ParamTensor& tensor) const {
@@ -244,7 +270,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   const JobSpec& spec = assignment_.spec();
   const ParallelSpec& par = spec.parallel();
   const double global_tokens = static_cast<double>(par.global_batch_size()) * shape_.seq_length;
-  ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches, LoadMicrobatches(step));
+  ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches,
+                   LoadMicrobatches(*samples_.train, (step - 1) * par.global_batch_size(), step,
+                                    /*evaluation=*/false));
 
   // fp16: the backward is seeded with the scaled loss so that small gradients survive.
   const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
@@ -310,6 +338,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (const std::optional<int64_t> peak = engine_->host_memory_peak_bytes();
       peak.has_value() && *peak > 0) {
     metrics.set_host_memory_peak_bytes(*peak);
+  }
+  const int eval_interval = spec.train().eval_interval();
+  if (eval_interval > 0 && (step % eval_interval == 0 || step == spec.train().steps())) {
+    ASSIGN_OR_RETURN(const double validation_loss, Validate());
+    if (computes_loss()) metrics.set_validation_loss(validation_loss);
   }
   // The engine goes to the coordinator once, with rank 0's first step of this process.
   if (!engine_reported_ && assignment_.rank().global_rank() == 0) {

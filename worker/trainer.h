@@ -5,7 +5,8 @@
 //
 // One optimizer step on this rank:
 //   1. the replica's microbatches (global batch indices, so every layout sees the same
-//      samples and dropout masks), run through the pipeline schedule;
+//      samples and dropout masks: sequence j of step s is sample (s - 1) * global_batch + j
+//      of the train split, data_source.h), run through the pipeline schedule;
 //   2. the tied embedding's gradient all-reduced between the first and last stage;
 //   3. data-parallel buckets all-reduced (started during the last backward);
 //   4. loss summed over the data group; gradient norm over the model-parallel group,
@@ -37,8 +38,8 @@
 #include "proto/assignment.pb.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/coordinator.pb.h"
-#include "worker/engine/data/sequence_sampler.h"
-#include "worker/engine/data/token_dataset.h"
+#include "worker/engine/data/data_source.h"
+#include "worker/engine/data/sample_source.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/memory_limits.h"
@@ -88,7 +89,9 @@ class Trainer {
                                                          const TrainerOptions& options);
   ~Trainer();
 
-  // Runs the next optimizer step (collective: every rank of the job calls it).
+  // Runs the next optimizer step (collective: every rank of the job calls it). After steps
+  // that train.eval_interval divides, and after the last, also the validation loss
+  // (StepMetrics.validation_loss on ranks that compute the loss).
   absl::StatusOr<StepMetrics> Step();
 
   // Whether this rank holds the last virtual stage (and so reports the loss).
@@ -127,6 +130,9 @@ class Trainer {
 
   // Which engine trains this rank and why (engine_choice.h), for the rank's log.
   const std::string& engine_note() const { return engine_note_; }
+  // What the samples are drawn from, for the rank's log: "data: " and each split's
+  // SampleSource::Describe(), "; "-separated.
+  std::string data_note() const;
   bool uses_cuda() const { return uses_cuda_; }
   // What Create estimated this rank holds in host memory (checked before allocating).
   const RankAllocationEstimate& memory_estimate() const { return memory_estimate_; }
@@ -138,7 +144,14 @@ class Trainer {
 
  private:
   Trainer() = default;
-  absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(long long step) const;
+  // This replica's microbatches of one global batch whose sample j is sample
+  // first_sample + j of `source`; ids carry `step` (dropout masks) and `evaluation`.
+  absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(SampleSource& source,
+                                                           int64_t first_sample, long long step,
+                                                           bool evaluation) const;
+  // The validation loss: train.eval_iters global batches of the validation split, forward
+  // only (collective). The mean per-token loss on ranks that compute the loss, 0 elsewhere.
+  absl::StatusOr<double> Validate();
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
   // Whether the global gradient norm counts this rank's copy of `tensor` (each parameter
   // is counted once over the model-parallel group).
@@ -152,8 +165,7 @@ class Trainer {
   ModelShape shape_;
   int micro_batch_ = 0;
   int microbatches_ = 0;  // per replica per step
-  std::unique_ptr<TokenDataset> data_;
-  std::unique_ptr<SequenceSampler> sampler_;
+  SplitSamples samples_;  // train and validation samples (data_source.h)
   std::unique_ptr<TrainingEngine> engine_;
   std::unique_ptr<PipelineExecutor> executor_;  // drives engine_->stages()
   std::vector<ParamTensor> counted_in_norm_;    // engine_'s tensors that IsCountedInNorm

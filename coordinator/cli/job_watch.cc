@@ -1,8 +1,10 @@
 #include "coordinator/cli/job_watch.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/cli/job_text.h"
 
 namespace mtrain {
@@ -33,6 +35,12 @@ JobWatcher::Update JobWatcher::Observe(const JobStatus& status) {
   if (status.has_latest() && status.latest().step() > last_step_) {
     last_step_ = status.latest().step();
     update.new_step = true;
+    if (status.latest().has_validation_loss()) {
+      const double loss = status.latest().validation_loss();
+      update.notices.push_back(absl::StrFormat("%sstep %d: validation loss %.4f, perplexity %.2f",
+                                               prefix, status.latest().step(), loss,
+                                               std::exp(loss)));
+    }
   }
   update.finished = IsFinishedJobState(status.state());
   has_status_ = true;

@@ -37,7 +37,8 @@ class JobWatcher {
     // Whole lines without newlines, in order: "job J: RUNNING" the first time,
     // "job J: restart 1 (generation 2): REASON" when restarts grows,
     // "job J: PLACING -> RUNNING" on a state change (with ": MESSAGE" for FAILED and
-    // CANCELLED when the coordinator gave one).
+    // CANCELLED when the coordinator gave one), "job J: step 50: validation loss 3.1416,
+    // perplexity 23.14" for a new step that carries an evaluation.
     std::vector<std::string> notices;
     // status.latest is present and its step is later than every step seen before, so
     // each step is reported once even across restarts.

@@ -59,6 +59,19 @@ TEST(JobWatchTest, EachStepIsNewOnceEvenWhenRepeatedOrReplayed) {
   EXPECT_TRUE(watcher.Observe(replay).new_step);
 }
 
+TEST(JobWatchTest, AStepWithAnEvaluationIsNoticedWithItsPerplexity) {
+  JobWatcher watcher("job-1");
+  watcher.Observe(Status(JOB_STATE_RUNNING, 1));
+  JobStatus evaluated = Status(JOB_STATE_RUNNING, 2);
+  evaluated.mutable_latest()->set_validation_loss(2.0);
+  JobWatcher::Update update = watcher.Observe(evaluated);
+  EXPECT_TRUE(update.new_step);
+  EXPECT_THAT(update.notices,
+              ElementsAre("job job-1: step 2: validation loss 2.0000, perplexity 7.39"));
+  // Seen once: the stream repeating the step says nothing more.
+  EXPECT_THAT(watcher.Observe(evaluated).notices, IsEmpty());
+}
+
 // `trainctl watch` observes the job as GetJob shows it before the stream, so the stream's
 // replay of earlier steps (WatchJob sends a late watcher every step from the first) is
 // neither news nor a state change, and a job that already ended needs no stream at all.

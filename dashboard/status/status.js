@@ -53,6 +53,9 @@
            backgroundColor: '#c62828', borderWidth: 1.5, pointRadius: 0},
           {label: 'tokens/s', yAxisID: 'throughput', data: [], borderColor: '#1f5fbf',
            backgroundColor: '#1f5fbf', borderWidth: 1, pointRadius: 0},
+          // Evaluations are sparse (train.eval_interval): drawn as points on the loss axis.
+          {label: 'validation loss', yAxisID: 'loss', data: [], borderColor: '#2e7d32',
+           backgroundColor: '#2e7d32', borderWidth: 1.5, pointRadius: 3},
         ],
       },
       options: {
@@ -199,6 +202,7 @@
     chartTitle.textContent = job ? '(' + job.job_id + ', ' + job.name + ')' : '';
     chartCanvas.dataset.job = plotted.jobId || '';
     chartCanvas.dataset.points = '0';
+    chartCanvas.dataset.validationPoints = '0';
     chartCanvas.dataset.lastStep = '0';
   }
 
@@ -212,7 +216,7 @@
     if (!chart) return;
     setChartMessage(job.step === 0 ? 'Waiting for the first step of ' + job.job_id + '.' : '');
     if (job.step <= plotted.lastStep) return;
-    const [loss, throughput] = chart.data.datasets;
+    const [loss, throughput, validation] = chart.data.datasets;
     for (let more = true; more;) {
       const url = '/api/jobs/' + encodeURIComponent(job.job_id) + '/steps?after=' + plotted.lastStep +
                   '&limit=' + STEPS_PER_REQUEST;
@@ -222,15 +226,17 @@
       for (const step of doc.steps) {
         if (step.loss !== null) loss.data.push({x: step.step, y: step.loss});
         if (step.tokens_per_second !== null) throughput.data.push({x: step.step, y: step.tokens_per_second});
+        if (typeof step.validation_loss === 'number') validation.data.push({x: step.step, y: step.validation_loss});
         plotted.lastStep = step.step;
       }
       more = doc.more && doc.steps.length > 0;
     }
-    for (const dataset of [loss, throughput]) {
+    for (const dataset of [loss, throughput, validation]) {
       if (dataset.data.length > MAX_POINTS) dataset.data.splice(0, dataset.data.length - MAX_POINTS);
     }
     chart.update('none');
     chartCanvas.dataset.points = String(loss.data.length);
+    chartCanvas.dataset.validationPoints = String(validation.data.length);
     chartCanvas.dataset.lastStep = String(plotted.lastStep);
   }
 

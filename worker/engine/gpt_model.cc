@@ -146,7 +146,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   const int Cl = placement_.local_hidden(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
 
   // Attention block.
   cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
@@ -245,7 +245,7 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
                                                          placement_.local_vocab(shape_)));
     cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
                              /*accumulate=*/true);
-    cpu::DropoutForward<T>(x0, x0, NC, options_.dropout,
+    cpu::DropoutForward<T>(x0, x0, NC, input.id.evaluation ? 0.0f : options_.dropout,
                            DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
   } else {
     std::copy(input.hidden_in, input.hidden_in + NC, x0);

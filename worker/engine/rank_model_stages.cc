@@ -28,6 +28,12 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
   input.hidden_in = hidden_in;
   absl::StatusOr<double> loss = model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
   heap_peak_.Sample();
+  if (microbatch.id.evaluation || !loss.ok()) {
+    // No backward follows: the set is free again at once.
+    acts->has_forward = false;
+    free_[chunk].push_back(std::move(acts));
+    in_flight_.erase({chunk, index});
+  }
   return loss;
 }
 

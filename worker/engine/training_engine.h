@@ -101,6 +101,13 @@ class TrainingEngine {
   virtual absl::StatusOr<double> ComputeGradients(PipelineExecutor& executor,
                                                   const std::vector<Microbatch>& microbatches,
                                                   float d_loss_per_token) = 0;
+  // Validation: every microbatch forward only (they must be marked evaluation: no dropout,
+  // nothing kept), gradients untouched. Returns the sum of this rank's per-token losses
+  // (0 without the head). Both engines run it through the executor's forward actions.
+  virtual absl::StatusOr<double> ComputeLoss(PipelineExecutor& executor,
+                                             const std::vector<Microbatch>& microbatches) {
+    return executor.RunForward(microbatches);
+  }
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale); true if
   // any is inf or NaN (an overflow: the step is to be skipped).
   virtual absl::StatusOr<bool> UnscaleGradients(float factor) = 0;

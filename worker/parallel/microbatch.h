@@ -20,6 +20,9 @@ namespace mtrain {
 struct MicrobatchId {
   int64_t step = 0;          // optimizer step, 1-based
   int64_t first_sample = 0;  // index of its first sequence within the global batch
+  // A validation microbatch: its forward draws no dropout and keeps nothing for a
+  // backward (there is none); the engines release its activations at once.
+  bool evaluation = false;
 };
 
 // One microbatch of this data-parallel replica.

@@ -42,10 +42,27 @@ PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule sche
 absl::StatusOr<double> PipelineExecutor::RunStep(const std::vector<Microbatch>& microbatches,
                                                  float d_loss_per_token) {
   timings_ = PipelineTimings{};
+  return Run(microbatches, d_loss_per_token, /*forward_only=*/false);
+}
+
+absl::StatusOr<double> PipelineExecutor::RunForward(const std::vector<Microbatch>& microbatches) {
+  const PipelineTimings training = timings_;
+  absl::StatusOr<double> loss_sum = Run(microbatches, 0.0f, /*forward_only=*/true);
+  timings_ = training;
+  return loss_sum;
+}
+
+absl::StatusOr<double> PipelineExecutor::Run(const std::vector<Microbatch>& microbatches,
+                                             float d_loss_per_token, bool forward_only) {
   in_flight_.clear();
   in_flight_.resize(microbatches.size() * num_chunks_);
   double loss_sum = 0;
   for (int i = 0; i < schedule_.actions_size(); ++i) {
+    const PipelineAction::Kind kind = schedule_.actions(i).kind();
+    if (forward_only && kind != PipelineAction::RECV_FORWARD && kind != PipelineAction::FORWARD &&
+        kind != PipelineAction::SEND_FORWARD) {
+      continue;
+    }
     absl::Status status = Execute(i, microbatches, d_loss_per_token, &loss_sum);
     if (!status.ok()) {
       return absl::Status(status.code(),

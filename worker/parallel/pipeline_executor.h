@@ -48,6 +48,14 @@ class PipelineExecutor {
   absl::StatusOr<double> RunStep(const std::vector<Microbatch>& microbatches,
                                  float d_loss_per_token);
 
+  // The forwards alone (validation): the schedule's RECV_FORWARD, FORWARD and
+  // SEND_FORWARD actions in their order, the rest skipped. That is deadlock-free whenever
+  // the whole schedule is: every receive kept still follows its send in the schedule's
+  // order, and only receives block. The microbatches should be marked evaluation (no
+  // dropout, activations released after each forward). Returns the loss sum as RunStep;
+  // last_timings() keeps the last training step's.
+  absl::StatusOr<double> RunForward(const std::vector<Microbatch>& microbatches);
+
   const PipelineTimings& last_timings() const { return timings_; }
 
  private:
@@ -61,6 +69,8 @@ class PipelineExecutor {
     std::vector<float> data;  // kept alive until the send completes
   };
 
+  absl::StatusOr<double> Run(const std::vector<Microbatch>& microbatches, float d_loss_per_token,
+                             bool forward_only);
   absl::Status Execute(size_t index, const std::vector<Microbatch>& microbatches,
                        float d_loss_per_token, double* loss_sum);
   absl::Status StartSend(const PipelineAction& action, std::vector<float>* data);

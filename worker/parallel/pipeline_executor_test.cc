@@ -1,7 +1,8 @@
 // The executor's contract with its PipelineStages, on one stage (no messages): actions run
 // in schedule order, each chunk's last backward of the step is flagged as such (the
 // gradient buckets' overlap hangs on it), losses are summed from the head, and schedules
-// that do not fit the rank are refused with the action named.
+// that do not fit the rank are refused with the action named; RunForward (validation) runs
+// the forwards alone.
 #include "worker/parallel/pipeline_executor.h"
 
 #include <string>
@@ -78,6 +79,23 @@ TEST(PipelineExecutorTest, RunsTheScheduleAndFlagsTheLastBackwardOfEachStep) {
     EXPECT_DOUBLE_EQ(*loss, 1.0 + 2.0 + 3.0);
     EXPECT_EQ(stages.calls, (std::vector<std::string>{"F0", "F1", "F2", "B2", "B1", "B0*"}));
   }
+}
+
+TEST(PipelineExecutorTest, RunForwardRunsOnlyTheForwardsAndKeepsTheStepsTimings) {
+  constexpr auto F = PipelineAction::FORWARD;
+  constexpr auto B = PipelineAction::BACKWARD;
+  RecordingStages stages;
+  PipelineExecutor executor(&stages,
+                            ScheduleOf({{F, 0}, {F, 1}, {B, 1}, {F, 2}, {B, 0}, {B, 2}}, 3),
+                            /*stage=*/0, /*pipeline=*/1, /*p2p=*/nullptr);
+  ASSERT_TRUE(executor.RunStep(Microbatches(3), 0.25f).ok());
+  const double compute = executor.last_timings().compute_seconds;
+  stages.calls.clear();
+  absl::StatusOr<double> loss = executor.RunForward(Microbatches(3));
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_DOUBLE_EQ(*loss, 1.0 + 2.0 + 3.0);
+  EXPECT_EQ(stages.calls, (std::vector<std::string>{"F0", "F1", "F2"}));
+  EXPECT_EQ(executor.last_timings().compute_seconds, compute);
 }
 
 TEST(PipelineExecutorTest, RefusesSchedulesThatDoNotFitTheRank) {

@@ -76,8 +76,16 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       RETURN_IF_ERROR(ToDevice(hidden_in, n));
       input.hidden_in = staged_t_.get();
     }
-    RETURN_IF_ERROR(model_->Forward(input, acts.get(), losses,
-                                    hidden_out != nullptr ? staged_t_.get() : nullptr));
+    absl::Status status = model_->Forward(input, acts.get(), losses,
+                                          hidden_out != nullptr ? staged_t_.get() : nullptr);
+    if (mb.id.evaluation || !status.ok()) {
+      // Nothing will run backward on it: the set goes back to the pool (later work on the
+      // one stream runs after this forward's, so reusing it at once is safe).
+      acts->has_forward = false;
+      free_.push_back(std::move(acts));
+      in_flight_.erase(index);
+    }
+    RETURN_IF_ERROR(status);
     if (hidden_out != nullptr) RETURN_IF_ERROR(ToHost(hidden_out, n));
     return absl::OkStatus();
   }

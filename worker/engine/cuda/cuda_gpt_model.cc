@@ -186,7 +186,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   const int Cl = placement_.local_hidden(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
   // Row-parallel layers: the replicated bias enters the sum once.
   const bool adds_bias = placement_.tensor_rank == 0;
 
@@ -320,7 +320,7 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
         acts->tokens.get(), p_.wte, wpe, x0, batch_, shape_.seq_length, C,
         placement_.vocab_start(shape_), placement_.local_vocab(shape_), stream_));
     RETURN_IF_ERROR(TensorAllReduce(x0, NC));
-    RETURN_IF_ERROR(DropoutForward<T>(x0, x0, NC, options_.dropout,
+    RETURN_IF_ERROR(DropoutForward<T>(x0, x0, NC, input.id.evaluation ? 0.0f : options_.dropout,
                                       DropoutKeyFor(input.id, -1, kEmbeddingSite), 0, stream_));
   } else {
     if (input.hidden_in == nullptr) {

@@ -10,9 +10,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "spec/data_split.h"
+#include "worker/engine/data/blended_samples.h"
+#include "worker/engine/data/document_samples.h"
 #include "worker/engine/data/indexed_dataset.h"
 #include "worker/engine/data/text_dataset.h"
+#include "worker/engine/data/window_samples.h"
 
 namespace mtrain {
 namespace {
@@ -202,6 +207,106 @@ absl::Status CheckTokensFitVocab(const TokenDataset& dataset, int vocab_size) {
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// One split of one indexed dataset, Megatron's way.
+absl::StatusOr<std::unique_ptr<SampleSource>> IndexedSplit(const IndexedDataset* data,
+                                                           const DataSplit& split, SplitKind kind,
+                                                           const JobSpec& spec) {
+  DocumentSamplesOptions options;
+  options.seq_length = spec.model().seq_length();
+  options.seed = spec.train().seed();
+  options.split = kind;
+  options.documents = SplitBoundaries(split, data->num_sequences(), kind);
+  ASSIGN_OR_RETURN(std::unique_ptr<DocumentSamples> samples,
+                   DocumentSamples::Create(data, options));
+  return std::unique_ptr<SampleSource>(std::move(samples));
+}
+
+// The split `kind` of every dataset, blended when there are several.
+absl::StatusOr<std::unique_ptr<SampleSource>> SplitOf(
+    const std::vector<const IndexedDataset*>& data, const std::vector<double>& weights,
+    const std::vector<std::string>& names, const DataSplit& split, SplitKind kind,
+    const JobSpec& spec) {
+  std::vector<std::unique_ptr<SampleSource>> sources;
+  for (const IndexedDataset* d : data) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SampleSource> one, IndexedSplit(d, split, kind, spec));
+    sources.push_back(std::move(one));
+  }
+  if (sources.size() == 1 && weights.empty()) return std::move(sources.front());
+  ASSIGN_OR_RETURN(std::unique_ptr<BlendedSamples> blend,
+                   BlendedSamples::Create(std::move(sources), weights, names));
+  return std::unique_ptr<SampleSource>(std::move(blend));
+}
+
+}  // namespace
+
+absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec) {
+  const DataSpec& data = spec.data();
+  ASSIGN_OR_RETURN(const DataSplit split,
+                   ParseDataSplit(data.has_split() ? data.split() : kDefaultDataSplit));
+  const bool validate = spec.train().eval_interval() > 0;
+  const int seq_length = spec.model().seq_length();
+  SplitSamples out;
+  if (data.paths().empty() && data.format() != DATA_FORMAT_MMIDIDX) {
+    // A text stream: split by token ranges.
+    ASSIGN_OR_RETURN(std::unique_ptr<TokenDataset> text, OpenDataset(data));
+    RETURN_IF_ERROR(CheckTokensFitVocab(*text, spec.model().vocab_size()));
+    const TokenDataset* stream = text.get();
+    out.datasets.push_back(std::move(text));
+    ASSIGN_OR_RETURN(
+        out.train,
+        RandomWindowSamples::Create(
+            stream, SplitBoundaries(split, stream->size(), SplitKind::kTrain), SplitKind::kTrain,
+            seq_length, spec.train().seed(), spec.parallel().global_batch_size()));
+    if (validate) {
+      ASSIGN_OR_RETURN(out.validation,
+                       SequentialWindowSamples::Create(
+                           stream, SplitBoundaries(split, stream->size(), SplitKind::kValidation),
+                           SplitKind::kValidation, seq_length));
+    }
+    return out;
+  }
+  // Indexed datasets: data.path alone, or the blend.
+  std::vector<const IndexedDataset*> indexed;
+  std::vector<double> weights;
+  std::vector<std::string> names;
+  const auto open = [&](const std::string& prefix, absl::string_view field) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<IndexedDataset>> opened = IndexedDataset::Open(prefix);
+    if (!opened.ok()) return InField(opened.status(), field);
+    absl::Status fits = CheckTokensFitVocab(**opened, spec.model().vocab_size());
+    if (!fits.ok()) {
+      // CheckTokensFitVocab names data.path; a blend's dataset is one of data.paths.
+      return field == "data.path" ? fits
+                                  : absl::InvalidArgumentError(absl::StrCat(
+                                        field, absl::StripPrefix(fits.message(), "data.path")));
+    }
+    indexed.push_back(opened->get());
+    out.datasets.push_back(std::move(*opened));
+    return absl::OkStatus();
+  };
+  if (data.paths().empty()) {
+    if (data.path().empty()) {
+      return absl::InvalidArgumentError(
+          "data.path: required with DATA_FORMAT_MMIDIDX (the prefix of PREFIX.bin and "
+          "PREFIX.idx), or data.paths for a blend");
+    }
+    RETURN_IF_ERROR(open(data.path(), "data.path"));
+  } else {
+    for (const WeightedDataPath& entry : data.paths()) {
+      RETURN_IF_ERROR(open(entry.path(), "data.paths"));
+      weights.push_back(entry.weight());
+      names.push_back(entry.path());
+    }
+  }
+  ASSIGN_OR_RETURN(out.train, SplitOf(indexed, weights, names, split, SplitKind::kTrain, spec));
+  if (validate) {
+    ASSIGN_OR_RETURN(out.validation,
+                     SplitOf(indexed, weights, names, split, SplitKind::kValidation, spec));
+  }
+  return out;
 }
 
 }  // namespace mtrain

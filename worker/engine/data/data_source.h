@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job_spec.pb.h"
+#include "worker/engine/data/sample_source.h"
 #include "worker/engine/data/token_dataset.h"
 
 namespace mtrain {
@@ -50,6 +51,27 @@ absl::StatusOr<std::string> FindDefaultCorpus();
 // and required). INVALID_ARGUMENT for a tokenizer or format this build does not know;
 // otherwise the opener's errors, prefixed with "data.path: ".
 absl::StatusOr<std::unique_ptr<TokenDataset>> OpenDataset(const DataSpec& spec);
+
+// The samples a job trains and validates on, and the datasets they read (declared first,
+// so destroyed last).
+struct SplitSamples {
+  std::vector<std::unique_ptr<TokenDataset>> datasets;
+  std::unique_ptr<SampleSource> train;
+  // Only when train.eval_interval > 0.
+  std::unique_ptr<SampleSource> validation;
+};
+
+// Opens the spec's data (data.path or the blend data.paths), checks every token against
+// model.vocab_size, and builds the split's samples (`spec` resolved):
+//   TEXT       one token stream split by token ranges (data.split): training windows drawn
+//              with replacement (window_samples.h), validation windows read in order;
+//   MMIDIDX    documents split by data.split, Megatron's GPT sampling for each split
+//              (document_samples.h: per-epoch shuffles, index cached beside the dataset);
+//   a blend    each dataset split on its own, the splits blended by weight
+//              (blended_samples.h).
+// Errors name the field: data.path / data.paths for files, data.split for a split too
+// small for one sample.
+absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec);
 
 // INVALID_ARGUMENT, naming data.path and model.vocab_size, if some token id is negative or
 // >= vocab_size. Free when dataset.vocab_upper_bound() <= vocab_size (always so for the
