@@ -39,14 +39,27 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A tiny GPT, tensor 2 x pipeline 2 (4 ranks) unless the caller overrides `parallel`.
+// A tiny GPT, tensor 2 x pipeline 2 (4 ranks) unless the caller overrides `parallel`,
+// with a validation loss every 3 steps on 5% of the corpus.
 std::string SpecJson(int steps, const std::string& parallel =
                                     R"("tensor": 2, "pipeline": 2, "global_batch_size": 8)") {
   return absl::StrCat(
       R"({"name": "cp", "model": {"num_layers": 4, "num_heads": 4, "hidden_size": 32,
           "seq_length": 16}, "parallel": {"micro_batch_size": 2, )",
       parallel, R"(}, "train": {"steps": )", steps,
-      R"(, "dropout": 0.1, "seed": 3}, "device": "DEVICE_CPU"})");
+      R"(, "dropout": 0.1, "seed": 3, "eval_interval": 3, "eval_iters": 1},
+          "data": {"split": "95,5,0"}, "device": "DEVICE_CPU"})");
+}
+
+// The validation losses `rank` reported, by step.
+std::map<int, double> ValidationLosses(const std::vector<MetricsLine>& lines, int rank) {
+  std::map<int, double> out;
+  for (const MetricsLine& line : lines) {
+    if (static_cast<int>(line.at("rank")) == rank && line.count("validation_loss") != 0) {
+      out[static_cast<int>(line.at("step"))] = line.at("validation_loss");
+    }
+  }
+  return out;
 }
 
 class ControlPlaneTest : public ClusterTest {};
@@ -85,6 +98,22 @@ TEST_F(ControlPlaneTest, SubmittedJobReproducesStaticTrainStepForStep) {
   ASSERT_TRUE(static_losses.ok()) << static_losses.status();
   // The same plan, data and arithmetic: equal to the printed digits.
   EXPECT_EQ(*job_losses, *static_losses);
+  // The validation losses (steps 3 and 6) too, through the coordinator's watch stream.
+  const std::map<int, double> job_validation = ValidationLosses(*job_lines, 2);
+  EXPECT_EQ(job_validation.size(), 2u) << output;
+  EXPECT_EQ(job_validation, ValidationLosses(*static_lines, 2));
+  // Prometheus carries the last evaluation.
+  absl::StatusOr<HttpResponse> scrape = HttpGet(metrics_port_, "/metrics");
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  ASSERT_FALSE(job_validation.empty());
+  EXPECT_THAT(scrape->body, HasSubstr(absl::StrCat("mtrain_job_validation_loss{job=\"job-1\"} ")));
+  double gauge = 0;
+  const size_t at = scrape->body.find("mtrain_job_validation_loss{job=\"job-1\"} ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t begin = scrape->body.find(' ', at) + 1;
+  ASSERT_TRUE(
+      absl::SimpleAtod(scrape->body.substr(begin, scrape->body.find('\n', begin) - begin), &gauge));
+  EXPECT_NEAR(gauge, job_validation.rbegin()->second, 1e-6 * gauge);
   EXPECT_EQ(StateOf("job-1"), JOB_STATE_SUCCEEDED);
   // Rank 0 told the coordinator which engine trained (the CPU engine: no GPU here).
   EXPECT_THAT(Trainctl({"events", "job-1"}).second,

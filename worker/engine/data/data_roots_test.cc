@@ -103,6 +103,17 @@ TEST(DataRootsTest, ConfinesDataSpecs) {
   fs::remove(root + "/ds.bin");
   Touch(root + "/ds.bin");
   EXPECT_EQ(ConfineDataSpec(data, {root})->path(), root + "/ds");
+
+  // Every prefix of a blend is confined the same way, naming data.paths.
+  DataSpec blend;
+  blend.set_format(DATA_FORMAT_MMIDIDX);
+  blend.add_paths()->set_path(root + "/./ds");
+  blend.add_paths()->set_path(other + "/ds");
+  ExpectRefused(ConfineDataSpec(blend, {root}).status(), "data.paths");
+  blend.mutable_paths(1)->set_path(root + "/ds");
+  absl::StatusOr<DataSpec> confined = ConfineDataSpec(blend, {root});
+  ASSERT_TRUE(confined.ok()) << confined.status();
+  EXPECT_EQ(confined->paths(0).path(), root + "/ds");
 }
 
 TEST(DataRootsTest, DefaultRootsHoldTheShippedCorpusAndNotTheSystem) {

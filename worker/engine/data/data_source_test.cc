@@ -255,5 +255,109 @@ TEST(DataSourceTest, ByteCorpusFitsTheDefaultVocabulary) {
   EXPECT_THAT(status.message(), HasSubstr("model.vocab_size (100)"));
 }
 
+JobSpec SplitSpec(const std::string& split, int eval_interval) {
+  JobSpec spec;
+  spec.mutable_model()->set_seq_length(4);
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_parallel()->set_global_batch_size(2);
+  spec.mutable_train()->set_seed(3);
+  spec.mutable_train()->set_eval_interval(eval_interval);
+  spec.mutable_data()->set_split(split);
+  return spec;
+}
+
+std::vector<int32_t> Sample(SampleSource& source, int64_t index) {
+  std::vector<int32_t> tokens(source.seq_length() + 1);
+  EXPECT_TRUE(source.Fill(index, absl::MakeSpan(tokens)).ok());
+  return tokens;
+}
+
+TEST(DataSourceTest, TextIsSplitByTokenRanges) {
+  const std::string path = MakeDir("text-split") + "/t.txt";
+  WriteFile(path, std::string(100, 'a') + std::string(100, 'b'));  // 200 tokens
+  JobSpec spec = SplitSpec("1,1", 1);
+  spec.mutable_data()->set_path(path);
+  absl::StatusOr<SplitSamples> samples = OpenSplitSamples(spec);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_NE(samples->validation, nullptr);
+  for (int64_t k = 0; k < 50; ++k) {
+    for (int32_t token : Sample(*samples->train, k)) EXPECT_EQ(token, 'a');
+    for (int32_t token : Sample(*samples->validation, k)) EXPECT_EQ(token, 'b');
+  }
+  EXPECT_THAT(samples->validation->Describe(), HasSubstr("validation tokens [100, 200)"));
+  // No evaluation asked for: no validation samples built.
+  spec.mutable_train()->set_eval_interval(0);
+  samples = OpenSplitSamples(spec);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(samples->validation, nullptr);
+}
+
+TEST(DataSourceTest, IndexedDatasetsAreSplitByDocumentsAndBlended) {
+  const std::string dir = MakeDir("indexed-split");
+  // Documents of ten tokens; a's tokens are 1..99 by document, b's 101..199.
+  std::vector<std::vector<int32_t>> a, b;
+  for (int d = 0; d < 10; ++d) {
+    a.emplace_back(10, 1 + d);
+    b.emplace_back(10, 101 + d);
+  }
+  ASSERT_TRUE(WriteIndexedDataset(dir + "/a", a).ok());
+  ASSERT_TRUE(WriteIndexedDataset(dir + "/b", b).ok());
+  JobSpec spec = SplitSpec("8,2", 1);
+  spec.mutable_data()->set_format(DATA_FORMAT_MMIDIDX);
+  spec.mutable_data()->set_path(dir + "/a");
+  absl::StatusOr<SplitSamples> one = OpenSplitSamples(spec);
+  ASSERT_TRUE(one.ok()) << one.status();
+  for (int64_t k = 0; k < 40; ++k) {
+    for (int32_t token : Sample(*one->train, k)) EXPECT_LE(token, 8) << k;  // documents 0-7
+    for (int32_t token : Sample(*one->validation, k)) EXPECT_GE(token, 9) << k;
+  }
+
+  spec.mutable_data()->clear_path();
+  WeightedDataPath* first = spec.mutable_data()->add_paths();
+  first->set_path(dir + "/a");
+  first->set_weight(0.25);
+  WeightedDataPath* second = spec.mutable_data()->add_paths();
+  second->set_path(dir + "/b");
+  second->set_weight(0.75);
+  absl::StatusOr<SplitSamples> blend = OpenSplitSamples(spec);
+  ASSERT_TRUE(blend.ok()) << blend.status();
+  int from_b = 0;
+  for (int64_t k = 0; k < 400; ++k) {
+    const std::vector<int32_t> tokens = Sample(*blend->train, k);
+    from_b += tokens[0] > 100;
+    for (int32_t token : tokens) EXPECT_TRUE(token <= 8 || (token > 100 && token <= 108)) << k;
+  }
+  EXPECT_EQ(from_b, 300);  // Megatron's order keeps the counts on the weights
+  EXPECT_THAT(blend->train->Describe(), HasSubstr(dir + "/b"));
+}
+
+TEST(DataSourceTest, SplitsTooSmallAndBadIdsNameTheField) {
+  const std::string dir = MakeDir("indexed-small");
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 10; ++d) docs.emplace_back(3, 1);
+  ASSERT_TRUE(WriteIndexedDataset(dir + "/a", docs).ok());
+  ASSERT_TRUE(WriteIndexedDataset(dir + "/big", {{1, 2, 300, 4, 5, 6, 7}}).ok());
+  JobSpec spec = SplitSpec("9,1", 1);
+  spec.mutable_data()->set_format(DATA_FORMAT_MMIDIDX);
+  spec.mutable_data()->set_path(dir + "/a");
+  // The validation split is one document of 3 tokens: fewer than seq_length + 1 = 5.
+  absl::Status small = OpenSplitSamples(spec).status();
+  EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(small.message(), AllOf(HasSubstr("data.split: the validation split of"),
+                                     HasSubstr("fewer than model.seq_length + 1 = 5")));
+  // An id past the vocabulary in one dataset of a blend names data.paths.
+  spec.mutable_data()->clear_path();
+  spec.mutable_train()->set_eval_interval(0);
+  for (const char* name : {"/a", "/big"}) {
+    WeightedDataPath* entry = spec.mutable_data()->add_paths();
+    entry->set_path(dir + name);
+    entry->set_weight(1);
+  }
+  absl::Status ids = OpenSplitSamples(spec).status();
+  EXPECT_EQ(ids.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.message(), AllOf(HasSubstr("data.paths: "), HasSubstr("token id 300"),
+                                   HasSubstr("model.vocab_size (256)")));
+}
+
 }  // namespace
 }  // namespace mtrain
