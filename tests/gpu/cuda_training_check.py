@@ -14,6 +14,9 @@
   5. bf16 tensor and pipeline parallelism on the one GPU: (2,1,1) and (1,2,1) stay within
      2e-2 of bf16 (1,1,1). (fp32 layouts against (1,1,1) to 1e-5: the gpu-tagged
      //tests:gpu_parallel_training_test.)
+  6. The validation loss (train.eval_interval 6: steps 6 and 12, forward only on the CUDA
+     engine) follows the CPU engine's to 1e-4 in fp32, and bf16 (1,2,1)'s stays within 2e-2
+     of bf16 (1,1,1)'s.
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -33,8 +36,8 @@ SPEC = {
               "vocab_size": 256},
     "parallel": {"micro_batch_size": 4, "global_batch_size": 16},
     "optimizer": {"lr": 1e-3, "warmup_steps": 2, "decay_steps": 20},
-    "data": {"format": "DATA_FORMAT_TEXT", "tokenizer": "TOKENIZER_BYTE"},
-    "train": {"steps": 12, "seed": 5, "dropout": 0.1},
+    "data": {"format": "DATA_FORMAT_TEXT", "tokenizer": "TOKENIZER_BYTE", "split": "95,5,0"},
+    "train": {"steps": 12, "seed": 5, "dropout": 0.1, "eval_interval": 6, "eval_iters": 2},
 }
 
 
@@ -76,6 +79,7 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
     engine_line = next((l for l in outputs[0].splitlines() if l.startswith("engine:")), "?")
     rows = [json.loads(l) for l in written[0].read_text().splitlines()]
     return {"engine": engine_line, "losses": [r["loss"] for r in rows],
+            "validation": [r["validation_loss"] for r in rows if "validation_loss" in r],
             "tokens_per_second": rows[-1]["tokens_per_second"],
             "skipped_steps": rows[-1].get("skipped_steps", 0),
             "loss_scale": rows[-1].get("loss_scale", 1.0)}
@@ -115,6 +119,12 @@ def main():
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
             ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
         ]
+        checks.append(("cuda fp32 validation", max_relative(runs["cuda-fp32"]["validation"],
+                                                            runs["cpu-fp32"]["validation"]), 1e-4))
+        checks.append(("bf16 p2 validation", max_relative(runs["cuda-bf16-p2"]["validation"],
+                                                          runs["cuda-bf16"]["validation"]), 2e-2))
+        if len(runs["cuda-fp32"]["validation"]) != 2:
+            checks.append(("2 evaluations", 1.0, 0.5))
         for layout in ("t2", "p2"):
             checks.append((f"bf16 {layout} vs 1,1,1",
                            max_relative(runs[f"cuda-bf16-{layout}"]["losses"], bf16), 2e-2))
