@@ -6,7 +6,9 @@
 //     draws the same samples), and both losses fall;
 //   - on a dataset small enough that the run crosses epochs, a job resumed from its
 //     checkpoint mid-epoch reproduces the uninterrupted run's losses bit for bit, and the
-//     epoch index files are cached beside the dataset.
+//     epoch index files are cached beside the dataset;
+//   - a blend of two datasets (data.paths, weights 0.3 and 0.7) trains, takes Megatron's
+//     share from each, and (1,1,1) and (2,2,1) agree.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -91,18 +93,20 @@ struct Losses {
   std::map<int, double> validation;  // by step, evaluation steps only
 };
 
-std::string Spec(const std::string& dataset, int t, int p, int d, int steps, int checkpoint) {
+std::string Spec(const std::string& dataset, int t, int p, int d, int steps, int checkpoint,
+                 const std::string& data = "") {
   return absl::StrFormat(
       R"({"name": "gpt-data", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64,
           "seq_length": 32, "vocab_size": 269},
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "micro_batch_size": 2,
                        "global_batch_size": 8},
-          "data": {"format": "DATA_FORMAT_MMIDIDX", "path": "%s", "split": "90,10,0"},
+          "data": {"format": "DATA_FORMAT_MMIDIDX", %s, "split": "90,10,0"},
           "optimizer": {"lr": 3e-3, "warmup_steps": 2, "eps": 1e-3},
           "train": {"steps": %d, "seed": 5, "dropout": 0.1, "eval_interval": %d,
                     "eval_iters": 2, "checkpoint_every": %d},
           "device": "DEVICE_CPU"})",
-      t, p, d, dataset, steps, kEvalInterval, checkpoint);
+      t, p, d, data.empty() ? absl::StrCat("\"path\": \"", dataset, "\"") : data, steps,
+      kEvalInterval, checkpoint);
 }
 
 Losses Train(const std::string& name, const std::string& spec_json, int loss_rank,
@@ -217,6 +221,26 @@ TEST(GptDatasetTrainingTest, ResumingMidEpochReproducesTheUninterruptedRunBitFor
     }
   }
   EXPECT_GE(cached, 3) << "train epochs 0-2 and validation epoch 0";
+}
+
+TEST(GptDatasetTrainingTest, ABlendTrainsAndLayoutsAgree) {
+  const std::string a = Preprocess("blend_a", 300);
+  const std::string b = Preprocess("blend_b", 80);
+  ASSERT_FALSE(a.empty() || b.empty());
+  const std::string blend = absl::StrFormat(
+      R"("paths": [{"path": "%s", "weight": 0.3}, {"path": "%s", "weight": 0.7}])", a, b);
+  const Losses single = Train("blend_t1p1", Spec("", 1, 1, 1, kSteps, 0, blend), 0);
+  ASSERT_EQ(single.exit_code, 0) << single.log;
+  ASSERT_EQ(single.train.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(single.train.at(kSteps), single.train.at(1) - 0.5) << "the train loss must fall";
+  // Megatron's blending order: 12 steps of 8 = 96 samples, 29 from a and 67 from b.
+  EXPECT_NE(single.rank0_log.find(absl::StrCat("blend: 96 train samples: ", a, " 29")),
+            std::string::npos)
+      << single.rank0_log;
+  const Losses pipelined = Train("blend_t2p2", Spec("", 2, 2, 1, kSteps, 0, blend), 2);
+  ASSERT_EQ(pipelined.exit_code, 0) << pipelined.log;
+  ExpectClose(pipelined.train, single.train, "blend (2,2,1) train");
+  ExpectClose(pipelined.validation, single.validation, "blend (2,2,1) validation");
 }
 
 }  // namespace

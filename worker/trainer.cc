@@ -202,6 +202,7 @@ std::string Trainer::data_note() const {
   if (samples_.validation != nullptr) {
     absl::StrAppend(&note, "; ", samples_.validation->Describe());
   }
+  if (!samples_.blend_note.empty()) absl::StrAppend(&note, "; ", samples_.blend_note);
   return note;
 }
 

@@ -302,6 +302,17 @@ absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec) {
     }
   }
   ASSIGN_OR_RETURN(out.train, SplitOf(indexed, weights, names, split, SplitKind::kTrain, spec));
+  if (const auto* blend = dynamic_cast<const BlendedSamples*>(out.train.get()); blend != nullptr) {
+    const int64_t total = int64_t{spec.train().steps()} * spec.parallel().global_batch_size();
+    const std::vector<int64_t> counts = blend->CountsBefore(total);
+    const std::vector<int64_t> megatron =
+        MegatronSizesPerDataset(blend->normalized_weights(), total);
+    out.blend_note = absl::StrCat("blend: ", total, " train samples:");
+    for (size_t d = 0; d < counts.size(); ++d) {
+      absl::StrAppend(&out.blend_note, d == 0 ? " " : ", ", names[d], " ", counts[d],
+                      " (Megatron builds ", megatron[d], ")");
+    }
+  }
   if (validate) {
     ASSIGN_OR_RETURN(out.validation,
                      SplitOf(indexed, weights, names, split, SplitKind::kValidation, spec));

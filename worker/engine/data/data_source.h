@@ -59,6 +59,9 @@ struct SplitSamples {
   std::unique_ptr<SampleSource> train;
   // Only when train.eval_interval > 0.
   std::unique_ptr<SampleSource> validation;
+  // For a blend: how many of the run's train samples (train.steps x global batch) each
+  // dataset gives, beside the sizes Megatron would build for them.
+  std::string blend_note;
 };
 
 // Opens the spec's data (data.path or the blend data.paths), checks every token against

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -260,6 +261,7 @@ JobSpec SplitSpec(const std::string& split, int eval_interval) {
   spec.mutable_model()->set_seq_length(4);
   spec.mutable_model()->set_vocab_size(256);
   spec.mutable_parallel()->set_global_batch_size(2);
+  spec.mutable_train()->set_steps(100);
   spec.mutable_train()->set_seed(3);
   spec.mutable_train()->set_eval_interval(eval_interval);
   spec.mutable_data()->set_split(split);
@@ -329,6 +331,11 @@ TEST(DataSourceTest, IndexedDatasetsAreSplitByDocumentsAndBlended) {
   }
   EXPECT_EQ(from_b, 300);  // Megatron's order keeps the counts on the weights
   EXPECT_THAT(blend->train->Describe(), HasSubstr(dir + "/b"));
+  // 100 steps of 2: a quarter from a, ceil(ceil(200 * w) * 1.005) as Megatron's sizes.
+  EXPECT_EQ(blend->blend_note, absl::StrCat("blend: 200 train samples: ", dir,
+                                            "/a 50 (Megatron "
+                                            "builds 51), ",
+                                            dir, "/b 150 (Megatron builds 151)"));
 }
 
 TEST(DataSourceTest, SplitsTooSmallAndBadIdsNameTheField) {
