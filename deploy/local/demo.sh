@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The local demo: a coordinator and 4 CPU workers on loopback; trainctl submits the demo
-# job (deploy/local/demo_job.json: the shipped corpus, tensor 2 x pipeline 2, 1F1B) and
-# follows it to the end, then a summary is printed. Everything started here is stopped on
-# exit, Ctrl-C included.
+# job (deploy/local/demo_job.json: the shipped corpus, tensor 2 x pipeline 2, 1F1B, a
+# validation loss every 50 steps) and follows it to the end, then a summary is printed.
+# Everything started here is stopped on exit, Ctrl-C included.
 #
 #   deploy/local/demo.sh                       # run the demo job, summarise, stop
 #   DEMO_JOB=my_job.json deploy/local/demo.sh  # another spec
