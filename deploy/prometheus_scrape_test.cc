@@ -228,14 +228,16 @@ TEST_F(PrometheusScrapeTest, ShippedConfigScrapesJobSeriesAndEveryDashboardQuery
   std::vector<Sample> up = WaitForSeries("up{job=\"mtrain-coordinator\"} == 1");
   ASSERT_EQ(up.size(), 1u) << prometheus_->Log();
 
-  // A short job on two pipeline stages (bubble series on both), checkpointing often so
-  // the checkpoint panel has data. Long enough to be scraped many times; cancelled below.
+  // A short job on two pipeline stages (bubble series on both), checkpointing and
+  // validating often so the checkpoint panel and the validation loss have data. Long
+  // enough to be scraped many times; cancelled below.
   const std::string job = Submit(
       WriteSpec("job.json",
                 R"({"name": "prom", "model": {"num_layers": 2, "num_heads": 2, "hidden_size": 32,
           "seq_length": 16}, "parallel": {"pipeline": 2, "micro_batch_size": 2,
           "global_batch_size": 8}, "train": {"steps": 100000, "dropout": 0.0,
-          "checkpoint_every": 10}, "device": "DEVICE_CPU"})"));
+          "checkpoint_every": 10, "eval_interval": 5, "eval_iters": 1},
+          "data": {"split": "95,5,0"}, "device": "DEVICE_CPU"})"));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(WaitFor([&] { return StateOf(job) == JOB_STATE_RUNNING; }, absl::Seconds(60)))
       << Trainctl({"status", job}).second;

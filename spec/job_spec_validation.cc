@@ -363,7 +363,9 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   if (t.has_init_from()) ValidatePath("train.init_from", t.init_from(), v);
   v->RequireNonNegative("train.eval_interval", t.eval_interval());
   v->RequireAtMost("train.eval_interval", t.eval_interval(), kMaxSteps);
-  v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
+  // Unset only in specs stored before the field existed (defaults fill it): they never
+  // evaluate, and must still pass when the coordinator re-validates them at start.
+  if (t.has_eval_iters()) v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
 }
 
 // data.split, data.paths, and what train.eval_interval needs of them.
