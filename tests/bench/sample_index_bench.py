@@ -11,7 +11,7 @@ uint16 ids), then times:
              samples (one epoch), then loading them from its cache.
 Prints one table; needs numpy and (for the Megatron column) megatron-core and torch.
 
-  bazel build -c opt //worker/engine/data:document_samples_bench
+  bazel build //worker/engine/data:document_samples_bench
   python3 tests/bench/sample_index_bench.py --documents 1000000 --mean-tokens 256
 """
 import argparse
@@ -61,6 +61,7 @@ def megatron(prefix, seq_length, samples, cache):
     class Tokenizer:  # what GPTDataset reads of one
         eod = 50256
         pad = 50257
+        vocab_size = 50257
         unique_identifiers = {"class": "bench"}
 
     def build():

@@ -4,8 +4,8 @@
 // tests/bench/sample_index_bench.py runs it beside Megatron-Core's GPTDataset on the same
 // files.
 //
-//   bazel run -c opt //worker/engine/data:document_samples_bench -- --prefix=/data/web \
-//       --seq_length=2048 --samples=100000
+//   bazel run //worker/engine/data:document_samples_bench --
+//       --prefix=/data/web --seq_length=2048 --samples=100000
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
