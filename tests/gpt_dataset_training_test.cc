@@ -34,20 +34,7 @@ constexpr int kEvalInterval = 4;
 
 std::string TokenizerFile() {
   const std::string path = TestTempDir() + "/tokenizer.json";
-  const std::string space = ByteSymbolForTest(' ');
-  std::ofstream(path) << TokenizerJsonForTest({{"t", "h"},
-                                               {"h", "e"},
-                                               {"i", "n"},
-                                               {"e", "r"},
-                                               {"a", "n"},
-                                               {space, "t"},
-                                               {"o", "u"},
-                                               {"th", "e"},
-                                               {space, "a"},
-                                               {"r", "e"},
-                                               {space, "the"},
-                                               {"o", "r"}},
-                                              {{"<|endoftext|>", 268}});
+  std::ofstream(path) << SmallEnglishTokenizerJsonForTest();
   return path;
 }
 

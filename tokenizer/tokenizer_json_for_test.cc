@@ -55,4 +55,21 @@ std::string TokenizerJsonForTest(const std::vector<std::pair<std::string, std::s
                       vocab, "}, \"merges\": [", merge_list, "]}}");
 }
 
+std::string SmallEnglishTokenizerJsonForTest() {
+  const std::string space = ByteSymbolForTest(' ');
+  return TokenizerJsonForTest({{"t", "h"},
+                               {"h", "e"},
+                               {"i", "n"},
+                               {"e", "r"},
+                               {"a", "n"},
+                               {space, "t"},
+                               {"o", "u"},
+                               {"th", "e"},
+                               {space, "a"},
+                               {"r", "e"},
+                               {space, "the"},
+                               {"o", "r"}},
+                              {{"<|endoftext|>", 268}});
+}
+
 }  // namespace mtrain

@@ -17,6 +17,11 @@ std::string ByteSymbolForTest(int b);
 std::string TokenizerJsonForTest(const std::vector<std::pair<std::string, std::string>>& merges,
                                  const std::vector<std::pair<std::string, int32_t>>& added);
 
+// A small BPE for English text: 12 merges of frequent pairs ("th", "he", " the", ...), then
+// <|endoftext|> as id 268 (vocabulary 269). The end-to-end training tests tokenize the
+// shipped corpus with it.
+std::string SmallEnglishTokenizerJsonForTest();
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_TOKENIZER_TOKENIZER_JSON_FOR_TEST_H_
