@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -333,37 +334,45 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
   return config.Commit();
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTensorShapes& shapes,
+                                                                      const HfTensorReader& read,
                                                                       const ModelSpec& model_spec) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
   const int64_t C = model.hidden_size(), V = model.vocab_size(), S = model.seq_length();
 
-  // Names without the prefix -> (the name as the file spells it, the tensor).
-  std::map<std::string, std::pair<std::string, const SafetensorsTensor*>> by_name;
-  const SafetensorsTensor* lm_head = nullptr;
-  for (const auto& [name, tensor] : file.tensors) {
+  // Names without the prefix -> (the name as the file spells it, its shape).
+  std::map<std::string, std::pair<std::string, const std::vector<int64_t>*>> by_name;
+  std::string lm_head;  // the head's name as the file spells it, if it has one
+  for (const auto& [name, shape] : shapes) {
     absl::string_view bare = name;
     absl::ConsumePrefix(&bare, kHfPrefix);
     if (bare == kHfLmHead) {
-      lm_head = &tensor;
+      lm_head = name;
       continue;
     }
     if (IsAttentionMaskBuffer(bare)) continue;
-    auto [it, inserted] = by_name.emplace(std::string(bare), std::make_pair(name, &tensor));
+    auto [it, inserted] = by_name.emplace(std::string(bare), std::make_pair(name, &shape));
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat("HF tensors '", it->second.first, "' and '",
+      return absl::InvalidArgumentError(absl::StrCat("HF tensor '", it->second.first, "' and '",
                                                      name, "' name the same parameter"));
     }
   }
+  // A file that holds the tied head without the token embedding (as transformers may save
+  // a GPT2LMHeadModel): the head is the embedding, as transformers loads it.
+  bool wte_from_head = false;
+  if (!lm_head.empty() && by_name.count("wte.weight") == 0) {
+    by_name.emplace("wte.weight", std::make_pair(lm_head, &shapes.at(lm_head)));
+    wte_from_head = true;
+  }
 
   std::map<std::string, FullTensor> ours;
-  std::vector<float> hf_wte;
+  std::vector<float> hf_wte;  // kept only to compare a saved head with it
   for (const TensorMapping& m : Gpt2Mappings(model)) {
     auto it = by_name.find(m.hf);
     if (it == by_name.end()) {
       // A file of the engine's own names (train --save_weights) is the likely mix-up.
-      const bool ours_named = file.tensors.count(m.ours) > 0;
+      const bool ours_named = shapes.count(m.ours) > 0;
       return absl::InvalidArgumentError(absl::StrCat(
           "HF tensor '", kHfPrefix, m.hf, "' is missing; ", m.spec_fields, " expect ",
           ShapeString(m.hf_shape),
@@ -373,8 +382,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const Safe
                      : std::string()));
     }
     const std::string& name = it->second.first;
-    const SafetensorsTensor& tensor = *it->second.second;
-    const std::vector<int64_t>& shape = tensor.shape;
+    const std::vector<int64_t>& shape = *it->second.second;
     const bool two_d_of_width_c = shape.size() == 2 && shape[1] == C;
     if (m.rows == Rows::kOursPadded && two_d_of_width_c && shape[0] != V) {
       return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has ", shape[0],
@@ -394,20 +402,30 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const Safe
                                                      ShapeString(shape), "; ", m.spec_fields,
                                                      " expect ", expected));
     }
-    ASSIGN_OR_RETURN(std::vector<float> values, HfFloats(name, tensor));
+    // One tensor's bytes at a time: the raw bytes go as soon as they are floats.
+    std::vector<float> values;
+    {
+      ASSIGN_OR_RETURN(const SafetensorsTensor tensor, read(name));
+      ASSIGN_OR_RETURN(values, HfFloats(name, tensor));
+    }
     // For wpe, the first seq_length positions (the leading rows).
     ours[m.ours] = FullTensor{m.our_shape, FromHfLayout(values.data(), m)};
-    if (m.rows == Rows::kOursPadded) hf_wte = std::move(values);
+    if (m.rows == Rows::kOursPadded && !lm_head.empty() && !wte_from_head) {
+      hf_wte = std::move(values);
+    }
     by_name.erase(it);
   }
 
-  if (lm_head != nullptr) {
+  if (!lm_head.empty() && !wte_from_head) {
     // GPT2LMHeadModel saves the tied head when asked to; it must be wte itself.
-    absl::StatusOr<std::vector<float>> head = HfFloats(std::string(kHfLmHead), *lm_head);
+    const std::vector<int64_t>& head_shape = shapes.at(lm_head);
+    absl::StatusOr<SafetensorsTensor> tensor = read(lm_head);
+    if (!tensor.ok()) return tensor.status();
+    absl::StatusOr<std::vector<float>> head = HfFloats(lm_head, *tensor);
     if (!head.ok()) return head.status();
-    if (lm_head->shape != std::vector<int64_t>{V, C} || *head != hf_wte) {
+    if (head_shape != std::vector<int64_t>{V, C} || *head != hf_wte) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "HF tensor '", kHfLmHead, "' (shape ", ShapeString(lm_head->shape),
+          "HF tensor '", lm_head, "' (shape ", ShapeString(head_shape),
           ") differs from the token embedding wte: an untied output layer is not supported "
           "(our output layer is wte)"));
     }
@@ -419,6 +437,17 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const Safe
                      " (layers h.0 to h.", model.num_layers() - 1, ")"));
   }
   return ours;
+}
+
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
+                                                                      const ModelSpec& model) {
+  HfTensorShapes shapes;
+  for (const auto& [name, tensor] : file.tensors) shapes[name] = tensor.shape;
+  const HfTensorReader read =
+      [&file](const std::string& name) -> absl::StatusOr<SafetensorsTensor> {
+    return file.tensors.at(name);
+  };
+  return FromHuggingFaceGpt2(shapes, read, model);
 }
 
 }  // namespace mtrain

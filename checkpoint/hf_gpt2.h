@@ -34,8 +34,10 @@
 #ifndef MTRAIN_CHECKPOINT_HF_GPT2_H_
 #define MTRAIN_CHECKPOINT_HF_GPT2_H_
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -78,8 +80,8 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
 // without the "transformer." prefix) as our full tensors. Rules:
 //   - every tensor of a GPT-2 with model.num_layers / hidden_size must be present, and no
 //     other, except the ignored "lm_head.weight" (only if it equals wte: an untied output
-//     layer is not supported) and the attention-mask buffers "h.<i>.attn.bias" /
-//     "h.<i>.attn.masked_bias" that older transformers saved;
+//     layer is not supported; without wte it is wte) and the attention-mask buffers
+//     "h.<i>.attn.bias" / "h.<i>.attn.masked_bias" that older transformers saved;
 //   - dtypes F32, F64, F16 and BF16 are converted to float (exactly: each is a subset of
 //     float except F64, which is rounded);
 //   - wte must have exactly model.vocab_size rows and comes back as [vocab_size, C] (the
@@ -89,6 +91,17 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
 // INVALID_ARGUMENT naming the HF tensor, the shape found, the shape expected and the spec
 // field for any violation.
 absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
+                                                                      const ModelSpec& model);
+
+// The same over tensors read one at a time (a file or the shards of a sharded checkpoint,
+// hf_gpt2_import.h): `shapes` names every tensor with its shape, `read` gives one tensor's
+// bytes, called once per tensor used, so at most one raw tensor is held beside the result.
+// A file with "lm_head.weight" and no token embedding (a GPT2LMHeadModel saved with its
+// tied head only) takes the head as wte, as transformers loads it.
+using HfTensorShapes = std::map<std::string, std::vector<int64_t>>;
+using HfTensorReader = std::function<absl::StatusOr<SafetensorsTensor>(const std::string& name)>;
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTensorShapes& shapes,
+                                                                      const HfTensorReader& read,
                                                                       const ModelSpec& model);
 
 }  // namespace mtrain

@@ -152,12 +152,12 @@ absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& fi
   return absl::OkStatus();
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& path) {
   // Everything is checked against the file's size before anything is allocated: the
   // header length, every shape and every data offset. /dev/zero, a FIFO or a directory
   // is refused before a byte is read (reading /dev/zero to its end used to abort the
   // rank with std::bad_alloc; opening a FIFO used to block forever).
-  ASSIGN_OR_RETURN(const RandomAccessFile file, RandomAccessFile::Open(path));
+  ASSIGN_OR_RETURN(RandomAccessFile file, RandomAccessFile::Open(path));
   ASSIGN_OR_RETURN(const uint64_t file_size, file.Size());
   if (file_size < 8) {
     return Malformed(path, absl::StrCat("the file has ", file_size,
@@ -186,20 +186,14 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   header_json.shrink_to_fit();
   const uint64_t data_start = 8 + header_length;
   const uint64_t data_size = file_size - data_start;
-  SafetensorsFile result;
-  struct Pending {
-    std::string name;
-    uint64_t begin = 0;
-    uint64_t end = 0;
-  };
-  std::vector<Pending> pending;
+  SafetensorsReader result(std::move(file), data_start);
   for (const auto& [name, value] : header.fields()) {
     if (value.kind_case() != google::protobuf::Value::kStructValue) {
       return Malformed(path, absl::StrCat("header entry '", name, "' is not a JSON object"));
     }
     if (name == "__metadata__") {
       for (const auto& [key, item] : value.struct_value().fields()) {
-        result.metadata[key] = item.string_value();
+        result.metadata_[key] = item.string_value();
       }
       continue;
     }
@@ -215,7 +209,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
                                           "' lacks dtype, shape (a list) or data_offsets (a list "
                                           "of 2)"));
     }
-    SafetensorsTensor tensor;
+    SafetensorsEntry tensor;
     tensor.dtype = dtype->second.string_value();
     const int element_size = DtypeSize(tensor.dtype);
     if (element_size == 0) {
@@ -252,15 +246,34 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
           path, absl::StrCat("tensor '", name, "' shape [", ShapeText(shape->second), "] of ",
                              tensor.dtype, " does not match its ", end - begin, " bytes"));
     }
-    pending.push_back({name, begin, end});
-    result.tensors[name] = std::move(tensor);
+    tensor.begin = begin;
+    tensor.end = end;
+    result.entries_[name] = std::move(tensor);
   }
-  // Only now, with every tensor inside the file, are the bytes read (at most the file's
-  // size in all).
-  for (const Pending& p : pending) {
-    SafetensorsTensor& tensor = result.tensors[p.name];
-    tensor.bytes.resize(static_cast<size_t>(p.end - p.begin));
-    RETURN_IF_ERROR(file.Read(data_start + p.begin, tensor.bytes.size(), tensor.bytes.data()));
+  return result;
+}
+
+absl::StatusOr<SafetensorsTensor> SafetensorsReader::Read(const std::string& name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) {
+    return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
+  }
+  const SafetensorsEntry& entry = it->second;
+  SafetensorsTensor tensor;
+  tensor.dtype = entry.dtype;
+  tensor.shape = entry.shape;
+  // Every entry was checked to lie inside the file at Open.
+  tensor.bytes.resize(static_cast<size_t>(entry.end - entry.begin));
+  RETURN_IF_ERROR(file_.Read(data_start_ + entry.begin, tensor.bytes.size(), tensor.bytes.data()));
+  return tensor;
+}
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
+  ASSIGN_OR_RETURN(const SafetensorsReader reader, SafetensorsReader::Open(path));
+  SafetensorsFile result;
+  result.metadata = reader.metadata();
+  for (const auto& [name, entry] : reader.entries()) {
+    ASSIGN_OR_RETURN(result.tensors[name], reader.Read(name));
   }
   return result;
 }

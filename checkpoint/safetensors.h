@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/file_io.h"
 
 namespace mtrain {
 
@@ -42,11 +43,49 @@ absl::StatusOr<std::vector<int32_t>> TensorAsInt32(const SafetensorsTensor& tens
 // not UTF-8 are written as U+FFFD, since the header must be UTF-8 JSON to be read back.
 absl::Status WriteSafetensors(const std::string& path, const SafetensorsFile& file);
 
-// Checks the header (length at most 100 MiB and inside the file, JSON, known dtypes,
-// shapes and data offsets whole numbers whose bytes lie inside the file) before reading
-// any tensor data, so it allocates at most the file's size. DATA_LOSS for a malformed or
-// truncated file, naming the file and what is wrong; INVALID_ARGUMENT naming the file if
-// it is not a regular file (/dev/zero, a FIFO, a directory); NOT_FOUND if absent.
+// One tensor as the header describes it: where its bytes lie in the data section.
+struct SafetensorsEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte offsets into the data section
+  uint64_t end = 0;
+};
+
+// A safetensors file whose header is read and checked, its tensors read one at a time on
+// demand: an importer holds one tensor's bytes at a time instead of the whole file.
+//
+//   ASSIGN_OR_RETURN(SafetensorsReader reader, SafetensorsReader::Open(path));
+//   for (const auto& [name, entry] : reader.entries()) {
+//     ASSIGN_OR_RETURN(SafetensorsTensor tensor, reader.Read(name));
+//   }
+class SafetensorsReader {
+ public:
+  // Checks the header (length at most 100 MiB and inside the file, JSON, known dtypes,
+  // shapes and data offsets whole numbers whose bytes lie inside the file) before any
+  // tensor data is read. DATA_LOSS for a malformed or truncated file, naming the file and
+  // what is wrong; INVALID_ARGUMENT naming the file if it is not a regular file
+  // (/dev/zero, a FIFO, a directory); NOT_FOUND if absent.
+  static absl::StatusOr<SafetensorsReader> Open(const std::string& path);
+
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::string& path() const { return file_.path(); }
+
+  // The tensor's bytes, read now. NOT_FOUND naming the tensor and the file if the header
+  // has no such name; DATA_LOSS if the file was truncated since Open.
+  absl::StatusOr<SafetensorsTensor> Read(const std::string& name) const;
+
+ private:
+  SafetensorsReader(RandomAccessFile file, uint64_t data_start)
+      : file_(std::move(file)), data_start_(data_start) {}
+
+  RandomAccessFile file_;
+  uint64_t data_start_;
+  std::map<std::string, SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// SafetensorsReader::Open, then every tensor read: allocates at most the file's size.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
 
 }  // namespace mtrain

@@ -482,8 +482,9 @@ TEST_F(ElasticRestartTest, ExportedWeightsStartANewJobAsStaticInitFromDoes) {
       WriteSpec("init.json", SpecJson(parallel, absl::StrCat(R"("steps": 4, "init_from": ")", out,
                                                              R"(/model.safetensors")")));
   const std::string reference = RunStatic("static-init", init_spec);
-  const std::string second = Submit(WriteSpec("second.json", SpecJson(parallel, R"("steps": 4)")),
-                                    {"--init-from=" + out + "/model.safetensors"});
+  // The directory as transformers' save_pretrained leaves it (config.json checked too).
+  const std::string second =
+      Submit(WriteSpec("second.json", SpecJson(parallel, R"("steps": 4)")), {"--init-from=" + out});
   WaitForSuccess(second, absl::Minutes(2));
   const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 1);
   ASSERT_EQ(expected.size(), 4u);
@@ -504,6 +505,14 @@ TEST_F(ElasticRestartTest, ExportedWeightsStartANewJobAsStaticInitFromDoes) {
   EXPECT_NE(refused, 0);
   EXPECT_THAT(refused_output, HasSubstr("train.init_from"));
   EXPECT_THAT(refused_output, HasSubstr("hidden_size"));
+  // So is one whose heads differ: invisible in the weights, but config.json says so (it
+  // used to train a different model without a word).
+  auto [heads, heads_output] =
+      Trainctl({"submit", WriteSpec("heads.json", R"({"model": {"num_layers": 4, "num_heads": 2,
+        "hidden_size": 32, "seq_length": 16}, "device": "DEVICE_CPU"})"),
+                "--init-from=" + out});
+  EXPECT_NE(heads, 0);
+  EXPECT_THAT(heads_output, HasSubstr("n_head is 4 but model.num_heads is 2"));
   EXPECT_THAT(Trainctl({"list"}).second, ::testing::Not(HasSubstr("job-3")));
 }
 

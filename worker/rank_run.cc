@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/checkpoint_transfer.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_gpt2_import.h"
 #include "checkpoint/safetensors.h"
 #include "common/json_writer.h"
 #include "common/scratch_dir.h"
@@ -114,6 +115,17 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
     if (!spec.train().init_from().empty()) {
       ASSIGN_OR_RETURN(*spec.mutable_train()->mutable_init_from(),
                        ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
+      // A directory or an index leads to more files (shards, config.json): each must lie
+      // inside the roots too (a symlinked shard could point anywhere).
+      absl::StatusOr<HuggingFaceGpt2Files> files =
+          FindHuggingFaceGpt2Files(spec.train().init_from());
+      if (files.ok()) {
+        std::vector<std::string> opened = files->safetensors;
+        if (!files->config.empty()) opened.push_back(files->config);
+        for (const std::string& file : opened) {
+          RETURN_IF_ERROR(ConfineToDataRoots("train.init_from", file, roots).status());
+        }
+      }
     }
   }
   ASSIGN_OR_RETURN(std::vector<Assignment> plan, PlanAssignments(spec, "static", 1, {}));
@@ -292,24 +304,33 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     // Static mode reads the initial weights itself (under a coordinator they arrive as
     // the job's step-0 checkpoint); a parameters-only checkpoint re-slices them for this
     // rank like any other.
-    // The file, its float copy and the re-laid-out tensors are alive together.
-    std::error_code size_error;
-    const uintmax_t init_bytes = std::filesystem::file_size(spec.train().init_from(), size_error);
-    if (!size_error) {
-      RETURN_IF_ERROR(CheckMemoryFits(absl::StrCat("train.init_from ", spec.train().init_from()),
-                                      3.0 * static_cast<double>(init_bytes),
-                                      absl::StrCat("3 x its ", init_bytes, " bytes"),
-                                      CurrentMemoryLimits()));
+    const std::string& init_from = spec.train().init_from();
+    absl::StatusOr<HuggingFaceGpt2Files> files = FindHuggingFaceGpt2Files(init_from);
+    if (!files.ok()) {
+      return absl::Status(files.status().code(),
+                          absl::StrCat("train.init_from: ", files.status().message()));
     }
-    absl::StatusOr<SafetensorsFile> file = ReadSafetensors(spec.train().init_from());
-    if (!file.ok()) {
-      return absl::Status(file.status().code(),
-                          absl::StrCat("train.init_from: ", file.status().message()));
+    // Every parameter in float (at most twice a 16-bit file's bytes) plus one tensor's
+    // bytes are alive together: tensors are read one at a time.
+    uintmax_t init_bytes = 0;
+    for (const std::string& shard : files->safetensors) {
+      // What has no size (/dev/zero, a FIFO) the reader refuses by name below.
+      std::error_code size_error;
+      const uintmax_t bytes = std::filesystem::file_size(shard, size_error);
+      if (!size_error) init_bytes += bytes;
     }
-    ASSIGN_OR_RETURN(const auto weights, FromHuggingFaceGpt2(*file, spec.model()));
+    RETURN_IF_ERROR(CheckMemoryFits(
+        absl::StrCat("train.init_from ", init_from), 2.0 * static_cast<double>(init_bytes),
+        absl::StrCat("2 x its ", init_bytes, " bytes"), CurrentMemoryLimits()));
+    absl::StatusOr<std::map<std::string, FullTensor>> weights =
+        ImportHuggingFaceGpt2(init_from, spec.model());
+    if (!weights.ok()) {
+      return absl::Status(weights.status().code(),
+                          absl::StrCat("train.init_from: ", weights.status().message()));
+    }
     ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
     RETURN_IF_ERROR(
-        WriteParameterCheckpoint(init.path(), "static", 0, weights, spec.train().seed()).status());
+        WriteParameterCheckpoint(init.path(), "static", 0, *weights, spec.train().seed()).status());
     RETURN_IF_ERROR(trainer->LoadCheckpoint(init.path()));
   }
   std::string checkpoint_dir = options.checkpoint_dir;

@@ -5,6 +5,7 @@
 // checks vocab_size 1e8, seq_length 1e6, num_layers 1e9, hidden_size 65536 and
 // micro_batch_size 2^30 aborted the rank with std::bad_alloc.
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -124,6 +125,27 @@ TEST(TrainInputRefusalsTest, InitFromThatIsNotAWeightsFileIsRefusedByName) {
       RunTrain("init_huge", Spec(model, absl::StrCat(R"("train": {"init_from": ")", huge, "\"}"))),
       {absl::StrCat("DATA_LOSS: train.init_from: ", huge,
                     ": not a valid safetensors file: header length")});
+}
+
+TEST(TrainInputRefusalsTest, AHuggingFaceDirectoryWhoseConfigDisagreesIsRefusedByName) {
+  const std::string model = R"("num_layers": 1, "hidden_size": 8, "seq_length": 4)";  // 1 head
+  const auto init_from = [](const std::string& path) {
+    return absl::StrCat(R"("train": {"init_from": ")", path, R"("})");
+  };
+  const std::string dir = absl::StrCat(TestTempDir(), "/hf_dir");
+  std::filesystem::create_directories(dir);
+  // config.json is checked before a tensor is read: the weights file need not be valid.
+  std::ofstream(dir + "/model.safetensors") << "not read";
+  std::ofstream(dir + "/config.json") << R"({"model_type": "gpt2", "n_head": 4, "n_embd": 8})";
+  ExpectCleanRefusal(RunTrain("init_dir", Spec(model, init_from(dir))),
+                     {absl::StrCat("INVALID_ARGUMENT: train.init_from: ", dir,
+                                   "/config.json describes another model than the spec: n_head "
+                                   "is 4 but model.num_heads is 1")});
+  const std::string empty = absl::StrCat(TestTempDir(), "/hf_empty");
+  std::filesystem::create_directories(empty);
+  ExpectCleanRefusal(
+      RunTrain("init_empty", Spec(model, init_from(empty))),
+      {absl::StrCat("NOT_FOUND: train.init_from: ", empty, " holds neither model.safetensors")});
 }
 
 TEST(TrainInputRefusalsTest, DataOutsideTheDataRootsIsRefused) {

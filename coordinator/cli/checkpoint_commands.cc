@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_gpt2_import.h"
 #include "checkpoint/safetensors.h"
 #include "common/grpc_status.h"
 #include "common/scratch_dir.h"
@@ -44,13 +45,8 @@ absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareC
 
 absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,
                                                                      const JobSpec& spec) {
-  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
-  if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat("train.init_from: ", path, ": ", file.status().message()));
-  }
   absl::StatusOr<std::map<std::string, FullTensor>> weights =
-      FromHuggingFaceGpt2(*file, spec.model());
+      ImportHuggingFaceGpt2(path, spec.model());
   if (!weights.ok()) {
     return absl::Status(weights.status().code(),
                         absl::StrCat("train.init_from: ", path, ": ", weights.status().message()));

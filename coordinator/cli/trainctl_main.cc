@@ -56,8 +56,9 @@ ABSL_FLAG(std::string, token, "", "bearer token sent with every RPC (prefer --to
 ABSL_FLAG(std::string, token_file, "",
           "file holding the bearer token (trailing whitespace stripped)");
 ABSL_FLAG(std::string, init_from, "",
-          "submit: start from this HuggingFace GPT-2 safetensors file (sets train.init_from; "
-          "the weights are checked against the spec, then uploaded with the job)");
+          "submit: start from this HuggingFace GPT-2: a safetensors file, a save_pretrained "
+          "directory (sharded too) or its index (sets train.init_from; config.json and the "
+          "weights are checked against the spec, then uploaded with the job)");
 // Unset (not a magic number) means the newest: any number a user types is a step, so a
 // negative one can be refused instead of silently meaning something else.
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
@@ -114,7 +115,8 @@ flags:
   --json                    JSON output
   --timeout_seconds=N       deadline of each RPC (default 10; watch streams have none)
   --wait                    submit: follow the job until it ends
-  --init-from=FILE          submit: start from a HuggingFace GPT-2 safetensors file
+  --init-from=PATH          submit: start from a HuggingFace GPT-2 (safetensors file,
+                            save_pretrained directory, or shard index)
   --step=N                  export: which checkpoint (default the newest)
   --format=safetensors      export: the output format
   --state=S1,S2             list: only jobs in these states (pending, placing, running,

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`preprocess` on a synthetic corpus with planted near-duplicates (issue 19): throughput,
-peak memory, and recall/precision of the deduplication, beside datatrove's MinHash
-deduplication on the same JSONL where `datatrove` is installed (pip install datatrove).
+peak memory, and recall/precision of the deduplication, beside datatrove's and text-dedup's
+MinHash deduplication on the same JSONL where they are installed (pip install datatrove
+text-dedup; each given --other-timeout seconds).
 
 The corpus: documents of 200-700 words drawn from a Zipf-distributed vocabulary of 50,000
 made-up words (distinct documents share almost no 5-word shingles), plus planted copies:
@@ -11,7 +12,7 @@ copy. Recall: planted copies at Jaccard >= 0.8 that were dropped; precision: ori
 documents that were kept.
 
   bazel build //worker/engine/data:preprocess && python3 tools/fetch_gpt2_files.py
-  python3 tests/bench/preprocess_bench.py --mb 1000 [--datatrove-mb 100]
+  python3 tests/bench/preprocess_bench.py --mb 1000 [--datatrove-mb 100] [--other-timeout 1800]
 """
 import argparse
 import json
@@ -85,11 +86,12 @@ def jaccards(path, planted):
     return out
 
 
-def timed(argv, **kwargs):
-    """Runs argv; returns (seconds, peak RSS MiB of the child, stdout)."""
+def timed(argv, timeout=None, **kwargs):
+    """Runs argv; returns (seconds, peak RSS MiB of the child, stdout). A timeout raises
+    subprocess.TimeoutExpired."""
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    result = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
     if result.returncode != 0:
         sys.exit(f"{argv[0]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     seconds = time.perf_counter() - start
@@ -134,15 +136,29 @@ LocalPipelineExecutor([reader(), MinhashDedupFilter(input_folder=f"{work}/remove
 '''
 
 
-def run_datatrove(corpus, tmp, workers, documents):
+def run_datatrove(corpus, tmp, workers, documents, timeout):
     work = pathlib.Path(tmp, "datatrove")
     script = pathlib.Path(tmp, "datatrove_dedup.py")
     script.write_text(DATATROVE)
-    seconds, peak, _ = timed([sys.executable, str(script), str(corpus), str(work), str(workers)])
+    seconds, peak, _ = timed([sys.executable, str(script), str(corpus), str(work), str(workers)],
+                             timeout=timeout)
     kept = set()
     for f in (work / "kept").glob("*.jsonl"):
         for line in f.read_text().splitlines():
             kept.add(int(json.loads(line)["id"]))
+    return seconds, peak, set(range(documents)) - kept
+
+
+def run_text_dedup(corpus, tmp, workers, documents, timeout):
+    """text-dedup's MinHash (datasets-based) with the same 5-grams and 14 bands x 9 rows."""
+    out = pathlib.Path(tmp, "text-dedup")
+    seconds, peak, _ = timed(
+        [sys.executable, "-m", "text_dedup.minhash", "--path", "json", "--data_files", str(corpus),
+         "--split", "train", "--cache_dir", str(pathlib.Path(tmp, "hf-cache")), "--output",
+         str(out), "--column", "text", "--ngram", "5", "--num_perm", "126", "--b", "14", "--r",
+         "9", "--min_length", "0", "--num_proc", str(workers)], timeout=timeout)
+    import datasets
+    kept = set(int(i) for i in datasets.load_from_disk(str(out))["id"])
     return seconds, peak, set(range(documents)) - kept
 
 
@@ -152,6 +168,8 @@ def main():
     parser.add_argument("--datatrove-mb", type=float, default=100,
                         help="corpus size for the datatrove comparison (0: skip)")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--other-timeout", type=float, default=1800,
+                        help="seconds each other tool may take before it is reported unfinished")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
         sizes = [(args.mb, True)]
@@ -175,16 +193,23 @@ def main():
                   f"pairs at J >= 0.8, precision {precision:.4f}")
             print("   ", stdout.strip().replace("\n", "\n    "))
             if args.datatrove_mb > 0 and (not big or args.datatrove_mb == args.mb):
-                try:
-                    import datatrove  # noqa: F401
-                except ImportError:
-                    print("  datatrove: not installed (pip install datatrove)")
-                    continue
-                seconds, peak, dropped = run_datatrove(corpus, tmp, args.workers, documents)
-                high, recall, precision = score(documents, planted, similar, dropped)
-                print(f"  datatrove MinHash (14 x 9, 5-grams): {seconds:.1f} s, "
-                      f"{megabytes / seconds:.1f} MB/s, peak RSS {peak:.0f} MiB (largest "
-                      f"process); recall {recall:.4f}, precision {precision:.4f}")
+                for name, module, run in (("datatrove", "datatrove", run_datatrove),
+                                          ("text-dedup", "text_dedup", run_text_dedup)):
+                    try:
+                        __import__(module)
+                    except ImportError:
+                        print(f"  {name}: not installed (pip install {name})")
+                        continue
+                    try:
+                        seconds, peak, dropped = run(corpus, tmp, args.workers, documents,
+                                                     args.other_timeout)
+                    except subprocess.TimeoutExpired:
+                        print(f"  {name}: did not finish in {args.other_timeout:.0f} s")
+                        continue
+                    high, recall, precision = score(documents, planted, similar, dropped)
+                    print(f"  {name} MinHash (14 x 9, 5-grams): {seconds:.1f} s, "
+                          f"{megabytes / seconds:.1f} MB/s, peak RSS {peak:.0f} MiB (largest "
+                          f"process); recall {recall:.4f}, precision {precision:.4f}")
 
 
 if __name__ == "__main__":

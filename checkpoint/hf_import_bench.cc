@@ -1,0 +1,61 @@
+// Peak memory of importing a HuggingFace GPT-2 (issue 20's "the import streams tensors"):
+// --mode=streaming is ImportHuggingFaceGpt2 (one tensor's bytes at a time), --mode=whole
+// the earlier path (the whole file read, then converted). Prints the peak RSS
+// (getrusage) beside the file's size.
+//
+//   bazel build //checkpoint:hf_import_bench
+//   python3 tests/bench/hf_import_memory.py   # makes a GPT-2 124M file, runs both modes
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/safetensors.h"
+
+ABSL_FLAG(std::string, path, "", "a HuggingFace GPT-2 (file, directory or index)");
+ABSL_FLAG(std::string, mode, "streaming", "streaming or whole");
+ABSL_FLAG(int, num_layers, 12, "");
+ABSL_FLAG(int, num_heads, 12, "");
+ABSL_FLAG(int, hidden_size, 768, "");
+ABSL_FLAG(int, seq_length, 1024, "");
+ABSL_FLAG(int, vocab_size, 50257, "");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  mtrain::ModelSpec model;
+  model.set_num_layers(absl::GetFlag(FLAGS_num_layers));
+  model.set_num_heads(absl::GetFlag(FLAGS_num_heads));
+  model.set_hidden_size(absl::GetFlag(FLAGS_hidden_size));
+  model.set_seq_length(absl::GetFlag(FLAGS_seq_length));
+  model.set_vocab_size(absl::GetFlag(FLAGS_vocab_size));
+  const std::string path = absl::GetFlag(FLAGS_path);
+  absl::StatusOr<std::map<std::string, mtrain::FullTensor>> params;
+  if (absl::GetFlag(FLAGS_mode) == "whole") {
+    absl::StatusOr<mtrain::SafetensorsFile> file = mtrain::ReadSafetensors(path);
+    if (!file.ok()) {
+      std::fprintf(stderr, "%s\n", file.status().ToString().c_str());
+      return 1;
+    }
+    params = mtrain::FromHuggingFaceGpt2(*file, model);
+  } else {
+    params = mtrain::ImportHuggingFaceGpt2(path, model);
+  }
+  if (!params.ok()) {
+    std::fprintf(stderr, "%s\n", params.status().ToString().c_str());
+    return 1;
+  }
+  int64_t floats = 0;
+  for (const auto& [name, tensor] : *params) floats += static_cast<int64_t>(tensor.values.size());
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf(
+      "{\"mode\": \"%s\", \"parameters\": %lld, \"result_mib\": %.1f, \"peak_rss_mib\": %.1f}\n",
+      absl::GetFlag(FLAGS_mode).c_str(), static_cast<long long>(floats), floats * 4.0 / (1 << 20),
+      usage.ru_maxrss / 1024.0);
+  return 0;
+}
