@@ -28,9 +28,11 @@
 #include "plan/rank_grid.h"
 #include "spec/job_spec_validation.h"
 #include "worker/engine/data/data_roots.h"
+#include "worker/engine/data/data_source.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
+#include "worker/evaluation/eval_tasks.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/rank_groups.h"
 
@@ -112,6 +114,9 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
   if (const std::string& roots_flag = options.data_root; !roots_flag.empty()) {
     ASSIGN_OR_RETURN(const std::vector<std::string> roots, ParseDataRoots(roots_flag));
     ASSIGN_OR_RETURN(*spec.mutable_data(), ConfineDataSpec(spec.data(), roots));
+    if (!options.eval_data.empty()) {
+      RETURN_IF_ERROR(ConfineToDataRoots("--eval_data", options.eval_data, roots).status());
+    }
     if (!spec.train().init_from().empty()) {
       ASSIGN_OR_RETURN(*spec.mutable_train()->mutable_init_from(),
                        ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
@@ -231,6 +236,52 @@ void RankAbort::Detach() {
   MutexLock lock(&mutex_);
   trainer_ = nullptr;
 }
+
+namespace {
+
+// --evaluate: the task's sequences through the trained model (collective), folded into
+// its result on the ranks that compute the loss.
+absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec,
+                                    const RankRunOptions& options) {
+  if (options.eval_data.empty()) {
+    return absl::InvalidArgumentError("--eval_data: required with --evaluate");
+  }
+  std::ifstream in(options.eval_data, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("--eval_data=", options.eval_data, ": cannot read"));
+  }
+  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RETURN(const Encoder encode, SpecEncoder(spec.data()));
+  const int seq_length = spec.model().seq_length();
+  std::vector<EvalSequence> sequences;
+  std::vector<int> labels;
+  if (options.evaluate == "perplexity") {
+    const std::string text = options.wikitext_detokenize ? WikiTextDetokenize(raw) : raw;
+    const int overlap = options.overlapping_eval > 0 ? options.overlapping_eval : seq_length;
+    ASSIGN_OR_RETURN(sequences, PerplexitySequences(text, encode, seq_length, overlap));
+  } else if (options.evaluate == "cloze") {
+    ASSIGN_OR_RETURN(sequences, ClozeSequences(raw, options.eval_data, encode, seq_length));
+  } else if (options.evaluate == "choice") {
+    ASSIGN_OR_RETURN(sequences,
+                     ChoiceSequences(raw, options.eval_data, encode, seq_length, &labels));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--evaluate=", options.evaluate,
+                                                   ": not a task (perplexity, cloze or choice)"));
+  }
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(sequences.size());
+  for (const EvalSequence& sequence : sequences) tokens.push_back(sequence.tokens);
+  ASSIGN_OR_RETURN(const std::vector<TokenOutputs> outputs, trainer.ForwardSequences(tokens));
+  if (!trainer.computes_loss()) return EvalResult{};
+  if (options.evaluate == "perplexity") {
+    // Megatron counts the words of the text as it was given, before detokenizing.
+    return PerplexityResult(sequences, outputs, CountWords(raw));
+  }
+  if (options.evaluate == "cloze") return ClozeResult(sequences, outputs);
+  return ChoiceResult(sequences, outputs, labels);
+}
+
+}  // namespace
 
 absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSinks& sinks,
                      RankAbort* abort) {
@@ -381,6 +432,21 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   // One rank narrates: the first that knows the loss.
   const RankCoordinates& coords = trainer->coordinates();
   const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
+  if (!options.evaluate.empty()) {
+    ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, options));
+    if (narrator) {
+      sinks.Log(absl::StrCat("evaluation: ", result.ToJson()));
+      if (!options.eval_output.empty()) {
+        std::ofstream out(options.eval_output, std::ios::trunc);
+        out << result.ToJson() << "\n";
+        if (!out) {
+          return absl::InternalError(
+              absl::StrCat("--eval_output=", options.eval_output, ": cannot write there"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   const long long steps = spec.train().steps();
   // Saves the steps completed so far; the narrator says where and how long it took.
   auto save = [&]() -> absl::Status {

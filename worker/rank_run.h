@@ -68,6 +68,15 @@ struct RankRunOptions {
   std::string resume_from;
   std::string data_root;  // comma-separated
   std::string stage_timings;
+  // Evaluation instead of training (static mode): "perplexity", "cloze" or "choice" on
+  // eval_data (worker/evaluation/eval_tasks.h), from the weights --resume_from or
+  // train.init_from give; the narrator logs "evaluation: {JSON}" and writes it to
+  // eval_output when set.
+  std::string evaluate;
+  std::string eval_data;
+  std::string eval_output;
+  int overlapping_eval = 0;  // perplexity: 0 = model.seq_length (windows do not overlap)
+  bool wikitext_detokenize = false;
 };
 
 // Where this rank's plan and rendezvous come from.

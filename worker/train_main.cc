@@ -92,6 +92,21 @@ ABSL_FLAG(std::string, data_root, "",
           "mode reads) must resolve inside (realpath, symlinks followed). Empty: with --spec "
           "not confined; with --assignment the directory of the shipped corpus and "
           "$MTRAIN_DATA_DIR (the worker daemon passes its own --data_root)");
+ABSL_FLAG(std::string, evaluate, "",
+          "evaluate instead of training: perplexity, cloze or choice on --eval_data, with the "
+          "weights --resume_from or train.init_from give (worker/evaluation/eval_tasks.h); "
+          "prints `evaluation: {JSON}`; parallel.data must be 1");
+ABSL_FLAG(std::string, eval_data, "",
+          "--evaluate's input: text (perplexity) or JSON lines ({\"text\"} for cloze, "
+          "{\"ctx\", \"endings\", \"label\"} for choice)");
+ABSL_FLAG(std::string, eval_output, "", "--evaluate: also write the result's JSON here");
+ABSL_FLAG(int, overlapping_eval, 0,
+          "--evaluate=perplexity: each window after the first starts this many tokens later and "
+          "scores only its last this many targets (Megatron's --overlapping-eval); 0: "
+          "model.seq_length (no overlap)");
+ABSL_FLAG(bool, wikitext_detokenize, false,
+          "--evaluate=perplexity: undo WikiText-103's tokenized spacing first (Megatron's "
+          "detokenizer)");
 ABSL_FLAG(std::string, stage_timings, "",
           "every rank appends one JSON object per step: its pipeline stage, step time and "
           "the part spent computing (for measuring the pipeline bubble)");
@@ -142,6 +157,11 @@ RankRunOptions OptionsFromFlags() {
   options.resume_from = absl::GetFlag(FLAGS_resume_from);
   options.data_root = absl::GetFlag(FLAGS_data_root);
   options.stage_timings = absl::GetFlag(FLAGS_stage_timings);
+  options.evaluate = absl::GetFlag(FLAGS_evaluate);
+  options.eval_data = absl::GetFlag(FLAGS_eval_data);
+  options.eval_output = absl::GetFlag(FLAGS_eval_output);
+  options.overlapping_eval = absl::GetFlag(FLAGS_overlapping_eval);
+  options.wikitext_detokenize = absl::GetFlag(FLAGS_wikitext_detokenize);
   return options;
 }
 

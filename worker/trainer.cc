@@ -234,6 +234,67 @@ absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& 
   return microbatches;
 }
 
+absl::StatusOr<std::vector<TokenOutputs>> Trainer::ForwardSequences(
+    const std::vector<std::vector<int32_t>>& sequences) {
+  const ParallelSpec& par = assignment_.spec().parallel();
+  if (par.data() != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("parallel.data: evaluation runs with data = 1 (got ", par.data(),
+                     "); tensor and pipeline parallelism may be anything"));
+  }
+  const int S = shape_.seq_length;
+  const int vocab = assignment_.spec().model().vocab_size();
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    if (sequences[s].size() < 2 || sequences[s].size() > static_cast<size_t>(S) + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("evaluation sequence ", s, " has ",
+                                                     sequences[s].size(), " tokens; 2 to ", S + 1,
+                                                     " fit model.seq_length"));
+    }
+    for (int32_t id : sequences[s]) {
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("evaluation sequence ", s,
+                                                       " holds token id ", id,
+                                                       ", outside model.vocab_size (", vocab, ")"));
+      }
+    }
+  }
+  const size_t batch = static_cast<size_t>(microbatches_) * micro_batch_;
+  std::vector<TokenOutputs> results(computes_loss() ? sequences.size() : 0);
+  for (size_t first = 0; first < sequences.size(); first += batch) {
+    std::vector<Microbatch> microbatches(microbatches_);
+    std::vector<TokenOutputs> outputs(microbatches_);
+    for (int k = 0; k < microbatches_; ++k) {
+      Microbatch& mb = microbatches[k];
+      mb.id = {0, static_cast<int64_t>(k) * micro_batch_, /*evaluation=*/true};
+      mb.tokens.assign(static_cast<size_t>(micro_batch_) * S, 0);
+      mb.targets.assign(static_cast<size_t>(micro_batch_) * S, 0);
+      mb.outputs = &outputs[k];
+      for (int i = 0; i < micro_batch_; ++i) {
+        const size_t index = first + static_cast<size_t>(k) * micro_batch_ + i;
+        if (index >= sequences.size()) break;  // padding: zeros, never read back
+        const std::vector<int32_t>& tokens = sequences[index];
+        std::copy(tokens.begin(), tokens.end() - 1, mb.tokens.begin() + static_cast<size_t>(i) * S);
+        std::copy(tokens.begin() + 1, tokens.end(),
+                  mb.targets.begin() + static_cast<size_t>(i) * S);
+      }
+    }
+    RETURN_IF_ERROR(engine_->ComputeLoss(*executor_, microbatches).status());
+    if (!computes_loss()) continue;
+    for (int k = 0; k < microbatches_; ++k) {
+      for (int i = 0; i < micro_batch_; ++i) {
+        const size_t index = first + static_cast<size_t>(k) * micro_batch_ + i;
+        if (index >= sequences.size()) break;
+        const size_t n = sequences[index].size() - 1;
+        const size_t at = static_cast<size_t>(i) * S;
+        results[index].loss.assign(outputs[k].loss.begin() + at, outputs[k].loss.begin() + at + n);
+        results[index].argmax.assign(outputs[k].argmax.begin() + at,
+                                     outputs[k].argmax.begin() + at + n);
+      }
+    }
+  }
+  return results;
+}
+
 absl::StatusOr<double> Trainer::Validate() {
   const ParallelSpec& par = assignment_.spec().parallel();
   const int iters = assignment_.spec().train().eval_iters();

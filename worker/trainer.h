@@ -94,6 +94,15 @@ class Trainer {
   // (StepMetrics.validation_loss on ranks that compute the loss).
   absl::StatusOr<StepMetrics> Step();
 
+  // Evaluation (collective): runs `sequences` (each 2 to seq_length + 1 token ids) forward
+  // without dropout, global_batch_size at a time (the last batch padded), and returns
+  // each sequence's per-token outputs (size - 1 losses and argmax flags) on the ranks that
+  // compute the loss, nothing elsewhere. FAILED_PRECONDITION naming parallel.data when it
+  // is above 1 (tensor and pipeline layouts are free); INVALID_ARGUMENT for a sequence of
+  // another length or an id outside model.vocab_size.
+  absl::StatusOr<std::vector<TokenOutputs>> ForwardSequences(
+      const std::vector<std::vector<int32_t>>& sequences);
+
   // Whether this rank holds the last virtual stage (and so reports the loss).
   bool computes_loss() const;
   long long completed_steps() const { return step_; }

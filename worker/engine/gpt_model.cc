@@ -277,6 +277,15 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
       {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, losses.data()));
   double sum = 0;
   for (T loss : losses) sum += static_cast<double>(loss);
+  if (input.outputs != nullptr) {
+    // The statistics hold the row's largest logit and the target's over the whole
+    // vocabulary (all-reduced across tensor ranks): the target is an argmax when they tie.
+    input.outputs->loss.assign(losses.begin(), losses.end());
+    input.outputs->argmax.resize(N);
+    for (int i = 0; i < N; ++i) {
+      input.outputs->argmax[i] = acts->ce_target[i] >= acts->ce_max[i] ? 1 : 0;
+    }
+  }
   return sum;
 }
 

@@ -53,6 +53,7 @@ struct MicrobatchInput {
   const int32_t* tokens = nullptr;   // [B, S]; first stage only
   const int32_t* targets = nullptr;  // [B, S]; last stage only
   const T* hidden_in = nullptr;      // [B, S, C]; stages after the first
+  TokenOutputs* outputs = nullptr;   // last stage, evaluation: each token's loss and argmax
 };
 
 // Buffers shared with other model chunks of the rank; offsets come from the layout.

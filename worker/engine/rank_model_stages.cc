@@ -26,6 +26,7 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
   input.tokens = microbatch.tokens.data();
   input.targets = microbatch.targets.data();
   input.hidden_in = hidden_in;
+  input.outputs = microbatch.outputs;
   absl::StatusOr<double> loss = model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
   heap_peak_.Sample();
   if (microbatch.id.evaluation || !loss.ok()) {

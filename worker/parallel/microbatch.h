@@ -25,11 +25,21 @@ struct MicrobatchId {
   bool evaluation = false;
 };
 
+// What the head writes for each token of an evaluation microbatch that asks for it
+// (evaluation tasks score chosen positions, not the whole microbatch).
+struct TokenOutputs {
+  std::vector<float> loss;      // [B * S]: -log p(target)
+  std::vector<uint8_t> argmax;  // [B * S]: 1 when no logit exceeds the target's
+};
+
 // One microbatch of this data-parallel replica.
 struct Microbatch {
   MicrobatchId id;               // id.first_sample: index in the GLOBAL batch (dropout)
   std::vector<int32_t> tokens;   // [B, S]; read on the first virtual stage
   std::vector<int32_t> targets;  // [B, S]; read on the last virtual stage
+  // Evaluation only: where the rank holding the head writes each token's outputs (sized
+  // there); null when only the summed loss is wanted. Owned by the caller.
+  TokenOutputs* outputs = nullptr;
 };
 
 }  // namespace mtrain

@@ -78,6 +78,11 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     }
     absl::Status status = model_->Forward(input, acts.get(), losses,
                                           hidden_out != nullptr ? staged_t_.get() : nullptr);
+    if (status.ok() && losses != nullptr && mb.outputs != nullptr) {
+      // Evaluation asks which targets were an argmax: the row's largest logit and the
+      // target's, both over the whole vocabulary, decide it (the losses come separately).
+      status = DownloadArgmax(*acts, mb.targets.size(), mb.outputs);
+    }
     if (mb.id.evaluation || !status.ok()) {
       // Nothing will run backward on it: the set goes back to the pool (later work on the
       // one stream runs after this forward's, so reusing it at once is safe).
@@ -156,6 +161,22 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     }
   }
   // Device T -> host float, waited for.
+  absl::Status DownloadArgmax(const CudaActivations<T>& acts, size_t rows, TokenOutputs* outputs) {
+    std::vector<float> largest(rows), target(rows);
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(largest.data(), acts.ce_max.get(), rows * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "downloading the largest logits"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(target.data(), acts.ce_target.get(), rows * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "downloading the target logits"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "waiting for the logits"));
+    outputs->argmax.resize(rows);
+    for (size_t i = 0; i < rows; ++i) outputs->argmax[i] = target[i] >= largest[i] ? 1 : 0;
+    return absl::OkStatus();
+  }
+
   absl::Status ToHost(float* host, size_t n) {
     const float* from = nullptr;
     if constexpr (std::is_same_v<T, float>) {
@@ -474,6 +495,7 @@ absl::StatusOr<double> CudaEngine::Forward(int chunk, int index, const Microbatc
                        stream_, "downloading the losses"));
   double sum = 0;
   for (float l : losses) sum += l;
+  if (microbatch.outputs != nullptr) microbatch.outputs->loss = std::move(losses);
   return sum;
 }
 

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "spec/data_split.h"
 #include "worker/engine/data/blended_samples.h"
+#include "worker/engine/data/byte_tokenizer.h"
 #include "worker/engine/data/document_samples.h"
 #include "worker/engine/data/indexed_dataset.h"
 #include "worker/engine/data/text_dataset.h"
@@ -242,6 +243,18 @@ absl::StatusOr<std::unique_ptr<SampleSource>> SplitOf(
 }
 
 }  // namespace
+
+absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncoder(
+    const DataSpec& spec) {
+  ASSIGN_OR_RETURN(std::optional<BpeTokenizer> bpe, OpenTokenizer(spec));
+  if (!bpe.has_value()) {
+    return std::function<std::vector<int32_t>(absl::string_view)>(
+        [](absl::string_view text) { return ByteTokenizer::Encode(text); });
+  }
+  auto shared = std::make_shared<const BpeTokenizer>(*std::move(bpe));
+  return std::function<std::vector<int32_t>(absl::string_view)>(
+      [shared](absl::string_view text) { return shared->Encode(text); });
+}
 
 absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec) {
   const DataSpec& data = spec.data();

@@ -16,6 +16,7 @@
 #ifndef MTRAIN_WORKER_ENGINE_DATA_DATA_SOURCE_H_
 #define MTRAIN_WORKER_ENGINE_DATA_DATA_SOURCE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,12 @@ struct SplitSamples {
 // Errors name the field: data.path / data.paths for files, data.split for a split too
 // small for one sample.
 absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec);
+
+// Text -> token ids with data.tokenizer: the byte tokenizer, or the BPE its files give
+// (errors as OpenDataset's, naming the field). The result is self-contained (it owns the
+// tokenizer) and may outlive `spec`.
+absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncoder(
+    const DataSpec& spec);
 
 // INVALID_ARGUMENT, naming data.path and model.vocab_size, if some token id is negative or
 // >= vocab_size. Free when dataset.vocab_upper_bound() <= vocab_size (always so for the
