@@ -1,0 +1,146 @@
+// `train --evaluate` end to end (issue 20): the tiny GPT-2 of tests/parity/hf_export_model.h
+// exported to HuggingFace format (train.init_from), evaluated by real `train` processes
+// under `launch` on the three tasks (worker/evaluation/eval_tasks.h) and three layouts,
+// (1,1,1), (2,2,1) and (2,1,1):
+//   - every layout gives the same numbers;
+//   - they equal an independent PyTorch computation (tests/evaluation/eval_reference.py,
+//     committed as eval_reference.json): losses and perplexities to 1e-5 relative,
+//     counts and accuracies exactly. Half the cloze lines end in the word the model
+//     itself predicts, so the strict argmax rule is checked both ways.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+
+namespace mtrain {
+namespace {
+
+using google::protobuf::Struct;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Struct ParseJson(const std::string& text) {
+  Struct object;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(text, &object).ok()) << text;
+  return object;
+}
+
+double Number(const Struct& object, const std::string& key) {
+  const auto it = object.fields().find(key);
+  EXPECT_NE(it, object.fields().end()) << key;
+  return it == object.fields().end() ? NAN : it->second.number_value();
+}
+
+class EvaluationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_dir_ = new std::string(TestTempDir() + "/model");
+    auto writer = ChildProcess::Start(
+        {"tests/parity/write_hf_export", "--output_dir=" + *model_dir_}, *model_dir_ + ".log");
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    absl::StatusOr<int> code = (*writer)->Wait(absl::Minutes(1));
+    ASSERT_TRUE(code.ok() && *code == 0) << (*writer)->Log();
+  }
+  static void TearDownTestSuite() { delete model_dir_; }
+
+  // The task's result under layout (t, p, 1), as `train --evaluate` wrote it.
+  static Struct Evaluate(const std::string& task, const std::string& data, int t, int p) {
+    const std::string name = absl::StrCat(task, "-t", t, "p", p);
+    const std::string dir = absl::StrCat(TestTempDir(), "/", name);
+    const std::string spec = dir + ".json";
+    std::ofstream(spec) << absl::StrFormat(
+        R"({"name": "eval", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64,
+            "seq_length": 32, "vocab_size": 300},
+            "parallel": {"tensor": %d, "pipeline": %d, "micro_batch_size": 2,
+                         "global_batch_size": 4},
+            "train": {"init_from": "%s"}, "device": "DEVICE_CPU"})",
+        t, p, *model_dir_);
+    const std::string output = dir + "/result.json";
+    std::filesystem::create_directories(dir);
+    auto launch = ChildProcess::Start(
+        {"worker/launch", "--spec=" + spec, "--out_dir=" + dir, "--threads_per_rank=1", "--",
+         "--evaluate=" + task, "--eval_data=tests/evaluation/" + data, "--overlapping_eval=8",
+         "--eval_output=" + output},
+        dir + ".log");
+    EXPECT_TRUE(launch.ok()) << launch.status();
+    if (!launch.ok()) return Struct();
+    absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
+    EXPECT_TRUE(code.ok() && *code == 0) << name << ":\n" << (*launch)->Log();
+    // The narrator logged the same line.
+    const std::string result = ReadFile(output);
+    EXPECT_NE((*launch)->Log().find("evaluation: {\"task\":\"" + task + "\""), std::string::npos)
+        << (*launch)->Log();
+    return ParseJson(result);
+  }
+
+  static std::string* model_dir_;
+};
+std::string* EvaluationTest::model_dir_ = nullptr;
+
+void ExpectMatches(const Struct& got, const Struct& want, const std::string& what) {
+  for (const auto& [key, value] : want.fields()) {
+    ASSERT_EQ(got.fields().count(key), 1u) << what << " lacks " << key;
+    const double expected = value.number_value();
+    const double actual = got.fields().at(key).number_value();
+    if (key == "loss" || key == "perplexity" || key == "adjusted_perplexity") {
+      EXPECT_NEAR(actual, expected, 1e-5 * std::abs(expected)) << what << " " << key;
+    } else {
+      EXPECT_EQ(actual, expected) << what << " " << key;  // counts and accuracies
+    }
+  }
+}
+
+TEST_F(EvaluationTest, EveryTaskMatchesPyTorchUnderEveryLayout) {
+  const Struct reference = ParseJson(ReadFile("tests/evaluation/eval_reference.json"));
+  ASSERT_EQ(Number(reference, "seq_length"), 32);
+  ASSERT_EQ(Number(reference, "overlapping_eval"), 8);
+  for (const auto& [task, data] : std::vector<std::pair<std::string, std::string>>{
+           {"perplexity", "text.txt"}, {"cloze", "cloze.jsonl"}, {"choice", "choice.jsonl"}}) {
+    const Struct& want = reference.fields().at(task).struct_value();
+    for (const auto& [t, p] : std::vector<std::pair<int, int>>{{1, 1}, {2, 2}, {2, 1}}) {
+      const Struct got = Evaluate(task, data, t, p);
+      ExpectMatches(got, want, absl::StrCat(task, " at (", t, ",", p, ",1)"));
+    }
+  }
+  // The cloze file is built so that strictness shows: half right, half wrong.
+  EXPECT_EQ(Number(reference.fields().at("cloze").struct_value(), "accuracy"), 0.5);
+}
+
+TEST_F(EvaluationTest, BadInputIsRefusedNamingTheLine) {
+  const std::string bad = TestTempDir() + "/bad.jsonl";
+  std::ofstream(bad) << "{\"text\": \"a fine line\"}\n{\"text\": 3}\n";
+  const std::string dir = TestTempDir() + "/bad";
+  const std::string spec = dir + ".json";
+  std::ofstream(spec) << absl::StrFormat(
+      R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 32,
+          "vocab_size": 300}, "train": {"init_from": "%s"}, "device": "DEVICE_CPU"})",
+      *model_dir_);
+  auto launch = ChildProcess::Start({"worker/launch", "--spec=" + spec, "--out_dir=" + dir, "--",
+                                     "--evaluate=cloze", "--eval_data=" + bad},
+                                    dir + ".log");
+  ASSERT_TRUE(launch.ok());
+  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(2));
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(ReadFile(dir + "/rank-0.log").find(bad + ":2: needs a string \"text\""),
+            std::string::npos)
+      << ReadFile(dir + "/rank-0.log");
+}
+
+}  // namespace
+}  // namespace mtrain
