@@ -6,8 +6,12 @@
 //   - they equal an independent PyTorch computation (tests/evaluation/eval_reference.py,
 //     committed as eval_reference.json): losses and perplexities to 1e-5 relative,
 //     counts and accuracies exactly. Half the cloze lines end in the word the model
-//     itself predicts, so the strict argmax rule is checked both ways.
+//     itself predicts, so the strict argmax rule is checked both ways;
+//   - greedy generation (`train --generate`) of 200 tokens from a random GPT-2 with a
+//     256-token context equals PyTorch's token for token, with the key-value cache under
+//     (1,1,1) and (2,1,1) and without it; a prompt that fills the context is refused.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -119,6 +123,71 @@ TEST_F(EvaluationTest, EveryTaskMatchesPyTorchUnderEveryLayout) {
   }
   // The cloze file is built so that strictness shows: half right, half wrong.
   EXPECT_EQ(Number(reference.fields().at("cloze").struct_value(), "accuracy"), 0.5);
+}
+
+// `train --generate` with the flags given; the JSON it wrote (and its launch log).
+std::pair<Struct, std::string> Generate(const std::string& name, int tensor,
+                                        const std::vector<std::string>& flags) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
+  const std::string spec = dir + ".json";
+  std::ofstream(spec) << absl::StrFormat(
+      R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 256,
+          "vocab_size": 300}, "parallel": {"tensor": %d},
+          "train": {"init_from": "tests/evaluation/gen_model"}, "device": "DEVICE_CPU"})",
+      tensor);
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> argv = {"worker/launch",
+                                   "--spec=" + spec,
+                                   "--out_dir=" + dir,
+                                   "--threads_per_rank=1",
+                                   "--",
+                                   "--eval_output=" + dir + "/result.json"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto launch = ChildProcess::Start(argv, dir + ".log");
+  EXPECT_TRUE(launch.ok()) << launch.status();
+  if (!launch.ok()) return {};
+  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
+  EXPECT_TRUE(code.ok());
+  const std::string log = (*launch)->Log() + ReadFile(dir + "/rank-0.log");
+  if (!code.ok() || *code != 0) return {Struct(), log};
+  return {ParseJson(ReadFile(dir + "/result.json")), log};
+}
+
+std::vector<int> Tokens(const Struct& object) {
+  std::vector<int> tokens;
+  const auto it = object.fields().find("tokens");
+  if (it == object.fields().end()) return tokens;
+  for (const auto& value : it->second.list_value().values()) {
+    tokens.push_back(static_cast<int>(value.number_value()));
+  }
+  return tokens;
+}
+
+TEST_F(EvaluationTest, GreedyGenerationMatchesPyTorchWithAndWithoutTheCache) {
+  const Struct reference = ParseJson(ReadFile("tests/evaluation/eval_reference.json"));
+  const Struct& want = reference.fields().at("generation").struct_value();
+  const std::vector<int> expected = Tokens(want);
+  ASSERT_EQ(expected.size(), 200u);
+  const std::string prompt = want.fields().at("prompt").string_value();
+  for (const auto& [name, tensor, cache] : std::vector<std::tuple<std::string, int, bool>>{
+           {"gen-t1", 1, true}, {"gen-t2", 2, true}, {"gen-t1-nocache", 1, false}}) {
+    const auto [got, log] = Generate(name, tensor,
+                                     {"--generate=" + prompt, "--max_new_tokens=200",
+                                      absl::StrCat("--kv_cache=", cache ? "true" : "false")});
+    EXPECT_EQ(Tokens(got), expected) << name << "\n" << log;
+    EXPECT_EQ(got.fields().count("stopped") ? got.fields().at("stopped").string_value() : "",
+              "max_new_tokens")
+        << name;
+    if (got.fields().count("tokens_per_second")) {
+      std::printf("%s: %.0f tokens/s\n", name.c_str(), Number(got, "tokens_per_second"));
+    }
+  }
+  // A prompt that fills the context is refused, not cut.
+  const auto [refused, log] =
+      Generate("gen-long", 1, {"--generate=" + std::string(256, 'a'), "--max_new_tokens=5"});
+  EXPECT_NE(log.find("--generate: the prompt is 256 tokens; model.seq_length 256 leaves no room"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(EvaluationTest, BadInputIsRefusedNamingTheLine) {

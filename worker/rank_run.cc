@@ -33,6 +33,7 @@
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
 #include "worker/evaluation/eval_tasks.h"
+#include "worker/evaluation/generation.h"
 #include "worker/parallel/gloo_communicator.h"
 #include "worker/parallel/rank_groups.h"
 
@@ -281,6 +282,42 @@ absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec,
   return ChoiceResult(sequences, outputs, labels);
 }
 
+// --generate: the prompt continued by the trained model (collective), as one JSON object.
+absl::StatusOr<std::string> GenerateText(Trainer& trainer, const JobSpec& spec,
+                                         const RankRunOptions& options) {
+  ASSIGN_OR_RETURN(const Encoder encode, SpecEncoder(spec.data()));
+  ASSIGN_OR_RETURN(const SpecDecoding decoding, SpecDecoder(spec.data()));
+  const std::vector<int32_t> prompt = encode(options.generate);
+  GenerationOptions generation;
+  generation.sampling.temperature = options.temperature;
+  generation.sampling.top_k = options.top_k;
+  generation.sampling.top_p = options.top_p;
+  generation.sampling.seed = options.sample_seed;
+  generation.max_new_tokens = options.max_new_tokens;
+  generation.stop_token = decoding.end_of_document;
+  generation.kv_cache = options.kv_cache;
+  if (options.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_new_tokens: ", options.max_new_tokens, " must be >= 1"));
+  }
+  ASSIGN_OR_RETURN(const GenerationResult result,
+                   Generate(trainer.engine(), spec.model().seq_length(), prompt, generation));
+  const double seconds = result.prompt_seconds + result.decode_seconds;
+  const size_t n = result.tokens.size();
+  return JsonObject(JsonNumberFormat::Significant(6))
+      .String("prompt", options.generate)
+      .Int("prompt_tokens", static_cast<int64_t>(prompt.size()))
+      .String("text", decoding.decode(result.tokens))
+      .Raw("tokens", JsonArray(result.tokens, [](int32_t id) { return absl::StrCat(id); }))
+      .String("stopped", result.stopped)
+      .Bool("kv_cache", options.kv_cache)
+      .Number("prompt_seconds", result.prompt_seconds)
+      .Number("tokens_per_second", seconds > 0 ? static_cast<double>(n) / seconds : 0)
+      .Number("decode_tokens_per_second",
+              n > 1 && result.decode_seconds > 0 ? (n - 1) / result.decode_seconds : 0)
+      .Close();
+}
+
 }  // namespace
 
 absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSinks& sinks,
@@ -432,6 +469,21 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   // One rank narrates: the first that knows the loss.
   const RankCoordinates& coords = trainer->coordinates();
   const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
+  if (!options.generate.empty()) {
+    ASSIGN_OR_RETURN(const std::string json, GenerateText(*trainer, spec, options));
+    if (narrator) {
+      sinks.Log(absl::StrCat("generation: ", json));
+      if (!options.eval_output.empty()) {
+        std::ofstream out(options.eval_output, std::ios::trunc);
+        out << json << "\n";
+        if (!out) {
+          return absl::InternalError(
+              absl::StrCat("--eval_output=", options.eval_output, ": cannot write there"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
   if (!options.evaluate.empty()) {
     ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, options));
     if (narrator) {

@@ -77,6 +77,16 @@ struct RankRunOptions {
   std::string eval_output;
   int overlapping_eval = 0;  // perplexity: 0 = model.seq_length (windows do not overlap)
   bool wikitext_detokenize = false;
+  // Generation instead of training (static mode): continue this prompt
+  // (worker/evaluation/generation.h); the narrator logs "generation: {JSON}" and writes it
+  // to eval_output when set.
+  std::string generate;
+  int max_new_tokens = 64;
+  double temperature = 0;  // greedy
+  int top_k = 0;
+  double top_p = 1.0;
+  uint64_t sample_seed = 0;
+  bool kv_cache = true;
 };
 
 // Where this rank's plan and rendezvous come from.

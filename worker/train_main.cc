@@ -107,6 +107,18 @@ ABSL_FLAG(int, overlapping_eval, 0,
 ABSL_FLAG(bool, wikitext_detokenize, false,
           "--evaluate=perplexity: undo WikiText-103's tokenized spacing first (Megatron's "
           "detokenizer)");
+ABSL_FLAG(std::string, generate, "",
+          "generate instead of training: continue this prompt (the job's tokenizer) with the "
+          "weights --resume_from or train.init_from give, on the CPU engine with one "
+          "pipeline stage; prints `generation: {JSON}`");
+ABSL_FLAG(int, max_new_tokens, 64, "--generate: at most this many new tokens");
+ABSL_FLAG(double, temperature, 0, "--generate: 0 is greedy; otherwise logits / temperature");
+ABSL_FLAG(int, top_k, 0, "--generate: sample among the k most likely tokens (0: all)");
+ABSL_FLAG(double, top_p, 1.0,
+          "--generate: sample among the fewest most likely tokens reaching this probability");
+ABSL_FLAG(uint64_t, sample_seed, 0, "--generate: the sampling's random numbers");
+ABSL_FLAG(bool, kv_cache, true,
+          "--generate: keep keys and values (false: rerun the whole context for each token)");
 ABSL_FLAG(std::string, stage_timings, "",
           "every rank appends one JSON object per step: its pipeline stage, step time and "
           "the part spent computing (for measuring the pipeline bubble)");
@@ -162,6 +174,13 @@ RankRunOptions OptionsFromFlags() {
   options.eval_output = absl::GetFlag(FLAGS_eval_output);
   options.overlapping_eval = absl::GetFlag(FLAGS_overlapping_eval);
   options.wikitext_detokenize = absl::GetFlag(FLAGS_wikitext_detokenize);
+  options.generate = absl::GetFlag(FLAGS_generate);
+  options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  options.temperature = absl::GetFlag(FLAGS_temperature);
+  options.top_k = absl::GetFlag(FLAGS_top_k);
+  options.top_p = absl::GetFlag(FLAGS_top_p);
+  options.sample_seed = absl::GetFlag(FLAGS_sample_seed);
+  options.kv_cache = absl::GetFlag(FLAGS_kv_cache);
   return options;
 }
 

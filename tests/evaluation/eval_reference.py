@@ -13,6 +13,8 @@ written out again from their definitions, not from the engine's code:
               its tokens, its context being the text before it, stripped; cloze.jsonl is
               written here too: half its lines end in the word the model predicts;
   choice      llm.c's HellaSwag: lowest summed and lowest mean loss of " " + ending.
+  generation  greedy, 200 tokens, from a random F16 GPT-2 with a 256-token context that
+              this script writes to gen_model/ (the engine imports it exactly).
 Tokens are bytes (the byte tokenizer; the model's vocabulary is 300).
 
   bazel build //tests/parity:write_hf_export
@@ -167,6 +169,56 @@ def write_cloze(w, cfg):
     (HERE / "cloze.jsonl").write_text("\n".join(lines) + "\n")
 
 
+GEN_SEQ, GEN_PROMPT, GEN_NEW = 256, "To be, or not to be", 200
+
+
+def write_generation_model():
+    """gen_model/: a random GPT-2 (2 layers, 4 heads, hidden 64, context 256, vocabulary
+    300) in F16 (import converts it exactly), for greedy generation of 200 tokens."""
+    from safetensors.torch import save_file
+    torch.manual_seed(20)
+    C, V, L = 64, 300, 2
+    shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (GEN_SEQ, C),
+              "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        shapes.update({p + "ln_1.weight": (C,), p + "ln_1.bias": (C,),
+                       p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
+                       p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
+                       p + "ln_2.weight": (C,), p + "ln_2.bias": (C,),
+                       p + "mlp.c_fc.weight": (C, 4 * C), p + "mlp.c_fc.bias": (4 * C,),
+                       p + "mlp.c_proj.weight": (4 * C, C), p + "mlp.c_proj.bias": (C,)})
+    tensors = {}
+    for name, shape in sorted(shapes.items()):
+        t = torch.randn(shape) * 0.2
+        if "ln_" in name and name.endswith("weight"):
+            t = 1 + t
+        tensors[name] = t.half().contiguous()
+    out = HERE / "gen_model"
+    out.mkdir(exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {"model_type": "gpt2", "vocab_size": V, "n_positions": GEN_SEQ, "n_ctx": GEN_SEQ,
+              "n_embd": C, "n_layer": L, "n_head": 4, "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return {k: v.double() for k, v in tensors.items()}, config
+
+
+def greedy(w, cfg, prompt, new):
+    """Greedy continuation (no cache: the whole context each time), and the smallest gap
+    between the best and the second-best logit on the way (how safe equality is)."""
+    tokens = encode(prompt)
+    out, margin = [], float("inf")
+    for _ in range(new):
+        logits = forward(w, cfg, tokens)[-1]
+        top = torch.topk(logits, 2)
+        margin = min(margin, float(top.values[0] - top.values[1]))
+        t = int(top.indices[0])
+        out.append(t)
+        tokens.append(t)
+    return out, margin
+
+
 def main():
     writer = ROOT / "bazel-bin/tests/parity/write_hf_export"
     if not writer.exists():
@@ -175,7 +227,8 @@ def main():
         subprocess.run([str(writer), f"--output_dir={tmp}"], check=True)
         w = {k: v.double() for k, v in load_file(f"{tmp}/model.safetensors").items()}
         cfg = json.loads(pathlib.Path(tmp, "config.json").read_text())
-    write_cloze(w, cfg)
+    if not (HERE / "cloze.jsonl").exists():  # slow (a search): kept once written
+        write_cloze(w, cfg)
     lines = lambda name: [l for l in (HERE / name).read_text().splitlines() if l.strip()]
     reference = {
         "seq_length": SEQ, "overlapping_eval": OVERLAP,
@@ -183,6 +236,10 @@ def main():
         "cloze": cloze(w, cfg, lines("cloze.jsonl")),
         "choice": choice(w, cfg, lines("choice.jsonl")),
     }
+    gen_w, gen_cfg = write_generation_model()
+    tokens, margin = greedy(gen_w, gen_cfg, GEN_PROMPT, GEN_NEW)
+    reference["generation"] = {"prompt": GEN_PROMPT, "max_new_tokens": GEN_NEW,
+                               "tokens": tokens, "smallest_top2_gap": margin}
     (HERE / "eval_reference.json").write_text(json.dumps(reference, indent=1) + "\n")
     print(json.dumps(reference, indent=1))
 

@@ -130,4 +130,38 @@ TrainingEngine::HostState CpuEngine::host_state() {
   return state;
 }
 
+absl::Status CpuEngine::StartGeneration(int capacity) {
+  if (model_->num_chunks() != 1 || !model_->chunk(0).layout().placement().has_embedding ||
+      !model_->chunk(0).layout().placement().has_head) {
+    return absl::UnimplementedError(
+        "parallel.pipeline: generation runs on one pipeline stage (tensor parallelism is "
+        "free); pipelined generation is not written yet");
+  }
+  kv_cache_ = model_->chunk(0).NewKvCache(capacity);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CpuEngine::GenerateStep(const std::vector<int32_t>& tokens) {
+  if (!kv_cache_.has_value()) {
+    return absl::FailedPreconditionError("generation: StartGeneration first");
+  }
+  GptModel<float>& model = model_->chunk(0);
+  const ModelPlacement& placement = model.layout().placement();
+  const ModelShape& shape = model_->shape();
+  const int local_vocab = placement.local_vocab(shape);
+  std::vector<float> local(local_vocab);
+  RETURN_IF_ERROR(model.Decode(&*kv_cache_, tokens.data(), nullptr, static_cast<int>(tokens.size()),
+                               local.data()));
+  // Each tensor rank holds a contiguous shard of the padded vocabulary, in rank order.
+  Communicator& tensor = *groups_->tensor;
+  std::vector<float> all(static_cast<size_t>(local_vocab) * tensor.size());
+  if (tensor.size() > 1) {
+    RETURN_IF_ERROR(tensor.AllGather(local.data(), all.data(), local.size()));
+  } else {
+    all = std::move(local);
+  }
+  all.resize(shape.vocab);  // the padding columns are no tokens
+  return all;
+}
+
 }  // namespace mtrain

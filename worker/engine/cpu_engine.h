@@ -48,6 +48,9 @@ class CpuEngine : public TrainingEngine {
     return stages_->heap_peak_bytes();
   }
 
+  absl::Status StartGeneration(int capacity) override;
+  absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) override;
+
   HostState host_state() override;
   absl::Status SyncToHost() override { return absl::OkStatus(); }
   absl::Status SyncFromHost() override { return absl::OkStatus(); }
@@ -58,6 +61,8 @@ class CpuEngine : public TrainingEngine {
   CpuEngine() = default;
 
   const RankGroups* groups_ = nullptr;
+  // Generation: the sequence's key-value cache (StartGeneration).
+  std::optional<GptModel<float>::KvCache> kv_cache_;
   int pipeline_ = 1;
   OptimizerSlice slice_;
   std::unique_ptr<RankModel> model_;

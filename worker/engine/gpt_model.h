@@ -108,6 +108,24 @@ class GptModel {
   // The logits of the last Forward (last stage): [B*S, V_local], padded columns included.
   const T* logits(const Activations<T>& acts) const;
 
+  // ---- Generation with a key-value cache (gpt_model_decode.cc), one sequence at a time.
+  // Each of this rank's layers keeps the keys and values of its heads for every position
+  // run so far, so a new token costs one row through the model instead of the whole
+  // context again.
+  struct KvCache {
+    int capacity = 0;                          // positions it can hold
+    int length = 0;                            // positions cached so far
+    std::vector<std::vector<T>> keys, values;  // per local layer: [capacity, local hidden]
+  };
+  KvCache NewKvCache(int capacity) const;
+  // Runs positions [cache->length, cache->length + count) of the sequence (no dropout):
+  // `tokens` [count] on a chunk with the embeddings, else `hidden_in` [count, C]; appends
+  // their keys and values; writes `out`: [count, C] hidden states on a chunk without the
+  // head, else the logits of the LAST new position over this rank's vocabulary shard
+  // [V_local] (padded columns included). Collective over the tensor group.
+  // OUT_OF_RANGE past the cache's capacity or model.seq_length.
+  absl::Status Decode(KvCache* cache, const int32_t* tokens, const T* hidden_in, int count, T* out);
+
  private:
   absl::Status LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                             LayerActivations<T>* saved);

@@ -108,6 +108,21 @@ class TrainingEngine {
                                              const std::vector<Microbatch>& microbatches) {
     return executor.RunForward(microbatches);
   }
+  // ---- Generation with a key-value cache, one sequence at a time (collective over the
+  // tensor group). StartGeneration clears the cache for a sequence of at most `capacity`
+  // positions; GenerateStep runs `tokens` (the prompt, then each new token) and returns
+  // the last position's logits over the real vocabulary, the same on every tensor rank.
+  // Engines without it say so (UNIMPLEMENTED); pipelines of several stages are refused.
+  virtual absl::Status StartGeneration(int capacity) {
+    (void)capacity;
+    return absl::UnimplementedError(
+        "generation runs on the CPU engine (device DEVICE_CPU); the CUDA engine's key-value "
+        "cache is not written yet");
+  }
+  virtual absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) {
+    (void)tokens;
+    return absl::UnimplementedError("generation: StartGeneration first");
+  }
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale); true if
   // any is inf or NaN (an overflow: the step is to be skipped).
   virtual absl::StatusOr<bool> UnscaleGradients(float factor) = 0;

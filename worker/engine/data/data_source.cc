@@ -256,6 +256,33 @@ absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncod
       [shared](absl::string_view text) { return shared->Encode(text); });
 }
 
+absl::StatusOr<SpecDecoding> SpecDecoder(const DataSpec& spec) {
+  ASSIGN_OR_RETURN(std::optional<BpeTokenizer> bpe, OpenTokenizer(spec));
+  SpecDecoding decoding;
+  if (!bpe.has_value()) {
+    decoding.decode = [](const std::vector<int32_t>& ids) {
+      // Ids above a byte (a vocabulary padded past 256) have no text: U+FFFD.
+      std::string text;
+      for (int32_t id : ids) {
+        if (id >= 0 && id < 256) {
+          text.push_back(static_cast<char>(id));
+        } else {
+          text += "\xEF\xBF\xBD";
+        }
+      }
+      return text;
+    };
+    return decoding;
+  }
+  auto shared = std::make_shared<const BpeTokenizer>(*std::move(bpe));
+  decoding.end_of_document = shared->end_of_document_id();
+  decoding.decode = [shared](const std::vector<int32_t>& ids) {
+    absl::StatusOr<std::string> text = shared->Decode(ids);
+    return text.ok() ? *text : std::string("\xEF\xBF\xBD");
+  };
+  return decoding;
+}
+
 absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec) {
   const DataSpec& data = spec.data();
   ASSIGN_OR_RETURN(const DataSplit split,

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,14 @@ absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec);
 // tokenizer) and may outlive `spec`.
 absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncoder(
     const DataSpec& spec);
+
+// The tokenizer's way back, ids -> text (invalid UTF-8 from a cut byte sequence kept as
+// it is), and its end-of-document id if it has one. Self-contained as SpecEncoder.
+struct SpecDecoding {
+  std::function<std::string(const std::vector<int32_t>&)> decode;
+  std::optional<int32_t> end_of_document;
+};
+absl::StatusOr<SpecDecoding> SpecDecoder(const DataSpec& spec);
 
 // INVALID_ARGUMENT, naming data.path and model.vocab_size, if some token id is negative or
 // >= vocab_size. Free when dataset.vocab_upper_bound() <= vocab_size (always so for the
