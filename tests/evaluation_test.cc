@@ -190,6 +190,50 @@ TEST_F(EvaluationTest, GreedyGenerationMatchesPyTorchWithAndWithoutTheCache) {
       << log;
 }
 
+// Runs `launch` with `spec_json` and the flags; the exit code and the log.
+std::pair<int, std::string> Launch(const std::string& name, const std::string& spec_json,
+                                   const std::vector<std::string>& flags) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
+  std::ofstream(dir + ".json") << spec_json;
+  std::vector<std::string> argv = {"worker/launch", "--spec=" + dir + ".json", "--out_dir=" + dir,
+                                   "--threads_per_rank=1", "--"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto launch = ChildProcess::Start(argv, dir + ".log");
+  if (!launch.ok()) return {-1, std::string(launch.status().message())};
+  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
+  return {code.ok() ? *code : -1, (*launch)->Log()};
+}
+
+TEST_F(EvaluationTest, ACheckpointSavedAtT2P2EvaluatesAlikeAtT1P1AndT2P1) {
+  const auto spec = [](int t, int p) {
+    return absl::StrFormat(
+        R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 32},
+            "parallel": {"tensor": %d, "pipeline": %d, "micro_batch_size": 2,
+                         "global_batch_size": 4},
+            "optimizer": {"lr": 3e-3, "warmup_steps": 2},
+            "train": {"steps": 8, "dropout": 0.0}, "device": "DEVICE_CPU"})",
+        t, p);
+  };
+  const std::string checkpoints = TestTempDir() + "/t2p2-checkpoints";
+  const auto [trained, train_log] =
+      Launch("t2p2-train", spec(2, 2), {"--checkpoint_dir=" + checkpoints});
+  ASSERT_EQ(trained, 0) << train_log;
+  std::vector<Struct> results;
+  for (const auto& [t, p] : std::vector<std::pair<int, int>>{{2, 2}, {1, 1}, {2, 1}}) {
+    const std::string name = absl::StrCat("from-t2p2-at-t", t, "p", p);
+    const std::string output = absl::StrCat(TestTempDir(), "/", name, ".result.json");
+    const auto [code, log] =
+        Launch(name, spec(t, p),
+               {"--resume_from=" + checkpoints + "/step-00000008", "--evaluate=choice",
+                "--eval_data=tests/evaluation/choice.jsonl", "--eval_output=" + output});
+    ASSERT_EQ(code, 0) << name << ":\n" << log;
+    results.push_back(ParseJson(ReadFile(output)));
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    ExpectMatches(results[i], results[0], absl::StrCat("layout ", i));
+  }
+}
+
 TEST_F(EvaluationTest, BadInputIsRefusedNamingTheLine) {
   const std::string bad = TestTempDir() + "/bad.jsonl";
   std::ofstream(bad) << "{\"text\": \"a fine line\"}\n{\"text\": 3}\n";

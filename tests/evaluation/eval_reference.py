@@ -199,7 +199,8 @@ def write_generation_model():
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = {"model_type": "gpt2", "vocab_size": V, "n_positions": GEN_SEQ, "n_ctx": GEN_SEQ,
               "n_embd": C, "n_layer": L, "n_head": 4, "activation_function": "gelu_new",
-              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
+              "bos_token_id": None, "eos_token_id": None}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     return {k: v.double() for k, v in tensors.items()}, config
 
@@ -219,6 +220,24 @@ def greedy(w, cfg, prompt, new):
     return out, margin
 
 
+def check_against_transformers(w, cfg, model_dir):
+    """When transformers is installed: its GPT2LMHeadModel on the same files gives the
+    logits of forward() here (to 1e-6), so the reference is transformers' numbers too."""
+    try:
+        from transformers import GPT2LMHeadModel
+    except ImportError:
+        print("transformers not installed: the cross-check is skipped")
+        return
+    model = GPT2LMHeadModel.from_pretrained(model_dir).double().eval()
+    tokens = encode((HERE / "text.txt").read_text())[:SEQ]
+    with torch.no_grad():
+        theirs = model(torch.tensor([tokens])).logits[0]
+    ours = forward(w, cfg, tokens)
+    error = float((theirs - ours).abs().max() / ours.abs().max())
+    assert error < 1e-6, f"transformers' logits differ from the reference's by {error}"
+    print(f"transformers' logits equal the reference's (max relative difference {error:.1e})")
+
+
 def main():
     writer = ROOT / "bazel-bin/tests/parity/write_hf_export"
     if not writer.exists():
@@ -227,6 +246,7 @@ def main():
         subprocess.run([str(writer), f"--output_dir={tmp}"], check=True)
         w = {k: v.double() for k, v in load_file(f"{tmp}/model.safetensors").items()}
         cfg = json.loads(pathlib.Path(tmp, "config.json").read_text())
+        check_against_transformers(w, cfg, tmp)
     if not (HERE / "cloze.jsonl").exists():  # slow (a search): kept once written
         write_cloze(w, cfg)
     lines = lambda name: [l for l in (HERE / name).read_text().splitlines() if l.strip()]
@@ -237,6 +257,7 @@ def main():
         "choice": choice(w, cfg, lines("choice.jsonl")),
     }
     gen_w, gen_cfg = write_generation_model()
+    check_against_transformers(gen_w, gen_cfg, str(HERE / "gen_model"))
     tokens, margin = greedy(gen_w, gen_cfg, GEN_PROMPT, GEN_NEW)
     reference["generation"] = {"prompt": GEN_PROMPT, "max_new_tokens": GEN_NEW,
                                "tokens": tokens, "smallest_top2_gap": margin}
