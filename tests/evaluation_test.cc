@@ -9,7 +9,8 @@
 //     itself predicts, so the strict argmax rule is checked both ways;
 //   - greedy generation (`train --generate`) of 200 tokens from a random GPT-2 with a
 //     256-token context equals PyTorch's token for token, with the key-value cache under
-//     (1,1,1) and (2,1,1) and without it; a prompt that fills the context is refused.
+//     (1,1,1), (2,1,1), (1,2,1) and (2,2,1) and without it; a prompt that fills the
+//     context is refused.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -126,15 +127,15 @@ TEST_F(EvaluationTest, EveryTaskMatchesPyTorchUnderEveryLayout) {
 }
 
 // `train --generate` with the flags given; the JSON it wrote (and its launch log).
-std::pair<Struct, std::string> Generate(const std::string& name, int tensor,
+std::pair<Struct, std::string> Generate(const std::string& name, int tensor, int pipeline,
                                         const std::vector<std::string>& flags) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", name);
   const std::string spec = dir + ".json";
   std::ofstream(spec) << absl::StrFormat(
       R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 256,
-          "vocab_size": 300}, "parallel": {"tensor": %d},
+          "vocab_size": 300}, "parallel": {"tensor": %d, "pipeline": %d},
           "train": {"init_from": "tests/evaluation/gen_model"}, "device": "DEVICE_CPU"})",
-      tensor);
+      tensor, pipeline);
   std::filesystem::create_directories(dir);
   std::vector<std::string> argv = {"worker/launch",
                                    "--spec=" + spec,
@@ -169,9 +170,13 @@ TEST_F(EvaluationTest, GreedyGenerationMatchesPyTorchWithAndWithoutTheCache) {
   const std::vector<int> expected = Tokens(want);
   ASSERT_EQ(expected.size(), 200u);
   const std::string prompt = want.fields().at("prompt").string_value();
-  for (const auto& [name, tensor, cache] : std::vector<std::tuple<std::string, int, bool>>{
-           {"gen-t1", 1, true}, {"gen-t2", 2, true}, {"gen-t1-nocache", 1, false}}) {
-    const auto [got, log] = Generate(name, tensor,
+  for (const auto& [name, tensor, pipeline, cache] :
+       std::vector<std::tuple<std::string, int, int, bool>>{{"gen-t1", 1, 1, true},
+                                                            {"gen-t2", 2, 1, true},
+                                                            {"gen-p2", 1, 2, true},
+                                                            {"gen-t2p2", 2, 2, true},
+                                                            {"gen-t1-nocache", 1, 1, false}}) {
+    const auto [got, log] = Generate(name, tensor, pipeline,
                                      {"--generate=" + prompt, "--max_new_tokens=200",
                                       absl::StrCat("--kv_cache=", cache ? "true" : "false")});
     EXPECT_EQ(Tokens(got), expected) << name << "\n" << log;
@@ -184,7 +189,7 @@ TEST_F(EvaluationTest, GreedyGenerationMatchesPyTorchWithAndWithoutTheCache) {
   }
   // A prompt that fills the context is refused, not cut.
   const auto [refused, log] =
-      Generate("gen-long", 1, {"--generate=" + std::string(256, 'a'), "--max_new_tokens=5"});
+      Generate("gen-long", 1, 1, {"--generate=" + std::string(256, 'a'), "--max_new_tokens=5"});
   EXPECT_NE(log.find("--generate: the prompt is 256 tokens; model.seq_length 256 leaves no room"),
             std::string::npos)
       << log;

@@ -77,7 +77,8 @@ struct RankRunOptions {
   std::string eval_output;
   int overlapping_eval = 0;  // perplexity: 0 = model.seq_length (windows do not overlap)
   bool wikitext_detokenize = false;
-  // Generation instead of training (static mode): continue this prompt
+  // Generation instead of training (static mode; CPU engine, any tensor and pipeline
+  // layout with one chunk per stage): continue this prompt
   // (worker/evaluation/generation.h); the narrator logs "generation: {JSON}" and writes it
   // to eval_output when set.
   std::string generate;

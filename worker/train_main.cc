@@ -109,8 +109,8 @@ ABSL_FLAG(bool, wikitext_detokenize, false,
           "detokenizer)");
 ABSL_FLAG(std::string, generate, "",
           "generate instead of training: continue this prompt (the job's tokenizer) with the "
-          "weights --resume_from or train.init_from give, on the CPU engine with one "
-          "pipeline stage; prints `generation: {JSON}`");
+          "weights --resume_from or train.init_from give, on the CPU engine (any tensor and "
+          "pipeline layout without interleaving); prints `generation: {JSON}`");
 ABSL_FLAG(int, max_new_tokens, 64, "--generate: at most this many new tokens");
 ABSL_FLAG(double, temperature, 0, "--generate: 0 is greedy; otherwise logits / temperature");
 ABSL_FLAG(int, top_k, 0, "--generate: sample among the k most likely tokens (0: all)");

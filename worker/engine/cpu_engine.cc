@@ -131,13 +131,13 @@ TrainingEngine::HostState CpuEngine::host_state() {
 }
 
 absl::Status CpuEngine::StartGeneration(int capacity) {
-  if (model_->num_chunks() != 1 || !model_->chunk(0).layout().placement().has_embedding ||
-      !model_->chunk(0).layout().placement().has_head) {
+  if (model_->num_chunks() != 1) {
     return absl::UnimplementedError(
-        "parallel.pipeline: generation runs on one pipeline stage (tensor parallelism is "
-        "free); pipelined generation is not written yet");
+        "parallel.virtual_stages: generation runs with one model chunk per stage "
+        "(interleaved pipelines are not supported)");
   }
   kv_cache_ = model_->chunk(0).NewKvCache(capacity);
+  generated_positions_ = 0;
   return absl::OkStatus();
 }
 
@@ -148,20 +148,44 @@ absl::StatusOr<std::vector<float>> CpuEngine::GenerateStep(const std::vector<int
   GptModel<float>& model = model_->chunk(0);
   const ModelPlacement& placement = model.layout().placement();
   const ModelShape& shape = model_->shape();
-  const int local_vocab = placement.local_vocab(shape);
-  std::vector<float> local(local_vocab);
-  RETURN_IF_ERROR(model.Decode(&*kv_cache_, tokens.data(), nullptr, static_cast<int>(tokens.size()),
-                               local.data()));
-  // Each tensor rank holds a contiguous shard of the padded vocabulary, in rank order.
-  Communicator& tensor = *groups_->tensor;
-  std::vector<float> all(static_cast<size_t>(local_vocab) * tensor.size());
-  if (tensor.size() > 1) {
-    RETURN_IF_ERROR(tensor.AllGather(local.data(), all.data(), local.size()));
-  } else {
-    all = std::move(local);
+  const int count = static_cast<int>(tokens.size());
+  const size_t hidden = static_cast<size_t>(count) * shape.hidden;
+  // The stages pass the new positions' hidden states along the pipeline group (group rank
+  // = stage); tags count positions so no two messages of a sequence share one, and sit
+  // far above the training schedule's (communicators take tags below 2^55).
+  Communicator* pipeline = groups_->pipeline.get();
+  const int stages = pipeline != nullptr ? pipeline->size() : 1;
+  const int stage = pipeline != nullptr ? pipeline->rank() : 0;
+  const uint64_t tag = (uint64_t{1} << 54) | static_cast<uint64_t>(generated_positions_);
+  generated_positions_ += count;
+  std::vector<float> hidden_in;
+  if (!placement.has_embedding) {
+    hidden_in.resize(hidden);
+    RETURN_IF_ERROR(pipeline->Recv(hidden_in.data(), hidden * sizeof(float), stage - 1, tag));
   }
-  all.resize(shape.vocab);  // the padding columns are no tokens
-  return all;
+  const int local_vocab = placement.local_vocab(shape);
+  std::vector<float> out(placement.has_head ? static_cast<size_t>(local_vocab) : hidden);
+  RETURN_IF_ERROR(model.Decode(&*kv_cache_, tokens.data(),
+                               hidden_in.empty() ? nullptr : hidden_in.data(), count, out.data()));
+  std::vector<float> logits(shape.vocab);
+  if (!placement.has_head) {
+    ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> send,
+                     pipeline->StartSend(out.data(), hidden * sizeof(float), stage + 1, tag));
+    RETURN_IF_ERROR(send->Wait());
+  } else {
+    // Each tensor rank holds a contiguous shard of the padded vocabulary, in rank order.
+    Communicator& tensor = *groups_->tensor;
+    std::vector<float> all(static_cast<size_t>(local_vocab) * tensor.size());
+    if (tensor.size() > 1) {
+      RETURN_IF_ERROR(tensor.AllGather(out.data(), all.data(), out.size()));
+    } else {
+      all = std::move(out);
+    }
+    std::copy(all.begin(), all.begin() + shape.vocab, logits.begin());  // no padding columns
+  }
+  // Every stage samples the same token from the last stage's logits.
+  if (stages > 1) RETURN_IF_ERROR(pipeline->Broadcast(logits.data(), logits.size(), stages - 1));
+  return logits;
 }
 
 }  // namespace mtrain

@@ -63,6 +63,7 @@ class CpuEngine : public TrainingEngine {
   const RankGroups* groups_ = nullptr;
   // Generation: the sequence's key-value cache (StartGeneration).
   std::optional<GptModel<float>::KvCache> kv_cache_;
+  int64_t generated_positions_ = 0;  // of the sequence, for the pipeline messages' tags
   int pipeline_ = 1;
   OptimizerSlice slice_;
   std::unique_ptr<RankModel> model_;

@@ -112,7 +112,9 @@ class TrainingEngine {
   // tensor group). StartGeneration clears the cache for a sequence of at most `capacity`
   // positions; GenerateStep runs `tokens` (the prompt, then each new token) and returns
   // the last position's logits over the real vocabulary, the same on every tensor rank.
-  // Engines without it say so (UNIMPLEMENTED); pipelines of several stages are refused.
+  // Engines without it say so (UNIMPLEMENTED). Collective over the tensor group and, with
+  // several pipeline stages, the pipeline group (hidden states go stage to stage, the
+  // last stage's logits come back to all).
   virtual absl::Status StartGeneration(int capacity) {
     (void)capacity;
     return absl::UnimplementedError(
