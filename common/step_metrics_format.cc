@@ -15,6 +15,20 @@ constexpr JsonNumberFormat kStepNumbers = JsonNumberFormat::Significant(9);
 
 }  // namespace
 
+std::string EvalTaskResultJson(const EvalTaskResult& e) {
+  JsonObject item(kStepNumbers);
+  item.String("task", e.task()).String("data", e.data()).Int("examples", e.examples());
+  item.Number("loss", e.loss());
+  if (e.task() == "perplexity") {
+    item.Number("perplexity", e.perplexity())
+        .Number("adjusted_perplexity", e.adjusted_perplexity());
+  } else {
+    item.Number("accuracy", e.accuracy());
+    if (e.task() == "choice") item.Number("accuracy_norm", e.accuracy_norm());
+  }
+  return item.Close();
+}
+
 std::string StepMetricsJson(const StepMetrics& m) {
   JsonObject json(kStepNumbers);
   json.Int("step", m.step());
@@ -36,6 +50,10 @@ std::string StepMetricsJson(const StepMetrics& m) {
   }
   if (m.has_host_memory_peak_bytes()) {
     json.Int("host_memory_peak_bytes", m.host_memory_peak_bytes());
+  }
+  // Checkpoint steps of a job with train.eval_tasks: each task's result.
+  if (m.evals_size() > 0) {
+    json.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
   }
   // Steps with an evaluation (train.eval_interval) only.
   if (m.has_validation_loss()) {

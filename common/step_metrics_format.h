@@ -13,10 +13,16 @@
 namespace mtrain {
 
 // One line, no trailing newline. Keys in a fixed order; "loss" only when present,
-// "validation_loss" and "validation_perplexity" only on steps with an evaluation.
+// "validation_loss" and "validation_perplexity" only on steps with an evaluation, "evals"
+// only on checkpoint steps of a job with train.eval_tasks.
 std::string StepMetricsJson(const StepMetrics& metrics);
 
 std::string StepProgressLine(const StepMetrics& metrics, long long total_steps);
+
+// One evaluation task's result as a JSON object: task, data, examples, loss, then
+// perplexity and adjusted_perplexity, or accuracy (and accuracy_norm for choice). The
+// JSON line's "evals" items and the coordinator's "evaluation" events.
+std::string EvalTaskResultJson(const EvalTaskResult& result);
 
 }  // namespace mtrain
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -84,7 +85,9 @@ struct CoordinatorMetrics::Impl {
     prometheus::Gauge* model_tflops = nullptr;
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* loss_scale = nullptr;
-    prometheus::Gauge* validation_loss = nullptr;      // created by the first evaluation
+    prometheus::Gauge* validation_loss = nullptr;  // created by the first evaluation
+    // train.eval_tasks' results by (task, data, metric), created as they come.
+    std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> evals;
     prometheus::Gauge* checkpoint_step = nullptr;      // created by the first checkpoint
     prometheus::Counter* checkpoints_saved = nullptr;  // present from the start at 0
     // The newest (generation, step) shown in the gauges. Several ranks carry the loss and
@@ -129,6 +132,13 @@ struct CoordinatorMetrics::Impl {
                                       "train.eval_iters batches of the validation split) at "
                                       "the job's last evaluation; its exp is the perplexity.")
                                 .Register(*registry)),
+        job_eval(prometheus::BuildGauge()
+                     .Name("mtrain_job_eval")
+                     .Help("Result of an evaluation task (train.eval_tasks) at the job's last "
+                           "checkpoint step: task (perplexity, cloze, choice), data (the "
+                           "file's name), metric (perplexity, adjusted_perplexity, accuracy, "
+                           "accuracy_norm, loss).")
+                     .Register(*registry)),
         job_tokens_per_second(prometheus::BuildGauge()
                                   .Name("mtrain_job_tokens_per_second")
                                   .Help("Training throughput of the job's last step in tokens "
@@ -270,6 +280,7 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_step;
   prometheus::Family<prometheus::Gauge>& job_loss;
   prometheus::Family<prometheus::Gauge>& job_validation_loss;
+  prometheus::Family<prometheus::Gauge>& job_eval;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second;
   prometheus::Family<prometheus::Gauge>& job_model_tflops;
   prometheus::Family<prometheus::Gauge>& job_mfu;
@@ -358,6 +369,7 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   if (job == impl_->jobs.end()) return;
   Impl::JobSeries& series = job->second;
   for (auto& [state, gauge] : series.states) impl_->job_state.Remove(gauge);
+  for (auto& [key, gauge] : series.evals) impl_->job_eval.Remove(gauge);
   for (auto [family, gauge] :
        std::initializer_list<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>{
            {&impl_->job_step, series.step},
@@ -450,6 +462,25 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
       job.validation_loss = &impl_->job_validation_loss.Add({{"job", job_id}});
     }
     job.validation_loss->Set(metrics.validation_loss());
+  }
+  for (const EvalTaskResult& eval : metrics.evals()) {
+    const std::string data = std::filesystem::path(eval.data()).filename().string();
+    std::vector<std::pair<std::string, double>> values = {{"loss", eval.loss()}};
+    if (eval.task() == "perplexity") {
+      values.push_back({"perplexity", eval.perplexity()});
+      values.push_back({"adjusted_perplexity", eval.adjusted_perplexity()});
+    } else {
+      values.push_back({"accuracy", eval.accuracy()});
+      if (eval.task() == "choice") values.push_back({"accuracy_norm", eval.accuracy_norm()});
+    }
+    for (const auto& [metric, value] : values) {
+      prometheus::Gauge*& gauge = job.evals[{eval.task(), data, metric}];
+      if (gauge == nullptr) {
+        gauge = &impl_->job_eval.Add(
+            {{"job", job_id}, {"task", eval.task()}, {"data", data}, {"metric", metric}});
+      }
+      gauge->Set(value);
+    }
   }
   AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/step_metrics_format.h"
 #include "plan/assignment_plan.h"
 #include "plan/cluster_description.h"
 #include "plan/placement.h"
@@ -557,6 +558,11 @@ absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
         !recorded.ok()) {
       NoteStoreWriteFailure("step", metrics.job_id(), recorded);
       return recorded;
+    }
+    // train.eval_tasks' results: kept as the job's events (`trainctl evals` lists them).
+    for (const EvalTaskResult& eval : metrics.evals()) {
+      AppendEventLocked(metrics.job_id(), "evaluation",
+                        absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
     }
     BumpLocked(metrics.job_id());
   }

@@ -62,6 +62,8 @@ inline constexpr int kMaxEvalIters = 1'000'000;
 // Datasets in one blend (data.paths): far above published blends (tens of sources), and
 // each one costs the rank an open file pair and an index.
 inline constexpr int kMaxBlendDatasets = 1024;
+// Evaluation tasks run at each checkpoint: a handful in practice.
+inline constexpr int kMaxEvalTasks = 64;
 
 // Strings: a Linux path (PATH_MAX), and the job name (it appears in metrics labels).
 inline constexpr int kMaxPathLength = 4096;

@@ -45,7 +45,8 @@ constexpr const char* kSeedSpecs[] = {
     R"({"data": {"path": "tests/data/shakespeare.txt"}, "train": {"steps": 1, "dropout": 0}})",
     R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "split": "969,30,1",
                  "paths": [{"path": "/d/a", "weight": 0.3}, {"path": "/d/b", "weight": 0.7}]},
-        "train": {"eval_interval": 5, "eval_iters": 2}})",
+        "train": {"eval_interval": 5, "eval_iters": 2, "checkpoint_every": 5,
+                  "eval_tasks": [{"task": "cloze", "data": "/d/lambada.jsonl"}]}})",
 };
 
 int64_t Pick(std::mt19937_64& rng, std::initializer_list<int64_t> values) {

@@ -366,6 +366,31 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   // Unset only in specs stored before the field existed (defaults fill it): they never
   // evaluate, and must still pass when the coordinator re-validates them at start.
   if (t.has_eval_iters()) v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
+  v->RequireAtMost("train.eval_tasks", t.eval_tasks_size(), kMaxEvalTasks);
+  for (int i = 0; i < t.eval_tasks_size() && i < kMaxEvalTasks; ++i) {
+    const EvalTask& task = t.eval_tasks(i);
+    if (task.task() != "perplexity" && task.task() != "cloze" && task.task() != "choice") {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i, " has task \"", task.task(),
+                          "\" [rule: perplexity, cloze or choice]"));
+    }
+    if (task.data().empty()) {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i,
+                          " has no data [rule: every task names its file]"));
+    } else {
+      ValidatePath("train.eval_tasks", task.data(), v);
+    }
+    if (task.overlapping_eval() < 0) {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i, " has overlapping_eval ",
+                          task.overlapping_eval(),
+                          " [rule: >= 0, where 0 means model.seq_length]"));
+    }
+    if (task.task() != "perplexity" &&
+        (task.overlapping_eval() != 0 || task.wikitext_detokenize())) {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i,
+                          " sets overlapping_eval or wikitext_detokenize [rule: perplexity "
+                          "only]"));
+    }
+  }
 }
 
 // data.split, data.paths, and what train.eval_interval needs of them.

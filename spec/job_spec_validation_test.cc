@@ -227,6 +227,23 @@ TEST(JobSpecValidationTest, SplitsBlendsAndValidationAreChecked) {
                  "or data.paths a blend");
 }
 
+TEST(JobSpecValidationTest, EvalTasksNameATaskAndAFile) {
+  EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"checkpoint_every": 10, "eval_tasks": [
+      {"task": "perplexity", "data": "/d/wiki.txt", "overlapping_eval": 32},
+      {"task": "cloze", "data": "/d/lambada.jsonl"}]}})")
+                  .ok());
+  ExpectRejected(R"({"train": {"eval_tasks": [{"task": "bleu", "data": "/d/x"}]}})",
+                 "train.eval_tasks: entry 0 has task \"bleu\"", "perplexity, cloze or choice");
+  ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze"}]}})",
+                 "train.eval_tasks: entry 0 has no data", "");
+  ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze", "data": "/d/x",
+                  "overlapping_eval": 8}]}})",
+                 "train.eval_tasks: entry 0 sets overlapping_eval", "perplexity only");
+  ExpectRejected(R"({"train": {"eval_tasks": [{"task": "perplexity", "data": "/d/x",
+                  "overlapping_eval": -1}]}})",
+                 "train.eval_tasks: entry 0 has overlapping_eval -1", ">= 0");
+}
+
 TEST(JobSpecValidationTest, HiddenMustDivideByHeads) {
   ExpectRejected(R"({"model": {"num_heads": 3, "hidden_size": 128}})", "model.hidden_size",
                  "hidden_size % num_heads == 0");

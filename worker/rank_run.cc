@@ -40,6 +40,16 @@
 namespace mtrain {
 namespace {
 
+// train.eval_tasks' files, resolved inside the data roots (each opened file is the one
+// checked).
+absl::Status ConfineEvalTasks(const std::vector<std::string>& roots, TrainSpec* train) {
+  for (EvalTask& task : *train->mutable_eval_tasks()) {
+    ASSIGN_OR_RETURN(*task.mutable_data(),
+                     ConfineToDataRoots("train.eval_tasks", task.data(), roots));
+  }
+  return absl::OkStatus();
+}
+
 // Opens a JSON-lines file for appending. O_APPEND and one write(2) per line (AppendLine):
 // lines of several ranks sharing a file never interleave. `flag` names the file in errors.
 absl::Status OpenJsonl(const char* flag, const std::string& path, int* fd) {
@@ -118,6 +128,7 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
     if (!options.eval_data.empty()) {
       RETURN_IF_ERROR(ConfineToDataRoots("--eval_data", options.eval_data, roots).status());
     }
+    RETURN_IF_ERROR(ConfineEvalTasks(roots, spec.mutable_train()));
     if (!spec.train().init_from().empty()) {
       ASSIGN_OR_RETURN(*spec.mutable_train()->mutable_init_from(),
                        ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
@@ -240,46 +251,60 @@ void RankAbort::Detach() {
 
 namespace {
 
-// --evaluate: the task's sequences through the trained model (collective), folded into
-// its result on the ranks that compute the loss.
-absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec,
-                                    const RankRunOptions& options) {
-  if (options.eval_data.empty()) {
-    return absl::InvalidArgumentError("--eval_data: required with --evaluate");
+// One evaluation task's sequences through the trained model (collective; data-parallel
+// replica 0 runs them), folded into its result on the ranks that compute the loss.
+absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec, const EvalTask& task,
+                                    absl::string_view data_flag) {
+  if (task.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(data_flag, ": required with the task"));
   }
-  std::ifstream in(options.eval_data, std::ios::binary);
+  std::ifstream in(task.data(), std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("--eval_data=", options.eval_data, ": cannot read"));
+    return absl::NotFoundError(absl::StrCat(data_flag, ": ", task.data(), ": cannot read"));
   }
   const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSIGN_OR_RETURN(const Encoder encode, SpecEncoder(spec.data()));
   const int seq_length = spec.model().seq_length();
   std::vector<EvalSequence> sequences;
   std::vector<int> labels;
-  if (options.evaluate == "perplexity") {
-    const std::string text = options.wikitext_detokenize ? WikiTextDetokenize(raw) : raw;
-    const int overlap = options.overlapping_eval > 0 ? options.overlapping_eval : seq_length;
+  if (task.task() == "perplexity") {
+    const std::string text = task.wikitext_detokenize() ? WikiTextDetokenize(raw) : raw;
+    const int overlap = task.overlapping_eval() > 0 ? task.overlapping_eval() : seq_length;
     ASSIGN_OR_RETURN(sequences, PerplexitySequences(text, encode, seq_length, overlap));
-  } else if (options.evaluate == "cloze") {
-    ASSIGN_OR_RETURN(sequences, ClozeSequences(raw, options.eval_data, encode, seq_length));
-  } else if (options.evaluate == "choice") {
-    ASSIGN_OR_RETURN(sequences,
-                     ChoiceSequences(raw, options.eval_data, encode, seq_length, &labels));
+  } else if (task.task() == "cloze") {
+    ASSIGN_OR_RETURN(sequences, ClozeSequences(raw, task.data(), encode, seq_length));
+  } else if (task.task() == "choice") {
+    ASSIGN_OR_RETURN(sequences, ChoiceSequences(raw, task.data(), encode, seq_length, &labels));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--evaluate=", options.evaluate,
-                                                   ": not a task (perplexity, cloze or choice)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--evaluate=", task.task(), ": not a task (perplexity, cloze or choice)"));
   }
   std::vector<std::vector<int32_t>> tokens;
   tokens.reserve(sequences.size());
   for (const EvalSequence& sequence : sequences) tokens.push_back(sequence.tokens);
   ASSIGN_OR_RETURN(const std::vector<TokenOutputs> outputs, trainer.ForwardSequences(tokens));
-  if (!trainer.computes_loss()) return EvalResult{};
-  if (options.evaluate == "perplexity") {
+  if (outputs.empty()) return EvalResult{};  // not a loss rank of replica 0
+  if (task.task() == "perplexity") {
     // Megatron counts the words of the text as it was given, before detokenizing.
     return PerplexityResult(sequences, outputs, CountWords(raw));
   }
-  if (options.evaluate == "cloze") return ClozeResult(sequences, outputs);
+  if (task.task() == "cloze") return ClozeResult(sequences, outputs);
   return ChoiceResult(sequences, outputs, labels);
+}
+
+EvalTaskResult ToProto(const EvalResult& result, const std::string& data) {
+  EvalTaskResult proto;
+  proto.set_task(result.task);
+  proto.set_data(data);
+  proto.set_examples(result.examples);
+  proto.set_scored_tokens(result.scored_tokens);
+  proto.set_loss(result.loss);
+  proto.set_perplexity(result.perplexity);
+  proto.set_adjusted_perplexity(result.adjusted_perplexity);
+  proto.set_words(result.words);
+  proto.set_accuracy(result.accuracy);
+  proto.set_accuracy_norm(result.accuracy_norm);
+  return proto;
 }
 
 // --generate: the prompt continued by the trained model (collective), as one JSON object.
@@ -326,6 +351,8 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     // Before the rendezvous: the other ranks are told at once through the coordinator.
     ASSIGN_OR_RETURN(*setup.assignment.mutable_spec()->mutable_data(),
                      ConfineDataSpec(setup.assignment.spec().data(), setup.data_roots));
+    RETURN_IF_ERROR(
+        ConfineEvalTasks(setup.data_roots, setup.assignment.mutable_spec()->mutable_train()));
   }
   const Assignment& assignment = setup.assignment;
   const JobSpec& spec = assignment.spec();
@@ -485,7 +512,12 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     return absl::OkStatus();
   }
   if (!options.evaluate.empty()) {
-    ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, options));
+    EvalTask task;
+    task.set_task(options.evaluate);
+    task.set_data(options.eval_data);
+    task.set_overlapping_eval(options.overlapping_eval);
+    task.set_wikitext_detokenize(options.wikitext_detokenize);
+    ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, task, "--eval_data"));
     if (narrator) {
       sinks.Log(absl::StrCat("evaluation: ", result.ToJson()));
       if (!options.eval_output.empty()) {
@@ -528,7 +560,22 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
                         static_cast<long long>(trainer->completed_steps()), steps));
   }
   while (trainer->completed_steps() < steps) {
-    ASSIGN_OR_RETURN(const StepMetrics metrics, trainer->Step());
+    ASSIGN_OR_RETURN(StepMetrics metrics, trainer->Step());
+    // train.eval_tasks at every checkpoint step, before the step is reported, so the
+    // results travel with its metrics.
+    const bool checkpoint_step =
+        metrics.step() == steps || (checkpoint_every > 0 && metrics.step() % checkpoint_every == 0);
+    if (checkpoint_step) {
+      for (const EvalTask& task : spec.train().eval_tasks()) {
+        ASSIGN_OR_RETURN(const EvalResult result,
+                         Evaluate(*trainer, spec, task, "train.eval_tasks"));
+        if (result.task.empty()) continue;  // computed elsewhere
+        *metrics.add_evals() = ToProto(result, task.data());
+        if (narrator) {
+          sinks.Log(absl::StrCat("evaluation at step ", metrics.step(), ": ", result.ToJson()));
+        }
+      }
+    }
     if (narrator) sinks.Log(StepProgressLine(metrics, steps));
     if (trainer->computes_loss()) sinks.StepMetricsDone(metrics);
     StageTimingsRecord timings;

@@ -95,7 +95,7 @@ ABSL_FLAG(std::string, data_root, "",
 ABSL_FLAG(std::string, evaluate, "",
           "evaluate instead of training: perplexity, cloze or choice on --eval_data, with the "
           "weights --resume_from or train.init_from give (worker/evaluation/eval_tasks.h); "
-          "prints `evaluation: {JSON}`; parallel.data must be 1");
+          "prints `evaluation: {JSON}`; data-parallel replica 0 runs it");
 ABSL_FLAG(std::string, eval_data, "",
           "--evaluate's input: text (perplexity) or JSON lines ({\"text\"} for cloze, "
           "{\"ctx\", \"endings\", \"label\"} for choice)");

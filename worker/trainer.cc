@@ -236,12 +236,9 @@ absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& 
 
 absl::StatusOr<std::vector<TokenOutputs>> Trainer::ForwardSequences(
     const std::vector<std::vector<int32_t>>& sequences) {
-  const ParallelSpec& par = assignment_.spec().parallel();
-  if (par.data() != 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("parallel.data: evaluation runs with data = 1 (got ", par.data(),
-                     "); tensor and pipeline parallelism may be anything"));
-  }
+  // Data-parallel replica 0 evaluates; the others have nothing to do (they wait for it
+  // at their next collective).
+  if (assignment_.rank().dp_rank() != 0) return std::vector<TokenOutputs>();
   const int S = shape_.seq_length;
   const int vocab = assignment_.spec().model().vocab_size();
   for (size_t s = 0; s < sequences.size(); ++s) {

@@ -97,9 +97,9 @@ class Trainer {
   // Evaluation (collective): runs `sequences` (each 2 to seq_length + 1 token ids) forward
   // without dropout, global_batch_size at a time (the last batch padded), and returns
   // each sequence's per-token outputs (size - 1 losses and argmax flags) on the ranks that
-  // compute the loss, nothing elsewhere. FAILED_PRECONDITION naming parallel.data when it
-  // is above 1 (tensor and pipeline layouts are free); INVALID_ARGUMENT for a sequence of
-  // another length or an id outside model.vocab_size.
+  // compute the loss of data-parallel replica 0, nothing elsewhere (the other replicas
+  // return at once: replica 0 alone runs the sequences). INVALID_ARGUMENT for a sequence
+  // of another length or an id outside model.vocab_size.
   absl::StatusOr<std::vector<TokenOutputs>> ForwardSequences(
       const std::vector<std::vector<int32_t>>& sequences);
 

@@ -104,6 +104,9 @@ commands:
                         running job is refused: cancel it first)
   events JOB            the job's event log (submitted, state changes, placements, failures,
                         checkpoints, resumes)
+  evals JOB             the results of the job's train.eval_tasks, one line per task and
+                        checkpoint step: "step N: {task, data, loss, perplexity or
+                        accuracy, ...}" (--json: {"step":N,"result":{...}})
   checkpoints JOB       the job's stored checkpoints (--json: one CheckpointInfo per line)
   export JOB OUT        write a checkpoint (--step=N, default the newest) to directory OUT as
                         HuggingFace GPT-2 (--format=safetensors): model.safetensors and
@@ -582,23 +585,30 @@ int Delete(Client& client, const std::string& job_id) {
   return 0;
 }
 
-// The job's event log, oldest first: "TIME  KIND  MESSAGE" (--json: one JobEvent per line).
-int Events(Client& client, const std::string& job_id) {
+// Every event of the job, oldest first, page after page (printed together, so a failure
+// halfway prints nothing but the error).
+absl::StatusOr<std::vector<JobEvent>> AllEvents(Client& client, const std::string& job_id) {
   ListJobEventsRequest request;
   request.set_job_id(job_id);
   request.set_page_size(10000);  // The coordinator's largest page: the fewest round trips.
-  ListJobEventsResponse response;
-  // Every page; printed together, so a failure halfway prints nothing but the error.
+  std::vector<JobEvent> events;
   while (true) {
     ListJobEventsResponse page;
     absl::Status status =
         client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &page));
-    if (!status.ok()) return Fail("events", status);
-    for (JobEvent& event : *page.mutable_events()) *response.add_events() = std::move(event);
+    if (!status.ok()) return status;
+    for (JobEvent& event : *page.mutable_events()) events.push_back(std::move(event));
     if (page.next_page_token().empty()) break;
     request.set_page_token(page.next_page_token());
   }
-  for (const JobEvent& event : response.events()) {
+  return events;
+}
+
+// The job's event log, oldest first: "TIME  KIND  MESSAGE" (--json: one JobEvent per line).
+int Events(Client& client, const std::string& job_id) {
+  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
+  if (!events.ok()) return Fail("events", events.status());
+  for (const JobEvent& event : *events) {
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", ToJsonLine(event).c_str());
     } else {
@@ -607,6 +617,26 @@ int Events(Client& client, const std::string& job_id) {
                                    absl::LocalTimeZone())
                       .c_str(),
                   event.kind().c_str(), event.message().c_str());
+    }
+  }
+  return 0;
+}
+
+// train.eval_tasks' results, oldest first: "step N: {result}" per task and checkpoint
+// step (--json: {"step":N,"result":{...}} per line). Nothing when the job has none yet.
+int Evals(Client& client, const std::string& job_id) {
+  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
+  if (!events.ok()) return Fail("evals", events.status());
+  for (const JobEvent& event : *events) {
+    if (event.kind() != "evaluation") continue;
+    if (absl::GetFlag(FLAGS_json)) {
+      // "step N: {json}" -> {"step":N,"result":{json}}
+      const size_t colon = event.message().find(": ");
+      if (colon == std::string::npos) continue;
+      std::printf("{\"step\":%s,\"result\":%s}\n", event.message().substr(5, colon - 5).c_str(),
+                  event.message().substr(colon + 2).c_str());
+    } else {
+      std::printf("%s\n", event.message().c_str());
     }
   }
   return 0;
@@ -653,7 +683,7 @@ int Export(Client& client, const std::string& job_id, const std::string& out_dir
 std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
-      command == "cancel" || command == "delete" || command == "events" ||
+      command == "cancel" || command == "delete" || command == "events" || command == "evals" ||
       command == "checkpoints" || command == "remove-worker" || command == "plan") {
     return 1;
   }
@@ -720,6 +750,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "delete") return Delete(client, args[2]);
   if (command == "remove-worker") return RemoveWorker(client, args[2]);
   if (command == "events") return Events(client, args[2]);
+  if (command == "evals") return Evals(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);
   if (command == "export") return Export(client, args[2], args[3]);
   return FollowJob(client, "watch", args[2], /*look_first=*/true);
