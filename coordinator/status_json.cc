@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "common/json_writer.h"
+#include "common/step_metrics_format.h"
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
@@ -75,6 +76,8 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
         .Number("mfu", m.mfu());
     // Steps with an evaluation only (train.eval_interval).
     if (m.has_validation_loss()) object.Number("validation_loss", m.validation_loss());
+    // Checkpoint steps of a job with train.eval_tasks.
+    if (m.evals_size() > 0) object.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
     return object.Close();
   };
   return JsonObject(kApiNumbers)

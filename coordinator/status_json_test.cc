@@ -133,6 +133,10 @@ TEST(StepsJson, WritesEachStepAndWhetherMoreFollow) {
   no_loss.set_step(3);
   no_loss.clear_loss();
   no_loss.set_validation_loss(4.25);
+  EvalTaskResult* eval = no_loss.add_evals();
+  eval->set_task("cloze");
+  eval->set_data("/d/lambada.jsonl");
+  eval->set_accuracy(0.5);
   const google::protobuf::Struct doc = Parse(StepsJson("job-2", {first, diverged, no_loss}, true));
   EXPECT_EQ(Field(doc, "job_id").string_value(), "job-2");
   EXPECT_TRUE(Field(doc, "more").bool_value());
@@ -150,6 +154,10 @@ TEST(StepsJson, WritesEachStepAndWhetherMoreFollow) {
   // Only evaluation steps carry a validation loss.
   EXPECT_EQ(one.fields().count("validation_loss"), 0u);
   EXPECT_EQ(Field(steps.values(2).struct_value(), "validation_loss").number_value(), 4.25);
+  const google::protobuf::Struct& cloze =
+      Field(steps.values(2).struct_value(), "evals").list_value().values(0).struct_value();
+  EXPECT_EQ(Field(cloze, "task").string_value(), "cloze");
+  EXPECT_EQ(Field(cloze, "accuracy").number_value(), 0.5);
 }
 
 TEST(WorkersJson, CarriesHealth) {

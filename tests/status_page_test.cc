@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -139,24 +140,31 @@ class StatusPageTest : public ClusterTest {
 // A tiny GPT over pipeline 2 (one rank per worker). It runs far longer than the test
 // (tens of steps a second on two cores) and is cancelled at the end: however fast or slow
 // the machine, it is still RUNNING, and gaining steps, during both page loads.
-constexpr char kSpec[] = R"({"name": "status-page",
+// Validation every 2 steps; a perplexity task at every checkpoint (every 3 steps) on the
+// shipped excerpt (where it resolves: the workers' default data roots hold it).
+std::string Spec() {
+  return absl::StrCat(R"({"name": "status-page",
   "model": {"num_layers": 2, "num_heads": 2, "hidden_size": 32, "seq_length": 16},
   "parallel": {"pipeline": 2, "micro_batch_size": 2, "global_batch_size": 4},
   "data": {"split": "90,10,0"},
-  "train": {"steps": 100000, "dropout": 0.0, "eval_interval": 2, "eval_iters": 1},
-  "device": "DEVICE_CPU"})";
+  "train": {"steps": 100000, "dropout": 0.0, "eval_interval": 2, "eval_iters": 1,
+            "checkpoint_every": 3, "eval_tasks": [{"task": "perplexity", "data": ")",
+                      std::filesystem::canonical("tests/data/eval_text.txt").string(),
+                      R"(", "overlapping_eval": 8}]},
+  "device": "DEVICE_CPU"})");
+}
 
 TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   ASSERT_EQ(::access(kChartJs, R_OK), 0)
       << kChartJs << " is missing: install Debian's libjs-chart.js (`make deps`)";
   StartCoordinator();
   StartWorkers(2);
-  const std::string job = Submit(WriteSpec("job.json", kSpec));
+  const std::string job = Submit(WriteSpec("job.json", Spec()));
   ASSERT_FALSE(job.empty());
   ASSERT_TRUE(WaitFor(
       [&] {
         absl::StatusOr<JobStatus> s = Status(job);
-        return s.ok() && s->state() == JOB_STATE_RUNNING && s->step() >= 3;
+        return s.ok() && s->state() == JOB_STATE_RUNNING && s->step() >= 4;
       },
       absl::Seconds(60)))
       << Trainctl({"status", job}).second;
@@ -176,6 +184,8 @@ TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   EXPECT_GT(first_points, 0) << first.dom;
   // Every second step was evaluated: the validation loss is plotted too.
   EXPECT_GT(PlottedPoints(first.dom, "data-validation-points"), 0) << first.dom;
+  // The checkpoint steps' evaluation is listed under the chart.
+  EXPECT_THAT(first.dom, HasSubstr("<tr data-task=\"perplexity\">")) << first.dom;
   // Both workers, alive and busy with the job.
   for (const std::string worker : {"w0", "w1"}) {
     const std::string worker_row = absl::StrCat("<tr data-worker=\"", worker, "\"");

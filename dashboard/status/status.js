@@ -197,6 +197,8 @@
     plotted.lastStep = 0;
     if (chart) {
       for (const dataset of chart.data.datasets) dataset.data = [];
+      document.getElementById('evals').hidden = true;
+      document.getElementById('evals').querySelector('tbody').textContent = '';
       chart.update('none');
     }
     chartTitle.textContent = job ? '(' + job.job_id + ', ' + job.name + ')' : '';
@@ -204,6 +206,26 @@
     chartCanvas.dataset.points = '0';
     chartCanvas.dataset.validationPoints = '0';
     chartCanvas.dataset.lastStep = '0';
+  }
+
+  // The charted job's newest train.eval_tasks results, one row per task.
+  function showEvals(stepNumber, evals) {
+    const table = document.getElementById('evals');
+    const body = table.querySelector('tbody');
+    body.textContent = '';
+    for (const result of evals) {
+      const row = body.insertRow();
+      row.dataset.task = result.task;
+      const main = result.task === 'perplexity' ?
+        'perplexity ' + fixed(result.perplexity, 2) :
+        'accuracy ' + fixed(result.accuracy, 3) +
+          (result.task === 'choice' ? ', norm ' + fixed(result.accuracy_norm, 3) : '');
+      cell(row, String(stepNumber), 'num');
+      cell(row, result.task);
+      cell(row, result.data.split('/').pop());
+      cell(row, main, 'num');
+    }
+    table.hidden = evals.length === 0;
   }
 
   // Appends the steps of `job` after the last plotted one.
@@ -227,6 +249,7 @@
         if (step.loss !== null) loss.data.push({x: step.step, y: step.loss});
         if (step.tokens_per_second !== null) throughput.data.push({x: step.step, y: step.tokens_per_second});
         if (typeof step.validation_loss === 'number') validation.data.push({x: step.step, y: step.validation_loss});
+        if (Array.isArray(step.evals) && step.evals.length > 0) showEvals(step.step, step.evals);
         plotted.lastStep = step.step;
       }
       more = doc.more && doc.steps.length > 0;
