@@ -35,6 +35,15 @@ JobWatcher::Update JobWatcher::Observe(const JobStatus& status) {
   if (status.has_latest() && status.latest().step() > last_step_) {
     last_step_ = status.latest().step();
     update.new_step = true;
+    for (const EvalTaskResult& eval : status.latest().evals()) {
+      const std::string data = eval.data().substr(eval.data().rfind('/') + 1);
+      update.notices.push_back(
+          eval.task() == "perplexity"
+              ? absl::StrFormat("%sstep %d: perplexity %.2f on %s", prefix, status.latest().step(),
+                                eval.perplexity(), data)
+              : absl::StrFormat("%sstep %d: %s accuracy %.4f on %s", prefix, status.latest().step(),
+                                eval.task(), eval.accuracy(), data));
+    }
     if (status.latest().has_validation_loss()) {
       const double loss = status.latest().validation_loss();
       update.notices.push_back(absl::StrFormat("%sstep %d: validation loss %.4f, perplexity %.2f",

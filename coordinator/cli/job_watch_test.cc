@@ -68,6 +68,18 @@ TEST(JobWatchTest, AStepWithAnEvaluationIsNoticedWithItsPerplexity) {
   EXPECT_TRUE(update.new_step);
   EXPECT_THAT(update.notices,
               ElementsAre("job job-1: step 2: validation loss 2.0000, perplexity 7.39"));
+  JobStatus tasks = Status(JOB_STATE_RUNNING, 3);
+  EvalTaskResult* cloze = tasks.mutable_latest()->add_evals();
+  cloze->set_task("cloze");
+  cloze->set_data("/d/lambada.jsonl");
+  cloze->set_accuracy(0.625);
+  EvalTaskResult* text = tasks.mutable_latest()->add_evals();
+  text->set_task("perplexity");
+  text->set_data("wiki.txt");
+  text->set_perplexity(12.345);
+  EXPECT_THAT(watcher.Observe(tasks).notices,
+              ElementsAre("job job-1: step 3: cloze accuracy 0.6250 on lambada.jsonl",
+                          "job job-1: step 3: perplexity 12.35 on wiki.txt"));
   // Seen once: the stream repeating the step says nothing more.
   EXPECT_THAT(watcher.Observe(evaluated).notices, IsEmpty());
 }

@@ -95,6 +95,8 @@ trainctl status "$job"
 echo
 echo "demo: checkpoints of $job in the coordinator's store (a restart resumes from the newest):"
 trainctl checkpoints "$job"
+echo "demo: evaluations of $job at its checkpoints (train.eval_tasks; trainctl evals):"
+trainctl evals "$job"
 echo "demo: export one for HuggingFace transformers with:  trainctl export $job OUT_DIR"
 echo "demo: metrics were served at $metrics_url; job database and rank logs in $STATE"
 echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address list"
