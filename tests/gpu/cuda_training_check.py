@@ -16,7 +16,9 @@
      //tests:gpu_parallel_training_test.)
   6. The validation loss (train.eval_interval 6: steps 6 and 12, forward only on the CUDA
      engine) follows the CPU engine's to 1e-4 in fp32, and bf16 (1,2,1)'s stays within 2e-2
-     of bf16 (1,1,1)'s.
+     of bf16 (1,1,1)'s;
+  7. `train --evaluate=perplexity` from the CPU run's last checkpoint gives the same
+     perplexity on the CUDA engine as on the CPU (1e-4).
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -42,7 +44,7 @@ SPEC = {
 
 
 def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_workaround=False,
-        steps=None, tensor=1, pipeline=1, zero=False):
+        steps=None, tensor=1, pipeline=1, zero=False, extra=()):
     spec = json.loads(json.dumps(SPEC))
     spec["device"], spec["precision"] = device, precision
     spec["parallel"].update(data=data, tensor=tensor, pipeline=pipeline)
@@ -61,7 +63,7 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
     for rank in range(world):
         args = [train, f"--spec={spec_path}", f"--rank={rank}", f"--world_size={world}",
                 f"--rendezvous_dir={rendezvous}", f"--gpu_collectives={collectives}",
-                "--collective_timeout=120s"]
+                "--collective_timeout=120s", *extra]
         # Only ranks of the last pipeline stage write (train_main.cc): one file per rank.
         args.append(f"--metrics_jsonl={pathlib.Path(tmp, f'{name}-{rank}.jsonl')}")
         env = dict(os.environ)
@@ -85,6 +87,25 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
             "loss_scale": rows[-1].get("loss_scale", 1.0)}
 
 
+def evaluate(train, tmp, name, device, checkpoint):
+    """`train --evaluate=perplexity` of the shipped excerpt from `checkpoint` on one rank:
+    the CUDA engine's forward-only pass (per-token losses, argmax flags) against the CPU's."""
+    spec = json.loads(json.dumps(SPEC))
+    spec["device"], spec["precision"] = device, "PRECISION_FP32"
+    spec_path = pathlib.Path(tmp, f"{name}.json")
+    spec_path.write_text(json.dumps(spec))
+    data = pathlib.Path(os.environ.get("MTRAIN_DATA_DIR", "tests/data"), "eval_text.txt")
+    out = pathlib.Path(tmp, f"{name}.result.json")
+    result = subprocess.run([train, f"--spec={spec_path}", f"--resume_from={checkpoint}",
+                             "--evaluate=perplexity", f"--eval_data={data}",
+                             "--overlapping_eval=64", f"--eval_output={out}"],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or not out.exists():
+        print(f"{name}: failed\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return None
+    return json.loads(out.read_text())
+
+
 def max_relative(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
@@ -95,7 +116,8 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         runs = {
-            "cpu-fp32": run(args.train, tmp, "cpu-fp32", "DEVICE_CPU", "PRECISION_FP32", 1),
+            "cpu-fp32": run(args.train, tmp, "cpu-fp32", "DEVICE_CPU", "PRECISION_FP32", 1,
+                            extra=(f"--checkpoint_dir={tmp}/cpu-checkpoints",)),
             "cuda-fp32": run(args.train, tmp, "cuda-fp32", "DEVICE_CUDA", "PRECISION_FP32", 1),
             "cuda-fp32-d2": run(args.train, tmp, "cuda-fp32-d2", "DEVICE_CUDA", "PRECISION_FP32",
                                 2),
@@ -109,7 +131,11 @@ def main():
         }
         nccl = run(args.train, tmp, "cuda-d2-nccl", "DEVICE_CUDA", "PRECISION_FP32", 2,
                    collectives="nccl", nccl_workaround=True)
+        trained = f"{tmp}/cpu-checkpoints/step-{SPEC['train']['steps']:08d}"
+        evals = {device: evaluate(args.train, tmp, f"eval-{device}", device, trained)
+                 for device in ("DEVICE_CPU", "DEVICE_CUDA")}
     failed = [name for name, r in runs.items() if r is None]
+    failed += [f"eval-{device}" for device, r in evals.items() if r is None]
     checks = []
     if not failed:
         cpu, fp32 = runs["cpu-fp32"]["losses"], runs["cuda-fp32"]["losses"]
@@ -119,6 +145,9 @@ def main():
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
             ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
         ]
+        checks.append(("cuda eval perplexity",
+                       max_relative([evals["DEVICE_CUDA"]["perplexity"]],
+                                    [evals["DEVICE_CPU"]["perplexity"]]), 1e-4))
         checks.append(("cuda fp32 validation", max_relative(runs["cuda-fp32"]["validation"],
                                                             runs["cpu-fp32"]["validation"]), 1e-4))
         checks.append(("bf16 p2 validation", max_relative(runs["cuda-bf16-p2"]["validation"],

@@ -43,6 +43,6 @@ for target in "${TARGETS[@]}"; do
     esac
   done
 done
-cp tests/data/shakespeare.txt tests/parity/gpu_parity_reference.safetensors "$OUT/data/"
+cp tests/data/shakespeare.txt tests/data/eval_text.txt tests/parity/gpu_parity_reference.safetensors "$OUT/data/"
 tar -cJf build/gpu_bundle.tar.xz -C build gpu_bundle
 du -h build/gpu_bundle.tar.xz
