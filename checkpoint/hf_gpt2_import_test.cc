@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "checkpoint/full_tensor_testing.h"
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
@@ -48,44 +49,10 @@ std::string FreshDir(const std::string& name) {
 
 void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// A HuggingFace GPT-2 of Spec() with distinct values: our export of a model whose every
-// value is its tensor's key plus a fraction.
+// A HuggingFace GPT-2 of Spec() with distinct values (our export of one).
 SafetensorsFile HfModel() {
-  std::map<std::string, FullTensor> ours;
-  const JobSpec spec = Spec();
-  const int64_t C = kHidden;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"wte", {kVocab, C}},
-                                                                      {"wpe", {6, C}}};
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = absl::StrCat("layers.", i, ".");
-    for (const auto& [name, shape] :
-         std::vector<std::pair<std::string, std::vector<int64_t>>>{{"ln1.weight", {C}},
-                                                                   {"ln1.bias", {C}},
-                                                                   {"attn.qkv.weight", {3, C, C}},
-                                                                   {"attn.qkv.bias", {3, C}},
-                                                                   {"attn.proj.weight", {C, C}},
-                                                                   {"attn.proj.bias", {C}},
-                                                                   {"ln2.weight", {C}},
-                                                                   {"ln2.bias", {C}},
-                                                                   {"mlp.fc.weight", {4 * C, C}},
-                                                                   {"mlp.fc.bias", {4 * C}},
-                                                                   {"mlp.proj.weight", {C, 4 * C}},
-                                                                   {"mlp.proj.bias", {C}}}) {
-      shapes.push_back({p + name, shape});
-    }
-  }
-  shapes.push_back({"lnf.weight", {C}});
-  shapes.push_back({"lnf.bias", {C}});
-  int key = 1;
-  for (const auto& [name, shape] : shapes) {
-    FullTensor& full = ours[name];
-    full.shape = shape;
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    for (int64_t i = 0; i < n; ++i) full.values.push_back(key + 0.001f * (i + 1));
-    ++key;
-  }
-  absl::StatusOr<SafetensorsFile> file = ToHuggingFaceGpt2(ours, spec.model());
+  absl::StatusOr<SafetensorsFile> file =
+      ToHuggingFaceGpt2(DistinctGptTensors(kLayers, kHidden, kVocab, 6), Spec().model());
   EXPECT_TRUE(file.ok()) << file.status();
   return *file;
 }
@@ -96,16 +63,6 @@ std::map<std::string, FullTensor> Reference() {
       FromHuggingFaceGpt2(HfModel(), Spec().model());
   EXPECT_TRUE(params.ok()) << params.status();
   return *params;
-}
-
-void ExpectSameTensors(const std::map<std::string, FullTensor>& got,
-                       const std::map<std::string, FullTensor>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    ASSERT_EQ(got.count(name), 1u) << name;
-    EXPECT_EQ(got.at(name).shape, tensor.shape) << name;
-    EXPECT_EQ(got.at(name).values, tensor.values) << name;
-  }
 }
 
 TEST(HfGpt2ImportTest, AnExportedDirectoryImportsWithItsConfigChecked) {

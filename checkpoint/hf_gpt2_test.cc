@@ -40,41 +40,7 @@ ModelSpec Model() {
 // them (worker/engine/parameter_layout.h; worker/engine/layout_resharding_test.cc checks
 // the engine's real tensors against this conversion) and distinct nonzero values.
 std::map<std::string, FullTensor> OurModel() {
-  const int64_t C = kHidden;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
-      {"wte", {kPaddedVocab, C}},
-      {"wpe", {kSeq, C}},
-  };
-  for (int i = 0; i < kLayers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    shapes.push_back({p + "ln1.weight", {C}});
-    shapes.push_back({p + "ln1.bias", {C}});
-    shapes.push_back({p + "attn.qkv.weight", {3, C, C}});
-    shapes.push_back({p + "attn.qkv.bias", {3, C}});
-    shapes.push_back({p + "attn.proj.weight", {C, C}});
-    shapes.push_back({p + "attn.proj.bias", {C}});
-    shapes.push_back({p + "ln2.weight", {C}});
-    shapes.push_back({p + "ln2.bias", {C}});
-    shapes.push_back({p + "mlp.fc.weight", {4 * C, C}});
-    shapes.push_back({p + "mlp.fc.bias", {4 * C}});
-    shapes.push_back({p + "mlp.proj.weight", {C, 4 * C}});
-    shapes.push_back({p + "mlp.proj.bias", {C}});
-  }
-  shapes.push_back({"lnf.weight", {C}});
-  shapes.push_back({"lnf.bias", {C}});
-  std::map<std::string, FullTensor> tensors;
-  int key = 1;
-  for (const auto& [name, shape] : shapes) {
-    FullTensor& full = tensors[name];
-    full.shape = shape;
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    for (int64_t i = 0; i < n; ++i) {
-      full.values.push_back(static_cast<float>(key) + 0.001f * static_cast<float>(i + 1));
-    }
-    ++key;
-  }
-  return tensors;
+  return DistinctGptTensors(kLayers, kHidden, kPaddedVocab, kSeq);
 }
 
 std::vector<float> Floats(const SafetensorsFile& file, const std::string& name) {
