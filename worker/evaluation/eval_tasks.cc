@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <regex>
 #include <utility>
 #include <vector>
 
@@ -83,6 +82,30 @@ absl::Status ForEachLine(absl::string_view jsonl, const std::string& source, Eac
 }
 
 double CappedExp(double x) { return std::exp(std::min(x, kMaxExponent)); }
+
+// Python's re.sub(r"\(\s*([^\)]*?)\s*\)", r"(\1)", s) for any pair of characters: each
+// opening character and the next closing one after it, scanning left to right without
+// overlap, keep their contents without the white space at either end.
+std::string HugPairs(const std::string& s, char open, char close) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == open) {
+      const size_t end = s.find(close, i + 1);
+      if (end != std::string::npos) {
+        out += open;
+        absl::StrAppend(
+            &out, absl::StripAsciiWhitespace(absl::string_view(s).substr(i + 1, end - i - 1)));
+        out += close;
+        i = end + 1;
+        continue;
+      }
+    }
+    out += s[i++];
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -333,12 +356,10 @@ std::string WikiTextDetokenize(absl::string_view text) {
     s = absl::StrReplaceAll(s, {{from, to}});
   }
   // Brackets and quotes hug their contents.
-  static const std::regex* const kPairs[] = {
-      new std::regex(R"(\(\s*([^\)]*?)\s*\))"), new std::regex(R"(\[\s*([^\]]*?)\s*\])"),
-      new std::regex(R"(\{\s*([^}]*?)\s*\})"), new std::regex(R"("\s*([^"]*?)\s*")"),
-      new std::regex(R"('\s*([^']*?)\s*')")};
-  static const char* const kReplacements[] = {"($1)", "[$1]", "{$1}", "\"$1\"", "'$1'"};
-  for (int i = 0; i < 5; ++i) s = std::regex_replace(s, *kPairs[i], kReplacements[i]);
+  for (const auto& [open, close] : std::vector<std::pair<char, char>>{
+           {'(', ')'}, {'[', ']'}, {'{', '}'}, {'"', '"'}, {'\'', '\''}}) {
+    s = HugPairs(s, open, close);
+  }
   // Order matters: the longest heading marks first.
   s = absl::StrReplaceAll(s, {{"= = = =", "===="}});
   s = absl::StrReplaceAll(s, {{"= = =", "==="}});

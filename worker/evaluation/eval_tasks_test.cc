@@ -141,6 +141,10 @@ TEST(EvalTasksTest, MalformedLinesAreNamed) {
 TEST(EvalTasksTest, WikiTextDetokenizerUndoesTheDatasetsSpacing) {
   EXPECT_EQ(WikiTextDetokenize("a @-@ b , c @,@ d ( e ) \" f \" = = Title = = the dog 's"),
             "a-b, c,d (e) \"f\" == Title == the dog's");
+  // The bracket and quote rules as Python's re.sub gives them (unclosed pairs, nesting).
+  EXPECT_EQ(WikiTextDetokenize("a ( b ) c ( d"), "a (b) c ( d");
+  EXPECT_EQ(WikiTextDetokenize("\" x \" y \" z"), "\"x\" y \" z");
+  EXPECT_EQ(WikiTextDetokenize("[ a ( b ] c )"), "[a (b] c)");
 }
 
 }  // namespace
