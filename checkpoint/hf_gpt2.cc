@@ -334,9 +334,9 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
   return config.Commit();
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTensorShapes& shapes,
-                                                                      const HfTensorReader& read,
-                                                                      const ModelSpec& model_spec) {
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
+    const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model_spec,
+    const std::set<std::string>* only) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
   const int64_t C = model.hidden_size(), V = model.vocab_size(), S = model.seq_length();
@@ -402,6 +402,12 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTe
                                                      ShapeString(shape), "; ", m.spec_fields,
                                                      " expect ", expected));
     }
+    // A saved head is compared with wte, so wte is read when there is one to compare.
+    const bool compare_head = m.rows == Rows::kOursPadded && !lm_head.empty() && !wte_from_head;
+    if (only != nullptr && only->count(m.ours) == 0 && !compare_head) {
+      by_name.erase(it);
+      continue;
+    }
     // One tensor's bytes at a time: the raw bytes go as soon as they are floats.
     std::vector<float> values;
     {
@@ -409,10 +415,10 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTe
       ASSIGN_OR_RETURN(values, HfFloats(name, tensor));
     }
     // For wpe, the first seq_length positions (the leading rows).
-    ours[m.ours] = FullTensor{m.our_shape, FromHfLayout(values.data(), m)};
-    if (m.rows == Rows::kOursPadded && !lm_head.empty() && !wte_from_head) {
-      hf_wte = std::move(values);
+    if (only == nullptr || only->count(m.ours) > 0) {
+      ours[m.ours] = FullTensor{m.our_shape, FromHfLayout(values.data(), m)};
     }
+    if (compare_head) hf_wte = std::move(values);
     by_name.erase(it);
   }
 

@@ -36,6 +36,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,9 +101,11 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const Safe
 // tied head only) takes the head as wte, as transformers loads it.
 using HfTensorShapes = std::map<std::string, std::vector<int64_t>>;
 using HfTensorReader = std::function<absl::StatusOr<SafetensorsTensor>(const std::string& name)>;
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const HfTensorShapes& shapes,
-                                                                      const HfTensorReader& read,
-                                                                      const ModelSpec& model);
+// `only`, when given, names the tensors (ours) to return: the others are still checked
+// (present, right shape) but never read, so a pipeline stage holds its own layers only.
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
+    const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model,
+    const std::set<std::string>* only = nullptr);
 
 }  // namespace mtrain
 

@@ -222,8 +222,8 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
       "and the model must be one this engine computes]"));
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(const std::string& path,
-                                                                        const ModelSpec& model) {
+absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
+    const std::string& path, const ModelSpec& model, const std::set<std::string>* only) {
   ASSIGN_OR_RETURN(const HuggingFaceGpt2Files files, FindHuggingFaceGpt2Files(path));
   if (!files.config.empty()) {
     ASSIGN_OR_RETURN(const RandomAccessFile file, RandomAccessFile::Open(files.config));
@@ -263,7 +263,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(const st
   const HfTensorReader read = [&owner](const std::string& name) {
     return owner.at(name)->Read(name);
   };
-  return FromHuggingFaceGpt2(shapes, read, model);
+  return FromHuggingFaceGpt2(shapes, read, model, only);
 }
 
 }  // namespace mtrain

@@ -17,6 +17,7 @@
 #define MTRAIN_CHECKPOINT_HF_GPT2_IMPORT_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,9 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
 // FromHuggingFaceGpt2 (hf_gpt2.h) over every shard's tensors read one at a time. A tensor
 // in two shards, or one the index places in a shard that lacks it, is DATA_LOSS naming
 // both.
-absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(const std::string& path,
-                                                                        const ModelSpec& model);
+// `only`: as FromHuggingFaceGpt2's (the tensors a rank holds).
+absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
+    const std::string& path, const ModelSpec& model, const std::set<std::string>* only = nullptr);
 
 }  // namespace mtrain
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,27 @@ TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
   // A directory without weights.
   EXPECT_EQ(ImportHuggingFaceGpt2(FreshDir("empty"), Spec().model()).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(HfGpt2ImportTest, OnlyTheTensorsARankHoldsAreReadAndTheRestStillChecked) {
+  const std::string dir = FreshDir("only");
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", HfModel()).ok());
+  const std::set<std::string> stage = {"wpe", "layers.1.ln1.weight", "layers.1.mlp.fc.bias"};
+  absl::StatusOr<std::map<std::string, FullTensor>> params =
+      ImportHuggingFaceGpt2(dir + "/model.safetensors", Spec().model(), &stage);
+  ASSERT_TRUE(params.ok()) << params.status();
+  std::map<std::string, FullTensor> want;
+  for (const auto& [name, tensor] : Reference()) {
+    if (stage.count(name) > 0) want[name] = tensor;
+  }
+  ExpectSameTensors(*params, want);
+  // A tensor the rank does not hold must still be in the file with its shape.
+  SafetensorsFile broken = HfModel();
+  broken.tensors.erase("transformer.h.0.mlp.c_fc.bias");
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", broken).ok());
+  EXPECT_THAT(
+      ImportHuggingFaceGpt2(dir + "/model.safetensors", Spec().model(), &stage).status().message(),
+      HasSubstr("transformer.h.0.mlp.c_fc.bias' is missing"));
 }
 
 TEST(HfGpt2ImportTest, AFileWithTheTiedHeadOnlyTakesItAsTheEmbedding) {

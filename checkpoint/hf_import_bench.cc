@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -24,6 +25,9 @@ ABSL_FLAG(int, num_heads, 12, "");
 ABSL_FLAG(int, hidden_size, 768, "");
 ABSL_FLAG(int, seq_length, 1024, "");
 ABSL_FLAG(int, vocab_size, 50257, "");
+ABSL_FLAG(int, stage_layers, 0,
+          "streaming: keep only wte, wpe and layers below this (a first pipeline stage's "
+          "tensors); 0 keeps everything");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -43,7 +47,20 @@ int main(int argc, char** argv) {
     }
     params = mtrain::FromHuggingFaceGpt2(*file, model);
   } else {
-    params = mtrain::ImportHuggingFaceGpt2(path, model);
+    std::set<std::string> stage;
+    const int layers = absl::GetFlag(FLAGS_stage_layers);
+    if (layers > 0) {
+      stage = {"wte", "wpe"};
+      for (int l = 0; l < layers; ++l) {
+        for (const char* part :
+             {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
+              "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
+              "mlp.proj.weight", "mlp.proj.bias"}) {
+          stage.insert("layers." + std::to_string(l) + "." + part);
+        }
+      }
+    }
+    params = mtrain::ImportHuggingFaceGpt2(path, model, layers > 0 ? &stage : nullptr);
   }
   if (!params.ok()) {
     std::fprintf(stderr, "%s\n", params.status().ToString().c_str());

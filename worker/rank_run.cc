@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -425,8 +426,8 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
       return absl::Status(files.status().code(),
                           absl::StrCat("train.init_from: ", files.status().message()));
     }
-    // Every parameter in float (at most twice a 16-bit file's bytes) plus one tensor's
-    // bytes are alive together: tensors are read one at a time.
+    // At most every parameter in float (twice a 16-bit file's bytes) plus one tensor's
+    // bytes are alive together: tensors are read one at a time, and only this rank's.
     uintmax_t init_bytes = 0;
     for (const std::string& shard : files->safetensors) {
       // What has no size (/dev/zero, a FIFO) the reader refuses by name below.
@@ -437,8 +438,14 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     RETURN_IF_ERROR(CheckMemoryFits(
         absl::StrCat("train.init_from ", init_from), 2.0 * static_cast<double>(init_bytes),
         absl::StrCat("2 x its ", init_bytes, " bytes"), CurrentMemoryLimits()));
+    // Only the tensors this rank holds (a pipeline stage's layers): the others are checked
+    // in the file but never read.
+    std::set<std::string> mine;
+    for (const ParamTensor& tensor : trainer->engine().layout().tensors()) {
+      mine.insert(tensor.name);
+    }
     absl::StatusOr<std::map<std::string, FullTensor>> weights =
-        ImportHuggingFaceGpt2(init_from, spec.model());
+        ImportHuggingFaceGpt2(init_from, spec.model(), &mine);
     if (!weights.ok()) {
       return absl::Status(weights.status().code(),
                           absl::StrCat("train.init_from: ", weights.status().message()));
