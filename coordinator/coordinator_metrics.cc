@@ -436,6 +436,27 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
     rank.bubble->Set(std::clamp(share, 0.0, 1.0));
   }
 
+  // train.eval_tasks' results come from one rank (the first of the last stage of replica
+  // 0), with the loss or, for an evaluation job (`trainctl eval`), without one.
+  for (const EvalTaskResult& eval : metrics.evals()) {
+    const std::string data = std::filesystem::path(eval.data()).filename().string();
+    std::vector<std::pair<std::string, double>> values = {{"loss", eval.loss()}};
+    if (eval.task() == "perplexity") {
+      values.push_back({"perplexity", eval.perplexity()});
+      values.push_back({"adjusted_perplexity", eval.adjusted_perplexity()});
+    } else {
+      values.push_back({"accuracy", eval.accuracy()});
+      if (eval.task() == "choice") values.push_back({"accuracy_norm", eval.accuracy_norm()});
+    }
+    for (const auto& [metric, value] : values) {
+      prometheus::Gauge*& gauge = job.evals[{eval.task(), data, metric}];
+      if (gauge == nullptr) {
+        gauge = &impl_->job_eval.Add(
+            {{"job", job_id}, {"task", eval.task()}, {"data", data}, {"metric", metric}});
+      }
+      gauge->Set(value);
+    }
+  }
   // The job's gauges follow the ranks that compute the loss (as JobStatus.latest does):
   // the other ranks' throughput figures are partial views of the same step.
   if (!metrics.has_loss()) return;
@@ -462,25 +483,6 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
       job.validation_loss = &impl_->job_validation_loss.Add({{"job", job_id}});
     }
     job.validation_loss->Set(metrics.validation_loss());
-  }
-  for (const EvalTaskResult& eval : metrics.evals()) {
-    const std::string data = std::filesystem::path(eval.data()).filename().string();
-    std::vector<std::pair<std::string, double>> values = {{"loss", eval.loss()}};
-    if (eval.task() == "perplexity") {
-      values.push_back({"perplexity", eval.perplexity()});
-      values.push_back({"adjusted_perplexity", eval.adjusted_perplexity()});
-    } else {
-      values.push_back({"accuracy", eval.accuracy()});
-      if (eval.task() == "choice") values.push_back({"accuracy_norm", eval.accuracy_norm()});
-    }
-    for (const auto& [metric, value] : values) {
-      prometheus::Gauge*& gauge = job.evals[{eval.task(), data, metric}];
-      if (gauge == nullptr) {
-        gauge = &impl_->job_eval.Add(
-            {{"job", job_id}, {"task", eval.task()}, {"data", data}, {"metric", metric}});
-      }
-      gauge->Set(value);
-    }
   }
   AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
 }

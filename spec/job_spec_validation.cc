@@ -367,6 +367,11 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   // evaluate, and must still pass when the coordinator re-validates them at start.
   if (t.has_eval_iters()) v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
   v->RequireAtMost("train.eval_tasks", t.eval_tasks_size(), kMaxEvalTasks);
+  if (t.evaluate_only() && (t.eval_tasks_size() == 0 || t.init_from().empty())) {
+    v->Add(
+        "train.evaluate_only: needs train.eval_tasks and initial weights (train.init_from) "
+        "[rule: an evaluation job evaluates given weights]");
+  }
   for (int i = 0; i < t.eval_tasks_size() && i < kMaxEvalTasks; ++i) {
     const EvalTask& task = t.eval_tasks(i);
     if (task.task() != "perplexity" && task.task() != "cloze" && task.task() != "choice") {

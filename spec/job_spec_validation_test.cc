@@ -232,6 +232,11 @@ TEST(JobSpecValidationTest, EvalTasksNameATaskAndAFile) {
       {"task": "perplexity", "data": "/d/wiki.txt", "overlapping_eval": 32},
       {"task": "cloze", "data": "/d/lambada.jsonl"}]}})")
                   .ok());
+  ExpectRejected(R"({"train": {"evaluate_only": true}})", "train.evaluate_only: needs",
+                 "evaluates given weights");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"evaluate_only": true, "init_from": "job-1 step 6",
+      "eval_tasks": [{"task": "cloze", "data": "/d/l.jsonl"}]}})")
+                  .ok());
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "bleu", "data": "/d/x"}]}})",
                  "train.eval_tasks: entry 0 has task \"bleu\"", "perplexity, cloze or choice");
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze"}]}})",

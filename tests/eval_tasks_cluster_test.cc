@@ -3,7 +3,10 @@
 // that every checkpoint step's metrics line carries both results, that `trainctl evals`
 // lists them from the job's stored events (text and --json), that Prometheus exports the
 // last ones as mtrain_job_eval{task,data,metric}, and that the perplexity falls as the
-// model trains.
+// model trains; then `trainctl eval` evaluates a stored checkpoint on the cluster (the same
+// result as the step's own task, listed by `trainctl evals`), `trainctl status` shows the
+// last results, and eval refuses a job without checkpoints.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -117,6 +120,43 @@ TEST_F(EvalTasksClusterTest, CheckpointStepsCarryTheTasksResultsToEventsAndProme
       HasSubstr(R"(mtrain_job_eval{data="choice.jsonl",job="job-1",metric="accuracy_norm")"));
   std::string lint;
   EXPECT_EQ(RunPromtool(scrape->body, &lint), 0) << lint;
+
+  // `trainctl eval` on the cluster: checkpoint 6's weights evaluated again by an
+  // evaluation job under the same layout give the same result as the step's own task.
+  auto [eval_code, eval_output] =
+      Trainctl({"eval", "job-1", "--task=choice", "--data=" + tasks + "/choice.jsonl", "--step=6"},
+               absl::Minutes(3));
+  ASSERT_EQ(eval_code, 0) << eval_output;
+  const size_t prefix = eval_output.find("job-1 step 6: {");
+  ASSERT_NE(prefix, std::string::npos) << eval_output;
+  const std::string result_json =
+      eval_output.substr(prefix + 14, eval_output.find('\n', prefix) - prefix - 14);
+  const google::protobuf::Struct again = ParseJson(result_json);
+  for (const char* key : {"loss", "accuracy", "accuracy_norm", "examples"}) {
+    EXPECT_NEAR(again.fields().at(key).number_value(), result(6, 1).fields().at(key).number_value(),
+                1e-7)
+        << key;
+  }
+  // It is listed with the job's own results.
+  auto [listed_code, listed] = Trainctl({"evals", "job-1"});
+  ASSERT_EQ(listed_code, 0) << listed;
+  EXPECT_EQ(std::count(listed.begin(), listed.end(), '\n'), 5) << listed;
+
+  // `trainctl status` shows the last evaluated step's results.
+  auto [status_code, status] = Trainctl({"status", "job-1"});
+  ASSERT_EQ(status_code, 0) << status;
+  EXPECT_THAT(status, HasSubstr("evaluation  step 6: {\"task\":\"perplexity\""));
+  EXPECT_THAT(status, HasSubstr("evaluation  step 6: {\"task\":\"choice\""));
+
+  // A job without checkpoints says so.
+  const std::string running = Submit(WriteSpec("long.json", R"({"model": {"num_layers": 2,
+      "num_heads": 2, "hidden_size": 32, "seq_length": 16}, "train": {"steps": 100000},
+      "device": "DEVICE_CPU"})"));
+  auto [none_code, none] =
+      Trainctl({"eval", running, "--task=cloze", "--data=" + tasks + "/cloze.jsonl"});
+  EXPECT_NE(none_code, 0);
+  EXPECT_THAT(none, HasSubstr(running + " has no checkpoint yet")) << none;
+  Trainctl({"cancel", running});
 }
 
 }  // namespace

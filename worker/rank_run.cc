@@ -518,6 +518,23 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     }
     return absl::OkStatus();
   }
+  if (spec.train().evaluate_only()) {
+    // An evaluation job (`trainctl eval`): the tasks once, reported as step 1's metrics.
+    StepMetrics metrics;
+    metrics.set_job_id(assignment.job_id());
+    metrics.set_generation(assignment.generation());
+    metrics.set_global_rank(rank);
+    metrics.set_step(1);
+    for (const EvalTask& task : spec.train().eval_tasks()) {
+      ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, task, "train.eval_tasks"));
+      if (result.task.empty()) continue;  // computed elsewhere
+      *metrics.add_evals() = ToProto(result, task.data());
+      if (narrator) sinks.Log(absl::StrCat("evaluation: ", result.ToJson()));
+    }
+    if (trainer->computes_loss()) sinks.StepMetricsDone(metrics);
+    if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
+    return absl::OkStatus();
+  }
   if (!options.evaluate.empty()) {
     EvalTask task;
     task.set_task(options.evaluate);

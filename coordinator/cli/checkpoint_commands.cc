@@ -13,9 +13,10 @@
 
 namespace mtrain {
 
-absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareContext& prepare,
-                                         const JobStatus& job, std::optional<int64_t> step,
-                                         const std::string& out_dir) {
+absl::StatusOr<CheckpointParameters> DownloadParameters(Coordinator::Stub* stub,
+                                                        const PrepareContext& prepare,
+                                                        const JobStatus& job,
+                                                        std::optional<int64_t> step) {
   ListCheckpointsRequest request;
   request.set_job_id(job.job_id());
   ListCheckpointsResponse listed;
@@ -38,9 +39,45 @@ absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareC
   RETURN_IF_ERROR(
       DownloadCheckpoint(stub, prepare, job.job_id(), chosen, scratch.path(), nullptr).status());
   ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(scratch.path()));
-  ASSIGN_OR_RETURN(const auto weights, ReadFullParameters(checkpoint));
-  RETURN_IF_ERROR(ExportHuggingFaceGpt2(weights, job.spec(), out_dir));
-  return chosen;
+  CheckpointParameters out;
+  out.step = chosen;
+  ASSIGN_OR_RETURN(out.tensors, ReadFullParameters(checkpoint));
+  return out;
+}
+
+absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareContext& prepare,
+                                         const JobStatus& job, std::optional<int64_t> step,
+                                         const std::string& out_dir) {
+  ASSIGN_OR_RETURN(const CheckpointParameters parameters,
+                   DownloadParameters(stub, prepare, job, step));
+  RETURN_IF_ERROR(ExportHuggingFaceGpt2(parameters.tensors, job.spec(), out_dir));
+  return parameters.step;
+}
+
+JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const EvalTask& task) {
+  JobSpec spec = job.spec();
+  spec.set_name(absl::StrCat(job.job_id(), "-eval-", step));
+  ParallelSpec& parallel = *spec.mutable_parallel();
+  // One replica evaluates; one microbatch a stage keeps every stage busy once.
+  parallel.set_data(1);
+  parallel.set_min_data(1);
+  parallel.set_virtual_stages(1);
+  parallel.set_schedule(SCHEDULE_1F1B);
+  parallel.set_global_batch_size(parallel.micro_batch_size() * parallel.pipeline());
+  parallel.set_zero_stage(0);
+  parallel.set_auto_(false);
+  parallel.set_replan(false);
+  parallel.set_replan_on_join_gain(0);
+  TrainSpec& train = *spec.mutable_train();
+  train.set_steps(1);
+  train.set_checkpoint_every(0);
+  train.set_eval_interval(0);
+  train.set_max_restarts(0);
+  train.clear_eval_tasks();
+  *train.add_eval_tasks() = task;
+  train.set_evaluate_only(true);
+  train.set_init_from(absl::StrCat("checkpoint of ", job.job_id(), " at step ", step));
+  return spec;
 }
 
 absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,

@@ -30,6 +30,23 @@ absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareC
                                          const JobStatus& job, std::optional<int64_t> step,
                                          const std::string& out_dir);
 
+// The parameters of checkpoint `step` of `job` (the newest when absent), downloaded, with
+// the step. NOT_FOUND "JOB has no checkpoint yet" or naming the steps it has.
+struct CheckpointParameters {
+  int64_t step = 0;
+  std::map<std::string, FullTensor> tensors;
+};
+absl::StatusOr<CheckpointParameters> DownloadParameters(Coordinator::Stub* stub,
+                                                        const PrepareContext& prepare,
+                                                        const JobStatus& job,
+                                                        std::optional<int64_t> step);
+
+// `trainctl eval`: the spec of a job that evaluates `task` once on the weights of `job`'s
+// checkpoint `step` (uploaded as its initial weights): the job's model, tensor and
+// pipeline layout (one replica, 1F1B, one microbatch a stage), train.evaluate_only, named
+// "<job id>-eval-<step>".
+JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const EvalTask& task);
+
 // Reads a HuggingFace GPT-2 safetensors file and checks it against `spec` (resolved):
 // our tensors, ready to upload. Errors name the file, the tensor and the spec field.
 absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,

@@ -64,6 +64,12 @@ ABSL_FLAG(std::string, init_from, "",
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
           "export: the checkpoint's step (default: the newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
+ABSL_FLAG(std::string, task, "", "eval: perplexity, cloze or choice");
+ABSL_FLAG(std::string, data, "",
+          "eval: the task's file, as the workers see it (inside their --data_root)");
+ABSL_FLAG(int, overlapping_eval, 0, "eval --task=perplexity: Megatron's --overlapping-eval");
+ABSL_FLAG(bool, wikitext_detokenize, false,
+          "eval --task=perplexity: undo WikiText-103's tokenized spacing first");
 ABSL_FLAG(std::string, state, "",
           "list: only jobs in these states, comma-separated (e.g. running,failed)");
 ABSL_FLAG(std::string, name, "", "list: only jobs whose name starts with this");
@@ -104,9 +110,14 @@ commands:
                         running job is refused: cancel it first)
   events JOB            the job's event log (submitted, state changes, placements, failures,
                         checkpoints, resumes)
-  evals JOB             the results of the job's train.eval_tasks, one line per task and
-                        checkpoint step: "step N: {task, data, loss, perplexity or
-                        accuracy, ...}" (--json: {"step":N,"result":{...}})
+  evals JOB             the results of the job's train.eval_tasks and of `trainctl eval`
+                        runs on it, one line per task and checkpoint step: "step N: {task,
+                        data, loss, perplexity or accuracy, ...}" (--json:
+                        {"step":N,"result":{...}})
+  eval JOB              evaluate a checkpoint of the job on the cluster's workers:
+                        --task=perplexity|cloze|choice --data=FILE (as the workers see it),
+                        --step=N (default the newest), --overlapping_eval=N,
+                        --wikitext_detokenize; waits and prints "JOB step N: {...}"
   checkpoints JOB       the job's stored checkpoints (--json: one CheckpointInfo per line)
   export JOB OUT        write a checkpoint (--step=N, default the newest) to directory OUT as
                         HuggingFace GPT-2 (--format=safetensors): model.safetensors and
@@ -500,6 +511,42 @@ void PrintPlanAgainstMeasurement(Client& client, const JobStatus& job) {
   }
 }
 
+// Every event of the job, oldest first, page after page (printed together, so a failure
+// halfway prints nothing but the error).
+absl::StatusOr<std::vector<JobEvent>> AllEvents(Client& client, const std::string& job_id) {
+  ListJobEventsRequest request;
+  request.set_job_id(job_id);
+  request.set_page_size(10000);  // The coordinator's largest page: the fewest round trips.
+  std::vector<JobEvent> events;
+  while (true) {
+    ListJobEventsResponse page;
+    absl::Status status =
+        client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &page));
+    if (!status.ok()) return status;
+    for (JobEvent& event : *page.mutable_events()) events.push_back(std::move(event));
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  return events;
+}
+
+// The results of the job's last evaluated checkpoint step (train.eval_tasks), under the
+// status table: "evaluation  step N: {...}". Nothing for a job without any.
+void PrintLatestEvaluations(Client& client, const std::string& job_id) {
+  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
+  if (!events.ok()) return;  // the status above is what was asked for
+  std::vector<std::string> latest;
+  std::string latest_step;
+  for (const JobEvent& event : *events) {
+    if (event.kind() != "evaluation") continue;
+    const std::string step = event.message().substr(0, event.message().find(':'));
+    if (step != latest_step) latest.clear();
+    latest_step = step;
+    latest.push_back(event.message());
+  }
+  for (const std::string& line : latest) std::printf("evaluation  %s\n", line.c_str());
+}
+
 int Status(Client& client, const std::string& job_id) {
   GetJobRequest request;
   request.set_job_id(job_id);
@@ -513,6 +560,7 @@ int Status(Client& client, const std::string& job_id) {
     std::printf("%s", FormatJobStatus(response, absl::Now()).c_str());
     const ParallelSpec& par = response.spec().parallel();
     if (par.auto_() || par.replan()) PrintPlanAgainstMeasurement(client, response);
+    PrintLatestEvaluations(client, job_id);
   }
   return 0;
 }
@@ -585,25 +633,6 @@ int Delete(Client& client, const std::string& job_id) {
   return 0;
 }
 
-// Every event of the job, oldest first, page after page (printed together, so a failure
-// halfway prints nothing but the error).
-absl::StatusOr<std::vector<JobEvent>> AllEvents(Client& client, const std::string& job_id) {
-  ListJobEventsRequest request;
-  request.set_job_id(job_id);
-  request.set_page_size(10000);  // The coordinator's largest page: the fewest round trips.
-  std::vector<JobEvent> events;
-  while (true) {
-    ListJobEventsResponse page;
-    absl::Status status =
-        client.Check(client.stub()->ListJobEvents(client.Context().get(), request, &page));
-    if (!status.ok()) return status;
-    for (JobEvent& event : *page.mutable_events()) events.push_back(std::move(event));
-    if (page.next_page_token().empty()) break;
-    request.set_page_token(page.next_page_token());
-  }
-  return events;
-}
-
 // The job's event log, oldest first: "TIME  KIND  MESSAGE" (--json: one JobEvent per line).
 int Events(Client& client, const std::string& job_id) {
   absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
@@ -627,6 +656,27 @@ int Events(Client& client, const std::string& job_id) {
 int Evals(Client& client, const std::string& job_id) {
   absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
   if (!events.ok()) return Fail("evals", events.status());
+  // `trainctl eval`'s jobs are named "<job id>-eval-<step>": their results are this job's.
+  ListJobsRequest request;
+  request.set_name_prefix(job_id + "-eval-");
+  request.set_page_size(1000);
+  ListJobsResponse listed;
+  absl::Status status =
+      client.Check(client.stub()->ListJobs(client.Context().get(), request, &listed));
+  if (!status.ok()) return Fail("evals", status);
+  for (const JobStatus& evaluation : listed.jobs()) {
+    absl::StatusOr<std::vector<JobEvent>> more = AllEvents(client, evaluation.job_id());
+    if (!more.ok()) return Fail("evals", more.status());
+    const std::string step = evaluation.spec().name().substr(job_id.size() + 6);
+    for (JobEvent& event : *more) {
+      if (event.kind() != "evaluation") continue;
+      // "step 1: {...}" of the evaluation job is the source's checkpoint step.
+      const size_t colon = event.message().find(": ");
+      if (colon == std::string::npos) continue;
+      event.set_message(absl::StrCat("step ", step, ": ", event.message().substr(colon + 2)));
+      events->push_back(std::move(event));
+    }
+  }
   for (const JobEvent& event : *events) {
     if (event.kind() != "evaluation") continue;
     if (absl::GetFlag(FLAGS_json)) {
@@ -637,6 +687,77 @@ int Evals(Client& client, const std::string& job_id) {
                   event.message().substr(colon + 2).c_str());
     } else {
       std::printf("%s\n", event.message().c_str());
+    }
+  }
+  return 0;
+}
+
+// `trainctl eval JOB --task T --data F [--step N]`: a job on the cluster's workers that
+// evaluates the task once on checkpoint N's weights (the newest by default) under the
+// job's tensor and pipeline layout; waits for it and prints the result ("JOB step N:
+// {...}"; --json: the result object). The result stays with the evaluation job
+// ("<JOB>-eval-<N>"), which `trainctl evals JOB` lists with the job's own.
+int Eval(Client& client, const std::string& job_id) {
+  EvalTask task;
+  task.set_task(absl::GetFlag(FLAGS_task));
+  task.set_data(absl::GetFlag(FLAGS_data));
+  task.set_overlapping_eval(absl::GetFlag(FLAGS_overlapping_eval));
+  task.set_wikitext_detokenize(absl::GetFlag(FLAGS_wikitext_detokenize));
+  if (task.task().empty() || task.data().empty()) {
+    return UsageError("eval", "--task (perplexity, cloze or choice) and --data are required");
+  }
+  GetJobRequest get;
+  get.set_job_id(job_id);
+  JobStatus job;
+  absl::Status status = client.Check(client.stub()->GetJob(client.Context().get(), get, &job));
+  if (!status.ok()) return Fail("eval", status);
+  absl::StatusOr<CheckpointParameters> parameters =
+      DownloadParameters(client.stub(), client.Transfer(), job, absl::GetFlag(FLAGS_step));
+  if (!parameters.ok()) return Fail("eval", client.Check(ToGrpcStatus(parameters.status())));
+  SubmitJobRequest request;
+  *request.mutable_spec() = EvaluationJobSpec(job, parameters->step, task);
+  SubmitJobResponse submitted;
+  status = client.Check(client.stub()->SubmitJob(client.Context().get(), request, &submitted));
+  if (!status.ok()) return Fail("eval", status);
+  const std::string evaluation = submitted.job_id();
+  std::fprintf(stderr, "trainctl eval: %s evaluates %s at step %lld\n", evaluation.c_str(),
+               job_id.c_str(), static_cast<long long>(parameters->step));
+  status = client.Check(ToGrpcStatus(UploadInitialWeights(
+      client.stub(), client.Transfer(), evaluation, request.spec(), parameters->tensors)));
+  if (!status.ok()) {
+    CancelJobRequest cancel;
+    cancel.set_job_id(evaluation);
+    CancelJobResponse cancelled;
+    (void)client.stub()->CancelJob(client.Context().get(), cancel, &cancelled);
+    return Fail("eval", status);
+  }
+  // Until the evaluation job ends.
+  while (true) {
+    GetJobRequest poll;
+    poll.set_job_id(evaluation);
+    JobStatus state;
+    status = client.Check(client.stub()->GetJob(client.Context().get(), poll, &state));
+    if (!status.ok()) return Fail("eval", status);
+    if (state.state() == JOB_STATE_FAILED || state.state() == JOB_STATE_CANCELLED) {
+      return Fail("eval",
+                  absl::AbortedError(absl::StrCat(evaluation, " ", JobStateName(state.state()),
+                                                  ": ", state.message())));
+    }
+    if (state.state() == JOB_STATE_SUCCEEDED) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, evaluation);
+  if (!events.ok()) return Fail("eval", events.status());
+  for (const JobEvent& event : *events) {
+    if (event.kind() != "evaluation") continue;
+    const size_t colon = event.message().find(": ");
+    if (colon == std::string::npos) continue;
+    const std::string result = event.message().substr(colon + 2);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", result.c_str());
+    } else {
+      std::printf("%s step %lld: %s\n", job_id.c_str(), static_cast<long long>(parameters->step),
+                  result.c_str());
     }
   }
   return 0;
@@ -684,7 +805,8 @@ std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "workers" || command == "list" || command == "help") return 0;
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
       command == "cancel" || command == "delete" || command == "events" || command == "evals" ||
-      command == "checkpoints" || command == "remove-worker" || command == "plan") {
+      command == "checkpoints" || command == "remove-worker" || command == "plan" ||
+      command == "eval") {
     return 1;
   }
   if (command == "export") return 2;
@@ -710,8 +832,15 @@ int Run(const std::vector<char*>& args) {
   if (!absl::GetFlag(FLAGS_init_from).empty() && command != "submit") {
     return UsageError(command, "--init-from applies only to submit");
   }
-  if (absl::GetFlag(FLAGS_step).has_value() && command != "export") {
-    return UsageError(command, "--step applies only to export");
+  if (absl::GetFlag(FLAGS_step).has_value() && command != "export" && command != "eval") {
+    return UsageError(command, "--step applies only to export and eval");
+  }
+  if ((!absl::GetFlag(FLAGS_task).empty() || !absl::GetFlag(FLAGS_data).empty() ||
+       absl::GetFlag(FLAGS_overlapping_eval) != 0 || absl::GetFlag(FLAGS_wikitext_detokenize)) &&
+      command != "eval") {
+    return UsageError(command,
+                      "--task, --data, --overlapping_eval and --wikitext_detokenize apply only "
+                      "to eval");
   }
   if (command != "list" &&
       (!absl::GetFlag(FLAGS_state).empty() || !absl::GetFlag(FLAGS_name).empty() ||
@@ -751,6 +880,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "remove-worker") return RemoveWorker(client, args[2]);
   if (command == "events") return Events(client, args[2]);
   if (command == "evals") return Evals(client, args[2]);
+  if (command == "eval") return Eval(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);
   if (command == "export") return Export(client, args[2], args[3]);
   return FollowJob(client, "watch", args[2], /*look_first=*/true);

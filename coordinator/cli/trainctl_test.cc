@@ -428,7 +428,7 @@ TEST_F(TrainctlTest, OutOfRangeNumericFlagsAreUsageErrors) {
             "checkpoint (see trainctl help)\n");
   EXPECT_EQ(Run("export job-1 " + TempDir() + "/out --step -7").exit_code, 2);
   EXPECT_EQ(Run("--step=3 list").err,
-            "trainctl list: --step applies only to export (see trainctl help)\n");
+            "trainctl list: --step applies only to export and eval (see trainctl help)\n");
 
   const Result timeout = Run("--timeout_seconds=-5 list");
   EXPECT_EQ(timeout.exit_code, 2);
