@@ -51,6 +51,22 @@ double Number(const Struct& object, const std::string& key) {
   return it == object.fields().end() ? NAN : it->second.number_value();
 }
 
+// Runs `launch` as `name` (TEST_TMPDIR/name) with `spec_json` and the flags for every
+// rank; the exit code and the logs.
+std::pair<int, std::string> Launch(const std::string& name, const std::string& spec_json,
+                                   const std::vector<std::string>& flags) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
+  std::ofstream(dir + ".json") << spec_json;
+  std::vector<std::string> argv = {"worker/launch", "--spec=" + dir + ".json", "--out_dir=" + dir,
+                                   "--threads_per_rank=1", "--"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto launch = ChildProcess::Start(argv, dir + ".log");
+  if (!launch.ok()) return {-1, std::string(launch.status().message())};
+  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
+  // launch prints the narrator's log; rank 0's holds the engine, data and refusals.
+  return {code.ok() ? *code : -1, (*launch)->Log() + ReadFile(dir + "/rank-0.log")};
+}
+
 class EvaluationTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -66,31 +82,22 @@ class EvaluationTest : public ::testing::Test {
   // The task's result under layout (t, p, 1), as `train --evaluate` wrote it.
   static Struct Evaluate(const std::string& task, const std::string& data, int t, int p) {
     const std::string name = absl::StrCat(task, "-t", t, "p", p);
-    const std::string dir = absl::StrCat(TestTempDir(), "/", name);
-    const std::string spec = dir + ".json";
-    std::ofstream(spec) << absl::StrFormat(
-        R"({"name": "eval", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64,
-            "seq_length": 32, "vocab_size": 300},
-            "parallel": {"tensor": %d, "pipeline": %d, "micro_batch_size": 2,
-                         "global_batch_size": 4},
-            "train": {"init_from": "%s"}, "device": "DEVICE_CPU"})",
-        t, p, *model_dir_);
-    const std::string output = dir + "/result.json";
-    std::filesystem::create_directories(dir);
-    auto launch = ChildProcess::Start(
-        {"worker/launch", "--spec=" + spec, "--out_dir=" + dir, "--threads_per_rank=1", "--",
-         "--evaluate=" + task, "--eval_data=tests/evaluation/" + data, "--overlapping_eval=8",
-         "--eval_output=" + output},
-        dir + ".log");
-    EXPECT_TRUE(launch.ok()) << launch.status();
-    if (!launch.ok()) return Struct();
-    absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
-    EXPECT_TRUE(code.ok() && *code == 0) << name << ":\n" << (*launch)->Log();
+    const std::string output = absl::StrCat(TestTempDir(), "/", name, ".result.json");
+    const auto [code, log] =
+        Launch(name,
+               absl::StrFormat(
+                   R"({"name": "eval", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64,
+                "seq_length": 32, "vocab_size": 300},
+                "parallel": {"tensor": %d, "pipeline": %d, "micro_batch_size": 2,
+                             "global_batch_size": 4},
+                "train": {"init_from": "%s"}, "device": "DEVICE_CPU"})",
+                   t, p, *model_dir_),
+               {"--evaluate=" + task, "--eval_data=tests/evaluation/" + data,
+                "--overlapping_eval=8", "--eval_output=" + output});
+    EXPECT_EQ(code, 0) << name << ":\n" << log;
     // The narrator logged the same line.
-    const std::string result = ReadFile(output);
-    EXPECT_NE((*launch)->Log().find("evaluation: {\"task\":\"" + task + "\""), std::string::npos)
-        << (*launch)->Log();
-    return ParseJson(result);
+    EXPECT_NE(log.find("evaluation: {\"task\":\"" + task + "\""), std::string::npos) << log;
+    return ParseJson(ReadFile(output));
   }
 
   static std::string* model_dir_;
@@ -126,32 +133,21 @@ TEST_F(EvaluationTest, EveryTaskMatchesPyTorchUnderEveryLayout) {
   EXPECT_EQ(Number(reference.fields().at("cloze").struct_value(), "accuracy"), 0.5);
 }
 
-// `train --generate` with the flags given; the JSON it wrote (and its launch log).
+// `train --generate` with the flags given; the JSON it wrote (and the logs).
 std::pair<Struct, std::string> Generate(const std::string& name, int tensor, int pipeline,
-                                        const std::vector<std::string>& flags) {
-  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
-  const std::string spec = dir + ".json";
-  std::ofstream(spec) << absl::StrFormat(
-      R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 256,
-          "vocab_size": 300}, "parallel": {"tensor": %d, "pipeline": %d},
-          "train": {"init_from": "tests/evaluation/gen_model"}, "device": "DEVICE_CPU"})",
-      tensor, pipeline);
-  std::filesystem::create_directories(dir);
-  std::vector<std::string> argv = {"worker/launch",
-                                   "--spec=" + spec,
-                                   "--out_dir=" + dir,
-                                   "--threads_per_rank=1",
-                                   "--",
-                                   "--eval_output=" + dir + "/result.json"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  auto launch = ChildProcess::Start(argv, dir + ".log");
-  EXPECT_TRUE(launch.ok()) << launch.status();
-  if (!launch.ok()) return {};
-  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
-  EXPECT_TRUE(code.ok());
-  const std::string log = (*launch)->Log() + ReadFile(dir + "/rank-0.log");
-  if (!code.ok() || *code != 0) return {Struct(), log};
-  return {ParseJson(ReadFile(dir + "/result.json")), log};
+                                        std::vector<std::string> flags) {
+  const std::string output = absl::StrCat(TestTempDir(), "/", name, ".result.json");
+  flags.push_back("--eval_output=" + output);
+  const auto [code, log] = Launch(
+      name,
+      absl::StrFormat(
+          R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 256,
+              "vocab_size": 300}, "parallel": {"tensor": %d, "pipeline": %d},
+              "train": {"init_from": "tests/evaluation/gen_model"}, "device": "DEVICE_CPU"})",
+          tensor, pipeline),
+      flags);
+  if (code != 0) return {Struct(), log};
+  return {ParseJson(ReadFile(output)), log};
 }
 
 std::vector<int> Tokens(const Struct& object) {
@@ -195,20 +191,6 @@ TEST_F(EvaluationTest, GreedyGenerationMatchesPyTorchWithAndWithoutTheCache) {
       << log;
 }
 
-// Runs `launch` with `spec_json` and the flags; the exit code and the log.
-std::pair<int, std::string> Launch(const std::string& name, const std::string& spec_json,
-                                   const std::vector<std::string>& flags) {
-  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
-  std::ofstream(dir + ".json") << spec_json;
-  std::vector<std::string> argv = {"worker/launch", "--spec=" + dir + ".json", "--out_dir=" + dir,
-                                   "--threads_per_rank=1", "--"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  auto launch = ChildProcess::Start(argv, dir + ".log");
-  if (!launch.ok()) return {-1, std::string(launch.status().message())};
-  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
-  return {code.ok() ? *code : -1, (*launch)->Log()};
-}
-
 TEST_F(EvaluationTest, ACheckpointSavedAtT2P2EvaluatesAlikeAtT1P1AndT2P1) {
   const auto spec = [](int t, int p) {
     return absl::StrFormat(
@@ -242,22 +224,16 @@ TEST_F(EvaluationTest, ACheckpointSavedAtT2P2EvaluatesAlikeAtT1P1AndT2P1) {
 TEST_F(EvaluationTest, BadInputIsRefusedNamingTheLine) {
   const std::string bad = TestTempDir() + "/bad.jsonl";
   std::ofstream(bad) << "{\"text\": \"a fine line\"}\n{\"text\": 3}\n";
-  const std::string dir = TestTempDir() + "/bad";
-  const std::string spec = dir + ".json";
-  std::ofstream(spec) << absl::StrFormat(
-      R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64, "seq_length": 32,
-          "vocab_size": 300}, "train": {"init_from": "%s"}, "device": "DEVICE_CPU"})",
-      *model_dir_);
-  auto launch = ChildProcess::Start({"worker/launch", "--spec=" + spec, "--out_dir=" + dir, "--",
-                                     "--evaluate=cloze", "--eval_data=" + bad},
-                                    dir + ".log");
-  ASSERT_TRUE(launch.ok());
-  absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(2));
-  ASSERT_TRUE(code.ok());
-  EXPECT_NE(*code, 0);
-  EXPECT_NE(ReadFile(dir + "/rank-0.log").find(bad + ":2: needs a string \"text\""),
-            std::string::npos)
-      << ReadFile(dir + "/rank-0.log");
+  const auto [code, log] =
+      Launch("bad",
+             absl::StrFormat(
+                 R"({"model": {"num_layers": 2, "num_heads": 4, "hidden_size": 64,
+                     "seq_length": 32, "vocab_size": 300}, "train": {"init_from": "%s"},
+                     "device": "DEVICE_CPU"})",
+                 *model_dir_),
+             {"--evaluate=cloze", "--eval_data=" + bad});
+  EXPECT_NE(code, 0);
+  EXPECT_NE(log.find(bad + ":2: needs a string \"text\""), std::string::npos) << log;
 }
 
 }  // namespace

@@ -264,7 +264,8 @@ absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec, const
     return absl::NotFoundError(absl::StrCat(data_flag, ": ", task.data(), ": cannot read"));
   }
   const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSIGN_OR_RETURN(const Encoder encode, SpecEncoder(spec.data()));
+  ASSIGN_OR_RETURN(const SpecTokenizer tokenizer, OpenSpecTokenizer(spec.data()));
+  const Encoder& encode = tokenizer.encode;
   const int seq_length = spec.model().seq_length();
   std::vector<EvalSequence> sequences;
   std::vector<int> labels;
@@ -311,16 +312,15 @@ EvalTaskResult ToProto(const EvalResult& result, const std::string& data) {
 // --generate: the prompt continued by the trained model (collective), as one JSON object.
 absl::StatusOr<std::string> GenerateText(Trainer& trainer, const JobSpec& spec,
                                          const RankRunOptions& options) {
-  ASSIGN_OR_RETURN(const Encoder encode, SpecEncoder(spec.data()));
-  ASSIGN_OR_RETURN(const SpecDecoding decoding, SpecDecoder(spec.data()));
-  const std::vector<int32_t> prompt = encode(options.generate);
+  ASSIGN_OR_RETURN(const SpecTokenizer tokenizer, OpenSpecTokenizer(spec.data()));
+  const std::vector<int32_t> prompt = tokenizer.encode(options.generate);
   GenerationOptions generation;
   generation.sampling.temperature = options.temperature;
   generation.sampling.top_k = options.top_k;
   generation.sampling.top_p = options.top_p;
   generation.sampling.seed = options.sample_seed;
   generation.max_new_tokens = options.max_new_tokens;
-  generation.stop_token = decoding.end_of_document;
+  generation.stop_token = tokenizer.end_of_document;
   generation.kv_cache = options.kv_cache;
   if (options.max_new_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -333,7 +333,7 @@ absl::StatusOr<std::string> GenerateText(Trainer& trainer, const JobSpec& spec,
   return JsonObject(JsonNumberFormat::Significant(6))
       .String("prompt", options.generate)
       .Int("prompt_tokens", static_cast<int64_t>(prompt.size()))
-      .String("text", decoding.decode(result.tokens))
+      .String("text", tokenizer.decode(result.tokens))
       .Raw("tokens", JsonArray(result.tokens, [](int32_t id) { return absl::StrCat(id); }))
       .String("stopped", result.stopped)
       .Bool("kv_cache", options.kv_cache)

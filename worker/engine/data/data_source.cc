@@ -244,43 +244,32 @@ absl::StatusOr<std::unique_ptr<SampleSource>> SplitOf(
 
 }  // namespace
 
-absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncoder(
-    const DataSpec& spec) {
+absl::StatusOr<SpecTokenizer> OpenSpecTokenizer(const DataSpec& spec) {
   ASSIGN_OR_RETURN(std::optional<BpeTokenizer> bpe, OpenTokenizer(spec));
+  SpecTokenizer tokenizer;
   if (!bpe.has_value()) {
-    return std::function<std::vector<int32_t>(absl::string_view)>(
-        [](absl::string_view text) { return ByteTokenizer::Encode(text); });
-  }
-  auto shared = std::make_shared<const BpeTokenizer>(*std::move(bpe));
-  return std::function<std::vector<int32_t>(absl::string_view)>(
-      [shared](absl::string_view text) { return shared->Encode(text); });
-}
-
-absl::StatusOr<SpecDecoding> SpecDecoder(const DataSpec& spec) {
-  ASSIGN_OR_RETURN(std::optional<BpeTokenizer> bpe, OpenTokenizer(spec));
-  SpecDecoding decoding;
-  if (!bpe.has_value()) {
-    decoding.decode = [](const std::vector<int32_t>& ids) {
-      // Ids above a byte (a vocabulary padded past 256) have no text: U+FFFD.
+    tokenizer.encode = [](absl::string_view text) { return ByteTokenizer::Encode(text); };
+    tokenizer.decode = [](const std::vector<int32_t>& ids) {
       std::string text;
       for (int32_t id : ids) {
         if (id >= 0 && id < 256) {
           text.push_back(static_cast<char>(id));
         } else {
-          text += "\xEF\xBF\xBD";
+          text += "\xEF\xBF\xBD";  // a vocabulary padded past 256: no byte
         }
       }
       return text;
     };
-    return decoding;
+    return tokenizer;
   }
   auto shared = std::make_shared<const BpeTokenizer>(*std::move(bpe));
-  decoding.end_of_document = shared->end_of_document_id();
-  decoding.decode = [shared](const std::vector<int32_t>& ids) {
+  tokenizer.encode = [shared](absl::string_view text) { return shared->Encode(text); };
+  tokenizer.decode = [shared](const std::vector<int32_t>& ids) {
     absl::StatusOr<std::string> text = shared->Decode(ids);
     return text.ok() ? *text : std::string("\xEF\xBF\xBD");
   };
-  return decoding;
+  tokenizer.end_of_document = shared->end_of_document_id();
+  return tokenizer;
 }
 
 absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec) {

@@ -78,19 +78,17 @@ struct SplitSamples {
 // small for one sample.
 absl::StatusOr<SplitSamples> OpenSplitSamples(const JobSpec& spec);
 
-// Text -> token ids with data.tokenizer: the byte tokenizer, or the BPE its files give
-// (errors as OpenDataset's, naming the field). The result is self-contained (it owns the
-// tokenizer) and may outlive `spec`.
-absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> SpecEncoder(
-    const DataSpec& spec);
-
-// The tokenizer's way back, ids -> text (invalid UTF-8 from a cut byte sequence kept as
-// it is), and its end-of-document id if it has one. Self-contained as SpecEncoder.
-struct SpecDecoding {
+// data.tokenizer both ways, for evaluation and generation: the byte tokenizer, or the BPE
+// its files give (errors as OpenDataset's, naming the field). Self-contained (it shares
+// one loaded tokenizer) and may outlive `spec`.
+struct SpecTokenizer {
+  std::function<std::vector<int32_t>(absl::string_view)> encode;
+  // Ids -> text; an id with no text (a byte-tokenizer id past 255, a BPE id it does not
+  // know) reads as U+FFFD.
   std::function<std::string(const std::vector<int32_t>&)> decode;
-  std::optional<int32_t> end_of_document;
+  std::optional<int32_t> end_of_document;  // when the tokenizer has one
 };
-absl::StatusOr<SpecDecoding> SpecDecoder(const DataSpec& spec);
+absl::StatusOr<SpecTokenizer> OpenSpecTokenizer(const DataSpec& spec);
 
 // INVALID_ARGUMENT, naming data.path and model.vocab_size, if some token id is negative or
 // >= vocab_size. Free when dataset.vocab_upper_bound() <= vocab_size (always so for the

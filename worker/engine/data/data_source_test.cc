@@ -256,34 +256,31 @@ TEST(DataSourceTest, ByteCorpusFitsTheDefaultVocabulary) {
   EXPECT_THAT(status.message(), HasSubstr("model.vocab_size (100)"));
 }
 
-TEST(DataSourceTest, SpecEncoderAndDecoderUseTheSpecsTokenizer) {
+TEST(DataSourceTest, SpecTokenizerEncodesAndDecodesWithTheSpecsTokenizer) {
   const std::string dir = MakeDir("codec");
   std::ofstream(dir + "/tokenizer.json") << TokenizerJsonForTest(
       {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}}, {{"<|endoftext|>", 300}});
   DataSpec spec;
   spec.set_tokenizer(TOKENIZER_HF_JSON);
   spec.set_tokenizer_json(dir + "/tokenizer.json");
-  absl::StatusOr<std::function<std::vector<int32_t>(absl::string_view)>> encode = SpecEncoder(spec);
-  ASSERT_TRUE(encode.ok()) << encode.status();
-  absl::StatusOr<SpecDecoding> decoding = SpecDecoder(spec);
-  ASSERT_TRUE(decoding.ok()) << decoding.status();
-  const std::vector<int32_t> ids = (*encode)("hello world<|endoftext|>");
+  absl::StatusOr<SpecTokenizer> bpe = OpenSpecTokenizer(spec);
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  const std::vector<int32_t> ids = bpe->encode("hello world<|endoftext|>");
   EXPECT_EQ(ids.front(), 259);  // "hello", one token
   EXPECT_EQ(ids.back(), 300);
-  EXPECT_EQ(decoding->decode(ids), "hello world<|endoftext|>");
-  EXPECT_EQ(decoding->end_of_document, 300);
+  EXPECT_EQ(bpe->decode(ids), "hello world<|endoftext|>");
+  EXPECT_EQ(bpe->end_of_document, 300);
   // The byte tokenizer: one id per byte, no end-of-document token, ids past a byte shown
   // as U+FFFD.
-  DataSpec bytes;
-  absl::StatusOr<SpecDecoding> byte_decoding = SpecDecoder(bytes);
-  ASSERT_TRUE(byte_decoding.ok());
-  EXPECT_EQ((*SpecEncoder(bytes))("ab"), (std::vector<int32_t>{'a', 'b'}));
-  EXPECT_EQ(byte_decoding->decode({'a', 299, 'b'}),
+  absl::StatusOr<SpecTokenizer> bytes = OpenSpecTokenizer(DataSpec());
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(bytes->encode("ab"), (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(bytes->decode({'a', 299, 'b'}),
             "a\xEF\xBF\xBD"
             "b");
-  EXPECT_FALSE(byte_decoding->end_of_document.has_value());
+  EXPECT_FALSE(bytes->end_of_document.has_value());
   spec.set_tokenizer_json(dir + "/missing.json");
-  EXPECT_THAT(SpecEncoder(spec).status().message(), HasSubstr("data.tokenizer_json"));
+  EXPECT_THAT(OpenSpecTokenizer(spec).status().message(), HasSubstr("data.tokenizer_json"));
 }
 
 JobSpec SplitSpec(const std::string& split, int eval_interval) {
