@@ -29,6 +29,20 @@ std::string EvalTaskResultJson(const EvalTaskResult& e) {
   return item.Close();
 }
 
+std::string GeneratedTextJson(const GeneratedText& g) {
+  return JsonObject(kStepNumbers)
+      .String("prompt", g.prompt())
+      .Int("prompt_tokens", g.prompt_tokens())
+      .String("text", g.text())
+      .Raw("tokens", JsonArray(g.tokens(), [](int32_t id) { return absl::StrCat(id); }))
+      .String("stopped", g.stopped())
+      .Bool("kv_cache", g.kv_cache())
+      .Number("prompt_seconds", g.prompt_seconds())
+      .Number("tokens_per_second", g.tokens_per_second())
+      .Number("decode_tokens_per_second", g.decode_tokens_per_second())
+      .Close();
+}
+
 std::string StepMetricsJson(const StepMetrics& m) {
   JsonObject json(kStepNumbers);
   json.Int("step", m.step());
@@ -54,6 +68,10 @@ std::string StepMetricsJson(const StepMetrics& m) {
   // Checkpoint steps of a job with train.eval_tasks: each task's result.
   if (m.evals_size() > 0) {
     json.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
+  }
+  // Checkpoint steps of a job with train.generate: each prompt's text.
+  if (m.generations_size() > 0) {
+    json.Raw("generations", JsonArray(m.generations(), GeneratedTextJson));
   }
   // Steps with an evaluation (train.eval_interval) only.
   if (m.has_validation_loss()) {

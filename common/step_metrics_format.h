@@ -14,7 +14,8 @@ namespace mtrain {
 
 // One line, no trailing newline. Keys in a fixed order; "loss" only when present,
 // "validation_loss" and "validation_perplexity" only on steps with an evaluation, "evals"
-// only on checkpoint steps of a job with train.eval_tasks.
+// only on checkpoint steps of a job with train.eval_tasks, "generations" only on those of
+// a job with train.generate.
 std::string StepMetricsJson(const StepMetrics& metrics);
 
 std::string StepProgressLine(const StepMetrics& metrics, long long total_steps);
@@ -23,6 +24,12 @@ std::string StepProgressLine(const StepMetrics& metrics, long long total_steps);
 // perplexity and adjusted_perplexity, or accuracy (and accuracy_norm for choice). The
 // JSON line's "evals" items and the coordinator's "evaluation" events.
 std::string EvalTaskResultJson(const EvalTaskResult& result);
+
+// One train.generate prompt's continuation as a JSON object: prompt, prompt_tokens, text,
+// tokens, stopped, kv_cache, prompt_seconds, tokens_per_second, decode_tokens_per_second.
+// The JSON line's "generations" items, `train --generate`'s output and the coordinator's
+// "generation" events.
+std::string GeneratedTextJson(const GeneratedText& text);
 
 }  // namespace mtrain
 

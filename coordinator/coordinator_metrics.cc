@@ -88,6 +88,8 @@ struct CoordinatorMetrics::Impl {
     prometheus::Gauge* validation_loss = nullptr;  // created by the first evaluation
     // train.eval_tasks' results by (task, data, metric), created as they come.
     std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> evals;
+    // train.generate's speed by prompt (its index in the spec), created as they come.
+    std::map<std::string, prometheus::Gauge*> generation_speeds;
     prometheus::Gauge* checkpoint_step = nullptr;      // created by the first checkpoint
     prometheus::Counter* checkpoints_saved = nullptr;  // present from the start at 0
     // The newest (generation, step) shown in the gauges. Several ranks carry the loss and
@@ -139,6 +141,13 @@ struct CoordinatorMetrics::Impl {
                            "file's name), metric (perplexity, adjusted_perplexity, accuracy, "
                            "accuracy_norm, loss).")
                      .Register(*registry)),
+        job_generation_tokens_per_second(
+            prometheus::BuildGauge()
+                .Name("mtrain_job_generation_tokens_per_second")
+                .Help("New tokens per second of a train.generate prompt (prompt: its index) at "
+                      "the job's last checkpoint step, with the key-value cache, the prompt's "
+                      "run included.")
+                .Register(*registry)),
         job_tokens_per_second(prometheus::BuildGauge()
                                   .Name("mtrain_job_tokens_per_second")
                                   .Help("Training throughput of the job's last step in tokens "
@@ -281,6 +290,7 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_loss;
   prometheus::Family<prometheus::Gauge>& job_validation_loss;
   prometheus::Family<prometheus::Gauge>& job_eval;
+  prometheus::Family<prometheus::Gauge>& job_generation_tokens_per_second;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second;
   prometheus::Family<prometheus::Gauge>& job_model_tflops;
   prometheus::Family<prometheus::Gauge>& job_mfu;
@@ -370,6 +380,9 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   Impl::JobSeries& series = job->second;
   for (auto& [state, gauge] : series.states) impl_->job_state.Remove(gauge);
   for (auto& [key, gauge] : series.evals) impl_->job_eval.Remove(gauge);
+  for (auto& [key, gauge] : series.generation_speeds) {
+    impl_->job_generation_tokens_per_second.Remove(gauge);
+  }
   for (auto [family, gauge] :
        std::initializer_list<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>>{
            {&impl_->job_step, series.step},
@@ -456,6 +469,14 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
       }
       gauge->Set(value);
     }
+  }
+  for (int i = 0; i < metrics.generations_size(); ++i) {
+    const std::string prompt = std::to_string(i);
+    prometheus::Gauge*& gauge = job.generation_speeds[prompt];
+    if (gauge == nullptr) {
+      gauge = &impl_->job_generation_tokens_per_second.Add({{"job", job_id}, {"prompt", prompt}});
+    }
+    gauge->Set(metrics.generations(i).tokens_per_second());
   }
   // The job's gauges follow the ranks that compute the loss (as JobStatus.latest does):
   // the other ranks' throughput figures are partial views of the same step.

@@ -564,6 +564,11 @@ absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
       AppendEventLocked(metrics.job_id(), "evaluation",
                         absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
     }
+    // train.generate's texts likewise.
+    for (const GeneratedText& text : metrics.generations()) {
+      AppendEventLocked(metrics.job_id(), "generation",
+                        absl::StrCat("step ", metrics.step(), ": ", GeneratedTextJson(text)));
+    }
     BumpLocked(metrics.job_id());
   }
   return absl::OkStatus();

@@ -78,6 +78,10 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
     if (m.has_validation_loss()) object.Number("validation_loss", m.validation_loss());
     // Checkpoint steps of a job with train.eval_tasks.
     if (m.evals_size() > 0) object.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
+    // Those of a job with train.generate.
+    if (m.generations_size() > 0) {
+      object.Raw("generations", JsonArray(m.generations(), GeneratedTextJson));
+    }
     return object.Close();
   };
   return JsonObject(kApiNumbers)

@@ -32,6 +32,10 @@ inline constexpr float kDefaultDropout = 0.1f;
 inline constexpr int kDefaultMaxRestarts = 3;
 // Global batches per validation when train.eval_interval asks for one.
 inline constexpr int kDefaultEvalIters = 10;
+// train.generate entries: their max_new_tokens and top_p when unset (the worker applies
+// them: defaults inside repeated entries are not filled in the stored spec).
+inline constexpr int kDefaultMaxNewTokens = 64;
+inline constexpr double kDefaultTopP = 1.0;
 
 // Fills every unset field with its default. Fields whose default depends on other fields
 // (global_batch_size, min_data, min_lr, decay_steps) are derived from the values already

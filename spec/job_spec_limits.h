@@ -64,6 +64,10 @@ inline constexpr int kMaxEvalIters = 1'000'000;
 inline constexpr int kMaxBlendDatasets = 1024;
 // Evaluation tasks run at each checkpoint: a handful in practice.
 inline constexpr int kMaxEvalTasks = 64;
+// train.generate: prompts per checkpoint, each prompt's bytes, new tokens per prompt.
+inline constexpr int kMaxGenerationPrompts = 16;
+inline constexpr int kMaxPromptBytes = 64 * 1024;
+inline constexpr int kMaxNewTokens = kMaxSeqLength;
 
 // Strings: a Linux path (PATH_MAX), and the job name (it appears in metrics labels).
 inline constexpr int kMaxPathLength = 4096;

@@ -46,7 +46,8 @@ constexpr const char* kSeedSpecs[] = {
     R"({"data": {"format": "DATA_FORMAT_MMIDIDX", "split": "969,30,1",
                  "paths": [{"path": "/d/a", "weight": 0.3}, {"path": "/d/b", "weight": 0.7}]},
         "train": {"eval_interval": 5, "eval_iters": 2, "checkpoint_every": 5,
-                  "eval_tasks": [{"task": "cloze", "data": "/d/lambada.jsonl"}]}})",
+                  "eval_tasks": [{"task": "cloze", "data": "/d/lambada.jsonl"}],
+                  "generate": [{"prompt": "ROMEO:", "max_new_tokens": 8, "top_p": 0.9}]}})",
 };
 
 int64_t Pick(std::mt19937_64& rng, std::initializer_list<int64_t> values) {

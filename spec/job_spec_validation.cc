@@ -351,6 +351,37 @@ void ValidateOptimizer(const OptimizerSpec& o, Violations* v) {
   }
 }
 
+// train.generate: what sampling accepts (worker/evaluation/generation.h); the prompt's
+// length in tokens is checked where the tokenizer is, on the worker.
+void ValidateGenerationPrompts(const TrainSpec& t, Violations* v) {
+  v->RequireAtMost("train.generate", t.generate_size(), kMaxGenerationPrompts);
+  for (int i = 0; i < t.generate_size() && i < kMaxGenerationPrompts; ++i) {
+    const GenerationPrompt& g = t.generate(i);
+    const std::string entry = absl::StrCat("train.generate: entry ", i);
+    if (g.prompt().empty()) {
+      v->Add(absl::StrCat(entry, " has an empty prompt [rule: generation continues a prompt]"));
+    }
+    if (g.prompt().size() > kMaxPromptBytes) {
+      v->Add(absl::StrCat(entry, "'s prompt has ", g.prompt().size(), " bytes [rule: at most ",
+                          kMaxPromptBytes, "]"));
+    }
+    if (g.has_max_new_tokens() && (g.max_new_tokens() < 1 || g.max_new_tokens() > kMaxNewTokens)) {
+      v->Add(absl::StrCat(entry, " has max_new_tokens ", g.max_new_tokens(), " [rule: 1 to ",
+                          kMaxNewTokens, "]"));
+    }
+    if (!(g.temperature() >= 0) || !std::isfinite(g.temperature())) {
+      v->Add(absl::StrCat(entry, " has temperature ", g.temperature(),
+                          " [rule: finite and >= 0, where 0 is greedy]"));
+    }
+    if (g.top_k() < 0) {
+      v->Add(absl::StrCat(entry, " has top_k ", g.top_k(), " [rule: >= 0, where 0 is all]"));
+    }
+    if (g.has_top_p() && !(g.top_p() > 0 && g.top_p() <= 1)) {
+      v->Add(absl::StrCat(entry, " has top_p ", g.top_p(), " [rule: in (0, 1]]"));
+    }
+  }
+}
+
 void ValidateTrain(const TrainSpec& t, Violations* v) {
   v->RequireSize("train.steps", t.steps(), kMaxSteps);
   if (v->RequireFinite("train.dropout", t.dropout())) {
@@ -367,11 +398,13 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   // evaluate, and must still pass when the coordinator re-validates them at start.
   if (t.has_eval_iters()) v->RequireSize("train.eval_iters", t.eval_iters(), kMaxEvalIters);
   v->RequireAtMost("train.eval_tasks", t.eval_tasks_size(), kMaxEvalTasks);
-  if (t.evaluate_only() && (t.eval_tasks_size() == 0 || t.init_from().empty())) {
+  if (t.evaluate_only() &&
+      ((t.eval_tasks_size() == 0 && t.generate_size() == 0) || t.init_from().empty())) {
     v->Add(
-        "train.evaluate_only: needs train.eval_tasks and initial weights (train.init_from) "
-        "[rule: an evaluation job evaluates given weights]");
+        "train.evaluate_only: needs train.eval_tasks or train.generate, and initial weights "
+        "(train.init_from) [rule: an evaluation job evaluates given weights]");
   }
+  ValidateGenerationPrompts(t, v);
   for (int i = 0; i < t.eval_tasks_size() && i < kMaxEvalTasks; ++i) {
     const EvalTask& task = t.eval_tasks(i);
     if (task.task() != "perplexity" && task.task() != "cloze" && task.task() != "choice") {

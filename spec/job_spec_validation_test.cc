@@ -227,6 +227,29 @@ TEST(JobSpecValidationTest, SplitsBlendsAndValidationAreChecked) {
                  "or data.paths a blend");
 }
 
+TEST(JobSpecValidationTest, GenerationPromptsTakeSamplingWithinRange) {
+  EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"checkpoint_every": 10, "generate": [
+      {"prompt": "ROMEO:"}, {"prompt": "JULIET:", "max_new_tokens": 20, "temperature": 0.8,
+       "top_k": 40, "top_p": 0.9, "seed": 3}]}})")
+                  .ok());
+  EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"evaluate_only": true, "init_from": "job-1 step 6",
+      "generate": [{"prompt": "ROMEO:"}]}})")
+                  .ok());
+  ExpectRejected(R"({"train": {"generate": [{"prompt": ""}]}})",
+                 "train.generate: entry 0 has an empty prompt", "continues a prompt");
+  ExpectRejected(R"({"train": {"generate": [{"prompt": "a", "max_new_tokens": 0}]}})",
+                 "train.generate: entry 0 has max_new_tokens 0", "1 to");
+  ExpectRejected(R"({"train": {"generate": [{"prompt": "a", "temperature": -1}]}})",
+                 "train.generate: entry 0 has temperature -1", ">= 0");
+  ExpectRejected(R"({"train": {"generate": [{"prompt": "a", "top_k": -2}]}})",
+                 "train.generate: entry 0 has top_k -2", ">= 0");
+  ExpectRejected(R"({"train": {"generate": [{"prompt": "a"}, {"prompt": "b", "top_p": 0}]}})",
+                 "train.generate: entry 1 has top_p 0", "in (0, 1]");
+  ExpectRejected(absl::StrCat(R"({"train": {"generate": [{"prompt": ")",
+                              std::string(kMaxPromptBytes + 1, 'x'), R"("}]}})"),
+                 "train.generate: entry 0's prompt has 65537 bytes", "at most 65536");
+}
+
 TEST(JobSpecValidationTest, EvalTasksNameATaskAndAFile) {
   EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"checkpoint_every": 10, "eval_tasks": [
       {"task": "perplexity", "data": "/d/wiki.txt", "overlapping_eval": 32},

@@ -141,7 +141,8 @@ class StatusPageTest : public ClusterTest {
 // (tens of steps a second on two cores) and is cancelled at the end: however fast or slow
 // the machine, it is still RUNNING, and gaining steps, during both page loads.
 // Validation every 2 steps; a perplexity task at every checkpoint (every 3 steps) on the
-// shipped excerpt (where it resolves: the workers' default data roots hold it).
+// shipped excerpt (where it resolves: the workers' default data roots hold it) and a
+// prompt continued.
 std::string Spec() {
   return absl::StrCat(R"({"name": "status-page",
   "model": {"num_layers": 2, "num_heads": 2, "hidden_size": 32, "seq_length": 16},
@@ -150,7 +151,8 @@ std::string Spec() {
   "train": {"steps": 100000, "dropout": 0.0, "eval_interval": 2, "eval_iters": 1,
             "checkpoint_every": 3, "eval_tasks": [{"task": "perplexity", "data": ")",
                       std::filesystem::canonical("tests/data/eval_text.txt").string(),
-                      R"(", "overlapping_eval": 8}]},
+                      R"(", "overlapping_eval": 8}],
+            "generate": [{"prompt": "ROMEO:", "max_new_tokens": 8}]},
   "device": "DEVICE_CPU"})");
 }
 
@@ -186,6 +188,9 @@ TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   EXPECT_GT(PlottedPoints(first.dom, "data-validation-points"), 0) << first.dom;
   // The checkpoint steps' evaluation is listed under the chart.
   EXPECT_THAT(first.dom, HasSubstr("<tr data-task=\"perplexity\">")) << first.dom;
+  // So is the text generated from the prompt.
+  EXPECT_THAT(first.dom, HasSubstr("<table id=\"samples\">")) << first.dom;
+  EXPECT_THAT(first.dom, HasSubstr("<td>ROMEO:</td><td class=\"sample\">")) << first.dom;
   // Both workers, alive and busy with the job.
   for (const std::string worker : {"w0", "w1"}) {
     const std::string worker_row = absl::StrCat("<tr data-worker=\"", worker, "\"");

@@ -27,6 +27,7 @@
 #include "kernels/cuda_device_query.h"
 #include "plan/assignment_plan.h"
 #include "plan/rank_grid.h"
+#include "spec/job_spec_defaults.h"
 #include "spec/job_spec_validation.h"
 #include "worker/engine/data/data_roots.h"
 #include "worker/engine/data/data_source.h"
@@ -309,39 +310,65 @@ EvalTaskResult ToProto(const EvalResult& result, const std::string& data) {
   return proto;
 }
 
-// --generate: the prompt continued by the trained model (collective), as one JSON object.
-absl::StatusOr<std::string> GenerateText(Trainer& trainer, const JobSpec& spec,
-                                         const RankRunOptions& options) {
-  ASSIGN_OR_RETURN(const SpecTokenizer tokenizer, OpenSpecTokenizer(spec.data()));
-  const std::vector<int32_t> prompt = tokenizer.encode(options.generate);
+// `request`'s prompt continued by the trained model (collective over the replica's ranks;
+// every rank returns the same). Errors name `field`, where the prompt came from.
+absl::StatusOr<GeneratedText> GenerateText(Trainer& trainer, const JobSpec& spec,
+                                           const SpecTokenizer& tokenizer,
+                                           const GenerationPrompt& request, bool kv_cache,
+                                           absl::string_view field) {
+  const std::vector<int32_t> prompt = tokenizer.encode(request.prompt());
   GenerationOptions generation;
-  generation.sampling.temperature = options.temperature;
-  generation.sampling.top_k = options.top_k;
-  generation.sampling.top_p = options.top_p;
-  generation.sampling.seed = options.sample_seed;
-  generation.max_new_tokens = options.max_new_tokens;
+  generation.sampling.temperature = request.temperature();
+  generation.sampling.top_k = request.top_k();
+  generation.sampling.top_p = request.has_top_p() ? request.top_p() : kDefaultTopP;
+  generation.sampling.seed = request.seed();
+  generation.max_new_tokens =
+      request.has_max_new_tokens() ? request.max_new_tokens() : kDefaultMaxNewTokens;
   generation.stop_token = tokenizer.end_of_document;
-  generation.kv_cache = options.kv_cache;
-  if (options.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_new_tokens: ", options.max_new_tokens, " must be >= 1"));
+  generation.kv_cache = kv_cache;
+  absl::StatusOr<GenerationResult> result =
+      Generate(trainer.engine(), spec.model().seq_length(), prompt, generation);
+  if (!result.ok()) {
+    return absl::Status(result.status().code(),
+                        absl::StrCat(field, ": ", result.status().message()));
   }
-  ASSIGN_OR_RETURN(const GenerationResult result,
-                   Generate(trainer.engine(), spec.model().seq_length(), prompt, generation));
-  const double seconds = result.prompt_seconds + result.decode_seconds;
-  const size_t n = result.tokens.size();
-  return JsonObject(JsonNumberFormat::Significant(6))
-      .String("prompt", options.generate)
-      .Int("prompt_tokens", static_cast<int64_t>(prompt.size()))
-      .String("text", tokenizer.decode(result.tokens))
-      .Raw("tokens", JsonArray(result.tokens, [](int32_t id) { return absl::StrCat(id); }))
-      .String("stopped", result.stopped)
-      .Bool("kv_cache", options.kv_cache)
-      .Number("prompt_seconds", result.prompt_seconds)
-      .Number("tokens_per_second", seconds > 0 ? static_cast<double>(n) / seconds : 0)
-      .Number("decode_tokens_per_second",
-              n > 1 && result.decode_seconds > 0 ? (n - 1) / result.decode_seconds : 0)
-      .Close();
+  const double seconds = result->prompt_seconds + result->decode_seconds;
+  const size_t n = result->tokens.size();
+  GeneratedText out;
+  out.set_prompt(request.prompt());
+  out.set_prompt_tokens(static_cast<int32_t>(prompt.size()));
+  out.set_text(tokenizer.decode(result->tokens));
+  for (const int32_t token : result->tokens) out.add_tokens(token);
+  out.set_stopped(result->stopped);
+  out.set_prompt_seconds(result->prompt_seconds);
+  out.set_tokens_per_second(seconds > 0 ? static_cast<double>(n) / seconds : 0);
+  out.set_decode_tokens_per_second(
+      n > 1 && result->decode_seconds > 0 ? (n - 1) / result->decode_seconds : 0);
+  out.set_kv_cache(kv_cache);
+  return out;
+}
+
+// train.eval_tasks and train.generate on the trainer's current weights, into `metrics`
+// on the ranks that report the loss (the tasks run on data-parallel replica 0, the
+// prompts on every replica); the narrator logs each result, after `prefix`.
+absl::Status EvaluateCheckpoint(Trainer& trainer, const JobSpec& spec, bool narrator,
+                                absl::string_view prefix, RankRunSinks& sinks,
+                                StepMetrics* metrics) {
+  for (const EvalTask& task : spec.train().eval_tasks()) {
+    ASSIGN_OR_RETURN(const EvalResult result, Evaluate(trainer, spec, task, "train.eval_tasks"));
+    if (result.task.empty()) continue;  // computed elsewhere
+    *metrics->add_evals() = ToProto(result, task.data());
+    if (narrator) sinks.Log(absl::StrCat("evaluation", prefix, ": ", result.ToJson()));
+  }
+  if (spec.train().generate().empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const SpecTokenizer tokenizer, OpenSpecTokenizer(spec.data()));
+  for (const GenerationPrompt& request : spec.train().generate()) {
+    ASSIGN_OR_RETURN(GeneratedText text, GenerateText(trainer, spec, tokenizer, request,
+                                                      /*kv_cache=*/true, "train.generate"));
+    if (narrator) sinks.Log(absl::StrCat("generation", prefix, ": ", GeneratedTextJson(text)));
+    if (trainer.computes_loss()) *metrics->add_generations() = std::move(text);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -504,8 +531,22 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   const RankCoordinates& coords = trainer->coordinates();
   const bool narrator = trainer->computes_loss() && coords.tp_rank() == 0 && coords.dp_rank() == 0;
   if (!options.generate.empty()) {
-    ASSIGN_OR_RETURN(const std::string json, GenerateText(*trainer, spec, options));
+    GenerationPrompt request;
+    request.set_prompt(options.generate);
+    if (options.max_new_tokens < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max_new_tokens: ", options.max_new_tokens, " must be >= 1"));
+    }
+    request.set_max_new_tokens(options.max_new_tokens);
+    request.set_temperature(options.temperature);
+    request.set_top_k(options.top_k);
+    request.set_top_p(options.top_p);
+    request.set_seed(options.sample_seed);
+    ASSIGN_OR_RETURN(const SpecTokenizer tokenizer, OpenSpecTokenizer(spec.data()));
+    ASSIGN_OR_RETURN(const GeneratedText text, GenerateText(*trainer, spec, tokenizer, request,
+                                                            options.kv_cache, "--generate"));
     if (narrator) {
+      const std::string json = GeneratedTextJson(text);
       sinks.Log(absl::StrCat("generation: ", json));
       if (!options.eval_output.empty()) {
         std::ofstream out(options.eval_output, std::ios::trunc);
@@ -519,18 +560,14 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     return absl::OkStatus();
   }
   if (spec.train().evaluate_only()) {
-    // An evaluation job (`trainctl eval`): the tasks once, reported as step 1's metrics.
+    // An evaluation job (`trainctl eval`, `trainctl generate`): the tasks and prompts
+    // once, reported as step 1's metrics.
     StepMetrics metrics;
     metrics.set_job_id(assignment.job_id());
     metrics.set_generation(assignment.generation());
     metrics.set_global_rank(rank);
     metrics.set_step(1);
-    for (const EvalTask& task : spec.train().eval_tasks()) {
-      ASSIGN_OR_RETURN(const EvalResult result, Evaluate(*trainer, spec, task, "train.eval_tasks"));
-      if (result.task.empty()) continue;  // computed elsewhere
-      *metrics.add_evals() = ToProto(result, task.data());
-      if (narrator) sinks.Log(absl::StrCat("evaluation: ", result.ToJson()));
-    }
+    RETURN_IF_ERROR(EvaluateCheckpoint(*trainer, spec, narrator, "", sinks, &metrics));
     if (trainer->computes_loss()) sinks.StepMetricsDone(metrics);
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
     return absl::OkStatus();
@@ -585,20 +622,13 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   }
   while (trainer->completed_steps() < steps) {
     ASSIGN_OR_RETURN(StepMetrics metrics, trainer->Step());
-    // train.eval_tasks at every checkpoint step, before the step is reported, so the
-    // results travel with its metrics.
+    // train.eval_tasks and train.generate at every checkpoint step, before the step is
+    // reported, so the results travel with its metrics.
     const bool checkpoint_step =
         metrics.step() == steps || (checkpoint_every > 0 && metrics.step() % checkpoint_every == 0);
     if (checkpoint_step) {
-      for (const EvalTask& task : spec.train().eval_tasks()) {
-        ASSIGN_OR_RETURN(const EvalResult result,
-                         Evaluate(*trainer, spec, task, "train.eval_tasks"));
-        if (result.task.empty()) continue;  // computed elsewhere
-        *metrics.add_evals() = ToProto(result, task.data());
-        if (narrator) {
-          sinks.Log(absl::StrCat("evaluation at step ", metrics.step(), ": ", result.ToJson()));
-        }
-      }
+      RETURN_IF_ERROR(EvaluateCheckpoint(
+          *trainer, spec, narrator, absl::StrCat(" at step ", metrics.step()), sinks, &metrics));
     }
     if (narrator) sinks.Log(StepProgressLine(metrics, steps));
     if (trainer->computes_loss()) sinks.StepMetricsDone(metrics);

@@ -54,9 +54,11 @@ absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareC
   return parameters.step;
 }
 
-JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const EvalTask& task) {
+JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const std::vector<EvalTask>& tasks,
+                          const std::vector<GenerationPrompt>& prompts) {
   JobSpec spec = job.spec();
-  spec.set_name(absl::StrCat(job.job_id(), "-eval-", step));
+  spec.set_name(
+      absl::StrCat(job.job_id(), tasks.empty() ? kGenerationJobInfix : kEvalJobInfix, step));
   ParallelSpec& parallel = *spec.mutable_parallel();
   // One replica evaluates; one microbatch a stage keeps every stage busy once.
   parallel.set_data(1);
@@ -74,7 +76,9 @@ JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const EvalTask& ta
   train.set_eval_interval(0);
   train.set_max_restarts(0);
   train.clear_eval_tasks();
-  *train.add_eval_tasks() = task;
+  for (const EvalTask& task : tasks) *train.add_eval_tasks() = task;
+  train.clear_generate();
+  for (const GenerationPrompt& prompt : prompts) *train.add_generate() = prompt;
   train.set_evaluate_only(true);
   train.set_init_from(absl::StrCat("checkpoint of ", job.job_id(), " at step ", step));
   return spec;

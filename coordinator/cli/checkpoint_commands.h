@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint_transfer.h"
@@ -41,11 +42,15 @@ absl::StatusOr<CheckpointParameters> DownloadParameters(Coordinator::Stub* stub,
                                                         const JobStatus& job,
                                                         std::optional<int64_t> step);
 
-// `trainctl eval`: the spec of a job that evaluates `task` once on the weights of `job`'s
-// checkpoint `step` (uploaded as its initial weights): the job's model, tensor and
-// pipeline layout (one replica, 1F1B, one microbatch a stage), train.evaluate_only, named
-// "<job id>-eval-<step>".
-JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const EvalTask& task);
+// `trainctl eval` and `trainctl generate`: the spec of a job that runs `tasks` and
+// `prompts` once on the weights of `job`'s checkpoint `step` (uploaded as its initial
+// weights): the job's model, tensor and pipeline layout (one replica, 1F1B, one
+// microbatch a stage), train.evaluate_only, named "<job id>-eval-<step>" (with tasks) or
+// "<job id>-generate-<step>" (prompts only).
+inline constexpr char kEvalJobInfix[] = "-eval-";
+inline constexpr char kGenerationJobInfix[] = "-generate-";
+JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const std::vector<EvalTask>& tasks,
+                          const std::vector<GenerationPrompt>& prompts);
 
 // Reads a HuggingFace GPT-2 safetensors file and checks it against `spec` (resolved):
 // our tensors, ready to upload. Errors name the file, the tensor and the spec field.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,6 +57,26 @@ absl::Duration JobElapsed(const JobStatus& status, absl::Time now) {
     now = std::min(now, absl::FromUnixMillis(status.updated_unix_ms()));
   }
   return JobAge(status, now);
+}
+
+namespace {
+
+// `text` cut to at most `max_bytes` without splitting a UTF-8 character, escaped, quoted.
+std::string QuotedPrefix(const std::string& text, size_t max_bytes) {
+  size_t end = std::min(text.size(), max_bytes);
+  // Continuation bytes (10xxxxxx) belong to the character before them.
+  while (end < text.size() && end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return absl::StrCat("\"", absl::Utf8SafeCEscape(text.substr(0, end)),
+                      end < text.size() ? "..." : "", "\"");
+}
+
+}  // namespace
+
+std::string GenerationSummary(const GeneratedText& text, size_t max_bytes) {
+  return absl::StrCat(QuotedPrefix(text.prompt(), max_bytes), " -> ",
+                      QuotedPrefix(text.text(), max_bytes));
 }
 
 }  // namespace mtrain

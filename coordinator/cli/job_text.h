@@ -47,6 +47,11 @@ absl::Duration JobAge(const JobStatus& status, absl::Time now);
 // it has finished (so a finished job's time stops growing).
 absl::Duration JobElapsed(const JobStatus& status, absl::Time now);
 
+// A generated text on one line: the prompt and its continuation, C-escaped and quoted,
+// each cut to `max_bytes` (at a UTF-8 character boundary) with "..." after a cut:
+//   "ROMEO:" -> " What light through yonder..."
+std::string GenerationSummary(const GeneratedText& text, size_t max_bytes);
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_COORDINATOR_CLI_JOB_TEXT_H_

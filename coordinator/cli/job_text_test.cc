@@ -63,5 +63,17 @@ TEST(JobTextTest, AgeAndElapsedStopWhenTheJobFinishes) {
   EXPECT_EQ(JobAge(status, now), absl::ZeroDuration());
 }
 
+TEST(JobTextTest, GenerationSummaryQuotesEscapesAndCutsAtCharacters) {
+  GeneratedText text;
+  text.set_prompt("ROMEO:");
+  text.set_text(" But soft,\nwhat \"light\"");
+  EXPECT_EQ(GenerationSummary(text, 100), R"("ROMEO:" -> " But soft,\nwhat \"light\"")");
+  EXPECT_EQ(GenerationSummary(text, 4), R"("ROME..." -> " But...")");
+  // "é" is two bytes: a cut inside it keeps the character whole or leaves it out.
+  text.set_text("caf\xc3\xa9!");
+  EXPECT_EQ(GenerationSummary(text, 4), "\"ROME...\" -> \"caf...\"");
+  EXPECT_EQ(GenerationSummary(text, 5), "\"ROMEO...\" -> \"caf\xc3\xa9...\"");
+}
+
 }  // namespace
 }  // namespace mtrain

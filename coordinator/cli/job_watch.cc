@@ -44,6 +44,10 @@ JobWatcher::Update JobWatcher::Observe(const JobStatus& status) {
               : absl::StrFormat("%sstep %d: %s accuracy %.4f on %s", prefix, status.latest().step(),
                                 eval.task(), eval.accuracy(), data));
     }
+    for (const GeneratedText& text : status.latest().generations()) {
+      update.notices.push_back(absl::StrFormat(
+          "%sstep %d: generated %s", prefix, status.latest().step(), GenerationSummary(text, 80)));
+    }
     if (status.latest().has_validation_loss()) {
       const double loss = status.latest().validation_loss();
       update.notices.push_back(absl::StrFormat("%sstep %d: validation loss %.4f, perplexity %.2f",

@@ -82,6 +82,12 @@ TEST(JobWatchTest, AStepWithAnEvaluationIsNoticedWithItsPerplexity) {
                           "job job-1: step 3: perplexity 12.35 on wiki.txt"));
   // Seen once: the stream repeating the step says nothing more.
   EXPECT_THAT(watcher.Observe(evaluated).notices, IsEmpty());
+  JobStatus generated = Status(JOB_STATE_RUNNING, 4);
+  GeneratedText* sample = generated.mutable_latest()->add_generations();
+  sample->set_prompt("ROMEO:");
+  sample->set_text(" Good night");
+  EXPECT_THAT(watcher.Observe(generated).notices,
+              ElementsAre(R"(job job-1: step 4: generated "ROMEO:" -> " Good night")"));
 }
 
 // `trainctl watch` observes the job as GetJob shows it before the stream, so the stream's

@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "common/step_metrics_format.h"
 #include "coordinator/cli/auth_token.h"
 #include "coordinator/cli/checkpoint_commands.h"
@@ -70,6 +71,13 @@ ABSL_FLAG(std::string, data, "",
 ABSL_FLAG(int, overlapping_eval, 0, "eval --task=perplexity: Megatron's --overlapping-eval");
 ABSL_FLAG(bool, wikitext_detokenize, false,
           "eval --task=perplexity: undo WikiText-103's tokenized spacing first");
+ABSL_FLAG(std::string, prompt, "", "generate: the text to continue (the job's tokenizer)");
+ABSL_FLAG(int, max_new_tokens, 64, "generate: at most this many new tokens");
+ABSL_FLAG(double, temperature, 0, "generate: 0 is greedy; otherwise logits / temperature");
+ABSL_FLAG(int, top_k, 0, "generate: sample among the k most likely tokens (0: all)");
+ABSL_FLAG(double, top_p, 1.0,
+          "generate: sample among the fewest most likely tokens reaching this probability");
+ABSL_FLAG(uint64_t, sample_seed, 0, "generate: the sampling's random numbers");
 ABSL_FLAG(std::string, state, "",
           "list: only jobs in these states, comma-separated (e.g. running,failed)");
 ABSL_FLAG(std::string, name, "", "list: only jobs whose name starts with this");
@@ -110,14 +118,20 @@ commands:
                         running job is refused: cancel it first)
   events JOB            the job's event log (submitted, state changes, placements, failures,
                         checkpoints, resumes)
-  evals JOB             the results of the job's train.eval_tasks and of `trainctl eval`
-                        runs on it, one line per task and checkpoint step: "step N: {task,
-                        data, loss, perplexity or accuracy, ...}" (--json:
-                        {"step":N,"result":{...}})
+  evals JOB             the results of the job's train.eval_tasks and train.generate and
+                        of `trainctl eval` and `trainctl generate` runs on it, one line per
+                        task or prompt and checkpoint step: "step N: {task, data, loss,
+                        perplexity or accuracy, ...}", "step N: {prompt, text, ...}"
+                        (--json: {"step":N,"kind":"evaluation"|"generation","result":{...}})
   eval JOB              evaluate a checkpoint of the job on the cluster's workers:
                         --task=perplexity|cloze|choice --data=FILE (as the workers see it),
                         --step=N (default the newest), --overlapping_eval=N,
                         --wikitext_detokenize; waits and prints "JOB step N: {...}"
+  generate JOB          continue --prompt=TEXT with a checkpoint of the job on the
+                        cluster's workers: --step=N (default the newest),
+                        --max_new_tokens=N (64), --temperature=T (0: greedy), --top_k=K,
+                        --top_p=P, --sample_seed=S; waits and prints the prompt and its
+                        continuation (--json: the result object)
   checkpoints JOB       the job's stored checkpoints (--json: one CheckpointInfo per line)
   export JOB OUT        write a checkpoint (--step=N, default the newest) to directory OUT as
                         HuggingFace GPT-2 (--format=safetensors): model.safetensors and
@@ -530,21 +544,34 @@ absl::StatusOr<std::vector<JobEvent>> AllEvents(Client& client, const std::strin
   return events;
 }
 
-// The results of the job's last evaluated checkpoint step (train.eval_tasks), under the
-// status table: "evaluation  step N: {...}". Nothing for a job without any.
+// The JSON after "step N: " in an evaluation or generation event.
+std::string EventResult(const JobEvent& event) {
+  const size_t colon = event.message().find(": ");
+  return colon == std::string::npos ? "" : event.message().substr(colon + 2);
+}
+
+// The results of the job's last evaluated checkpoint step (train.eval_tasks and
+// train.generate), under the status table: "evaluation  step N: {...}" and
+// "generation  step N: "prompt" -> "text"". Nothing for a job without any.
 void PrintLatestEvaluations(Client& client, const std::string& job_id) {
   absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
   if (!events.ok()) return;  // the status above is what was asked for
   std::vector<std::string> latest;
   std::string latest_step;
   for (const JobEvent& event : *events) {
-    if (event.kind() != "evaluation") continue;
+    if (event.kind() != "evaluation" && event.kind() != "generation") continue;
     const std::string step = event.message().substr(0, event.message().find(':'));
     if (step != latest_step) latest.clear();
     latest_step = step;
-    latest.push_back(event.message());
+    GeneratedText text;
+    if (event.kind() == "generation" &&
+        google::protobuf::util::JsonStringToMessage(EventResult(event), &text).ok()) {
+      latest.push_back(absl::StrCat("generation  ", step, ": ", GenerationSummary(text, 120)));
+    } else {
+      latest.push_back(absl::StrCat(event.kind(), "  ", event.message()));
+    }
   }
-  for (const std::string& line : latest) std::printf("evaluation  %s\n", line.c_str());
+  for (const std::string& line : latest) std::printf("%s\n", line.c_str());
 }
 
 int Status(Client& client, const std::string& job_id) {
@@ -651,45 +678,117 @@ int Events(Client& client, const std::string& job_id) {
   return 0;
 }
 
-// train.eval_tasks' results, oldest first: "step N: {result}" per task and checkpoint
-// step (--json: {"step":N,"result":{...}} per line). Nothing when the job has none yet.
+// train.eval_tasks' and train.generate's results, the job's own first, then those of
+// `trainctl eval` and `trainctl generate` runs on its checkpoints: "step N: {result}" per
+// task or prompt and checkpoint step (--json: {"step":N,"kind":K,"result":{...}} per line).
+// Nothing when the job has none yet.
 int Evals(Client& client, const std::string& job_id) {
+  const auto wanted = [](const JobEvent& event) {
+    return event.kind() == "evaluation" || event.kind() == "generation";
+  };
   absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
   if (!events.ok()) return Fail("evals", events.status());
-  // `trainctl eval`'s jobs are named "<job id>-eval-<step>": their results are this job's.
-  ListJobsRequest request;
-  request.set_name_prefix(job_id + "-eval-");
-  request.set_page_size(1000);
-  ListJobsResponse listed;
-  absl::Status status =
-      client.Check(client.stub()->ListJobs(client.Context().get(), request, &listed));
-  if (!status.ok()) return Fail("evals", status);
-  for (const JobStatus& evaluation : listed.jobs()) {
-    absl::StatusOr<std::vector<JobEvent>> more = AllEvents(client, evaluation.job_id());
-    if (!more.ok()) return Fail("evals", more.status());
-    const std::string step = evaluation.spec().name().substr(job_id.size() + 6);
-    for (JobEvent& event : *more) {
-      if (event.kind() != "evaluation") continue;
-      // "step 1: {...}" of the evaluation job is the source's checkpoint step.
-      const size_t colon = event.message().find(": ");
-      if (colon == std::string::npos) continue;
-      event.set_message(absl::StrCat("step ", step, ": ", event.message().substr(colon + 2)));
-      events->push_back(std::move(event));
+  // The runs' jobs are named "<job id>-eval-<step>" and "<job id>-generate-<step>": their
+  // results are this job's.
+  for (const std::string infix : {kEvalJobInfix, kGenerationJobInfix}) {
+    ListJobsRequest request;
+    request.set_name_prefix(job_id + infix);
+    request.set_page_size(1000);
+    ListJobsResponse listed;
+    absl::Status status =
+        client.Check(client.stub()->ListJobs(client.Context().get(), request, &listed));
+    if (!status.ok()) return Fail("evals", status);
+    for (const JobStatus& run : listed.jobs()) {
+      absl::StatusOr<std::vector<JobEvent>> more = AllEvents(client, run.job_id());
+      if (!more.ok()) return Fail("evals", more.status());
+      const std::string step = run.spec().name().substr(request.name_prefix().size());
+      for (JobEvent& event : *more) {
+        if (!wanted(event) || EventResult(event).empty()) continue;
+        // "step 1: {...}" of the run is the source's checkpoint step.
+        event.set_message(absl::StrCat("step ", step, ": ", EventResult(event)));
+        events->push_back(std::move(event));
+      }
     }
   }
   for (const JobEvent& event : *events) {
-    if (event.kind() != "evaluation") continue;
+    if (!wanted(event)) continue;
+    const std::string result = EventResult(event);
+    if (result.empty()) continue;
     if (absl::GetFlag(FLAGS_json)) {
-      // "step N: {json}" -> {"step":N,"result":{json}}
-      const size_t colon = event.message().find(": ");
-      if (colon == std::string::npos) continue;
-      std::printf("{\"step\":%s,\"result\":%s}\n", event.message().substr(5, colon - 5).c_str(),
-                  event.message().substr(colon + 2).c_str());
+      // "step N: {json}" -> {"step":N,"kind":K,"result":{json}}
+      const std::string step = event.message().substr(5, event.message().find(": ") - 5);
+      std::printf("{\"step\":%s,\"kind\":\"%s\",\"result\":%s}\n", step.c_str(),
+                  event.kind().c_str(), result.c_str());
     } else {
       std::printf("%s\n", event.message().c_str());
     }
   }
   return 0;
+}
+
+// The events of `kind` (evaluation, generation) from a job that ran `tasks` and `prompts`
+// once on checkpoint --step of `job_id` (the newest by default), with that step: submits
+// it, uploads the checkpoint's weights as its initial weights, waits for it to end.
+struct CheckpointRun {
+  int64_t step = 0;
+  std::vector<JobEvent> events;
+};
+absl::StatusOr<CheckpointRun> RunOnCheckpoint(Client& client, const std::string& command,
+                                              const std::string& job_id,
+                                              const std::vector<EvalTask>& tasks,
+                                              const std::vector<GenerationPrompt>& prompts,
+                                              const std::string& kind) {
+  GetJobRequest get;
+  get.set_job_id(job_id);
+  JobStatus job;
+  RETURN_IF_ERROR(client.Check(client.stub()->GetJob(client.Context().get(), get, &job)));
+  absl::StatusOr<CheckpointParameters> downloaded =
+      DownloadParameters(client.stub(), client.Transfer(), job, absl::GetFlag(FLAGS_step));
+  if (!downloaded.ok()) return client.Check(ToGrpcStatus(downloaded.status()));
+  const CheckpointParameters& parameters = *downloaded;
+  SubmitJobRequest request;
+  *request.mutable_spec() = EvaluationJobSpec(job, parameters.step, tasks, prompts);
+  SubmitJobResponse submitted;
+  RETURN_IF_ERROR(
+      client.Check(client.stub()->SubmitJob(client.Context().get(), request, &submitted)));
+  const std::string run = submitted.job_id();
+  std::fprintf(stderr, "trainctl %s: %s runs on %s at step %lld\n", command.c_str(), run.c_str(),
+               job_id.c_str(), static_cast<long long>(parameters.step));
+  if (absl::Status uploaded = client.Check(ToGrpcStatus(UploadInitialWeights(
+          client.stub(), client.Transfer(), run, request.spec(), parameters.tensors)));
+      !uploaded.ok()) {
+    CancelJobRequest cancel;
+    cancel.set_job_id(run);
+    CancelJobResponse cancelled;
+    (void)client.stub()->CancelJob(client.Context().get(), cancel, &cancelled);
+    return uploaded;
+  }
+  // Until the job ends; the user learns when workers took it.
+  bool running = false;
+  while (true) {
+    GetJobRequest poll;
+    poll.set_job_id(run);
+    JobStatus state;
+    RETURN_IF_ERROR(client.Check(client.stub()->GetJob(client.Context().get(), poll, &state)));
+    if (state.state() == JOB_STATE_FAILED || state.state() == JOB_STATE_CANCELLED) {
+      return absl::AbortedError(
+          absl::StrCat(run, " ", JobStateName(state.state()), ": ", state.message()));
+    }
+    if (state.state() == JOB_STATE_SUCCEEDED) break;
+    if (!running && state.state() == JOB_STATE_RUNNING) {
+      running = true;
+      std::fprintf(stderr, "trainctl %s: %s is running on %d worker(s)\n", command.c_str(),
+                   run.c_str(), state.workers_size());
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSIGN_OR_RETURN(std::vector<JobEvent> events, AllEvents(client, run));
+  CheckpointRun out;
+  out.step = parameters.step;
+  for (JobEvent& event : events) {
+    if (event.kind() == kind) out.events.push_back(std::move(event));
+  }
+  return out;
 }
 
 // `trainctl eval JOB --task T --data F [--step N]`: a job on the cluster's workers that
@@ -706,59 +805,61 @@ int Eval(Client& client, const std::string& job_id) {
   if (task.task().empty() || task.data().empty()) {
     return UsageError("eval", "--task (perplexity, cloze or choice) and --data are required");
   }
-  GetJobRequest get;
-  get.set_job_id(job_id);
-  JobStatus job;
-  absl::Status status = client.Check(client.stub()->GetJob(client.Context().get(), get, &job));
-  if (!status.ok()) return Fail("eval", status);
-  absl::StatusOr<CheckpointParameters> parameters =
-      DownloadParameters(client.stub(), client.Transfer(), job, absl::GetFlag(FLAGS_step));
-  if (!parameters.ok()) return Fail("eval", client.Check(ToGrpcStatus(parameters.status())));
-  SubmitJobRequest request;
-  *request.mutable_spec() = EvaluationJobSpec(job, parameters->step, task);
-  SubmitJobResponse submitted;
-  status = client.Check(client.stub()->SubmitJob(client.Context().get(), request, &submitted));
-  if (!status.ok()) return Fail("eval", status);
-  const std::string evaluation = submitted.job_id();
-  std::fprintf(stderr, "trainctl eval: %s evaluates %s at step %lld\n", evaluation.c_str(),
-               job_id.c_str(), static_cast<long long>(parameters->step));
-  status = client.Check(ToGrpcStatus(UploadInitialWeights(
-      client.stub(), client.Transfer(), evaluation, request.spec(), parameters->tensors)));
-  if (!status.ok()) {
-    CancelJobRequest cancel;
-    cancel.set_job_id(evaluation);
-    CancelJobResponse cancelled;
-    (void)client.stub()->CancelJob(client.Context().get(), cancel, &cancelled);
-    return Fail("eval", status);
-  }
-  // Until the evaluation job ends.
-  while (true) {
-    GetJobRequest poll;
-    poll.set_job_id(evaluation);
-    JobStatus state;
-    status = client.Check(client.stub()->GetJob(client.Context().get(), poll, &state));
-    if (!status.ok()) return Fail("eval", status);
-    if (state.state() == JOB_STATE_FAILED || state.state() == JOB_STATE_CANCELLED) {
-      return Fail("eval",
-                  absl::AbortedError(absl::StrCat(evaluation, " ", JobStateName(state.state()),
-                                                  ": ", state.message())));
-    }
-    if (state.state() == JOB_STATE_SUCCEEDED) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, evaluation);
-  if (!events.ok()) return Fail("eval", events.status());
-  for (const JobEvent& event : *events) {
-    if (event.kind() != "evaluation") continue;
-    const size_t colon = event.message().find(": ");
-    if (colon == std::string::npos) continue;
-    const std::string result = event.message().substr(colon + 2);
+  absl::StatusOr<CheckpointRun> run =
+      RunOnCheckpoint(client, "eval", job_id, {task}, {}, "evaluation");
+  if (!run.ok()) return Fail("eval", run.status());
+  for (const JobEvent& event : run->events) {
     if (absl::GetFlag(FLAGS_json)) {
-      std::printf("%s\n", result.c_str());
+      std::printf("%s\n", EventResult(event).c_str());
     } else {
-      std::printf("%s step %lld: %s\n", job_id.c_str(), static_cast<long long>(parameters->step),
-                  result.c_str());
+      std::printf("%s step %lld: %s\n", job_id.c_str(), static_cast<long long>(run->step),
+                  EventResult(event).c_str());
     }
+  }
+  return 0;
+}
+
+// `trainctl generate JOB --prompt TEXT [--step N] [sampling flags]`: a job on the
+// cluster's workers that continues the prompt once with checkpoint N's weights (the
+// newest by default) under the job's tensor and pipeline layout; waits and prints the
+// prompt and its continuation, then a line of figures on stderr (--json: the result
+// object). The result stays with the job "<JOB>-generate-<N>", which `trainctl evals JOB`
+// lists.
+int Generate(Client& client, const std::string& job_id) {
+  GenerationPrompt prompt;
+  prompt.set_prompt(absl::GetFlag(FLAGS_prompt));
+  prompt.set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  prompt.set_temperature(absl::GetFlag(FLAGS_temperature));
+  prompt.set_top_k(absl::GetFlag(FLAGS_top_k));
+  prompt.set_top_p(absl::GetFlag(FLAGS_top_p));
+  prompt.set_seed(absl::GetFlag(FLAGS_sample_seed));
+  if (prompt.prompt().empty()) return UsageError("generate", "--prompt is required");
+  // The spec's own rules, so a bad flag is named before any transfer.
+  JobSpec probe;
+  *probe.mutable_train()->add_generate() = prompt;
+  if (absl::Status valid = ResolveJobSpec(probe).status(); !valid.ok()) {
+    return UsageError("generate", std::string(valid.message()));
+  }
+  absl::StatusOr<CheckpointRun> run =
+      RunOnCheckpoint(client, "generate", job_id, {}, {prompt}, "generation");
+  if (!run.ok()) return Fail("generate", run.status());
+  for (const JobEvent& event : run->events) {
+    const std::string json = EventResult(event);
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", json.c_str());
+      continue;
+    }
+    GeneratedText text;
+    if (!google::protobuf::util::JsonStringToMessage(json, &text).ok()) {
+      std::printf("%s\n", json.c_str());
+      continue;
+    }
+    std::printf("%s%s\n", text.prompt().c_str(), text.text().c_str());
+    std::fprintf(stderr,
+                 "trainctl generate: %s step %lld: %d prompt tokens, %d new (stopped: %s), "
+                 "%.1f tokens/s\n",
+                 job_id.c_str(), static_cast<long long>(run->step), text.prompt_tokens(),
+                 text.tokens_size(), text.stopped().c_str(), text.tokens_per_second());
   }
   return 0;
 }
@@ -806,7 +907,7 @@ std::optional<size_t> ArgumentCount(const std::string& command) {
   if (command == "validate" || command == "submit" || command == "status" || command == "watch" ||
       command == "cancel" || command == "delete" || command == "events" || command == "evals" ||
       command == "checkpoints" || command == "remove-worker" || command == "plan" ||
-      command == "eval") {
+      command == "eval" || command == "generate") {
     return 1;
   }
   if (command == "export") return 2;
@@ -832,8 +933,17 @@ int Run(const std::vector<char*>& args) {
   if (!absl::GetFlag(FLAGS_init_from).empty() && command != "submit") {
     return UsageError(command, "--init-from applies only to submit");
   }
-  if (absl::GetFlag(FLAGS_step).has_value() && command != "export" && command != "eval") {
-    return UsageError(command, "--step applies only to export and eval");
+  if (absl::GetFlag(FLAGS_step).has_value() && command != "export" && command != "eval" &&
+      command != "generate") {
+    return UsageError(command, "--step applies only to export, eval and generate");
+  }
+  if ((!absl::GetFlag(FLAGS_prompt).empty() || absl::GetFlag(FLAGS_max_new_tokens) != 64 ||
+       absl::GetFlag(FLAGS_temperature) != 0 || absl::GetFlag(FLAGS_top_k) != 0 ||
+       absl::GetFlag(FLAGS_top_p) != 1.0 || absl::GetFlag(FLAGS_sample_seed) != 0) &&
+      command != "generate") {
+    return UsageError(command,
+                      "--prompt, --max_new_tokens, --temperature, --top_k, --top_p and "
+                      "--sample_seed apply only to generate");
   }
   if ((!absl::GetFlag(FLAGS_task).empty() || !absl::GetFlag(FLAGS_data).empty() ||
        absl::GetFlag(FLAGS_overlapping_eval) != 0 || absl::GetFlag(FLAGS_wikitext_detokenize)) &&
@@ -881,6 +991,7 @@ int Run(const std::vector<char*>& args) {
   if (command == "events") return Events(client, args[2]);
   if (command == "evals") return Evals(client, args[2]);
   if (command == "eval") return Eval(client, args[2]);
+  if (command == "generate") return Generate(client, args[2]);
   if (command == "checkpoints") return Checkpoints(client, args[2]);
   if (command == "export") return Export(client, args[2], args[3]);
   return FollowJob(client, "watch", args[2], /*look_first=*/true);

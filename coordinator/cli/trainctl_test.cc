@@ -428,7 +428,17 @@ TEST_F(TrainctlTest, OutOfRangeNumericFlagsAreUsageErrors) {
             "checkpoint (see trainctl help)\n");
   EXPECT_EQ(Run("export job-1 " + TempDir() + "/out --step -7").exit_code, 2);
   EXPECT_EQ(Run("--step=3 list").err,
-            "trainctl list: --step applies only to export and eval (see trainctl help)\n");
+            "trainctl list: --step applies only to export, eval and generate (see trainctl "
+            "help)\n");
+  // generate's flags elsewhere, and outside the spec's rules, are usage errors too.
+  EXPECT_EQ(Run("--top_k=5 list").exit_code, 2);
+  const Result generate = Run("generate job-1 --prompt=ROMEO: --temperature=-1");
+  EXPECT_EQ(generate.exit_code, 2);
+  EXPECT_EQ(generate.err,
+            "trainctl generate: train.generate: entry 0 has temperature -1 [rule: finite and "
+            ">= 0, where 0 is greedy] (see trainctl help)\n");
+  EXPECT_EQ(Run("generate job-1").err,
+            "trainctl generate: --prompt is required (see trainctl help)\n");
 
   const Result timeout = Run("--timeout_seconds=-5 list");
   EXPECT_EQ(timeout.exit_code, 2);

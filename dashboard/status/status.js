@@ -197,8 +197,10 @@
     plotted.lastStep = 0;
     if (chart) {
       for (const dataset of chart.data.datasets) dataset.data = [];
-      document.getElementById('evals').hidden = true;
-      document.getElementById('evals').querySelector('tbody').textContent = '';
+      for (const id of ['evals', 'samples']) {
+        document.getElementById(id).hidden = true;
+        document.getElementById(id).querySelector('tbody').textContent = '';
+      }
       chart.update('none');
     }
     chartTitle.textContent = job ? '(' + job.job_id + ', ' + job.name + ')' : '';
@@ -228,6 +230,21 @@
     table.hidden = evals.length === 0;
   }
 
+  // The charted job's newest train.generate texts, one row per prompt.
+  function showSamples(stepNumber, generations) {
+    const table = document.getElementById('samples');
+    const body = table.querySelector('tbody');
+    body.textContent = '';
+    for (const sample of generations) {
+      const row = body.insertRow();
+      cell(row, String(stepNumber), 'num');
+      cell(row, sample.prompt);
+      cell(row, sample.text, 'sample');
+      cell(row, fixed(sample.tokens_per_second, 1), 'num');
+    }
+    table.hidden = generations.length === 0;
+  }
+
   // Appends the steps of `job` after the last plotted one.
   async function updateChart(job) {
     if (!job || job.job_id !== plotted.jobId || job.generation !== plotted.generation) resetChart(job);
@@ -250,6 +267,9 @@
         if (step.tokens_per_second !== null) throughput.data.push({x: step.step, y: step.tokens_per_second});
         if (typeof step.validation_loss === 'number') validation.data.push({x: step.step, y: step.validation_loss});
         if (Array.isArray(step.evals) && step.evals.length > 0) showEvals(step.step, step.evals);
+        if (Array.isArray(step.generations) && step.generations.length > 0) {
+          showSamples(step.step, step.generations);
+        }
         plotted.lastStep = step.step;
       }
       more = doc.more && doc.steps.length > 0;

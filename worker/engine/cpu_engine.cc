@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/grad_norm.h"
+#include "worker/engine/generation_step.h"
 
 namespace mtrain {
 namespace {
@@ -131,61 +132,32 @@ TrainingEngine::HostState CpuEngine::host_state() {
 }
 
 absl::Status CpuEngine::StartGeneration(int capacity) {
-  if (model_->num_chunks() != 1) {
-    return absl::UnimplementedError(
-        "parallel.virtual_stages: generation runs with one model chunk per stage "
-        "(interleaved pipelines are not supported)");
+  kv_caches_.clear();
+  for (int c = 0; c < model_->num_chunks(); ++c) {
+    kv_caches_.push_back(model_->chunk(c).NewKvCache(capacity));
   }
-  kv_cache_ = model_->chunk(0).NewKvCache(capacity);
   generated_positions_ = 0;
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> CpuEngine::GenerateStep(const std::vector<int32_t>& tokens) {
-  if (!kv_cache_.has_value()) {
+  if (kv_caches_.empty()) {
     return absl::FailedPreconditionError("generation: StartGeneration first");
   }
-  GptModel<float>& model = model_->chunk(0);
-  const ModelPlacement& placement = model.layout().placement();
   const ModelShape& shape = model_->shape();
   const int count = static_cast<int>(tokens.size());
-  const size_t hidden = static_cast<size_t>(count) * shape.hidden;
-  // The stages pass the new positions' hidden states along the pipeline group (group rank
-  // = stage); tags count positions so no two messages of a sequence share one, and sit
-  // far above the training schedule's (communicators take tags below 2^55).
-  Communicator* pipeline = groups_->pipeline.get();
-  const int stages = pipeline != nullptr ? pipeline->size() : 1;
-  const int stage = pipeline != nullptr ? pipeline->rank() : 0;
-  const uint64_t tag = (uint64_t{1} << 54) | static_cast<uint64_t>(generated_positions_);
+  std::vector<GenerationChunk> chunks;
+  for (int c = 0; c < model_->num_chunks(); ++c) {
+    const ModelPlacement& placement = model_->chunk(c).layout().placement();
+    chunks.push_back({placement.has_embedding, placement.has_head, placement.local_vocab(shape)});
+  }
+  const int64_t first = generated_positions_;
   generated_positions_ += count;
-  std::vector<float> hidden_in;
-  if (!placement.has_embedding) {
-    hidden_in.resize(hidden);
-    RETURN_IF_ERROR(pipeline->Recv(hidden_in.data(), hidden * sizeof(float), stage - 1, tag));
-  }
-  const int local_vocab = placement.local_vocab(shape);
-  std::vector<float> out(placement.has_head ? static_cast<size_t>(local_vocab) : hidden);
-  RETURN_IF_ERROR(model.Decode(&*kv_cache_, tokens.data(),
-                               hidden_in.empty() ? nullptr : hidden_in.data(), count, out.data()));
-  std::vector<float> logits(shape.vocab);
-  if (!placement.has_head) {
-    ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> send,
-                     pipeline->StartSend(out.data(), hidden * sizeof(float), stage + 1, tag));
-    RETURN_IF_ERROR(send->Wait());
-  } else {
-    // Each tensor rank holds a contiguous shard of the padded vocabulary, in rank order.
-    Communicator& tensor = *groups_->tensor;
-    std::vector<float> all(static_cast<size_t>(local_vocab) * tensor.size());
-    if (tensor.size() > 1) {
-      RETURN_IF_ERROR(tensor.AllGather(out.data(), all.data(), out.size()));
-    } else {
-      all = std::move(out);
-    }
-    std::copy(all.begin(), all.begin() + shape.vocab, logits.begin());  // no padding columns
-  }
-  // Every stage samples the same token from the last stage's logits.
-  if (stages > 1) RETURN_IF_ERROR(pipeline->Broadcast(logits.data(), logits.size(), stages - 1));
-  return logits;
+  return RunGenerationStep(*groups_, chunks, count, shape.hidden, shape.vocab, first,
+                           [&](int c, const float* hidden_in, float* out) {
+                             return model_->chunk(c).Decode(&kv_caches_[c], tokens.data(),
+                                                            hidden_in, count, out);
+                           });
 }
 
 }  // namespace mtrain

@@ -50,6 +50,7 @@ class CpuEngine : public TrainingEngine {
 
   absl::Status StartGeneration(int capacity) override;
   absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) override;
+  void EndGeneration() override { kv_caches_.clear(); }
 
   HostState host_state() override;
   absl::Status SyncToHost() override { return absl::OkStatus(); }
@@ -61,8 +62,8 @@ class CpuEngine : public TrainingEngine {
   CpuEngine() = default;
 
   const RankGroups* groups_ = nullptr;
-  // Generation: the sequence's key-value cache (StartGeneration).
-  std::optional<GptModel<float>::KvCache> kv_cache_;
+  // Generation: the sequence's key-value cache of each model chunk (StartGeneration).
+  std::vector<GptModel<float>::KvCache> kv_caches_;
   int64_t generated_positions_ = 0;  // of the sequence, for the pipeline messages' tags
   int pipeline_ = 1;
   OptimizerSlice slice_;

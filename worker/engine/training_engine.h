@@ -117,14 +117,14 @@ class TrainingEngine {
   // last stage's logits come back to all).
   virtual absl::Status StartGeneration(int capacity) {
     (void)capacity;
-    return absl::UnimplementedError(
-        "generation runs on the CPU engine (device DEVICE_CPU); the CUDA engine's key-value "
-        "cache is not written yet");
+    return absl::UnimplementedError("this engine does not generate");
   }
   virtual absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) {
     (void)tokens;
     return absl::UnimplementedError("generation: StartGeneration first");
   }
+  // Frees the cache (training goes on after a checkpoint's generation).
+  virtual void EndGeneration() {}
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale); true if
   // any is inf or NaN (an overflow: the step is to be skipped).
   virtual absl::StatusOr<bool> UnscaleGradients(float factor) = 0;

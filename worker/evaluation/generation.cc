@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/data/sequence_sampler.h"
@@ -79,9 +80,9 @@ absl::StatusOr<int32_t> SampleToken(const std::vector<float>& logits,
 absl::StatusOr<GenerationResult> Generate(TrainingEngine& engine, int seq_length,
                                           const std::vector<int32_t>& prompt,
                                           const GenerationOptions& options) {
-  if (prompt.empty()) return absl::InvalidArgumentError("--generate: the prompt is empty");
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (static_cast<int>(prompt.size()) >= seq_length) {
-    return absl::InvalidArgumentError(absl::StrCat("--generate: the prompt is ", prompt.size(),
+    return absl::InvalidArgumentError(absl::StrCat("the prompt is ", prompt.size(),
                                                    " tokens; model.seq_length ", seq_length,
                                                    " leaves no room to generate "
                                                    "(at most ",
@@ -93,6 +94,8 @@ absl::StatusOr<GenerationResult> Generate(TrainingEngine& engine, int seq_length
   std::vector<int32_t> context = prompt;
   auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(engine.StartGeneration(seq_length));
+  // The cache goes when the sequence ends, whichever way (training may go on after).
+  const absl::Cleanup end_generation = [&engine] { engine.EndGeneration(); };
   ASSIGN_OR_RETURN(std::vector<float> logits, engine.GenerateStep(prompt));
   result.prompt_seconds = SecondsSince(start);
   start = std::chrono::steady_clock::now();

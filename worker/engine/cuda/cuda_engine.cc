@@ -39,6 +39,12 @@ class CudaEngine::Chunk {
   virtual absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
                                 float* d_hidden_in,
                                 const std::function<absl::Status(int)>* on_layer_done) = 0;
+  // Generation (CudaGptModel::Decode) with host float hidden states in and out, as
+  // CudaEngine::GenerateChunk says.
+  virtual absl::Status StartDecode(int capacity) = 0;
+  virtual absl::Status Decode(const int32_t* tokens, const float* hidden_in, int count,
+                              float* out) = 0;
+  virtual void EndDecode() = 0;
 };
 
 template <typename T>
@@ -129,6 +135,51 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     return absl::OkStatus();
   }
 
+  absl::Status StartDecode(int capacity) override {
+    ASSIGN_OR_RETURN(cache_, model_->NewKvCache(capacity));
+    return absl::OkStatus();
+  }
+  void EndDecode() override {
+    cache_ = typename CudaGptModel<T>::KvCache();
+    decode_out_ = DeviceBuffer<T>();
+    decode_out_f_ = DeviceBuffer<float>();
+  }
+  absl::Status Decode(const int32_t* tokens, const float* hidden_in, int count,
+                      float* out) override {
+    const ModelPlacement& placement = model_->layout().placement();
+    const ModelShape& shape = model_->layout().shape();
+    const size_t in_elements = static_cast<size_t>(count) * shape.hidden;
+    const size_t out_elements =
+        placement.has_head ? static_cast<size_t>(placement.local_vocab(shape)) : in_elements;
+    // count <= seq_length: the stage buffers (a microbatch's hidden states) hold the input.
+    if (hidden_in != nullptr) {
+      RETURN_IF_ERROR(Stage());
+      RETURN_IF_ERROR(ToDevice(hidden_in, in_elements));
+    }
+    if (decode_out_.size() < out_elements) {
+      ASSIGN_OR_RETURN(decode_out_, DeviceBuffer<T>::Create(out_elements, "generation output"));
+      if constexpr (!std::is_same_v<T, float>) {
+        ASSIGN_OR_RETURN(decode_out_f_,
+                         DeviceBuffer<float>::Create(out_elements, "generation output"));
+      }
+    }
+    RETURN_IF_ERROR(model_->Decode(&cache_, tokens,
+                                   hidden_in != nullptr ? staged_t_.get() : nullptr, count,
+                                   decode_out_.get()));
+    const float* from = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      from = decode_out_.get();
+    } else {
+      RETURN_IF_ERROR(
+          (ConvertTensor<T, float>(decode_out_.get(), decode_out_f_.get(), out_elements, stream_)));
+      from = decode_out_f_.get();
+    }
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(out, from, out_elements * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "downloading the generation output"));
+    return CudaStatus(cudaStreamSynchronize(stream_), "generating");
+  }
+
  private:
   size_t HiddenElements() const {
     const ModelShape& s = model_->layout().shape();
@@ -198,6 +249,10 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   std::vector<std::unique_ptr<CudaActivations<T>>> free_;
   DeviceBuffer<T> staged_t_;
   DeviceBuffer<float> staged_f_;
+  // Generation: the sequence's cache and the last chunk output (widened to float).
+  typename CudaGptModel<T>::KvCache cache_;
+  DeviceBuffer<T> decode_out_;
+  DeviceBuffer<float> decode_out_f_;
 };
 
 CudaEngine::~CudaEngine() {
@@ -469,6 +524,29 @@ const ModelPlacement& CudaEngine::placement(int chunk) const {
 }
 
 const ModelShape& CudaEngine::shape() const { return chunks_.front()->layout().shape(); }
+
+absl::Status CudaEngine::StartGeneration(int capacity) {
+  for (const std::unique_ptr<Chunk>& chunk : chunks_) {
+    absl::Status started = chunk->StartDecode(capacity);
+    if (!started.ok()) {
+      EndGeneration();
+      return started;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::GenerateChunk(int chunk, const int32_t* tokens, const float* hidden_in,
+                                       int count, float* out) {
+  if (chunk < 0 || chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
+  }
+  return chunks_[chunk]->Decode(tokens, hidden_in, count, out);
+}
+
+void CudaEngine::EndGeneration() {
+  for (const std::unique_ptr<Chunk>& chunk : chunks_) chunk->EndDecode();
+}
 
 absl::StatusOr<double> CudaEngine::Forward(int chunk, int index, const Microbatch& microbatch,
                                            const float* hidden_in, float* hidden_out) {

@@ -147,6 +147,17 @@ class CudaEngine : public PipelineStages {
   // copy). shard * group size must be buffer_size.
   absl::Status AllGatherParameters(Communicator* group, bool on_device, size_t shard);
 
+  // Generation with a key-value cache, one sequence at a time (CudaGptModel::Decode):
+  // StartGeneration gives every chunk an empty cache of `capacity` positions;
+  // GenerateChunk runs `count` new positions through chunk `chunk`: `tokens` (host) on the
+  // chunk with the embeddings, else `hidden_in` (host float [count, C]); writes `out` (host
+  // float): [count, C] without the head, else the last position's logits over this rank's
+  // vocabulary shard. Collective over the tensor group. EndGeneration frees the caches.
+  absl::Status StartGeneration(int capacity);
+  absl::Status GenerateChunk(int chunk, const int32_t* tokens, const float* hidden_in, int count,
+                             float* out);
+  void EndGeneration();
+
   const std::string& device_name() const { return device_name_; }
 
  private:

@@ -118,6 +118,24 @@ class CudaGptModel {
   absl::Status Backward(CudaActivations<T>* acts, const T* d_hidden_out, float d_loss_per_token,
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
+  // ---- Generation with a key-value cache (cuda_gpt_model_decode.cc), one sequence at a
+  // time, as GptModel::Decode on the CPU: each local layer keeps its heads' keys and
+  // values of every position run so far.
+  struct KvCache {
+    int capacity = 0;                           // positions it can hold
+    int length = 0;                             // positions cached so far
+    std::vector<DeviceBuffer<T>> keys, values;  // per local layer: [capacity, local hidden]
+  };
+  absl::StatusOr<KvCache> NewKvCache(int capacity) const;
+  // Runs positions [cache->length, cache->length + count) (no dropout): `tokens` (host
+  // [count]) on a chunk with the embeddings, else `hidden_in` (device [count, C]); appends
+  // their keys and values; writes `out` (device): [count, C] hidden states on a chunk
+  // without the head, else the logits of the LAST new position over this rank's
+  // vocabulary shard [V_local] (padded columns included). Collective over the tensor
+  // group. OUT_OF_RANGE past the cache or model.seq_length; INVALID_ARGUMENT for a token
+  // outside the vocabulary.
+  absl::Status Decode(KvCache* cache, const int32_t* tokens, const T* hidden_in, int count, T* out);
+
  private:
   CudaGptModel(const ParameterLayout& layout, int micro_batch, const ModelOptions& options,
                CublasLt* blas, cudaStream_t stream, DeviceCollectives* tensor_group);
@@ -152,6 +170,15 @@ class CudaGptModel {
   DeviceBuffer<T> d_logits_;
   DeviceBuffer<T> d_x_, d_below_, d_ln_, d_branch_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, discard_;
   DeviceBuffer<float> reduce_scratch_;  // fp32 widening of 16-bit tensor-parallel sums
+  // Decode's temporaries, grown to the largest run so far.
+  struct DecodeScratch {
+    int rows = 0;
+    size_t score_count = 0;
+    DeviceBuffer<int32_t> tokens;
+    DeviceBuffer<T> x, ln, qkv, y, branch, fc, gelu;
+    DeviceBuffer<float> mean, rstd, scores;
+  };
+  DecodeScratch decode_;
 };
 
 }  // namespace mtrain::cuda

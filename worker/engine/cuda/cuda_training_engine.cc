@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/cuda/device_buffer.h"
+#include "worker/engine/generation_step.h"
 #include "worker/engine/parameter_init.h"
 
 namespace mtrain::cuda {
@@ -178,6 +179,36 @@ absl::Status CudaTrainingEngine::SyncFromHost() {
   const HostState host = host_state();
   RETURN_IF_ERROR(engine_->UploadParameters(host.params));
   return engine_->UploadMoments(host.first_moment, host.second_moment);
+}
+
+absl::Status CudaTrainingEngine::StartGeneration(int capacity) {
+  RETURN_IF_ERROR(engine_->StartGeneration(capacity));
+  generating_ = true;
+  generated_positions_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CudaTrainingEngine::GenerateStep(
+    const std::vector<int32_t>& tokens) {
+  if (!generating_) return absl::FailedPreconditionError("generation: StartGeneration first");
+  const ModelShape& shape = engine_->shape();
+  const int count = static_cast<int>(tokens.size());
+  std::vector<GenerationChunk> chunks;
+  for (int c = 0; c < engine_->num_chunks(); ++c) {
+    const ModelPlacement& placement = engine_->placement(c);
+    chunks.push_back({placement.has_embedding, placement.has_head, placement.local_vocab(shape)});
+  }
+  const int64_t first = generated_positions_;
+  generated_positions_ += count;
+  return RunGenerationStep(*groups_, chunks, count, shape.hidden, shape.vocab, first,
+                           [&](int c, const float* hidden_in, float* out) {
+                             return engine_->GenerateChunk(c, tokens.data(), hidden_in, count, out);
+                           });
+}
+
+void CudaTrainingEngine::EndGeneration() {
+  engine_->EndGeneration();
+  generating_ = false;
 }
 
 }  // namespace mtrain::cuda

@@ -50,6 +50,12 @@ class CudaTrainingEngine : public TrainingEngine {
   double CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const override;
   std::optional<int64_t> device_memory_peak_bytes() const override;
 
+  // Generation on the GPU (CudaEngine::GenerateChunk), the chunks' hidden states passed
+  // between stages through the host as in training.
+  absl::Status StartGeneration(int capacity) override;
+  absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) override;
+  void EndGeneration() override;
+
   HostState host_state() override;
   absl::Status SyncToHost() override;
   absl::Status SyncFromHost() override;
@@ -66,6 +72,8 @@ class CudaTrainingEngine : public TrainingEngine {
   Precision precision_ = PRECISION_FP32;
   std::unique_ptr<CudaEngine> engine_;
   double collective_seconds_ = 0;  // of the last step
+  bool generating_ = false;
+  int64_t generated_positions_ = 0;  // of the sequence, for the pipeline messages' tags
   // The host mirror; empty until host_state() is first asked for.
   std::vector<float> host_params_, host_m_, host_v_;
 };
