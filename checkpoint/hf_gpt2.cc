@@ -189,8 +189,7 @@ float Bfloat16ToFloat(uint16_t h) {
   return f;
 }
 
-absl::StatusOr<std::vector<float>> HfFloats(const std::string& name,
-                                            const SafetensorsTensor& tensor) {
+absl::StatusOr<std::vector<float>> HfFloats(const std::string& name, SafetensorsTensor tensor) {
   int element_bytes = 0;
   if (tensor.dtype == "F32") element_bytes = 4;
   if (tensor.dtype == "F64") element_bytes = 8;
@@ -200,6 +199,10 @@ absl::StatusOr<std::vector<float>> HfFloats(const std::string& name,
         "HF tensor '", name, "' has dtype ", tensor.dtype, "; import reads F32, F64, F16 or BF16"));
   }
   const int64_t n = tensor.num_elements();
+  if (tensor.dtype == "F32" && tensor.bytes.empty() &&
+      static_cast<int64_t>(tensor.f32.size()) == n && n > 0) {
+    return std::move(tensor.f32);  // read as floats already (SafetensorsReader::ReadFloat32)
+  }
   if (static_cast<int64_t>(tensor.bytes.size()) != n * element_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "HF tensor '", name, "' has ", tensor.bytes.size(), " bytes; its shape ",
@@ -336,7 +339,7 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
 
 absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model_spec,
-    const std::set<std::string>* only) {
+    const std::set<std::string>* only, const HfTensorSink* sink) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
   const int64_t C = model.hidden_size(), V = model.vocab_size(), S = model.seq_length();
@@ -411,12 +414,20 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     // One tensor's bytes at a time: the raw bytes go as soon as they are floats.
     std::vector<float> values;
     {
-      ASSIGN_OR_RETURN(const SafetensorsTensor tensor, read(name));
-      ASSIGN_OR_RETURN(values, HfFloats(name, tensor));
+      ASSIGN_OR_RETURN(SafetensorsTensor tensor, read(name));
+      ASSIGN_OR_RETURN(values, HfFloats(name, std::move(tensor)));
     }
     // For wpe, the first seq_length positions (the leading rows).
     if (only == nullptr || only->count(m.ours) > 0) {
-      ours[m.ours] = FullTensor{m.our_shape, FromHfLayout(values.data(), m)};
+      // A tensor already in our layout is taken as it is (one copy, not two).
+      const bool as_is = m.layout == Layout::kSame && !compare_head &&
+                         static_cast<int64_t>(values.size()) == Volume(m.our_shape);
+      FullTensor tensor{m.our_shape, as_is ? std::move(values) : FromHfLayout(values.data(), m)};
+      if (sink != nullptr) {
+        RETURN_IF_ERROR((*sink)(m.ours, std::move(tensor)));
+      } else {
+        ours[m.ours] = std::move(tensor);
+      }
     }
     if (compare_head) hf_wte = std::move(values);
     by_name.erase(it);
@@ -427,7 +438,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     const std::vector<int64_t>& head_shape = shapes.at(lm_head);
     absl::StatusOr<SafetensorsTensor> tensor = read(lm_head);
     if (!tensor.ok()) return tensor.status();
-    absl::StatusOr<std::vector<float>> head = HfFloats(lm_head, *tensor);
+    absl::StatusOr<std::vector<float>> head = HfFloats(lm_head, *std::move(tensor));
     if (!head.ok()) return head.status();
     if (head_shape != std::vector<int64_t>{V, C} || *head != hf_wte) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -103,9 +103,13 @@ using HfTensorShapes = std::map<std::string, std::vector<int64_t>>;
 using HfTensorReader = std::function<absl::StatusOr<SafetensorsTensor>(const std::string& name)>;
 // `only`, when given, names the tensors (ours) to return: the others are still checked
 // (present, right shape) but never read, so a pipeline stage holds its own layers only.
+// `sink`, when given, takes each converted tensor (ours) as soon as it is read, instead of
+// the returned map (then empty): a tensor-parallel rank keeps its slice of it and lets the
+// rest go, holding one whole tensor at a time. Its error ends the import.
+using HfTensorSink = std::function<absl::Status(const std::string& name, FullTensor tensor)>;
 absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model,
-    const std::set<std::string>* only = nullptr);
+    const std::set<std::string>* only = nullptr, const HfTensorSink* sink = nullptr);
 
 }  // namespace mtrain
 

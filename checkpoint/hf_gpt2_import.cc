@@ -223,7 +223,8 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
 }
 
 absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
-    const std::string& path, const ModelSpec& model, const std::set<std::string>* only) {
+    const std::string& path, const ModelSpec& model, const std::set<std::string>* only,
+    const HfTensorSink* sink) {
   ASSIGN_OR_RETURN(const HuggingFaceGpt2Files files, FindHuggingFaceGpt2Files(path));
   if (!files.config.empty()) {
     ASSIGN_OR_RETURN(const RandomAccessFile file, RandomAccessFile::Open(files.config));
@@ -261,9 +262,9 @@ absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
     }
   }
   const HfTensorReader read = [&owner](const std::string& name) {
-    return owner.at(name)->Read(name);
+    return owner.at(name)->ReadFloat32(name);
   };
-  return FromHuggingFaceGpt2(shapes, read, model, only);
+  return FromHuggingFaceGpt2(shapes, read, model, only, sink);
 }
 
 }  // namespace mtrain

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/full_tensor.h"
+#include "checkpoint/hf_gpt2.h"
 #include "proto/job_spec.pb.h"
 
 namespace mtrain {
@@ -61,9 +62,11 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
 // FromHuggingFaceGpt2 (hf_gpt2.h) over every shard's tensors read one at a time. A tensor
 // in two shards, or one the index places in a shard that lacks it, is DATA_LOSS naming
 // both.
-// `only`: as FromHuggingFaceGpt2's (the tensors a rank holds).
+// `only` and `sink`: as FromHuggingFaceGpt2's (the tensors a rank holds; each taken as
+// it is read).
 absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
-    const std::string& path, const ModelSpec& model, const std::set<std::string>* only = nullptr);
+    const std::string& path, const ModelSpec& model, const std::set<std::string>* only = nullptr,
+    const HfTensorSink* sink = nullptr);
 
 }  // namespace mtrain
 

@@ -253,7 +253,7 @@ TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
   file.tensors["wpe.weight"] = MakeF32Tensor({10, kHidden}, wpe.data());
   // BF16 keeps the upper half of a float's bits: exactly representable values survive.
   std::vector<float> ln = Floats(file, "ln_f.weight");
-  SafetensorsTensor bf16{"BF16", {kHidden}, std::string(2 * kHidden, '\0')};
+  SafetensorsTensor bf16{"BF16", {kHidden}, std::string(2 * kHidden, '\0'), {}};
   for (int i = 0; i < kHidden; ++i) {
     const uint16_t b = ToBfloat16(ln[i]);
     std::memcpy(&bf16.bytes[2 * i], &b, 2);
@@ -262,7 +262,7 @@ TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
   }
   file.tensors["ln_f.weight"] = bf16;
   // F16: 1.5, -2, 2^-24 (smallest subnormal), 0.
-  SafetensorsTensor f16{"F16", {kHidden}, std::string(2 * kHidden, '\0')};
+  SafetensorsTensor f16{"F16", {kHidden}, std::string(2 * kHidden, '\0'), {}};
   const uint16_t halves[kHidden] = {0x3E00, 0xC000, 0x0001, 0x0000, 0x3C00, 0x3C00, 0x3C00, 0x3C00};
   std::memcpy(f16.bytes.data(), halves, sizeof(halves));
   file.tensors["ln_f.bias"] = f16;

@@ -75,13 +75,13 @@ int64_t SafetensorsTensor::num_elements() const {
 }
 
 SafetensorsTensor MakeF32Tensor(std::vector<int64_t> shape, const float* data) {
-  SafetensorsTensor tensor{"F32", std::move(shape), ""};
+  SafetensorsTensor tensor{"F32", std::move(shape), "", {}};
   tensor.bytes.assign(reinterpret_cast<const char*>(data), tensor.num_elements() * 4);
   return tensor;
 }
 
 SafetensorsTensor MakeI32Tensor(std::vector<int64_t> shape, const int32_t* data) {
-  SafetensorsTensor tensor{"I32", std::move(shape), ""};
+  SafetensorsTensor tensor{"I32", std::move(shape), "", {}};
   tensor.bytes.assign(reinterpret_cast<const char*>(data), tensor.num_elements() * 4);
   return tensor;
 }
@@ -265,6 +265,21 @@ absl::StatusOr<SafetensorsTensor> SafetensorsReader::Read(const std::string& nam
   // Every entry was checked to lie inside the file at Open.
   tensor.bytes.resize(static_cast<size_t>(entry.end - entry.begin));
   RETURN_IF_ERROR(file_.Read(data_start_ + entry.begin, tensor.bytes.size(), tensor.bytes.data()));
+  return tensor;
+}
+
+absl::StatusOr<SafetensorsTensor> SafetensorsReader::ReadFloat32(const std::string& name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end() || it->second.dtype != "F32") return Read(name);
+  const SafetensorsEntry& entry = it->second;
+  const uint64_t bytes = entry.end - entry.begin;
+  if (bytes % sizeof(float) != 0) return Read(name);  // the caller names the size mismatch
+  SafetensorsTensor tensor;
+  tensor.dtype = entry.dtype;
+  tensor.shape = entry.shape;
+  tensor.f32.resize(static_cast<size_t>(bytes / sizeof(float)));
+  // Little-endian F32 is the host's float (the project's targets are little-endian).
+  RETURN_IF_ERROR(file_.Read(data_start_ + entry.begin, bytes, tensor.f32.data()));
   return tensor;
 }
 

@@ -22,6 +22,8 @@ struct SafetensorsTensor {
   std::string dtype;  // "F32", "F64", "I32", "I64"
   std::vector<int64_t> shape;
   std::string bytes;  // raw little-endian data
+  // Set instead of `bytes` by SafetensorsReader::ReadFloat32 for an F32 tensor: its values.
+  std::vector<float> f32;
 
   int64_t num_elements() const;
 };
@@ -74,6 +76,9 @@ class SafetensorsReader {
   // The tensor's bytes, read now. NOT_FOUND naming the tensor and the file if the header
   // has no such name; DATA_LOSS if the file was truncated since Open.
   absl::StatusOr<SafetensorsTensor> Read(const std::string& name) const;
+  // As Read, but an F32 tensor's values go straight into `f32` (`bytes` stays empty): the
+  // reader holds them once, not as bytes and then floats. Other dtypes come as bytes.
+  absl::StatusOr<SafetensorsTensor> ReadFloat32(const std::string& name) const;
 
  private:
   SafetensorsReader(RandomAccessFile file, uint64_t data_start)

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,6 +21,7 @@
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/hf_gpt2_import.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/shard_from_full.h"
 #include "common/json_writer.h"
 #include "common/scratch_dir.h"
 #include "common/status_macros.h"
@@ -466,21 +468,30 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
         absl::StrCat("train.init_from ", init_from), 2.0 * static_cast<double>(init_bytes),
         absl::StrCat("2 x its ", init_bytes, " bytes"), CurrentMemoryLimits()));
     // Only the tensors this rank holds (a pipeline stage's layers): the others are checked
-    // in the file but never read.
+    // in the file but never read. Each is cut to this rank's slice as it is read (a
+    // tensor-parallel rank keeps 1/t of it), so the rank holds its own parameters plus
+    // one whole tensor.
     std::set<std::string> mine;
+    std::multimap<std::string, const ParamTensor*> shards;
     for (const ParamTensor& tensor : trainer->engine().layout().tensors()) {
       mine.insert(tensor.name);
+      shards.emplace(tensor.name, &tensor);
     }
-    absl::StatusOr<std::map<std::string, FullTensor>> weights =
-        ImportHuggingFaceGpt2(init_from, spec.model(), &mine);
-    if (!weights.ok()) {
-      return absl::Status(weights.status().code(),
-                          absl::StrCat("train.init_from: ", weights.status().message()));
-    }
-    ASSIGN_OR_RETURN(ScratchDir init, ScratchDir::Create(absl::StrCat("init-r", rank)));
-    RETURN_IF_ERROR(
-        WriteParameterCheckpoint(init.path(), "static", 0, *weights, spec.train().seed()).status());
-    RETURN_IF_ERROR(trainer->LoadCheckpoint(init.path()));
+    RETURN_IF_ERROR(trainer->LoadInitialParameters([&](float* params) -> absl::Status {
+      const HfTensorSink keep_slice = [&](const std::string& name, FullTensor tensor) {
+        const auto [begin, end] = shards.equal_range(name);
+        for (auto it = begin; it != end; ++it) {
+          RETURN_IF_ERROR(CopyShardFromFull(tensor, *it->second, params));
+        }
+        return absl::OkStatus();
+      };
+      absl::Status imported =
+          ImportHuggingFaceGpt2(init_from, spec.model(), &mine, &keep_slice).status();
+      if (!imported.ok()) {
+        return absl::Status(imported.code(), absl::StrCat("train.init_from: ", imported.message()));
+      }
+      return absl::OkStatus();
+    }));
   }
   std::string checkpoint_dir = options.checkpoint_dir;
   if (!checkpoint_dir.empty()) {

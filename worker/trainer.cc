@@ -635,6 +635,13 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
   return engine_->SyncFromHost();
 }
 
+absl::Status Trainer::LoadInitialParameters(
+    const std::function<absl::Status(float* params)>& fill) {
+  RETURN_IF_ERROR(fill(engine_->host_state().params));
+  step_ = 0;
+  return engine_->SyncFromHost();
+}
+
 absl::Status Trainer::SaveWeights(const std::string& path) {
   ASSIGN_OR_RETURN(const auto full, GatherWeights());
   if (assignment_.rank().global_rank() != 0) return absl::OkStatus();

@@ -134,6 +134,11 @@ class Trainer {
   // leaves the optimizer fresh. `subset`: the directory holds only the files this rank's
   // tensors overlap (FilesOverlapping), as a resuming rank downloads them.
   absl::Status LoadCheckpoint(const std::string& dir, bool subset = false);
+  // Initial weights written straight into this rank's parameters (train.init_from read
+  // without a checkpoint in between): `fill` gets the host copy of the flat parameter
+  // buffer (every tensor of engine().layout() at its offset), then the engine takes it;
+  // the optimizer stays fresh and the step is 0.
+  absl::Status LoadInitialParameters(const std::function<absl::Status(float* params)>& fill);
   // The checkpoint files this rank needs from a checkpoint with `manifest`.
   std::vector<std::string> CheckpointFilesNeeded(const CheckpointManifest& manifest) const;
 

@@ -95,8 +95,13 @@ trainctl status "$job"
 echo
 echo "demo: checkpoints of $job in the coordinator's store (a restart resumes from the newest):"
 trainctl checkpoints "$job"
-echo "demo: evaluations of $job at its checkpoints (train.eval_tasks; trainctl evals):"
+echo "demo: evaluations and samples of $job at its checkpoints (train.eval_tasks,"
+echo "      train.generate; trainctl evals):"
 trainctl evals "$job"
+echo
+echo "demo: the last checkpoint continues a prompt on the workers (trainctl generate):"
+trainctl generate "$job" --prompt="JULIET:" --max_new_tokens=64 --temperature=0.8 --top_k=40
+echo
 echo "demo: export one for HuggingFace transformers with:  trainctl export $job OUT_DIR"
 echo "demo: metrics were served at $metrics_url; job database and rank logs in $STATE"
 echo "demo: try it yourself:  $BIN/coordinator/cli/trainctl --coordinator=$address list"

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Peak memory of importing a HuggingFace GPT-2 124M (issue 20): writes the model's tensors
 as transformers names them (random fp32 values, about 475 MiB with the tied head omitted)
-and runs //checkpoint:hf_import_bench in both modes: `whole` (the file read into memory,
-then converted) and `streaming` (ImportHuggingFaceGpt2: one tensor's bytes at a time).
+and runs //checkpoint:hf_import_bench: `whole` (the file read into memory, then converted),
+`streaming` (ImportHuggingFaceGpt2: one tensor's bytes at a time), a first pipeline stage of
+4 (its tensors only) and a tensor-parallel rank of 4 (1/4 of each tensor kept as it is
+read).
 
   bazel build //checkpoint:hf_import_bench && python3 tests/bench/hf_import_memory.py
 """
@@ -61,9 +63,11 @@ def main():
         write(path)
         size = os.path.getsize(path) / (1 << 20)
         print(f"GPT-2 124M, fp32, {size:.0f} MiB")
-        for mode in ("whole", "streaming"):
-            out = subprocess.run([bench, f"--path={path}", f"--mode={mode}"], check=True,
-                                 capture_output=True, text=True).stdout
+        for mode, flags in (("whole", []), ("streaming", []), ("stage 1/4", ["--stage_layers=3"]),
+                            ("tensor 1/4", ["--tensor=4"])):
+            out = subprocess.run([bench, f"--path={path}",
+                                  f"--mode={'whole' if mode == 'whole' else 'streaming'}"] + flags,
+                                 check=True, capture_output=True, text=True).stdout
             row = json.loads(out)
             print(f"{mode:<10} peak RSS {row['peak_rss_mib']:7.0f} MiB  (result {row['result_mib']:.0f} "
                   f"MiB of float parameters; {row['peak_rss_mib'] - row['result_mib']:.0f} MiB above it)")
