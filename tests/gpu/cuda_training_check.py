@@ -18,7 +18,10 @@
      engine) follows the CPU engine's to 1e-4 in fp32, and bf16 (1,2,1)'s stays within 2e-2
      of bf16 (1,1,1)'s;
   7. `train --evaluate=perplexity` from the CPU run's last checkpoint gives the same
-     perplexity on the CUDA engine as on the CPU (1e-4).
+     perplexity on the CUDA engine as on the CPU (1e-4);
+  8. `train --generate` (greedy, 60 tokens, key-value cache) from the same checkpoint gives
+     the same tokens on the CUDA engine (its decoding kernels) as on the CPU, and the CUDA
+     engine's tokens/s is printed.
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -106,6 +109,23 @@ def evaluate(train, tmp, name, device, checkpoint):
     return json.loads(out.read_text())
 
 
+def generate(train, tmp, name, device, checkpoint):
+    """`train --generate` (greedy) from `checkpoint` on one rank: the engine's key-value-cache
+    decoding, CPU or CUDA."""
+    spec = json.loads(json.dumps(SPEC))
+    spec["device"], spec["precision"] = device, "PRECISION_FP32"
+    spec_path = pathlib.Path(tmp, f"{name}.json")
+    spec_path.write_text(json.dumps(spec))
+    out = pathlib.Path(tmp, f"{name}.result.json")
+    result = subprocess.run([train, f"--spec={spec_path}", f"--resume_from={checkpoint}",
+                             "--generate=ROMEO:", "--max_new_tokens=60", f"--eval_output={out}"],
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or not out.exists():
+        print(f"{name}: failed\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return None
+    return json.loads(out.read_text())
+
+
 def max_relative(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
@@ -134,8 +154,11 @@ def main():
         trained = f"{tmp}/cpu-checkpoints/step-{SPEC['train']['steps']:08d}"
         evals = {device: evaluate(args.train, tmp, f"eval-{device}", device, trained)
                  for device in ("DEVICE_CPU", "DEVICE_CUDA")}
+        texts = {device: generate(args.train, tmp, f"generate-{device}", device, trained)
+                 for device in ("DEVICE_CPU", "DEVICE_CUDA")}
     failed = [name for name, r in runs.items() if r is None]
     failed += [f"eval-{device}" for device, r in evals.items() if r is None]
+    failed += [f"generate-{device}" for device, r in texts.items() if r is None]
     checks = []
     if not failed:
         cpu, fp32 = runs["cpu-fp32"]["losses"], runs["cuda-fp32"]["losses"]
@@ -148,6 +171,13 @@ def main():
         checks.append(("cuda eval perplexity",
                        max_relative([evals["DEVICE_CUDA"]["perplexity"]],
                                     [evals["DEVICE_CPU"]["perplexity"]]), 1e-4))
+        cpu_tokens, cuda_tokens = texts["DEVICE_CPU"]["tokens"], texts["DEVICE_CUDA"]["tokens"]
+        differing = sum(a != b for a, b in zip(cpu_tokens, cuda_tokens)) + abs(
+            len(cpu_tokens) - len(cuda_tokens))
+        print(f"generation: cpu {texts['DEVICE_CPU']['tokens_per_second']:.0f} tokens/s, "
+              f"cuda {texts['DEVICE_CUDA']['tokens_per_second']:.0f} tokens/s, "
+              f"{differing} of {len(cpu_tokens)} tokens differ")
+        checks.append(("cuda greedy tokens", differing / max(1, len(cpu_tokens)), 1e-9))
         checks.append(("cuda fp32 validation", max_relative(runs["cuda-fp32"]["validation"],
                                                             runs["cpu-fp32"]["validation"]), 1e-4))
         checks.append(("bf16 p2 validation", max_relative(runs["cuda-bf16-p2"]["validation"],

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_test
          //kernels/cuda:gelu_test //kernels/cuda:layernorm_test //kernels/cuda:adamw_test
          //kernels/cuda:grad_scale_test //kernels/cuda:cross_entropy_test //kernels/cuda:matmul_test
-         //kernels/cuda:attention_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
+         //kernels/cuda:attention_test //kernels/cuda:attention_decode_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
          //kernels/cuda:elementwise_test //kernels/cuda:overwrite_mode_test
          //worker/engine/cuda:cuda_engine_test
          //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test

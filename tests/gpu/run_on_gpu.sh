@@ -35,7 +35,7 @@ check() {
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 # CUDA kernels against the CPU implementations (each prints its measured errors).
-for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention dropout embedding \
+for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention attention_decode dropout embedding \
     elementwise overwrite_mode; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
