@@ -295,5 +295,51 @@ TEST(CudaEngineTest, FastPathRefusesPartialModels) {
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument) << mismatched.status();
 }
 
+// Generation: the key-value-cache decoding of a prompt and then one token at a time gives
+// the CPU model's logits (in double) for the last position of each run.
+TEST(CudaGptModelTest, Fp32DecodingMatchesTheCpuModel) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  const ModelShape shape = SmallShape();
+  const ParameterLayout layout(shape, WholeModel(shape));
+  std::vector<float> params(layout.end_offset());
+  InitializeParameters(layout, 7, params.data());
+  ModelOptions options;
+  GptModel<double> cpu(layout, 1, options);
+  std::copy(params.begin(), params.end(), cpu.params());
+  GptModel<double>::KvCache cpu_cache = cpu.NewKvCache(shape.seq_length);
+
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  absl::StatusOr<std::unique_ptr<CublasLt>> blas = CublasLt::Create();
+  ASSERT_TRUE(blas.ok()) << blas.status();
+  DeviceArray<float> device_params(params);
+  DeviceArray<float> device_grads(std::vector<float>(layout.end_offset(), 0.0f));
+  auto model = CudaGptModel<float>::Create(layout, 1, options, device_params.get(),
+                                           device_grads.get(), blas->get(), stream);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cache = (*model)->NewKvCache(shape.seq_length);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  DeviceArray<float> logits(static_cast<size_t>(shape.padded_vocab));
+  const std::vector<int32_t> tokens = RandomTokens(26, shape.vocab, 3);
+  std::vector<double> want(shape.padded_vocab);
+  // A prompt of 20 positions, then 6 single ones.
+  for (int first = 0; first < 26; first += first == 0 ? 20 : 1) {
+    const int count = first == 0 ? 20 : 1;
+    ASSERT_TRUE(
+        (*model)->Decode(&*cache, tokens.data() + first, nullptr, count, logits.get()).ok());
+    ASSERT_TRUE(cpu.Decode(&cpu_cache, tokens.data() + first, nullptr, count, want.data()).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const double error = RelativeError(logits.Download(), want);
+    std::printf("decode at %d (+%d): %.2e\n", first, count, error);
+    EXPECT_LT(error, 1e-5) << "position " << first;
+  }
+  EXPECT_EQ(cache->length, 26);
+  // Past the cache: refused.
+  EXPECT_EQ(
+      (*model)->Decode(&*cache, tokens.data(), nullptr, shape.seq_length, logits.get()).code(),
+      absl::StatusCode::kOutOfRange);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace mtrain::cuda
