@@ -147,6 +147,8 @@ TEST_F(EvalTasksClusterTest, CheckpointStepsCarryTheTasksResultsToEventsAndProme
   ASSERT_EQ(status_code, 0) << status;
   EXPECT_THAT(status, HasSubstr("evaluation  step 6: {\"task\":\"perplexity\""));
   EXPECT_THAT(status, HasSubstr("evaluation  step 6: {\"task\":\"choice\""));
+  // And the last `trainctl eval` run's.
+  EXPECT_THAT(status, HasSubstr("evaluation  step 6, by trainctl: {\"task\":\"choice\""));
 
   // A job without checkpoints says so.
   const std::string running = Submit(WriteSpec("long.json", R"({"model": {"num_layers": 2,

@@ -144,6 +144,11 @@ TEST_F(GenerationClusterTest, CheckpointStepsAndTrainctlGenerateContinueThePromp
   // Plain output: the prompt and its continuation, then the figures.
   EXPECT_THAT(sampled, HasSubstr(absl::StrCat("The king", sampled_4.text(), "\n"))) << sampled;
   EXPECT_THAT(sampled, HasSubstr("trainctl generate: job-1 step 4: ")) << sampled;
+  // `trainctl status` adds the last run's text.
+  auto [after_code, after] = Trainctl({"status", "job-1"});
+  ASSERT_EQ(after_code, 0) << after;
+  EXPECT_THAT(after, HasSubstr("generation  step 4, by trainctl: \"The king\" -> \""));
+  EXPECT_THAT(after, HasSubstr("generation  step 4: \"ROMEO:\" -> \"")) << after;
   // Both runs are listed with the job's own.
   auto [listed_code, listed] = Trainctl({"evals", "job-1"});
   ASSERT_EQ(listed_code, 0) << listed;

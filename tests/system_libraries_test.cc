@@ -29,8 +29,7 @@ TEST(SystemLibrariesTest, OpenBlasMultipliesMatrices) {
   const float a[] = {1, 2, 3, 4};
   const float b[] = {5, 6, 7, 8};
   float c[4] = {0};
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c,
-              2);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
   EXPECT_THAT(c, testing::ElementsAre(19, 22, 43, 50));
 }
 

@@ -38,9 +38,9 @@ TEST(TrainConvergenceTest, LossFallsFromLn256ToBelow2Point5OnShakespeare) {
     "device": "DEVICE_CPU"
   })";
   const std::string metrics_path = dir + "/metrics.jsonl";
-  auto train = ChildProcess::Start({"worker/train", "--spec=" + spec_path,
-                                    "--metrics_jsonl=" + metrics_path, "--threads=2"},
-                                   dir + "/train.log");
+  auto train = ChildProcess::Start(
+      {"worker/train", "--spec=" + spec_path, "--metrics_jsonl=" + metrics_path, "--threads=2"},
+      dir + "/train.log");
   ASSERT_TRUE(train.ok()) << train.status();
   absl::StatusOr<int> code = (*train)->Wait(absl::Minutes(10));
   ASSERT_TRUE(code.ok()) << code.status();

@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
@@ -108,7 +109,9 @@ commands:
   validate SPEC.json    check a job spec locally and print it with defaults filled in
   submit SPEC.json      validate locally, submit, print the job id; with --wait follow the
                         job with a progress line and exit 0 only if it SUCCEEDED
-  status JOB            summarise one job (--json: the JobStatus as protobuf JSON)
+  status JOB            summarise one job, with the results of its last evaluated step and
+                        of the last eval or generate run on it (--json: the JobStatus as
+                        protobuf JSON)
   watch JOB             follow a job until it ends (--json: one StepMetrics JSON line per
                         step, the format of `train --metrics_jsonl`)
   list                  table of jobs, oldest first (--json: one JobStatus JSON object per
@@ -550,29 +553,7 @@ std::string EventResult(const JobEvent& event) {
   return colon == std::string::npos ? "" : event.message().substr(colon + 2);
 }
 
-// The results of the job's last evaluated checkpoint step (train.eval_tasks and
-// train.generate), under the status table: "evaluation  step N: {...}" and
-// "generation  step N: "prompt" -> "text"". Nothing for a job without any.
-void PrintLatestEvaluations(Client& client, const std::string& job_id) {
-  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
-  if (!events.ok()) return;  // the status above is what was asked for
-  std::vector<std::string> latest;
-  std::string latest_step;
-  for (const JobEvent& event : *events) {
-    if (event.kind() != "evaluation" && event.kind() != "generation") continue;
-    const std::string step = event.message().substr(0, event.message().find(':'));
-    if (step != latest_step) latest.clear();
-    latest_step = step;
-    GeneratedText text;
-    if (event.kind() == "generation" &&
-        google::protobuf::util::JsonStringToMessage(EventResult(event), &text).ok()) {
-      latest.push_back(absl::StrCat("generation  ", step, ": ", GenerationSummary(text, 120)));
-    } else {
-      latest.push_back(absl::StrCat(event.kind(), "  ", event.message()));
-    }
-  }
-  for (const std::string& line : latest) std::printf("%s\n", line.c_str());
-}
+void PrintLatestEvaluations(Client& client, const std::string& job_id);
 
 int Status(Client& client, const std::string& job_id) {
   GetJobRequest request;
@@ -678,52 +659,107 @@ int Events(Client& client, const std::string& job_id) {
   return 0;
 }
 
-// train.eval_tasks' and train.generate's results, the job's own first, then those of
-// `trainctl eval` and `trainctl generate` runs on its checkpoints: "step N: {result}" per
-// task or prompt and checkpoint step (--json: {"step":N,"kind":K,"result":{...}} per line).
-// Nothing when the job has none yet.
-int Evals(Client& client, const std::string& job_id) {
+// A job's evaluation and generation results: its own (train.eval_tasks, train.generate)
+// and those of the `trainctl eval` and `trainctl generate` runs on its checkpoints, whose
+// jobs are named "<job id>-eval-<step>" and "<job id>-generate-<step>". Each event's
+// message is "step N: {result}", N the job's checkpoint step.
+struct EvaluationResults {
+  std::vector<JobEvent> own;
+  std::vector<JobEvent> runs;  // in the order the runs were submitted
+};
+absl::StatusOr<EvaluationResults> CollectEvaluationResults(Client& client,
+                                                           const std::string& job_id) {
   const auto wanted = [](const JobEvent& event) {
-    return event.kind() == "evaluation" || event.kind() == "generation";
+    return (event.kind() == "evaluation" || event.kind() == "generation") &&
+           !EventResult(event).empty();
   };
-  absl::StatusOr<std::vector<JobEvent>> events = AllEvents(client, job_id);
-  if (!events.ok()) return Fail("evals", events.status());
-  // The runs' jobs are named "<job id>-eval-<step>" and "<job id>-generate-<step>": their
-  // results are this job's.
+  EvaluationResults out;
+  ASSIGN_OR_RETURN(std::vector<JobEvent> own, AllEvents(client, job_id));
+  for (JobEvent& event : own) {
+    if (wanted(event)) out.own.push_back(std::move(event));
+  }
+  std::vector<std::pair<std::string, JobEvent>> runs;  // (run's job id, event)
   for (const std::string infix : {kEvalJobInfix, kGenerationJobInfix}) {
     ListJobsRequest request;
     request.set_name_prefix(job_id + infix);
     request.set_page_size(1000);
     ListJobsResponse listed;
-    absl::Status status =
-        client.Check(client.stub()->ListJobs(client.Context().get(), request, &listed));
-    if (!status.ok()) return Fail("evals", status);
+    RETURN_IF_ERROR(
+        client.Check(client.stub()->ListJobs(client.Context().get(), request, &listed)));
     for (const JobStatus& run : listed.jobs()) {
-      absl::StatusOr<std::vector<JobEvent>> more = AllEvents(client, run.job_id());
-      if (!more.ok()) return Fail("evals", more.status());
+      ASSIGN_OR_RETURN(std::vector<JobEvent> more, AllEvents(client, run.job_id()));
       const std::string step = run.spec().name().substr(request.name_prefix().size());
-      for (JobEvent& event : *more) {
-        if (!wanted(event) || EventResult(event).empty()) continue;
+      for (JobEvent& event : more) {
+        if (!wanted(event)) continue;
         // "step 1: {...}" of the run is the source's checkpoint step.
         event.set_message(absl::StrCat("step ", step, ": ", EventResult(event)));
-        events->push_back(std::move(event));
+        runs.emplace_back(run.job_id(), std::move(event));
       }
     }
   }
-  for (const JobEvent& event : *events) {
-    if (!wanted(event)) continue;
-    const std::string result = EventResult(event);
-    if (result.empty()) continue;
-    if (absl::GetFlag(FLAGS_json)) {
-      // "step N: {json}" -> {"step":N,"kind":K,"result":{json}}
-      const std::string step = event.message().substr(5, event.message().find(": ") - 5);
-      std::printf("{\"step\":%s,\"kind\":\"%s\",\"result\":%s}\n", step.c_str(),
-                  event.kind().c_str(), result.c_str());
-    } else {
-      std::printf("%s\n", event.message().c_str());
+  // Job ids are "job-<n>": submission order is n's order (stable for a run's own events).
+  const auto number = [](const std::string& id) {
+    int64_t n = 0;
+    return absl::SimpleAtoi(id.substr(id.rfind('-') + 1), &n) ? n : 0;
+  };
+  std::stable_sort(runs.begin(), runs.end(),
+                   [&](const auto& a, const auto& b) { return number(a.first) < number(b.first); });
+  for (auto& [run, event] : runs) out.runs.push_back(std::move(event));
+  return out;
+}
+
+// train.eval_tasks' and train.generate's results, the job's own first, then those of
+// `trainctl eval` and `trainctl generate` runs on its checkpoints: "step N: {result}" per
+// task or prompt and checkpoint step (--json: {"step":N,"kind":K,"result":{...}} per line).
+// Nothing when the job has none yet.
+int Evals(Client& client, const std::string& job_id) {
+  absl::StatusOr<EvaluationResults> results = CollectEvaluationResults(client, job_id);
+  if (!results.ok()) return Fail("evals", results.status());
+  for (const std::vector<JobEvent>* events : {&results->own, &results->runs}) {
+    for (const JobEvent& event : *events) {
+      if (absl::GetFlag(FLAGS_json)) {
+        // "step N: {json}" -> {"step":N,"kind":K,"result":{json}}
+        const std::string step = event.message().substr(5, event.message().find(": ") - 5);
+        std::printf("{\"step\":%s,\"kind\":\"%s\",\"result\":%s}\n", step.c_str(),
+                    event.kind().c_str(), EventResult(event).c_str());
+      } else {
+        std::printf("%s\n", event.message().c_str());
+      }
     }
   }
   return 0;
+}
+
+// Under the status table: the results of the job's last evaluated checkpoint step
+// (train.eval_tasks, train.generate), then those of the last `trainctl eval` or `trainctl
+// generate` run on it: "evaluation  step N: {...}", "generation  step N: "prompt" ->
+// "text"" (", by trainctl" after the step for a run). Nothing for a job without any.
+void PrintLatestEvaluations(Client& client, const std::string& job_id) {
+  absl::StatusOr<EvaluationResults> results = CollectEvaluationResults(client, job_id);
+  if (!results.ok()) return;  // the status above is what was asked for
+  const auto step_of = [](const JobEvent& event) {
+    return event.message().substr(0, event.message().find(':'));
+  };
+  const auto print_last_step = [&](const std::vector<JobEvent>& events, bool by_trainctl) {
+    // The last step's events: those at the end with its "step N".
+    size_t first = events.size();
+    while (first > 0 && step_of(events[first - 1]) == step_of(events.back())) --first;
+    for (size_t i = first; i < events.size(); ++i) {
+      const JobEvent& event = events[i];
+      const std::string where = absl::StrCat(step_of(event), by_trainctl ? ", by trainctl" : "");
+      GeneratedText text;
+      if (event.kind() == "generation" &&
+          google::protobuf::util::JsonStringToMessage(EventResult(event), &text).ok()) {
+        std::printf("generation  %s: %s\n", where.c_str(), GenerationSummary(text, 120).c_str());
+      } else {
+        std::printf("%s  %s: %s\n", event.kind().c_str(), where.c_str(),
+                    EventResult(event).c_str());
+      }
+    }
+  };
+  print_last_step(results->own, false);
+  // Consecutive runs on the same step print together: each is that step evaluated.
+  print_last_step(results->runs, true);
 }
 
 // The events of `kind` (evaluation, generation) from a job that ran `tasks` and `prompts`

@@ -56,7 +56,7 @@ absl::StatusOr<int32_t> SampleToken(const std::vector<float>& logits,
 // Collective over the engine's ranks. INVALID_ARGUMENT for an empty prompt or one of
 // seq_length tokens or more (no room to generate: it is refused, not cut; the message
 // names no field: the caller prefixes the one it read the prompt from); the engine's
-// errors pass through (UNIMPLEMENTED for engines or layouts without generation).
+// errors pass through (UNIMPLEMENTED from an engine without generation).
 absl::StatusOr<GenerationResult> Generate(TrainingEngine& engine, int seq_length,
                                           const std::vector<int32_t>& prompt,
                                           const GenerationOptions& options);
