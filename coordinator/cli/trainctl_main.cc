@@ -800,7 +800,7 @@ absl::StatusOr<CheckpointRun> RunOnCheckpoint(Client& client, const std::string&
     return uploaded;
   }
   // Until the job ends; the user learns when workers took it.
-  bool running = false;
+  bool placed = false;
   while (true) {
     GetJobRequest poll;
     poll.set_job_id(run);
@@ -811,10 +811,10 @@ absl::StatusOr<CheckpointRun> RunOnCheckpoint(Client& client, const std::string&
           absl::StrCat(run, " ", JobStateName(state.state()), ": ", state.message()));
     }
     if (state.state() == JOB_STATE_SUCCEEDED) break;
-    if (!running && state.state() == JOB_STATE_RUNNING) {
-      running = true;
-      std::fprintf(stderr, "trainctl %s: %s is running on %d worker(s)\n", command.c_str(),
-                   run.c_str(), state.workers_size());
+    if (!placed && state.workers_size() > 0) {
+      placed = true;
+      std::fprintf(stderr, "trainctl %s: %s placed on %d worker(s)\n", command.c_str(), run.c_str(),
+                   state.workers_size());
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
@@ -891,6 +891,7 @@ int Generate(Client& client, const std::string& job_id) {
       continue;
     }
     std::printf("%s%s\n", text.prompt().c_str(), text.text().c_str());
+    std::fflush(stdout);  // the text before the figures on a terminal
     std::fprintf(stderr,
                  "trainctl generate: %s step %lld: %d prompt tokens, %d new (stopped: %s), "
                  "%.1f tokens/s\n",
