@@ -65,6 +65,15 @@ std::string StepMetricsJson(const StepMetrics& m) {
   if (m.has_host_memory_peak_bytes()) {
     json.Int("host_memory_peak_bytes", m.host_memory_peak_bytes());
   }
+  // Ranks that talk to others: what they sent on each kind of link this step.
+  if (m.tensor_bytes_sent() + m.pipeline_bytes_sent() + m.data_bytes_sent() > 0) {
+    json.Int("tensor_bytes_sent", m.tensor_bytes_sent())
+        .Int("pipeline_bytes_sent", m.pipeline_bytes_sent())
+        .Int("data_bytes_sent", m.data_bytes_sent());
+  }
+  if (m.has_activation_memory_peak_bytes()) {
+    json.Int("activation_memory_peak_bytes", m.activation_memory_peak_bytes());
+  }
   // Checkpoint steps of a job with train.eval_tasks: each task's result.
   if (m.evals_size() > 0) {
     json.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));

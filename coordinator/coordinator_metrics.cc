@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -110,6 +111,9 @@ struct CoordinatorMetrics::Impl {
     prometheus::Histogram* step_duration = nullptr;
     prometheus::Gauge* last_step_seconds = nullptr;
     prometheus::Gauge* bubble = nullptr;
+    // Cumulative, like the histogram: bytes sent on the tensor, pipeline and data links.
+    std::array<prometheus::Counter*, 3> sent{};
+    prometheus::Gauge* activation_peak = nullptr;  // dropped with the other gauges
   };
 
   Impl()
@@ -203,6 +207,16 @@ struct CoordinatorMetrics::Impl {
                             .Help("Share of the rank's last step spent waiting on its "
                                   "pipeline peers, 0..1.")
                             .Register(*registry)),
+        rank_sent_bytes(prometheus::BuildCounter()
+                            .Name("mtrain_rank_sent_bytes_total")
+                            .Help("Bytes one rank sent on a kind of link (link: tensor, "
+                                  "pipeline, data), as ring algorithms move them.")
+                            .Register(*registry)),
+        rank_activation_peak(prometheus::BuildGauge()
+                                 .Name("mtrain_rank_activation_memory_peak_bytes")
+                                 .Help("The most bytes one rank's activations kept for "
+                                       "backwards have held together (CPU engine).")
+                                 .Register(*registry)),
         workers_registered(prometheus::BuildGauge()
                                .Name("mtrain_workers_registered")
                                .Help("Workers registered with the coordinator.")
@@ -261,6 +275,8 @@ struct CoordinatorMetrics::Impl {
       pipeline_bubble.Remove(series.bubble);
       series.last_step_seconds = nullptr;
       series.bubble = nullptr;
+      if (series.activation_peak != nullptr) rank_activation_peak.Remove(series.activation_peak);
+      series.activation_peak = nullptr;
     }
   }
 
@@ -303,6 +319,8 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Histogram>& step_duration;
   prometheus::Family<prometheus::Gauge>& rank_last_step_seconds;
   prometheus::Family<prometheus::Gauge>& pipeline_bubble;
+  prometheus::Family<prometheus::Counter>& rank_sent_bytes;
+  prometheus::Family<prometheus::Gauge>& rank_activation_peak;
   prometheus::Gauge& workers_registered;
   prometheus::Gauge& workers_alive;
   prometheus::Counter& heartbeats_missed;
@@ -373,6 +391,9 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   for (auto it = ranks.lower_bound(Impl::RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
        it != ranks.end() && std::get<0>(it->first) == job_id;) {
     if (it->second.step_duration != nullptr) impl_->step_duration.Remove(it->second.step_duration);
+    for (prometheus::Counter* counter : it->second.sent) {
+      if (counter != nullptr) impl_->rank_sent_bytes.Remove(counter);
+    }
     it = ranks.erase(it);
   }
   const auto job = impl_->jobs.find(job_id);
@@ -447,6 +468,24 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
     const double wait = metrics.pipeline_wait_seconds();
     const double share = seconds > 0 && std::isfinite(wait) ? wait / seconds : 0;
     rank.bubble->Set(std::clamp(share, 0.0, 1.0));
+    if (metrics.has_activation_memory_peak_bytes()) {
+      if (rank.activation_peak == nullptr) {
+        rank.activation_peak = &impl_->rank_activation_peak.Add(labels());
+      }
+      rank.activation_peak->Set(static_cast<double>(metrics.activation_memory_peak_bytes()));
+    }
+  }
+  const std::array<int64_t, 3> sent = {metrics.tensor_bytes_sent(), metrics.pipeline_bytes_sent(),
+                                       metrics.data_bytes_sent()};
+  static constexpr std::array<const char*, 3> kLinks = {"tensor", "pipeline", "data"};
+  for (size_t link = 0; link < sent.size(); ++link) {
+    if (sent[link] <= 0) continue;  // a counter only moves up; none until a link is used
+    if (rank.sent[link] == nullptr) {
+      prometheus::Labels with_link = labels();
+      with_link["link"] = kLinks[link];
+      rank.sent[link] = &impl_->rank_sent_bytes.Add(with_link);
+    }
+    rank.sent[link]->Increment(static_cast<double>(sent[link]));
   }
 
   // train.eval_tasks' results come from one rank (the first of the last stage of replica

@@ -432,6 +432,64 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
 }
 
 // data.split, data.paths, and what train.eval_interval needs of them.
+// parallel.sequence_parallel and train.recompute_*: what the engines can split and
+// recompute.
+void ValidateMemoryTechniques(const JobSpec& spec, Violations* v) {
+  const ParallelSpec& p = spec.parallel();
+  const TrainSpec& t = spec.train();
+  if (p.sequence_parallel() && !p.auto_()) {
+    if (p.tensor() < 2) {
+      v->Add(absl::StrCat("parallel.sequence_parallel: needs parallel.tensor > 1 (got ", p.tensor(),
+                          ") [rule: the sequence is split over the tensor group]"));
+    } else if (spec.model().seq_length() % p.tensor() != 0) {
+      v->Add(absl::StrCat("parallel.sequence_parallel: model.seq_length ",
+                          spec.model().seq_length(), " is not divisible by parallel.tensor ",
+                          p.tensor(),
+                          " [rule: each tensor rank holds seq_length / tensor "
+                          "positions]"));
+    }
+  }
+  if (!t.has_recompute_granularity()) {
+    if (t.has_recompute_method() || t.has_recompute_num_layers()) {
+      v->Add(
+          "train.recompute_method: set with train.recompute_num_layers only under "
+          "train.recompute_granularity \"full\" [rule: they choose which layers full "
+          "recomputation covers]");
+    }
+    return;
+  }
+  const std::string& granularity = t.recompute_granularity();
+  if (granularity != "none" && granularity != "selective" && granularity != "full") {
+    v->Add(absl::StrCat("train.recompute_granularity: \"", granularity,
+                        "\" [rule: none, selective or full]"));
+    return;
+  }
+  if (t.recompute() && granularity != "full") {
+    v->Add(absl::StrCat("train.recompute_granularity: \"", granularity,
+                        "\" with train.recompute true [rule: train.recompute true means "
+                        "\"full\"; set one of them]"));
+  }
+  if (granularity != "full") {
+    if (t.has_recompute_method() || t.has_recompute_num_layers()) {
+      v->Add(absl::StrCat("train.recompute_method: set under train.recompute_granularity \"",
+                          granularity,
+                          "\" [rule: only \"full\" takes a method and "
+                          "num_layers]"));
+    }
+    return;
+  }
+  if (t.has_recompute_method() && t.recompute_method() != "uniform" &&
+      t.recompute_method() != "block") {
+    v->Add(absl::StrCat("train.recompute_method: \"", t.recompute_method(),
+                        "\" [rule: uniform or block]"));
+  }
+  if (t.has_recompute_num_layers() &&
+      (t.recompute_num_layers() < 1 || t.recompute_num_layers() > spec.model().num_layers())) {
+    v->Add(absl::StrCat("train.recompute_num_layers: ", t.recompute_num_layers(),
+                        " [rule: 1 to model.num_layers (", spec.model().num_layers(), ")]"));
+  }
+}
+
 void ValidateDataSources(const JobSpec& spec, const ValidEnums& enums, Violations* v) {
   const DataSpec& data = spec.data();
   const std::string split_text = data.has_split() ? data.split() : kDefaultDataSplit;
@@ -545,6 +603,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   const bool parallel_ok = ValidateParallel(spec, enums.schedule, &v);
   ValidateOptimizer(spec.optimizer(), &v);
   ValidateTrain(spec.train(), &v);
+  if (model_ok && parallel_ok) ValidateMemoryTechniques(spec, &v);
   ValidatePrecisionAndDevice(spec, enums, &v);
   ValidateDataSources(spec, enums, &v);
   if (model_ok && parallel_ok && enums.schedule && enums.precision) ValidateMemory(spec, &v);

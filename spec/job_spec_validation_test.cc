@@ -227,6 +227,33 @@ TEST(JobSpecValidationTest, SplitsBlendsAndValidationAreChecked) {
                  "or data.paths a blend");
 }
 
+TEST(JobSpecValidationTest, SequenceParallelismAndRecomputeGranularity) {
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"tensor": 2, "sequence_parallel": true,
+      "scatter_gather": false}, "train": {"recompute_granularity": "selective"}})")
+                  .ok());
+  EXPECT_TRUE(ParseJobSpecJson(R"({"model": {"num_layers": 4}, "train": {
+      "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2}})")
+                  .ok());
+  ExpectRejected(R"({"parallel": {"sequence_parallel": true}})",
+                 "parallel.sequence_parallel: needs parallel.tensor > 1", "split over");
+  ExpectRejected(R"({"model": {"seq_length": 30, "num_heads": 4}, "parallel": {"tensor": 4,
+      "sequence_parallel": true}})",
+                 "parallel.sequence_parallel: model.seq_length 30 is not divisible", "");
+  ExpectRejected(R"({"train": {"recompute_granularity": "attention"}})",
+                 "train.recompute_granularity: \"attention\"", "none, selective or full");
+  ExpectRejected(R"({"train": {"recompute": true, "recompute_granularity": "selective"}})",
+                 "train.recompute_granularity: \"selective\" with train.recompute true", "");
+  ExpectRejected(R"({"train": {"recompute_granularity": "full", "recompute_method": "every"}})",
+                 "train.recompute_method: \"every\"", "uniform or block");
+  ExpectRejected(R"({"train": {"recompute_granularity": "full", "recompute_num_layers": 9}})",
+                 "train.recompute_num_layers: 9", "1 to model.num_layers");
+  ExpectRejected(R"({"train": {"recompute_granularity": "selective", "recompute_method":
+      "block"}})",
+                 "train.recompute_method: set under", "only \"full\"");
+  ExpectRejected(R"({"train": {"recompute_num_layers": 1}})", "train.recompute_method: set with",
+                 "");
+}
+
 TEST(JobSpecValidationTest, GenerationPromptsTakeSamplingWithinRange) {
   EXPECT_TRUE(ParseJobSpecJson(R"({"train": {"checkpoint_every": 10, "generate": [
       {"prompt": "ROMEO:"}, {"prompt": "JULIET:", "max_new_tokens": 20, "temperature": 0.8,

@@ -21,6 +21,7 @@
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
+#include "worker/parallel/counting_communicator.h"
 
 namespace mtrain {
 namespace {
@@ -183,9 +184,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   if (const std::string device = t->engine_->device_description(); !device.empty()) {
     t->engine_note_ += absl::StrCat(", ", device);
   }
-  t->executor_ =
-      std::make_unique<PipelineExecutor>(&t->engine_->stages(), assignment.schedule(),
-                                         rank.pp_rank(), par.pipeline(), t->groups_.world.get());
+  // Scatter/gather pipeline messages: on by default under tensor parallelism.
+  const bool scatter_gather = par.has_scatter_gather() ? par.scatter_gather() : par.tensor() > 1;
+  t->executor_ = std::make_unique<PipelineExecutor>(
+      &t->engine_->stages(), assignment.schedule(), rank.pp_rank(), par.pipeline(),
+      t->groups_.world.get(), scatter_gather ? t->groups_.tensor.get() : nullptr);
   for (const ParamTensor& tensor : t->engine_->layout().tensors()) {
     if (t->IsCountedInNorm(tensor)) t->counted_in_norm_.push_back(tensor);
   }
@@ -323,8 +326,18 @@ bool Trainer::IsCountedInNorm(const ParamTensor& tensor) const {
   return !IsTiedCopyElsewhere(tensor);
 }
 
+Trainer::LinkBytes Trainer::BytesSent() const {
+  LinkBytes bytes;
+  bytes.tensor = BytesSentBy(groups_.tensor.get()) + BytesSentBy(groups_.device_tensor.get());
+  bytes.pipeline = BytesSentBy(groups_.world.get()) + BytesSentBy(groups_.pipeline.get()) +
+                   BytesSentBy(groups_.embedding.get());
+  bytes.data = BytesSentBy(groups_.data.get()) + BytesSentBy(groups_.device_data.get());
+  return bytes;
+}
+
 absl::StatusOr<StepMetrics> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
+  const LinkBytes sent_before = BytesSent();
   const long long step = step_ + 1;
   const JobSpec& spec = assignment_.spec();
   const ParallelSpec& par = spec.parallel();
@@ -391,6 +404,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   metrics.set_skipped_steps(skipped_steps());
   metrics.set_collective_seconds(engine_->CollectiveSeconds(seconds, executor_->last_timings()));
   metrics.set_pipeline_wait_seconds(executor_->last_timings().wait_seconds);
+  const LinkBytes sent = BytesSent();
+  metrics.set_tensor_bytes_sent(sent.tensor - sent_before.tensor);
+  metrics.set_pipeline_bytes_sent(sent.pipeline - sent_before.pipeline);
+  metrics.set_data_bytes_sent(sent.data - sent_before.data);
+  if (const std::optional<int64_t> peak = engine_->activation_memory_peak_bytes();
+      peak.has_value()) {
+    metrics.set_activation_memory_peak_bytes(*peak);
+  }
   if (const std::optional<int64_t> peak = engine_->device_memory_peak_bytes(); peak.has_value()) {
     metrics.set_device_memory_peak_bytes(*peak);
   }

@@ -157,6 +157,11 @@ class Trainer {
   void Abort() { groups_.AbortAll(); }
 
  private:
+  // Bytes this rank has sent on each kind of link (CountingCommunicator), so far.
+  struct LinkBytes {
+    int64_t tensor = 0, pipeline = 0, data = 0;
+  };
+  LinkBytes BytesSent() const;
   Trainer() = default;
   // This replica's microbatches of one global batch whose sample j is sample
   // first_sample + j of `source`; ids carry `step` (dropout masks) and `evaluation`.

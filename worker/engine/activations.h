@@ -55,6 +55,27 @@ struct Activations {
   bool has_forward = false;
 };
 
+// The bytes `acts` holds (every vector's elements): what a microbatch in flight keeps for
+// its backward.
+template <typename T>
+int64_t ActivationBytes(const Activations<T>& acts) {
+  size_t elements = acts.lnf.size() + acts.lnf_mean.size() + acts.lnf_rstd.size() +
+                    acts.logits.size() + acts.ce_max.size() + acts.ce_sum_exp.size() +
+                    acts.ce_target.size();
+  for (const std::vector<T>& io : acts.layer_io) elements += io.size();
+  for (const std::unique_ptr<LayerActivations<T>>& layer : acts.saved) {
+    if (layer == nullptr) continue;
+    for (const std::vector<T>* v :
+         {&layer->ln1, &layer->ln1_mean, &layer->ln1_rstd, &layer->qkv, &layer->lse,
+          &layer->attn_y, &layer->h1, &layer->ln2, &layer->ln2_mean, &layer->ln2_rstd, &layer->fc,
+          &layer->gelu}) {
+      elements += v->size();
+    }
+  }
+  const size_t ids = acts.tokens.size() + acts.targets.size() + acts.positions.size();
+  return static_cast<int64_t>(elements * sizeof(T) + ids * sizeof(int32_t));
+}
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_

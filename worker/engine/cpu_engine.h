@@ -48,6 +48,10 @@ class CpuEngine : public TrainingEngine {
     return stages_->heap_peak_bytes();
   }
 
+  std::optional<int64_t> activation_memory_peak_bytes() const override {
+    return stages_->activation_peak_bytes();
+  }
+
   absl::Status StartGeneration(int capacity) override;
   absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) override;
   void EndGeneration() override { kv_caches_.clear(); }

@@ -24,8 +24,8 @@ struct ModelShape {
 struct ModelPlacement {
   int tensor_size = 1;
   int tensor_rank = 0;
-  int first_layer = 0;  // global index of this rank's first layer
-  int num_layers = 0;   // layers on this rank
+  int first_layer = 0;        // global index of this rank's first layer
+  int num_layers = 0;         // layers on this rank
   bool has_embedding = true;  // first pipeline stage: token + position embedding
   bool has_head = true;       // last pipeline stage: final LayerNorm, tied output layer, loss
 

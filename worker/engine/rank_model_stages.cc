@@ -1,5 +1,7 @@
 #include "worker/engine/rank_model_stages.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -34,7 +36,10 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
     acts->has_forward = false;
     free_[chunk].push_back(std::move(acts));
     in_flight_.erase({chunk, index});
+    return loss;
   }
+  activation_bytes_ += ActivationBytes(*acts);
+  activation_peak_bytes_ = std::max(activation_peak_bytes_, activation_bytes_);
   return loss;
 }
 
@@ -45,6 +50,7 @@ absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidd
   if (it == in_flight_.end()) return absl::FailedPreconditionError("backward before forward");
   std::unique_ptr<Activations<float>> acts = std::move(it->second);
   in_flight_.erase(it);
+  activation_bytes_ -= ActivationBytes(*acts);
   const absl::Status status =
       model_->chunk(chunk).Backward(acts.get(), d_hidden_out, d_loss_per_token, d_hidden_in,
                                     last_of_step ? final_grads_hook_ : nullptr);

@@ -44,6 +44,9 @@ class RankModelStages : public PipelineStages {
 
   // The most heap in use after any microbatch's forward or backward so far.
   int64_t heap_peak_bytes() const { return heap_peak_.peak_bytes(); }
+  // The most bytes the activation sets of microbatches in flight (forward done, backward
+  // not yet) have held together so far.
+  int64_t activation_peak_bytes() const { return activation_peak_bytes_; }
 
  private:
   RankModel* const model_;
@@ -51,6 +54,8 @@ class RankModelStages : public PipelineStages {
   std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> in_flight_;
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_;  // per chunk
   HeapPeak heap_peak_;
+  int64_t activation_bytes_ = 0;  // of the sets in in_flight_
+  int64_t activation_peak_bytes_ = 0;
 };
 
 }  // namespace mtrain

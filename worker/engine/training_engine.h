@@ -123,6 +123,9 @@ class TrainingEngine {
     (void)tokens;
     return absl::UnimplementedError("generation: StartGeneration first");
   }
+  // The most bytes this rank's activations kept for backwards (microbatches in flight)
+  // have held together so far; nullopt where the engine does not track them.
+  virtual std::optional<int64_t> activation_memory_peak_bytes() const { return std::nullopt; }
   // Frees the cache (training goes on after a checkpoint's generation).
   virtual void EndGeneration() {}
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale); true if

@@ -21,12 +21,14 @@ std::string Describe(const PipelineAction& a) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage,
-                                   int pipeline, Communicator* p2p)
+                                   int pipeline, Communicator* p2p, Communicator* scatter_gather)
     : stages_(stages),
       schedule_(std::move(schedule)),
       stage_(stage),
       pipeline_(pipeline),
       p2p_(p2p),
+      scatter_gather_(scatter_gather != nullptr && scatter_gather->size() > 1 ? scatter_gather
+                                                                              : nullptr),
       num_chunks_(stages->num_chunks()),
       seq_length_(stages->seq_length()),
       activation_elements_(static_cast<size_t>(stages->seq_length()) * stages->hidden_size()),
@@ -135,11 +137,25 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   }
 }
 
+size_t PipelineExecutor::SliceBegin(size_t elements) const {
+  return scatter_gather_ == nullptr ? 0
+                                    : elements / scatter_gather_->size() * scatter_gather_->rank();
+}
+
+size_t PipelineExecutor::SliceSize(size_t elements) const {
+  return scatter_gather_ == nullptr ? elements : elements / scatter_gather_->size();
+}
+
 absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vector<float>* data) {
   if (data->empty()) return absl::FailedPreconditionError("send before its data was computed");
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
+  if (scatter_gather_ != nullptr && data->size() % scatter_gather_->size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a message of ", data->size(), " floats does not split over ", scatter_gather_->name()));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> pending,
-                   p2p_->StartSend(data->data(), data->size() * sizeof(float), action.peer_rank(),
+                   p2p_->StartSend(data->data() + SliceBegin(data->size()),
+                                   SliceSize(data->size()) * sizeof(float), action.peer_rank(),
                                    PipelineMessageTag(action, stage_, pipeline_)));
   // Moving the vector keeps its heap block, which the pending send points into.
   sends_.push_back(Send{std::move(pending), std::move(*data)});
@@ -150,10 +166,19 @@ absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vect
 absl::Status PipelineExecutor::Receive(const PipelineAction& action, std::vector<float>* data) {
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
   const auto start = std::chrono::steady_clock::now();
-  absl::Status status = p2p_->Recv(data->data(), data->size() * sizeof(float), action.peer_rank(),
+  if (scatter_gather_ == nullptr) {
+    absl::Status status = p2p_->Recv(data->data(), data->size() * sizeof(float), action.peer_rank(),
+                                     PipelineMessageTag(action, stage_, pipeline_));
+    timings_.wait_seconds += SecondsSince(start);
+    return status;
+  }
+  // This rank's slice from its peer, then every tensor rank's over the tensor group.
+  std::vector<float> slice(SliceSize(data->size()));
+  absl::Status status = p2p_->Recv(slice.data(), slice.size() * sizeof(float), action.peer_rank(),
                                    PipelineMessageTag(action, stage_, pipeline_));
   timings_.wait_seconds += SecondsSince(start);
-  return status;
+  RETURN_IF_ERROR(status);
+  return scatter_gather_->AllGather(slice.data(), data->data(), slice.size());
 }
 
 absl::Status PipelineExecutor::CompleteSends() {

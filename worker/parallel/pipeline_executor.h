@@ -7,6 +7,12 @@
 // block. All sends are completed before RunStep returns, so nothing of a step leaks into
 // the next.
 //
+// Scatter/gather (Narayanan et al. 2021): every tensor rank of a stage holds the same hidden
+// state at a stage boundary, so with a tensor group each rank sends only its 1/t slice to
+// its peer (the next stage's rank of the same tensor rank), and the receiving ranks
+// all-gather the slices over their tensor group: the link between stages carries 1/t of
+// the bytes, the (fast) tensor group the rest.
+//
 // The compute is a PipelineStages (pipeline_stages.h): the CPU engine's RankModelStages
 // (worker/engine/rank_model_stages.h) or the CUDA engine; either way the messages are host
 // buffers of float.
@@ -37,9 +43,11 @@ struct PipelineTimings {
 class PipelineExecutor {
  public:
   // `p2p` is the world group (group rank == global rank, as PipelineAction::peer_rank);
-  // unused with one stage. `stages` and `p2p` must outlive the executor.
+  // unused with one stage. `scatter_gather`: this rank's tensor group, to send slices and
+  // all-gather them (null, or a group of one: whole messages). Both groups and `stages`
+  // must outlive the executor.
   PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage, int pipeline,
-                   Communicator* p2p);
+                   Communicator* p2p, Communicator* scatter_gather = nullptr);
 
   // Runs every action of the schedule over `microbatches` (indexed by
   // PipelineAction::microbatch). Returns the sum of per-token losses on the rank holding the
@@ -68,6 +76,10 @@ class PipelineExecutor {
     std::unique_ptr<PendingSend> pending;
     std::vector<float> data;  // kept alive until the send completes
   };
+  // The part of a message of `elements` this rank sends or receives: all of it, or its
+  // slice under scatter/gather.
+  size_t SliceBegin(size_t elements) const;
+  size_t SliceSize(size_t elements) const;
 
   absl::StatusOr<double> Run(const std::vector<Microbatch>& microbatches, float d_loss_per_token,
                              bool forward_only);
@@ -82,6 +94,7 @@ class PipelineExecutor {
   const int stage_;
   const int pipeline_;
   Communicator* const p2p_;
+  Communicator* const scatter_gather_;  // null: whole messages
   const int num_chunks_;
   const size_t seq_length_;            // S
   const size_t activation_elements_;   // S * C: one sequence's hidden state

@@ -1,9 +1,11 @@
 #include "worker/parallel/rank_groups.h"
 
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/parallel/counting_communicator.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/parallel/solo_communicator.h"
 
@@ -52,6 +54,11 @@ absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_ra
         absl::StrCat(GroupKindName(kind), "-", grid.GroupIndex(kind, global_rank));
     ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
                      Connect(name, std::move(members), global_rank, transport));
+    // The links a step reports its bytes on (StepMetrics: tensor, pipeline, data); the
+    // model group carries only a few scalars a step.
+    if (kind != GroupKind::kModelParallel) {
+      group = std::make_unique<CountingCommunicator>(std::move(group));
+    }
     switch (kind) {
       case GroupKind::kTensor:
         groups.tensor = std::move(group);
@@ -73,6 +80,8 @@ absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_ra
   std::vector<int> everyone;
   for (int r = 0; r < grid.world_size(); ++r) everyone.push_back(r);
   ASSIGN_OR_RETURN(groups.world, Connect("world", std::move(everyone), global_rank, transport));
+  // The pipeline's messages go point to point over the world group.
+  groups.world = std::make_unique<CountingCommunicator>(std::move(groups.world));
   return groups;
 }
 
@@ -101,7 +110,9 @@ absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
     GroupSpec spec = world;
     spec.name = absl::StrCat(transport.key_prefix, name, index);
     spec.members = std::move(members);
-    ASSIGN_OR_RETURN(*out, SplitNcclGroup(*transport.store, *groups->device_world, &spec, index));
+    ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group,
+                     SplitNcclGroup(*transport.store, *groups->device_world, &spec, index));
+    *out = std::make_unique<CountingCommunicator>(std::move(group));
     return absl::OkStatus();
   };
   // Splits in a fixed order (data, then tensor): every rank makes the same calls.
