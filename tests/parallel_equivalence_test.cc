@@ -40,6 +40,8 @@ struct Layout {
   int tensor = 1, pipeline = 1, data = 1, virtual_stages = 1;
   std::string schedule = "SCHEDULE_1F1B";
   int zero_stage = 0;
+  std::string parallel_extra = "";  // more parallel.* fields, e.g. ", \"scatter_gather\": false"
+  std::string train_extra = "";     // more train.* fields (recomputation)
 };
 
 // gtest names a failing parameter by this instead of its bytes.
@@ -51,11 +53,12 @@ std::string SpecJson(const Layout& l) {
           "model": {"num_layers": 8, "num_heads": 4, "hidden_size": 32, "seq_length": 16},
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "virtual_stages": %d,
                        "schedule": "%s", "zero_stage": %d,
-                       "micro_batch_size": 2, "global_batch_size": 8},
+                       "micro_batch_size": 2, "global_batch_size": 8%s},
           "optimizer": {"lr": 3e-3, "warmup_steps": 3, "eps": 1e-3},
-          "train": {"steps": %d, "seed": 11, "dropout": 0.1},
+          "train": {"steps": %d, "seed": 11, "dropout": 0.1%s},
           "device": "DEVICE_CPU"})",
-      l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage, kSteps);
+      l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage, l.parallel_extra,
+      kSteps, l.train_extra);
 }
 
 struct RunResult {
@@ -131,10 +134,18 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
   for (const auto& [name, tensor] : reference_->weights.tensors) {
     ASSERT_EQ(run.weights.tensors.count(name), 1u) << name << " missing";
     const SafetensorsTensor& got = run.weights.tensors.at(name);
-    ASSERT_EQ(got.shape, tensor.shape) << name;
     absl::StatusOr<std::vector<float>> a = TensorAsFloats(tensor);
     absl::StatusOr<std::vector<float>> b = TensorAsFloats(got);
     ASSERT_TRUE(a.ok() && b.ok());
+    if (name == "wte" && got.shape.size() == 2 && got.shape[1] == tensor.shape[1] &&
+        got.shape[0] > tensor.shape[0]) {
+      // The vocabulary is padded to a multiple of 128 * tensor: t = 4 pads further than one
+      // rank. The rows past the reference's are padding (initialised, never selected by a
+      // token nor counted in the loss): the real rows are compared.
+      b->resize(a->size());
+    } else {
+      ASSERT_EQ(got.shape, tensor.shape) << name;
+    }
     // The key bias's gradient is analytically zero (softmax ignores a shift shared by all
     // keys of a query): it receives only rounding noise, which Adam's normalisation turns
     // into full-size steps. That slice is left out.
@@ -168,7 +179,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"t2p2", 2, 2, 1},
                       Layout{"p4_interleaved_v2", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B"},
                       Layout{"t2p2d2", 2, 2, 2}, Layout{"d2_zero1", 1, 1, 2, 1, "SCHEDULE_1F1B", 1},
-                      Layout{"p2_gpipe", 1, 2, 1, 1, "SCHEDULE_GPIPE"}),
+                      Layout{"p2_gpipe", 1, 2, 1, 1, "SCHEDULE_GPIPE"},
+                      // Issue 21: whole pipeline messages (scatter/gather is the default
+                      // under tensor parallelism), four tensor ranks, and each
+                      // recomputation granularity and method.
+                      Layout{"t2p2_whole_messages", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
+                             R"(, "scatter_gather": false)"},
+                      Layout{"t4", 4, 1, 1},
+                      Layout{"t2_selective", 2, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
+                             R"(, "recompute_granularity": "selective")"},
+                      Layout{"p2_full_uniform_2", 1, 2, 1, 1, "SCHEDULE_1F1B", 0, "",
+                             R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+                      Layout{"t2p2d2_full_block_1", 2, 2, 2, 1, "SCHEDULE_1F1B", 0, "",
+                             R"(, "recompute_granularity": "full", "recompute_method": "block",
+                                "recompute_num_layers": 1)"},
+                      Layout{"p4_interleaved_selective", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B", 0,
+                             "", R"(, "recompute_granularity": "selective")"},
+                      Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
+                             R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
+#include "worker/engine/recompute_options.h"
 #include "worker/parallel/counting_communicator.h"
 
 namespace mtrain {
@@ -165,7 +166,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
       ChunkPlacements(layers, rank.pp_rank(), par.pipeline(), par.tensor(), rank.tp_rank());
   config.micro_batch = t->micro_batch_;
   config.model.dropout = spec.train().dropout();
-  config.model.recompute = spec.train().recompute();
+  ApplyRecompute(spec.train(), &config.model);
   config.model.seed = spec.train().seed();
   config.optimizer = spec.optimizer();
   config.precision = spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();

@@ -23,15 +23,20 @@ struct LayerActivations {
   std::vector<T> fc;    // [N, Fl] before GeLU
   std::vector<T> gelu;  // [N, Fl]
 
-  LayerActivations(const ModelShape& s, const ModelPlacement& p, int batch) {
+  // `attention_core` false (selective recomputation): no attn_y and lse, which the
+  // backward recomputes.
+  LayerActivations(const ModelShape& s, const ModelPlacement& p, int batch,
+                   bool attention_core = true) {
     const size_t n = static_cast<size_t>(batch) * s.seq_length;
     const size_t C = s.hidden;
     ln1.resize(n * C);
     ln1_mean.resize(n);
     ln1_rstd.resize(n);
     qkv.resize(n * 3 * p.local_hidden(s));
-    lse.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length);
-    attn_y.resize(n * p.local_hidden(s));
+    if (attention_core) {
+      lse.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length);
+      attn_y.resize(n * p.local_hidden(s));
+    }
     h1.resize(n * C);
     ln2.resize(n * C);
     ln2_mean.resize(n);
@@ -66,9 +71,8 @@ int64_t ActivationBytes(const Activations<T>& acts) {
   for (const std::unique_ptr<LayerActivations<T>>& layer : acts.saved) {
     if (layer == nullptr) continue;
     for (const std::vector<T>* v :
-         {&layer->ln1, &layer->ln1_mean, &layer->ln1_rstd, &layer->qkv, &layer->lse,
-          &layer->attn_y, &layer->h1, &layer->ln2, &layer->ln2_mean, &layer->ln2_rstd, &layer->fc,
-          &layer->gelu}) {
+         {&layer->ln1, &layer->ln1_mean, &layer->ln1_rstd, &layer->qkv, &layer->lse, &layer->attn_y,
+          &layer->h1, &layer->ln2, &layer->ln2_mean, &layer->ln2_rstd, &layer->fc, &layer->gelu}) {
       elements += v->size();
     }
   }

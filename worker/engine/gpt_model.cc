@@ -81,10 +81,40 @@ void GptModel<T>::AllocateScratch() {
   d_residual_.resize(n * shape_.hidden);
   d_residual_below_.resize(n * shape_.hidden);
   if (placement_.has_head) d_logits_.resize(n * placement_.local_vocab(shape_));
-  if (options_.recompute) recompute_output_.resize(n * shape_.hidden);
   if (options_.recompute) {
-    recompute_scratch_ = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_);
+    const int group = std::min(std::max(1, options_.recompute_group), placement_.num_layers);
+    for (int i = 0; i < group; ++i) {
+      recompute_scratch_.push_back(
+          std::make_unique<LayerActivations<T>>(shape_, placement_, batch_));
+    }
+    // The group's inputs after its first, and the top layer's output (not needed: the
+    // next layer's input is kept).
+    group_io_.assign(group + 1, std::vector<T>(n * shape_.hidden));
+    forward_io_.assign(2, std::vector<T>(n * shape_.hidden));
   }
+  if (options_.selective_recompute) {
+    core_y_.resize(n * placement_.local_hidden(shape_));
+    core_lse_.resize(static_cast<size_t>(batch_) * placement_.local_heads(shape_) *
+                     shape_.seq_length);
+  }
+}
+
+template <typename T>
+bool GptModel<T>::Recomputed(int l) const {
+  if (!options_.recompute) return false;
+  return options_.recompute_block < 0 || l < options_.recompute_block;
+}
+
+template <typename T>
+int GptModel<T>::GroupStart(int l) const {
+  const int group = options_.recompute_block < 0 ? std::max(1, options_.recompute_group) : 1;
+  return l / group * group;
+}
+
+template <typename T>
+bool GptModel<T>::KeepsInput(int l) const {
+  if (l == placement_.num_layers || !Recomputed(l)) return true;
+  return GroupStart(l) == l;
 }
 
 template <typename T>
@@ -104,11 +134,16 @@ std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
   acts->targets.resize(n);
   acts->positions.resize(n);
   for (size_t i = 0; i < n; ++i) acts->positions[i] = static_cast<int32_t>(i % shape_.seq_length);
-  acts->layer_io.assign(placement_.num_layers + 1, std::vector<T>(n * C));
-  if (!options_.recompute) {
-    for (int l = 0; l < placement_.num_layers; ++l) {
-      acts->saved.push_back(std::make_unique<LayerActivations<T>>(shape_, placement_, batch_));
-    }
+  // Only the inputs and activation sets that the backward reads from this set.
+  acts->layer_io.resize(placement_.num_layers + 1);
+  for (int l = 0; l <= placement_.num_layers; ++l) {
+    if (KeepsInput(l)) acts->layer_io[l].resize(n * C);
+  }
+  acts->saved.resize(placement_.num_layers);
+  for (int l = 0; l < placement_.num_layers; ++l) {
+    if (Recomputed(l)) continue;
+    acts->saved[l] = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_,
+                                                           !options_.selective_recompute);
   }
   if (placement_.has_head) {
     const size_t Vl = placement_.local_vocab(shape_);
@@ -157,9 +192,12 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  cpu::AttentionForward<T>(s->qkv.data(), s->attn_y.data(), s->lse.data(), shape, att_dropout);
-  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->attn_y.data(), w.proj_weight, w.proj_bias,
-                                                  out, N, Cl, C));
+  // Selective recomputation keeps no attention core: it goes to the model's buffers.
+  T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
+  T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
+  cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
+  RETURN_IF_ERROR(
+      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Cl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
 
@@ -210,16 +248,25 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   Zero(d_branch_);
   cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
-  Zero(d_attn_y_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.attn_y.data(), w.proj_weight,
-                                   d_attn_y_.data(), g.proj_weight, g.proj_bias, N, Cl, C);
-  Zero(d_qkv_);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), s.attn_y.data(), s.lse.data(),
-                            d_qkv_.data(), shape, att_dropout);
+  const T* attn_y = s.attn_y.data();
+  const T* lse = s.lse.data();
+  if (s.attn_y.empty()) {
+    // Selective recomputation: the attention core again from the kept QKV, with the same
+    // dropout key, so the output and log-sum-exp are the forward's bit for bit.
+    cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, att_dropout);
+    attn_y = core_y_.data();
+    lse = core_lse_.data();
+  }
+  Zero(d_attn_y_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
+                                   g.proj_weight, g.proj_bias, N, Cl, C);
+  Zero(d_qkv_);
+  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
+                            att_dropout);
   Zero(d_ln_);
   RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
                                                       w.qkv_weight, d_ln_.data(), g.qkv_weight,
@@ -250,11 +297,15 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
   } else {
     std::copy(input.hidden_in, input.hidden_in + NC, x0);
   }
+  // An input the set does not keep lives in one of two alternating buffers (the next
+  // layer's input never shares the current one's).
+  const auto io = [&](int l) {
+    return KeepsInput(l) ? acts->layer_io[l].data() : forward_io_[l % 2].data();
+  };
   for (int l = 0; l < placement_.num_layers; ++l) {
-    LayerActivations<T>* scratch =
-        options_.recompute ? recompute_scratch_.get() : acts->saved[l].get();
-    RETURN_IF_ERROR(
-        LayerForward(l, input.id, acts->layer_io[l].data(), acts->layer_io[l + 1].data(), scratch));
+    LayerActivations<T>* saved =
+        Recomputed(l) ? recompute_scratch_.front().get() : acts->saved[l].get();
+    RETURN_IF_ERROR(LayerForward(l, input.id, io(l), io(l + 1), saved));
   }
   acts->has_forward = true;
   const T* x_last = acts->layer_io[placement_.num_layers].data();
@@ -328,13 +379,22 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
 
   for (int l = placement_.num_layers - 1; l >= 0; --l) {
     const T* x = acts->layer_io[l].data();
-    LayerActivations<T>* scratch = acts->saved.empty() ? nullptr : acts->saved[l].get();
-    if (options_.recompute) {
-      // Same input, same dropout keys: the recomputed activations are bit-identical.
-      scratch = recompute_scratch_.get();
-      RETURN_IF_ERROR(LayerForward(l, acts->id, x, recompute_output_.data(), scratch));
+    const LayerActivations<T>* saved = acts->saved[l].get();
+    if (Recomputed(l)) {
+      // The top layer of a group reruns the group's forwards from its kept input: same
+      // inputs, same dropout keys, so the activations are bit-identical to the forward's.
+      const int first = GroupStart(l);
+      if (l == placement_.num_layers - 1 || GroupStart(l + 1) != first || !Recomputed(l + 1)) {
+        for (int k = first; k <= l; ++k) {
+          const T* in = k == first ? acts->layer_io[first].data() : group_io_[k - first].data();
+          T* out = group_io_[k - first + 1].data();
+          RETURN_IF_ERROR(LayerForward(k, acts->id, in, out, recompute_scratch_[k - first].get()));
+        }
+      }
+      x = l == first ? acts->layer_io[first].data() : group_io_[l - first].data();
+      saved = recompute_scratch_[l - first].get();
     }
-    RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *scratch, d_x.data(), d_below.data()));
+    RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *saved, d_x.data(), d_below.data()));
     d_x.swap(d_below);
     for (const ParamTensor* tensor : layer_tensors_[l]) report(tensor);
   }

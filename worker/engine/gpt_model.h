@@ -16,8 +16,14 @@
 // other model chunks (interleaved pipeline): tensor offsets in the layout are absolute
 // indices into that buffer.
 //
-// With recompute on, a layer keeps only its input and recomputes the rest in backward,
-// with the same dropout masks (counter-based), so results are bit-identical either way.
+// Recomputation (Megatron-Core's granularities) trades compute for activation memory, with
+// the same dropout masks (counter-based), so results are bit-identical whatever is kept:
+//   - full (`recompute`): a recomputed layer keeps nothing but its input; with
+//     recompute_group N > 1 only the first layer of each group of N keeps its input and
+//     the backward reruns the group's forwards from it (Megatron's "uniform" method); with
+//     recompute_block B only the chunk's first B layers are recomputed ("block");
+//   - selective: every layer keeps its activations except the attention core's output and
+//     log-sum-exp, which the backward recomputes from the kept QKV.
 //
 // Usage (one microbatch, whole model):
 //   GptModel<float> model(layout, micro_batch, options);
@@ -43,7 +49,10 @@ namespace mtrain {
 
 struct ModelOptions {
   float dropout = 0.0f;
-  bool recompute = false;
+  bool recompute = false;            // full recomputation
+  int recompute_group = 1;           // full, uniform: layers recomputed together from one input
+  int recompute_block = -1;          // full, block (>= 0): only the chunk's first this many layers
+  bool selective_recompute = false;  // the attention core only
   uint64_t seed = 0;
 };
 
@@ -134,6 +143,12 @@ class GptModel {
   cpu::VocabShard VocabShardOf(int rows) const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
   void AllocateScratch();
+  // Whether local layer l keeps no activations (full recomputation), and whether the
+  // residual stream's input of layer l (l == num_layers: the chunk's output) is kept.
+  bool Recomputed(int l) const;
+  bool KeepsInput(int l) const;
+  // The first local layer of l's recomputation group.
+  int GroupStart(int l) const;
 
   const ParameterLayout& layout_;
   const ModelShape shape_;
@@ -155,11 +170,18 @@ class GptModel {
   // Backward temporaries, shared by all microbatches (one backward runs at a time);
   // allocated by the first Forward or Backward.
   bool scratch_allocated_ = false;
-  std::unique_ptr<LayerActivations<T>> recompute_scratch_;
+  // Full recomputation: one activation set and input per layer of a group (the group's
+  // forwards rerun into them before its backwards), and the forward's two alternating
+  // buffers for the inputs a group does not keep.
+  std::vector<std::unique_ptr<LayerActivations<T>>> recompute_scratch_;
+  std::vector<std::vector<T>> group_io_, forward_io_;
+  // Selective recomputation: the attention core's output and log-sum-exp of the layer
+  // being run (forward) or differentiated (backward).
+  std::vector<T> core_y_, core_lse_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_;
   // Backward: the residual gradient and the one below it (swapped layer by layer), the
-  // logits' gradient, and the discarded output of a recomputed layer.
-  std::vector<T> d_residual_, d_residual_below_, d_logits_, recompute_output_;
+  // logits' gradient.
+  std::vector<T> d_residual_, d_residual_below_, d_logits_;
 };
 
 }  // namespace mtrain

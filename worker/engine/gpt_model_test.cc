@@ -157,6 +157,56 @@ TEST(GptModelTest, RecomputationIsBitIdentical) {
   }
 }
 
+// Every granularity and method of recomputation gives the gradients of keeping everything,
+// bit for bit, and keeps less: selective drops the attention core's output, full
+// recomputation every activation set but the kept inputs (fewer with larger groups).
+TEST(GptModelTest, RecomputeGranularitiesAreBitIdenticalAndKeepLess) {
+  ModelShape shape = TinyShape();
+  shape.num_layers = 4;
+  shape.vocab = 256;
+  shape.padded_vocab = 256;
+  shape.hidden = 32;
+  shape.seq_length = 16;
+  ParameterLayout layout(shape, WholeModel(shape));
+  const int n = kBatch * shape.seq_length;
+  const auto tokens = RandomTokens(n, shape.vocab, 2);
+  const auto targets = RandomTokens(n, shape.vocab, 3);
+  struct Mode {
+    const char* name;
+    bool full, selective;
+    int group, block;
+  };
+  std::vector<float> reference;
+  int64_t previous_bytes = INT64_MAX;
+  for (const Mode& mode :
+       {Mode{"none", false, false, 1, -1}, Mode{"selective", false, true, 1, -1},
+        Mode{"full block 2", true, false, 1, 2}, Mode{"full uniform 1", true, false, 1, -1},
+        Mode{"full uniform 2", true, false, 2, -1}, Mode{"full uniform 3", true, false, 3, -1}}) {
+    ModelOptions options;
+    options.dropout = 0.1f;
+    options.seed = 9;
+    options.recompute = mode.full;
+    options.selective_recompute = mode.selective;
+    options.recompute_group = mode.group;
+    options.recompute_block = mode.block;
+    GptModel<float> model(layout, kBatch, options);
+    InitializeParameters(layout, 5, model.params());
+    LossAndGrad(model, tokens, targets);
+    std::vector<float> grads(model.grads(), model.grads() + model.num_params());
+    if (reference.empty()) reference = grads;
+    EXPECT_EQ(grads, reference) << mode.name;
+    const int64_t bytes = ActivationBytes(*model.NewActivations());
+    std::printf("%-15s %8lld activation bytes\n", mode.name, static_cast<long long>(bytes));
+    // "full uniform 3" over 4 layers keeps inputs 0 and 3: as many as groups of 2 (0, 2).
+    if (std::string(mode.name) == "full uniform 3") {
+      EXPECT_EQ(bytes, previous_bytes) << mode.name;
+    } else {
+      EXPECT_LT(bytes, previous_bytes) << mode.name;
+    }
+    previous_bytes = bytes;
+  }
+}
+
 TEST(GptModelTest, LaterTokensDoNotChangeEarlierLogits) {
   const ModelShape shape = TinyShape();
   ParameterLayout layout(shape, WholeModel(shape));

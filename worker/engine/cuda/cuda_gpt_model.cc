@@ -69,6 +69,12 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
   if (micro_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batch ", micro_batch, " must be > 0"));
   }
+  if (options.selective_recompute || options.recompute_group > 1 || options.recompute_block >= 0) {
+    return absl::UnimplementedError(
+        "train.recompute_granularity: the CUDA engine recomputes whole layers one at a time "
+        "(\"full\", uniform, recompute_num_layers 1) or nothing; \"selective\" and the "
+        "other methods run on the CPU engine (device DEVICE_CPU)");
+  }
   std::unique_ptr<CudaGptModel> model(
       new CudaGptModel(layout, micro_batch, options, blas, stream, tensor_group));
   model->p_ = layout.View(params);
