@@ -46,6 +46,10 @@ struct Shape {
   int64_t layers, heads, hidden, seq, vocab_local;
   int64_t tensor, pipeline, data, virtual_stages, micro_batch, microbatches;
   bool recompute, half_precision, zero1, dropout;
+  // Full recomputation's groups (uniform) or recomputed layers per chunk (block, >= 0);
+  // selective recomputation; sequence parallelism (Megatron's model only).
+  int64_t recompute_group = 1, recompute_block = -1;
+  bool selective = false, sequence_parallel = false;
   Schedule schedule;
   int64_t local_hidden() const { return hidden / tensor; }
   int64_t tokens() const { return Mul(micro_batch, seq); }  // N
@@ -72,7 +76,20 @@ Shape ShapeOf(const JobSpec& spec) {
       PaddedVocabSize(static_cast<int>(Positive(m.vocab_size())), static_cast<int>(s.tensor)) /
       s.tensor;
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
-  s.recompute = spec.train().recompute();
+  {
+    const TrainSpec& t = spec.train();
+    const std::string granularity = t.has_recompute_granularity()
+                                        ? t.recompute_granularity()
+                                        : (t.recompute() ? "full" : "none");
+    s.recompute = granularity == "full";
+    s.selective = granularity == "selective";
+    if (s.recompute && t.recompute_method() == "block") {
+      s.recompute_block = t.has_recompute_num_layers() ? t.recompute_num_layers() : s.layers;
+    } else if (s.recompute && t.has_recompute_num_layers()) {
+      s.recompute_group = Positive(t.recompute_num_layers());
+    }
+    s.sequence_parallel = p.sequence_parallel();
+  }
   s.dropout = spec.train().dropout() > 0;
   s.half_precision = spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
   s.zero1 = p.zero_stage() == 1;
@@ -166,10 +183,6 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
   return walked;
 }
 
-int64_t LayersInFlight(const Shape& s, const InFlight& in_flight) {
-  return Mul(in_flight.chunks, s.layers / s.pipeline / s.virtual_stages);
-}
-
 // Elements one layer saves for its backward per microbatch besides its input
 // (worker/engine/activations.h): ln1, h1, ln2 [N, C]; qkv [N, 3 Cl]; attention output
 // [N, Cl]; MLP before and after GeLU [N, 4 Cl]; the attention's log-sum-exp; the two
@@ -180,23 +193,33 @@ int64_t LayerSavedElements(const Shape& s) {
   return Sum({Mul(3, Mul(n, s.hidden)), Mul(4, n), Mul(12, Mul(n, s.local_hidden())), attention});
 }
 
+// The attention core's output and log-sum-exp: what selective recomputation does not keep.
+int64_t AttentionCoreElements(const Shape& s) {
+  return Add(Mul(s.tokens(), s.local_hidden()), Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq));
+}
+
 // Bytes of one layer's saved activations (besides its input) for one microbatch.
 int64_t LayerSavedBytes(const Shape& s, const RankMemoryOptions& options) {
   if (options.activations == ActivationModel::kMegatronLm) {
     MegatronActivationOptions megatron;
     megatron.element_bytes = s.half_precision ? kHalfBytes : kFp32Bytes;
     megatron.dropout = s.dropout;
+    megatron.recompute = s.selective ? ActivationRecompute::kSelective : ActivationRecompute::kNone;
+    megatron.sequence_parallel = s.sequence_parallel;
     const double bytes = MegatronLayerActivationBytes(
         {static_cast<double>(s.seq), static_cast<double>(s.micro_batch),
          static_cast<double>(s.hidden), static_cast<double>(s.heads),
          static_cast<double>(s.tensor)},
         megatron);
     // Less its input, which the caller counts with every layer's.
-    const double input = static_cast<double>(s.tokens()) * s.hidden * megatron.element_bytes;
+    const double input = static_cast<double>(s.tokens()) * s.hidden * megatron.element_bytes /
+                         (s.sequence_parallel ? s.tensor : 1);
     const double saved = bytes - input;
     return saved >= 9e18 ? kSaturatedBytes : static_cast<int64_t>(saved);
   }
-  return Mul(kFp32Bytes, LayerSavedElements(s));
+  int64_t elements = LayerSavedElements(s);
+  if (s.selective) elements -= AttentionCoreElements(s);
+  return Mul(kFp32Bytes, elements);
 }
 
 int64_t InputBytes(const Shape& s, const RankMemoryOptions& options) {
@@ -206,13 +229,21 @@ int64_t InputBytes(const Shape& s, const RankMemoryOptions& options) {
   return Mul(bytes, Mul(s.tokens(), s.hidden));
 }
 
-// Every layer in flight keeps its input; without recompute also its saved set.
+// Every layer in flight keeps its input (full recomputation in groups of g: the first of
+// each group only) and, unless recomputed, its saved set (full block b: all but the
+// chunk's first b layers).
 int64_t ActivationBytes(const Shape& s, const InFlight& in_flight,
                         const RankMemoryOptions& options) {
-  const int64_t layers = LayersInFlight(s, in_flight);
-  int64_t per_layer = InputBytes(s, options);
-  if (!s.recompute) per_layer = Add(per_layer, LayerSavedBytes(s, options));
-  return Mul(layers, per_layer);
+  const int64_t per_chunk = s.layers / s.pipeline / s.virtual_stages;
+  int64_t inputs = per_chunk, saved = s.recompute ? 0 : per_chunk;
+  if (s.recompute && s.recompute_block >= 0) {
+    saved = per_chunk - std::min(per_chunk, s.recompute_block);
+  } else if (s.recompute) {
+    inputs = (per_chunk + s.recompute_group - 1) / s.recompute_group;
+  }
+  const int64_t per_microbatch =
+      Add(Mul(inputs, InputBytes(s, options)), Mul(saved, LayerSavedBytes(s, options)));
+  return Mul(in_flight.chunks, per_microbatch);
 }
 
 // The head on the last stage: LayerNorm output [N, C], its statistics and the logits
@@ -246,9 +277,16 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
   const int64_t fl = 4 * s.local_hidden();
   const int64_t per_chunk = Sum({Mul(3, n), Mul(3, nc)});
   int64_t elements = Mul(in_flight.chunks, per_chunk);
-  // Each of the v chunks has its own backward scratch (and recomputed layer).
+  // Each of the v chunks has its own backward scratch: full recomputation adds a group's
+  // saved sets, its inputs and output and the forward's two alternating inputs; selective
+  // the attention core of the layer at hand.
   int64_t scratch = Sum({Mul(2, nc), Mul(2, Mul(n, fl)), Mul(4, Mul(n, s.local_hidden()))});
-  if (s.recompute) scratch = Add(scratch, LayerSavedElements(s));
+  if (s.recompute) {
+    const int64_t group = std::min(s.recompute_block >= 0 ? 1 : s.recompute_group,
+                                   s.layers / s.pipeline / s.virtual_stages);
+    scratch = Sum({scratch, Mul(group, LayerSavedElements(s)), Mul(group + 3, nc)});
+  }
+  if (s.selective) scratch = Add(scratch, AttentionCoreElements(s));
   elements = Add(elements, Mul(s.virtual_stages, scratch));
   if (stage == s.pipeline - 1) {
     elements = Sum({elements, Mul(n, s.vocab_local), Mul(3, nc), n});

@@ -87,8 +87,29 @@ TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
   const int64_t saved_set = 3 * n * 128 + 4 * n + 12 * n * 128 + 4 * 128;
   EXPECT_EQ(recomputed.activation_bytes, 4 * (4 * n * 128));
   EXPECT_LT(recomputed.activation_bytes, saved.activation_bytes);
-  // The layer being recomputed holds its full set in the workspace.
-  EXPECT_EQ(recomputed.workspace_bytes - saved.workspace_bytes, 4 * saved_set);
+  // The layer being recomputed holds its full set in the workspace, with its input and
+  // output and the forward's two alternating inputs.
+  EXPECT_EQ(recomputed.workspace_bytes - saved.workspace_bytes, 4 * (saved_set + 4 * n * 128));
+}
+
+TEST(RankMemoryEstimateTest, RecomputeGranularitiesKeepWhatTheModelKeeps) {
+  const int64_t n = 128, c = 128;
+  const RankMemoryEstimate saved = EstimateRankMemory(ResolvedSpecForTest("{}"));
+  // Selective: every layer's set less the attention core's output [n, C] and log-sum-exp.
+  const RankMemoryEstimate selective = EstimateRankMemory(
+      ResolvedSpecForTest(R"({"train": {"recompute_granularity": "selective"}})"));
+  const int64_t heads = 4;  // the default model's
+  EXPECT_EQ(saved.activation_bytes - selective.activation_bytes, 4 * 4 * (n * c + heads * n));
+  // Full, uniform groups of 2 over 4 layers: the inputs of layers 0 and 2.
+  const RankMemoryEstimate groups = EstimateRankMemory(ResolvedSpecForTest(
+      R"({"train": {"recompute_granularity": "full", "recompute_num_layers": 2}})"));
+  EXPECT_EQ(groups.activation_bytes, 4 * (2 * n * c));
+  // Full, block 1: layer 0 recomputed, layers 1-3 keep their sets.
+  const RankMemoryEstimate block = EstimateRankMemory(ResolvedSpecForTest(
+      R"({"train": {"recompute_granularity": "full", "recompute_method": "block",
+                    "recompute_num_layers": 1}})"));
+  EXPECT_LT(block.activation_bytes, saved.activation_bytes);
+  EXPECT_GT(block.activation_bytes, groups.activation_bytes);
 }
 
 TEST(RankMemoryEstimateTest, HalfPrecisionAddsAWorkingCopyOfTheWeights) {

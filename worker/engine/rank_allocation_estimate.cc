@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "spec/job_spec_arithmetic.h"
 #include "worker/engine/memory_limits.h"
+#include "worker/engine/recompute_options.h"
 
 namespace mtrain {
 namespace {
@@ -129,8 +130,10 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
   estimate.staging = 2 * buffer * kFloat + (zero ? buffer * kFloat : 0);
 
   if (host_activations) {
-    const bool recompute = spec.train().recompute();
-    const double attention = B * Hl * S;  // one layer's attention log-sum-exp
+    ModelOptions recompute;  // the granularity the model will run with
+    ApplyRecompute(spec.train(), &recompute);
+    const double attention = B * Hl * S;     // one layer's attention log-sum-exp
+    const double core = n * Cl + attention;  // selective recomputation's: attn_y and lse
     // LayerActivations: ln1, h1, ln2 [n, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
     // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics.
     const double saved_layer = 3 * n * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * n;
@@ -139,16 +142,32 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     double activations = 0;
     for (int c = 0; c < chunks; ++c) {
       const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
-      double per_microbatch = 3 * n + (chunk_layers[c] + 1) * n * C;
-      if (!recompute) per_microbatch += chunk_layers[c] * saved_layer;
+      // GptModel::NewActivations: the kept inputs (full recomputation in groups: the first
+      // of each) and the chunk's output, and the saved sets of the layers not recomputed.
+      const double layers = chunk_layers[c];
+      double inputs = layers, saved = layers;
+      const double group = recompute.recompute_block >= 0 ? 1 : recompute.recompute_group;
+      if (recompute.recompute && recompute.recompute_block >= 0) {
+        saved = layers - std::min<double>(layers, recompute.recompute_block);
+      } else if (recompute.recompute) {
+        inputs = std::ceil(layers / group);
+        saved = 0;
+      }
+      double per_microbatch = 3 * n + (inputs + 1) * n * C;
+      per_microbatch += saved * (recompute.selective_recompute ? saved_layer - core : saved_layer);
       if (head) per_microbatch += n * C + n * Vl + 5 * n;
       // The pipeline's received input and output gradient of each microbatch in flight.
       per_microbatch += 2 * n * C;
-      // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layer,
+      // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layers,
       // and the head's temporaries (d_logits, the residual gradients). The attention core's
       // own workspace (three 64 x S blocks per thread, [S, D] per head) is below this precision.
       double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl;
-      if (recompute) scratch += saved_layer;
+      if (recompute.recompute) {
+        // A group's sets, its inputs and output, the forward's two alternating inputs.
+        const double sets = std::min(group, layers);
+        scratch += sets * saved_layer + (sets + 3) * n * C;
+      }
+      if (recompute.selective_recompute) scratch += core;
       if (head) scratch += n * Vl + 3 * n * C + n;
       activations += in_flight[c] * per_microbatch + scratch;
     }
