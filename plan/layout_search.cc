@@ -31,7 +31,14 @@ JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, bool 
   par->set_schedule(
       v > 1 ? SCHEDULE_INTERLEAVED_1F1B
             : (spec.parallel().schedule() == SCHEDULE_GPIPE ? SCHEDULE_GPIPE : SCHEDULE_1F1B));
-  candidate.mutable_train()->set_recompute(recompute);
+  if (recompute) {
+    // Full recomputation of every layer; otherwise the spec's own choice stands.
+    TrainSpec& train = *candidate.mutable_train();
+    train.set_recompute(true);
+    train.clear_recompute_granularity();
+    train.clear_recompute_method();
+    train.clear_recompute_num_layers();
+  }
   return candidate;
 }
 
@@ -120,8 +127,10 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
   LayoutSearch& search = *out;
   const int heads = std::max(1, spec.model().num_heads());
   const int layers = std::max(1, spec.model().num_layers());
-  std::vector<bool> recompute_choices = {spec.train().recompute()};
-  if (options.try_recompute) recompute_choices = {false, true};
+  // false keeps the spec's recomputation (none, selective, or its full method); true
+  // tries full recomputation of every layer as well.
+  std::vector<bool> recompute_choices = {false};
+  if (options.try_recompute && !spec.train().recompute()) recompute_choices = {false, true};
 
   for (int t : Divisors(devices, devices)) {
     if (heads % t != 0) continue;  // not a candidate at all: heads cannot split

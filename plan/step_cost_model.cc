@@ -11,7 +11,11 @@ namespace {
 struct Sizes {
   double layers, hidden, heads, seq, vocab;
   double t, p, d, v, micro_batch, global_batch;
-  bool recompute;
+  // Share of the layers whose forward runs again before the backward (full
+  // recomputation: all of them, or the block method's first layers of each chunk), and
+  // whether only the attention core does (selective).
+  double recomputed = 0;
+  bool selective = false;
   double tokens() const { return micro_batch * seq; }  // n, per microbatch
   double microbatches() const { return std::max(1.0, global_batch / (micro_batch * d)); }
 };
@@ -33,7 +37,18 @@ Sizes SizesOf(const JobSpec& spec) {
   s.v = AtLeastOne(par.virtual_stages());
   s.micro_batch = AtLeastOne(par.micro_batch_size());
   s.global_batch = std::max<double>(AtLeastOne(par.global_batch_size()), s.micro_batch * s.d);
-  s.recompute = spec.train().recompute();
+  const TrainSpec& train = spec.train();
+  const std::string granularity = train.has_recompute_granularity()
+                                      ? train.recompute_granularity()
+                                      : (train.recompute() ? "full" : "none");
+  s.selective = granularity == "selective";
+  if (granularity == "full") {
+    s.recomputed = 1;
+    if (train.recompute_method() == "block" && train.has_recompute_num_layers()) {
+      const double per_chunk = std::max(1.0, s.layers / (s.p * s.v));
+      s.recomputed = std::min(1.0, train.recompute_num_layers() / per_chunk);
+    }
+  }
   return s;
 }
 
@@ -126,8 +141,10 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
   const double h = s.hidden;
   const double local_heads = s.heads / s.t;
   const double head_dim = h / s.heads;
-  // Forward passes: one, plus the recomputation before the backward.
-  const double forwards = s.recompute ? 2 : 1;
+  // Forward passes: one, plus the recomputation before the backward (of the share of
+  // layers recomputed; selective recomputation reruns the attention core only).
+  const double forwards = 1 + s.recomputed;
+  const double attention_forwards = s.selective ? 2 : forwards;
 
   LayerTimes times;
   const double linear_forward = clock.Gemm(n, 3 * h / s.t, h) + clock.Gemm(n, h, h / s.t) +
@@ -140,7 +157,7 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
     // Causal half of Q K^T and P V forward; the backward recomputes the scores and makes
     // four products (dV, dP, dQ, dK).
     const double product = clock.BatchedGemm(sequences, s.seq, s.seq, head_dim) / 2;
-    times.attention = forwards * 2 * product + 5 * product;
+    times.attention = attention_forwards * 2 * product + 5 * product;
   } else {
     // Every S^2 product, each no faster than its S^2 operand moves through memory.
     const double product =
@@ -150,7 +167,8 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
         clock.Bytes(scores * (2 * e + (options.dropout ? 2 * e : 0) + mask));
     const double softmax_backward =
         clock.Bytes(scores * (3 * e + (options.dropout ? 2 * e : 0) + mask));
-    times.attention = forwards * (2 * product + softmax_forward) + 4 * product + softmax_backward;
+    times.attention =
+        attention_forwards * (2 * product + softmax_forward) + 4 * product + softmax_backward;
   }
 
   // Two LayerNorms (read, write), two bias + dropout + residual passes (read two, write
@@ -173,6 +191,9 @@ StepCostOptions ProjectEngineOptions(const JobSpec& spec) {
   options.gradient_bytes = 4;
   options.data_parallel_overlap = 0.5;
   options.dropout = spec.train().dropout() > 0;
+  // The engine's pipeline messages: sliced by default under tensor parallelism.
+  const ParallelSpec& par = spec.parallel();
+  options.scatter_gather = par.has_scatter_gather() ? par.scatter_gather() : par.tensor() > 1;
   return options;
 }
 
@@ -185,10 +206,13 @@ double ModelFlopsPerStep(const JobSpec& spec) {
 
 double HardwareFlopsPerStep(const JobSpec& spec) {
   const Sizes s = SizesOf(spec);
-  if (!s.recompute) return ModelFlopsPerStep(spec);
   const double h = s.hidden;
-  return 96 * s.global_batch * s.seq * s.layers * h * h *
-         (1 + s.seq / (6 * h) + s.vocab / (16 * s.layers * h));
+  const double tokens_layers = s.global_batch * s.seq * s.layers;
+  // A recomputed layer's forward again: 24 B s h^2 (1 + s / 6h) (Narayanan et al.); the
+  // attention core alone (selective): its two products, 4 B s^2 h.
+  double extra = s.recomputed * 24 * tokens_layers * h * h * (1 + s.seq / (6 * h));
+  if (s.selective) extra += 4 * tokens_layers * s.seq * h;
+  return ModelFlopsPerStep(spec) + extra;
 }
 
 double PeakFlops(const JobSpec& spec, const DeviceProfile& device) {

@@ -104,7 +104,9 @@ struct StepCost {
 
 // How this project's engines run `spec`: flash attention, fp32 gradients whose data-parallel
 // buckets are reduced during the backward (about half of that time hidden), dropout as the
-// spec sets it. What `trainctl plan`, `parallel.auto` and predict_step price.
+// spec sets it, pipeline messages sliced over the tensor group unless
+// parallel.scatter_gather is false, recomputation as train.recompute_granularity says.
+// What `trainctl plan`, `parallel.auto` and predict_step price.
 StepCostOptions ProjectEngineOptions(const JobSpec& spec);
 
 // Megatron-LM's FLOP formulas for one step of `spec` (resolved: defaults applied).

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "spec/resolved_spec_for_test.h"
 
@@ -135,6 +136,31 @@ TEST(StepCostModelTest, ScatterGatherSendsASliceAndAllGathersItInTheTensorGroup)
   const double sliced_message = bytes / 2 / 1e9 + 1e-5 + (bytes / 2 / 1e10 + 1e-6);
   EXPECT_NEAR(plain.pipeline_comm_seconds, 4 * 2 * whole_message, 1e-12);
   EXPECT_NEAR(scattered.pipeline_comm_seconds, 4 * 2 * sliced_message, 1e-12);
+}
+
+TEST(StepCostModelTest, RecomputeGranularitiesPriceWhatTheyRerun) {
+  const auto flops = [](const char* train) {
+    return HardwareFlopsPerStep(
+        ResolvedSpecForTest(absl::StrCat(R"({"model": {"num_layers": 4}, "train": )", train, "}")));
+  };
+  const double none = flops("{}");
+  const double full = flops(R"({"recompute_granularity": "full"})");
+  // Selective reruns the attention core's two products: 4 B s^2 h per layer (B = 1 here,
+  // s = h = 128, 4 layers).
+  EXPECT_DOUBLE_EQ(flops(R"({"recompute_granularity": "selective"})") - none,
+                   4.0 * 128 * 128 * 128 * 4);
+  // Block 1 of 4 layers: a quarter of full recomputation's extra forward.
+  EXPECT_DOUBLE_EQ(flops(R"({"recompute_granularity": "full", "recompute_method": "block",
+                             "recompute_num_layers": 1})") -
+                       none,
+                   (full - none) / 4);
+  EXPECT_DOUBLE_EQ(full, flops(R"({"recompute": true})"));
+  // The engine's pipeline messages are sliced unless the spec says otherwise.
+  EXPECT_TRUE(
+      ProjectEngineOptions(ResolvedSpecForTest(R"({"parallel": {"tensor": 2}})")).scatter_gather);
+  EXPECT_FALSE(ProjectEngineOptions(
+                   ResolvedSpecForTest(R"({"parallel": {"tensor": 2, "scatter_gather": false}})"))
+                   .scatter_gather);
 }
 
 TEST(StepCostModelTest, ASeparateGradientAccumulationPassCostsItsBytesEachMicrobatch) {
