@@ -97,6 +97,14 @@ TEST(CommunicationVolumeTest, DataParallelSumsAndActivationPeaks) {
   EXPECT_LT(line.at("data_bytes_sent"), parameters * 4 + 1024);
   EXPECT_EQ(line.at("tensor_bytes_sent"), 0);
   EXPECT_EQ(line.at("pipeline_bytes_sent"), 0);
+  // ZeRO-1 reduce-scatters the gradients (half an all-reduce's bytes: (d-1)/d) and
+  // all-gathers the updated parameters (the other half): what plain data parallelism
+  // sends, where an all-reduce of the gradients before the gather sent half again more.
+  // Beside the loss, the replicas sum their shards' squared gradients (8 more bytes).
+  const std::vector<MetricsLine> zero = Train("d2-zero1", R"("data": 2, "zero_stage": 1)");
+  ASSERT_FALSE(zero.empty());
+  EXPECT_EQ(LineOf(zero, 0, 2).at("data_bytes_sent"), line.at("data_bytes_sent") + 8);
+  EXPECT_EQ(LineOf(zero, 0, 2).at("loss"), line.at("loss"));
   // A rank without a pipeline keeps one microbatch's activations at a time; the last of
   // two 1F1B stages one too, of half the layers (and the head).
   const std::vector<MetricsLine> p2 = Train("p2", R"("pipeline": 2)");

@@ -195,6 +195,9 @@ INSTANTIATE_TEST_SUITE_P(
                                 "recompute_num_layers": 1)"},
                       Layout{"p4_interleaved_selective", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B", 0,
                              "", R"(, "recompute_granularity": "selective")"},
+                      // ZeRO-1 reduce-scatters the gradients (issue 21).
+                      Layout{"t2p2d2_zero1", 2, 2, 2, 1, "SCHEDULE_1F1B", 1},
+                      Layout{"p2d2_interleaved_zero1", 1, 2, 2, 2, "SCHEDULE_INTERLEAVED_1F1B", 1},
                       Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
                              R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });

@@ -377,6 +377,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (apply) {
     ASSIGN_OR_RETURN(double sum_squares, engine_->GradientSumOfSquares(counted_in_norm_));
     RETURN_IF_ERROR(groups_.model->AllReduce(&sum_squares, 1, ReduceOp::kSum));
+    // ZeRO-1 by reduce-scatter: each replica summed its own shard.
+    if (engine_->gradient_sums_sharded()) {
+      RETURN_IF_ERROR(groups_.data->AllReduce(&sum_squares, 1, ReduceOp::kSum));
+    }
     grad_norm = std::sqrt(sum_squares);
     if (!std::isfinite(grad_norm)) {
       return absl::InternalError(

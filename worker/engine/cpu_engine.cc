@@ -53,9 +53,11 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngin
   for (const ParamTensor& tensor : engine->model_->tensors()) {
     grad_ranges.push_back({tensor.offset, tensor.size});
   }
-  engine->buckets_ = std::make_unique<GradientBuckets>(
-      grad_ranges, engine->model_->grads(), config.groups->data.get(), config.bucket_elements);
   engine->slice_ = OptimizerSliceOf(engine->model_->layout(), config.zero_shards, config.zero_rank);
+  // ZeRO-1: each replica needs only its shard's gradient sums (reduce-scatter).
+  engine->buckets_ = std::make_unique<GradientBuckets>(
+      grad_ranges, engine->model_->grads(), config.groups->data.get(), config.bucket_elements,
+      engine->slice_.shard_size);
   engine->optimizer_ = std::make_unique<AdamWOptimizer>(engine->model_->tensors(), config.optimizer,
                                                         engine->slice_.begin, engine->slice_.end);
   return engine;
@@ -100,7 +102,19 @@ absl::StatusOr<bool> CpuEngine::UnscaleGradients(float factor) {
 
 absl::StatusOr<double> CpuEngine::GradientSumOfSquares(const std::vector<ParamTensor>& counted) {
   double sum = 0;
-  for (const ParamTensor& t : counted) sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
+  if (slice_.shard_size == 0) {
+    for (const ParamTensor& t : counted) {
+      sum += cpu::SumOfSquares(model_->grads() + t.offset, t.size);
+    }
+    return sum;
+  }
+  // ZeRO-1: only this replica's shard holds summed gradients; its part of each tensor.
+  const size_t shard_end = slice_.shard_begin + slice_.shard_size;
+  for (const ParamTensor& t : counted) {
+    const size_t begin = std::max(t.offset, slice_.shard_begin);
+    const size_t end = std::min(t.offset + t.size, shard_end);
+    if (begin < end) sum += cpu::SumOfSquares(model_->grads() + begin, end - begin);
+  }
   return sum;
 }
 

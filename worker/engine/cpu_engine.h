@@ -52,6 +52,9 @@ class CpuEngine : public TrainingEngine {
     return stages_->activation_peak_bytes();
   }
 
+  // ZeRO-1 reduce-scatters the gradients: each replica's sum of squares covers its shard.
+  bool gradient_sums_sharded() const override { return slice_.shard_size > 0; }
+
   absl::Status StartGeneration(int capacity) override;
   absl::StatusOr<std::vector<float>> GenerateStep(const std::vector<int32_t>& tokens) override;
   void EndGeneration() override { kv_caches_.clear(); }

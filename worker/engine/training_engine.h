@@ -131,8 +131,12 @@ class TrainingEngine {
   // fp16 loss scaling: multiplies every gradient by `factor` (1 / loss scale); true if
   // any is inf or NaN (an overflow: the step is to be skipped).
   virtual absl::StatusOr<bool> UnscaleGradients(float factor) = 0;
+  // Whether each data-parallel replica holds only its ZeRO-1 shard's gradient sums (so
+  // GradientSumOfSquares covers that shard and the caller sums it over the replicas).
+  virtual bool gradient_sums_sharded() const { return false; }
   // Sum of the squared gradients of `counted` (tensors of layout(), each counted in the
-  // global norm by this rank); NaN or inf if a gradient is.
+  // global norm by this rank; under gradient_sums_sharded() their part in this replica's
+  // shard); NaN or inf if a gradient is.
   virtual absl::StatusOr<double> GradientSumOfSquares(const std::vector<ParamTensor>& counted) = 0;
   // AdamW over optimizer_slice() (update number `step`, 1-based), every gradient
   // multiplied by `clip_coefficient` first.

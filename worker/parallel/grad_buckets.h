@@ -22,6 +22,15 @@
 //   ... backward with hook [&](const ParamTensor& t) { buckets.MarkReady(t.offset); } ...
 //   RETURN_IF_ERROR(buckets.Finish());
 //
+// ZeRO-1 (`shard_size` > 0): replica r of the data group keeps (and updates) only shard r,
+// elements [r * shard_size, (r + 1) * shard_size) of the buffer (padded to d shards), so it
+// needs only that shard's sum: a bucket is then the same piece of every shard (elements
+// [k q, (k + 1) q) of each, q about bucket_elements / d), reduce-scattered so that each
+// replica receives its own piece's sum, half the bytes of an all-reduce. A bucket is ready
+// once every piece is final; the backward finishes the buffer's end first, so the buckets
+// start during the backward of the first shard's region (the last 1/d of the backward).
+// The other shards' gradients are left partial: only the own shard may be read.
+//
 // Thread-safety: MarkReady, StartStep and Finish are called from the training thread; the
 // communication thread is internal.
 #ifndef MTRAIN_WORKER_PARALLEL_GRAD_BUCKETS_H_
@@ -52,8 +61,10 @@ class GradientBuckets {
  public:
   // `tensors` must tile [0, end of the last tensor) of `grads` without gaps (as a
   // RankModel's do). `data_group` may have size 1: then nothing is communicated.
+  // `shard_size` > 0: ZeRO-1's reduce-scatter (above); the buffer must hold
+  // data_group->size() * shard_size elements.
   GradientBuckets(const std::vector<GradientRange>& tensors, float* grads, Communicator* data_group,
-                  size_t bucket_elements);
+                  size_t bucket_elements, size_t shard_size = 0);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -86,12 +97,20 @@ class GradientBuckets {
   void Launch(int bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void CommunicationLoop();
   int BucketOf(size_t offset) const;
+  // ZeRO-1: the bucket's pieces reduce-scattered; this replica's piece gets their sum.
+  absl::Status ReduceScatter(const Bucket& bucket);
 
   float* const grads_;
   Communicator* const group_;
-  std::vector<Bucket> buckets_;         // fixed at construction
-  std::vector<size_t> tensor_offsets_;  // sorted; one per tensor
-  std::vector<size_t> tensor_sizes_;    // in the order of tensor_offsets_
+  const size_t shard_size_;      // 0: buckets are all-reduced
+  std::vector<Bucket> buckets_;  // fixed at construction (ZeRO-1: within a shard)
+  // ZeRO-1: per tensor (the order of tensor_offsets_), the buckets its elements fall in and
+  // how many; and per bucket the tensor elements its pieces hold.
+  std::vector<std::vector<std::pair<int, size_t>>> tensor_buckets_;
+  std::vector<size_t> bucket_elements_;
+  std::vector<float> gathered_, piece_;  // communication thread only
+  std::vector<size_t> tensor_offsets_;   // sorted; one per tensor
+  std::vector<size_t> tensor_sizes_;     // in the order of tensor_offsets_
 
   Mutex mutex_;
   CondVar work_or_done_;

@@ -1,10 +1,17 @@
 #include "worker/parallel/grad_buckets.h"
 
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "gtest/gtest.h"
+#include "worker/parallel/counting_communicator.h"
+#include "worker/parallel/gloo_communicator.h"
+#include "worker/parallel/key_value_store.h"
 
 namespace mtrain {
 namespace {
@@ -101,6 +108,48 @@ TEST(GradientBucketsTest, ABucketIsReducedAsSoonAsAllItsTensorsAreReady) {
   buckets.StartStep();
   ASSERT_TRUE(buckets.Finish().ok());
   for (float g : grads) EXPECT_EQ(g, 4.0f);
+}
+
+// ZeRO-1 on a real Gloo group of two: each replica ends with the sum in its own shard
+// (and only there), having sent half the bytes an all-reduce would.
+TEST(GradientBucketsTest, ZeroOneReduceScattersEachReplicasShard) {
+  const auto tensors = Tensors({4, 4, 10, 3, 3});  // 24 elements; t2 straddles the shards
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/zero-store");
+  absl::StatusOr<std::unique_ptr<DirectoryStore>> store = DirectoryStore::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<GlooDevice> device = CreateGlooDevice("127.0.0.1");
+      ASSERT_TRUE(device.ok()) << device.status();
+      GroupSpec spec;
+      spec.name = "zero";
+      spec.members = {0, 1};
+      spec.global_rank = rank;
+      spec.timeout = absl::Seconds(30);
+      absl::StatusOr<std::unique_ptr<Communicator>> group =
+          ConnectGlooGroup(**store, *device, spec);
+      ASSERT_TRUE(group.ok()) << group.status();
+      CountingCommunicator counted(std::move(*group));
+      std::vector<float> grads(24);
+      for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>((rank + 1) * i);
+      GradientBuckets buckets(tensors, grads.data(), &counted, /*bucket_elements=*/4,
+                              /*shard_size=*/12);
+      buckets.StartStep();
+      // The backward's order; the first shard's tensors come last.
+      for (int t = 4; t >= 0; --t) buckets.MarkReady(tensors[t].offset);
+      ASSERT_TRUE(buckets.Finish().ok());
+      EXPECT_GT(buckets.buckets_launched_early(), 0);
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const bool mine = i / 12 == static_cast<size_t>(rank);
+        EXPECT_EQ(grads[i], mine ? 3.0f * i : static_cast<float>((rank + 1) * i))
+            << "rank " << rank << ", element " << i;
+      }
+      // A reduce-scatter of the 24 elements: (2-1)/2 of them, half of an all-reduce's 96.
+      EXPECT_EQ(counted.bytes_sent(), 48);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 TEST(GradientBucketsTest, ACommunicationErrorReachesFinish) {
