@@ -215,7 +215,7 @@ struct CoordinatorMetrics::Impl {
         rank_activation_peak(prometheus::BuildGauge()
                                  .Name("mtrain_rank_activation_memory_peak_bytes")
                                  .Help("The most bytes one rank's activations kept for "
-                                       "backwards have held together (CPU engine).")
+                                       "backwards have held together.")
                                  .Register(*registry)),
         workers_registered(prometheus::BuildGauge()
                                .Name("mtrain_workers_registered")

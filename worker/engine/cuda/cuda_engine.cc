@@ -45,6 +45,9 @@ class CudaEngine::Chunk {
   virtual absl::Status Decode(const int32_t* tokens, const float* hidden_in, int count,
                               float* out) = 0;
   virtual void EndDecode() = 0;
+  // Device bytes of the activation sets of microbatches in flight (forward done, backward
+  // not yet), now.
+  virtual size_t in_flight_activation_bytes() const = 0;
 };
 
 template <typename T>
@@ -97,9 +100,12 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       in_flight_.erase(index);
     }
     RETURN_IF_ERROR(status);
+    if (!mb.id.evaluation) in_flight_bytes_ += CudaActivationBytes(*acts);
     if (hidden_out != nullptr) RETURN_IF_ERROR(ToHost(hidden_out, n));
     return absl::OkStatus();
   }
+
+  size_t in_flight_activation_bytes() const override { return in_flight_bytes_; }
 
   absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
                         float* d_hidden_in,
@@ -110,6 +116,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     }
     std::unique_ptr<CudaActivations<T>> acts = std::move(it->second);
     in_flight_.erase(it);
+    in_flight_bytes_ -= CudaActivationBytes(*acts);
     const size_t n = HiddenElements();
     // As in Forward: d_out is read into the model's buffer before d_in is written.
     if (d_hidden_out != nullptr || d_hidden_in != nullptr) {
@@ -249,6 +256,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   std::vector<std::unique_ptr<CudaActivations<T>>> free_;
   DeviceBuffer<T> staged_t_;
   DeviceBuffer<float> staged_f_;
+  size_t in_flight_bytes_ = 0;  // of the sets in in_flight_
   // Generation: the sequence's cache and the last chunk output (widened to float).
   typename CudaGptModel<T>::KvCache cache_;
   DeviceBuffer<T> decode_out_;
@@ -493,6 +501,7 @@ absl::StatusOr<double> CudaEngine::ForwardBackward(const std::vector<Microbatch>
     }
     // One activation set, reused: each backward directly follows its forward.
     RETURN_IF_ERROR(chunk.Forward(0, mb, nullptr, nullptr, losses_.get() + k * tokens));
+    NoteActivations();
     // The last microbatch's backward finalises each layer's gradients in turn: their
     // all-reduce starts right away, overlapped with the layers below.
     const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(0);
@@ -566,6 +575,7 @@ absl::StatusOr<double> CudaEngine::Forward(int chunk, int index, const Microbatc
   }
   RETURN_IF_ERROR(chunks_[chunk]->Forward(index, microbatch, hidden_in, hidden_out,
                                           head ? losses_.get() : nullptr));
+  NoteActivations();
   if (!head) return 0.0;
   // The loss is summed on the host in double, in token order, as the CPU engine does.
   std::vector<float> losses(tokens);
@@ -589,6 +599,12 @@ absl::Status CudaEngine::Backward(int chunk, int index, const float* d_hidden_ou
   // while the backward goes on (the caller waits for them with WaitForGradientSums).
   const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(chunk);
   return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, &all_reduce);
+}
+
+void CudaEngine::NoteActivations() {
+  size_t bytes = 0;
+  for (const std::unique_ptr<Chunk>& chunk : chunks_) bytes += chunk->in_flight_activation_bytes();
+  activation_peak_bytes_ = std::max(activation_peak_bytes_, bytes);
 }
 
 absl::Status CudaEngine::ZeroGradients() {

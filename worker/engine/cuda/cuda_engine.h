@@ -159,6 +159,9 @@ class CudaEngine : public PipelineStages {
   void EndGeneration();
 
   const std::string& device_name() const { return device_name_; }
+  // The most device bytes the activation sets of microbatches in flight have held
+  // together so far (sampled after each forward).
+  size_t activation_peak_bytes() const { return activation_peak_bytes_; }
 
  private:
   class Chunk;  // a CudaGptModel of the configured precision, with its activation sets
@@ -166,6 +169,7 @@ class CudaEngine : public PipelineStages {
   class TypedChunk;
   CudaEngine() = default;
   absl::Status RefreshModelCopy();
+  void NoteActivations();
   // The backward's per-layer hook (CudaGptModel's on_layer_done) that queues the chunk's
   // gradient ranges on reducer_ as the backward passes them.
   std::function<absl::Status(int)> GradientSumsAfterLayers(int chunk);
@@ -193,6 +197,7 @@ class CudaEngine : public PipelineStages {
   std::vector<ChunkRanges> chunk_ranges_;
   bool whole_model_ = false;  // one chunk, one tensor rank, embeddings and head
   std::unique_ptr<OverlappedAllReduce> reducer_;
+  size_t activation_peak_bytes_ = 0;
 };
 
 }  // namespace mtrain::cuda

@@ -72,6 +72,22 @@ struct CudaActivations {
   DeviceBuffer<float> lnf_mean, lnf_rstd, ce_local_max, ce_max, ce_sum_exp, ce_target;
 };
 
+// The device bytes `acts` holds: what a microbatch in flight keeps for its backward.
+template <typename T>
+size_t CudaActivationBytes(const CudaActivations<T>& acts) {
+  size_t bytes = acts.tokens.bytes() + acts.targets.bytes() + acts.lnf.bytes() +
+                 acts.logits.bytes() + acts.lnf_mean.bytes() + acts.lnf_rstd.bytes() +
+                 acts.ce_local_max.bytes() + acts.ce_max.bytes() + acts.ce_sum_exp.bytes() +
+                 acts.ce_target.bytes();
+  for (const DeviceBuffer<T>& io : acts.layer_io) bytes += io.bytes();
+  for (const CudaLayerActivations<T>& s : acts.saved) {
+    bytes += s.ln1.bytes() + s.qkv.bytes() + s.attn_y.bytes() + s.h1.bytes() + s.ln2.bytes() +
+             s.fc.bytes() + s.gelu.bytes() + s.ln1_mean.bytes() + s.ln1_rstd.bytes() +
+             s.ln2_mean.bytes() + s.ln2_rstd.bytes() + s.lse.bytes();
+  }
+  return bytes;
+}
+
 // The input of one microbatch's forward.
 template <typename T>
 struct CudaMicrobatchInput {

@@ -49,6 +49,9 @@ class CudaTrainingEngine : public TrainingEngine {
   // embedding's exchange.
   double CollectiveSeconds(double step_seconds, const PipelineTimings& timings) const override;
   std::optional<int64_t> device_memory_peak_bytes() const override;
+  std::optional<int64_t> activation_memory_peak_bytes() const override {
+    return static_cast<int64_t>(engine_->activation_peak_bytes());
+  }
 
   // Generation on the GPU (CudaEngine::GenerateChunk), the chunks' hidden states passed
   // between stages through the host as in training.
