@@ -243,6 +243,32 @@ TEST(CoordinatorMetricsTest, RankGaugesFollowTheNewestGeneration) {
             0.25);
 }
 
+// Bytes sent accumulate per link (a counter per rank and link, none before a link is
+// used); the activation peak is the last step's, and both go with the job.
+TEST(CoordinatorMetricsTest, RankBytesSentAddUpByLinkAndActivationPeaksShow) {
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  for (int64_t step = 1; step <= 3; ++step) {
+    StepMetrics m = Step(step, 0.3, 2.0);
+    m.set_tensor_bytes_sent(1000);
+    m.set_pipeline_bytes_sent(250);
+    m.set_activation_memory_peak_bytes(4096 * step);
+    metrics->ObserveStep("job-1", m, Coordinates(2, 0, 1, 0));
+  }
+  const std::string text = metrics->Scrape();
+  const auto sent = [](const char* link) {
+    return absl::StrCat("mtrain_rank_sent_bytes_total{dp_rank=\"0\",job=\"job-1\",link=\"", link,
+                        "\",pp_stage=\"1\",rank=\"2\",tp_rank=\"0\"}");
+  };
+  EXPECT_EQ(SampleValue(text, sent("tensor")), 3000);
+  EXPECT_EQ(SampleValue(text, sent("pipeline")), 750);
+  EXPECT_EQ(text.find(sent("data")), std::string::npos) << "no data link used";
+  EXPECT_EQ(SampleValue(text, RankSeries("mtrain_rank_activation_memory_peak_bytes", 2, 0, 1, 0)),
+            3 * 4096);
+  metrics->ForgetJob("job-1");
+  EXPECT_EQ(metrics->Scrape().find("job=\"job-1\""), std::string::npos);
+}
+
 TEST(CoordinatorMetricsTest, ForgetJobRemovesEverySeriesOfTheJobOnly) {
   std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);
