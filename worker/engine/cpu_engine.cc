@@ -22,6 +22,9 @@ TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
   tp.all_gather = [group](const float* in, float* out, size_t count) {
     return group->AllGather(in, out, count);
   };
+  tp.reduce_scatter = [group](const float* in, float* out, size_t count) {
+    return group->ReduceScatter(in, out, count, ReduceOp::kSum);
+  };
   return tp;
 }
 

@@ -60,6 +60,36 @@ absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, 
 }
 
 template <typename T>
+absl::Status GatherSequence(const TensorParallelGroup<T>& group, const T* local, T* full, int rows,
+                            int cols) {
+  const size_t block = static_cast<size_t>(rows) * cols;
+  if (group.size == 1) {
+    std::copy(local, local + block, full);
+    return absl::OkStatus();
+  }
+  if (!group.all_gather) {
+    return absl::FailedPreconditionError("tensor-parallel group of size > 1 without an all-gather");
+  }
+  // Rank-ordered blocks of whole rows are the full matrix already.
+  return group.all_gather(local, full, block);
+}
+
+template <typename T>
+absl::Status ReduceScatterSequence(const TensorParallelGroup<T>& group, const T* full, T* local,
+                                   int rows, int cols) {
+  const size_t block = static_cast<size_t>(rows) * cols;
+  if (group.size == 1) {
+    std::copy(full, full + block, local);
+    return absl::OkStatus();
+  }
+  if (!group.reduce_scatter) {
+    return absl::FailedPreconditionError(
+        "tensor-parallel group of size > 1 without a reduce-scatter");
+  }
+  return group.reduce_scatter(full, local, block);
+}
+
+template <typename T>
 void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows, int cols,
                   bool accumulate) {
   const size_t full_cols = static_cast<size_t>(cols) * group.size;
@@ -145,6 +175,9 @@ void VocabParallelCrossEntropyBackward(const T* logits, const int32_t* targets,
   template absl::Status AllReduceSum(const TensorParallelGroup<T>&, T*, size_t);                  \
   template absl::Status GatherLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int);     \
   template void SplitLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int, bool);        \
+  template absl::Status GatherSequence(const TensorParallelGroup<T>&, const T*, T*, int, int);    \
+  template absl::Status ReduceScatterSequence(const TensorParallelGroup<T>&, const T*, T*, int,   \
+                                              int);                                               \
   template void ColumnParallelLinearForward(const T*, const T*, const T*, T*, int, int, int);     \
   template absl::Status ColumnParallelLinearBackward(                                             \
       const TensorParallelGroup<T>&, const T*, const T*, const T*, T*, T*, T*, int, int, int);    \

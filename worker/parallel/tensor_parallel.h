@@ -42,6 +42,9 @@ struct TensorParallelGroup {
   std::function<absl::Status(T* data, size_t count, ReduceOp op)> all_reduce;
   // out[size * count] = every rank's in[count], in rank order.
   std::function<absl::Status(const T* in, T* out, size_t count)> all_gather;
+  // out[count] = block `rank` of the sum over ranks of in[size * count] (sequence
+  // parallelism's conjugate of all_gather).
+  std::function<absl::Status(const T* in, T* out, size_t count)> reduce_scatter;
 };
 
 namespace tp {
@@ -62,6 +65,19 @@ absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, 
 template <typename T>
 void SplitLastDim(const TensorParallelGroup<T>& group, const T* full, T* local, int rows, int cols,
                   bool accumulate);
+
+// Sequence parallelism (Korthikanti et al. 2022): rank r holds rows [r * rows, (r + 1) *
+// rows) of the [size * rows, cols] activations between the tensor-parallel blocks.
+// All-gather forward / reduce-scatter backward before a column-parallel block:
+// full[size * rows, cols] from every rank's local[rows, cols].
+template <typename T>
+absl::Status GatherSequence(const TensorParallelGroup<T>& group, const T* local, T* full, int rows,
+                            int cols);
+// Reduce-scatter forward / all-gather backward after a row-parallel block: local[rows,
+// cols] = this rank's rows of the sum over ranks of full[size * rows, cols].
+template <typename T>
+absl::Status ReduceScatterSequence(const TensorParallelGroup<T>& group, const T* full, T* local,
+                                   int rows, int cols);
 
 // --- Layers ---------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ void RunOnRanks(const std::function<void(int, const TensorParallelGroup<float>&)
       group.all_gather = [c](const float* in, float* out, size_t n) {
         return c->AllGather(in, out, n);
       };
+      group.reduce_scatter = [c](const float* in, float* out, size_t n) {
+        return c->ReduceScatter(in, out, n, ReduceOp::kSum);
+      };
       body(rank, group);
     });
   }
@@ -218,6 +221,24 @@ TEST(TensorParallelTest, GatherAndSplitAlongTheLastDimensionAreInverse) {
     std::vector<float> back(rows * cols);
     tp::SplitLastDim<float>(group, full.data(), back.data(), rows, cols, false);
     EXPECT_EQ(back, local);
+  });
+}
+
+// Sequence parallelism's mappings: a row-parallel block's partial outputs reduce-scattered
+// give each rank its rows of the all-reduced sum, and all-gathering the rows rebuilds it.
+TEST(TensorParallelTest, ReduceScatterAndGatherAlongTheSequenceAreConjugate) {
+  const int rows = 3, cols = 4;  // per rank; the full sequence has kRanks * rows rows
+  RunOnRanks([&](int rank, const TensorParallelGroup<float>& group) {
+    const std::vector<float> partial = Random(kRanks * rows * cols, 40 + rank);
+    std::vector<float> summed = partial;
+    ASSERT_TRUE(tp::AllReduceSum<float>(group, summed.data(), summed.size()).ok());
+    std::vector<float> mine(rows * cols);
+    ASSERT_TRUE(
+        tp::ReduceScatterSequence<float>(group, partial.data(), mine.data(), rows, cols).ok());
+    ExpectNear(mine, Rows(summed, cols, rank * rows, rows), "reduce-scattered rows");
+    std::vector<float> full(kRanks * rows * cols);
+    ASSERT_TRUE(tp::GatherSequence<float>(group, mine.data(), full.data(), rows, cols).ok());
+    ExpectNear(full, summed, "gathered sequence");
   });
 }
 
