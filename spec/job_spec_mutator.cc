@@ -39,7 +39,7 @@ constexpr const char* kSeedSpecs[] = {
     R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4, "global_batch_size": 16,
         "schedule": "SCHEDULE_GPIPE"}})",
     R"({"parallel": {"data": 4, "min_data": 2, "global_batch_size": 8, "zero_stage": 1}})",
-    R"({"parallel": {"tensor": 2, "scatter_gather": true},
+    R"({"parallel": {"tensor": 2, "sequence_parallel": true, "scatter_gather": true},
         "train": {"recompute_granularity": "full", "recompute_method": "block",
                   "recompute_num_layers": 1}})",
     R"({"device": "DEVICE_CUDA", "precision": "PRECISION_BF16",

@@ -437,12 +437,16 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
 void ValidateMemoryTechniques(const JobSpec& spec, Violations* v) {
   const ParallelSpec& p = spec.parallel();
   const TrainSpec& t = spec.train();
-  if (p.sequence_parallel()) {
-    // The field and its rules are settled (Megatron's); the engines do not split the
-    // sequence yet, so a job asking for it is refused here rather than trained without it.
-    v->Add(
-        "parallel.sequence_parallel: not implemented by this build's engines yet [rule: leave "
-        "it false (only the planner's Megatron-LM projection models it)]");
+  if (p.sequence_parallel() && !p.auto_()) {
+    if (p.tensor() < 2) {
+      v->Add(absl::StrCat("parallel.sequence_parallel: needs parallel.tensor > 1 (got ", p.tensor(),
+                          ") [rule: the sequence is split over the tensor group]"));
+    } else if (spec.model().seq_length() % p.tensor() != 0) {
+      v->Add(absl::StrCat("parallel.sequence_parallel: model.seq_length ",
+                          spec.model().seq_length(), " is not divisible by parallel.tensor ",
+                          p.tensor(),
+                          " [rule: each tensor rank holds seq_length / tensor positions]"));
+    }
   }
   if (!t.has_recompute_granularity()) {
     if (t.has_recompute_method() || t.has_recompute_num_layers()) {

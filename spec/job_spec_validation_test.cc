@@ -234,8 +234,12 @@ TEST(JobSpecValidationTest, SequenceParallelismAndRecomputeGranularity) {
   EXPECT_TRUE(ParseJobSpecJson(R"({"model": {"num_layers": 4}, "train": {
       "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2}})")
                   .ok());
-  ExpectRejected(R"({"parallel": {"tensor": 2, "sequence_parallel": true}})",
-                 "parallel.sequence_parallel: not implemented", "leave it false");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"parallel": {"tensor": 2, "sequence_parallel": true}})").ok());
+  ExpectRejected(R"({"parallel": {"sequence_parallel": true}})",
+                 "parallel.sequence_parallel: needs parallel.tensor > 1", "split over");
+  ExpectRejected(R"({"model": {"seq_length": 30, "num_heads": 4}, "parallel": {"tensor": 4,
+      "sequence_parallel": true}})",
+                 "parallel.sequence_parallel: model.seq_length 30 is not divisible", "");
   ExpectRejected(R"({"train": {"recompute_granularity": "attention"}})",
                  "train.recompute_granularity: \"attention\"", "none, selective or full");
   ExpectRejected(R"({"train": {"recompute": true, "recompute_granularity": "selective"}})",

@@ -167,6 +167,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   config.micro_batch = t->micro_batch_;
   config.model.dropout = spec.train().dropout();
   ApplyRecompute(spec.train(), &config.model);
+  config.model.sequence_parallel = par.sequence_parallel() && par.tensor() > 1;
   config.model.seed = spec.train().seed();
   config.optimizer = spec.optimizer();
   config.precision = spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
@@ -185,11 +186,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   if (const std::string device = t->engine_->device_description(); !device.empty()) {
     t->engine_note_ += absl::StrCat(", ", device);
   }
-  // Scatter/gather pipeline messages: on by default under tensor parallelism.
-  const bool scatter_gather = par.has_scatter_gather() ? par.scatter_gather() : par.tensor() > 1;
+  // Scatter/gather pipeline messages: on by default under tensor parallelism (sequence
+  // parallelism splits them already).
+  const bool sequence_parallel = par.sequence_parallel() && par.tensor() > 1;
+  const bool scatter_gather =
+      !sequence_parallel && (par.has_scatter_gather() ? par.scatter_gather() : par.tensor() > 1);
   t->executor_ = std::make_unique<PipelineExecutor>(
       &t->engine_->stages(), assignment.schedule(), rank.pp_rank(), par.pipeline(),
-      t->groups_.world.get(), scatter_gather ? t->groups_.tensor.get() : nullptr);
+      t->groups_.world.get(), scatter_gather ? t->groups_.tensor.get() : nullptr,
+      sequence_parallel ? par.tensor() : 1);
   for (const ParamTensor& tensor : t->engine_->layout().tensors()) {
     if (t->IsCountedInNorm(tensor)) t->counted_in_norm_.push_back(tensor);
   }

@@ -25,22 +25,25 @@ struct LayerActivations {
 
   // `attention_core` false (selective recomputation): no attn_y and lse, which the
   // backward recomputes.
+  // `local_rows` (sequence parallelism): the rows of h1 and of the LayerNorm statistics
+  // this rank keeps (default all n).
   LayerActivations(const ModelShape& s, const ModelPlacement& p, int batch,
-                   bool attention_core = true) {
+                   bool attention_core = true, size_t local_rows = 0) {
     const size_t n = static_cast<size_t>(batch) * s.seq_length;
+    const size_t rows = local_rows > 0 ? local_rows : n;
     const size_t C = s.hidden;
     ln1.resize(n * C);
-    ln1_mean.resize(n);
-    ln1_rstd.resize(n);
+    ln1_mean.resize(rows);
+    ln1_rstd.resize(rows);
     qkv.resize(n * 3 * p.local_hidden(s));
     if (attention_core) {
       lse.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length);
       attn_y.resize(n * p.local_hidden(s));
     }
-    h1.resize(n * C);
+    h1.resize(rows * C);
     ln2.resize(n * C);
-    ln2_mean.resize(n);
-    ln2_rstd.resize(n);
+    ln2_mean.resize(rows);
+    ln2_rstd.resize(rows);
     fc.resize(n * p.local_ffn(s));
     gelu.resize(n * p.local_ffn(s));
   }

@@ -87,7 +87,7 @@ TEST(CpuEngineTest, AStepIsBitForBitTheStepOfItsParts) {
   absl::StatusOr<double> loss = (*engine)->ComputeGradients(executor, Microbatches(), d_loss);
   ASSERT_TRUE(loss.ok()) << loss.status();
 
-  TensorParallelGroup<float> solo{1, 0, nullptr, nullptr};
+  TensorParallelGroup<float> solo{1, 0, nullptr, nullptr, nullptr};
   absl::StatusOr<std::unique_ptr<RankModel>> model =
       RankModel::Create(config.shape, config.chunks, config.micro_batch, config.model, solo, 1);
   ASSERT_TRUE(model.ok()) << model.status();

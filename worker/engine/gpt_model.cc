@@ -37,7 +37,11 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
       placement_(layout.placement()),
       batch_(micro_batch),
       options_(options),
-      tp_(std::move(tensor_group)) {
+      tp_(std::move(tensor_group)),
+      sequence_parallel_(options.sequence_parallel && tp_.size > 1),
+      local_rows_(sequence_parallel_ ? micro_batch * shape_.seq_length / tp_.size
+                                     : micro_batch * shape_.seq_length),
+      row_offset_(sequence_parallel_ ? tp_.rank * local_rows_ : 0) {
   if (shared.params != nullptr) {
     params_ = shared.params;
     grads_ = shared.grads;
@@ -84,13 +88,18 @@ void GptModel<T>::AllocateScratch() {
   if (options_.recompute) {
     const int group = std::min(std::max(1, options_.recompute_group), placement_.num_layers);
     for (int i = 0; i < group; ++i) {
-      recompute_scratch_.push_back(
-          std::make_unique<LayerActivations<T>>(shape_, placement_, batch_));
+      recompute_scratch_.push_back(std::make_unique<LayerActivations<T>>(
+          shape_, placement_, batch_, true, static_cast<size_t>(local_rows_)));
     }
     // The group's inputs after its first, and the top layer's output (not needed: the
-    // next layer's input is kept).
-    group_io_.assign(group + 1, std::vector<T>(n * shape_.hidden));
-    forward_io_.assign(2, std::vector<T>(n * shape_.hidden));
+    // next layer's input is kept); this rank's rows under sequence parallelism.
+    const size_t stream = static_cast<size_t>(local_rows_) * shape_.hidden;
+    group_io_.assign(group + 1, std::vector<T>(stream));
+    forward_io_.assign(2, std::vector<T>(stream));
+  }
+  if (sequence_parallel_) {
+    sp_rows_.resize(static_cast<size_t>(local_rows_) * shape_.hidden);
+    sp_full_.resize(n * shape_.hidden);
   }
   if (options_.selective_recompute) {
     core_y_.resize(n * placement_.local_hidden(shape_));
@@ -135,21 +144,23 @@ std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
   acts->positions.resize(n);
   for (size_t i = 0; i < n; ++i) acts->positions[i] = static_cast<int32_t>(i % shape_.seq_length);
   // Only the inputs and activation sets that the backward reads from this set.
+  // The residual stream: this rank's rows under sequence parallelism.
+  const size_t rows = static_cast<size_t>(local_rows_);
   acts->layer_io.resize(placement_.num_layers + 1);
   for (int l = 0; l <= placement_.num_layers; ++l) {
-    if (KeepsInput(l)) acts->layer_io[l].resize(n * C);
+    if (KeepsInput(l)) acts->layer_io[l].resize(rows * C);
   }
   acts->saved.resize(placement_.num_layers);
   for (int l = 0; l < placement_.num_layers; ++l) {
     if (Recomputed(l)) continue;
     acts->saved[l] = std::make_unique<LayerActivations<T>>(shape_, placement_, batch_,
-                                                           !options_.selective_recompute);
+                                                           !options_.selective_recompute, rows);
   }
   if (placement_.has_head) {
     const size_t Vl = placement_.local_vocab(shape_);
     acts->lnf.resize(n * C);
-    acts->lnf_mean.resize(n);
-    acts->lnf_rstd.resize(n);
+    acts->lnf_mean.resize(rows);
+    acts->lnf_rstd.resize(rows);
     acts->logits.resize(n * Vl);
     acts->ce_max.resize(n);
     acts->ce_sum_exp.resize(n);
@@ -174,6 +185,7 @@ uint64_t GptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, in
 template <typename T>
 absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                        LayerActivations<T>* s) {
+  if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
@@ -216,6 +228,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
 template <typename T>
 absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
                                         const LayerActivations<T>& s, T* d_out, T* d_x) {
+  if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -284,7 +297,9 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
   acts->id = input.id;
-  T* x0 = acts->layer_io[0].data();
+  const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
+  // Under sequence parallelism the embedding is computed whole, then this rank's rows kept.
+  T* x0 = sequence_parallel_ ? sp_full_.data() : acts->layer_io[0].data();
   if (placement_.has_embedding) {
     std::copy(input.tokens, input.tokens + N, acts->tokens.begin());
     RETURN_IF_ERROR(tp::VocabParallelEmbeddingForward<T>(tp_, input.tokens, p_.wte, x0, N, C,
@@ -294,8 +309,12 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
                              /*accumulate=*/true);
     cpu::DropoutForward<T>(x0, x0, NC, input.id.evaluation ? 0.0f : options_.dropout,
                            DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
+    if (sequence_parallel_) {
+      const T* mine = x0 + static_cast<size_t>(row_offset_) * C;
+      std::copy(mine, mine + RC, acts->layer_io[0].begin());
+    }
   } else {
-    std::copy(input.hidden_in, input.hidden_in + NC, x0);
+    std::copy(input.hidden_in, input.hidden_in + RC, acts->layer_io[0].data());
   }
   // An input the set does not keep lives in one of two alternating buffers (the next
   // layer's input never shares the current one's).
@@ -310,13 +329,21 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
   acts->has_forward = true;
   const T* x_last = acts->layer_io[placement_.num_layers].data();
   if (!placement_.has_head) {
-    if (hidden_out != nullptr) std::copy(x_last, x_last + NC, hidden_out);
+    if (hidden_out != nullptr) std::copy(x_last, x_last + RC, hidden_out);
     return 0.0;
   }
 
   std::copy(input.targets, input.targets + N, acts->targets.begin());
-  cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
-                           acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C, kLayerNormEps);
+  if (sequence_parallel_) {
+    // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
+    cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.data(),
+                             acts->lnf_mean.data(), acts->lnf_rstd.data(), local_rows_, C,
+                             kLayerNormEps);
+    RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), acts->lnf.data(), local_rows_, C));
+  } else {
+    cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
+                             acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C, kLayerNormEps);
+  }
   const int Vl = placement_.local_vocab(shape_);
   // The tied output layer: column-parallel over the vocabulary (the input was copied in),
   // its logits never gathered.
@@ -365,16 +392,30 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
         {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, d_loss_per_token,
         d_logits.data());
     Zero(d_ln_);
-    RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-        tp_, d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte, nullptr, N, C, Vl));
-    cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
-                              p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
-                              d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);
+    if (sequence_parallel_) {
+      // The head's input gradient reduce-scattered to this rank's rows (the conjugate of
+      // the forward's gather), then the final LayerNorm on them.
+      cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte,
+                             nullptr, N, C, Vl);
+      RETURN_IF_ERROR(
+          tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), local_rows_, C));
+      cpu::LayerNormBackward<T>(sp_rows_.data(), acts->layer_io[placement_.num_layers].data(),
+                                p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
+                                d_x.data(), g_.lnf_gamma, g_.lnf_beta, local_rows_, C);
+      // Final for the step once the last backward reports it: the ranks' rows summed.
+      if (on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(-1));
+    } else {
+      RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+          tp_, d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte, nullptr, N, C, Vl));
+      cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
+                                p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
+                                d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);
+    }
     for (const ParamTensor* tensor : head_tensors_) report(tensor);
     // The embedding stage also adds the input embedding's gradient to the tied table.
     if (!placement_.has_embedding) report(wte_tensor_);
   } else {
-    std::copy(d_hidden_out, d_hidden_out + NC, d_x.begin());
+    std::copy(d_hidden_out, d_hidden_out + static_cast<size_t>(local_rows_) * C, d_x.begin());
   }
 
   for (int l = placement_.num_layers - 1; l >= 0; --l) {
@@ -396,12 +437,20 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     }
     RETURN_IF_ERROR(LayerBackward(l, acts->id, x, *saved, d_x.data(), d_below.data()));
     d_x.swap(d_below);
+    if (sequence_parallel_ && on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(l));
     for (const ParamTensor* tensor : layer_tensors_[l]) report(tensor);
   }
 
   if (placement_.has_embedding) {
+    // Under sequence parallelism the embedding's gradient is gathered whole first (each
+    // rank's vocabulary rows and the replicated positions take every token's).
+    const T* d_embedded = d_x.data();
+    if (sequence_parallel_) {
+      RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, d_x.data(), sp_full_.data(), local_rows_, C));
+      d_embedded = sp_full_.data();
+    }
     Zero(d_branch_);
-    cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout,
+    cpu::DropoutBackward<T>(d_embedded, d_branch_.data(), NC, options_.dropout,
                             DropoutKeyFor(acts->id, -1, kEmbeddingSite), 0);
     tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
                                           placement_.vocab_start(shape_),
@@ -411,7 +460,7 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     report(wte_tensor_);
     report(wpe_tensor_);
   } else if (d_hidden_in != nullptr) {
-    std::copy(d_x.begin(), d_x.end(), d_hidden_in);
+    std::copy(d_x.begin(), d_x.begin() + static_cast<size_t>(local_rows_) * C, d_hidden_in);
   }
   return absl::OkStatus();
 }

@@ -53,6 +53,10 @@ struct ModelOptions {
   int recompute_group = 1;           // full, uniform: layers recomputed together from one input
   int recompute_block = -1;          // full, block (>= 0): only the chunk's first this many layers
   bool selective_recompute = false;  // the attention core only
+  // Sequence parallelism (gpt_model_sequence_parallel.cc; needs a tensor group of t > 1
+  // and B * S % t == 0): the residual stream, and hidden_in / hidden_out, hold this tensor
+  // rank's R = B * S / t rows.
+  bool sequence_parallel = false;
   uint64_t seed = 0;
 };
 
@@ -140,6 +144,15 @@ class GptModel {
                             LayerActivations<T>* saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
+  // Under sequence parallelism (gpt_model_sequence_parallel.cc): x, out, d_out and d_x are
+  // this rank's rows.
+  absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,
+                                            LayerActivations<T>* saved);
+  absl::Status LayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                             const LayerActivations<T>& saved, T* d_out, T* d_x);
+  // Sums local layer `layer`'s LayerNorm gradients (-1: the final LayerNorm's) over the
+  // tensor group: under sequence parallelism each rank computed them from its rows.
+  absl::Status SumLayerNormGradients(int layer);
   cpu::VocabShard VocabShardOf(int rows) const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
   void AllocateScratch();
@@ -156,6 +169,10 @@ class GptModel {
   const int batch_;
   const ModelOptions options_;
   TensorParallelGroup<T> tp_;
+  // Sequence parallelism: this rank's rows of the residual stream, from row_offset_.
+  const bool sequence_parallel_;
+  const int local_rows_;
+  const int row_offset_;
   std::vector<T> owned_params_, owned_grads_;  // empty with shared buffers
   T* params_;
   T* grads_;
@@ -178,6 +195,8 @@ class GptModel {
   // Selective recomputation: the attention core's output and log-sum-exp of the layer
   // being run (forward) or differentiated (backward).
   std::vector<T> core_y_, core_lse_;
+  // Sequence parallelism: one [R, C] block of this rank's rows and one [N, C] whole.
+  std::vector<T> sp_rows_, sp_full_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_;
   // Backward: the residual gradient and the one below it (swapped layer by layer), the
   // logits' gradient.

@@ -21,7 +21,7 @@ std::unique_ptr<RankModel> Make(const std::vector<ChunkLayers>& layers, int stag
   const ModelShape shape = Shape();
   absl::StatusOr<std::unique_ptr<RankModel>> model = RankModel::Create(
       shape, ChunkPlacements(layers, stage, pipeline, t, tp_rank), 2, ModelOptions{},
-      TensorParallelGroup<float>{t, tp_rank, nullptr, nullptr}, pad);
+      TensorParallelGroup<float>{t, tp_rank, nullptr, nullptr, nullptr}, pad);
   EXPECT_TRUE(model.ok()) << model.status();
   (*model)->Initialize(42);
   return std::move(*model);

@@ -1,5 +1,6 @@
 #include "worker/parallel/pipeline_executor.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +22,8 @@ std::string Describe(const PipelineAction& a) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage,
-                                   int pipeline, Communicator* p2p, Communicator* scatter_gather)
+                                   int pipeline, Communicator* p2p, Communicator* scatter_gather,
+                                   int sequence_parallel)
     : stages_(stages),
       schedule_(std::move(schedule)),
       stage_(stage),
@@ -32,6 +34,7 @@ PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule sche
       num_chunks_(stages->num_chunks()),
       seq_length_(stages->seq_length()),
       activation_elements_(static_cast<size_t>(stages->seq_length()) * stages->hidden_size()),
+      sequence_parallel_(static_cast<size_t>(std::max(1, sequence_parallel))),
       last_backward_(stages->num_chunks(), 0) {
   for (int i = 0; i < schedule_.actions_size(); ++i) {
     const PipelineAction& a = schedule_.actions(i);
@@ -89,7 +92,8 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   std::unique_ptr<InFlight>& slot = in_flight_[static_cast<size_t>(mb) * num_chunks_ + c];
   if (slot == nullptr) slot = std::make_unique<InFlight>();
   const ChunkEnds ends = stages_->chunk_ends(c);
-  const size_t elements = activation_elements_ * (microbatches[mb].tokens.size() / seq_length_);
+  const size_t elements =
+      activation_elements_ * (microbatches[mb].tokens.size() / seq_length_) / sequence_parallel_;
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
       slot->input.resize(elements);

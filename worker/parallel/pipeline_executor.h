@@ -46,8 +46,11 @@ class PipelineExecutor {
   // unused with one stage. `scatter_gather`: this rank's tensor group, to send slices and
   // all-gather them (null, or a group of one: whole messages). Both groups and `stages`
   // must outlive the executor.
+  // `sequence_parallel`: the stages hold 1/t of each hidden state (t, sequence
+  // parallelism): messages are that share, sent as they are.
   PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage, int pipeline,
-                   Communicator* p2p, Communicator* scatter_gather = nullptr);
+                   Communicator* p2p, Communicator* scatter_gather = nullptr,
+                   int sequence_parallel = 1);
 
   // Runs every action of the schedule over `microbatches` (indexed by
   // PipelineAction::microbatch). Returns the sum of per-token losses on the rank holding the
@@ -98,6 +101,7 @@ class PipelineExecutor {
   const int num_chunks_;
   const size_t seq_length_;            // S
   const size_t activation_elements_;   // S * C: one sequence's hidden state
+  const size_t sequence_parallel_;     // t under sequence parallelism, else 1
   std::vector<size_t> last_backward_;  // per chunk: index of its last BACKWARD action
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;

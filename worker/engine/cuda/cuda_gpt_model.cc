@@ -69,6 +69,11 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
   if (micro_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batch ", micro_batch, " must be > 0"));
   }
+  if (options.sequence_parallel) {
+    return absl::UnimplementedError(
+        "parallel.sequence_parallel: the CUDA engine does not split the sequence yet; it runs "
+        "on the CPU engine (device DEVICE_CPU)");
+  }
   if (options.selective_recompute || options.recompute_group > 1 || options.recompute_block >= 0) {
     return absl::UnimplementedError(
         "train.recompute_granularity: the CUDA engine recomputes whole layers one at a time "

@@ -1,0 +1,175 @@
+// GptModel's layers under sequence parallelism (gpt_model.h, Korthikanti et al. 2022): the
+// residual stream, LayerNorms, dropouts and residual adds work on this tensor rank's rows
+// [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel
+// block takes the all-gathered LayerNorm output, each row-parallel block's partial output
+// is reduce-scattered back to the rank's rows (the conjugates in the backward). Dropout
+// masks are indexed by the element's place in the whole [N, C] tensor, so every layout
+// drops the same elements. The LayerNorms' parameter gradients, from this rank's rows only,
+// are summed over the tensor group by the caller once the step's last backward is done.
+#include <algorithm>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "kernels/attention.h"
+#include "kernels/dropout.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "worker/engine/gpt_model.h"
+#include "worker/engine/model_numerics.h"
+
+namespace mtrain {
+namespace {
+
+template <typename T>
+void AddRowBias(const T* bias, T* out, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) out[static_cast<size_t>(r) * cols + c] += bias[c];
+  }
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                       const T* x, T* out, LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  const int Cl = placement_.local_hidden(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t RC = static_cast<size_t>(R) * C;
+  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+
+  // Attention block.
+  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, sp_rows_.data(), s->ln1_mean.data(),
+                           s->ln1_rstd.data(), R, C, kLayerNormEps);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), s->ln1.data(), R, C));
+  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
+                                     3 * Cl);
+  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
+                            shape_.head_dim()};
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
+  T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
+  cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
+  cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Cl, C);
+  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
+  AddRowBias(w.proj_bias, out, R, C);
+  cpu::DropoutForward<T>(out, out, RC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite),
+                         first);
+  for (size_t i = 0; i < RC; ++i) s->h1[i] = x[i] + out[i];
+
+  // MLP block.
+  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, sp_rows_.data(),
+                           s->ln2_mean.data(), s->ln2_rstd.data(), R, C, kLayerNormEps);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), s->ln2.data(), R, C));
+  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
+  cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
+  cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, sp_full_.data(), N, Fl, C);
+  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
+  AddRowBias(w.fc_proj_bias, out, R, C);
+  cpu::DropoutForward<T>(out, out, RC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), first);
+  for (size_t i = 0; i < RC; ++i) out[i] += s->h1[i];
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                        const T* x, const LayerActivations<T>& s,
+                                                        T* d_out, T* d_x) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  const int Cl = placement_.local_hidden(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t RC = static_cast<size_t>(R) * C;
+  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
+  const float p = options_.dropout;
+  const auto zero = [](std::vector<T>& v) { std::fill(v.begin(), v.end(), T(0)); };
+
+  // d_out (this rank's rows) is the gradient of h1 + MLP branch; it doubles as d_h1.
+  T* d_h1 = d_out;
+  zero(sp_rows_);
+  cpu::DropoutBackward<T>(d_out, sp_rows_.data(), RC, p,
+                          DropoutKeyFor(id, global_layer, kMlpOutSite), first);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
+  zero(d_gelu_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
+                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  zero(d_fc_);
+  cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
+  zero(d_ln_);
+  cpu::MatmulBackward<T>(d_fc_.data(), s.ln2.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
+                         g.fc_bias, N, C, Fl);
+  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
+  cpu::LayerNormBackward<T>(sp_rows_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
+                            s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, R, C);
+
+  // Attention block: d_x = d_h1 + (through the attention branch).
+  std::copy(d_h1, d_h1 + RC, d_x);
+  zero(sp_rows_);
+  cpu::DropoutBackward<T>(d_h1, sp_rows_.data(), RC, p,
+                          DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
+  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
+                            shape_.head_dim()};
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  const T* attn_y = s.attn_y.data();
+  const T* lse = s.lse.data();
+  if (s.attn_y.empty()) {
+    cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, att_dropout);
+    attn_y = core_y_.data();
+    lse = core_lse_.data();
+  }
+  zero(d_attn_y_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
+                                   g.proj_weight, g.proj_bias, N, Cl, C);
+  zero(d_qkv_);
+  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
+                            att_dropout);
+  zero(d_ln_);
+  cpu::MatmulBackward<T>(d_qkv_.data(), s.ln1.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
+                         g.qkv_bias, N, C, 3 * Cl);
+  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
+  cpu::LayerNormBackward<T>(sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),
+                            d_x, g.ln1_gamma, g.ln1_beta, R, C);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
+  std::vector<std::pair<T*, int>> tensors;
+  const int C = shape_.hidden;
+  if (layer >= 0) {
+    const LayerView<T>& g = g_.layers[layer];
+    tensors = {{g.ln1_gamma, C}, {g.ln1_beta, C}, {g.ln2_gamma, C}, {g.ln2_beta, C}};
+  } else {
+    tensors = {{g_.lnf_gamma, C}, {g_.lnf_beta, C}};
+  }
+  for (const auto& [data, count] : tensors) {
+    RETURN_IF_ERROR(tp::AllReduceSum<T>(tp_, data, static_cast<size_t>(count)));
+  }
+  return absl::OkStatus();
+}
+
+// Only the members defined here: the class itself is instantiated in gpt_model.cc.
+#define MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(T)                                \
+  template absl::Status GptModel<T>::LayerForwardSequenceParallel(             \
+      int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);           \
+  template absl::Status GptModel<T>::LayerBackwardSequenceParallel(            \
+      int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*); \
+  template absl::Status GptModel<T>::SumLayerNormGradients(int);
+MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(float)
+MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(double)
+#undef MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL
+
+}  // namespace mtrain
