@@ -189,8 +189,11 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
 // LayerNorms' statistics.
 int64_t LayerSavedElements(const Shape& s) {
   const int64_t n = s.tokens();
+  // Sequence parallelism keeps h1 and the statistics for this rank's rows only.
+  const int64_t rows = s.sequence_parallel ? n / s.tensor : n;
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
-  return Sum({Mul(3, Mul(n, s.hidden)), Mul(4, n), Mul(12, Mul(n, s.local_hidden())), attention});
+  return Sum({Mul(2, Mul(n, s.hidden)), Mul(rows, s.hidden), Mul(4, rows),
+              Mul(12, Mul(n, s.local_hidden())), attention});
 }
 
 // The attention core's output and log-sum-exp: what selective recomputation does not keep.
@@ -226,7 +229,9 @@ int64_t InputBytes(const Shape& s, const RankMemoryOptions& options) {
   const int64_t bytes = options.activations == ActivationModel::kMegatronLm && s.half_precision
                             ? kHalfBytes
                             : kFp32Bytes;
-  return Mul(bytes, Mul(s.tokens(), s.hidden));
+  // Sequence parallelism: each rank keeps its rows of the residual stream.
+  const int64_t rows = s.sequence_parallel ? s.tokens() / s.tensor : s.tokens();
+  return Mul(bytes, Mul(rows, s.hidden));
 }
 
 // Every layer in flight keeps its input (full recomputation in groups of g: the first of

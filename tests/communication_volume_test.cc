@@ -79,6 +79,25 @@ TEST(CommunicationVolumeTest, ScatterGatherSendsOneTthOfEachPipelineMessage) {
     // Same training: the losses agree exactly.
     EXPECT_EQ(LineOf(whole, 2, step).at("loss"), LineOf(sliced, 2, step).at("loss"));
   }
+  // Sequence parallelism: the stages hold 1/t of each hidden state, so the messages are as
+  // small as scatter/gather's without the all-gather; the tensor group's all-reduces
+  // become all-gathers and reduce-scatters of the same volume; activations shrink.
+  const std::vector<MetricsLine> sequence =
+      Train("t2p2-sequence", layout + R"(, "sequence_parallel": true)");
+  ASSERT_FALSE(sequence.empty());
+  for (int rank : {2, 3}) {
+    EXPECT_EQ(LineOf(sequence, rank, 2).at("pipeline_bytes_sent"),
+              messages * message_bytes / 2 + embedding_bytes);
+    EXPECT_NEAR(LineOf(sequence, rank, 2).at("loss"), LineOf(whole, rank, 2).at("loss"),
+                1e-5 * LineOf(whole, rank, 2).at("loss"));
+    EXPECT_LT(LineOf(sequence, rank, 2).at("activation_memory_peak_bytes"),
+              LineOf(whole, rank, 2).at("activation_memory_peak_bytes"));
+  }
+  std::printf(
+      "(2,2,1) last stage, activation peak: %.0f bytes, %.0f with sequence "
+      "parallelism\n",
+      LineOf(whole, 2, 2).at("activation_memory_peak_bytes"),
+      LineOf(sequence, 2, 2).at("activation_memory_peak_bytes"));
   std::printf("(2,2,1) last stage, pipeline bytes a step: %.0f whole, %.0f scatter/gather\n",
               LineOf(whole, 2, 2).at("pipeline_bytes_sent"),
               LineOf(sliced, 2, 2).at("pipeline_bytes_sent"));

@@ -134,9 +134,14 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     ApplyRecompute(spec.train(), &recompute);
     const double attention = B * Hl * S;     // one layer's attention log-sum-exp
     const double core = n * Cl + attention;  // selective recomputation's: attn_y and lse
-    // LayerActivations: ln1, h1, ln2 [n, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
-    // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics.
-    const double saved_layer = 3 * n * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * n;
+    // Sequence parallelism: the residual stream, h1 and the LayerNorm statistics hold this
+    // rank's rows only (r of them).
+    const bool sequence_parallel = par.sequence_parallel() && t > 1;
+    const double r = sequence_parallel ? n / t : n;
+    // LayerActivations: ln1, ln2 [n, C]; h1 [r, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
+    // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics [r] each.
+    const double saved_layer =
+        2 * n * C + r * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * r;
     const std::vector<double> in_flight =
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;
@@ -153,11 +158,11 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
         inputs = std::ceil(layers / group);
         saved = 0;
       }
-      double per_microbatch = 3 * n + (inputs + 1) * n * C;
+      double per_microbatch = 3 * n + (inputs + 1) * r * C;
       per_microbatch += saved * (recompute.selective_recompute ? saved_layer - core : saved_layer);
       if (head) per_microbatch += n * C + n * Vl + 5 * n;
       // The pipeline's received input and output gradient of each microbatch in flight.
-      per_microbatch += 2 * n * C;
+      per_microbatch += 2 * r * C;
       // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layers,
       // and the head's temporaries (d_logits, the residual gradients). The attention core's
       // own workspace (three 64 x S blocks per thread, [S, D] per head) is below this precision.
@@ -165,9 +170,10 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       if (recompute.recompute) {
         // A group's sets, its inputs and output, the forward's two alternating inputs.
         const double sets = std::min(group, layers);
-        scratch += sets * saved_layer + (sets + 3) * n * C;
+        scratch += sets * saved_layer + (sets + 3) * r * C;
       }
       if (recompute.selective_recompute) scratch += core;
+      if (sequence_parallel) scratch += r * C + n * C;  // a block of rows, a whole
       if (head) scratch += n * Vl + 3 * n * C + n;
       activations += in_flight[c] * per_microbatch + scratch;
     }
