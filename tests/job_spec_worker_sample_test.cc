@@ -53,6 +53,7 @@ JobSpec ForRank(JobSpec spec) {
   p->set_data(1);
   p->clear_min_data();
   p->clear_virtual_stages();
+  p->clear_sequence_parallel();  // splits over a tensor group, which one rank has not
   if (p->schedule() == SCHEDULE_INTERLEAVED_1F1B) p->clear_schedule();
   spec.set_device(DEVICE_CPU);
   spec.clear_precision();
