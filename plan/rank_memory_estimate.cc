@@ -189,11 +189,11 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
 // LayerNorms' statistics.
 int64_t LayerSavedElements(const Shape& s) {
   const int64_t n = s.tokens();
-  // Sequence parallelism keeps h1 and the statistics for this rank's rows only.
+  // Sequence parallelism keeps ln1, h1, ln2 and the statistics for this rank's rows only.
   const int64_t rows = s.sequence_parallel ? n / s.tensor : n;
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
-  return Sum({Mul(2, Mul(n, s.hidden)), Mul(rows, s.hidden), Mul(4, rows),
-              Mul(12, Mul(n, s.local_hidden())), attention});
+  return Sum(
+      {Mul(3, Mul(rows, s.hidden)), Mul(4, rows), Mul(12, Mul(n, s.local_hidden())), attention});
 }
 
 // The attention core's output and log-sum-exp: what selective recomputation does not keep.

@@ -25,14 +25,14 @@ struct LayerActivations {
 
   // `attention_core` false (selective recomputation): no attn_y and lse, which the
   // backward recomputes.
-  // `local_rows` (sequence parallelism): the rows of h1 and of the LayerNorm statistics
-  // this rank keeps (default all n).
+  // `local_rows` (sequence parallelism): the rows of ln1, h1, ln2 and of the LayerNorm
+  // statistics this rank keeps (default all n).
   LayerActivations(const ModelShape& s, const ModelPlacement& p, int batch,
                    bool attention_core = true, size_t local_rows = 0) {
     const size_t n = static_cast<size_t>(batch) * s.seq_length;
     const size_t rows = local_rows > 0 ? local_rows : n;
     const size_t C = s.hidden;
-    ln1.resize(n * C);
+    ln1.resize(rows * C);
     ln1_mean.resize(rows);
     ln1_rstd.resize(rows);
     qkv.resize(n * 3 * p.local_hidden(s));
@@ -41,7 +41,7 @@ struct LayerActivations {
       attn_y.resize(n * p.local_hidden(s));
     }
     h1.resize(rows * C);
-    ln2.resize(n * C);
+    ln2.resize(rows * C);
     ln2_mean.resize(rows);
     ln2_rstd.resize(rows);
     fc.resize(n * p.local_ffn(s));

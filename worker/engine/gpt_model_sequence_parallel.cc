@@ -2,7 +2,9 @@
 // residual stream, LayerNorms, dropouts and residual adds work on this tensor rank's rows
 // [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel
 // block takes the all-gathered LayerNorm output, each row-parallel block's partial output
-// is reduce-scattered back to the rank's rows (the conjugates in the backward). Dropout
+// is reduce-scattered back to the rank's rows (the conjugates in the backward). As in
+// Megatron, the LayerNorm outputs are kept for the rank's rows only and gathered again for
+// the backward's weight gradients (t times less kept for a second all-gather). Dropout
 // masks are indexed by the element's place in the whole [N, C] tensor, so every layout
 // drops the same elements. The LayerNorms' parameter gradients, from this rank's rows only,
 // are summed over the tensor group by the caller once the step's last backward is done.
@@ -44,11 +46,12 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
   const float p = id.evaluation ? 0.0f : options_.dropout;
 
-  // Attention block.
-  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, sp_rows_.data(), s->ln1_mean.data(),
+  // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
+  // into the whole buffer for the column-parallel GEMM (again in the backward).
+  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
                            s->ln1_rstd.data(), R, C, kLayerNormEps);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), s->ln1.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln1.data(), sp_full_.data(), R, C));
+  tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
                                      3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                             shape_.head_dim()};
@@ -65,10 +68,11 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   for (size_t i = 0; i < RC; ++i) s->h1[i] = x[i] + out[i];
 
   // MLP block.
-  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, sp_rows_.data(),
-                           s->ln2_mean.data(), s->ln2_rstd.data(), R, C, kLayerNormEps);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), s->ln2.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
+  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
+                           s->ln2_rstd.data(), R, C, kLayerNormEps);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln2.data(), sp_full_.data(), R, C));
+  tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C,
+                                     Fl);
   cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
   cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, sp_full_.data(), N, Fl, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
@@ -107,7 +111,8 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
   zero(d_fc_);
   cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
   zero(d_ln_);
-  cpu::MatmulBackward<T>(d_fc_.data(), s.ln2.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln2.data(), sp_full_.data(), R, C));
+  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
                          g.fc_bias, N, C, Fl);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
   cpu::LayerNormBackward<T>(sp_rows_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
@@ -137,7 +142,8 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
   cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
                             att_dropout);
   zero(d_ln_);
-  cpu::MatmulBackward<T>(d_qkv_.data(), s.ln1.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln1.data(), sp_full_.data(), R, C));
+  cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
                          g.qkv_bias, N, C, 3 * Cl);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
   cpu::LayerNormBackward<T>(sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),

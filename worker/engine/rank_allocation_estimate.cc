@@ -138,10 +138,9 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     // rank's rows only (r of them).
     const bool sequence_parallel = par.sequence_parallel() && t > 1;
     const double r = sequence_parallel ? n / t : n;
-    // LayerActivations: ln1, ln2 [n, C]; h1 [r, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
+    // LayerActivations: ln1, h1, ln2 [r, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
     // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics [r] each.
-    const double saved_layer =
-        2 * n * C + r * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * r;
+    const double saved_layer = 3 * r * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * r;
     const std::vector<double> in_flight =
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;
