@@ -76,20 +76,12 @@ Shape ShapeOf(const JobSpec& spec) {
       PaddedVocabSize(static_cast<int>(Positive(m.vocab_size())), static_cast<int>(s.tensor)) /
       s.tensor;
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
-  {
-    const TrainSpec& t = spec.train();
-    const std::string granularity = t.has_recompute_granularity()
-                                        ? t.recompute_granularity()
-                                        : (t.recompute() ? "full" : "none");
-    s.recompute = granularity == "full";
-    s.selective = granularity == "selective";
-    if (s.recompute && t.recompute_method() == "block") {
-      s.recompute_block = t.has_recompute_num_layers() ? t.recompute_num_layers() : s.layers;
-    } else if (s.recompute && t.has_recompute_num_layers()) {
-      s.recompute_group = Positive(t.recompute_num_layers());
-    }
-    s.sequence_parallel = p.sequence_parallel();
-  }
+  const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
+  s.recompute = recompute.full;
+  s.selective = recompute.selective;
+  s.recompute_group = recompute.group;
+  s.recompute_block = recompute.block >= 0 ? std::min<int64_t>(recompute.block, s.layers) : -1;
+  s.sequence_parallel = p.sequence_parallel();
   s.dropout = spec.train().dropout() > 0;
   s.half_precision = spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
   s.zero1 = p.zero_stage() == 1;
@@ -287,7 +279,8 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
   // the attention core of the layer at hand.
   int64_t scratch = Sum({Mul(2, nc), Mul(2, Mul(n, fl)), Mul(4, Mul(n, s.local_hidden()))});
   if (s.recompute) {
-    const int64_t group = std::min(s.recompute_block >= 0 ? 1 : s.recompute_group,
+    const int64_t group = std::min(s.recompute_group,  // 1 under block
+
                                    s.layers / s.pipeline / s.virtual_stages);
     scratch = Sum({scratch, Mul(group, LayerSavedElements(s)), Mul(group + 3, nc)});
   }

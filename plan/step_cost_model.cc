@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "spec/job_spec_arithmetic.h"
+
 namespace mtrain {
 namespace {
 
@@ -37,17 +39,11 @@ Sizes SizesOf(const JobSpec& spec) {
   s.v = AtLeastOne(par.virtual_stages());
   s.micro_batch = AtLeastOne(par.micro_batch_size());
   s.global_batch = std::max<double>(AtLeastOne(par.global_batch_size()), s.micro_batch * s.d);
-  const TrainSpec& train = spec.train();
-  const std::string granularity = train.has_recompute_granularity()
-                                      ? train.recompute_granularity()
-                                      : (train.recompute() ? "full" : "none");
-  s.selective = granularity == "selective";
-  if (granularity == "full") {
-    s.recomputed = 1;
-    if (train.recompute_method() == "block" && train.has_recompute_num_layers()) {
-      const double per_chunk = std::max(1.0, s.layers / (s.p * s.v));
-      s.recomputed = std::min(1.0, train.recompute_num_layers() / per_chunk);
-    }
+  const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
+  s.selective = recompute.selective;
+  if (recompute.full) {
+    const double per_chunk = std::max(1.0, s.layers / (s.p * s.v));
+    s.recomputed = recompute.block >= 0 ? std::min(1.0, recompute.block / per_chunk) : 1;
   }
   return s;
 }

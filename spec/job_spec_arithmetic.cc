@@ -1,6 +1,8 @@
 #include "spec/job_spec_arithmetic.h"
 
 #include <algorithm>
+#include <climits>
+#include <string>
 
 namespace mtrain {
 
@@ -25,6 +27,22 @@ int64_t MicrobatchesPerReplica(const ParallelSpec& parallel, int data) {
 int NumMicrobatches(const ParallelSpec& parallel) {
   // At most global_batch_size, an int.
   return static_cast<int>(MicrobatchesPerReplica(parallel, parallel.data()));
+}
+
+RecomputeChoice RecomputeChoiceOf(const TrainSpec& train) {
+  const std::string granularity = train.has_recompute_granularity()
+                                      ? train.recompute_granularity()
+                                      : (train.recompute() ? "full" : "none");
+  RecomputeChoice choice;
+  choice.full = granularity == "full";
+  choice.selective = granularity == "selective";
+  if (!choice.full) return choice;
+  if (train.recompute_method() == "block") {
+    choice.block = train.has_recompute_num_layers() ? train.recompute_num_layers() : INT_MAX;
+  } else if (train.has_recompute_num_layers()) {
+    choice.group = std::max(1, train.recompute_num_layers());
+  }
+  return choice;
 }
 
 }  // namespace mtrain

@@ -37,6 +37,18 @@ int64_t MicrobatchesPerReplica(const ParallelSpec& parallel, int data);
 // for a validated spec.
 int NumMicrobatches(const ParallelSpec& parallel);
 
+// What the backward recomputes, from train.recompute and train.recompute_granularity /
+// method / num_layers (a validated spec): full recomputation in uniform groups of `group`
+// layers, or (block >= 0) of each chunk's first `block` layers only; or selective (the
+// attention core). One reading for the engines, the memory estimates and the cost model.
+struct RecomputeChoice {
+  bool full = false;
+  bool selective = false;
+  int group = 1;   // full, uniform
+  int block = -1;  // full, block: recomputed layers per chunk (every layer when unset)
+};
+RecomputeChoice RecomputeChoiceOf(const TrainSpec& train);
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_SPEC_JOB_SPEC_ARITHMETIC_H_

@@ -265,15 +265,7 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  const T* attn_y = s.attn_y.data();
-  const T* lse = s.lse.data();
-  if (s.attn_y.empty()) {
-    // Selective recomputation: the attention core again from the kept QKV, with the same
-    // dropout key, so the output and log-sum-exp are the forward's bit for bit.
-    cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, att_dropout);
-    attn_y = core_y_.data();
-    lse = core_lse_.data();
-  }
+  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   Zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
                                    g.proj_weight, g.proj_bias, N, Cl, C);
@@ -463,6 +455,15 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     std::copy(d_x.begin(), d_x.begin() + static_cast<size_t>(local_rows_) * C, d_hidden_in);
   }
   return absl::OkStatus();
+}
+
+template <typename T>
+std::pair<const T*, const T*> GptModel<T>::AttentionCoreFor(const LayerActivations<T>& s,
+                                                            const cpu::AttentionShape& shape,
+                                                            const cpu::AttentionDropout& dropout) {
+  if (!s.attn_y.empty()) return {s.attn_y.data(), s.lse.data()};
+  cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, dropout);
+  return {core_y_.data(), core_lse_.data()};
 }
 
 template <typename T>

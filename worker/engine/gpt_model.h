@@ -37,10 +37,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/attention.h"
 #include "worker/engine/activations.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/tensor_parallel.h"
@@ -150,6 +152,12 @@ class GptModel {
                                             LayerActivations<T>* saved);
   absl::Status LayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
                                              const LayerActivations<T>& saved, T* d_out, T* d_x);
+  // The attention core's output and log-sum-exp for the backward of the layer that saved
+  // `s`: its own, or under selective recomputation recomputed from its QKV (same dropout
+  // key: the forward's bit for bit) into the model's buffers.
+  std::pair<const T*, const T*> AttentionCoreFor(const LayerActivations<T>& s,
+                                                 const cpu::AttentionShape& shape,
+                                                 const cpu::AttentionDropout& dropout);
   // Sums local layer `layer`'s LayerNorm gradients (-1: the final LayerNorm's) over the
   // tensor group: under sequence parallelism each rank computed them from its rows.
   absl::Status SumLayerNormGradients(int layer);

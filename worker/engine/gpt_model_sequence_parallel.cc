@@ -128,13 +128,7 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
                             shape_.head_dim()};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  const T* attn_y = s.attn_y.data();
-  const T* lse = s.lse.data();
-  if (s.attn_y.empty()) {
-    cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, att_dropout);
-    attn_y = core_y_.data();
-    lse = core_lse_.data();
-  }
+  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
                                    g.proj_weight, g.proj_bias, N, Cl, C);

@@ -150,7 +150,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       // of each) and the chunk's output, and the saved sets of the layers not recomputed.
       const double layers = chunk_layers[c];
       double inputs = layers, saved = layers;
-      const double group = recompute.recompute_block >= 0 ? 1 : recompute.recompute_group;
+      const double group = recompute.recompute_group;  // 1 under block
       if (recompute.recompute && recompute.recompute_block >= 0) {
         saved = layers - std::min<double>(layers, recompute.recompute_block);
       } else if (recompute.recompute) {

@@ -1,8 +1,5 @@
-// train.recompute, train.recompute_granularity, recompute_method and recompute_num_layers
-// (a validated spec) as the model's options (gpt_model.h's ModelOptions): "full" with
-// "uniform" recomputes every layer in groups of recompute_num_layers (default 1), with
-// "block" the first recompute_num_layers (default all) of each chunk; "selective" the
-// attention core; train.recompute true alone is "full", uniform, groups of 1.
+// The spec's recomputation (spec/job_spec_arithmetic.h's RecomputeChoiceOf) as the model's
+// options (gpt_model.h's ModelOptions).
 #ifndef MTRAIN_WORKER_ENGINE_RECOMPUTE_OPTIONS_H_
 #define MTRAIN_WORKER_ENGINE_RECOMPUTE_OPTIONS_H_
 
