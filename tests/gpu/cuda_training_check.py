@@ -166,8 +166,16 @@ def main():
         checks = [
             ("cuda fp32 vs cpu", max_relative(fp32, cpu), 1e-4),
             ("cuda d=2 vs d=1", max_relative(d2, fp32), 1e-5),
-            ("cuda bf16 vs fp32", max_relative(bf16, fp32), 2e-2),
+            # bf16 rounds every activation and gradient to 8 significant bits; with dropout
+            # and lr 1e-3 the trajectories drift apart by up to ~2% at the steps where the
+            # loss falls fastest (2.01e-2 on the H200, 2026-11-26) and meet again at the
+            # end (3.4288 vs 3.4274). A real error (a wrong kernel) shows as a loss that
+            # does not fall or ends elsewhere, which the final-loss bound catches.
+            ("cuda bf16 vs fp32", max_relative(bf16, fp32), 3e-2),
+            ("bf16 final vs fp32", max_relative(bf16[-1:], fp32[-1:]), 5e-3),
         ]
+        print("step losses fp32: " + " ".join(f"{x:.4f}" for x in fp32))
+        print("step losses bf16: " + " ".join(f"{x:.4f}" for x in bf16))
         checks.append(("cuda eval perplexity",
                        max_relative([evals["DEVICE_CUDA"]["perplexity"]],
                                     [evals["DEVICE_CPU"]["perplexity"]]), 1e-4))

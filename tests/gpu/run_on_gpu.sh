@@ -4,6 +4,7 @@
 # NVIDIA wheels PyTorch installed. Each check's full output goes to $LOG_DIR/<check>.log
 # (default /tmp/gpu_logs; on the device tool, LOG_DIR=$OUT brings them back even when the
 # command runs out of time), and the table so far to $LOG_DIR/table.txt after each check.
+# CHECK_TIMEOUT (seconds, default 300) bounds each check.
 set -uo pipefail
 BUNDLE=${1:-/tmp/gpu_bundle}
 source "$(dirname "$0")/bundle_env.sh" "$BUNDLE"
@@ -23,7 +24,10 @@ check() {
   local name=$1
   shift
   local log="$LOG_DIR/$name.log" result=FAIL start=$SECONDS
-  if "$@" >"$log" 2>&1; then result=PASS; fi
+  # A hung check (a deadlocked collective, say) must not eat the device time of the rest.
+  timeout "${CHECK_TIMEOUT:-300}" "$@" >"$log" 2>&1
+  local status=$?
+  if ((status == 0)); then result=PASS; elif ((status == 124)); then result="FAIL (timed out)"; fi
   # A gtest binary that skipped tests (no usable GPU) says so: a skip is not a pass.
   local skipped
   skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\?,.*/\1/p' "$log" | tail -1)
