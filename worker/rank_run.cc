@@ -401,8 +401,8 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   }
   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
   // The engine is chosen here, once, and handed to the Trainer. CUDA ranks sum their
-  // gradients and tensor-parallel activations with NCCL on the GPU; every rank of the job
-  // decides alike, so all or none join the NCCL world.
+  // gradients and tensor-parallel activations and pass pipeline messages with NCCL on the
+  // GPU; every rank of the job decides alike, so all or none join the NCCL world.
   const std::string& gpu_collectives = options.gpu_collectives;
   if (gpu_collectives != "nccl" && gpu_collectives != "gloo") {
     return absl::InvalidArgumentError(
@@ -415,8 +415,7 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   if (engine.kind == EngineKind::kCuda) {
     trainer_options.cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
   }
-  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" &&
-      (par.data() > 1 || par.tensor() > 1)) {
+  if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" && grid.world_size() > 1) {
     RETURN_IF_ERROR(
         ConnectDeviceGroups(grid, rank, transport, trainer_options.cuda_device, &groups));
   }

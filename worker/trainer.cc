@@ -191,10 +191,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   const bool sequence_parallel = par.sequence_parallel() && par.tensor() > 1;
   const bool scatter_gather =
       !sequence_parallel && (par.has_scatter_gather() ? par.scatter_gather() : par.tensor() > 1);
+  // Messages in device memory (the CUDA engine with NCCL groups) go over the NCCL world
+  // and tensor groups; host messages over Gloo's.
+  PipelineStages& stages = t->engine_->stages();
+  Communicator* p2p =
+      stages.messages_on_device() ? t->groups_.device_world.get() : t->groups_.world.get();
+  Communicator* tensor_group =
+      stages.messages_on_device() ? t->groups_.device_tensor.get() : t->groups_.tensor.get();
+  if (p2p == nullptr || (scatter_gather && par.tensor() > 1 && tensor_group == nullptr)) {
+    return absl::FailedPreconditionError(
+        "the engine keeps its pipeline messages on the GPU but no NCCL group connects the "
+        "ranks");
+  }
+  if (stages.messages_on_device()) {
+    // NCCL pairs a receive with the sender's sends by their order alone.
+    RETURN_IF_ERROR(CheckMessagesInOrder(assignment.schedule()));
+    t->engine_note_ += ", pipeline messages over NCCL";
+  }
   t->executor_ = std::make_unique<PipelineExecutor>(
-      &t->engine_->stages(), assignment.schedule(), rank.pp_rank(), par.pipeline(),
-      t->groups_.world.get(), scatter_gather ? t->groups_.tensor.get() : nullptr,
-      sequence_parallel ? par.tensor() : 1);
+      &stages, assignment.schedule(), rank.pp_rank(), par.pipeline(), p2p,
+      scatter_gather ? tensor_group : nullptr, sequence_parallel ? par.tensor() : 1);
   for (const ParamTensor& tensor : t->engine_->layout().tensors()) {
     if (t->IsCountedInNorm(tensor)) t->counted_in_norm_.push_back(tensor);
   }
@@ -335,8 +351,8 @@ bool Trainer::IsCountedInNorm(const ParamTensor& tensor) const {
 Trainer::LinkBytes Trainer::BytesSent() const {
   LinkBytes bytes;
   bytes.tensor = BytesSentBy(groups_.tensor.get()) + BytesSentBy(groups_.device_tensor.get());
-  bytes.pipeline = BytesSentBy(groups_.world.get()) + BytesSentBy(groups_.pipeline.get()) +
-                   BytesSentBy(groups_.embedding.get());
+  bytes.pipeline = BytesSentBy(groups_.world.get()) + BytesSentBy(groups_.device_world.get()) +
+                   BytesSentBy(groups_.pipeline.get()) + BytesSentBy(groups_.embedding.get());
   bytes.data = BytesSentBy(groups_.data.get()) + BytesSentBy(groups_.device_data.get());
   return bytes;
 }

@@ -86,6 +86,7 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
     return {"engine": engine_line, "losses": [r["loss"] for r in rows],
             "validation": [r["validation_loss"] for r in rows if "validation_loss" in r],
             "tokens_per_second": rows[-1]["tokens_per_second"],
+            "pipeline_bytes": rows[-1].get("pipeline_bytes_sent", 0),
             "skipped_steps": rows[-1].get("skipped_steps", 0),
             "loss_scale": rows[-1].get("loss_scale", 1.0)}
 
@@ -151,6 +152,14 @@ def main():
         }
         nccl = run(args.train, tmp, "cuda-d2-nccl", "DEVICE_CUDA", "PRECISION_FP32", 2,
                    collectives="nccl", nccl_workaround=True)
+        # Pipeline messages in device memory over NCCL point to point (and, at t=2, the
+        # scatter/gather all-gather over the NCCL tensor group), against (1,1,1).
+        runs["cuda-p2-nccl"] = run(args.train, tmp, "cuda-p2-nccl", "DEVICE_CUDA",
+                                   "PRECISION_FP32", 1, pipeline=2, collectives="nccl",
+                                   nccl_workaround=True)
+        runs["cuda-t2p2-nccl"] = run(args.train, tmp, "cuda-t2p2-nccl", "DEVICE_CUDA",
+                                     "PRECISION_FP32", 1, tensor=2, pipeline=2,
+                                     collectives="nccl", nccl_workaround=True)
         trained = f"{tmp}/cpu-checkpoints/step-{SPEC['train']['steps']:08d}"
         evals = {device: evaluate(args.train, tmp, f"eval-{device}", device, trained)
                  for device in ("DEVICE_CPU", "DEVICE_CUDA")}
@@ -197,6 +206,13 @@ def main():
                            max_relative(runs[f"cuda-bf16-{layout}"]["losses"], bf16), 2e-2))
         if not bf16[-1] < bf16[0]:
             checks.append(("bf16 loss falls", bf16[-1] - bf16[0], 0.0))
+        for layout in ("p2", "t2p2"):
+            nccl_run = runs[f"cuda-{layout}-nccl"]
+            checks.append((f"{layout} nccl vs 1,1,1", max_relative(nccl_run["losses"], fp32), 1e-5))
+            print(f"{layout} nccl: {nccl_run['pipeline_bytes']} pipeline bytes sent a step by the "
+                  f"last stage's rank 0; {nccl_run['engine']}")
+            if "pipeline messages over NCCL" not in nccl_run["engine"]:
+                checks.append((f"{layout} messages on NCCL", 1.0, 0.5))
         fp16 = runs["cuda-fp16"]
         print(f"fp16: {fp16['skipped_steps']} steps skipped, loss scale now {fp16['loss_scale']:g}")
         checks.append(("fp16 skipped steps>0", 0.0 if fp16["skipped_steps"] > 0 else 1.0, 0.5))

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -20,6 +22,37 @@ std::string Describe(const PipelineAction& a) {
 }
 
 }  // namespace
+
+absl::Status CheckMessagesInOrder(const PipelineSchedule& schedule) {
+  // Per (peer, direction): the kind of message seen first and the last microbatch.
+  struct Channel {
+    PipelineAction::Kind kind;
+    int last_microbatch;
+  };
+  std::map<std::pair<int, bool>, Channel> channels;
+  for (int i = 0; i < schedule.actions_size(); ++i) {
+    const PipelineAction& a = schedule.actions(i);
+    const bool sends =
+        a.kind() == PipelineAction::SEND_FORWARD || a.kind() == PipelineAction::SEND_BACKWARD;
+    const bool receives =
+        a.kind() == PipelineAction::RECV_FORWARD || a.kind() == PipelineAction::RECV_BACKWARD;
+    if (!sends && !receives) continue;
+    auto [it, first] = channels.try_emplace({a.peer_rank(), sends}, Channel{a.kind(), -1});
+    if (!first && it->second.kind != a.kind()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "action ", i, " ", Describe(a), " mixes activations and gradients with peer ",
+          a.peer_rank(), ": a transport without tags could not tell them apart"));
+    }
+    if (a.microbatch() <= it->second.last_microbatch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "action ", i, " ", Describe(a), " comes after microbatch ", it->second.last_microbatch,
+          " of the same kind: out of order for a transport "
+          "without tags"));
+    }
+    it->second.last_microbatch = a.microbatch();
+  }
+  return absl::OkStatus();
+}
 
 PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule schedule, int stage,
                                    int pipeline, Communicator* p2p, Communicator* scatter_gather,
@@ -94,44 +127,47 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   const ChunkEnds ends = stages_->chunk_ends(c);
   const size_t elements =
       activation_elements_ * (microbatches[mb].tokens.size() / seq_length_) / sequence_parallel_;
+  const auto has = [elements](const std::unique_ptr<MessageBuffer>& buffer) {
+    return buffer != nullptr && buffer->size() == elements;
+  };
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
-      slot->input.resize(elements);
-      return Receive(action, &slot->input);
+      RETURN_IF_ERROR(Allocate(elements, &slot->input));
+      return Receive(action, slot->input.get());
     case PipelineAction::FORWARD: {
-      if (!ends.has_embedding && slot->input.size() != elements) {
+      if (!ends.has_embedding && !has(slot->input)) {
         return absl::FailedPreconditionError("forward before its input was received");
       }
-      if (!ends.has_head) slot->output.resize(elements);
+      if (!ends.has_head) RETURN_IF_ERROR(Allocate(elements, &slot->output));
       const auto start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(const double sum,
                        stages_->Forward(c, mb, microbatches[mb],
-                                        ends.has_embedding ? nullptr : slot->input.data(),
-                                        ends.has_head ? nullptr : slot->output.data()));
+                                        ends.has_embedding ? nullptr : slot->input->data(),
+                                        ends.has_head ? nullptr : slot->output->data()));
       timings_.compute_seconds += SecondsSince(start);
       *loss_sum += sum;
       slot->forward_done = true;
-      std::vector<float>().swap(slot->input);  // copied into the activations
+      slot->input.reset();  // copied into the activations
       return absl::OkStatus();
     }
     case PipelineAction::SEND_FORWARD:
       return StartSend(action, &slot->output);
     case PipelineAction::RECV_BACKWARD:
-      slot->d_output.resize(elements);
-      return Receive(action, &slot->d_output);
+      RETURN_IF_ERROR(Allocate(elements, &slot->d_output));
+      return Receive(action, slot->d_output.get());
     case PipelineAction::BACKWARD: {
       if (!slot->forward_done) return absl::FailedPreconditionError("backward before forward");
-      if (!ends.has_head && slot->d_output.size() != elements) {
+      if (!ends.has_head && !has(slot->d_output)) {
         return absl::FailedPreconditionError("backward before its output gradient arrived");
       }
-      if (!ends.has_embedding) slot->d_input.resize(elements);
+      if (!ends.has_embedding) RETURN_IF_ERROR(Allocate(elements, &slot->d_input));
       const auto start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(stages_->Backward(
-          c, mb, ends.has_head ? nullptr : slot->d_output.data(), d_loss_per_token,
-          ends.has_embedding ? nullptr : slot->d_input.data(), index == last_backward_[c]));
+          c, mb, ends.has_head ? nullptr : slot->d_output->data(), d_loss_per_token,
+          ends.has_embedding ? nullptr : slot->d_input->data(), index == last_backward_[c]));
       timings_.compute_seconds += SecondsSince(start);
       slot->forward_done = false;
-      std::vector<float>().swap(slot->d_output);
+      slot->d_output.reset();
       return absl::OkStatus();
     }
     case PipelineAction::SEND_BACKWARD:
@@ -139,6 +175,16 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
     default:
       return absl::InvalidArgumentError("unknown action kind");
   }
+}
+
+absl::Status PipelineExecutor::Allocate(size_t elements, std::unique_ptr<MessageBuffer>* buffer) {
+  if (*buffer != nullptr && (*buffer)->size() == elements) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*buffer, stages_->NewMessage(elements));
+  if (*buffer == nullptr || (*buffer)->size() != elements) {
+    return absl::InternalError(
+        absl::StrCat("the stages handed out no message of ", elements, " floats"));
+  }
+  return absl::OkStatus();
 }
 
 size_t PipelineExecutor::SliceBegin(size_t elements) const {
@@ -150,24 +196,26 @@ size_t PipelineExecutor::SliceSize(size_t elements) const {
   return scatter_gather_ == nullptr ? elements : elements / scatter_gather_->size();
 }
 
-absl::Status PipelineExecutor::StartSend(const PipelineAction& action, std::vector<float>* data) {
-  if (data->empty()) return absl::FailedPreconditionError("send before its data was computed");
+absl::Status PipelineExecutor::StartSend(const PipelineAction& action,
+                                         std::unique_ptr<MessageBuffer>* data) {
+  if (*data == nullptr) return absl::FailedPreconditionError("send before its data was computed");
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
-  if (scatter_gather_ != nullptr && data->size() % scatter_gather_->size() != 0) {
+  const size_t elements = (*data)->size();
+  if (scatter_gather_ != nullptr && elements % scatter_gather_->size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a message of ", data->size(), " floats does not split over ", scatter_gather_->name()));
+        "a message of ", elements, " floats does not split over ", scatter_gather_->name()));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> pending,
-                   p2p_->StartSend(data->data() + SliceBegin(data->size()),
-                                   SliceSize(data->size()) * sizeof(float), action.peer_rank(),
-                                   PipelineMessageTag(action, stage_, pipeline_)));
-  // Moving the vector keeps its heap block, which the pending send points into.
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<PendingSend> pending,
+      p2p_->StartSend((*data)->data() + SliceBegin(elements), SliceSize(elements) * sizeof(float),
+                      action.peer_rank(), PipelineMessageTag(action, stage_, pipeline_)));
+  // The pending send points into the buffer: it moves along and lives until the send
+  // completes.
   sends_.push_back(Send{std::move(pending), std::move(*data)});
-  data->clear();
   return absl::OkStatus();
 }
 
-absl::Status PipelineExecutor::Receive(const PipelineAction& action, std::vector<float>* data) {
+absl::Status PipelineExecutor::Receive(const PipelineAction& action, MessageBuffer* data) {
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
   const auto start = std::chrono::steady_clock::now();
   if (scatter_gather_ == nullptr) {
@@ -177,12 +225,13 @@ absl::Status PipelineExecutor::Receive(const PipelineAction& action, std::vector
     return status;
   }
   // This rank's slice from its peer, then every tensor rank's over the tensor group.
-  std::vector<float> slice(SliceSize(data->size()));
-  absl::Status status = p2p_->Recv(slice.data(), slice.size() * sizeof(float), action.peer_rank(),
+  std::unique_ptr<MessageBuffer> slice;
+  RETURN_IF_ERROR(Allocate(SliceSize(data->size()), &slice));
+  absl::Status status = p2p_->Recv(slice->data(), slice->size() * sizeof(float), action.peer_rank(),
                                    PipelineMessageTag(action, stage_, pipeline_));
   timings_.wait_seconds += SecondsSince(start);
   RETURN_IF_ERROR(status);
-  return scatter_gather_->AllGather(slice.data(), data->data(), slice.size());
+  return scatter_gather_->AllGather(slice->data(), data->data(), slice->size());
 }
 
 absl::Status PipelineExecutor::CompleteSends() {

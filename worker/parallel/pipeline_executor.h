@@ -14,8 +14,10 @@
 // the bytes, the (fast) tensor group the rest.
 //
 // The compute is a PipelineStages (pipeline_stages.h): the CPU engine's RankModelStages
-// (worker/engine/rank_model_stages.h) or the CUDA engine; either way the messages are host
-// buffers of float.
+// (worker/engine/rank_model_stages.h) or the CUDA engine. Messages are float buffers the
+// stages hand out (NewMessage): host memory moved by Gloo, or, for the CUDA engine with
+// NCCL groups, device memory moved by NCCL (then `p2p` and `scatter_gather` must be NCCL
+// groups too).
 //
 //   RankModelStages stages(model.get());
 //   PipelineExecutor executor(&stages, assignment.schedule(), stage, pipeline, world.get());
@@ -33,6 +35,14 @@
 #include "worker/parallel/pipeline_stages.h"
 
 namespace mtrain {
+
+// Whether `schedule` (one rank's) passes its messages in an order a transport without
+// tags can match (NCCL point to point: a receiver's Recvs pair with the sender's sends in
+// order): towards each peer the rank sends one kind of message (activations or
+// gradients) and receives one kind, each in increasing microbatch order. Every rank of a
+// GPipe or 1F1B schedule does; an interleaved schedule sends both kinds to its neighbours
+// and does not. INVALID_ARGUMENT naming the first action out of order.
+absl::Status CheckMessagesInOrder(const PipelineSchedule& schedule);
 
 // Where the last step's time went on this rank.
 struct PipelineTimings {
@@ -73,11 +83,11 @@ class PipelineExecutor {
   // The messages of one (microbatch, chunk) in flight (the activations are the stages').
   struct InFlight {
     bool forward_done = false;
-    std::vector<float> input, output, d_output, d_input;
+    std::unique_ptr<MessageBuffer> input, output, d_output, d_input;
   };
   struct Send {
     std::unique_ptr<PendingSend> pending;
-    std::vector<float> data;  // kept alive until the send completes
+    std::unique_ptr<MessageBuffer> data;  // kept alive until the send completes
   };
   // The part of a message of `elements` this rank sends or receives: all of it, or its
   // slice under scatter/gather.
@@ -88,8 +98,10 @@ class PipelineExecutor {
                              bool forward_only);
   absl::Status Execute(size_t index, const std::vector<Microbatch>& microbatches,
                        float d_loss_per_token, double* loss_sum);
-  absl::Status StartSend(const PipelineAction& action, std::vector<float>* data);
-  absl::Status Receive(const PipelineAction& action, std::vector<float>* data);
+  // A message of `elements` from the stages into *buffer, unless it already has that size.
+  absl::Status Allocate(size_t elements, std::unique_ptr<MessageBuffer>* buffer);
+  absl::Status StartSend(const PipelineAction& action, std::unique_ptr<MessageBuffer>* data);
+  absl::Status Receive(const PipelineAction& action, MessageBuffer* data);
   absl::Status CompleteSends();
 
   PipelineStages* const stages_;

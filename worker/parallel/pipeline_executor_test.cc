@@ -2,14 +2,17 @@
 // in schedule order, each chunk's last backward of the step is flagged as such (the
 // gradient buckets' overlap hangs on it), losses are summed from the head, and schedules
 // that do not fit the rank are refused with the action named; RunForward (validation) runs
-// the forwards alone.
+// the forwards alone; and on a last stage, that every message lives in the buffers the
+// stages hand out (device memory for the CUDA engine) from receive to compute to send.
 #include "worker/parallel/pipeline_executor.h"
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "plan/pipeline_schedule.h"
 
 namespace mtrain {
 namespace {
@@ -125,6 +128,134 @@ TEST(PipelineExecutorTest, RefusesSchedulesThatDoNotFitTheRank) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("no point-to-point group"), std::string::npos)
       << refused.status();
+}
+
+// The last of two stages, whose messages are buffers it hands out and tracks (as the CUDA
+// engine's device buffers): hidden_in must be one of them, and d_hidden_in must be written
+// into one.
+class LastStageWithOwnBuffers : public PipelineStages {
+ public:
+  int num_chunks() const override { return 1; }
+  ChunkEnds chunk_ends(int) const override { return ChunkEnds{false, true}; }
+  int seq_length() const override { return 4; }
+  int hidden_size() const override { return 2; }
+  bool messages_on_device() const override { return true; }
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> NewMessage(size_t elements) override {
+    auto buffer = std::make_unique<HostMessageBuffer>(elements);
+    handed_out.insert(buffer->data());
+    return buffer;
+  }
+  absl::StatusOr<double> Forward(int, int, const Microbatch&, const float* hidden_in,
+                                 float* hidden_out) override {
+    EXPECT_TRUE(handed_out.count(hidden_in)) << "hidden_in is not a buffer of the stages";
+    EXPECT_EQ(hidden_out, nullptr);
+    received.assign(hidden_in, hidden_in + 8);
+    return 1.0;
+  }
+  absl::Status Backward(int, int, const float* d_hidden_out, float, float* d_hidden_in,
+                        bool) override {
+    EXPECT_EQ(d_hidden_out, nullptr);
+    EXPECT_TRUE(handed_out.count(d_hidden_in)) << "d_hidden_in is not a buffer of the stages";
+    for (int i = 0; i < 8; ++i) d_hidden_in[i] = -received[i];
+    return absl::OkStatus();
+  }
+
+  std::set<const float*> handed_out;
+  std::vector<float> received;
+};
+
+// Rank 1 of a world of 2 with a peer that sent 0, 1, ..., 7: records what is sent and from
+// where.
+class ScriptedPeer : public Communicator {
+ public:
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  absl::Status AllReduce(float*, size_t, ReduceOp) override { return Unexpected(); }
+  absl::Status AllReduce(double*, size_t, ReduceOp) override { return Unexpected(); }
+  absl::Status AllGather(const float*, float*, size_t) override { return Unexpected(); }
+  absl::Status ReduceScatter(const float*, float*, size_t, ReduceOp) override {
+    return Unexpected();
+  }
+  absl::Status Broadcast(float*, size_t, int) override { return Unexpected(); }
+  absl::Status Barrier() override { return Unexpected(); }
+  void Abort() override {}
+  absl::Status Recv(void* data, size_t bytes, int peer, uint64_t) override {
+    EXPECT_EQ(peer, 0);
+    EXPECT_EQ(bytes, 8 * sizeof(float));
+    received_into = static_cast<const float*>(data);
+    for (int i = 0; i < 8; ++i) static_cast<float*>(data)[i] = i;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes, int peer,
+                                                         uint64_t) override {
+    EXPECT_EQ(peer, 0);
+    sent_from = static_cast<const float*>(data);
+    sent.assign(sent_from, sent_from + bytes / sizeof(float));
+    struct Done : PendingSend {
+      absl::Status Wait() override { return absl::OkStatus(); }
+    };
+    return std::make_unique<Done>();
+  }
+
+  const float* received_into = nullptr;
+  const float* sent_from = nullptr;
+  std::vector<float> sent;
+
+ private:
+  absl::Status Unexpected() { return absl::InternalError("not part of this test"); }
+  std::string name_ = "scripted world";
+};
+
+TEST(PipelineExecutorTest, MessagesStayInTheBuffersTheStagesHandOut) {
+  PipelineSchedule schedule;
+  schedule.set_num_microbatches(1);
+  for (PipelineAction::Kind kind : {PipelineAction::RECV_FORWARD, PipelineAction::FORWARD,
+                                    PipelineAction::BACKWARD, PipelineAction::SEND_BACKWARD}) {
+    PipelineAction* a = schedule.add_actions();
+    a->set_kind(kind);
+    a->set_microbatch(0);
+    a->set_chunk(0);
+    a->set_peer_rank(0);
+  }
+  LastStageWithOwnBuffers stages;
+  ScriptedPeer world;
+  PipelineExecutor executor(&stages, schedule, /*stage=*/1, /*pipeline=*/2, &world);
+  absl::StatusOr<double> loss = executor.RunStep(Microbatches(1), 0.25f);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  EXPECT_DOUBLE_EQ(*loss, 1.0);
+  EXPECT_TRUE(stages.handed_out.count(world.received_into));
+  EXPECT_TRUE(stages.handed_out.count(world.sent_from));
+  EXPECT_EQ(stages.received, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(world.sent, (std::vector<float>{-0.f, -1, -2, -3, -4, -5, -6, -7}));
+}
+
+// NCCL's point to point has no tags: GPipe and 1F1B pass messages in an order it can
+// match on every stage; an interleaved schedule (activations and gradients both ways
+// between neighbours) does not, and the check says which action breaks it.
+TEST(PipelineExecutorTest, OnlyNonInterleavedSchedulesKeepMessagesInOrder) {
+  for (Schedule kind : {SCHEDULE_GPIPE, SCHEDULE_1F1B}) {
+    for (int p : {2, 3, 4}) {
+      for (int m : {1, 4, 8}) {
+        std::vector<int> ranks;
+        for (int s = 0; s < p; ++s) ranks.push_back(10 + s);
+        for (int stage = 0; stage < p; ++stage) {
+          absl::StatusOr<PipelineSchedule> schedule =
+              BuildPipelineSchedule(ScheduleConfig{kind, p, 1, m}, stage, ranks);
+          ASSERT_TRUE(schedule.ok()) << schedule.status();
+          EXPECT_TRUE(CheckMessagesInOrder(*schedule).ok())
+              << Schedule_Name(kind) << " p " << p << " m " << m << " stage " << stage << ": "
+              << CheckMessagesInOrder(*schedule);
+        }
+      }
+    }
+  }
+  absl::StatusOr<PipelineSchedule> interleaved =
+      BuildPipelineSchedule(ScheduleConfig{SCHEDULE_INTERLEAVED_1F1B, 2, 2, 4}, 0, {10, 11});
+  ASSERT_TRUE(interleaved.ok()) << interleaved.status();
+  const absl::Status refused = CheckMessagesInOrder(*interleaved);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("peer 11"), std::string::npos) << refused;
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The compute a pipeline executor (pipeline_executor.h) drives on one rank: forward and
 // backward of one of the rank's model chunks on one microbatch. The hidden states that
-// cross stage boundaries are host memory, float [B, S, C], whatever the engine computes
-// in, so the executor's messages and buffers are the same for every engine.
+// cross stage boundaries are float [B, S, C], whatever the engine computes in, so the
+// executor's messages are the same for every engine. They live where the engine says
+// (NewMessage): host memory by default, device memory for an engine whose stages
+// exchange them over a GPU communicator (NCCL), so they never cross the host.
 //
 // The interface carries only what the executor needs to size and route those messages
 // (plain numbers, and which ends of the model a chunk holds); the model itself stays the
@@ -16,11 +18,35 @@
 #ifndef MTRAIN_WORKER_PARALLEL_PIPELINE_STAGES_H_
 #define MTRAIN_WORKER_PARALLEL_PIPELINE_STAGES_H_
 
+#include <cstddef>
+#include <memory>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/parallel/microbatch.h"
 
 namespace mtrain {
+
+// One message's memory: `size()` floats at `data()`, host or device memory (the stages'
+// messages_on_device()). Releasing it may hand the memory back to a pool.
+class MessageBuffer {
+ public:
+  virtual ~MessageBuffer() = default;
+  virtual float* data() = 0;
+  virtual size_t size() const = 0;
+};
+
+// Host memory.
+class HostMessageBuffer : public MessageBuffer {
+ public:
+  explicit HostMessageBuffer(size_t elements) : data_(elements) {}
+  float* data() override { return data_.data(); }
+  size_t size() const override { return data_.size(); }
+
+ private:
+  std::vector<float> data_;
+};
 
 // Which ends of the model one chunk holds: they decide whether its forward takes a
 // hidden state from the previous stage and whether it sends one to the next.
@@ -40,10 +66,21 @@ class PipelineStages {
   virtual int seq_length() const = 0;
   virtual int hidden_size() const = 0;
 
-  // Forward of `microbatch` (index `index` in the step) on `chunk`. hidden_in: the
-  // previous stage's output unless the chunk holds the embeddings; hidden_out receives
-  // this chunk's output unless it holds the head. Returns the sum of the per-token losses
-  // on the chunk holding the head, 0 elsewhere.
+  // Where messages live. True: NewMessage hands out device memory, Forward and Backward
+  // take and fill device pointers, and the executor's communicators must move device
+  // buffers (NCCL). The engine must have finished writing a hidden_out / d_hidden_in when
+  // Forward / Backward returns (a communicator on another stream reads it next).
+  virtual bool messages_on_device() const { return false; }
+  // A message of `elements` floats, contents unspecified. RESOURCE_EXHAUSTED when device
+  // memory runs out.
+  virtual absl::StatusOr<std::unique_ptr<MessageBuffer>> NewMessage(size_t elements) {
+    return std::make_unique<HostMessageBuffer>(elements);
+  }
+
+  // Forward of `microbatch` (index `index` in the step) on `chunk`. Messages are where
+  // messages_on_device() says. hidden_in: the previous stage's output unless the chunk holds the
+  // embeddings; hidden_out receives this chunk's output unless it holds the head. Returns the sum
+  // of the per-token losses on the chunk holding the head, 0 elsewhere.
   virtual absl::StatusOr<double> Forward(int chunk, int index, const Microbatch& microbatch,
                                          const float* hidden_in, float* hidden_out) = 0;
 

@@ -91,7 +91,7 @@ absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
   std::vector<int> data_members = grid.GroupMembers(GroupKind::kData, global_rank);
   std::vector<int> tensor_members = grid.GroupMembers(GroupKind::kTensor, global_rank);
   // The same decision on every rank: the degrees are the job's.
-  if (data_members.size() <= 1 && tensor_members.size() <= 1) return absl::OkStatus();
+  if (grid.world_size() <= 1) return absl::OkStatus();
   if (transport.store == nullptr) {
     return absl::FailedPreconditionError("GPU groups need a rendezvous store");
   }
@@ -124,6 +124,9 @@ absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
     RETURN_IF_ERROR(split(GroupKind::kTensor, "nccl-tensor-", std::move(tensor_members),
                           &groups->device_tensor));
   }
+  // The world carries the pipeline messages point to point: counted as the others (after
+  // the splits, which need the NCCL communicator itself).
+  groups->device_world = std::make_unique<CountingCommunicator>(std::move(groups->device_world));
   return absl::OkStatus();
 }
 

@@ -30,9 +30,10 @@ struct RankGroups {
   std::unique_ptr<Communicator> embedding;  // null on middle pipeline stages
   std::unique_ptr<Communicator> world;      // point-to-point by global rank; gathers
   // GPU collectives (NCCL) for the CUDA engine's device buffers, next to the host groups
-  // above (which carry losses, norms, checkpoints, pipeline messages): a world
-  // communicator bootstrapped once and the data-parallel and tensor-parallel groups split
-  // off it. Null unless ConnectDeviceGroups made them.
+  // above (which carry losses, norms, checkpoints, and the CPU engine's pipeline
+  // messages): a world communicator bootstrapped once (the CUDA engine's pipeline
+  // messages go over it) and the data-parallel and tensor-parallel groups split off it.
+  // Null unless ConnectDeviceGroups made them.
   std::unique_ptr<Communicator> device_world;
   std::unique_ptr<Communicator> device_data;
   std::unique_ptr<Communicator> device_tensor;
@@ -55,10 +56,10 @@ struct GroupTransport {
 absl::StatusOr<RankGroups> ConnectRankGroups(const RankGrid& grid, int global_rank,
                                              const GroupTransport& transport);
 
-// Fills groups->device_world, and device_data / device_tensor where that degree is above
-// 1, with NCCL communicators on `cuda_device` (the unique id through transport.store).
-// Every rank of the world calls it. Nothing to do (OK, all stay null) when the data and
-// tensor degrees are 1.
+// Fills groups->device_world (which also carries the CUDA engine's pipeline messages
+// point to point), and device_data / device_tensor where that degree is above 1, with
+// NCCL communicators on `cuda_device` (the unique id through transport.store). Every rank
+// of the world calls it. Nothing to do (OK, all stay null) with a world of one rank.
 absl::Status ConnectDeviceGroups(const RankGrid& grid, int global_rank,
                                  const GroupTransport& transport, int cuda_device,
                                  RankGroups* groups);

@@ -205,20 +205,21 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     ASSIGN_OR_RETURN(staged_t_, DeviceBuffer<T>::Create(n, "hidden states between stages"));
     return absl::OkStatus();
   }
-  // Host float -> device T (the stream's later work sees it).
-  absl::Status ToDevice(const float* host, size_t n) {
+  // Message float (host or device memory: cudaMemcpyDefault tells them apart) -> device T
+  // (the stream's later work sees it).
+  absl::Status ToDevice(const float* message, size_t n) {
     if constexpr (std::is_same_v<T, float>) {
-      return CudaStatus(cudaMemcpyAsync(staged_t_.get(), host, n * sizeof(float),
-                                        cudaMemcpyHostToDevice, stream_),
-                        "uploading a hidden state");
+      return CudaStatus(
+          cudaMemcpyAsync(staged_t_.get(), message, n * sizeof(float), cudaMemcpyDefault, stream_),
+          "uploading a hidden state");
     } else {
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(staged_f_.get(), host, n * sizeof(float),
-                                                 cudaMemcpyHostToDevice, stream_),
-                                 "uploading a hidden state"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(staged_f_.get(), message, n * sizeof(float), cudaMemcpyDefault, stream_),
+          "uploading a hidden state"));
       return ConvertTensor<float, T>(staged_f_.get(), staged_t_.get(), n, stream_);
     }
   }
-  // Device T -> host float, waited for.
+  // Whether each target was an argmax of its row (evaluation), waited for.
   absl::Status DownloadArgmax(const CudaActivations<T>& acts, size_t rows, TokenOutputs* outputs) {
     std::vector<float> largest(rows), target(rows);
     RETURN_IF_ERROR(
@@ -235,7 +236,9 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     return absl::OkStatus();
   }
 
-  absl::Status ToHost(float* host, size_t n) {
+  // Device T -> message float (host or device memory), waited for: a communicator on
+  // another stream reads it next.
+  absl::Status ToHost(float* message, size_t n) {
     const float* from = nullptr;
     if constexpr (std::is_same_v<T, float>) {
       from = staged_t_.get();
@@ -244,7 +247,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       from = staged_f_.get();
     }
     RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpyAsync(host, from, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        CudaStatus(cudaMemcpyAsync(message, from, n * sizeof(float), cudaMemcpyDefault, stream_),
                    "downloading a hidden state"));
     return CudaStatus(cudaStreamSynchronize(stream_), "downloading a hidden state");
   }
@@ -551,6 +554,12 @@ absl::Status CudaEngine::GenerateChunk(int chunk, const int32_t* tokens, const f
     return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
   }
   return chunks_[chunk]->Decode(tokens, hidden_in, count, out);
+}
+
+absl::StatusOr<std::unique_ptr<MessageBuffer>> CudaEngine::NewMessage(size_t elements) {
+  if (!config_.pipeline_messages_on_device) return PipelineStages::NewMessage(elements);
+  if (message_pool_ == nullptr) message_pool_ = DeviceMessagePool::Create(stream_);
+  return message_pool_->Take(elements);
 }
 
 void CudaEngine::EndGeneration() {

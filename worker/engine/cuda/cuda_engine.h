@@ -10,8 +10,8 @@
 //     the last backward. The fast path.
 //   - As PipelineStages (pipeline_stages.h), driven by a PipelineExecutor: any chunks of a
 //     pipeline schedule, tensor-parallel layers over the configured tensor group; hidden
-//     states cross stages through the host. The caller zeroes the gradients first
-//     (ZeroGradients) and waits for the data-parallel sums afterwards
+//     states cross stages in device memory (NCCL point to point) or through the host. The caller
+//     zeroes the gradients first (ZeroGradients) and waits for the data-parallel sums afterwards
 //     (WaitForGradientSums); the tied embedding's exchange between the first and the last
 //     stage is its own (AllReduceGradients).
 //
@@ -36,6 +36,7 @@
 #include "proto/job_spec.pb.h"
 #include "worker/engine/cuda/device_buffer.h"
 #include "worker/engine/cuda/device_collectives.h"
+#include "worker/engine/cuda/device_message_pool.h"
 #include "worker/engine/cuda/overlapped_all_reduce.h"
 #include "worker/engine/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
@@ -63,6 +64,9 @@ struct CudaEngineConfig {
   // padding), the others' parameters arriving by AllGatherParameters after each update.
   size_t optimizer_begin = 0;
   size_t optimizer_end = SIZE_MAX;
+  // The pipeline messages (PipelineStages) in device memory, for an executor whose groups
+  // are NCCL; host memory otherwise.
+  bool pipeline_messages_on_device = false;
 };
 
 // A flat-buffer range [begin, begin + count).
@@ -110,8 +114,11 @@ class CudaEngine : public PipelineStages {
                                          float d_loss_per_token);
 
   // PipelineStages: one chunk's forward or backward of one microbatch; the hidden states
-  // are host float [B*S, C] (converted to and from the compute precision on the device).
+  // are float [B*S, C] (converted to and from the compute precision on the device), in
+  // device memory from a pool (config.pipeline_messages_on_device) or on the host.
   int num_chunks() const override;
+  bool messages_on_device() const override { return config_.pipeline_messages_on_device; }
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> NewMessage(size_t elements) override;
   ChunkEnds chunk_ends(int chunk) const override {
     return ChunkEnds{placement(chunk).has_embedding, placement(chunk).has_head};
   }
@@ -197,6 +204,7 @@ class CudaEngine : public PipelineStages {
   std::vector<ChunkRanges> chunk_ranges_;
   bool whole_model_ = false;  // one chunk, one tensor rank, embeddings and head
   std::unique_ptr<OverlappedAllReduce> reducer_;
+  std::shared_ptr<DeviceMessagePool> message_pool_;  // with pipeline_messages_on_device
   size_t activation_peak_bytes_ = 0;
 };
 

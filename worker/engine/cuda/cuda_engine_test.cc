@@ -1,7 +1,8 @@
 // The CUDA engine against the CPU engine on the same small GPT (tagged `gpu`; skipped,
 // visibly, without one): per-token losses, logits and every parameter gradient of one
 // microbatch (fp32 far under 1e-4 of the scale; bf16 within the bf16 bounds), with dropout
-// and recomputation, then several AdamW steps whose losses and weights follow the CPU's.
+// and recomputation, then several AdamW steps whose losses and weights follow the CPU's;
+// pipeline messages in device memory against host messages.
 #include "worker/engine/cuda/cuda_engine.h"
 
 #include <cuda_bf16.h>
@@ -293,6 +294,88 @@ TEST(CudaEngineTest, FastPathRefusesPartialModels) {
   config.buffer_size = tensor_half.end_offset();
   absl::StatusOr<std::unique_ptr<CudaEngine>> mismatched = CudaEngine::Create(config);
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument) << mismatched.status();
+}
+
+// Pipeline messages in device memory (for NCCL point to point) carry exactly what host
+// messages carry: a first stage's output and a last stage's input gradient are the same
+// bits either way, and the engine's message pool hands a released buffer out again.
+TEST(CudaEngineTest, PipelineMessagesInDeviceMemoryMatchHostMessages) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  const ModelShape shape = SmallShape();
+  ModelPlacement first = WholeModel(shape);
+  first.num_layers = 1;
+  first.has_head = false;
+  ModelPlacement last = WholeModel(shape);
+  last.first_layer = 1;
+  last.num_layers = 1;
+  last.has_embedding = false;
+  const ParameterLayout first_layout(shape, first), last_layout(shape, last);
+  auto create = [&](const ParameterLayout& layout, bool on_device) {
+    CudaEngineConfig config;
+    config.chunks = {&layout};
+    config.buffer_size = layout.end_offset();
+    config.micro_batch = kBatch;
+    config.precision = PRECISION_FP32;
+    config.pipeline_messages_on_device = on_device;
+    absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    std::vector<float> params(layout.end_offset());
+    InitializeParameters(layout, 7, params.data());
+    EXPECT_TRUE((*engine)->UploadParameters(params.data()).ok());
+    EXPECT_TRUE((*engine)->ZeroGradients().ok());
+    return std::move(*engine);
+  };
+  const int N = kBatch * shape.seq_length;
+  const size_t elements = static_cast<size_t>(N) * shape.hidden;
+  Microbatch mb;
+  mb.id = {1, 0};
+  mb.tokens = RandomTokens(N, shape.vocab, 41);
+  mb.targets = RandomTokens(N, shape.vocab, 42);
+  auto download = [elements](MessageBuffer& message) {
+    std::vector<float> host(elements);
+    EXPECT_EQ(
+        cudaMemcpy(host.data(), message.data(), elements * sizeof(float), cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    return host;
+  };
+
+  std::unique_ptr<CudaEngine> first_host = create(first_layout, false);
+  std::unique_ptr<CudaEngine> first_device = create(first_layout, true);
+  EXPECT_FALSE(first_host->messages_on_device());
+  ASSERT_TRUE(first_device->messages_on_device());
+  std::vector<float> hidden_host(elements);
+  ASSERT_TRUE(first_host->Forward(0, 0, mb, nullptr, hidden_host.data()).ok());
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> hidden_device = first_device->NewMessage(elements);
+  ASSERT_TRUE(hidden_device.ok()) << hidden_device.status();
+  ASSERT_TRUE(first_device->Forward(0, 0, mb, nullptr, (*hidden_device)->data()).ok());
+  EXPECT_EQ(download(**hidden_device), hidden_host);
+
+  std::unique_ptr<CudaEngine> last_host = create(last_layout, false);
+  std::unique_ptr<CudaEngine> last_device = create(last_layout, true);
+  absl::StatusOr<double> loss_host = last_host->Forward(0, 0, mb, hidden_host.data(), nullptr);
+  absl::StatusOr<double> loss_device =
+      last_device->Forward(0, 0, mb, (*hidden_device)->data(), nullptr);
+  ASSERT_TRUE(loss_host.ok() && loss_device.ok());
+  EXPECT_EQ(*loss_host, *loss_device);
+  std::vector<float> d_hidden_host(elements);
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> d_hidden_device =
+      last_device->NewMessage(elements);
+  ASSERT_TRUE(d_hidden_device.ok()) << d_hidden_device.status();
+  const float d_loss = 1.0f / N;
+  ASSERT_TRUE(last_host->Backward(0, 0, nullptr, d_loss, d_hidden_host.data(), true).ok());
+  ASSERT_TRUE(last_device->Backward(0, 0, nullptr, d_loss, (*d_hidden_device)->data(), true).ok());
+  EXPECT_EQ(download(**d_hidden_device), d_hidden_host);
+
+  // A released buffer of the same size comes back; another size is new memory.
+  const float* released = (*d_hidden_device)->data();
+  d_hidden_device->reset();
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> again = last_device->NewMessage(elements);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->data(), released);
+  absl::StatusOr<std::unique_ptr<MessageBuffer>> other = last_device->NewMessage(elements / 2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)->data(), released);
+  EXPECT_EQ((*other)->size(), elements / 2);
 }
 
 // Generation: the key-value-cache decoding of a prompt and then one token at a time gives

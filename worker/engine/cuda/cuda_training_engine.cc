@@ -69,6 +69,13 @@ absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> CudaTrainingEngine::Create(
   engine.precision = config.precision;
   engine.optimizer = config.optimizer;
   engine.device = config.cuda_device;
+  // Pipeline messages over NCCL point to point, in device memory, where the caller
+  // connected the NCCL world (the Trainer hands the executor that group then). Not with
+  // interleaving: NCCL matches messages by order alone, and an interleaved schedule sends
+  // activations and gradients both ways between neighbours (CheckMessagesInOrder), so
+  // its messages stay on the host and Gloo's tags.
+  engine.pipeline_messages_on_device =
+      config.pipeline > 1 && t->layout_.num_chunks() == 1 && groups.device_world != nullptr;
   ASSIGN_OR_RETURN(t->engine_, CudaEngine::Create(engine));
   // Data-parallel sums overlapped with the backward: on the GPU where an NCCL data group
   // exists, otherwise through the host and the Gloo data group.
