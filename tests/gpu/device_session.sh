@@ -5,6 +5,8 @@
 #
 #   device run, carry build/gpu_bundle.tar.xz:
 #     CHECK_TIMEOUT=90 BENCH_ARGS="--configs gpt2-124m --no-compile" bash tests/gpu/device_session.sh
+# SKIP_CHECKS=1 skips the checks; PROFILE_CONFIG=gpt2-124m adds a kernel-time profile
+# (tests/gpu/profile_kernels.py, bounded by PROFILE_TIMEOUT seconds, default 120).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu_out}
@@ -19,4 +21,10 @@ if [[ -n "${BENCH_ARGS:-}" ]]; then
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of flags
   PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-300}" bash tests/gpu/bench_on_gpu.sh /tmp/gpu_bundle $BENCH_ARGS \
     2>&1 | tee /tmp/gpu_logs/bench.log
+fi
+if [[ -n "${PROFILE_CONFIG:-}" ]]; then
+  source tests/gpu/bundle_env.sh /tmp/gpu_bundle
+  PYTHONUNBUFFERED=1 timeout "${PROFILE_TIMEOUT:-120}" python3 tests/gpu/profile_kernels.py \
+    --train /tmp/gpu_bundle/bin/train --config "$PROFILE_CONFIG" --csv /tmp/gpu_logs/kernels.csv \
+    2>&1 | tee /tmp/gpu_logs/profile.log
 fi
