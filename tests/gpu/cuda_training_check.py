@@ -66,7 +66,7 @@ def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_work
     for rank in range(world):
         args = [train, f"--spec={spec_path}", f"--rank={rank}", f"--world_size={world}",
                 f"--rendezvous_dir={rendezvous}", f"--gpu_collectives={collectives}",
-                "--collective_timeout=120s", *extra]
+                "--collective_timeout=30s", *extra]
         # Only ranks of the last pipeline stage write (train_main.cc): one file per rank.
         args.append(f"--metrics_jsonl={pathlib.Path(tmp, f'{name}-{rank}.jsonl')}")
         env = dict(os.environ)

@@ -11,6 +11,7 @@ source "$(dirname "$0")/bundle_env.sh" "$BUNDLE"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
 LOG_DIR=${LOG_DIR:-/tmp/gpu_logs}
+export PYTHONUNBUFFERED=1  # a check cut off by CHECK_TIMEOUT still leaves its lines
 mkdir -p "$LOG_DIR"
 results=()
 table() {

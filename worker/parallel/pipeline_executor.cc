@@ -74,6 +74,12 @@ PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule sche
     if (a.kind() == PipelineAction::BACKWARD && a.chunk() >= 0 && a.chunk() < num_chunks_) {
       last_backward_[a.chunk()] = i;
     }
+    if (a.kind() == PipelineAction::RECV_FORWARD || a.kind() == PipelineAction::SEND_BACKWARD) {
+      previous_peer_ = a.peer_rank();
+    }
+    if (a.kind() == PipelineAction::SEND_FORWARD || a.kind() == PipelineAction::RECV_BACKWARD) {
+      next_peer_ = a.peer_rank();
+    }
   }
 }
 
@@ -94,6 +100,16 @@ absl::StatusOr<double> PipelineExecutor::Run(const std::vector<Microbatch>& micr
                                              float d_loss_per_token, bool forward_only) {
   in_flight_.clear();
   in_flight_.resize(microbatches.size() * num_chunks_);
+  if (!peers_connected_ && stages_->messages_on_device()) {
+    absl::Status connected = ConnectPeers();
+    if (!connected.ok()) {
+      return absl::Status(
+          connected.code(),
+          absl::StrCat("pipeline stage ", stage_,
+                       ", connecting to the neighbouring stages: ", connected.message()));
+    }
+    peers_connected_ = true;
+  }
   double loss_sum = 0;
   for (int i = 0; i < schedule_.actions_size(); ++i) {
     const PipelineAction::Kind kind = schedule_.actions(i).kind();
@@ -232,6 +248,24 @@ absl::Status PipelineExecutor::Receive(const PipelineAction& action, MessageBuff
   timings_.wait_seconds += SecondsSince(start);
   RETURN_IF_ERROR(status);
   return scatter_gather_->AllGather(slice->data(), data->data(), slice->size());
+}
+
+absl::Status PipelineExecutor::ConnectPeers() {
+  // Above every PipelineMessageTag (NCCL ignores tags; a tagged transport keeps them apart).
+  constexpr uint64_t kConnectTag = ~uint64_t{0};
+  for (const int peer : {previous_peer_, next_peer_}) {
+    if (peer < 0) continue;
+    if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
+    std::unique_ptr<MessageBuffer> out, in;
+    RETURN_IF_ERROR(Allocate(1, &out));
+    RETURN_IF_ERROR(Allocate(1, &in));
+    // The send is issued with the receive, in one NCCL group.
+    ASSIGN_OR_RETURN(std::unique_ptr<PendingSend> sent,
+                     p2p_->StartSend(out->data(), sizeof(float), peer, kConnectTag));
+    RETURN_IF_ERROR(p2p_->Recv(in->data(), sizeof(float), peer, kConnectTag));
+    RETURN_IF_ERROR(sent->Wait());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PipelineExecutor::CompleteSends() {

@@ -103,6 +103,13 @@ class PipelineExecutor {
   absl::Status StartSend(const PipelineAction& action, std::unique_ptr<MessageBuffer>* data);
   absl::Status Receive(const PipelineAction& action, MessageBuffer* data);
   absl::Status CompleteSends();
+  // Once, before the first messages on the device: one tiny exchange both ways with the
+  // previous stage, then with the next. NCCL sets up a pair's connections in the group
+  // that first uses them and waits there for the peer to set up the reverse direction; a
+  // 1F1B stage's first group (its sends and a receive) would wait for a peer that is itself
+  // waiting for those sends. Stage s pairs with s-1 first and s+1 second, so the exchanges
+  // complete in stage order.
+  absl::Status ConnectPeers();
 
   PipelineStages* const stages_;
   const PipelineSchedule schedule_;
@@ -117,6 +124,9 @@ class PipelineExecutor {
   std::vector<size_t> last_backward_;  // per chunk: index of its last BACKWARD action
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;
+  int previous_peer_ = -1;  // the previous stage's rank (-1 on the first stage)
+  int next_peer_ = -1;      // the next stage's rank (-1 on the last stage)
+  bool peers_connected_ = false;
   PipelineTimings timings_;
 };
 

@@ -180,23 +180,35 @@ class ScriptedPeer : public Communicator {
   absl::Status Broadcast(float*, size_t, int) override { return Unexpected(); }
   absl::Status Barrier() override { return Unexpected(); }
   void Abort() override {}
-  absl::Status Recv(void* data, size_t bytes, int peer, uint64_t) override {
+  absl::Status Recv(void* data, size_t bytes, int peer, uint64_t tag) override {
     EXPECT_EQ(peer, 0);
+    if (tag == ~uint64_t{0}) {  // the connecting exchange before the first messages
+      EXPECT_EQ(bytes, sizeof(float));
+      ++connects_received;
+      return absl::OkStatus();
+    }
     EXPECT_EQ(bytes, 8 * sizeof(float));
     received_into = static_cast<const float*>(data);
     for (int i = 0; i < 8; ++i) static_cast<float*>(data)[i] = i;
     return absl::OkStatus();
   }
   absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes, int peer,
-                                                         uint64_t) override {
-    EXPECT_EQ(peer, 0);
-    sent_from = static_cast<const float*>(data);
-    sent.assign(sent_from, sent_from + bytes / sizeof(float));
+                                                         uint64_t tag) override {
     struct Done : PendingSend {
       absl::Status Wait() override { return absl::OkStatus(); }
     };
+    EXPECT_EQ(peer, 0);
+    if (tag == ~uint64_t{0}) {
+      ++connects_sent;
+      return std::make_unique<Done>();
+    }
+    sent_from = static_cast<const float*>(data);
+    sent.assign(sent_from, sent_from + bytes / sizeof(float));
     return std::make_unique<Done>();
   }
+
+  int connects_sent = 0;
+  int connects_received = 0;
 
   const float* received_into = nullptr;
   const float* sent_from = nullptr;
@@ -224,6 +236,11 @@ TEST(PipelineExecutorTest, MessagesStayInTheBuffersTheStagesHandOut) {
   absl::StatusOr<double> loss = executor.RunStep(Microbatches(1), 0.25f);
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_DOUBLE_EQ(*loss, 1.0);
+  // Device messages connect to the neighbour once, both ways, before the first message.
+  EXPECT_EQ(world.connects_sent, 1);
+  EXPECT_EQ(world.connects_received, 1);
+  ASSERT_TRUE(executor.RunStep(Microbatches(1), 0.25f).ok());
+  EXPECT_EQ(world.connects_sent, 1);
   EXPECT_TRUE(stages.handed_out.count(world.received_into));
   EXPECT_TRUE(stages.handed_out.count(world.sent_from));
   EXPECT_EQ(stages.received, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
