@@ -243,6 +243,9 @@ absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
     options.min_devices = 1;  // fewer workers when that is faster, or all that divides
     if (keep_micro_batch) options.micro_batch_sizes = {spec.parallel().micro_batch_size()};
     options.cost = ProjectEngineOptions(spec);
+    // The CPU engine has selective recomputation and sequence parallelism; the CUDA engine
+    // refuses both so far.
+    options.try_selective_recompute = options.try_sequence_parallel = kind == DEVICE_KIND_CPU;
     return SearchLayouts(spec, cluster, options);
   }
   return absl::FailedPreconditionError("no live worker of a kind this job can run on to plan for");

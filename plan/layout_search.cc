@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_validation.h"
 
 namespace mtrain {
@@ -19,7 +20,14 @@ std::vector<int> Divisors(int value, int limit) {
   return divisors;
 }
 
-JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, bool recompute) {
+// How a candidate recomputes activations.
+enum class Recompute {
+  kSpecs,      // the spec's own choice (none, selective, or its full method)
+  kFull,       // every layer's forward again
+  kSelective,  // the attention core again
+};
+
+JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, Recompute recompute) {
   JobSpec candidate = spec;
   ParallelSpec* par = candidate.mutable_parallel();
   par->set_tensor(t);
@@ -31,13 +39,15 @@ JobSpec WithLayout(const JobSpec& spec, int t, int p, int d, int v, int b, bool 
   par->set_schedule(
       v > 1 ? SCHEDULE_INTERLEAVED_1F1B
             : (spec.parallel().schedule() == SCHEDULE_GPIPE ? SCHEDULE_GPIPE : SCHEDULE_1F1B));
-  if (recompute) {
-    // Full recomputation of every layer; otherwise the spec's own choice stands.
+  // Sequence parallelism needs a tensor group; the spec's choice stands where there is one.
+  if (t == 1) par->clear_sequence_parallel();
+  if (recompute != Recompute::kSpecs) {
     TrainSpec& train = *candidate.mutable_train();
-    train.set_recompute(true);
     train.clear_recompute_granularity();
     train.clear_recompute_method();
     train.clear_recompute_num_layers();
+    train.set_recompute(recompute == Recompute::kFull);
+    if (recompute == Recompute::kSelective) train.set_recompute_granularity("selective");
   }
   return candidate;
 }
@@ -56,6 +66,10 @@ std::string LayoutProblem(const JobSpec& spec) {
   if (par.global_batch_size() % replicas_batch != 0) {
     return absl::StrCat("parallel.global_batch_size ", par.global_batch_size(),
                         " is not divisible by micro_batch_size * data ", replicas_batch);
+  }
+  if (par.sequence_parallel() && spec.model().seq_length() % par.tensor() != 0) {
+    return absl::StrCat("sequence parallelism needs model.seq_length ", spec.model().seq_length(),
+                        " divisible by tensor ", par.tensor());
   }
   const int64_t microbatches = par.global_batch_size() / replicas_batch;
   if (par.virtual_stages() > 1 && microbatches % par.pipeline() != 0) {
@@ -94,9 +108,11 @@ std::optional<double> PredictedStepSeconds(absl::string_view text) {
 
 std::string LayoutName(const JobSpec& spec) {
   const ParallelSpec& par = spec.parallel();
+  const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
   return absl::StrCat("t=", par.tensor(), " p=", par.pipeline(), " d=", par.data(),
                       " v=", par.virtual_stages(), " b=", par.micro_batch_size(),
-                      spec.train().recompute() ? " recompute" : "");
+                      par.sequence_parallel() && par.tensor() > 1 ? " sp" : "",
+                      recompute.full ? " recompute" : "", recompute.selective ? " selective" : "");
 }
 
 LayoutSearch SearchLayouts(const JobSpec& spec, const ClusterDescription& cluster,
@@ -127,10 +143,40 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
   LayoutSearch& search = *out;
   const int heads = std::max(1, spec.model().num_heads());
   const int layers = std::max(1, spec.model().num_layers());
-  // false keeps the spec's recomputation (none, selective, or its full method); true
-  // tries full recomputation of every layer as well.
-  std::vector<bool> recompute_choices = {false};
-  if (options.try_recompute && !spec.train().recompute()) recompute_choices = {false, true};
+  const RecomputeChoice specs_recompute = RecomputeChoiceOf(spec.train());
+  // The spec's own recomputation, then full recomputation of every layer and selective
+  // recomputation where the spec does neither and the options allow them.
+  std::vector<Recompute> recompute_choices = {Recompute::kSpecs};
+  if (options.try_recompute && !specs_recompute.full) recompute_choices.push_back(Recompute::kFull);
+  if (options.try_selective_recompute && !specs_recompute.full && !specs_recompute.selective) {
+    recompute_choices.push_back(Recompute::kSelective);
+  }
+
+  // Prices `candidate`, or records why it cannot run; returns whether it was too big.
+  auto consider = [&](JobSpec candidate) {
+    if (std::string problem = LayoutProblem(candidate); !problem.empty()) {
+      search.rejected.push_back({std::move(candidate), absl::StrCat("not valid: ", problem)});
+      return false;
+    }
+    if (options.enforce_service_limits) {
+      if (absl::Status valid = ValidateJobSpec(candidate); !valid.ok()) {
+        search.rejected.push_back(
+            {std::move(candidate), absl::StrCat("not valid: ", valid.message())});
+        return false;
+      }
+    }
+    RankMemoryEstimate memory = EstimateRankMemory(candidate, options.memory);
+    if (memory.total_bytes > cluster.device().memory_bytes()) {
+      search.rejected.push_back(
+          {std::move(candidate),
+           absl::StrCat("does not fit: needs ", memory.ToString(), "; a device has ",
+                        FormatMemoryBytes(cluster.device().memory_bytes()))});
+      return true;
+    }
+    StepCost cost = PredictStepCost(candidate, cluster, options.cost);
+    search.feasible.push_back({std::move(candidate), cost, memory});
+    return false;
+  };
 
   for (int t : Divisors(devices, devices)) {
     if (heads % t != 0) continue;  // not a candidate at all: heads cannot split
@@ -139,30 +185,19 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
       const int d = devices / (t * p);
       for (int v : Divisors(layers / p, p > 1 ? options.max_virtual_stages : 1)) {
         for (int b : options.micro_batch_sizes) {
-          for (bool recompute : recompute_choices) {
+          for (Recompute recompute : recompute_choices) {
             JobSpec candidate = WithLayout(spec, t, p, d, v, b, recompute);
-            if (std::string problem = LayoutProblem(candidate); !problem.empty()) {
-              search.rejected.push_back(
-                  {std::move(candidate), absl::StrCat("not valid: ", problem)});
-              continue;
+            const bool sequence_parallel_candidate = options.try_sequence_parallel && t > 1 &&
+                                                     !candidate.parallel().sequence_parallel() &&
+                                                     spec.model().seq_length() % t == 0;
+            JobSpec split = candidate;
+            split.mutable_parallel()->set_sequence_parallel(true);
+            // Sequence parallelism as a memory technique: tried where the layout does not
+            // fit without it (its step time on this project's CPU engine is higher than
+            // the cost model's, docs/PERFORMANCE.md).
+            if (consider(std::move(candidate)) && sequence_parallel_candidate) {
+              consider(std::move(split));
             }
-            if (options.enforce_service_limits) {
-              if (absl::Status valid = ValidateJobSpec(candidate); !valid.ok()) {
-                search.rejected.push_back(
-                    {std::move(candidate), absl::StrCat("not valid: ", valid.message())});
-                continue;
-              }
-            }
-            RankMemoryEstimate memory = EstimateRankMemory(candidate, options.memory);
-            if (memory.total_bytes > cluster.device().memory_bytes()) {
-              search.rejected.push_back(
-                  {std::move(candidate),
-                   absl::StrCat("does not fit: needs ", memory.ToString(), "; a device has ",
-                                FormatMemoryBytes(cluster.device().memory_bytes()))});
-              continue;
-            }
-            StepCost cost = PredictStepCost(candidate, cluster, options.cost);
-            search.feasible.push_back({std::move(candidate), cost, memory});
           }
         }
       }

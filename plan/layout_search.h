@@ -1,4 +1,5 @@
-// The planner's search: every layout (t, p, d, v, micro batch, recompute) of a job spec on
+// The planner's search: every layout (t, p, d, v, micro batch, recompute, and where the
+// options allow selective recomputation and sequence parallelism) of a job spec on
 // a cluster's devices, priced by the cost model (step_cost_model.h) and checked against the
 // device memory by the memory model (rank_memory_estimate.h). Returns the layouts that run,
 // fastest first, and every other candidate with the reason it was rejected (the spec
@@ -34,6 +35,12 @@ struct LayoutSearchOptions {
   // Whether layouts with full recompute are tried beside those without; the spec's own
   // train.recompute is tried either way.
   bool try_recompute = true;
+  // Techniques only some engines have (this project's CPU engine has both; its CUDA
+  // engine neither yet): selective recomputation as a further choice beside none and
+  // full, and sequence parallelism (t > 1, seq_length % t == 0) for layouts that do not
+  // fit without it.
+  bool try_selective_recompute = false;
+  bool try_sequence_parallel = false;
   // Largest interleaving tried (v <= this and v divides layers / p).
   int max_virtual_stages = 8;
   StepCostOptions cost;
@@ -61,7 +68,8 @@ struct LayoutSearch {
   std::vector<RejectedLayout> rejected;
 };
 
-// "t=8 p=4 d=32 v=5 b=1 recompute" for a spec's layout.
+// "t=8 p=4 d=32 v=5 b=1 recompute" for a spec's layout ("sp" after b=N under sequence
+// parallelism, "selective" at the end under selective recomputation).
 std::string LayoutName(const JobSpec& spec);
 
 // "t=2 p=1 d=2 v=1 b=1: predicted 0.31 s a step, 1650 tokens/s, MFU 41.2%, 210 MiB a rank":

@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "spec/resolved_spec_for_test.h"
 
@@ -52,6 +53,59 @@ TEST(LayoutSearchTest, EveryFeasibleLayoutUsesTheDevicesAndTheFastestComesFirst)
   EXPECT_TRUE(names.count("t=2 p=2 d=1 v=1 b=4 recompute"));
   EXPECT_TRUE(names.count("t=1 p=1 d=4 v=1 b=1"));
   EXPECT_TRUE(names.count("t=1 p=2 d=2 v=2 b=1"));
+}
+
+TEST(LayoutSearchTest, SequenceParallelismRescuesLayoutsThatDoNotFitAndSelectiveIsAChoice) {
+  const JobSpec spec = ResolvedSpecForTest(kSpec);
+  // A device between what t=4 b=4 needs with and without sequence parallelism.
+  JobSpec whole = spec;
+  whole.mutable_parallel()->set_tensor(4);
+  whole.mutable_parallel()->set_micro_batch_size(4);
+  JobSpec split = whole;
+  split.mutable_parallel()->set_sequence_parallel(true);
+  const int64_t with = EstimateRankMemory(split).total_bytes;
+  const int64_t without = EstimateRankMemory(whole).total_bytes;
+  ASSERT_LT(with, without);
+  const ClusterDescription cluster = Cluster(1e9, (with + without) / 2);
+  LayoutSearchOptions options = Devices(4);
+  options.micro_batch_sizes = {4};
+  options.try_recompute = false;
+  auto names_of = [](const std::vector<PricedLayout>& layouts) {
+    std::set<std::string> names;
+    for (const PricedLayout& layout : layouts) names.insert(LayoutName(layout.spec));
+    return names;
+  };
+  // Without the option the layout is rejected for memory; with it, its split version runs.
+  std::set<std::string> plain = names_of(SearchLayouts(spec, cluster, options).feasible);
+  EXPECT_FALSE(plain.count("t=4 p=1 d=1 v=1 b=4"));
+  EXPECT_FALSE(plain.count("t=4 p=1 d=1 v=1 b=4 sp"));
+  options.try_sequence_parallel = true;
+  const LayoutSearch search = SearchLayouts(spec, cluster, options);
+  std::set<std::string> with_sp = names_of(search.feasible);
+  EXPECT_TRUE(with_sp.count("t=4 p=1 d=1 v=1 b=4 sp"));
+  EXPECT_FALSE(with_sp.count("t=4 p=1 d=1 v=1 b=4"));
+  // Layouts that fit as they are are not also tried split.
+  for (const std::string& name : with_sp) {
+    if (name.find(" sp") != std::string::npos) {
+      EXPECT_FALSE(plain.count(name.substr(0, name.size() - 3))) << name;
+    }
+  }
+  bool rejected_whole = false;
+  for (const RejectedLayout& r : search.rejected) {
+    if (LayoutName(r.spec) == "t=4 p=1 d=1 v=1 b=4") {
+      rejected_whole = r.reason.find("does not fit") == 0;
+    }
+  }
+  EXPECT_TRUE(rejected_whole);
+  // Selective recomputation is one more choice, named as such.
+  options.try_selective_recompute = true;
+  std::set<std::string> selective = names_of(SearchLayouts(spec, cluster, options).feasible);
+  int selective_layouts = 0;
+  for (const std::string& name : selective) {
+    if (absl::EndsWith(name, " selective")) ++selective_layouts;
+  }
+  EXPECT_GT(selective_layouts, 0);
+  EXPECT_EQ(selective.size(), with_sp.size() + selective_layouts);
 }
 
 TEST(LayoutSearchTest, WithFreeLinksPureDataParallelismWins) {

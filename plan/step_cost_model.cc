@@ -18,6 +18,8 @@ struct Sizes {
   // whether only the attention core does (selective).
   double recomputed = 0;
   bool selective = false;
+  // Sequence parallelism: LayerNorms, dropouts and residuals on n/t rows each.
+  bool sequence_parallel = false;
   double tokens() const { return micro_batch * seq; }  // n, per microbatch
   double microbatches() const { return std::max(1.0, global_batch / (micro_batch * d)); }
 };
@@ -39,6 +41,7 @@ Sizes SizesOf(const JobSpec& spec) {
   s.v = AtLeastOne(par.virtual_stages());
   s.micro_batch = AtLeastOne(par.micro_batch_size());
   s.global_batch = std::max<double>(AtLeastOne(par.global_batch_size()), s.micro_batch * s.d);
+  s.sequence_parallel = par.sequence_parallel() && s.t > 1;
   const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
   s.selective = recompute.selective;
   if (recompute.full) {
@@ -168,14 +171,20 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
   }
 
   // Two LayerNorms (read, write), two bias + dropout + residual passes (read two, write
-  // one, the mask), bias + GeLU over the local 4h/t columns (read, write).
+  // one, the mask), over the rank's rows (n, or n/t under sequence parallelism), and
+  // bias + GeLU over the local 4h/t columns (read, write).
   const double mask = options.dropout ? 1 : 0;
+  const double rows = s.sequence_parallel ? n / s.t : n;
   const double elementwise_forward =
-      clock.Bytes(n * h * (2 * 2 * e) + 2 * n * h * (3 * e + mask) + n * 4 * h / s.t * 2 * e);
+      clock.Bytes(rows * h * (2 * 2 * e) + 2 * rows * h * (3 * e + mask) + n * 4 * h / s.t * 2 * e);
   times.elementwise = (forwards + 2) * elementwise_forward;
 
+  // Under sequence parallelism each all-reduce becomes an all-gather before the layer's
+  // first GEMM and a reduce-scatter after its last (the same bytes), and the backward
+  // gathers both LayerNorm outputs again (they are kept for the rank's rows only).
   const double all_reduce = AllReduceSeconds(n * h * e, s.t, tensor_link);
   times.tensor_comm = (forwards + 1) * 2 * all_reduce;
+  if (s.sequence_parallel) times.tensor_comm += 2 * AllGatherSeconds(n * h * e, s.t, tensor_link);
   return times;
 }
 
@@ -252,10 +261,14 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
               : 0.0;
   // With scatter/gather each tensor rank sends its 1/t slice and the receivers all-gather
   // the slices over the tensor group's link.
+  // Sequence parallelism's messages are the rank's rows, as scatter/gather's slices, but
+  // nothing is gathered on arrival.
   const double chunk_message =
-      s.p > 1 ? MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) +
-                    (options.scatter_gather ? AllGatherSeconds(n * h * e, s.t, tensor_link) : 0.0)
-              : 0.0;
+      s.p == 1 ? 0.0
+      : s.sequence_parallel
+          ? MessageSeconds(n * h * e / s.t, pipeline_link)
+          : MessageSeconds(n * h * e / (options.scatter_gather ? s.t : 1), pipeline_link) +
+                (options.scatter_gather ? AllGatherSeconds(n * h * e, s.t, tensor_link) : 0.0);
   // Each microbatch enters and leaves each of a rank's v chunks: one activation forward and
   // one gradient back per chunk boundary.
   const double pipeline_per_microbatch = 2 * s.v * chunk_message;

@@ -16,14 +16,18 @@
 //                than its S^2 output moves through memory, plus the softmax and dropout
 //                passes over the scores (4e + 1 bytes an element forward, 5e + 1 backward).
 //   elementwise  LayerNorms, bias + dropout + residual, bias + GeLU: bytes moved / sustained
-//                memory bandwidth (replicated across the tensor group except GeLU's).
+//                memory bandwidth (replicated across the tensor group except GeLU's; on
+//                n/t rows under sequence parallelism).
 //   tensor comm  ring all-reduces of n h e bytes: 2 per layer forward, 2 backward, 2 more
-//                under recompute, 2 (t - 1)/t bytes / bandwidth + 2 (t - 1) latencies; the
+//                under recompute, 2 (t - 1)/t bytes / bandwidth + 2 (t - 1) latencies
+//                (sequence parallelism: all-gathers and reduce-scatters of the same bytes,
+//                plus the backward's 2 all-gathers of the LayerNorm outputs); the
 //                vocabulary-parallel head adds one (the tied layer's input gradient), the
 //                embedding one on a single stage, the cross-entropy three of n values.
 //   pipeline     per microbatch and model chunk one activation forward and one gradient
 //                back, n h e bytes, not overlapped (with scatter/gather: n h e / t bytes
-//                between stages, then an all-gather of the slices in the tensor group).
+//                between stages, then an all-gather of the slices in the tensor group;
+//                sequence parallelism: the rank's n h e / t rows, nothing gathered).
 //   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved;
 //                divided by the ranks time-sharing a device (their idle time is not lost).
 //   data comm    ring all-reduce (or reduce-scatter + all-gather under ZeRO-1: the same

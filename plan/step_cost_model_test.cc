@@ -138,6 +138,29 @@ TEST(StepCostModelTest, ScatterGatherSendsASliceAndAllGathersItInTheTensorGroup)
   EXPECT_NEAR(scattered.pipeline_comm_seconds, 4 * 2 * sliced_message, 1e-12);
 }
 
+TEST(StepCostModelTest, SequenceParallelismSplitsTheElementwiseRowsAndRegathersInTheBackward) {
+  // t = 2, p = 2, one stage a node, as above.
+  const std::string layout = R"("tensor": 2, "pipeline": 2, "global_batch_size": 4)";
+  const ClusterDescription cluster = Cluster(2, 2);
+  const JobSpec plain_spec = ResolvedSpecForTest(absl::StrCat(R"({"parallel": {)", layout, "}}"));
+  const JobSpec sp_spec = ResolvedSpecForTest(
+      absl::StrCat(R"({"parallel": {)", layout, R"(, "sequence_parallel": true}})"));
+  StepCostOptions options;
+  options.scatter_gather = true;
+  const StepCost plain = PredictStepCost(plain_spec, cluster, options);
+  const StepCost sp = PredictStepCost(sp_spec, cluster, options);
+  EXPECT_EQ(sp.matmul_seconds, plain.matmul_seconds);
+  EXPECT_LT(sp.elementwise_seconds, plain.elementwise_seconds);
+  // Per microbatch and layer two more all-gathers of n h e (the LayerNorm outputs again):
+  // 4 microbatches x 2 layers of this stage x 2.
+  const double bytes = 128.0 * 128 * 4;
+  const double all_gather = bytes / 2 / 1e10 + 1e-6;
+  EXPECT_NEAR(sp.tensor_comm_seconds - plain.tensor_comm_seconds, 4 * 2 * 2 * all_gather, 1e-12);
+  // Messages: the rank's rows between the stages, without scatter/gather's all-gather.
+  EXPECT_NEAR(sp.pipeline_comm_seconds, 4 * 2 * (bytes / 2 / 1e9 + 1e-5), 1e-12);
+  EXPECT_NEAR(plain.pipeline_comm_seconds - sp.pipeline_comm_seconds, 4 * 2 * all_gather, 1e-12);
+}
+
 TEST(StepCostModelTest, RecomputeGranularitiesPriceWhatTheyRerun) {
   const auto flops = [](const char* train) {
     return HardwareFlopsPerStep(

@@ -416,6 +416,8 @@ int Plan(const std::string& path) {
   if (!cluster.ok()) return Fail("plan", cluster.status());
   LayoutSearchOptions options;
   options.cost = ProjectEngineOptions(*spec);
+  // Techniques of the CPU engine only (the CUDA engine refuses them so far).
+  options.try_selective_recompute = options.try_sequence_parallel = spec->device() == DEVICE_CPU;
   options.devices = absl::GetFlag(FLAGS_workers);
   // Without --workers, any number of the devices up to all of them.
   if (options.devices == 0) options.min_devices = 1;
