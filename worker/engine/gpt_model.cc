@@ -290,20 +290,29 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
   const size_t NC = static_cast<size_t>(N) * C;
   acts->id = input.id;
   const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
-  // Under sequence parallelism the embedding is computed whole, then this rank's rows kept.
-  T* x0 = sequence_parallel_ ? sp_full_.data() : acts->layer_io[0].data();
+  T* x0 = acts->layer_io[0].data();
   if (placement_.has_embedding) {
     std::copy(input.tokens, input.tokens + N, acts->tokens.begin());
-    RETURN_IF_ERROR(tp::VocabParallelEmbeddingForward<T>(tp_, input.tokens, p_.wte, x0, N, C,
-                                                         placement_.vocab_start(shape_),
-                                                         placement_.local_vocab(shape_)));
-    cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
-                             /*accumulate=*/true);
-    cpu::DropoutForward<T>(x0, x0, NC, input.id.evaluation ? 0.0f : options_.dropout,
-                           DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
+    const float dropout = input.id.evaluation ? 0.0f : options_.dropout;
     if (sequence_parallel_) {
-      const T* mine = x0 + static_cast<size_t>(row_offset_) * C;
-      std::copy(mine, mine + RC, acts->layer_io[0].begin());
+      // This rank's vocabulary rows of every token, reduce-scattered to this rank's rows
+      // of tokens (as Megatron; half the bytes of the all-reduce without the split), then
+      // the positions and the dropout on those rows (masks indexed in the whole tensor).
+      cpu::EmbeddingForward<T>(input.tokens, p_.wte, sp_full_.data(), N, C,
+                               placement_.vocab_start(shape_), placement_.local_vocab(shape_),
+                               /*accumulate=*/false);
+      RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), x0, local_rows_, C));
+      cpu::EmbeddingForward<T>(acts->positions.data() + row_offset_, p_.wpe, x0, local_rows_, C, 0,
+                               shape_.seq_length, /*accumulate=*/true);
+      cpu::DropoutForward<T>(x0, x0, RC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite),
+                             static_cast<uint64_t>(row_offset_) * C);
+    } else {
+      RETURN_IF_ERROR(tp::VocabParallelEmbeddingForward<T>(tp_, input.tokens, p_.wte, x0, N, C,
+                                                           placement_.vocab_start(shape_),
+                                                           placement_.local_vocab(shape_)));
+      cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
+                               /*accumulate=*/true);
+      cpu::DropoutForward<T>(x0, x0, NC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
     }
   } else {
     std::copy(input.hidden_in, input.hidden_in + RC, acts->layer_io[0].data());
@@ -434,16 +443,19 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
   }
 
   if (placement_.has_embedding) {
-    // Under sequence parallelism the embedding's gradient is gathered whole first (each
-    // rank's vocabulary rows and the replicated positions take every token's).
-    const T* d_embedded = d_x.data();
+    const uint64_t key = DropoutKeyFor(acts->id, -1, kEmbeddingSite);
     if (sequence_parallel_) {
-      RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, d_x.data(), sp_full_.data(), local_rows_, C));
-      d_embedded = sp_full_.data();
+      // The dropout's backward on this rank's rows, then every token's gradient gathered
+      // (each rank's vocabulary rows and the replicated positions take all of them).
+      Zero(sp_rows_);
+      cpu::DropoutBackward<T>(d_x.data(), sp_rows_.data(), static_cast<size_t>(local_rows_) * C,
+                              options_.dropout, key, static_cast<uint64_t>(row_offset_) * C);
+      RETURN_IF_ERROR(
+          tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), local_rows_, C));
+    } else {
+      Zero(d_branch_);
+      cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout, key, 0);
     }
-    Zero(d_branch_);
-    cpu::DropoutBackward<T>(d_embedded, d_branch_.data(), NC, options_.dropout,
-                            DropoutKeyFor(acts->id, -1, kEmbeddingSite), 0);
     tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
                                           placement_.vocab_start(shape_),
                                           placement_.local_vocab(shape_));
