@@ -208,6 +208,15 @@ INSTANTIATE_TEST_SUITE_P(
                              R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
                       Layout{"t2p2_interleaved_sequence_parallel", 2, 2, 1, 2,
                              "SCHEDULE_INTERLEAVED_1F1B", 0, R"(, "sequence_parallel": true)"},
+                      Layout{"t4_sequence_parallel_selective", 4, 1, 1, 1, "SCHEDULE_1F1B", 0,
+                             R"(, "sequence_parallel": true)",
+                             R"(, "recompute_granularity": "selective")"},
+                      // Everything at once: interleaved (2,2,2), sequence parallel, ZeRO-1,
+                      // full recomputation of the first layer of each chunk.
+                      Layout{"t2p2d2_interleaved_sequence_parallel_zero1_full_block_1", 2, 2, 2, 2,
+                             "SCHEDULE_INTERLEAVED_1F1B", 1, R"(, "sequence_parallel": true)",
+                             R"(, "recompute_granularity": "full", "recompute_method": "block",
+                                "recompute_num_layers": 1)"},
                       // ZeRO-1 reduce-scatters the gradients (issue 21).
                       Layout{"t2p2d2_zero1", 2, 2, 2, 1, "SCHEDULE_1F1B", 1},
                       Layout{"p2d2_interleaved_zero1", 1, 2, 2, 2, "SCHEDULE_INTERLEAVED_1F1B", 1},
