@@ -1,6 +1,7 @@
 #include "plan/layout_search.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -190,14 +191,15 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
             const bool sequence_parallel_candidate = options.try_sequence_parallel && t > 1 &&
                                                      !candidate.parallel().sequence_parallel() &&
                                                      spec.model().seq_length() % t == 0;
-            JobSpec split = candidate;
-            split.mutable_parallel()->set_sequence_parallel(true);
+            std::optional<JobSpec> split;
+            if (sequence_parallel_candidate) {
+              split = candidate;
+              split->mutable_parallel()->set_sequence_parallel(true);
+            }
             // Sequence parallelism as a memory technique: tried where the layout does not
             // fit without it (its step time on this project's CPU engine is higher than
             // the cost model's, docs/PERFORMANCE.md).
-            if (consider(std::move(candidate)) && sequence_parallel_candidate) {
-              consider(std::move(split));
-            }
+            if (consider(std::move(candidate)) && split.has_value()) consider(std::move(*split));
           }
         }
       }

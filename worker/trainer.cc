@@ -198,12 +198,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
       stages.messages_on_device() ? t->groups_.device_world.get() : t->groups_.world.get();
   Communicator* tensor_group =
       stages.messages_on_device() ? t->groups_.device_tensor.get() : t->groups_.tensor.get();
-  if (p2p == nullptr || (scatter_gather && par.tensor() > 1 && tensor_group == nullptr)) {
-    return absl::FailedPreconditionError(
-        "the engine keeps its pipeline messages on the GPU but no NCCL group connects the "
-        "ranks");
-  }
   if (stages.messages_on_device()) {
+    if (p2p == nullptr || (scatter_gather && par.tensor() > 1 && tensor_group == nullptr)) {
+      return absl::FailedPreconditionError(
+          "the engine keeps its pipeline messages on the GPU but no NCCL group connects the "
+          "ranks");
+    }
     // NCCL pairs a receive with the sender's sends by their order alone.
     RETURN_IF_ERROR(CheckMessagesInOrder(assignment.schedule()));
     t->engine_note_ += ", pipeline messages over NCCL";

@@ -46,8 +46,7 @@ absl::Status CheckMessagesInOrder(const PipelineSchedule& schedule) {
     if (a.microbatch() <= it->second.last_microbatch) {
       return absl::InvalidArgumentError(absl::StrCat(
           "action ", i, " ", Describe(a), " comes after microbatch ", it->second.last_microbatch,
-          " of the same kind: out of order for a transport "
-          "without tags"));
+          " of the same kind: out of order for a transport without tags"));
     }
     it->second.last_microbatch = a.microbatch();
   }

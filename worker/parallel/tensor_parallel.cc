@@ -42,13 +42,9 @@ absl::Status GatherLastDim(const TensorParallelGroup<T>& group, const T* local, 
     std::copy(local, local + block, full);
     return absl::OkStatus();
   }
-  if (!group.all_gather) {
-    return absl::FailedPreconditionError("tensor-parallel group of size > 1 without an all-gather");
-  }
-  // The collective concatenates whole blocks ([rank][rows][cols]); interleave them into
-  // rows of size * cols.
+  // The gathered blocks are [rank][rows][cols]; interleave them into rows of size * cols.
   std::vector<T> blocks(block * group.size);
-  RETURN_IF_ERROR(group.all_gather(local, blocks.data(), block));
+  RETURN_IF_ERROR(GatherSequence(group, local, blocks.data(), rows, cols));
   const size_t full_cols = static_cast<size_t>(cols) * group.size;
   for (int r = 0; r < group.size; ++r) {
     for (int row = 0; row < rows; ++row) {

@@ -42,7 +42,6 @@ absl::StatusOr<std::unique_ptr<MessageBuffer>> DeviceMessagePool::Take(size_t el
     ASSIGN_OR_RETURN(slot.memory, DeviceBuffer<float>::Create(elements, "a pipeline message"));
     RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&slot.released, cudaEventDisableTiming),
                                "creating a pipeline message event"));
-    ++allocated_;
   }
   return std::make_unique<Message>(shared_from_this(), std::move(slot));
 }

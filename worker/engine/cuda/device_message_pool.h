@@ -40,10 +40,6 @@ class DeviceMessagePool : public std::enable_shared_from_this<DeviceMessagePool>
   // free. RESOURCE_EXHAUSTED when the device has no memory left.
   absl::StatusOr<std::unique_ptr<MessageBuffer>> Take(size_t elements);
 
-  // Buffers allocated so far (free or handed out): how many messages were in flight at
-  // most, per size.
-  size_t allocated() const { return allocated_; }
-
  private:
   // A buffer and the event after the compute stream's last use of it.
   struct Slot {
@@ -56,7 +52,6 @@ class DeviceMessagePool : public std::enable_shared_from_this<DeviceMessagePool>
 
   const cudaStream_t stream_;
   std::multimap<size_t, Slot> free_;
-  size_t allocated_ = 0;
 };
 
 }  // namespace mtrain::cuda
