@@ -22,10 +22,10 @@ demo: deps
 # Every target is built; `large` tests (long training runs, 10x slower when instrumented)
 # are left out: the same code paths run in the smaller engine tests.
 test-asan: deps
-	@tools/run_tests.sh --config=asan --test_size_filters=-large
+	@tools/run_tests.sh --config=asan --test_size_filters=-large,-enormous
 
 test-tsan: deps
-	@tools/run_tests.sh --config=tsan --test_size_filters=-large \
+	@tools/run_tests.sh --config=tsan --test_size_filters=-large,-enormous \
 	  --test_env=TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/tsan.supp
 
 format:

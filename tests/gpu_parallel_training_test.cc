@@ -5,8 +5,11 @@
 // ZeRO-1, (2,2,2), (1,2,2) with ZeRO-1 and (1,2,2) interleaved with two chunks per rank
 // (data-parallel sums overlapped with the backward of pipeline stages and tensor-parallel
 // layers, the tied embedding summed over replicas and stages) stay within 1e-5 of (1,1,1) at every
-// step, as the CPU engine's layouts do (tests/parallel_equivalence_test.cc). Tagged `gpu`: skipped
-// with a message without one.
+// step, as the CPU engine's layouts do (tests/parallel_equivalence_test.cc). So do issue
+// 21's options on the CUDA engine: sequence parallelism at (2,1,1), (2,2,1) with selective
+// recomputation and (2,2,2) with ZeRO-1; selective recomputation alone, full recomputation
+// in uniform groups of 2 over two stages and the block method at t=2. Tagged `gpu`:
+// skipped with a message without one.
 //
 // In the GPU bundle (tests/gpu/make_gpu_bundle.sh) MTRAIN_BIN_DIR names the directory of
 // `launch` and `train`.
@@ -16,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,16 +35,42 @@ namespace {
 constexpr int kSteps = 8;
 
 struct Layout {
-  int tensor = 1, pipeline = 1, data = 1;
-  bool zero = false;
-  int virtual_stages = 1;  // > 1: the interleaved 1F1B schedule, several chunks per rank
+  Layout(int tensor = 1, int pipeline = 1, int data = 1, bool zero = false, int virtual_stages = 1,
+         bool sequence_parallel = false, std::string recompute = "")
+      : tensor(tensor),
+        pipeline(pipeline),
+        data(data),
+        zero(zero),
+        virtual_stages(virtual_stages),
+        sequence_parallel(sequence_parallel),
+        recompute(std::move(recompute)) {}
+  int tensor, pipeline, data;
+  bool zero;
+  int virtual_stages;  // > 1: the interleaved 1F1B schedule, several chunks per rank
+  bool sequence_parallel;
+  std::string recompute;  // a name for train.recompute_* below ("" none)
   // The first rank of the last pipeline stage reports the loss.
   int loss_rank() const { return (pipeline - 1) * tensor * data; }
   std::string name() const {
-    return absl::StrFormat("t%dp%dd%d%s%s", tensor, pipeline, data, zero ? "-zero" : "",
-                           virtual_stages > 1 ? absl::StrCat("-v", virtual_stages) : "");
+    return absl::StrFormat("t%dp%dd%d%s%s%s%s", tensor, pipeline, data, zero ? "-zero" : "",
+                           virtual_stages > 1 ? absl::StrCat("-v", virtual_stages) : "",
+                           sequence_parallel ? "-sp" : "",
+                           recompute.empty() ? "" : absl::StrCat("-", recompute));
   }
 };
+
+// The train.* fields of a recomputation name.
+std::string RecomputeFields(const std::string& name) {
+  if (name == "selective") return R"(, "recompute_granularity": "selective")";
+  if (name == "uniform2") {
+    return R"(, "recompute_granularity": "full", "recompute_num_layers": 2)";
+  }
+  if (name == "block1") {
+    return R"(, "recompute_granularity": "full", "recompute_method": "block",
+               "recompute_num_layers": 1)";
+  }
+  return "";
+}
 
 std::string Spec(const Layout& layout) {
   // Head dimension 32 (the CUDA attention takes 32, 64, 128); 4 layers split over 2
@@ -49,12 +79,13 @@ std::string Spec(const Layout& layout) {
       R"({"name": "gpu-parallel", "device": "DEVICE_CUDA", "precision": "PRECISION_FP32",
           "model": {"num_layers": 4, "num_heads": 2, "hidden_size": 64, "seq_length": 64},
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "zero_stage": %d,
-                       "virtual_stages": %d, "schedule": "%s",
+                       "virtual_stages": %d, "schedule": "%s", "sequence_parallel": %s,
                        "micro_batch_size": 2, "global_batch_size": 8},
           "optimizer": {"lr": 3e-3, "warmup_steps": 2},
-          "train": {"steps": %d, "seed": 11, "dropout": 0.1}})",
+          "train": {"steps": %d, "seed": 11, "dropout": 0.1%s}})",
       layout.tensor, layout.pipeline, layout.data, layout.zero ? 1 : 0, layout.virtual_stages,
-      layout.virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B", kSteps);
+      layout.virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B",
+      layout.sequence_parallel ? "true" : "false", kSteps, RecomputeFields(layout.recompute));
 }
 
 std::string LaunchBinary() {
@@ -90,7 +121,12 @@ TEST(GpuParallelTrainingTest, EveryLayoutReproducesTheSingleRankRun) {
   for (const Layout& layout :
        {Layout{2, 1, 1}, Layout{1, 2, 1}, Layout{2, 2, 1}, Layout{1, 1, 2, /*zero=*/true},
         Layout{2, 2, 2}, Layout{1, 2, 2, /*zero=*/true},
-        Layout{1, 2, 2, /*zero=*/false, /*virtual_stages=*/2}}) {
+        Layout{1, 2, 2, /*zero=*/false, /*virtual_stages=*/2},
+        // Issue 21's options.
+        Layout{2, 1, 1, false, 1, /*sequence_parallel=*/true},
+        Layout{2, 2, 1, false, 1, true, "selective"}, Layout{2, 2, 2, true, 1, true},
+        Layout{1, 1, 1, false, 1, false, "selective"}, Layout{1, 2, 1, false, 1, false, "uniform2"},
+        Layout{2, 1, 1, false, 1, false, "block1"}}) {
     const std::vector<double> losses = Train(layout);
     ASSERT_EQ(losses.size(), single.size()) << layout.name();
     double worst = 0;

@@ -99,8 +99,11 @@ RunResult RunLayout(const Layout& layout) {
 
 class ParallelEquivalenceTest : public ::testing::TestWithParam<Layout> {
  protected:
-  static void SetUpTestSuite() { reference_ = new RunResult(RunLayout(Layout{"single", 1, 1, 1})); }
-  static void TearDownTestSuite() { delete reference_; }
+  // One single-rank run for both suites (each instantiation sets up its own suite; the
+  // second must not rerun into the first's directory).
+  static void SetUpTestSuite() {
+    if (reference_ == nullptr) reference_ = new RunResult(RunLayout(Layout{"single", 1, 1, 1}));
+  }
   static RunResult* reference_;
 };
 RunResult* ParallelEquivalenceTest::reference_ = nullptr;
@@ -223,6 +226,74 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
                              R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
+
+// Issue 21's whole matrix: every combination of its options (sequence parallelism,
+// recomputation none | selective | full uniform | full block, scatter/gather pipeline
+// messages on or off where there is a pipeline and no sequence parallelism, ZeRO-1 by
+// reduce-scatter where there are replicas) with (t, p, d) in {(2,1,1), (2,2,1), (2,2,2),
+// (4,1,1)}, the pipelined ones also interleaved (2 virtual stages). 88 runs.
+std::vector<Layout> OptionMatrix() {
+  struct Grid {
+    int tensor, pipeline, data;
+  };
+  struct Recompute {
+    std::string name, train_extra;
+  };
+  const std::vector<Recompute> recomputes = {
+      {"", ""},
+      {"_selective", R"(, "recompute_granularity": "selective")"},
+      {"_full_uniform_2", R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+      {"_full_block_1", R"(, "recompute_granularity": "full", "recompute_method": "block",
+                          "recompute_num_layers": 1)"},
+  };
+  std::vector<Layout> layouts;
+  for (const Grid& g : {Grid{2, 1, 1}, Grid{2, 2, 1}, Grid{2, 2, 2}, Grid{4, 1, 1}}) {
+    for (int virtual_stages : {1, 2}) {
+      if (virtual_stages > 1 && g.pipeline == 1) continue;
+      for (bool sequence_parallel : {false, true}) {
+        // Scatter/gather is the default under tensor parallelism; sequence parallelism
+        // splits the messages itself.
+        const std::vector<bool> scatter_gathers = g.pipeline > 1 && !sequence_parallel
+                                                      ? std::vector<bool>{true, false}
+                                                      : std::vector<bool>{true};
+        for (bool scatter_gather : scatter_gathers) {
+          for (int zero : g.data > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+            for (const Recompute& recompute : recomputes) {
+              Layout l;
+              l.tensor = g.tensor;
+              l.pipeline = g.pipeline;
+              l.data = g.data;
+              l.virtual_stages = virtual_stages;
+              if (virtual_stages > 1) l.schedule = "SCHEDULE_INTERLEAVED_1F1B";
+              l.zero_stage = zero;
+              l.name = absl::StrCat("t", g.tensor, "p", g.pipeline, "d", g.data,
+                                    virtual_stages > 1 ? "_interleaved" : "",
+                                    sequence_parallel ? "_sp" : "",
+                                    scatter_gather ? "" : "_whole_messages",
+                                    zero > 0 ? "_zero1" : "", recompute.name);
+              if (sequence_parallel) l.parallel_extra += R"(, "sequence_parallel": true)";
+              if (!scatter_gather) l.parallel_extra += R"(, "scatter_gather": false)";
+              l.train_extra = recompute.train_extra;
+              layouts.push_back(l);
+            }
+          }
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+INSTANTIATE_TEST_SUITE_P(OptionMatrix, ParallelEquivalenceTest, ::testing::ValuesIn(OptionMatrix()),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return info.param.name;
+                         });
+
+TEST(OptionMatrixTest, CoversEveryCombination) {
+  // 4 recomputations x: (2,1,1) and (4,1,1): 2 (sp) each; (2,2,1) and interleaved: 3 (no sp
+  // with or without scatter/gather, sp) each; (2,2,2) and interleaved: 3 x 2 (ZeRO-1) each.
+  EXPECT_EQ(OptionMatrix().size(), 4u * (2 + 2 + 3 + 3 + 6 + 6));
+}
 
 }  // namespace
 }  // namespace mtrain

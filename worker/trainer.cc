@@ -380,13 +380,18 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     metrics.set_loss(loss_sum / global_tokens);
   }
   // fp16: unscale; an overflow on any rank of the replica skips the step everywhere (the
-  // replicas saw the same summed gradients, so they agree already).
+  // replicas saw the same summed gradients, so they agree already, unless each holds only
+  // its shard's sums).
   bool apply = true;
   if (scaler_ != nullptr) {
     ASSIGN_OR_RETURN(const bool overflow,
                      engine_->UnscaleGradients(static_cast<float>(1.0 / loss_scale)));
     double found = overflow ? 1.0 : 0.0;
     RETURN_IF_ERROR(groups_.model->AllReduce(&found, 1, ReduceOp::kMax));
+    // With sharded sums a sum may overflow in the one replica whose shard holds it.
+    if (engine_->gradient_sums_sharded()) {
+      RETURN_IF_ERROR(groups_.data->AllReduce(&found, 1, ReduceOp::kMax));
+    }
     apply = scaler_->Update(found > 0);
   }
   double grad_norm = 0;

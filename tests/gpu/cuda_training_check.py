@@ -21,7 +21,11 @@
      perplexity on the CUDA engine as on the CPU (1e-4);
   8. `train --generate` (greedy, 60 tokens, key-value cache) from the same checkpoint gives
      the same tokens on the CUDA engine (its decoding kernels) as on the CPU, and the CUDA
-     engine's tokens/s is printed.
+     engine's tokens/s is printed;
+  9. Pipeline messages over NCCL point to point: (1,2,1), (2,2,1) and (2,2,1) with sequence
+     parallelism (its all-gathers and reduce-scatters on the NCCL tensor group) reproduce
+     fp32 (1,1,1) to 1e-5; bf16 (2,1,1) with sequence parallelism and selective
+     recomputation stays within 2e-2 of bf16 (1,1,1).
 
 Prints one table row per run and exits non-zero if a check fails.
 
@@ -47,10 +51,11 @@ SPEC = {
 
 
 def run(train, tmp, name, device, precision, data, collectives="gloo", nccl_workaround=False,
-        steps=None, tensor=1, pipeline=1, zero=False, extra=()):
+        steps=None, tensor=1, pipeline=1, zero=False, extra=(), parallel=None, train_fields=None):
     spec = json.loads(json.dumps(SPEC))
     spec["device"], spec["precision"] = device, precision
-    spec["parallel"].update(data=data, tensor=tensor, pipeline=pipeline)
+    spec["parallel"].update(data=data, tensor=tensor, pipeline=pipeline, **(parallel or {}))
+    spec["train"].update(train_fields or {})
     if zero:
         spec["parallel"]["zero_stage"] = 1
     world = data * tensor * pipeline
@@ -152,6 +157,10 @@ def main():
         }
         nccl = run(args.train, tmp, "cuda-d2-nccl", "DEVICE_CUDA", "PRECISION_FP32", 2,
                    collectives="nccl", nccl_workaround=True)
+        # ZeRO-1 over NCCL: each layer's gradient pieces reduced into their owners
+        # (ncclReduce), the norm over the shards, the parameters all-gathered.
+        nccl_zero = run(args.train, tmp, "cuda-d2-zero-nccl", "DEVICE_CUDA", "PRECISION_FP32",
+                        2, collectives="nccl", nccl_workaround=True, zero=True)
         # Pipeline messages in device memory over NCCL point to point (and, at t=2, the
         # scatter/gather all-gather over the NCCL tensor group), against (1,1,1).
         runs["cuda-p2-nccl"] = run(args.train, tmp, "cuda-p2-nccl", "DEVICE_CUDA",
@@ -160,6 +169,18 @@ def main():
         runs["cuda-t2p2-nccl"] = run(args.train, tmp, "cuda-t2p2-nccl", "DEVICE_CUDA",
                                      "PRECISION_FP32", 1, tensor=2, pipeline=2,
                                      collectives="nccl", nccl_workaround=True)
+        # Issue 21 on the GPU: sequence parallelism's all-gathers and reduce-scatters over
+        # the NCCL tensor group (fp32, with pipeline messages of 1/t rows over NCCL), and
+        # in bf16 through Gloo (16-bit rows gathered as packed words, sums in fp32) with
+        # selective recomputation.
+        runs["cuda-t2p2-sp-nccl"] = run(args.train, tmp, "cuda-t2p2-sp-nccl", "DEVICE_CUDA",
+                                        "PRECISION_FP32", 1, tensor=2, pipeline=2,
+                                        collectives="nccl", nccl_workaround=True,
+                                        parallel={"sequence_parallel": True})
+        runs["cuda-bf16-t2-sp"] = run(args.train, tmp, "cuda-bf16-t2-sp", "DEVICE_CUDA",
+                                      "PRECISION_BF16", 1, tensor=2,
+                                      parallel={"sequence_parallel": True},
+                                      train_fields={"recompute_granularity": "selective"})
         trained = f"{tmp}/cpu-checkpoints/step-{SPEC['train']['steps']:08d}"
         evals = {device: evaluate(args.train, tmp, f"eval-{device}", device, trained)
                  for device in ("DEVICE_CPU", "DEVICE_CUDA")}
@@ -201,12 +222,12 @@ def main():
                                                           runs["cuda-bf16"]["validation"]), 2e-2))
         if len(runs["cuda-fp32"]["validation"]) != 2:
             checks.append(("2 evaluations", 1.0, 0.5))
-        for layout in ("t2", "p2"):
+        for layout in ("t2", "p2", "t2-sp"):
             checks.append((f"bf16 {layout} vs 1,1,1",
                            max_relative(runs[f"cuda-bf16-{layout}"]["losses"], bf16), 2e-2))
         if not bf16[-1] < bf16[0]:
             checks.append(("bf16 loss falls", bf16[-1] - bf16[0], 0.0))
-        for layout in ("p2", "t2p2"):
+        for layout in ("p2", "t2p2", "t2p2-sp"):
             nccl_run = runs[f"cuda-{layout}-nccl"]
             checks.append((f"{layout} nccl vs 1,1,1", max_relative(nccl_run["losses"], fp32), 1e-5))
             print(f"{layout} nccl: {nccl_run['pipeline_bytes']} pipeline bytes sent a step by the "
@@ -218,18 +239,24 @@ def main():
         checks.append(("fp16 skipped steps>0", 0.0 if fp16["skipped_steps"] > 0 else 1.0, 0.5))
         checks.append(("fp16 loss falls", fp16["losses"][-1] - fp16["losses"][0], 0.0))
     print()
-    print(f"{'RUN':<14} {'FIRST':>8} {'LAST':>8} {'TOK/S':>10}  ENGINE")
+    print(f"{'RUN':<18} {'FIRST':>8} {'LAST':>8} {'TOK/S':>10}  ENGINE")
     for name, r in runs.items():
         if r is None:
-            print(f"{name:<14} failed")
+            print(f"{name:<18} failed")
         else:
-            print(f"{name:<14} {r['losses'][0]:8.4f} {r['losses'][-1]:8.4f} "
+            print(f"{name:<18} {r['losses'][0]:8.4f} {r['losses'][-1]:8.4f} "
                   f"{r['tokens_per_second']:10.0f}  {r['engine']}")
     if nccl is None:
         print("cuda-d2-nccl   failed (informational: NCCL with two ranks on one GPU)")
     elif not failed:
         print(f"cuda-d2-nccl   max rel diff vs d=1 "
               f"{max_relative(nccl['losses'], runs['cuda-fp32']['losses']):.3g} (informational)")
+    if nccl_zero is None:
+        print("cuda-d2-zero-nccl failed (informational: NCCL with two ranks on one GPU)")
+    elif not failed:
+        print(f"cuda-d2-zero-nccl max rel diff vs d=1 "
+              f"{max_relative(nccl_zero['losses'], runs['cuda-fp32']['losses']):.3g} "
+              "(informational)")
     ok = not failed
     for name, value, bound in checks:
         good = value < bound

@@ -13,6 +13,15 @@ absl::Status Communicator::Send(const void* data, size_t bytes, int peer, uint64
   return (*pending)->Wait();
 }
 
+absl::Status Communicator::Reduce(float* data, size_t count, ReduceOp op, int root) {
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Reduce to group rank ", root, " in group ", name(), ": root out of range"));
+  }
+  // Every member gets the result: a superset of what Reduce promises.
+  return AllReduce(data, count, op);
+}
+
 absl::StatusOr<int> GroupRankOf(const GroupSpec& spec) {
   if (spec.name.empty()) return absl::InvalidArgumentError("group spec: empty name");
   if (spec.members.empty()) {

@@ -83,6 +83,15 @@ class Communicator {
   // data[count] of member `root` is copied to every member.
   virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
 
+  // In place: member `root` ends with the element-wise reduction over all members in
+  // data[count]; the other members' data is left unspecified (ZeRO-1's gradient sums,
+  // each range reduced to the replica that updates it). A backend without a reduction
+  // to one member runs an all-reduce (reduce_is_all_reduce()).
+  virtual absl::Status Reduce(float* data, size_t count, ReduceOp op, int root);
+  // Whether Reduce moves an all-reduce's bytes (the default) rather than about a
+  // reduce-scatter's.
+  virtual bool reduce_is_all_reduce() const { return true; }
+
   // Point to point. A message is matched by (sender, receiver, tag); several messages with
   // one tag between the same pair arrive in order. StartSend returns at once.
   virtual absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes,

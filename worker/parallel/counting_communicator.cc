@@ -32,6 +32,12 @@ absl::Status CountingCommunicator::ReduceScatter(const float* in, float* out, si
   return inner_->ReduceScatter(in, out, count, op);
 }
 
+absl::Status CountingCommunicator::Reduce(float* data, size_t count, ReduceOp op, int root) {
+  CountShare(static_cast<double>(count) * sizeof(float),
+             inner_->reduce_is_all_reduce() ? 2.0 : 1.0);
+  return inner_->Reduce(data, count, op, root);
+}
+
 absl::Status CountingCommunicator::Broadcast(float* data, size_t count, int root) {
   CountShare(static_cast<double>(count) * sizeof(float), 1.0);
   return inner_->Broadcast(data, count, root);

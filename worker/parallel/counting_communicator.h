@@ -2,7 +2,10 @@
 // sends, as ring algorithms move them (the model of the Megatron papers' communication
 // volumes, whatever algorithm the backend picks): an all-reduce of B bytes sends
 // 2(n-1)/n * B, an all-gather or reduce-scatter whose whole buffer is B sends (n-1)/n * B,
-// a broadcast (n-1)/n * B, a point-to-point message its bytes. The counts tell the links
+// a broadcast (n-1)/n * B, a point-to-point message its bytes. A reduce to one member
+// counts (n-1)/n * B, a reduce-scatter's share (what each member sends on average when
+// the roots take turns, as ZeRO-1's ranges do), or an all-reduce's where the backend runs
+// one for it. The counts tell the links
 // apart (tensor, pipeline, data: RankGroups) and let a step report what it moved.
 //
 //   auto counted = std::make_unique<CountingCommunicator>(std::move(group));
@@ -36,6 +39,8 @@ class CountingCommunicator : public Communicator {
   absl::Status AllGather(const float* in, float* out, size_t count) override;
   absl::Status ReduceScatter(const float* in, float* out, size_t count, ReduceOp op) override;
   absl::Status Broadcast(float* data, size_t count, int root) override;
+  absl::Status Reduce(float* data, size_t count, ReduceOp op, int root) override;
+  bool reduce_is_all_reduce() const override { return inner_->reduce_is_all_reduce(); }
   absl::StatusOr<std::unique_ptr<PendingSend>> StartSend(const void* data, size_t bytes, int peer,
                                                          uint64_t tag) override;
   absl::Status Recv(void* data, size_t bytes, int peer, uint64_t tag) override {

@@ -17,7 +17,10 @@ namespace {
 // `members` Gloo members of one group on loopback, each on its own thread running `body`.
 void RunGlooTestGroup(int members,
                       const std::function<void(int, std::unique_ptr<Communicator>)>& body) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/counting-store");
+  // A fresh store per group: another group's keys under the same name would mislead the
+  // rendezvous.
+  static int groups = 0;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/counting-store-", groups++);
   absl::StatusOr<std::unique_ptr<DirectoryStore>> store = DirectoryStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<std::thread> threads;
@@ -71,6 +74,25 @@ TEST(CountingCommunicatorTest, CountsRingVolumesAndPassesCallsThrough) {
   EXPECT_EQ(sent[1], 684);
   EXPECT_EQ(gathered_first[6], 3);
   EXPECT_EQ(BytesSentBy(nullptr), 0);
+}
+
+// Gloo has no reduction to one member: Reduce runs an all-reduce (the root's result is
+// the sum) and is counted as one; a root out of range is refused.
+TEST(CountingCommunicatorTest, ReduceOverABackendWithoutOneCountsAnAllReduce) {
+  constexpr int kMembers = 2;
+  RunGlooTestGroup(kMembers, [&](int rank, std::unique_ptr<Communicator> group) {
+    CountingCommunicator counting(std::move(group));
+    EXPECT_TRUE(counting.reduce_is_all_reduce());
+    std::vector<float> data(10, static_cast<float>(rank + 1));
+    ASSERT_TRUE(counting.Reduce(data.data(), data.size(), ReduceOp::kSum, 1).ok());
+    if (rank == 1) {
+      EXPECT_EQ(data[9], 1 + 2);
+    }
+    EXPECT_EQ(counting.bytes_sent(), 2 * 40 / 2);
+    const absl::Status bad = counting.Reduce(data.data(), data.size(), ReduceOp::kSum, 2);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find("root out of range"), std::string::npos) << bad;
+  });
 }
 
 }  // namespace

@@ -461,6 +461,20 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  absl::Status Reduce(float* data, size_t count, ReduceOp op, int root) override {
+    const std::string what = absl::StrCat("Reduce to group rank ", root);
+    if (root < 0 || root >= size()) return Invalid(what, "root out of range");
+    if (count > 0 && data == nullptr) return Invalid(what, "null buffer");
+    if (absl::Status s = group_->Begin(what); !s.ok()) return s;
+    const GroupOperation operation =
+        group_->watchdog().NextCollective("Reduce", absl::StrCat(" to group rank ", root));
+    if (count == 0) return absl::OkStatus();
+    return group_->Run(operation, [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclReduce(data, data, count, ncclFloat32, NcclOp(op), root, comm, stream);
+    });
+  }
+  bool reduce_is_all_reduce() const override { return false; }
+
   absl::Status Broadcast(float* data, size_t count, int root) override {
     const std::string what = absl::StrCat("Broadcast from group rank ", root);
     if (root < 0 || root >= size()) return Invalid(what, "root out of range");

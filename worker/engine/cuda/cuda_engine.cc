@@ -188,14 +188,18 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   }
 
  private:
+  // A pipeline message: this rank's rows of the residual stream (all of them, or 1/t
+  // under sequence parallelism).
   size_t HiddenElements() const {
-    const ModelShape& s = model_->layout().shape();
-    return static_cast<size_t>(batch_) * s.seq_length * s.hidden;
+    return static_cast<size_t>(model_->residual_rows()) * model_->layout().shape().hidden;
   }
 
   absl::Status Stage() {
     if (staged_t_.size() > 0) return absl::OkStatus();
-    const size_t n = HiddenElements();
+    // Generation's inputs (up to seq_length rows) use the staging buffers too.
+    const ModelShape& shape = model_->layout().shape();
+    const size_t n =
+        std::max(HiddenElements(), static_cast<size_t>(shape.seq_length) * shape.hidden);
     // The fp32 buffer first, staged_t_ (the "already staged" flag) last: a failed
     // allocation must not leave staged_t_ set with staged_f_ empty, or the next call
     // would report success and copy through a null staged_f_.
@@ -405,10 +409,40 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const CudaEngineC
   return engine;
 }
 
-void CudaEngine::SetDataParallelGroup(Communicator* group, bool on_device) {
+void CudaEngine::SetDataParallelGroup(Communicator* group, bool on_device, size_t shard_size) {
   reducer_ = group != nullptr && group->size() > 1
                  ? std::make_unique<OverlappedAllReduce>(group, on_device, config_.device)
                  : nullptr;
+  gradient_shard_ = reducer_ != nullptr ? shard_size : 0;
+}
+
+void CudaEngine::DeferGradientSum(FlatRange range) { deferred_.push_back(range); }
+
+absl::Status CudaEngine::SumDeferredGradients() {
+  if (reducer_ == nullptr) return absl::OkStatus();
+  for (const FlatRange& r : deferred_) {
+    const absl::Status queued = QueueGradientSum(r);
+    if (!queued.ok()) {
+      reducer_->Finish().IgnoreError();  // nothing may stay queued
+      return queued;
+    }
+  }
+  return reducer_->Finish();
+}
+
+absl::Status CudaEngine::QueueGradientSum(const FlatRange& range) {
+  if (gradient_shard_ == 0) {
+    return reducer_->Enqueue(stream_, grads_.get() + range.begin, range.count);
+  }
+  const size_t end = range.begin + range.count;
+  for (size_t at = range.begin; at < end;) {
+    const size_t owner = at / gradient_shard_;
+    const size_t piece_end = std::min(end, (owner + 1) * gradient_shard_);
+    RETURN_IF_ERROR(
+        reducer_->Enqueue(stream_, grads_.get() + at, piece_end - at, static_cast<int>(owner)));
+    at = piece_end;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaEngine::WaitForGradientSums() {
@@ -416,15 +450,18 @@ absl::Status CudaEngine::WaitForGradientSums() {
 }
 
 std::function<absl::Status(int)> CudaEngine::GradientSumsAfterLayers(int chunk) {
-  // Layer l's range once the backward has passed it; the rest (-1) at the end.
+  // Layer l's range once the backward has passed it; the rest (-1) at the end. Without
+  // replicas nothing is summed (the model still needs the hook: it marks the step's last
+  // backward, where sequence parallelism sums the LayerNorms' gradients).
   return [this, chunk](int layer) -> absl::Status {
+    if (reducer_ == nullptr) return absl::OkStatus();
     const ChunkRanges& ranges = chunk_ranges_[chunk];
-    if (layer >= 0) {
-      const FlatRange& r = ranges.layers[layer];
-      return reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count);
-    }
+    if (layer >= 0) return QueueGradientSum(ranges.layers[layer]);
     for (const FlatRange& r : ranges.last) {
-      RETURN_IF_ERROR(reducer_->Enqueue(stream_, grads_.get() + r.begin, r.count));
+      const bool deferred =
+          std::any_of(deferred_.begin(), deferred_.end(),
+                      [&](const FlatRange& d) { return d.begin == r.begin && d.count == r.count; });
+      if (!deferred) RETURN_IF_ERROR(QueueGradientSum(r));
     }
     return absl::OkStatus();
   };
@@ -601,7 +638,7 @@ absl::Status CudaEngine::Backward(int chunk, int index, const float* d_hidden_ou
   if (chunk < 0 || chunk >= num_chunks()) {
     return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
   }
-  if (reducer_ == nullptr || !last_of_step) {
+  if (!last_of_step) {
     return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, nullptr);
   }
   // The chunk's gradients become final layer by layer: their data-parallel sums start

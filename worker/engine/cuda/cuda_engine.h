@@ -98,7 +98,18 @@ class CudaEngine : public PipelineStages {
   // backwards of PipelineStages marked last_of_step (every chunk's layers, then its
   // embeddings, final LayerNorm and head copy of the tied embedding). Without one (or with
   // a group of one) the gradients stay local.
-  void SetDataParallelGroup(Communicator* group, bool on_device);
+  // ZeRO-1 (`shard_size` > 0): replica r updates [r * shard_size, (r + 1) * shard_size)
+  // of the buffer and needs only that part's sums: each range is cut at the shards'
+  // bounds and every piece reduced into its owner (half an all-reduce's bytes); the
+  // other replicas' shards are left partial here.
+  void SetDataParallelGroup(Communicator* group, bool on_device, size_t shard_size = 0);
+  // A range (one of a chunk's tensors outside its layers) the backwards leave out of the
+  // data-parallel sums: the tied embedding under ZeRO-1 with several stages, whose two
+  // copies must be summed first (after the step's backwards: AllReduceGradients over
+  // the embedding group). SumDeferredGradients then sums it as the backward would have,
+  // and waits for it.
+  void DeferGradientSum(FlatRange range);
+  absl::Status SumDeferredGradients();
   // After a step driven through PipelineStages: waits for the sums the backwards started
   // (ForwardBackward waits itself); the first failure, if any. Call it on error paths
   // too: no sum may still be running when the gradients are next touched.
@@ -180,6 +191,9 @@ class CudaEngine : public PipelineStages {
   // The backward's per-layer hook (CudaGptModel's on_layer_done) that queues the chunk's
   // gradient ranges on reducer_ as the backward passes them.
   std::function<absl::Status(int)> GradientSumsAfterLayers(int chunk);
+  // Queues one range's data-parallel sum: all-reduced, or under ZeRO-1 each shard's piece
+  // reduced into its owner.
+  absl::Status QueueGradientSum(const FlatRange& range);
   size_t MomentBytes() const {
     return (config_.optimizer_end - config_.optimizer_begin) * sizeof(float);
   }
@@ -204,6 +218,8 @@ class CudaEngine : public PipelineStages {
   std::vector<ChunkRanges> chunk_ranges_;
   bool whole_model_ = false;  // one chunk, one tensor rank, embeddings and head
   std::unique_ptr<OverlappedAllReduce> reducer_;
+  size_t gradient_shard_ = 0;                        // ZeRO-1's shard size; 0: all-reduced
+  std::vector<FlatRange> deferred_;                  // summed by SumDeferredGradients
   std::shared_ptr<DeviceMessagePool> message_pool_;  // with pipeline_messages_on_device
   size_t activation_peak_bytes_ = 0;
 };

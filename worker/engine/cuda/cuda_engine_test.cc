@@ -1,8 +1,9 @@
 // The CUDA engine against the CPU engine on the same small GPT (tagged `gpu`; skipped,
 // visibly, without one): per-token losses, logits and every parameter gradient of one
 // microbatch (fp32 far under 1e-4 of the scale; bf16 within the bf16 bounds), with dropout
-// and recomputation, then several AdamW steps whose losses and weights follow the CPU's;
-// pipeline messages in device memory against host messages.
+// and each recomputation (full, full in uniform groups, block, selective), then several
+// AdamW steps whose losses and weights follow the CPU's; pipeline messages in device
+// memory against host messages.
 #include "worker/engine/cuda/cuda_engine.h"
 
 #include <cuda_bf16.h>
@@ -182,6 +183,40 @@ TEST(CudaGptModelTest, Fp32WithRecomputationMatchesTheCpuModel) {
   options.seed = 11;
   options.recompute = true;
   CompareOneMicrobatch<float>(options, 1e-5, 1e-4);
+}
+
+// Megatron-Core's other granularities and methods (issue 21): each keeps less and reruns
+// more, from the same inputs with the same dropout keys.
+TEST(CudaGptModelTest, Fp32WithSelectiveRecomputationMatchesTheCpuModel) {
+  ModelOptions options;
+  options.dropout = 0.1f;
+  options.seed = 11;
+  options.selective_recompute = true;
+  CompareOneMicrobatch<float>(options, 1e-5, 1e-4);
+}
+
+TEST(CudaGptModelTest, Fp32WithUniformRecomputationGroupsMatchesTheCpuModel) {
+  ModelOptions options;
+  options.dropout = 0.1f;
+  options.seed = 11;
+  options.recompute = true;
+  options.recompute_group = 2;  // both layers rerun from the first's input
+  CompareOneMicrobatch<float>(options, 1e-5, 1e-4);
+}
+
+TEST(CudaGptModelTest, Fp32WithBlockRecomputationMatchesTheCpuModel) {
+  ModelOptions options;
+  options.dropout = 0.1f;
+  options.seed = 11;
+  options.recompute = true;
+  options.recompute_block = 1;  // the first layer recomputed, the second kept
+  CompareOneMicrobatch<float>(options, 1e-5, 1e-4);
+}
+
+TEST(CudaGptModelTest, Bf16WithSelectiveRecomputationStaysWithinBf16Precision) {
+  ModelOptions options;
+  options.selective_recompute = true;
+  CompareOneMicrobatch<__nv_bfloat16>(options, 1e-2, 5e-2);
 }
 
 // bf16 activations round at every layer: losses and logits within 1e-2 of their scale,

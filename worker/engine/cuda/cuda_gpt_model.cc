@@ -52,7 +52,12 @@ CudaGptModel<T>::CudaGptModel(const ParameterLayout& layout, int micro_batch,
       options_(options),
       blas_(blas),
       stream_(stream),
-      tp_(tensor_group) {}
+      tp_(tensor_group),
+      sequence_parallel_(options.sequence_parallel && tensor_group != nullptr &&
+                         tensor_group->size() > 1),
+      local_rows_(sequence_parallel_ ? micro_batch * shape_.seq_length / tensor_group->size()
+                                     : micro_batch * shape_.seq_length),
+      row_offset_(sequence_parallel_ ? tensor_group->rank() * local_rows_ : 0) {}
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
@@ -69,16 +74,11 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
   if (micro_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("micro_batch ", micro_batch, " must be > 0"));
   }
-  if (options.sequence_parallel) {
-    return absl::UnimplementedError(
-        "parallel.sequence_parallel: the CUDA engine does not split the sequence yet; it runs "
-        "on the CPU engine (device DEVICE_CPU)");
-  }
-  if (options.selective_recompute || options.recompute_group > 1 || options.recompute_block >= 0) {
-    return absl::UnimplementedError(
-        "train.recompute_granularity: the CUDA engine recomputes whole layers one at a time "
-        "(\"full\", uniform, recompute_num_layers 1) or nothing; \"selective\" and the "
-        "other methods run on the CPU engine (device DEVICE_CPU)");
+  if (options.sequence_parallel && group_size > 1 &&
+      (static_cast<int64_t>(micro_batch) * layout.shape().seq_length) % group_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel.sequence_parallel: micro_batch * seq_length (", micro_batch, " * ",
+        layout.shape().seq_length, ") does not split over ", group_size, " tensor ranks"));
   }
   std::unique_ptr<CudaGptModel> model(
       new CudaGptModel(layout, micro_batch, options, blas, stream, tensor_group));
@@ -89,25 +89,45 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
 }
 
 template <typename T>
-absl::Status CudaGptModel<T>::AllocateLayer(CudaLayerActivations<T>* s) const {
+absl::Status CudaGptModel<T>::AllocateLayer(CudaLayerActivations<T>* s, bool keep_core) const {
   const size_t N = static_cast<size_t>(batch_) * shape_.seq_length;
+  const size_t R = static_cast<size_t>(local_rows_);  // the LayerNorms' and residual's rows
   const size_t C = shape_.hidden;
   const size_t Cl = placement_.local_hidden(shape_);
   const size_t Fl = placement_.local_ffn(shape_);
   const size_t heads_rows =
       static_cast<size_t>(batch_) * placement_.local_heads(shape_) * shape_.seq_length;
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln1, N * C, "activations (ln1)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln1, R * C, "activations (ln1)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->qkv, N * 3 * Cl, "activations (qkv)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->attn_y, N * Cl, "activations (attention output)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->h1, N * C, "activations (h1)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln2, N * C, "activations (ln2)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->h1, R * C, "activations (h1)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln2, R * C, "activations (ln2)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->fc, N * Fl, "activations (fc)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->gelu, N * Fl, "activations (gelu)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln1_mean, N, "LayerNorm statistics"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln1_rstd, N, "LayerNorm statistics"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln2_mean, N, "LayerNorm statistics"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->ln2_rstd, N, "LayerNorm statistics"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln1_mean, R, "LayerNorm statistics"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln1_rstd, R, "LayerNorm statistics"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln2_mean, R, "LayerNorm statistics"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->ln2_rstd, R, "LayerNorm statistics"));
+  if (!keep_core) return absl::OkStatus();
+  RETURN_IF_ERROR(AllocateBuffer(&s->attn_y, N * Cl, "activations (attention output)"));
   return AllocateBuffer(&s->lse, heads_rows, "attention log-sum-exp");
+}
+
+template <typename T>
+bool CudaGptModel<T>::Recomputed(int l) const {
+  if (!options_.recompute) return false;
+  return options_.recompute_block < 0 || l < options_.recompute_block;
+}
+
+template <typename T>
+int CudaGptModel<T>::GroupStart(int l) const {
+  const int group = options_.recompute_block < 0 ? std::max(1, options_.recompute_group) : 1;
+  return l / group * group;
+}
+
+template <typename T>
+bool CudaGptModel<T>::KeepsInput(int l) const {
+  if (l == placement_.num_layers || !Recomputed(l)) return true;
+  return GroupStart(l) == l;
 }
 
 template <typename T>
@@ -116,12 +136,44 @@ absl::Status CudaGptModel<T>::Allocate() {
   const size_t C = shape_.hidden;
   const size_t Cl = placement_.local_hidden(shape_);
   const size_t Fl = placement_.local_ffn(shape_);
-  if (options_.recompute) RETURN_IF_ERROR(AllocateLayer(&scratch_));
+  const size_t R = static_cast<size_t>(local_rows_);
+  const bool keep_core = !options_.selective_recompute;
+  if (options_.recompute) {
+    // A set and an input per layer of the largest group, the group's output, and the
+    // forward's two alternating inputs.
+    const int group = std::min(std::max(1, options_.recompute_group), placement_.num_layers);
+    recompute_scratch_.resize(group);
+    for (CudaLayerActivations<T>& s : recompute_scratch_) {
+      RETURN_IF_ERROR(AllocateLayer(&s, keep_core));
+    }
+    group_io_.resize(group + 1);
+    for (DeviceBuffer<T>& io : group_io_) {
+      RETURN_IF_ERROR(AllocateBuffer(&io, R * C, "recomputation inputs"));
+    }
+    forward_io_.resize(2);
+    for (DeviceBuffer<T>& io : forward_io_) {
+      RETURN_IF_ERROR(AllocateBuffer(&io, R * C, "the residual stream"));
+    }
+  }
+  if (options_.selective_recompute) {
+    RETURN_IF_ERROR(AllocateBuffer(&core_y_, N * Cl, "the recomputed attention core"));
+    RETURN_IF_ERROR(AllocateBuffer(
+        &core_lse_,
+        static_cast<size_t>(batch_) * placement_.local_heads(shape_) * shape_.seq_length,
+        "the recomputed attention core"));
+  }
+  if (sequence_parallel_) {
+    RETURN_IF_ERROR(AllocateBuffer(&sp_full_, N * C, "sequence-parallel gathers"));
+    RETURN_IF_ERROR(AllocateBuffer(&sp_rows_, R * C, "sequence-parallel rows"));
+    if (!std::is_same_v<T, float>) {
+      RETURN_IF_ERROR(AllocateBuffer(&sp_rows_f_, R * C, "sequence-parallel rows"));
+    }
+  }
   if (placement_.has_head) {
     RETURN_IF_ERROR(
         AllocateBuffer(&d_logits_, N * placement_.local_vocab(shape_), "logit gradients"));
   }
-  for (DeviceBuffer<T>* b : {&d_x_, &d_below_, &d_ln_, &d_branch_, &discard_}) {
+  for (DeviceBuffer<T>* b : {&d_x_, &d_below_, &d_ln_, &d_branch_}) {
     RETURN_IF_ERROR(AllocateBuffer(b, N * C, "backward temporaries"));
   }
   RETURN_IF_ERROR(AllocateBuffer(&d_attn_y_, N * Cl, "backward temporaries"));
@@ -143,22 +195,26 @@ template <typename T>
 absl::StatusOr<std::unique_ptr<CudaActivations<T>>> CudaGptModel<T>::NewActivations() const {
   const size_t N = static_cast<size_t>(batch_) * shape_.seq_length;
   const size_t C = shape_.hidden;
+  const size_t R = static_cast<size_t>(local_rows_);
   auto acts = std::make_unique<CudaActivations<T>>();
   if (placement_.has_embedding) RETURN_IF_ERROR(AllocateBuffer(&acts->tokens, N, "tokens"));
+  // Only the inputs and sets the backward reads from this set.
   acts->layer_io.resize(placement_.num_layers + 1);
-  for (auto& io : acts->layer_io) {
-    RETURN_IF_ERROR(AllocateBuffer(&io, N * C, "the residual stream"));
+  for (int l = 0; l <= placement_.num_layers; ++l) {
+    if (!KeepsInput(l)) continue;
+    RETURN_IF_ERROR(AllocateBuffer(&acts->layer_io[l], R * C, "the residual stream"));
   }
-  if (!options_.recompute) {
-    acts->saved.resize(placement_.num_layers);
-    for (CudaLayerActivations<T>& s : acts->saved) RETURN_IF_ERROR(AllocateLayer(&s));
+  acts->saved.resize(placement_.num_layers);
+  for (int l = 0; l < placement_.num_layers; ++l) {
+    if (Recomputed(l)) continue;
+    RETURN_IF_ERROR(AllocateLayer(&acts->saved[l], !options_.selective_recompute));
   }
   if (placement_.has_head) {
     RETURN_IF_ERROR(AllocateBuffer(&acts->targets, N, "targets"));
     RETURN_IF_ERROR(AllocateBuffer(&acts->lnf, N * C, "activations (final LayerNorm)"));
     RETURN_IF_ERROR(AllocateBuffer(&acts->logits, N * placement_.local_vocab(shape_), "logits"));
     for (DeviceBuffer<float>* b : {&acts->lnf_mean, &acts->lnf_rstd}) {
-      RETURN_IF_ERROR(AllocateBuffer(b, N, "LayerNorm statistics"));
+      RETURN_IF_ERROR(AllocateBuffer(b, R, "LayerNorm statistics"));
     }
     for (DeviceBuffer<float>* b :
          {&acts->ce_local_max, &acts->ce_max, &acts->ce_sum_exp, &acts->ce_target}) {
@@ -190,6 +246,7 @@ uint64_t CudaGptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer
 template <typename T>
 absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                            CudaLayerActivations<T>& s) {
+  if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<const T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
@@ -211,10 +268,12 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
-  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), s.attn_y.get(), s.lse.get(), shape,
-                                           att_dropout, stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.attn_y.get(), w.proj_weight,
-                                   adds_bias ? w.proj_bias : nullptr, out, N, Cl, C, stream_));
+  // Selective recomputation keeps no attention core: it goes to the model's buffers.
+  T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
+  float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
+  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, adds_bias ? w.proj_bias : nullptr,
+                                   out, N, Cl, C, stream_));
   RETURN_IF_ERROR(TensorAllReduce(out, NC));
   RETURN_IF_ERROR(DropoutForward<T>(
       out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_));
@@ -238,6 +297,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
 template <typename T>
 absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
                                             const CudaLayerActivations<T>& s, T* d_out, T* d_x) {
+  if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<const T>& w = p_.layers[layer];
   const LayerView<float>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -275,17 +335,17 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
                                      DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_,
                                      kOverwrite));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.attn_y.get(), w.proj_weight,
-                                    d_attn_y_.get(), g.proj_weight, g.proj_bias, N, Cl, C, stream_,
-                                    kOverwrite));
-  RETURN_IF_ERROR(Zero(d_qkv_, stream_));  // the attention backward accumulates
   const int heads = placement_.local_heads(shape_);
   const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
-  RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), s.attn_y.get(),
-                                            s.lse.get(), d_qkv_.get(), shape, att_dropout,
-                                            stream_));
+  ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
+  const auto [attn_y, lse] = core;
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
+                                    g.proj_weight, g.proj_bias, N, Cl, C, stream_, kOverwrite));
+  RETURN_IF_ERROR(Zero(d_qkv_, stream_));  // the attention backward accumulates
+  RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
+                                            shape, att_dropout, stream_));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), s.ln1.get(), w.qkv_weight, d_ln_.get(),
                                     g.qkv_weight, g.qkv_bias, N, C, 3 * Cl, stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
@@ -299,6 +359,7 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
+  const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
   if (acts->layer_io.size() != static_cast<size_t>(placement_.num_layers) + 1) {
     return absl::InvalidArgumentError("activations of another model chunk");
   }
@@ -325,33 +386,45 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
                                    N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                    "uploading the tokens"));
     // Vocab-parallel: each rank looks up the tokens in its rows; the position embedding
-    // (replicated) is added by tensor rank 0 only, before the sum.
+    // (replicated) is added by tensor rank 0 only, before the sum. Under sequence
+    // parallelism the sum is reduce-scattered to this rank's rows (half the bytes of the
+    // all-reduce) and the dropout runs on them (masks indexed in the whole tensor).
     const T* wpe = placement_.tensor_rank == 0 ? p_.wpe : nullptr;
+    T* embedded = sequence_parallel_ ? sp_full_.get() : x0;
     RETURN_IF_ERROR(TokenPositionEmbeddingForward<T>(
-        acts->tokens.get(), p_.wte, wpe, x0, batch_, shape_.seq_length, C,
+        acts->tokens.get(), p_.wte, wpe, embedded, batch_, shape_.seq_length, C,
         placement_.vocab_start(shape_), placement_.local_vocab(shape_), stream_));
-    RETURN_IF_ERROR(TensorAllReduce(x0, NC));
-    RETURN_IF_ERROR(DropoutForward<T>(x0, x0, NC, input.id.evaluation ? 0.0f : options_.dropout,
-                                      DropoutKeyFor(input.id, -1, kEmbeddingSite), 0, stream_));
+    if (sequence_parallel_) {
+      RETURN_IF_ERROR(ReduceScatterRows(embedded, x0));
+    } else {
+      RETURN_IF_ERROR(TensorAllReduce(x0, NC));
+    }
+    RETURN_IF_ERROR(DropoutForward<T>(x0, x0, RC, input.id.evaluation ? 0.0f : options_.dropout,
+                                      DropoutKeyFor(input.id, -1, kEmbeddingSite),
+                                      static_cast<uint64_t>(row_offset_) * C, stream_));
   } else {
     if (input.hidden_in == nullptr) {
       return absl::InvalidArgumentError("a chunk without the embeddings needs hidden_in");
     }
     RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(x0, input.hidden_in, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+        cudaMemcpyAsync(x0, input.hidden_in, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
         "taking the previous stage's output"));
   }
+  // An input the set does not keep lives in one of two alternating buffers (the next
+  // layer's input never shares the current one's).
+  const auto io = [&](int l) {
+    return KeepsInput(l) ? acts->layer_io[l].get() : forward_io_[l % 2].get();
+  };
   for (int l = 0; l < placement_.num_layers; ++l) {
-    CudaLayerActivations<T>& s = options_.recompute ? scratch_ : acts->saved[l];
-    RETURN_IF_ERROR(
-        LayerForward(l, input.id, acts->layer_io[l].get(), acts->layer_io[l + 1].get(), s));
+    CudaLayerActivations<T>& s = Recomputed(l) ? recompute_scratch_.front() : acts->saved[l];
+    RETURN_IF_ERROR(LayerForward(l, input.id, io(l), io(l + 1), s));
   }
 
   const T* x_last = acts->layer_io[placement_.num_layers].get();
   if (!placement_.has_head) {
     if (hidden_out != nullptr) {
       RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(hidden_out, x_last, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+          cudaMemcpyAsync(hidden_out, x_last, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
           "copying the stage's output"));
     }
     acts->has_forward = true;
@@ -361,9 +434,17 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(acts->targets.get(), input.targets,
                                              N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                              "uploading the targets"));
-  RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.get(),
-                                      acts->lnf_mean.get(), acts->lnf_rstd.get(), N, C,
-                                      kLayerNormEps, stream_));
+  if (sequence_parallel_) {
+    // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
+    RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.get(),
+                                        acts->lnf_mean.get(), acts->lnf_rstd.get(), local_rows_, C,
+                                        kLayerNormEps, stream_));
+    RETURN_IF_ERROR(GatherRows(sp_rows_.get(), acts->lnf.get()));
+  } else {
+    RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.get(),
+                                        acts->lnf_mean.get(), acts->lnf_rstd.get(), N, C,
+                                        kLayerNormEps, stream_));
+  }
   // The tied output layer (column-parallel over the vocabulary); padded vocabulary
   // columns are excluded from the softmax.
   const int Vl = placement_.local_vocab(shape_);
@@ -406,6 +487,8 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
+  const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
+  const int L = placement_.num_layers;
 
   if (placement_.has_head) {
     // Cross-entropy (local columns, global statistics), the tied output layer (its input
@@ -418,35 +501,62 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
         d_loss_per_token, d_logits_.get(), stream_, kOverwrite));
     RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_logits_.get(), acts->lnf.get(), p_.wte, d_ln_.get(),
                                       g_.wte, nullptr, N, C, Vl, stream_, kOverwrite));
-    RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));
     RETURN_IF_ERROR(Zero(d_x_, stream_));
-    RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), acts->layer_io[placement_.num_layers].get(),
-                                         p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
-                                         d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, C, stream_));
+    const T* x_last = acts->layer_io[L].get();
+    if (sequence_parallel_) {
+      // The head's input gradient reduce-scattered to this rank's rows (the conjugate of
+      // the forward's gather), then the final LayerNorm on them.
+      RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
+      RETURN_IF_ERROR(LayerNormBackward<T>(sp_rows_.get(), x_last, p_.lnf_gamma,
+                                           acts->lnf_mean.get(), acts->lnf_rstd.get(), d_x_.get(),
+                                           g_.lnf_gamma, g_.lnf_beta, local_rows_, C, stream_));
+    } else {
+      RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));
+      RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(),
+                                           acts->lnf_rstd.get(), d_x_.get(), g_.lnf_gamma,
+                                           g_.lnf_beta, N, C, stream_));
+    }
   } else {
     if (d_hidden_out == nullptr) {
       return absl::InvalidArgumentError("a chunk without the head needs d_hidden_out");
     }
-    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_x_.get(), d_hidden_out, NC * sizeof(T),
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_x_.get(), d_hidden_out, RC * sizeof(T),
                                                cudaMemcpyDeviceToDevice, stream_),
                                "taking the next stage's gradient"));
   }
 
-  for (int l = placement_.num_layers - 1; l >= 0; --l) {
+  for (int l = L - 1; l >= 0; --l) {
     const T* x = acts->layer_io[l].get();
-    CudaLayerActivations<T>& s = options_.recompute ? scratch_ : acts->saved[l];
-    if (options_.recompute) {
-      // Same input, same dropout keys: the recomputed activations are bit-identical.
-      RETURN_IF_ERROR(LayerForward(l, id, x, discard_.get(), s));
+    const CudaLayerActivations<T>* s = &acts->saved[l];
+    if (Recomputed(l)) {
+      // The top layer of a group reruns the group's forwards from its kept input: same
+      // inputs, same dropout keys, so the activations are bit-identical to the forward's.
+      const int first = GroupStart(l);
+      if (l == L - 1 || GroupStart(l + 1) != first || !Recomputed(l + 1)) {
+        for (int k = first; k <= l; ++k) {
+          const T* in = k == first ? acts->layer_io[first].get() : group_io_[k - first].get();
+          RETURN_IF_ERROR(LayerForward(k, id, in, group_io_[k - first + 1].get(),
+                                       recompute_scratch_[k - first]));
+        }
+      }
+      x = l == first ? acts->layer_io[first].get() : group_io_[l - first].get();
+      s = &recompute_scratch_[l - first];
     }
-    RETURN_IF_ERROR(LayerBackward(l, id, x, s, d_x_.get(), d_below_.get()));
+    RETURN_IF_ERROR(LayerBackward(l, id, x, *s, d_x_.get(), d_below_.get()));
     std::swap(d_x_, d_below_);
-    if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(l));
+    if (on_layer_done != nullptr) {
+      if (sequence_parallel_) RETURN_IF_ERROR(SumLayerNormGradients(l));
+      RETURN_IF_ERROR((*on_layer_done)(l));
+    }
+  }
+  // The final LayerNorm's gradients are final with the embeddings' (the -1 report).
+  if (on_layer_done != nullptr && sequence_parallel_ && placement_.has_head) {
+    RETURN_IF_ERROR(SumLayerNormGradients(-1));
   }
 
   if (!placement_.has_embedding) {
     if (d_hidden_in != nullptr) {
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_hidden_in, d_x_.get(), NC * sizeof(T),
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_hidden_in, d_x_.get(), RC * sizeof(T),
                                                  cudaMemcpyDeviceToDevice, stream_),
                                  "copying the input gradient"));
     }
@@ -454,10 +564,18 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
     return absl::OkStatus();
   }
   // Embeddings: this rank's token rows go into the tied wte gradient; the position
-  // embedding's gradient is the same on every tensor rank.
-  RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
-                                     DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_,
-                                     kOverwrite));
+  // embedding's gradient is the same on every tensor rank. Under sequence parallelism the
+  // dropout's backward runs on this rank's rows, then every token's gradient is gathered.
+  if (sequence_parallel_) {
+    RETURN_IF_ERROR(DropoutBackward<T>(
+        d_x_.get(), sp_rows_.get(), RC, options_.dropout, DropoutKeyFor(id, -1, kEmbeddingSite),
+        static_cast<uint64_t>(row_offset_) * C, stream_, kOverwrite));
+    RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
+  } else {
+    RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
+                                       DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_,
+                                       kOverwrite));
+  }
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
   const int num_rows = static_cast<int>(plan_.rows.size());
@@ -481,6 +599,16 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   // No synchronisation: the host can prepare the next microbatch while the GPU works (the
   // plan's host arrays are members, kept until the next backward replaces them).
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<std::pair<const T*, const float*>> CudaGptModel<T>::AttentionCoreFor(
+    const CudaLayerActivations<T>& s, const AttentionShape& shape,
+    const AttentionDropout& dropout) {
+  if (s.attn_y.size() > 0) return std::pair<const T*, const float*>{s.attn_y.get(), s.lse.get()};
+  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), core_y_.get(), core_lse_.get(), shape,
+                                           dropout, stream_));
+  return std::pair<const T*, const float*>{core_y_.get(), core_lse_.get()};
 }
 
 template class CudaGptModel<float>;

@@ -9,6 +9,14 @@
 // 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter
 // gradients are always fp32 ("main grads"), whatever T.
 //
+// Recomputation and sequence parallelism as the CPU model's (gpt_model.h): full
+// recomputation keeps a layer's input only (uniform groups of N layers keep the group's
+// first input, block B recomputes the chunk's first B layers), selective recomputation
+// keeps everything but the attention core's output and log-sum-exp, which the backward
+// reruns from the kept QKV (the flash kernels are deterministic: the same bits); under
+// sequence parallelism (cuda_gpt_model_sequence_parallel.cc) the residual stream,
+// LayerNorms, dropouts and residual adds hold this tensor rank's R = B * S / t rows.
+//
 // One model per model chunk of the rank (its ModelPlacement: any layers, the embeddings on
 // the first pipeline stage, the head on the last, this rank's tensor-parallel slice).
 // Tensor parallelism as on the CPU: QKV and fc column-parallel (input gradient all-reduced
@@ -34,9 +42,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/activations.h"
@@ -48,7 +58,9 @@
 namespace mtrain::cuda {
 
 // What one layer's backward needs from its forward, on the device (local sizes under
-// tensor parallelism: qkv [N, 3C/t], attn_y [N, C/t], fc and gelu [N, F/t]).
+// tensor parallelism: qkv [N, 3C/t], attn_y [N, C/t], fc and gelu [N, F/t]; ln1, h1, ln2
+// and the LayerNorm statistics hold R rows under sequence parallelism; attn_y and lse are
+// empty under selective recomputation).
 template <typename T>
 struct CudaLayerActivations {
   DeviceBuffer<T> ln1, qkv, attn_y, h1, ln2, fc, gelu;
@@ -62,12 +74,14 @@ struct CudaActivations {
   bool has_forward = false;
   std::vector<int32_t> host_tokens;  // for the embedding gradient's plan
   DeviceBuffer<int32_t> tokens, targets;
-  // Residual stream: the input of each local layer, then the output of the last.
+  // Residual stream: the input of each local layer, then the output of the last ([R, C]
+  // rows under sequence parallelism); empty for an input full recomputation does not keep.
   std::vector<DeviceBuffer<T>> layer_io;
-  // Per layer without recomputation; empty with it (the model's scratch set is used).
+  // Per layer; empty for a layer that full recomputation reruns (in the model's sets).
   std::vector<CudaLayerActivations<T>> saved;
-  // Head (last stage): final LayerNorm, this rank's logits [N, V/t] and the cross-entropy's
-  // per-token statistics (global after the tensor-parallel reductions).
+  // Head (last stage): final LayerNorm (gathered to every row under sequence
+  // parallelism; its statistics of R rows), this rank's logits [N, V/t] and the
+  // cross-entropy's per-token statistics (global after the tensor-parallel reductions).
   DeviceBuffer<T> lnf, logits;
   DeviceBuffer<float> lnf_mean, lnf_rstd, ce_local_max, ce_max, ce_sum_exp, ce_target;
 };
@@ -114,23 +128,30 @@ class CudaGptModel {
   // fit); reusable once its backward is done.
   absl::StatusOr<std::unique_ptr<CudaActivations<T>>> NewActivations() const;
 
+  // Rows of the residual stream this rank holds, and so of hidden_in / hidden_out and
+  // their gradients: B * S, or B * S / t under sequence parallelism.
+  int residual_rows() const { return local_rows_; }
+
   // Forward of one microbatch into `acts`. With the head, writes the per-token losses
   // into `losses` (device, float [B*S]; may be null); otherwise, if `hidden_out` (device
-  // [B*S, C]) is given, copies the chunk's output there.
+  // [residual_rows(), C]) is given, copies the chunk's output there.
   absl::Status Forward(const CudaMicrobatchInput<T>& input, CudaActivations<T>* acts, float* losses,
                        T* hidden_out = nullptr);
 
   // Called during Backward once a layer's gradient work is enqueued (its local index), and
-  // with -1 once the embeddings' is: from then on that part of the gradients is final for
-  // this backward (the data-parallel all-reduce of the last microbatch starts from it).
+  // with -1 once the embeddings' and the head's is: from then on that part of the
+  // gradients is final for the step (the data-parallel all-reduce starts from it). Given
+  // to the step's last backward of the chunk only: under sequence parallelism that
+  // backward also sums the LayerNorms' gradients (each rank's from its rows) over the
+  // tensor group before calling it.
   using LayerDoneHook = std::function<absl::Status(int layer)>;
 
   // Backward of the forward in `acts`, accumulating (+=) into the gradients. The chunk
   // with the head seeds it with d_loss_per_token (the derivative of the step's loss with
   // respect to each token's loss); others take d_hidden_out (device [B*S, C]). Chunks
   // without the embeddings write the gradient of their input into d_hidden_in (device,
-  // if given). Returns once the work is enqueued (errors of kernels show up at the next
-  // synchronisation).
+  // if given). Under sequence parallelism both are [residual_rows(), C]. Returns once the work is
+  // enqueued (errors of kernels show up at the next synchronisation).
   absl::Status Backward(CudaActivations<T>* acts, const T* d_hidden_out, float d_loss_per_token,
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
@@ -156,14 +177,43 @@ class CudaGptModel {
   CudaGptModel(const ParameterLayout& layout, int micro_batch, const ModelOptions& options,
                CublasLt* blas, cudaStream_t stream, DeviceCollectives* tensor_group);
   absl::Status Allocate();
-  absl::Status AllocateLayer(CudaLayerActivations<T>* s) const;
+  // One layer's activation set; without the attention core under selective
+  // recomputation (keep_core false).
+  absl::Status AllocateLayer(CudaLayerActivations<T>* s, bool keep_core) const;
   absl::Status LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                             CudaLayerActivations<T>& saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const CudaLayerActivations<T>& saved, T* d_out, T* d_x);
+  // Under sequence parallelism (cuda_gpt_model_sequence_parallel.cc): x, out, d_out and
+  // d_x are this rank's rows.
+  absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,
+                                            CudaLayerActivations<T>& saved);
+  absl::Status LayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                             const CudaLayerActivations<T>& saved, T* d_out,
+                                             T* d_x);
+  // Sequence parallelism's collectives over the tensor group: rows[R, C] of every rank
+  // into full[N, C] in rank order (the bits moved as they are), and the sum over ranks of
+  // full[N, C] with this rank's rows into rows[R, C] (summed in fp32).
+  absl::Status GatherRows(const T* rows, T* full);
+  absl::Status ReduceScatterRows(const T* full, T* rows);
+  // Sums local layer `layer`'s LayerNorm gradients (-1: the final LayerNorm's) over the
+  // tensor group: under sequence parallelism each rank computed them from its rows.
+  absl::Status SumLayerNormGradients(int layer);
+  // The attention core's output and log-sum-exp for the backward of the layer that saved
+  // `s`: its own, or under selective recomputation rerun from its QKV into core_y_ and
+  // core_lse_.
+  absl::StatusOr<std::pair<const T*, const float*>> AttentionCoreFor(
+      const CudaLayerActivations<T>& s, const AttentionShape& shape,
+      const AttentionDropout& dropout);
   // Sums data[n] over the tensor-parallel group (in fp32).
   absl::Status TensorAllReduce(T* data, size_t n);
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
+  // Whether local layer l keeps no activations (full recomputation), whether the residual
+  // stream's input of layer l (l == num_layers: the chunk's output) is kept, and the
+  // first local layer of l's recomputation group (gpt_model.cc's rules).
+  bool Recomputed(int l) const;
+  bool KeepsInput(int l) const;
+  int GroupStart(int l) const;
 
   const ParameterLayout& layout_;
   const ModelShape shape_;
@@ -173,18 +223,33 @@ class CudaGptModel {
   CublasLt* const blas_;
   const cudaStream_t stream_;
   DeviceCollectives* const tp_;  // null: one tensor rank
+  // Sequence parallelism: this rank's rows of the residual stream, from row_offset_.
+  const bool sequence_parallel_;
+  const int local_rows_;
+  const int row_offset_;
   ModelView<const T> p_;
   ModelView<float> g_;
 
-  // The recomputation's activation set (with recompute on).
-  CudaLayerActivations<T> scratch_;
+  // Full recomputation: one activation set and input per layer of a group (the group's
+  // forwards rerun into them before its backwards), and the forward's two alternating
+  // buffers for the inputs a group does not keep.
+  std::vector<CudaLayerActivations<T>> recompute_scratch_;
+  std::vector<DeviceBuffer<T>> group_io_, forward_io_;
+  // Selective recomputation: the attention core's output and log-sum-exp of the layer
+  // being run or differentiated.
+  DeviceBuffer<T> core_y_;
+  DeviceBuffer<float> core_lse_;
+  // Sequence parallelism: one [N, C] whole, one [R, C] block of this rank's rows, and
+  // the fp32 rows a 16-bit reduce-scatter lands in.
+  DeviceBuffer<T> sp_full_, sp_rows_;
+  DeviceBuffer<float> sp_rows_f_;
   // The embedding gradient's plan (which tokens add into which row), on the host and its
   // device copy.
   EmbeddingGradPlan plan_;
   DeviceBuffer<int32_t> plan_rows_, plan_starts_, plan_positions_;
   // Backward temporaries, shared by every microbatch (one backward at a time).
   DeviceBuffer<T> d_logits_;
-  DeviceBuffer<T> d_x_, d_below_, d_ln_, d_branch_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, discard_;
+  DeviceBuffer<T> d_x_, d_below_, d_ln_, d_branch_, d_fc_, d_gelu_, d_qkv_, d_attn_y_;
   DeviceBuffer<float> reduce_scratch_;  // fp32 widening of 16-bit tensor-parallel sums
   // Decode's temporaries, grown to the largest run so far.
   struct DecodeScratch {

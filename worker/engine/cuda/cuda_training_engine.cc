@@ -78,11 +78,20 @@ absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> CudaTrainingEngine::Create(
       config.pipeline > 1 && t->layout_.num_chunks() == 1 && groups.device_world != nullptr;
   ASSIGN_OR_RETURN(t->engine_, CudaEngine::Create(engine));
   // Data-parallel sums overlapped with the backward: on the GPU where an NCCL data group
-  // exists, otherwise through the host and the Gloo data group.
+  // exists, otherwise through the host and the Gloo data group. Under ZeRO-1 each replica
+  // receives only its shard's sums; the tied embedding's two copies (first and last
+  // stage) are summed before its data-parallel sum then, since its pieces may belong to
+  // different shards on the two stages.
+  t->sharded_sums_ = t->slice_.shard_size > 0 && groups.data->size() > 1;
+  const size_t shard = t->sharded_sums_ ? t->slice_.shard_size : 0;
   if (groups.device_data != nullptr) {
-    t->engine_->SetDataParallelGroup(groups.device_data.get(), /*on_device=*/true);
+    t->engine_->SetDataParallelGroup(groups.device_data.get(), /*on_device=*/true, shard);
   } else {
-    t->engine_->SetDataParallelGroup(groups.data.get(), /*on_device=*/false);
+    t->engine_->SetDataParallelGroup(groups.data.get(), /*on_device=*/false, shard);
+  }
+  if (const ParamTensor* wte = t->layout_.Find("wte");
+      wte != nullptr && t->sharded_sums_ && config.pipeline > 1) {
+    t->engine_->DeferGradientSum({wte->offset, wte->size});
   }
   // The initial weights are drawn on the host (parameter_init.h, layout-independent, the
   // CPU engine's values); the buffer lives only until it is on the device.
@@ -119,10 +128,11 @@ absl::StatusOr<double> CudaTrainingEngine::ComputeGradients(
     RETURN_IF_ERROR(summed);
     if (const ParamTensor* wte = layout_.Find("wte"); wte != nullptr && pipeline_ > 1) {
       // The tied embedding's two copies (first and last stage) sum their gradients, each
-      // already summed over its replicas.
+      // already summed over its replicas (under ZeRO-1: not yet, its sum was deferred).
       const auto exchange_start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(engine_->AllReduceGradients(groups_->embedding.get(), /*on_device=*/false,
                                                   {{wte->offset, wte->size}}));
+      if (sharded_sums_) RETURN_IF_ERROR(engine_->SumDeferredGradients());
       collective_seconds_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - exchange_start).count();
     }
@@ -137,7 +147,22 @@ absl::StatusOr<bool> CudaTrainingEngine::UnscaleGradients(float factor) {
 
 absl::StatusOr<double> CudaTrainingEngine::GradientSumOfSquares(
     const std::vector<ParamTensor>& counted) {
-  return engine_->GradientSumOfSquares(MergedRanges(counted));
+  std::vector<FlatRange> ranges = MergedRanges(counted);
+  if (sharded_sums_) {
+    // Only this replica's shard holds summed gradients: each range's part in it.
+    const size_t shard_end = slice_.shard_begin + slice_.shard_size;
+    std::vector<FlatRange> own;
+    for (const FlatRange& r : ranges) {
+      const size_t begin = std::max(r.begin, slice_.shard_begin);
+      const size_t end = std::min(r.begin + r.count, shard_end);
+      if (begin < end) own.push_back({begin, end - begin});
+    }
+    // An empty list means the whole buffer to the engine: a shard holding none of the
+    // counted tensors adds nothing.
+    if (own.empty()) return 0.0;
+    ranges = std::move(own);
+  }
+  return engine_->GradientSumOfSquares(ranges);
 }
 
 absl::Status CudaTrainingEngine::Update(long long step, double lr, double clip_coefficient) {

@@ -42,6 +42,9 @@ class CudaTrainingEngine : public TrainingEngine {
                                           const std::vector<Microbatch>& microbatches,
                                           float d_loss_per_token) override;
   absl::StatusOr<bool> UnscaleGradients(float factor) override;
+  // ZeRO-1 reduces each gradient range into the replica that updates it (CudaEngine's
+  // sharded sums): the norm covers this replica's shard.
+  bool gradient_sums_sharded() const override { return sharded_sums_; }
   absl::StatusOr<double> GradientSumOfSquares(const std::vector<ParamTensor>& counted) override;
   absl::Status Update(long long step, double lr, double clip_coefficient) override;
   absl::Status GatherParameters() override;
@@ -71,6 +74,7 @@ class CudaTrainingEngine : public TrainingEngine {
   const RankGroups* groups_ = nullptr;
   int pipeline_ = 1;
   bool whole_model_ = false;
+  bool sharded_sums_ = false;  // ZeRO-1 with replicas
   int device_ = 0;
   Precision precision_ = PRECISION_FP32;
   std::unique_ptr<CudaEngine> engine_;

@@ -36,11 +36,21 @@ class DeviceCollectives {
 
   // In place: data[n] (device) reduced over the group.
   absl::Status AllReduce(float* data, size_t n, ReduceOp op, cudaStream_t stream);
+  // In place: data[n] (device) summed over the group into member `root`'s; the others'
+  // data is left unspecified (Communicator::Reduce).
+  absl::Status Reduce(float* data, size_t n, int root, cudaStream_t stream);
+  // out[size() * n] (device) receives every member's in[n] (device), in group-rank order
+  // (sequence parallelism's all-gather). The bits are moved, never interpreted: callers
+  // may pass any data of 4-byte words. `in` and `out` must not overlap.
+  absl::Status AllGather(const float* in, float* out, size_t n, cudaStream_t stream);
+  // in[size() * n] (device) summed over the group; this member receives its block in
+  // out[n] (device). `in` and `out` must not overlap.
+  absl::Status ReduceScatter(const float* in, float* out, size_t n, cudaStream_t stream);
 
  private:
   Communicator* group_ = nullptr;
   bool device_memory_ = false;
-  std::vector<float> host_;  // staging for a host group
+  std::vector<float> host_, host_in_;  // staging for a host group
 };
 
 }  // namespace mtrain::cuda

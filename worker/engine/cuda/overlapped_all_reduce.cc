@@ -21,7 +21,8 @@ OverlappedAllReduce::~OverlappedAllReduce() {
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
 }
 
-absl::Status OverlappedAllReduce::Enqueue(cudaStream_t stream, float* data, size_t count) {
+absl::Status OverlappedAllReduce::Enqueue(cudaStream_t stream, float* data, size_t count,
+                                          int root) {
   cudaEvent_t event = nullptr;
   {
     MutexLock lock(&mutex_);
@@ -44,7 +45,7 @@ absl::Status OverlappedAllReduce::Enqueue(cudaStream_t stream, float* data, size
   }
   {
     MutexLock lock(&mutex_);
-    queue_.push_back(Range{event, data, count});
+    queue_.push_back(Range{event, data, count, root});
     ++in_flight_;
   }
   changed_.SignalAll();
@@ -81,7 +82,9 @@ void OverlappedAllReduce::Loop() {
       const auto start = std::chrono::steady_clock::now();
       status = CudaStatus(cudaEventSynchronize(range.ready), "waiting for gradients");
       if (status.ok()) {
-        status = collectives_.AllReduce(range.data, range.count, ReduceOp::kSum, stream);
+        status = range.root < 0
+                     ? collectives_.AllReduce(range.data, range.count, ReduceOp::kSum, stream)
+                     : collectives_.Reduce(range.data, range.count, range.root, stream);
       }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,7 +6,9 @@
 // in place on NCCL's stream) or a host group such as Gloo (the range staged through host
 // memory on the thread's own stream: the way when several ranks share one GPU). Ranges
 // are reduced in the order they were queued, identically on every replica, so the
-// collectives match up across ranks.
+// collectives match up across ranks. A range queued with a root is summed into that
+// member only (ZeRO-1: the replica that updates those parameters; the bytes of a
+// reduce-scatter instead of an all-reduce's).
 //
 //   OverlappedAllReduce reducer(group, /*on_device=*/true, device);
 //   reducer.Enqueue(compute_stream, grads + begin, count);  // per ready range
@@ -39,9 +41,10 @@ class OverlappedAllReduce {
   OverlappedAllReduce(const OverlappedAllReduce&) = delete;
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
 
-  // Queues the SUM all-reduce of data[0, count) once the work enqueued so far on `stream`
-  // has produced it. After a failure further ranges are skipped; Finish reports it.
-  absl::Status Enqueue(cudaStream_t stream, float* data, size_t count);
+  // Queues the SUM all-reduce of data[0, count) (with root >= 0: the SUM reduce into
+  // member `root`) once the work enqueued so far on `stream` has produced it. After a
+  // failure further ranges are skipped; Finish reports it.
+  absl::Status Enqueue(cudaStream_t stream, float* data, size_t count, int root = -1);
   // Waits until every queued range is reduced; the first error, if any (then the group is
   // unusable, as after any collective failure).
   absl::Status Finish();
@@ -54,6 +57,7 @@ class OverlappedAllReduce {
     cudaEvent_t ready;
     float* data;
     size_t count;
+    int root;  // -1: all-reduce
   };
   void Loop();
 

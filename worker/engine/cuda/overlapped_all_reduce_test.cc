@@ -2,7 +2,8 @@
 // a recording group in place of NCCL: ranges are reduced in the order they were queued,
 // each only after the work queued before it on the stream, and the first failure is
 // reported by Finish while the ranges after it are skipped. A host group (Gloo's kind)
-// gets the ranges staged through host memory and its results copied back.
+// gets the ranges staged through host memory and its results copied back; ranges with a
+// root (ZeRO-1) are reduced into that member.
 #include "worker/engine/cuda/overlapped_all_reduce.h"
 
 #include <string>
@@ -124,6 +125,38 @@ TEST(OverlappedAllReduceTest, StagesRangesThroughTheHostForAHostGroup) {
   for (size_t i = 0; i < n; ++i) {
     const float expected = (i < 1000 || i >= 5000) ? 2.0f * values[i] : values[i];
     ASSERT_EQ(after[i], expected) << "element " << i;
+  }
+  cudaStreamDestroy(stream);
+}
+
+// ZeRO-1: a range queued with a root is reduced into that member (Reduce, not AllReduce);
+// through a host group only the root copies the result back (the others' data is left as
+// it was: unspecified by Reduce, and nothing of use came back).
+class ReduceRecordingHostGroup : public DoublingHostGroup {
+ public:
+  absl::Status Reduce(float* data, size_t count, ReduceOp op, int root) override {
+    roots.push_back(root);
+    return DoublingHostGroup::AllReduce(data, count, op);
+  }
+  std::vector<int> roots;
+};
+
+TEST(OverlappedAllReduceTest, RangesWithARootAreReducedIntoThatMember) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  testing::DeviceArray<float> grads(std::vector<float>(12, 3.0f));
+  ReduceRecordingHostGroup group;  // this member is rank 0
+  OverlappedAllReduce reducer(&group, /*on_device=*/false, 0);
+  ASSERT_TRUE(reducer.Enqueue(stream, grads.get(), 4, /*root=*/0).ok());
+  ASSERT_TRUE(reducer.Enqueue(stream, grads.get() + 4, 4, /*root=*/1).ok());
+  ASSERT_TRUE(reducer.Enqueue(stream, grads.get() + 8, 4).ok());  // all-reduced
+  ASSERT_TRUE(reducer.Finish().ok());
+  EXPECT_EQ(group.roots, (std::vector<int>{0, 1}));
+  EXPECT_EQ(group.reduced, 3);
+  const std::vector<float> after = grads.Download();
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(after[i], i >= 4 && i < 8 ? 3.0f : 6.0f) << "element " << i;
   }
   cudaStreamDestroy(stream);
 }
