@@ -203,8 +203,9 @@ class GptModel {
   // Selective recomputation: the attention core's output and log-sum-exp of the layer
   // being run (forward) or differentiated (backward).
   std::vector<T> core_y_, core_lse_;
-  // Sequence parallelism: one [R, C] block of this rank's rows and one [N, C] whole.
-  std::vector<T> sp_rows_, sp_full_;
+  // Sequence parallelism: one [R, C] block of this rank's rows and one [N, C] whole, and
+  // a layer's LayerNorm gradients packed for their sum over the tensor group.
+  std::vector<T> sp_rows_, sp_full_, layer_norm_sums_;
   std::vector<T> d_ln_, d_fc_, d_gelu_, d_qkv_, d_attn_y_, d_branch_;
   // Backward: the residual gradient and the one below it (swapped layer by layer), the
   // logits' gradient.

@@ -155,8 +155,21 @@ absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
   } else {
     tensors = {{g_.lnf_gamma, C}, {g_.lnf_beta, C}};
   }
+  // One all-reduce for the layer's tensors, packed: each collective is a synchronisation
+  // of the tensor group, and on small tensors its latency is all it costs.
+  size_t total = 0;
+  for (const auto& [data, count] : tensors) total += static_cast<size_t>(count);
+  layer_norm_sums_.resize(total);
+  size_t at = 0;
   for (const auto& [data, count] : tensors) {
-    RETURN_IF_ERROR(tp::AllReduceSum<T>(tp_, data, static_cast<size_t>(count)));
+    std::copy(data, data + count, layer_norm_sums_.begin() + at);
+    at += static_cast<size_t>(count);
+  }
+  RETURN_IF_ERROR(tp::AllReduceSum<T>(tp_, layer_norm_sums_.data(), total));
+  at = 0;
+  for (const auto& [data, count] : tensors) {
+    std::copy(layer_norm_sums_.begin() + at, layer_norm_sums_.begin() + at + count, data);
+    at += static_cast<size_t>(count);
   }
   return absl::OkStatus();
 }

@@ -165,6 +165,7 @@ absl::Status CudaGptModel<T>::Allocate() {
   if (sequence_parallel_) {
     RETURN_IF_ERROR(AllocateBuffer(&sp_full_, N * C, "sequence-parallel gathers"));
     RETURN_IF_ERROR(AllocateBuffer(&sp_rows_, R * C, "sequence-parallel rows"));
+    RETURN_IF_ERROR(AllocateBuffer(&layer_norm_sums_, 4 * C, "LayerNorm gradient sums"));
     if (!std::is_same_v<T, float>) {
       RETURN_IF_ERROR(AllocateBuffer(&sp_rows_f_, R * C, "sequence-parallel rows"));
     }

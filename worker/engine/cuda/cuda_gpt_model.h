@@ -243,6 +243,7 @@ class CudaGptModel {
   // the fp32 rows a 16-bit reduce-scatter lands in.
   DeviceBuffer<T> sp_full_, sp_rows_;
   DeviceBuffer<float> sp_rows_f_;
+  DeviceBuffer<float> layer_norm_sums_;  // a layer's 4 LayerNorm gradients, packed
   // The embedding gradient's plan (which tokens add into which row), on the host and its
   // device copy.
   EmbeddingGradPlan plan_;

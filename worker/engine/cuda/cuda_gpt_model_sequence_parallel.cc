@@ -70,7 +70,7 @@ absl::Status CudaGptModel<T>::ReduceScatterRows(const T* full, T* rows) {
 
 template <typename T>
 absl::Status CudaGptModel<T>::SumLayerNormGradients(int layer) {
-  const int C = shape_.hidden;
+  const size_t C = static_cast<size_t>(shape_.hidden);
   std::vector<float*> tensors;
   if (layer >= 0) {
     const LayerView<float>& g = g_.layers[layer];
@@ -78,8 +78,22 @@ absl::Status CudaGptModel<T>::SumLayerNormGradients(int layer) {
   } else {
     tensors = {g_.lnf_gamma, g_.lnf_beta};
   }
-  for (float* data : tensors) {
-    RETURN_IF_ERROR(tp_->AllReduce(data, static_cast<size_t>(C), ReduceOp::kSum, stream_));
+  // One all-reduce for the layer's tensors, packed: on small tensors a collective's
+  // latency is all it costs (on the CPU engine, packing took sequence parallelism's step
+  // from +29% to +22% over t=2 alone).
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(layer_norm_sums_.get() + k * C, tensors[k], C * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "packing the LayerNorm gradients"));
+  }
+  RETURN_IF_ERROR(
+      tp_->AllReduce(layer_norm_sums_.get(), tensors.size() * C, ReduceOp::kSum, stream_));
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(tensors[k], layer_norm_sums_.get() + k * C, C * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "unpacking the LayerNorm gradients"));
   }
   return absl::OkStatus();
 }
