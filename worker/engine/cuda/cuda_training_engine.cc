@@ -120,15 +120,19 @@ absl::StatusOr<double> CudaTrainingEngine::ComputeGradients(
   // (SetDataParallelGroup in Create).
   if (whole_model_) {
     ASSIGN_OR_RETURN(loss_sum, engine_->ForwardBackward(microbatches, d_loss_per_token));
+    collective_seconds_ += engine_->last_all_reduce_seconds();
   } else {
     RETURN_IF_ERROR(engine_->ZeroGradients());
     absl::StatusOr<double> run = executor.RunStep(microbatches, d_loss_per_token);
     const absl::Status summed = engine_->WaitForGradientSums();  // on failure too
     ASSIGN_OR_RETURN(loss_sum, std::move(run));
     RETURN_IF_ERROR(summed);
+    // Before a deferred sum's wait replaces it.
+    collective_seconds_ += engine_->last_all_reduce_seconds();
     if (const ParamTensor* wte = layout_.Find("wte"); wte != nullptr && pipeline_ > 1) {
       // The tied embedding's two copies (first and last stage) sum their gradients, each
-      // already summed over its replicas (under ZeRO-1: not yet, its sum was deferred).
+      // already summed over its replicas (under ZeRO-1: not yet, its sum was deferred and
+      // runs now, timed with the exchange).
       const auto exchange_start = std::chrono::steady_clock::now();
       RETURN_IF_ERROR(engine_->AllReduceGradients(groups_->embedding.get(), /*on_device=*/false,
                                                   {{wte->offset, wte->size}}));
@@ -137,7 +141,6 @@ absl::StatusOr<double> CudaTrainingEngine::ComputeGradients(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - exchange_start).count();
     }
   }
-  collective_seconds_ += engine_->last_all_reduce_seconds();
   return loss_sum;
 }
 
