@@ -697,10 +697,11 @@ void JobManager::MaybeGrowLocked(const std::string& job_id, int64_t step) {
   const PricedLayout& best = more->feasible.front();
   if (best.cost.devices <= static_cast<int>(running.size())) return;  // not a growth
   if (best.cost.step_seconds > *running_seconds * (1 - gain)) return;
-  const std::string why =
-      absl::StrCat(joined.size(), " free workers joined: ", running_name, " (predicted ",
-                   absl::StrFormat("%.3g", *running_seconds), " s a step) -> ",
-                   PredictionText(best), ", resuming from the checkpoint of step ", step);
+  const std::string why = absl::StrCat(
+      joined.size(),
+      joined.size() == 1 ? " free worker joined: " : " free workers joined: ", running_name,
+      " (predicted ", absl::StrFormat("%.3g", *running_seconds), " s a step) -> ",
+      PredictionText(best), ", resuming from the checkpoint of step ", step);
   const int64_t generation = job.generation;
   const int restarts = job.restarts;
   EndGenerationLocked(job_id, "the job is re-planned onto more workers");

@@ -44,10 +44,17 @@ namespace {
 // A measured profile is only ever read by the planner's arithmetic: every number must be
 // finite and not negative, the efficiency a fraction.
 absl::Status CheckDeviceProfile(const DeviceProfile& profile) {
-  if (profile.name().size() > kMaxWorkerStringBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("worker.profile.name: ", profile.name().size(),
-                                                   " bytes [rule: at most ", kMaxWorkerStringBytes,
-                                                   " bytes]"));
+  const std::pair<const char*, const std::string*> strings[] = {
+      {"worker.profile.name", &profile.name()},
+      {"worker.profile.processor", &profile.processor()},
+      {"worker.profile.isa", &profile.isa()},
+      {"worker.profile.gemm_library", &profile.gemm_library()},
+      {"worker.profile.gemm_kernel", &profile.gemm_kernel()}};
+  for (const auto& [field, value] : strings) {
+    if (value->size() > kMaxWorkerStringBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", value->size(), " bytes [rule: at most ", kMaxWorkerStringBytes, " bytes]"));
+    }
   }
   const std::pair<const char*, double> numbers[] = {
       {"worker.profile.fp32_flops", profile.fp32_flops()},
@@ -56,7 +63,11 @@ absl::Status CheckDeviceProfile(const DeviceProfile& profile) {
       {"worker.profile.matmul_half_size", profile.matmul_half_size()},
       {"worker.profile.memory_bandwidth_bytes_per_second",
        profile.memory_bandwidth_bytes_per_second()},
-      {"worker.profile.memory_bytes", static_cast<double>(profile.memory_bytes())}};
+      {"worker.profile.memory_bytes", static_cast<double>(profile.memory_bytes())},
+      {"worker.profile.cores", static_cast<double>(profile.cores())},
+      {"worker.profile.threads", static_cast<double>(profile.threads())},
+      {"worker.profile.flops_per_cycle", static_cast<double>(profile.flops_per_cycle())},
+      {"worker.profile.clock_hz", profile.clock_hz()}};
   for (const auto& [field, value] : numbers) {
     if (!std::isfinite(value) || value < 0) {
       return absl::InvalidArgumentError(

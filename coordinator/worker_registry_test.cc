@@ -198,6 +198,17 @@ TEST_F(WorkerRegistryTest, OversizedStringsAndUnknownDeviceKindsAreRefusedByName
   odd_kind.set_device_kind(static_cast<DeviceKind>(99));
   status = registry_.Register(odd_kind, &restarted);
   EXPECT_TRUE(absl::StartsWith(status.message(), "worker.device_kind: 99")) << status;
+  // The CPU profile's names and numbers (issue 32) are checked like the rest.
+  WorkerInfo long_kernel = MakeWorker("w1", "a");
+  long_kernel.mutable_profile()->set_gemm_kernel(std::string(kMaxWorkerStringBytes + 1, 'k'));
+  status = registry_.Register(long_kernel, &restarted);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "worker.profile.gemm_kernel: 257 bytes"))
+      << status;
+  WorkerInfo negative_clock = MakeWorker("w1", "a");
+  negative_clock.mutable_profile()->set_clock_hz(-3e9);
+  status = registry_.Register(negative_clock, &restarted);
+  EXPECT_TRUE(absl::StartsWith(status.message(), "worker.profile.clock_hz: must be finite"))
+      << status;
   EXPECT_TRUE(registry_.List().empty());
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -116,18 +117,37 @@ LinkProfile AssumedInterHostLink() {
   return link;
 }
 
+double CpuCoresPerRank(int host_cores, int threads, int ranks_on_host) {
+  const double cores = std::max(1, host_cores);
+  const double used = threads > 0 ? std::min<double>(threads, cores) : cores;
+  return std::min(used, cores / std::max(1, ranks_on_host));
+}
+
 absl::StatusOr<ClusterDescription> ClusterFromWorkers(const std::vector<PlannedWorker>& workers) {
   std::map<std::string, int> per_host;
-  const DeviceProfile* slowest = nullptr;
+  for (const PlannedWorker& worker : workers) ++per_host[worker.host];
+  std::optional<DeviceProfile> slowest;
   for (const PlannedWorker& worker : workers) {
-    ++per_host[worker.host];
     if (worker.profile.fp32_flops() <= 0) continue;
-    if (slowest == nullptr || worker.profile.fp32_flops() < slowest->fp32_flops()) {
-      slowest = &worker.profile;
+    DeviceProfile profile = worker.profile;
+    if (profile.cores() > 0) {
+      // The profile covers min(threads, cores) cores; the rank owns CpuCoresPerRank.
+      const int threads = profile.threads() > 0 ? profile.threads() : profile.cores();
+      const double measured_cores = std::min(threads, profile.cores());
+      const int ranks = per_host[worker.host];
+      const double share = CpuCoresPerRank(profile.cores(), threads, ranks) / measured_cores;
+      profile.set_fp32_flops(profile.fp32_flops() * share);
+      profile.set_half_flops(profile.half_flops() * share);
+      profile.set_memory_bandwidth_bytes_per_second(profile.memory_bandwidth_bytes_per_second() /
+                                                    ranks);
+      profile.set_memory_bytes(profile.memory_bytes() / ranks);
+    }
+    if (!slowest.has_value() || profile.fp32_flops() < slowest->fp32_flops()) {
+      slowest = std::move(profile);
     }
   }
   if (workers.empty()) return absl::FailedPreconditionError("no live workers to plan for");
-  if (slowest == nullptr) {
+  if (!slowest.has_value()) {
     return absl::FailedPreconditionError(
         "no live worker reported a measured device profile (workers measure their CPU at "
         "start unless --probe_device=false; CUDA workers do not measure yet): give the "

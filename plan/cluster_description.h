@@ -45,9 +45,17 @@ struct PlannedWorker {
 LinkProfile AssumedIntraHostLink();
 LinkProfile AssumedInterHostLink();
 
+// The cores one CPU rank owns, for MFU (the trainer's) and the planner alike: the threads
+// it runs, but no more than an equal share of its host's cores among the ranks on that
+// host (ranks time-sharing cores own only their share). One definition of the CPU's peak
+// for a job follows: the sum over its ranks of this times FLOPs a cycle times the clock.
+double CpuCoresPerRank(int host_cores, int threads, int ranks_on_host);
+
 // The cluster the planner sees in `workers`: a node per host, devices_per_node the most
 // workers any host has, and the slowest profile (lowest fp32_flops) for every device, so a
-// plan never counts on the fastest worker. FAILED_PRECONDITION when there are no workers
+// plan never counts on the fastest worker. A measured CPU profile (cores > 0) is first cut
+// to the rank's share of its host (CpuCoresPerRank, with the workers of that host): its
+// fp32_flops, memory bandwidth and memory. FAILED_PRECONDITION when there are no workers
 // or none has a measured profile.
 absl::StatusOr<ClusterDescription> ClusterFromWorkers(const std::vector<PlannedWorker>& workers);
 

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -78,6 +79,45 @@ TEST(ClusterDescriptionTest, SingleNodeClusterHoldsTheDevices) {
   EXPECT_EQ(cluster.nodes(), 1);
   EXPECT_EQ(cluster.devices_per_node(), 4);
   EXPECT_EQ(cluster.device().name(), "cpu");
+}
+
+TEST(ClusterDescriptionTest, CpuCoresPerRankIsTheThreadsUpToAnEqualShareOfTheHost) {
+  EXPECT_DOUBLE_EQ(CpuCoresPerRank(2, 2, 1), 2);    // one rank on all cores
+  EXPECT_DOUBLE_EQ(CpuCoresPerRank(2, 0, 1), 2);    // 0 threads: every core
+  EXPECT_DOUBLE_EQ(CpuCoresPerRank(2, 2, 4), 0.5);  // four ranks time-share two cores
+  EXPECT_DOUBLE_EQ(CpuCoresPerRank(16, 1, 2), 1);   // two single-threaded ranks use two
+  EXPECT_DOUBLE_EQ(CpuCoresPerRank(2, 8, 1), 2);    // more threads than cores
+}
+
+// The issue-32 case: four CPU workers on one 2-core host, each measured with all its
+// cores. Each rank owns half a core, so the planner's peak (and MFU) counts the host once.
+TEST(ClusterDescriptionTest, CpuWorkersOnOneHostShareItsCores) {
+  DeviceProfile measured;
+  measured.set_name("cpu (2 threads of 2 cores, measured)");
+  measured.set_fp32_flops(2 * 96e9);
+  measured.set_matmul_efficiency(0.7);
+  measured.set_memory_bandwidth_bytes_per_second(20e9);
+  measured.set_memory_bytes(int64_t{24} << 30);
+  measured.set_cores(2);
+  measured.set_threads(2);
+  std::vector<PlannedWorker> workers(4, PlannedWorker{"10.0.0.1", measured});
+  absl::StatusOr<ClusterDescription> cluster = ClusterFromWorkers(workers);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_EQ(cluster->nodes(), 1);
+  EXPECT_EQ(cluster->devices_per_node(), 4);
+  EXPECT_DOUBLE_EQ(cluster->device().fp32_flops(), 0.5 * 96e9);
+  EXPECT_DOUBLE_EQ(cluster->device().matmul_efficiency(), 0.7);
+  EXPECT_DOUBLE_EQ(cluster->device().memory_bandwidth_bytes_per_second(), 5e9);
+  EXPECT_EQ(cluster->device().memory_bytes(), int64_t{6} << 30);
+
+  // One worker alone keeps its whole profile; profiles without cores (hand-written, GPUs)
+  // are used as they are.
+  workers.resize(1);
+  EXPECT_DOUBLE_EQ(ClusterFromWorkers(workers)->device().fp32_flops(), 2 * 96e9);
+  DeviceProfile gpu;
+  gpu.set_fp32_flops(50e12);
+  std::vector<PlannedWorker> gpus(2, PlannedWorker{"10.0.0.2", gpu});
+  EXPECT_DOUBLE_EQ(ClusterFromWorkers(gpus)->device().fp32_flops(), 50e12);
 }
 
 }  // namespace

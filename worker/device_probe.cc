@@ -15,6 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/cpu_features.h"
+#include "kernels/cpu_gemm_library.h"
+#include "kernels/cpu_peak.h"
 #include "kernels/cpu_threads.h"
 #include "kernels/matmul.h"
 
@@ -74,19 +77,33 @@ double MatmulHalfSize(double small, double small_rate, double large, double larg
 }
 
 DeviceProfile ProbeCpu(const CpuProbeOptions& options) {
-  const int threads = options.threads > 0 ? options.threads : cpu::AvailableCores();
+  const int cores = cpu::AvailableCores();
+  const int threads = options.threads > 0 ? options.threads : cores;
   cpu::SetCpuThreads(threads);
+  const cpu::GemmKernelChoice& gemm = cpu::EnsureBestGemmKernel();
+  const cpu::CpuPeak& peak = cpu::CpuPeakOfThisMachine();
+  const cpu::CpuFeatures& features = cpu::CpuFeaturesOfThisMachine();
   constexpr int kLarge = 1024, kSmall = 64;
   const double large_rate = CubeRate(kLarge, options.seconds_per_measurement);
   const double small_rate = CubeRate(kSmall, options.seconds_per_measurement);
+  const double peak_flops = peak.FlopsPerCore() * std::min(threads, cores);
 
   DeviceProfile profile;
-  profile.set_name(
-      absl::StrCat("cpu (", threads, " threads of ", cpu::AvailableCores(), " cores, measured)"));
-  profile.set_fp32_flops(large_rate);
-  profile.set_matmul_efficiency(1.0);
+  profile.set_name(absl::StrCat("cpu (", threads, " threads of ", cores, " cores, measured)"));
+  // The peak of the cores used, and the share of it the library's GEMM reaches (capped: a
+  // clock measured slower than it runs must not make the efficiency exceed 1).
+  profile.set_fp32_flops(peak_flops);
+  profile.set_matmul_efficiency(std::clamp(large_rate / peak_flops, 1e-3, 1.0));
   profile.set_matmul_half_size(MatmulHalfSize(kSmall, small_rate, kLarge, large_rate));
   profile.set_memory_bandwidth_bytes_per_second(CopyBandwidth(options.seconds_per_measurement));
+  profile.set_processor(features.model_name.empty() ? features.vendor : features.model_name);
+  profile.set_isa(cpu::VectorIsaName(cpu::BestVectorIsa(features)));
+  profile.set_gemm_library(gemm.library);
+  profile.set_gemm_kernel(gemm.kernel);
+  profile.set_cores(cores);
+  profile.set_threads(threads);
+  profile.set_flops_per_cycle(peak.FlopsPerCycle());
+  profile.set_clock_hz(peak.clock_hz);
   return profile;
 }
 

@@ -1,13 +1,15 @@
 // Measures what the planner's cost model needs to know about this worker's CPU, in well
-// under a second at start: the matrix-multiply rate at a large and a small shape (from
-// which the small-matrix efficiency curve follows) and the memory bandwidth; the usable
-// memory is the inventory's (device_inventory.h), which the worker copies in. It reports it at
-// registration (WorkerInfo.profile) and `trainctl workers
-// --wide` shows it. A measured profile states the measured large-GEMM rate as fp32_flops
-// with matmul_efficiency 1: it is what the kernels reach, not the chip's data-sheet peak.
+// under a second at start: the peak (kernels/cpu_peak.h: FLOPs a cycle from the ISA and the
+// measured FMA units, times the measured clock, times the cores a rank uses), the
+// matrix-multiply rate at a large and a small shape (the large one over the peak is the
+// matmul efficiency; the small-matrix curve follows from both) and the memory bandwidth;
+// the usable memory is the inventory's (device_inventory.h), which the worker copies in.
+// It names the processor, its ISA and the GEMM library's kernel (cpu_gemm_library.h). It
+// reports it at registration (WorkerInfo.profile) and `trainctl workers --wide` shows it.
 // CUDA devices are measured by the rank binary (`train --measure_cuda_device=N`,
 // worker/engine/cuda/cuda_device_probe.h), so that the daemon itself never loads the CUDA
-// runtime: MeasureCudaWithRankBinary runs it and reads the profile it prints.
+// runtime: MeasureCudaWithRankBinary runs it and reads the profile it prints; a CUDA
+// profile states the measured large-GEMM rates as the peaks, with matmul_efficiency 1.
 //
 //   ASSIGN_OR_RETURN(DeviceProfile profile, ProbeCpu({.threads = 2}));
 #ifndef MTRAIN_WORKER_DEVICE_PROBE_H_

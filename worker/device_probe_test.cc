@@ -28,7 +28,20 @@ TEST(DeviceProbeTest, MeasuresThisMachine) {
   // nothing here is faster than 100 TFLOP/s. The values must be finite and used as is.
   EXPECT_GT(profile.fp32_flops(), 1e8);
   EXPECT_LT(profile.fp32_flops(), 1e14);
-  EXPECT_EQ(profile.matmul_efficiency(), 1.0);
+  // fp32_flops is the peak of the one core used, from its parts; the GEMM reaches a
+  // fraction of it.
+  EXPECT_EQ(profile.threads(), 1);
+  EXPECT_GE(profile.cores(), 1);
+  EXPECT_GE(profile.flops_per_cycle(), 8);
+  EXPECT_NEAR(profile.fp32_flops(), profile.flops_per_cycle() * profile.clock_hz(),
+              1e-6 * profile.fp32_flops());
+  EXPECT_GT(profile.matmul_efficiency(), 0.0);
+  EXPECT_LE(profile.matmul_efficiency(), 1.0);
+  // What the matrix multiplies run on, named.
+  EXPECT_FALSE(profile.processor().empty());
+  EXPECT_FALSE(profile.isa().empty());
+  EXPECT_THAT(profile.gemm_library(), ::testing::StartsWith("OpenBLAS"));
+  EXPECT_FALSE(profile.gemm_kernel().empty());
   EXPECT_GE(profile.matmul_half_size(), 0);
   EXPECT_TRUE(std::isfinite(profile.matmul_half_size()));
   EXPECT_GT(profile.memory_bandwidth_bytes_per_second(), 1e8);

@@ -26,6 +26,7 @@
 #include "common/scratch_dir.h"
 #include "common/status_macros.h"
 #include "common/step_metrics_format.h"
+#include "kernels/cpu_gemm_library.h"
 #include "kernels/cuda_device_query.h"
 #include "plan/assignment_plan.h"
 #include "plan/rank_grid.h"
@@ -419,10 +420,18 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     RETURN_IF_ERROR(
         ConnectDeviceGroups(grid, rank, transport, trainer_options.cuda_device, &groups));
   }
+  trainer_options.cpu_threads = options.threads;
   trainer_options.bucket_elements =
       std::max<size_t>(1, static_cast<size_t>(options.bucket_mb * (1 << 20) / 4));
   ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer,
                    Trainer::Create(assignment, std::move(groups), trainer_options));
+  if (engine.kind == EngineKind::kCpu) {
+    // Every rank's machine may differ: each says when its GEMM kernel is weaker than its
+    // processor (kernels/cpu_gemm_library.h).
+    if (const std::string warning = cpu::EnsureBestGemmKernel().Warning(); !warning.empty()) {
+      sinks.Log(absl::StrCat("warning: rank ", rank, ": ", warning));
+    }
+  }
   if (rank == 0) {
     sinks.Log(trainer->engine_note());
     sinks.Log(trainer->data_note());

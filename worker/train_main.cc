@@ -39,6 +39,7 @@
 #include "absl/time/time.h"
 #include "common/shutdown_signal.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/cpu_peak.h"
 #include "kernels/cpu_threads.h"
 #include "proto/cluster.pb.h"
 #include "worker/device_probe.h"
@@ -243,6 +244,9 @@ int Run() {
   static ShutdownSignal* const signals = new ShutdownSignal;
   WatchForAbort(signals);
   const RankRunOptions options = OptionsFromFlags();
+  // The CPU's peak (for MFU) is measured before the kernels' threads exist: a thread
+  // spinning on the core's SMT sibling would halve the FMA rate it sees.
+  cpu::CpuPeakOfThisMachine();
   cpu::SetCpuThreads(options.threads > 0 ? options.threads : cpu::AvailableCores());
   const bool static_mode = options.assignment_path.empty();
   int rank = options.rank;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 
@@ -26,6 +27,15 @@
 
 namespace mtrain {
 namespace {
+
+// How many of the assignment's ranks each host runs (static mode: every peer on
+// 127.0.0.1). An assignment without peers counts as one rank on one host.
+std::map<std::string, int> RanksPerHost(const Assignment& assignment) {
+  std::map<std::string, int> ranks;
+  for (const Peer& peer : assignment.peers()) ++ranks[peer.host()];
+  if (ranks.empty()) ranks[""] = std::max(1, assignment.rank().world_size());
+  return ranks;
+}
 
 // Tags of the weight-gather and checkpoint-record messages on the world group: above every
 // pipeline tag (microbatch < 2^32), below the 2^55 communicators accept.
@@ -218,7 +228,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   // fp16 needs Megatron's dynamic loss scaling (loss_scaler.h); bf16 has fp32's range.
   if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
   t->flops_per_step_ = ModelFlopsPerIteration(t->shape_, par.global_batch_size());
-  t->peak_flops_ = PeakFlopsPerDevice(cuda ? "cuda" : options.device_kind) * rank.world_size();
+  if (cuda) {
+    t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
+  } else {
+    // The job's peak: each rank's share of its host (hosts taken to be like this one).
+    t->peak_flops_ = 0;
+    for (const auto& [host, ranks] : RanksPerHost(assignment)) {
+      t->peak_flops_ += ranks * CpuRankPeakFlops(options.cpu_threads, ranks);
+    }
+  }
   return t;
 }
 

@@ -60,6 +60,9 @@ struct TrainerOptions {
   // The CPU engine's data-parallel gradient buckets (grad_buckets.h).
   size_t bucket_elements = kDefaultBucketElements;
   std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
+  // Threads of this rank's CPU kernels (0: every available core): with the ranks the
+  // assignment places on this rank's host, the cores its MFU counts (CpuRankPeakFlops).
+  int cpu_threads = 0;
   // What Create checks the rank's estimated memory against; unset: this machine's
   // (memory_limits.h).
   std::optional<MemoryLimits> memory_limits;

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <random>
@@ -27,6 +28,7 @@
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/cpu_gemm_library.h"
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 #include "worker/device_inventory.h"
@@ -96,10 +98,19 @@ int Run() {
     info->mutable_profile()->set_memory_bytes(info->memory_bytes());
     const DeviceProfile& profile = info->profile();
     note = absl::StrCat(
-        note, absl::StrFormat("; measured %.0f GFLOP/s fp32 GEMM (half size %.0f), %.1f GB/s "
-                              "memory",
-                              profile.fp32_flops() / 1e9, profile.matmul_half_size(),
+        note, absl::StrFormat("; %s (%s), peak %.0f GFLOP/s fp32 (%d FLOP/cycle x %.2f GHz x %d "
+                              "threads); %s kernel %s measured %.0f GFLOP/s (%.0f%% of peak, half "
+                              "size %.0f), %.1f GB/s memory",
+                              profile.processor(), profile.isa(), profile.fp32_flops() / 1e9,
+                              profile.flops_per_cycle(), profile.clock_hz() / 1e9,
+                              std::min(profile.threads(), profile.cores()), profile.gemm_library(),
+                              profile.gemm_kernel(),
+                              profile.fp32_flops() * profile.matmul_efficiency() / 1e9,
+                              100 * profile.matmul_efficiency(), profile.matmul_half_size(),
                               profile.memory_bandwidth_bytes_per_second() / 1e9));
+    if (const std::string warning = cpu::EnsureBestGemmKernel().Warning(); !warning.empty()) {
+      std::fprintf(stderr, "worker: warning: %s\n", warning.c_str());
+    }
   }
 
   if (info->device_kind() == DEVICE_KIND_CUDA && absl::GetFlag(FLAGS_probe_device)) {

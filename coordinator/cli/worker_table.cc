@@ -31,13 +31,22 @@ std::string StateText(const WorkerStatus& status) {
   return "idle";
 }
 
+constexpr const char* kProfileColumns = "%9s %9s %6s %9s  %s";
+
+// The GEMM library, its kernel and the ISA for CPU profiles ("OpenBLAS 0.3.21 Zen avx2").
+std::string KernelText(const DeviceProfile& profile) {
+  if (profile.gemm_library().empty()) return "-";
+  return absl::StrCat(profile.gemm_library(), " ", profile.gemm_kernel(), " ", profile.isa());
+}
+
 std::string ProfileText(const DeviceProfile& profile) {
-  constexpr const char* kColumns = "%9s %6s %9s";
-  if (profile.fp32_flops() <= 0) return absl::StrFormat(kColumns, "-", "-", "-");
-  return absl::StrFormat(
-      kColumns, absl::StrFormat("%.1f", profile.fp32_flops() / 1e9),
-      absl::StrFormat("%.0f", profile.matmul_half_size()),
-      absl::StrFormat("%.1f", profile.memory_bandwidth_bytes_per_second() / 1e9));
+  if (profile.fp32_flops() <= 0) return absl::StrFormat(kProfileColumns, "-", "-", "-", "-", "-");
+  const double efficiency = profile.matmul_efficiency() > 0 ? profile.matmul_efficiency() : 1;
+  return absl::StrFormat(kProfileColumns, absl::StrFormat("%.1f", profile.fp32_flops() / 1e9),
+                         absl::StrFormat("%.1f", profile.fp32_flops() * efficiency / 1e9),
+                         absl::StrFormat("%.0f", profile.matmul_half_size()),
+                         absl::StrFormat("%.1f", profile.memory_bandwidth_bytes_per_second() / 1e9),
+                         KernelText(profile));
 }
 
 }  // namespace
@@ -46,8 +55,11 @@ std::string FormatWorkerTable(const ListWorkersResponse& workers, bool wide) {
   constexpr const char* kRow = "%-24s %-16s %-28s %10s %-12s %s";
   std::string out =
       absl::StrFormat(kRow, "WORKER", "HOST", "DEVICE", "MEMORY", "STATE", "LAST SEEN");
-  if (wide)
-    absl::StrAppend(&out, absl::StrFormat("  %9s %6s %9s", "GEMM GF/S", "HALF", "MEM GB/S"));
+  if (wide) {
+    absl::StrAppend(&out, "  ",
+                    absl::StrFormat(kProfileColumns, "PEAK GF/S", "GEMM GF/S", "HALF", "MEM GB/S",
+                                    "GEMM KERNEL"));
+  }
   absl::StrAppend(&out, "\n");
   for (const WorkerStatus& status : workers.workers()) {
     const WorkerInfo& info = status.worker();

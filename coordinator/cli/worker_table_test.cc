@@ -42,17 +42,24 @@ TEST(WorkerTableTest, WideAddsTheMeasuredProfile) {
   measured->mutable_worker()->set_worker_id("cpu-0");
   DeviceProfile* profile = measured->mutable_worker()->mutable_profile();
   profile->set_fp32_flops(196.4e9);
+  profile->set_matmul_efficiency(0.75);
   profile->set_matmul_half_size(21);
   profile->set_memory_bandwidth_bytes_per_second(22.3e9);
+  profile->set_gemm_library("OpenBLAS 0.3.21");
+  profile->set_gemm_kernel("SkylakeX");
+  profile->set_isa("avx512_bf16");
   response.add_workers()->mutable_worker()->set_worker_id("cpu-1");  // did not measure
   const std::string narrow = FormatWorkerTable(response);
   EXPECT_THAT(narrow, ::testing::Not(HasSubstr("GEMM GF/S")));
   const std::string wide = FormatWorkerTable(response, /*wide=*/true);
+  EXPECT_THAT(wide, HasSubstr("PEAK GF/S"));
   EXPECT_THAT(wide, HasSubstr("GEMM GF/S"));
-  EXPECT_THAT(wide, HasSubstr("196.4"));
+  EXPECT_THAT(wide, HasSubstr("196.4"));  // the peak
+  EXPECT_THAT(wide, HasSubstr("147.3"));  // what the GEMM reaches: 75% of it
   EXPECT_THAT(wide, HasSubstr("22.3"));
+  EXPECT_THAT(wide, HasSubstr("OpenBLAS 0.3.21 SkylakeX avx512_bf16"));
   EXPECT_EQ(std::count(wide.begin(), wide.end(), '\n'), 3);
-  EXPECT_THAT(wide, HasSubstr("        -      -         -"));
+  EXPECT_THAT(wide, HasSubstr("        -         -      -         -  -"));
 }
 
 }  // namespace

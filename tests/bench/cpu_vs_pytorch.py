@@ -9,8 +9,10 @@ spec reads):
     F.scaled_dot_product_attention with is_causal, tanh GeLU, foreach AdamW, clip 1.0);
   - the same under torch.compile.
 Each runs in its own process, so its peak resident memory (max RSS) is its own. Prints
-tokens/s and step ms (median of the timed steps after --warmup), the peak RSS, and the
-engine's ratio to the faster of eager and compile.
+the processor (model name, family/model, the vector flags that matter to a GEMM), the
+engine's GEMM library and kernel and PyTorch's CPU capability first, then tokens/s and step
+ms (median of the timed steps after --warmup), the peak RSS, and the engine's ratio to the
+faster of eager and compile: one table per processor in docs/PERFORMANCE.md.
 
   bazel build //worker:train
   pip install torch            # PyPI; the GPU machine has it already
@@ -59,15 +61,19 @@ def run_engine(cfg, args):
         spec_path = pathlib.Path(tmp, "spec.json")
         spec_path.write_text(json.dumps(engine_spec(cfg, args.warmup + args.steps)))
         metrics = pathlib.Path(tmp, "metrics.jsonl")
-        subprocess.run([str(ROOT / "bazel-bin/worker/train"), f"--spec={spec_path}",
-                        f"--metrics_jsonl={metrics}", f"--threads={args.threads}"],
-                       check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        run = subprocess.run([str(ROOT / "bazel-bin/worker/train"), f"--spec={spec_path}",
+                              f"--metrics_jsonl={metrics}", f"--threads={args.threads}"],
+                             check=True, capture_output=True, text=True, cwd=ROOT)
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    engine_line = next((line for line in (run.stdout + run.stderr).splitlines()
+                        if line.startswith("engine:")), "")
     timed = rows[args.warmup:]
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"step_seconds": statistics.median(r["step_seconds"] for r in timed),
             "peak_bytes": peak_kib * 1024, "loss": rows[-1]["loss"],
-            "heap_peak_bytes": rows[-1].get("host_memory_peak_bytes", 0)}
+            "heap_peak_bytes": rows[-1].get("host_memory_peak_bytes", 0),
+            "mfu": statistics.median(r.get("mfu", 0) for r in timed),
+            "engine_line": engine_line}
 
 
 def run_torch(cfg, args, compiled):
@@ -98,7 +104,26 @@ def run_torch(cfg, args, compiled):
             times.append(seconds)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"step_seconds": statistics.median(times), "peak_bytes": peak_kib * 1024,
-            "loss": float(loss.detach()), "version": torch.__version__}
+            "loss": float(loss.detach()), "version": torch.__version__,
+            "capability": torch.backends.cpu.get_cpu_capability()}
+
+
+GEMM_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+              "avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16")
+
+
+def processor():
+    """'model name (vendor family F model M): flags' from /proc/cpuinfo's first processor."""
+    fields = {}
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    flags = [f for f in GEMM_FLAGS if f in fields.get("flags", "").split()]
+    return (f"{fields.get('model name', '?')} ({fields.get('vendor_id', '?')} family "
+            f"{fields.get('cpu family', '?')} model {fields.get('model', '?')}), "
+            f"{os.cpu_count()} cpus: {' '.join(flags) or 'no AVX'}")
 
 
 def measure(kind, shape, args):
@@ -132,6 +157,7 @@ def main():
         return 0
 
     kinds = ["engine", "eager"] + ([] if args.no_compile else ["compile"])
+    print(f"processor: {processor()}")
     labels = {"engine": "mtrain engine", "eager": "PyTorch eager", "compile": "PyTorch compile"}
     print(f"fp32, {args.threads} threads, median of {args.steps} steps after {args.warmup}, "
           f"fastest of {args.repeats} interleaved run(s); peak = max RSS of the process; heap = "
@@ -150,6 +176,12 @@ def main():
                 if best is None or "error" in best or (
                         "error" not in r and r["step_seconds"] < best["step_seconds"]):
                     results[kind] = r
+        if shape == args.shapes.split(",")[0]:
+            if results["engine"].get("engine_line"):
+                print(results["engine"]["engine_line"])
+            if "version" in results.get("eager", {}):
+                print(f"PyTorch {results['eager']['version']}, CPU capability "
+                      f"{results['eager']['capability']}")
         for kind in kinds:
             r = results[kind]
             if "error" in r:
@@ -165,7 +197,8 @@ def main():
             fastest = min(r["step_seconds"] for r in torch_rows)
             leanest = min(r["peak_bytes"] for r in torch_rows)
             print(f"{shape:<7} engine / faster PyTorch: {fastest / results['engine']['step_seconds']:.2f}x "
-                  f"tokens/s, {results['engine']['peak_bytes'] / leanest:.2f}x peak memory "
+                  f"tokens/s, {results['engine']['peak_bytes'] / leanest:.2f}x peak memory, "
+                  f"engine MFU {100 * results['engine']['mfu']:.1f}% "
                   f"(L={cfg['layers']} h={cfg['hidden']} heads={cfg['heads']} s={cfg['seq']} "
                   f"V={cfg['vocab']} B={cfg['batch']})")
     return 0

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu_gemm_library.h"
+#include "kernels/cpu_peak.h"
 #include "kernels/grad_norm.h"
 #include "worker/engine/generation_step.h"
 
@@ -31,6 +33,11 @@ TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
 }  // namespace
 
 CpuEngine::~CpuEngine() = default;
+
+std::string CpuEngine::device_description() const {
+  return absl::StrCat("GEMM ", cpu::EnsureBestGemmKernel().Describe(), "; peak ",
+                      cpu::CpuPeakOfThisMachine().Describe());
+}
 
 absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngineConfig& config) {
   if (config.precision != PRECISION_FP32) {

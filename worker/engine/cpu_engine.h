@@ -31,6 +31,9 @@ class CpuEngine : public TrainingEngine {
   const RankLayout& layout() const override { return model_->layout(); }
   const OptimizerSlice& optimizer_slice() const override { return slice_; }
   PipelineStages& stages() override { return *stages_; }
+  // The GEMM library, its kernel and the processor's ISA, and the peak a core:
+  // "GEMM OpenBLAS 0.3.21, kernel Zen (avx2; ...), CPU avx2 (AMD EPYC); peak 32 FLOP/cycle ...".
+  std::string device_description() const override;
 
   absl::StatusOr<double> ComputeGradients(PipelineExecutor& executor,
                                           const std::vector<Microbatch>& microbatches,

@@ -1,8 +1,10 @@
 #include "worker/engine/flops.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
+
+#include "kernels/cpu_peak.h"
+#include "kernels/cpu_threads.h"
+#include "plan/cluster_description.h"
 
 namespace mtrain {
 
@@ -15,14 +17,30 @@ double ModelFlopsPerIteration(const ModelShape& shape, long long global_batch) {
   return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
-double PeakFlopsPerDevice(const std::string& device_kind) {
+namespace {
+
+// MTRAIN_PEAK_TFLOPS in FLOP/s, or 0 when unset or not positive.
+double PeakFromEnvironment() {
   if (const char* env = std::getenv("MTRAIN_PEAK_TFLOPS")) {
     const double tflops = std::atof(env);
     if (tflops > 0) return tflops * 1e12;
   }
+  return 0;
+}
+
+}  // namespace
+
+double PeakFlopsPerDevice(const std::string& device_kind) {
+  if (const double forced = PeakFromEnvironment(); forced > 0) return forced;
   if (device_kind == "h100" || device_kind == "h200" || device_kind == "cuda") return 989e12;
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return static_cast<double>(cores > 0 ? cores : 1) * 2.5e9 * 32.0;
+  return cpu::CpuPeakOfThisMachine().FlopsPerCore() * cpu::AvailableCores();
+}
+
+double CpuRankPeakFlops(int threads, int ranks_on_host) {
+  const int cores = cpu::AvailableCores();
+  const double rank_cores = CpuCoresPerRank(cores, threads, ranks_on_host);
+  if (const double forced = PeakFromEnvironment(); forced > 0) return forced * rank_cores / cores;
+  return cpu::CpuPeakOfThisMachine().FlopsPerCore() * rank_cores;
 }
 
 }  // namespace mtrain

@@ -15,10 +15,17 @@ namespace mtrain {
 double ModelFlopsPerIteration(const ModelShape& shape, long long global_batch);
 
 // Peak dense FLOP/s of one device, by kind:
-//   "cpu"          cores * 2.5 GHz * 32 FP32 FLOP/cycle (AVX2: 2 FMA units x 8 lanes x 2)
+//   "cpu"          this machine's cores (every core this process may run on) x FLOPs a
+//                  cycle a core x the measured clock (kernels/cpu_peak.h)
 //   "h100"/"h200"  989e12 (dense BF16, datasheet, SXM)
 // Overridden by the MTRAIN_PEAK_TFLOPS environment variable (TFLOP/s per device).
 double PeakFlopsPerDevice(const std::string& device_kind);
+
+// The peak of one CPU rank: the cores it owns (plan/cluster_description.h,
+// CpuCoresPerRank: its threads, at most its share of the host among `ranks_on_host`) x
+// FLOPs a cycle a core x the measured clock. MTRAIN_PEAK_TFLOPS, when set, is the peak of
+// one whole machine and is shared the same way.
+double CpuRankPeakFlops(int threads, int ranks_on_host);
 
 }  // namespace mtrain
 

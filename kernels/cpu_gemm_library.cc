@@ -1,0 +1,168 @@
+#include "kernels/cpu_gemm_library.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+// OpenBLAS's DYNAMIC_ARCH start-up, exported by its shared library but not declared in
+// cblas.h: quit forgets the chosen kernel table, init chooses again (reading
+// OPENBLAS_CORETYPE). Weak, so that a build of OpenBLAS without DYNAMIC_ARCH (one kernel,
+// fixed at its build) links too; the choice is then reported, not changed.
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
+
+namespace mtrain::cpu {
+namespace {
+
+bool SameName(const std::string& a, const std::string& b) {
+  return strcasecmp(a.c_str(), b.c_str()) == 0;
+}
+
+// The library's version from its configuration string ("OpenBLAS 0.3.21 NO_LAPACKE
+// DYNAMIC_ARCH ...").
+std::string LibraryName() {
+  const std::vector<std::string> words = absl::StrSplit(openblas_get_config(), ' ');
+  if (words.size() >= 2 && words[0] == "OpenBLAS") return absl::StrCat(words[0], " ", words[1]);
+  return "OpenBLAS";
+}
+
+// Whether this OpenBLAS was built with `core`'s kernels: each is a table named
+// gotoblas_<CORE> in its dynamic symbols.
+bool LibraryHasCore(const std::string& core) {
+  const std::string symbol = absl::StrCat("gotoblas_", absl::AsciiStrToUpper(core));
+  return dlsym(RTLD_DEFAULT, symbol.c_str()) != nullptr;
+}
+
+// Runs OpenBLAS's kernel choice again with OPENBLAS_CORETYPE=`core` (which must exist in
+// the library: OpenBLAS exits the process on a name it does not know).
+bool ReselectOpenBlasCore(const std::string& core) {
+  if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) return false;
+  if (!LibraryHasCore(core)) return false;
+  const char* previous = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = previous != nullptr ? previous : "";
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  // Child processes choose for themselves.
+  if (previous != nullptr) {
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  } else {
+    unsetenv("OPENBLAS_CORETYPE");
+  }
+  return SameName(openblas_get_corename(), core);
+}
+
+GemmKernelChoice Choose() {
+  const CpuFeatures& cpu = CpuFeaturesOfThisMachine();
+  GemmKernelChoice choice;
+  choice.library = LibraryName();
+  choice.cpu_isa = BestFp32Isa(cpu);
+  choice.library_choice = openblas_get_corename();
+  choice.how = "the library's own choice";
+  const char* user_core = std::getenv("OPENBLAS_CORETYPE");
+  if (user_core != nullptr && *user_core != '\0') {
+    choice.how = absl::StrCat("OPENBLAS_CORETYPE=", user_core, " in the environment");
+  } else {
+    const std::string wanted = OpenBlasCoreFor(cpu);
+    if (OpenBlasCoreIsa(wanted) > OpenBlasCoreIsa(choice.library_choice)) {
+      if (ReselectOpenBlasCore(wanted)) {
+        choice.how =
+            absl::StrCat("forced from ", choice.library_choice, " by the processor's features");
+      } else {
+        choice.how = absl::StrCat("the library's own choice (", wanted,
+                                  " is not in this build of it, or it cannot change kernels)");
+      }
+    }
+  }
+  choice.kernel = openblas_get_corename();
+  choice.kernel_isa = OpenBlasCoreIsa(choice.kernel);
+  return choice;
+}
+
+// Chosen at load time, before main and before any thread: see the header.
+[[maybe_unused]] const GemmKernelChoice& chosen_at_load = EnsureBestGemmKernel();
+
+// fp32 FLOPs a cycle of a core with two vector FMA units (or a multiply and an add unit):
+// what the warning compares.
+int BestCaseFlopsPerCycle(VectorIsa isa) {
+  return isa >= VectorIsa::kAvx2 ? 4 * Fp32Lanes(isa) : 2 * Fp32Lanes(isa);
+}
+
+}  // namespace
+
+std::string GemmKernelChoice::Describe() const {
+  const CpuFeatures& cpu = CpuFeaturesOfThisMachine();
+  return absl::StrCat(library, ", kernel ", kernel, " (", VectorIsaName(kernel_isa), "; ", how,
+                      "), CPU ", VectorIsaName(BestVectorIsa(cpu)), " (",
+                      cpu.model_name.empty() ? cpu.vendor : cpu.model_name, ")");
+}
+
+std::string GemmKernelChoice::Warning() const {
+  if (!WeakerThanCpu()) return "";
+  return absl::StrCat("the GEMM kernel ", kernel, " uses ", VectorIsaName(kernel_isa),
+                      " but this processor has ", VectorIsaName(cpu_isa), " (", how,
+                      "): matrix multiplies can run up to ",
+                      BestCaseFlopsPerCycle(cpu_isa) / BestCaseFlopsPerCycle(kernel_isa),
+                      "x slower than the hardware allows; unset OPENBLAS_CORETYPE or set it to ",
+                      OpenBlasCoreFor(CpuFeaturesOfThisMachine()));
+}
+
+VectorIsa OpenBlasCoreIsa(const std::string& core) {
+  struct Entry {
+    const char* core;
+    VectorIsa isa;
+  };
+  // OpenBLAS's x86-64 cores (driver/others/dynamic.c) by the instructions of their SGEMM
+  // kernels. Cooperlake and SapphireRapids run SkylakeX's SGEMM (their additions are bf16).
+  static constexpr Entry kCores[] = {
+      {"SapphireRapids", VectorIsa::kAvx512},
+      {"Cooperlake", VectorIsa::kAvx512},
+      {"SkylakeX", VectorIsa::kAvx512},
+      {"Haswell", VectorIsa::kAvx2},
+      {"Zen", VectorIsa::kAvx2},
+      {"SandyBridge", VectorIsa::kAvx},
+      {"Excavator", VectorIsa::kAvx},
+      {"Steamroller", VectorIsa::kAvx},
+      {"Piledriver", VectorIsa::kAvx},
+      {"Bulldozer", VectorIsa::kAvx},
+  };
+  for (const Entry& entry : kCores) {
+    if (SameName(core, entry.core)) return entry.isa;
+  }
+  return VectorIsa::kSse;  // Prescott, Core2, Penryn, Dunnington, Nehalem, Atom, Barcelona...
+}
+
+std::string OpenBlasCoreFor(const CpuFeatures& cpu) {
+  switch (BestFp32Isa(cpu)) {
+    case VectorIsa::kAvx512:
+    case VectorIsa::kAvx512Bf16:
+    case VectorIsa::kAmxBf16:
+      return "SkylakeX";
+    case VectorIsa::kAvx2:
+      // The same kernels; Zen's blocking sizes suit AMD's caches.
+      return cpu.vendor == "AuthenticAMD" || cpu.vendor == "HygonGenuine" ? "Zen" : "Haswell";
+    case VectorIsa::kAvx:
+      return "SandyBridge";
+    case VectorIsa::kSse:
+      break;
+  }
+  return "Prescott";
+}
+
+bool ReselectGemmKernelForTesting(const std::string& core) { return ReselectOpenBlasCore(core); }
+
+const GemmKernelChoice& EnsureBestGemmKernel() {
+  static const GemmKernelChoice* const choice = new GemmKernelChoice(Choose());
+  return *choice;
+}
+
+}  // namespace mtrain::cpu
