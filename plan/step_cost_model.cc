@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/model_flops.h"
+#include "model/transformer_config.h"
 #include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
@@ -203,21 +205,14 @@ StepCostOptions ProjectEngineOptions(const JobSpec& spec) {
 }
 
 double ModelFlopsPerStep(const JobSpec& spec) {
-  const Sizes s = SizesOf(spec);
-  const double h = s.hidden;
-  return 72 * s.global_batch * s.seq * s.layers * h * h *
-         (1 + s.seq / (6 * h) + s.vocab / (12 * s.layers * h));
+  return ModelFlopsPerStep(TransformerConfigOf(spec), SizesOf(spec).global_batch);
 }
 
 double HardwareFlopsPerStep(const JobSpec& spec) {
   const Sizes s = SizesOf(spec);
-  const double h = s.hidden;
-  const double tokens_layers = s.global_batch * s.seq * s.layers;
-  // A recomputed layer's forward again: 24 B s h^2 (1 + s / 6h) (Narayanan et al.); the
-  // attention core alone (selective): its two products, 4 B s^2 h.
-  double extra = s.recomputed * 24 * tokens_layers * h * h * (1 + s.seq / (6 * h));
-  if (s.selective) extra += 4 * tokens_layers * s.seq * h;
-  return ModelFlopsPerStep(spec) + extra;
+  const TransformerConfig config = TransformerConfigOf(spec);
+  return ModelFlopsPerStep(config, s.global_batch) +
+         RecomputeFlopsPerStep(config, s.global_batch, s.recomputed, s.selective);
 }
 
 double PeakFlops(const JobSpec& spec, const DeviceProfile& device) {

@@ -40,9 +40,10 @@
 // grid puts tensor innermost, then data, then pipeline: plan/rank_grid.h). A group
 // spanning nodes with k members on each uses min(k, inter_node_adapters) adapters.
 //
-// FLOPs (Megatron-LM, Narayanan et al. 2021): model FLOPs per step
-// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); hardware FLOPs with full recompute
-// 96 B s l h^2 (1 + s/(6h) + V/(16 l h)). MFU = model FLOPs / (step time * devices * peak).
+// FLOPs: model/model_flops.h, the one count the trainer's metrics use too (Megatron-LM,
+// Narayanan et al. 2021; for GPT-2 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) with V padded);
+// hardware FLOPs add what recomputation runs again (full: 96 B s l h^2 (1 + s/(6h) +
+// V/(16 l h))). MFU = model FLOPs / (step time * devices * peak).
 //
 //   const StepCost cost = PredictStepCost(spec, cluster);
 //   std::cout << cost.step_seconds << " s, " << cost.mfu * 100 << "% MFU\n";
@@ -98,7 +99,7 @@ struct StepCost {
   int microbatches = 0;        // m per step on each pipeline
   int devices = 0;             // t p d
 
-  double model_flops = 0;     // per step, whole job (72 formula)
+  double model_flops = 0;     // per step, whole job (model/model_flops.h)
   double hardware_flops = 0;  // per step, whole job, counting recompute (96 formula)
   double tokens_per_second = 0;
   double model_flops_per_device = 0;     // model FLOP/s of one device
@@ -113,7 +114,8 @@ struct StepCost {
 // What `trainctl plan`, `parallel.auto` and predict_step price.
 StepCostOptions ProjectEngineOptions(const JobSpec& spec);
 
-// Megatron-LM's FLOP formulas for one step of `spec` (resolved: defaults applied).
+// Megatron-LM's FLOPs of one step of `spec` (resolved: defaults applied), by
+// model/model_flops.h: model FLOPs, and hardware FLOPs counting recomputation.
 double ModelFlopsPerStep(const JobSpec& spec);
 double HardwareFlopsPerStep(const JobSpec& spec);
 

@@ -14,6 +14,8 @@
 #include "checkpoint/safetensors.h"
 #include "common/status_macros.h"
 #include "kernels/grad_norm.h"
+#include "model/model_flops.h"
+#include "model/transformer_config.h"
 #include "plan/rank_grid.h"
 #include "spec/job_spec_validation.h"
 #include "worker/engine/cpu_engine.h"
@@ -227,7 +229,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->lr_schedule_ = LrScheduleOf(spec.optimizer());
   // fp16 needs Megatron's dynamic loss scaling (loss_scaler.h); bf16 has fp32's range.
   if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
-  t->flops_per_step_ = ModelFlopsPerIteration(t->shape_, par.global_batch_size());
+  t->flops_per_step_ = ModelFlopsPerStep(TransformerConfigOf(spec), par.global_batch_size());
   if (cuda) {
     t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
   } else {

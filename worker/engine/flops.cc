@@ -7,16 +7,6 @@
 #include "plan/cluster_description.h"
 
 namespace mtrain {
-
-double ModelFlopsPerIteration(const ModelShape& shape, long long global_batch) {
-  const double B = static_cast<double>(global_batch);
-  const double s = shape.seq_length;
-  const double l = shape.num_layers;
-  const double h = shape.hidden;
-  const double V = shape.padded_vocab;
-  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
-}
-
 namespace {
 
 // MTRAIN_PEAK_TFLOPS in FLOP/s, or 0 when unset or not positive.

@@ -1,18 +1,11 @@
-// Model FLOPs and MFU, with the one formula the project uses everywhere (Megatron-LM,
-// Narayanan et al. 2021, without recomputation):
-//   FLOPs per iteration = 72 B s l h^2 (1 + s / (6 h) + V / (12 l h))
-// B global batch (sequences), s sequence length, l layers, h hidden size, V vocabulary
-// (padded, as computed). MFU = achieved model FLOP/s / peak FLOP/s of the devices used.
+// The peak FLOP/s that MFU divides by. MFU = model FLOPs of a step (model/model_flops.h,
+// the one count the planner uses too) / step time / the peak of the devices used.
 #ifndef MTRAIN_WORKER_ENGINE_FLOPS_H_
 #define MTRAIN_WORKER_ENGINE_FLOPS_H_
 
 #include <string>
 
-#include "worker/engine/model_shape.h"
-
 namespace mtrain {
-
-double ModelFlopsPerIteration(const ModelShape& shape, long long global_batch);
 
 // Peak dense FLOP/s of one device, by kind:
 //   "cpu"          this machine's cores (every core this process may run on) x FLOPs a

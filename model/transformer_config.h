@@ -1,0 +1,53 @@
+// The architecture of a model as data: the model seam (ARCHITECTURE.md, "Model families are
+// data, not code paths"). What the engines' metrics, the planner's cost model and the FLOPs
+// read, instead of GPT-2's fixed fields (`4 * hidden`, one head per key-value head, a tied
+// output layer) written where each is used. Daemon-neutral: the worker, the coordinator,
+// trainctl and plan/ link it.
+//
+// Today one family, GPT-2 (Megatron-LM's pre-LN blocks); the fields are those a
+// Llama-style decoder changes (issue 33), so that adding a family is adding values.
+//
+//   const TransformerConfig config = TransformerConfigOf(spec);  // a resolved spec
+//   const double flops = ModelFlopsPerStep(config, spec.parallel().global_batch_size());
+#ifndef MTRAIN_MODEL_TRANSFORMER_CONFIG_H_
+#define MTRAIN_MODEL_TRANSFORMER_CONFIG_H_
+
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+enum class ModelFamily { kGpt2 };
+enum class Normalization { kLayerNorm };
+enum class Activation { kTanhGelu };
+enum class Positions { kLearned };
+
+struct TransformerConfig {
+  ModelFamily family = ModelFamily::kGpt2;
+  int num_layers = 0;
+  int hidden = 0;        // h: the residual stream's width
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // key-value heads (= num_heads: multi-head attention)
+  int head_dim = 0;      // h / num_heads
+  int ffn_hidden = 0;    // the MLP's inner width (GPT-2: 4 h)
+  int seq_length = 0;
+  int vocab = 0;         // real tokens
+  int padded_vocab = 0;  // a multiple of 128 x the tensor degree (logits past vocab are padding)
+  Normalization normalization = Normalization::kLayerNorm;
+  double norm_epsilon = 1e-5;
+  Activation activation = Activation::kTanhGelu;
+  Positions positions = Positions::kLearned;
+  bool biases = true;       // on every linear layer and normalisation
+  bool tied_output = true;  // the output layer is the token embedding
+  bool gated_mlp = false;   // SwiGLU-style: gate and up projections (3 FFN matrices)
+
+  int query_width() const { return num_heads * head_dim; }
+  int kv_width() const { return num_kv_heads * head_dim; }
+};
+
+// The configuration of `spec` (defaults applied; layout fields read for the vocabulary's
+// padding only). Sizes that are not positive stay as given: validation is spec/'s.
+TransformerConfig TransformerConfigOf(const JobSpec& spec);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_MODEL_TRANSFORMER_CONFIG_H_
