@@ -1,5 +1,7 @@
 #include "worker/device_probe.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -76,7 +79,42 @@ double MatmulHalfSize(double small, double small_rate, double large, double larg
   return (low + high) / 2;
 }
 
+std::string CpuProbeOptions::DefaultProbeLockFile() {
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/mtrain-cpu-probe.lock");
+}
+
+namespace {
+
+// Holds an exclusive flock on a file while alive: the host's other probes wait for it. A
+// lock the kernel drops when the process dies, so a killed worker never blocks the next.
+class HostProbeLock {
+ public:
+  HostProbeLock(const std::string& path, double wait_seconds) {
+    if (path.empty()) return;
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ < 0) return;  // no lock to be had (a read-only /tmp): measure anyway
+    const double deadline = Seconds() + wait_seconds;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) break;
+      if (Seconds() >= deadline) break;
+      ::usleep(20000);
+    }
+  }
+  ~HostProbeLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  HostProbeLock(const HostProbeLock&) = delete;
+  HostProbeLock& operator=(const HostProbeLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
 DeviceProfile ProbeCpu(const CpuProbeOptions& options) {
+  const HostProbeLock lock(options.lock_file, options.lock_wait_seconds);
   const int cores = cpu::AvailableCores();
   const int threads = options.threads > 0 ? options.threads : cores;
   cpu::SetCpuThreads(threads);

@@ -26,6 +26,15 @@ struct CpuProbeOptions {
   int threads = 0;  // the threads one rank uses (0: every available core)
   // Each measurement repeats until it has run this long, and keeps its fastest repetition.
   double seconds_per_measurement = 0.1;
+  // Workers started together on one host (the demo's four, a Slurm allocation's) would
+  // measure at the same moment and each see a fraction of the cores: probes on one host
+  // take turns through an exclusive lock on this file (flock), waiting at most
+  // `lock_wait_seconds` (then measuring anyway). Empty: no lock.
+  std::string lock_file = DefaultProbeLockFile();
+  double lock_wait_seconds = 30;
+
+  // $TMPDIR/mtrain-cpu-probe.lock (/tmp when TMPDIR is unset).
+  static std::string DefaultProbeLockFile();
 };
 
 // Solves rate(small) / rate(large) = (f(small) / f(large))^3 with f(x) = x / (x + h) for

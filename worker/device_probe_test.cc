@@ -1,7 +1,11 @@
 #include "worker/device_probe.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -46,6 +50,32 @@ TEST(DeviceProbeTest, MeasuresThisMachine) {
   EXPECT_TRUE(std::isfinite(profile.matmul_half_size()));
   EXPECT_GT(profile.memory_bandwidth_bytes_per_second(), 1e8);
   EXPECT_NE(profile.name().find("measured"), std::string::npos);
+}
+
+// Probes on one host take turns: while another process holds the lock, a probe waits (up
+// to its bound, then measures anyway); a free lock costs nothing.
+TEST(DeviceProbeTest, ProbesOfOneHostTakeTurns) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/probe.lock";
+  const int held = ::open(path.c_str(), O_RDWR | O_CREAT, 0666);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  // flock locks belong to open files: the probe's own open() of the path contends.
+  const auto start = std::chrono::steady_clock::now();
+  const DeviceProfile waited = ProbeCpu(
+      {.threads = 1, .seconds_per_measurement = 0.01, .lock_file = path, .lock_wait_seconds = 0.4});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(seconds, 0.4) << "the probe did not wait for the host's lock";
+  EXPECT_GT(waited.fp32_flops(), 0) << "after the wait it measures anyway";
+  ::close(held);
+  const auto free_start = std::chrono::steady_clock::now();
+  ProbeCpu(
+      {.threads = 1, .seconds_per_measurement = 0.01, .lock_file = path, .lock_wait_seconds = 30});
+  // Waiting for it would take the whole 30 s bound.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - free_start).count(),
+            10)
+      << "a free lock is taken at once";
 }
 
 // A stand-in for `train --measure_cuda_device` (a shell script): the logic of running it
