@@ -1,5 +1,8 @@
-// How many threads the CPU kernels use: OpenBLAS's pool (GEMMs) and OpenMP's (the other
-// kernels). Results never depend on it (every kernel is deterministic for any count).
+// How many threads the CPU kernels use: OpenMP's (the kernels, and the GEMMs' row slices,
+// matmul.cc) and OpenBLAS's (a GEMM called outside a parallel region). Every kernel gives
+// the same bits on every run with the same count; the element-wise kernels and the
+// attention core give the same bits for any count, the GEMMs may differ in the last bits
+// between counts (matmul_test).
 #ifndef MTRAIN_KERNELS_CPU_THREADS_H_
 #define MTRAIN_KERNELS_CPU_THREADS_H_
 

@@ -1,9 +1,11 @@
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace mtrain::cpu {
@@ -19,6 +21,44 @@ void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
 void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, double alpha,
           const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// The rows of C in contiguous slices, one a thread, each a single-threaded GEMM (OpenBLAS
+// runs one thread inside a parallel region). OpenBLAS's own threading of one GEMM makes
+// its threads wait for each other's packed panels; at the small models' shapes (K = 256)
+// that cost 5-25% on Zen 3, and slices are never slower at the larger ones
+// (docs/PERFORMANCE.md, issue 32). Each element is the same dot product in the same order
+// wherever its row falls, so the result does not depend on the thread count.
+//
+// A slice is at least 64 rows and 2M multiply-adds: OpenBLAS computes products of at most
+// 1M (M N K) with separate "small matrix" kernels on some cores (SkylakeX), whose order of
+// summation differs, so a GEMM is sliced only where every slice takes the path the whole
+// GEMM takes.
+constexpr int kMinRowsPerThread = 64;
+constexpr double kMinMultiplyAddsPerThread = 2e6;
+
+template <typename T>
+void RowSlicedGemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
+                   const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
+  const double multiply_adds = static_cast<double>(m) * n * k;
+  const int threads =
+      omp_in_parallel()
+          ? 1
+          : std::min({omp_get_max_threads(), m / kMinRowsPerThread,
+                      static_cast<int>(std::min(1e6, multiply_adds / kMinMultiplyAddsPerThread))});
+  if (threads <= 1) {
+    Gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, T(1), c, ldc);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int slice = 0; slice < threads; ++slice) {
+    const int first = static_cast<int>(static_cast<int64_t>(m) * slice / threads);
+    const int rows = static_cast<int>(static_cast<int64_t>(m) * (slice + 1) / threads) - first;
+    // Row r of op(A) is row r of A, or column r of A when A is transposed.
+    const T* a_rows = trans_a == CblasNoTrans ? a + static_cast<size_t>(first) * lda : a + first;
+    Gemm(trans_a, trans_b, rows, n, k, T(1), a_rows, lda, b, ldb, T(1),
+         c + static_cast<size_t>(first) * ldc, ldc);
+  }
 }
 
 }  // namespace
@@ -37,7 +77,7 @@ void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, i
   }
   // BLAS rejects a zero leading dimension, and there is nothing to multiply anyway.
   if (K <= 0) return;
-  Gemm(CblasNoTrans, CblasTrans, M, N, K, T(1), in, K, weight, K, T(1), out, N);
+  RowSlicedGemm(CblasNoTrans, CblasTrans, M, N, K, in, K, weight, K, out, N);
 }
 
 template <typename T>
@@ -46,9 +86,9 @@ void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_
   if (M <= 0 || N <= 0) return;
   if (K > 0) {
     if (d_in != nullptr) {
-      Gemm(CblasNoTrans, CblasNoTrans, M, K, N, T(1), d_out, N, weight, K, T(1), d_in, K);
+      RowSlicedGemm(CblasNoTrans, CblasNoTrans, M, K, N, d_out, N, weight, K, d_in, K);
     }
-    Gemm(CblasTrans, CblasNoTrans, N, K, M, T(1), d_out, N, in, K, T(1), d_weight, K);
+    RowSlicedGemm(CblasTrans, CblasNoTrans, N, K, M, d_out, N, in, K, d_weight, K);
   }
   if (d_bias != nullptr) {
     // Column sums row by row (a contiguous, vectorisable inner loop), summed apart from

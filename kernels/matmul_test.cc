@@ -1,10 +1,12 @@
 #include "kernels/matmul.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu_threads.h"
 #include "kernels/test_util.h"
 
 namespace mtrain::cpu {
@@ -31,6 +33,51 @@ std::vector<double> NaiveLinear(const std::vector<T>& in, const std::vector<T>& 
     }
   }
   return out;
+}
+
+// The GEMMs are sliced by rows across the OpenMP threads (matmul.cc). A thread count gives
+// the same bits every time; another count may round differently in the last bits (so did
+// OpenBLAS's own threading: its blocking follows the count), never by more.
+TEST(MatmulTest, ResultsAreRepeatableAndAgreeAcrossThreadCounts) {
+  struct Shape {
+    int M, K, N;
+  };
+  for (const Shape shape :
+       {Shape{2048, 256, 768}, Shape{517, 96, 300}, Shape{130, 64, 64}, Shape{64, 64, 64}}) {
+    const int M = shape.M, K = shape.K, N = shape.N;
+    std::mt19937_64 rng(M + K + N);
+    const std::vector<float> in = RandomFloatVector(static_cast<size_t>(M) * K, rng);
+    const std::vector<float> weight = RandomFloatVector(static_cast<size_t>(N) * K, rng);
+    const std::vector<float> bias = RandomFloatVector(N, rng);
+    const std::vector<float> d_out = RandomFloatVector(static_cast<size_t>(M) * N, rng);
+    auto run = [&](int threads) {
+      SetCpuThreads(threads);
+      std::vector<std::vector<float>> outputs = {
+          std::vector<float>(static_cast<size_t>(M) * N), std::vector<float>(in.size(), 0.5f),
+          std::vector<float>(weight.size(), 0.25f), std::vector<float>(N, 0.0f)};
+      MatmulForward(in.data(), weight.data(), bias.data(), outputs[0].data(), M, K, N);
+      MatmulBackward(d_out.data(), in.data(), weight.data(), outputs[1].data(), outputs[2].data(),
+                     outputs[3].data(), M, K, N);
+      return outputs;
+    };
+    const auto one = run(1);
+    for (int threads : {2, 3, 4}) {
+      const auto many = run(threads);
+      const auto again = run(threads);
+      for (size_t i = 0; i < one.size(); ++i) {
+        EXPECT_EQ(std::memcmp(many[i].data(), again[i].data(), many[i].size() * sizeof(float)), 0)
+            << "output " << i << " at " << M << "x" << K << "x" << N << ", " << threads
+            << " threads, twice";
+        // Sums of up to 2048 products of numbers in [-1, 1): a few float roundings apart.
+        for (size_t j = 0; j < one[i].size(); ++j) {
+          ASSERT_NEAR(one[i][j], many[i][j], 1e-4f * (1.0f + std::fabs(one[i][j])))
+              << "output " << i << "[" << j << "] at " << M << "x" << K << "x" << N << ", "
+              << threads << " threads";
+        }
+      }
+    }
+  }
+  SetCpuThreads(AvailableCores());
 }
 
 TEST(MatmulTest, ForwardMatchesTripleLoopInDouble) {
