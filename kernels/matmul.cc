@@ -27,8 +27,8 @@ void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
 // runs one thread inside a parallel region). OpenBLAS's own threading of one GEMM makes
 // its threads wait for each other's packed panels; at the small models' shapes (K = 256)
 // that cost 5-25% on Zen 3, and slices are never slower at the larger ones
-// (docs/PERFORMANCE.md, issue 32). Each element is the same dot product in the same order
-// wherever its row falls, so the result does not depend on the thread count.
+// (docs/PERFORMANCE.md, issue 32). A thread count gives the same bits every run; another
+// count may round differently in the last bits, as OpenBLAS's own threading did.
 //
 // A slice is at least 64 rows and 2M multiply-adds: OpenBLAS computes products of at most
 // 1M (M N K) with separate "small matrix" kernels on some cores (SkylakeX), whose order of

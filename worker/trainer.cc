@@ -231,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   if (config.precision == PRECISION_FP16) t->scaler_ = std::make_unique<DynamicLossScaler>();
   t->flops_per_step_ = ModelFlopsPerStep(TransformerConfigOf(spec), par.global_batch_size());
   if (cuda) {
-    t->peak_flops_ = PeakFlopsPerDevice("cuda") * rank.world_size();
+    t->peak_flops_ = GpuPeakFlops() * rank.world_size();
   } else {
     // The job's peak: each rank's share of its host (hosts taken to be like this one).
     t->peak_flops_ = 0;

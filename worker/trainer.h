@@ -59,7 +59,6 @@ struct TrainerOptions {
   int cuda_device = 0;
   // The CPU engine's data-parallel gradient buckets (grad_buckets.h).
   size_t bucket_elements = kDefaultBucketElements;
-  std::string device_kind = "cpu";  // for the MFU's peak (worker/engine/flops.h)
   // Threads of this rank's CPU kernels (0: every available core): with the ranks the
   // assignment places on this rank's host, the cores its MFU counts (CpuRankPeakFlops).
   int cpu_threads = 0;

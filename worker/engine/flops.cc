@@ -20,10 +20,9 @@ double PeakFromEnvironment() {
 
 }  // namespace
 
-double PeakFlopsPerDevice(const std::string& device_kind) {
-  if (const double forced = PeakFromEnvironment(); forced > 0) return forced;
-  if (device_kind == "h100" || device_kind == "h200" || device_kind == "cuda") return 989e12;
-  return cpu::CpuPeakOfThisMachine().FlopsPerCore() * cpu::AvailableCores();
+double GpuPeakFlops() {
+  const double forced = PeakFromEnvironment();
+  return forced > 0 ? forced : 989e12;
 }
 
 double CpuRankPeakFlops(int threads, int ranks_on_host) {

@@ -3,16 +3,11 @@
 #ifndef MTRAIN_WORKER_ENGINE_FLOPS_H_
 #define MTRAIN_WORKER_ENGINE_FLOPS_H_
 
-#include <string>
-
 namespace mtrain {
 
-// Peak dense FLOP/s of one device, by kind:
-//   "cpu"          this machine's cores (every core this process may run on) x FLOPs a
-//                  cycle a core x the measured clock (kernels/cpu_peak.h)
-//   "h100"/"h200"  989e12 (dense BF16, datasheet, SXM)
-// Overridden by the MTRAIN_PEAK_TFLOPS environment variable (TFLOP/s per device).
-double PeakFlopsPerDevice(const std::string& device_kind);
+// Peak dense FLOP/s of one GPU: 989e12 (H100/H200 SXM dense bf16, data sheet), or the
+// MTRAIN_PEAK_TFLOPS environment variable (TFLOP/s per device) when set.
+double GpuPeakFlops();
 
 // The peak of one CPU rank: the cores it owns (plan/cluster_description.h,
 // CpuCoresPerRank: its threads, at most its share of the host among `ranks_on_host`) x
