@@ -88,12 +88,6 @@ bool ValidFileName(absl::string_view name) {
          name.find('/') == absl::string_view::npos && name.find('\0') == absl::string_view::npos;
 }
 
-// The tied embedding and its moments: the only tensors whose first dimension (the padded
-// vocabulary) may legitimately differ between layouts.
-bool IsVocabularyTensor(absl::string_view name) {
-  return name == "wte" || name == FirstMomentName("wte") || name == SecondMomentName("wte");
-}
-
 // Copies runs of one stored shard into a destination buffer, reading the file through a
 // window so that many short runs (a column slice of a matrix) cost few reads.
 class ShardReader {
@@ -559,14 +553,14 @@ absl::Status LoadTensor(Checkpoint& checkpoint, const std::string& name,
   bool vocabulary_resized = false;
   if (stored != wanted.global_shape) {
     vocabulary_resized =
-        IsVocabularyTensor(name) && !stored.empty() &&
+        wanted.padded_vocabulary_rows && !stored.empty() &&
         stored.size() == wanted.global_shape.size() &&
         std::equal(stored.begin() + 1, stored.end(), wanted.global_shape.begin() + 1);
     if (!vocabulary_resized) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", name, "': the checkpoint holds global shape ", ShapeString(stored),
           ", this layout needs ", ShapeString(wanted.global_shape),
-          " (only wte's padded vocabulary rows may differ)"));
+          " (only the padded vocabulary rows of an embedding or output layer may differ)"));
     }
   }
   float* dst = buffer + wanted.offset;

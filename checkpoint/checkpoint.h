@@ -189,11 +189,11 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(
 // Elements of the buffers outside `tensors` (e.g. ZeRO padding) are not touched.
 //
 // The padded vocabulary (a multiple of 128 * tensor) may differ between layouts: if a
-// stored global shape differs from the wanted one ONLY in the first dimension of "wte" (or
-// its moments), the common rows are copied and the rows beyond the stored ones are zeroed.
-// Rows at or past the real vocabulary never affect training (no input token selects them,
-// the loss masks their logits), so this is exact for the same real vocabulary; the
-// manifest does not record it, the caller must keep it.
+// stored global shape differs from the wanted one ONLY in the first dimension of a tensor
+// whose `padded_vocabulary_rows` is set (the parameter or its moments), the common rows are copied
+// and the rows beyond the stored ones are zeroed. Rows at or past the real vocabulary never affect
+// training (no input token selects them, the loss masks their logits), so this is exact for the
+// same real vocabulary; the manifest does not record it, the caller must keep it.
 //
 // NOT_FOUND naming a tensor the checkpoint lacks; INVALID_ARGUMENT naming a tensor whose
 // global shape differs otherwise or whose ShardedTensor is inconsistent; DATA_LOSS naming

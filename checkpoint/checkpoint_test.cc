@@ -43,6 +43,7 @@ class RankShards {
   void Add(std::string name, std::vector<int64_t> global_shape, int split_dim) {
     ShardedTensor s;
     s.name = std::move(name);
+    s.padded_vocabulary_rows = s.name == "wte";
     s.global_shape = global_shape;
     s.local_shape = global_shape;
     s.global_offset.assign(global_shape.size(), 0);

@@ -19,6 +19,8 @@
 #include "checkpoint/file_io.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
+#include "model/parameter_table.h"
+#include "model/transformer_config.h"
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
@@ -35,26 +37,13 @@ constexpr char kHfActivation[] = "gelu_new";
 // initialise new weights.
 constexpr float kInitializerRange = 0.02f;
 
-// How a tensor's elements are laid out on each side.
-enum class Layout {
-  kSame,        // identical row-major elements (shapes may differ, e.g. [3, C] vs [3C])
-  kTransposed,  // ours [rows..., cols] is [out, in]; HF's Conv1D weight is [in, out]
-};
-
-// Which side may hold more rows than the other.
-enum class Rows {
-  kExact,
-  kOursPadded,  // wte: ours has the padded vocabulary, HF the real one
-  kHfLonger,    // wpe: HF may hold more positions than our seq_length
-};
-
 struct TensorMapping {
   std::string ours;
   std::string hf;  // without kHfPrefix
   std::vector<int64_t> our_shape;
   std::vector<int64_t> hf_shape;
-  Layout layout = Layout::kSame;
-  Rows rows = Rows::kExact;
+  HfLayout layout = HfLayout::kSame;
+  HfRows rows = HfRows::kExact;
   std::string spec_fields;  // the spec fields that decide the shape, for error messages
 };
 
@@ -96,53 +85,39 @@ absl::Status CheckModel(const ModelSpec& m) {
   return absl::OkStatus();
 }
 
-// Every tensor of a GPT-2 of this shape, in both namings; docs/HUGGINGFACE.md is this
-// table written out.
+// Every tensor of a GPT-2 of this shape, in both namings (model/parameter_table.h);
+// docs/HUGGINGFACE.md is this table written out.
 std::vector<TensorMapping> Gpt2Mappings(const ModelSpec& m) {
-  const int64_t C = m.hidden_size(), V = m.vocab_size(), S = m.seq_length();
-  const std::string hidden = absl::StrCat("model.hidden_size ", C);
+  JobSpec spec;
+  *spec.mutable_model() = m;
+  const TransformerConfig config = TransformerConfigOf(spec);
+  const std::string hidden = absl::StrCat("model.hidden_size ", m.hidden_size());
   std::vector<TensorMapping> maps;
-  maps.push_back({"wte",
-                  "wte.weight",
-                  {V, C},
-                  {V, C},
-                  Layout::kSame,
-                  Rows::kOursPadded,
-                  absl::StrCat("model.vocab_size ", V, ", ", hidden)});
-  maps.push_back({"wpe",
-                  "wpe.weight",
-                  {S, C},
-                  {S, C},
-                  Layout::kSame,
-                  Rows::kHfLonger,
-                  absl::StrCat("model.seq_length ", S, ", ", hidden)});
-  for (int i = 0; i < m.num_layers(); ++i) {
-    const std::string o = absl::StrCat("layers.", i, ".");
-    const std::string h = absl::StrCat("h.", i, ".");
-    const std::string fields =
-        absl::StrCat("layer ", i, " of model.num_layers ", m.num_layers(), ", ", hidden);
-    auto add = [&](const char* ours, const char* hf, std::vector<int64_t> our_shape,
-                   std::vector<int64_t> hf_shape, Layout layout) {
-      maps.push_back({o + ours, h + hf, std::move(our_shape), std::move(hf_shape), layout,
-                      Rows::kExact, fields});
-    };
-    add("ln1.weight", "ln_1.weight", {C}, {C}, Layout::kSame);
-    add("ln1.bias", "ln_1.bias", {C}, {C}, Layout::kSame);
-    // Q, K, V blocks (heads contiguous inside each) are exactly the thirds of c_attn's
-    // output that HF splits with qkv.split(C): the same element order.
-    add("attn.qkv.weight", "attn.c_attn.weight", {3, C, C}, {C, 3 * C}, Layout::kTransposed);
-    add("attn.qkv.bias", "attn.c_attn.bias", {3, C}, {3 * C}, Layout::kSame);
-    add("attn.proj.weight", "attn.c_proj.weight", {C, C}, {C, C}, Layout::kTransposed);
-    add("attn.proj.bias", "attn.c_proj.bias", {C}, {C}, Layout::kSame);
-    add("ln2.weight", "ln_2.weight", {C}, {C}, Layout::kSame);
-    add("ln2.bias", "ln_2.bias", {C}, {C}, Layout::kSame);
-    add("mlp.fc.weight", "mlp.c_fc.weight", {4 * C, C}, {C, 4 * C}, Layout::kTransposed);
-    add("mlp.fc.bias", "mlp.c_fc.bias", {4 * C}, {4 * C}, Layout::kSame);
-    add("mlp.proj.weight", "mlp.c_proj.weight", {C, 4 * C}, {4 * C, C}, Layout::kTransposed);
-    add("mlp.proj.bias", "mlp.c_proj.bias", {C}, {C}, Layout::kSame);
+  for (ParameterEntry& entry : ParameterTable(config)) {
+    TensorMapping map;
+    map.ours = std::move(entry.name);
+    map.hf = std::move(entry.hf_name);
+    map.our_shape = std::move(entry.global_shape);
+    // HF holds the real vocabulary's rows only.
+    if (entry.hf_rows == HfRows::kOursPadded) map.our_shape[0] = m.vocab_size();
+    map.hf_shape = std::move(entry.hf_shape);
+    map.layout = entry.hf_layout;
+    map.rows = entry.hf_rows;
+    switch (entry.role) {
+      case ParameterRole::kTokenEmbedding:
+        map.spec_fields = absl::StrCat("model.vocab_size ", m.vocab_size(), ", ", hidden);
+        break;
+      case ParameterRole::kPositionEmbedding:
+        map.spec_fields = absl::StrCat("model.seq_length ", m.seq_length(), ", ", hidden);
+        break;
+      default:
+        map.spec_fields = entry.layer >= 0
+                              ? absl::StrCat("layer ", entry.layer, " of model.num_layers ",
+                                             m.num_layers(), ", ", hidden)
+                              : hidden;
+    }
+    maps.push_back(std::move(map));
   }
-  maps.push_back({"lnf.weight", "ln_f.weight", {C}, {C}, Layout::kSame, Rows::kExact, hidden});
-  maps.push_back({"lnf.bias", "ln_f.bias", {C}, {C}, Layout::kSame, Rows::kExact, hidden});
   return maps;
 }
 
@@ -159,14 +134,14 @@ std::vector<float> Transposed(const float* src, int64_t rows, int64_t cols) {
 // and wpe, the leading rows). Our last dimension is the "in" axis that Conv1D puts first.
 std::vector<float> ToHfLayout(const float* src, const TensorMapping& m) {
   const int64_t n = Volume(m.our_shape);
-  if (m.layout == Layout::kSame) return std::vector<float>(src, src + n);
+  if (m.layout == HfLayout::kSame) return std::vector<float>(src, src + n);
   const int64_t cols = m.our_shape.back();
   return Transposed(src, n / cols, cols);
 }
 
 std::vector<float> FromHfLayout(const float* src, const TensorMapping& m) {
   const int64_t n = Volume(m.our_shape);
-  if (m.layout == Layout::kSame) return std::vector<float>(src, src + n);
+  if (m.layout == HfLayout::kSame) return std::vector<float>(src, src + n);
   const int64_t cols = m.our_shape.back();
   return Transposed(src, cols, n / cols);
 }
@@ -244,8 +219,9 @@ absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, Fu
   std::set<std::string> mapped;
   for (const TensorMapping& m : mappings) {
     mapped.insert(m.ours);
-    const std::string expected = m.rows == Rows::kOursPadded ? absl::StrCat("[>= ", V, ", ", C, "]")
-                                                             : ShapeString(m.our_shape);
+    const std::string expected = m.rows == HfRows::kOursPadded
+                                     ? absl::StrCat("[>= ", V, ", ", C, "]")
+                                     : ShapeString(m.our_shape);
     auto it = ours.find(m.ours);
     if (it == ours.end()) {
       return absl::InvalidArgumentError(
@@ -253,7 +229,7 @@ absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, Fu
     }
     const FullTensor& tensor = it->second;
     const bool shape_ok =
-        m.rows == Rows::kOursPadded
+        m.rows == HfRows::kOursPadded
             ? tensor.shape.size() == 2 && tensor.shape[0] >= V && tensor.shape[1] == C
             : tensor.shape == m.our_shape;
     if (!shape_ok) {
@@ -387,26 +363,27 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     const std::string& name = it->second.first;
     const std::vector<int64_t>& shape = *it->second.second;
     const bool two_d_of_width_c = shape.size() == 2 && shape[1] == C;
-    if (m.rows == Rows::kOursPadded && two_d_of_width_c && shape[0] != V) {
+    if (m.rows == HfRows::kOursPadded && two_d_of_width_c && shape[0] != V) {
       return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has ", shape[0],
                                                      " rows (tokens); model.vocab_size is ", V,
                                                      " (the vocabularies must be the same)"));
     }
-    if (m.rows == Rows::kHfLonger && two_d_of_width_c && shape[0] < S) {
+    if (m.rows == HfRows::kHfLonger && two_d_of_width_c && shape[0] < S) {
       return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has ", shape[0],
                                                      " rows (positions); model.seq_length ", S,
                                                      " needs at least ", S));
     }
-    const bool shape_ok = m.rows == Rows::kHfLonger ? two_d_of_width_c : shape == m.hf_shape;
+    const bool shape_ok = m.rows == HfRows::kHfLonger ? two_d_of_width_c : shape == m.hf_shape;
     if (!shape_ok) {
-      const std::string expected = m.rows == Rows::kHfLonger ? absl::StrCat("[>= ", S, ", ", C, "]")
-                                                             : ShapeString(m.hf_shape);
+      const std::string expected = m.rows == HfRows::kHfLonger
+                                       ? absl::StrCat("[>= ", S, ", ", C, "]")
+                                       : ShapeString(m.hf_shape);
       return absl::InvalidArgumentError(absl::StrCat("HF tensor '", name, "' has shape ",
                                                      ShapeString(shape), "; ", m.spec_fields,
                                                      " expect ", expected));
     }
     // A saved head is compared with wte, so wte is read when there is one to compare.
-    const bool compare_head = m.rows == Rows::kOursPadded && !lm_head.empty() && !wte_from_head;
+    const bool compare_head = m.rows == HfRows::kOursPadded && !lm_head.empty() && !wte_from_head;
     if (only != nullptr && only->count(m.ours) == 0 && !compare_head) {
       by_name.erase(it);
       continue;
@@ -420,7 +397,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     // For wpe, the first seq_length positions (the leading rows).
     if (only == nullptr || only->count(m.ours) > 0) {
       // A tensor already in our layout is taken as it is (one copy, not two).
-      const bool as_is = m.layout == Layout::kSame && !compare_head &&
+      const bool as_is = m.layout == HfLayout::kSame && !compare_head &&
                          static_cast<int64_t>(values.size()) == Volume(m.our_shape);
       FullTensor tensor{m.our_shape, as_is ? std::move(values) : FromHfLayout(values.data(), m)};
       if (sink != nullptr) {

@@ -61,11 +61,12 @@ void Reference::ExpectLoadsExactly(const std::string& dir, const Layout& target,
       ASSERT_TRUE(loaded.ok()) << loaded;
       for (int k = 0; k < 3; ++k) {
         for (const ShardedTensor& t : tensors) {
-          if (t.name == "wte" && t.global_shape[0] > stored_padded_vocab) wider_vocabulary = true;
+          if (t.padded_vocabulary_rows && t.global_shape[0] > stored_padded_vocab)
+            wider_vocabulary = true;
           for (size_t i = 0; i < t.size; ++i) {
             const int64_t g = GlobalIndex(t, static_cast<int64_t>(i));
             const bool beyond_stored =
-                t.name == "wte" && g / t.global_shape[1] >= stored_padded_vocab;
+                t.padded_vocabulary_rows && g / t.global_shape[1] >= stored_padded_vocab;
             const float expected = beyond_stored ? 0.0f : Value(k, t.name, g);
             ASSERT_EQ(b[k][t.offset + i], expected)
                 << LayoutName(target) << " tp " << tp << " stage " << stage << " buffer " << k

@@ -34,6 +34,9 @@ struct ShardedTensor {
   std::vector<int64_t> global_shape;
   std::vector<int64_t> local_shape;
   std::vector<int64_t> global_offset;  // index of the shard's first element per dimension
+  // The first dimension is the padded vocabulary (the token embedding, an output layer):
+  // its padding, and so its length, may differ between layouts (LoadRankTensors).
+  bool padded_vocabulary_rows = false;
 };
 
 // Global row-major index of the element at local row-major index `local_index` of

@@ -44,6 +44,11 @@ struct TransformerConfig {
   int kv_width() const { return num_kv_heads * head_dim; }
 };
 
+// GPT-2 of these sizes: what TransformerConfigOf gives a spec with them (tests and tools
+// that build a model without a spec).
+TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_length, int vocab,
+                             int padded_vocab);
+
 // The configuration of `spec` (defaults applied; layout fields read for the vocabulary's
 // padding only). Sizes that are not positive stay as given: validation is spec/'s.
 TransformerConfig TransformerConfigOf(const JobSpec& spec);

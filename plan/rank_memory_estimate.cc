@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/parameter_table.h"
+#include "model/transformer_config.h"
 #include "plan/megatron_activation_memory.h"
 #include "plan/pipeline_schedule.h"
 #include "spec/job_spec_arithmetic.h"
@@ -51,6 +53,10 @@ struct Shape {
   int64_t recompute_group = 1, recompute_block = -1;
   bool selective = false, sequence_parallel = false;
   Schedule schedule;
+  // The layer's MLP width on one tensor rank; parameters per tensor rank (model/).
+  int64_t ffn_local = 0;
+  int64_t qkv_local = 0;  // the fused query, key and value projections' width on one tensor rank
+  RankParameterCounts parameters;
   int64_t local_hidden() const { return hidden / tensor; }
   int64_t tokens() const { return Mul(micro_batch, seq); }  // N
 };
@@ -75,6 +81,20 @@ Shape ShapeOf(const JobSpec& spec) {
   s.vocab_local =
       PaddedVocabSize(static_cast<int>(Positive(m.vocab_size())), static_cast<int>(s.tensor)) /
       s.tensor;
+  // The model's own terms, on sizes that are not positive taken as 1 (as above).
+  JobSpec positive_spec;
+  ModelSpec& pm = *positive_spec.mutable_model();
+  pm = m;
+  pm.set_num_layers(static_cast<int>(s.layers));
+  pm.set_num_heads(static_cast<int>(s.heads));
+  pm.set_hidden_size(static_cast<int>(s.hidden));
+  pm.set_seq_length(static_cast<int>(s.seq));
+  pm.set_vocab_size(static_cast<int>(Positive(m.vocab_size())));
+  positive_spec.mutable_parallel()->set_tensor(static_cast<int>(s.tensor));
+  const TransformerConfig config = TransformerConfigOf(positive_spec);
+  s.ffn_local = config.ffn_hidden / s.tensor;
+  s.qkv_local = (config.query_width() + 2 * config.kv_width()) / s.tensor;
+  s.parameters = ParameterCountsPerTensorRank(config, static_cast<int>(s.tensor));
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
   const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
   s.recompute = recompute.full;
@@ -89,23 +109,15 @@ Shape ShapeOf(const JobSpec& spec) {
   return s;
 }
 
-// Parameters of one transformer layer on one tensor-parallel rank: 12 C Cl + 7 Cl + 6 C
-// (qkv 3 C Cl + 3 Cl, attention projection Cl C + C, MLP 4 C Cl + 4 Cl and 4 Cl C + C,
-// two LayerNorms 4 C).
-int64_t LayerParameters(const Shape& s) {
-  const int64_t c = s.hidden;
-  const int64_t cl = s.local_hidden();
-  return Sum({Mul(12, Mul(c, cl)), Mul(7, cl), Mul(6, c)});
-}
-
 int64_t StageParameters(const Shape& s, int64_t stage) {
   const bool first = stage == 0;
   const bool last = stage == s.pipeline - 1;
-  int64_t count = Mul(LayerParameters(s), s.layers / s.pipeline);
+  // Exact: validated sizes keep every count far below 2^53 (job_spec_limits.h).
+  int64_t count = Mul(static_cast<int64_t>(s.parameters.per_layer), s.layers / s.pipeline);
   // The tied word embedding: once on a stage that embeds, predicts, or both.
-  if (first || last) count = Add(count, Mul(s.vocab_local, s.hidden));
-  if (first) count = Add(count, Mul(s.seq, s.hidden));
-  if (last) count = Add(count, Mul(2, s.hidden));
+  if (first || last) count = Add(count, static_cast<int64_t>(s.parameters.first_and_last_stage));
+  if (first) count = Add(count, static_cast<int64_t>(s.parameters.first_stage));
+  if (last) count = Add(count, static_cast<int64_t>(s.parameters.last_stage));
   return count;
 }
 
@@ -177,15 +189,15 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
 
 // Elements one layer saves for its backward per microbatch besides its input
 // (worker/engine/activations.h): ln1, h1, ln2 [N, C]; qkv [N, 3 Cl]; attention output
-// [N, Cl]; MLP before and after GeLU [N, 4 Cl]; the attention's log-sum-exp; the two
+// [N, Cl]; MLP before and after GeLU [N, F / t]; the attention's log-sum-exp; the two
 // LayerNorms' statistics.
 int64_t LayerSavedElements(const Shape& s) {
   const int64_t n = s.tokens();
   // Sequence parallelism keeps ln1, h1, ln2 and the statistics for this rank's rows only.
   const int64_t rows = s.sequence_parallel ? n / s.tensor : n;
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
-  return Sum(
-      {Mul(3, Mul(rows, s.hidden)), Mul(4, rows), Mul(12, Mul(n, s.local_hidden())), attention});
+  return Sum({Mul(3, Mul(rows, s.hidden)), Mul(4, rows),
+              Mul(n, Sum({s.qkv_local, s.local_hidden(), Mul(2, s.ffn_local)})), attention});
 }
 
 // The attention core's output and log-sum-exp: what selective recomputation does not keep.
@@ -271,7 +283,7 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
     return bytes;
   }
   const int64_t nc = Mul(n, s.hidden);
-  const int64_t fl = 4 * s.local_hidden();
+  const int64_t fl = s.ffn_local;
   const int64_t per_chunk = Sum({Mul(3, n), Mul(3, nc)});
   int64_t elements = Mul(in_flight.chunks, per_chunk);
   // Each of the v chunks has its own backward scratch: full recomputation adds a group's

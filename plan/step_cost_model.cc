@@ -14,6 +14,7 @@ namespace {
 // scale only in products, which are all taken in double here).
 struct Sizes {
   double layers, hidden, heads, seq, vocab;
+  double qkv = 0, ffn = 0;  // the fused query/key/value projections' width; the MLP's
   double t, p, d, v, micro_batch, global_batch;
   // Share of the layers whose forward runs again before the backward (full
   // recomputation: all of them, or the block method's first layers of each chunk), and
@@ -37,6 +38,15 @@ Sizes SizesOf(const JobSpec& spec) {
   s.heads = AtLeastOne(m.num_heads());
   s.seq = AtLeastOne(m.seq_length());
   s.vocab = AtLeastOne(m.vocab_size());
+  // The layer's matrices from the model's own sizes (model/), on sizes taken as above.
+  JobSpec positive;
+  ModelSpec& pm = *positive.mutable_model();
+  pm = m;
+  pm.set_num_heads(static_cast<int>(s.heads));
+  pm.set_hidden_size(static_cast<int>(s.hidden));
+  const TransformerConfig config = TransformerConfigOf(positive);
+  s.qkv = config.query_width() + 2 * config.kv_width();
+  s.ffn = config.ffn_hidden;
   s.t = AtLeastOne(par.tensor());
   s.p = AtLeastOne(par.pipeline());
   s.d = AtLeastOne(par.data());
@@ -148,8 +158,8 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
   const double attention_forwards = s.selective ? 2 : forwards;
 
   LayerTimes times;
-  const double linear_forward = clock.Gemm(n, 3 * h / s.t, h) + clock.Gemm(n, h, h / s.t) +
-                                clock.Gemm(n, 4 * h / s.t, h) + clock.Gemm(n, h, 4 * h / s.t);
+  const double linear_forward = clock.Gemm(n, s.qkv / s.t, h) + clock.Gemm(n, h, h / s.t) +
+                                clock.Gemm(n, s.ffn / s.t, h) + clock.Gemm(n, h, s.ffn / s.t);
   times.matmul = (forwards + 2) * linear_forward;
 
   const double sequences = s.micro_batch * local_heads;  // independent S x S problems
@@ -174,11 +184,11 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
 
   // Two LayerNorms (read, write), two bias + dropout + residual passes (read two, write
   // one, the mask), over the rank's rows (n, or n/t under sequence parallelism), and
-  // bias + GeLU over the local 4h/t columns (read, write).
+  // bias + GeLU over the local F/t columns (read, write).
   const double mask = options.dropout ? 1 : 0;
   const double rows = s.sequence_parallel ? n / s.t : n;
   const double elementwise_forward =
-      clock.Bytes(rows * h * (2 * 2 * e) + 2 * rows * h * (3 * e + mask) + n * 4 * h / s.t * 2 * e);
+      clock.Bytes(rows * h * (2 * 2 * e) + 2 * rows * h * (3 * e + mask) + n * s.ffn / s.t * 2 * e);
   times.elementwise = (forwards + 2) * elementwise_forward;
 
   // Under sequence parallelism each all-reduce becomes an all-gather before the layer's

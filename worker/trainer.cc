@@ -358,7 +358,7 @@ absl::StatusOr<double> Trainer::Validate() {
 bool Trainer::IsTiedCopyElsewhere(const ParamTensor& tensor) const {
   // With pipelining the tied embedding lives on the first and the last stage; its
   // gradient is all-reduced between them, and the first stage's copy is the one counted.
-  return tensor.name == "wte" && assignment_.spec().parallel().pipeline() > 1 &&
+  return tensor.copy_on_first_and_last_stage && assignment_.spec().parallel().pipeline() > 1 &&
          assignment_.rank().pp_rank() != 0;
 }
 

@@ -9,13 +9,10 @@
 namespace mtrain {
 
 inline ModelShape ParityShape() {
-  ModelShape shape;
-  shape.num_layers = 2;
-  shape.num_heads = 4;
-  shape.hidden = 32;
-  shape.seq_length = 32;
-  shape.vocab = 250;  // padded to 256: the padding must stay out of the loss
-  shape.padded_vocab = 256;
+  const ModelShape shape =
+      Gpt2Config(/*num_layers=*/2, /*num_heads=*/4, /*hidden=*/32,
+                 /*seq_length=*/32, /*vocab=*/250,
+                 /*padded_vocab=*/256);  // padded to 256: the padding must stay out of the loss
   return shape;
 }
 
@@ -23,13 +20,8 @@ inline ModelShape ParityShape() {
 // head dimensions 32, 64 and 128, so this one has two heads of 32. Changing it means
 // regenerating gpu_parity_reference.safetensors.
 inline ModelShape GpuParityShape() {
-  ModelShape shape;
-  shape.num_layers = 2;
-  shape.num_heads = 2;
-  shape.hidden = 64;
-  shape.seq_length = 64;
-  shape.vocab = 250;
-  shape.padded_vocab = 256;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64,
+                                      /*seq_length=*/64, /*vocab=*/250, /*padded_vocab=*/256);
   return shape;
 }
 

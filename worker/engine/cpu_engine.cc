@@ -81,14 +81,15 @@ absl::StatusOr<double> CpuEngine::ComputeGradients(PipelineExecutor& executor,
   const bool tied_elsewhere = pipeline_ > 1;
   const GradReadyHook hook = [&](const ParamTensor& tensor) {
     // The tied embedding is final only after the exchange between the stages below.
-    if (tied_elsewhere && tensor.name == "wte") return;
+    if (tied_elsewhere && tensor.copy_on_first_and_last_stage) return;
     buckets_->MarkReady(tensor.offset);
   };
   stages_->SetFinalGradsHook(&hook);
   absl::StatusOr<double> run = executor.RunStep(microbatches, d_loss_per_token);
   stages_->SetFinalGradsHook(nullptr);
   ASSIGN_OR_RETURN(const double loss_sum, std::move(run));
-  if (const ParamTensor* wte = model_->Find("wte"); wte != nullptr && tied_elsewhere) {
+  if (const ParamTensor* wte = model_->FindCopyOnFirstAndLastStage();
+      wte != nullptr && tied_elsewhere) {
     // The first and the last stage sum their copies' gradients, then the buckets sum the
     // result over the replicas.
     RETURN_IF_ERROR(

@@ -24,12 +24,8 @@ constexpr int kMicroBatch = 2;
 
 TrainingEngineConfig Config(const RankGroups* groups) {
   TrainingEngineConfig config;
-  config.shape.num_layers = 2;
-  config.shape.num_heads = 2;
-  config.shape.hidden = 16;
-  config.shape.seq_length = 8;
-  config.shape.vocab = 100;
-  config.shape.padded_vocab = 128;
+  config.shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/16,
+                            /*seq_length=*/8, /*vocab=*/100, /*padded_vocab=*/128);
   config.chunks = ChunkPlacements({{0, 2}}, 0, 1, 1, 0);
   config.micro_batch = kMicroBatch;
   config.model.dropout = 0.1f;

@@ -56,15 +56,14 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
   // Tensors in layout order: [wte] [wpe] then 12 per layer, then [lnf.weight lnf.bias].
   layer_tensors_.resize(placement_.num_layers);
   for (const ParamTensor& tensor : layout_.tensors()) {
-    if (tensor.name == "wte") {
+    if (tensor.role == ParameterRole::kTokenEmbedding) {
       wte_tensor_ = &tensor;
-    } else if (tensor.name == "wpe") {
+    } else if (tensor.role == ParameterRole::kPositionEmbedding) {
       wpe_tensor_ = &tensor;
-    } else if (tensor.name.rfind("lnf.", 0) == 0) {
+    } else if (tensor.layer < 0) {
       head_tensors_.push_back(&tensor);
     } else {
-      const int global_layer = std::stoi(tensor.name.substr(tensor.name.find('.') + 1));
-      layer_tensors_[global_layer - placement_.first_layer].push_back(&tensor);
+      layer_tensors_[tensor.layer - placement_.first_layer].push_back(&tensor);
     }
   }
 }
@@ -201,7 +200,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
                                      3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim()};
+                            shape_.head_dim};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
@@ -262,7 +261,7 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim()};
+                            shape_.head_dim};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);

@@ -31,7 +31,7 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
   const int Cl = placement_.local_hidden(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const int heads = placement_.local_heads(shape_);
-  const int D = shape_.head_dim();
+  const int D = shape_.head_dim;
   const int first = cache->length;
   if (count <= 0 || first + count > cache->capacity || first + count > shape_.seq_length) {
     return absl::OutOfRangeError(

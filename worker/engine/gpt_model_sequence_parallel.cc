@@ -54,7 +54,7 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
                                      3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim()};
+                            shape_.head_dim};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
@@ -125,7 +125,7 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim()};
+                            shape_.head_dim};
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);

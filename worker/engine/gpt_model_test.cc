@@ -12,13 +12,8 @@ namespace {
 // A model small enough for finite differences over every parameter, with a vocabulary
 // that needs padding (13 real tokens in 128 columns).
 ModelShape TinyShape() {
-  ModelShape shape;
-  shape.num_layers = 2;
-  shape.num_heads = 2;
-  shape.hidden = 8;
-  shape.seq_length = 4;
-  shape.vocab = 13;
-  shape.padded_vocab = 128;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/8,
+                                      /*seq_length=*/4, /*vocab=*/13, /*padded_vocab=*/128);
   return shape;
 }
 
@@ -131,11 +126,8 @@ TEST(GptModelTest, PaddedVocabularyRowsGetNoGradient) {
 }
 
 TEST(GptModelTest, RecomputationIsBitIdentical) {
-  ModelShape shape = TinyShape();
-  shape.vocab = 256;
-  shape.padded_vocab = 256;
-  shape.hidden = 32;
-  shape.seq_length = 16;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/32,
+                                      /*seq_length=*/16, /*vocab=*/256, /*padded_vocab=*/256);
   ParameterLayout layout(shape, WholeModel(shape));
   ModelOptions plain;
   plain.dropout = 0.1f;
@@ -161,12 +153,8 @@ TEST(GptModelTest, RecomputationIsBitIdentical) {
 // bit for bit, and keeps less: selective drops the attention core's output, full
 // recomputation every activation set but the kept inputs (fewer with larger groups).
 TEST(GptModelTest, RecomputeGranularitiesAreBitIdenticalAndKeepLess) {
-  ModelShape shape = TinyShape();
-  shape.num_layers = 4;
-  shape.vocab = 256;
-  shape.padded_vocab = 256;
-  shape.hidden = 32;
-  shape.seq_length = 16;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/4, /*num_heads=*/2, /*hidden=*/32,
+                                      /*seq_length=*/16, /*vocab=*/256, /*padded_vocab=*/256);
   ParameterLayout layout(shape, WholeModel(shape));
   const int n = kBatch * shape.seq_length;
   const auto tokens = RandomTokens(n, shape.vocab, 2);
@@ -234,10 +222,8 @@ TEST(GptModelTest, LaterTokensDoNotChangeEarlierLogits) {
 }
 
 TEST(GptModelTest, InitialLossIsNearLogVocab) {
-  ModelShape shape = TinyShape();
-  shape.vocab = 256;
-  shape.padded_vocab = 256;
-  shape.hidden = 32;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/32,
+                                      /*seq_length=*/4, /*vocab=*/256, /*padded_vocab=*/256);
   ParameterLayout layout(shape, WholeModel(shape));
   GptModel<float> model(layout, kBatch, ModelOptions{});
   InitializeParameters(layout, 5, model.params());

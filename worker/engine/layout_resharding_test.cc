@@ -28,14 +28,10 @@ using resharding_testing::LayoutName;
 
 // Vocabulary padded to a multiple of 128 * t, as the job spec defaults do.
 ModelShape Shape(int t) {
-  ModelShape s;
-  s.num_layers = kLayers;
-  s.num_heads = 4;
-  s.hidden = 16;
-  s.seq_length = 8;
-  s.vocab = kVocab;
   const int multiple = 128 * t;
-  s.padded_vocab = (kVocab + multiple - 1) / multiple * multiple;
+  const ModelShape s = Gpt2Config(/*num_layers=*/kLayers, /*num_heads=*/4, /*hidden=*/16,
+                                  /*seq_length=*/8, /*vocab=*/kVocab,
+                                  /*padded_vocab=*/(kVocab + multiple - 1) / multiple * multiple);
   return s;
 }
 

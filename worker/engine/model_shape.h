@@ -1,23 +1,15 @@
-// The sizes of a GPT model and which part of it one rank holds.
+// The sizes of a model (model/'s TransformerConfig) and which part of it one rank holds.
 #ifndef MTRAIN_WORKER_ENGINE_MODEL_SHAPE_H_
 #define MTRAIN_WORKER_ENGINE_MODEL_SHAPE_H_
 
 #include "absl/status/statusor.h"
+#include "model/transformer_config.h"
 #include "proto/job_spec.pb.h"
 
 namespace mtrain {
 
 // The global model (what a single rank would hold).
-struct ModelShape {
-  int num_layers = 0;
-  int num_heads = 0;
-  int hidden = 0;        // C
-  int seq_length = 0;    // S
-  int vocab = 0;         // real tokens; logits beyond are padding
-  int padded_vocab = 0;  // multiple of 128 * tensor
-  int head_dim() const { return hidden / num_heads; }
-  int ffn_hidden() const { return 4 * hidden; }
-};
+using ModelShape = TransformerConfig;
 
 // The part of the model one rank holds: a slice of the heads, MLP width and vocabulary
 // (tensor parallel), a run of layers (pipeline parallel).
@@ -32,7 +24,7 @@ struct ModelPlacement {
   // Local sizes.
   int local_heads(const ModelShape& s) const { return s.num_heads / tensor_size; }
   int local_hidden(const ModelShape& s) const { return s.hidden / tensor_size; }
-  int local_ffn(const ModelShape& s) const { return s.ffn_hidden() / tensor_size; }
+  int local_ffn(const ModelShape& s) const { return s.ffn_hidden / tensor_size; }
   int local_vocab(const ModelShape& s) const { return s.padded_vocab / tensor_size; }
   int vocab_start(const ModelShape& s) const { return tensor_rank * local_vocab(s); }
 };

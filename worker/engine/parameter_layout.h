@@ -6,20 +6,8 @@
 // shard sits in it, which is what lets initialisation and checkpoints be independent of
 // the parallel layout.
 //
-// Tensor names and global shapes (C hidden, S seq, Vp padded vocab; per layer i):
-//   wte                      [Vp, C]      token embedding, tied output layer; split on Vp
-//   wpe                      [S, C]       position embedding
-//   layers.i.ln1.weight/bias [C]
-//   layers.i.attn.qkv.weight [3, C, C]    Q, K, V blocks of [out=C, in=C]; split on dim 1
-//   layers.i.attn.qkv.bias   [3, C]       split on dim 1
-//   layers.i.attn.proj.weight [C, C]      [out, in]; split on in (row parallel)
-//   layers.i.attn.proj.bias  [C]
-//   layers.i.ln2.weight/bias [C]
-//   layers.i.mlp.fc.weight   [4C, C]      split on out (column parallel)
-//   layers.i.mlp.fc.bias     [4C]         split
-//   layers.i.mlp.proj.weight [C, 4C]      split on in (row parallel)
-//   layers.i.mlp.proj.bias   [C]
-//   lnf.weight/bias          [C]
+// Which tensors a rank holds, their names, global shapes, tensor-parallel split and
+// initialisation come from model/parameter_table.h; this file places them.
 #ifndef MTRAIN_WORKER_ENGINE_PARAMETER_LAYOUT_H_
 #define MTRAIN_WORKER_ENGINE_PARAMETER_LAYOUT_H_
 
@@ -28,44 +16,42 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "checkpoint/sharded_tensor.h"
+#include "model/parameter_table.h"
 #include "worker/engine/model_shape.h"
 
 namespace mtrain {
 
-enum class ParamInit {
-  kNormal,        // N(0, 0.02)
-  kScaledNormal,  // N(0, 0.02 / sqrt(2 L)): output projections of attention and MLP
-  kOnes,          // LayerNorm gains
-  kZeros,         // biases
-};
-
 // A parameter: its shard as the checkpoint library describes it (name, place in the flat
 // buffer, place in the global tensor), plus what only the engine needs.
 struct ParamTensor : ShardedTensor {
+  ParameterRole role = ParameterRole::kTokenEmbedding;
+  int layer = -1;  // the global layer; -1 outside the layers
   ParamInit init = ParamInit::kNormal;
   // AdamW's decoupled decay applies to weight matrices and embeddings, not to biases or
-  // LayerNorm parameters.
+  // normalisation gains.
   bool weight_decay = false;
+  // The first and the last pipeline stage each hold a copy (the token embedding as the tied
+  // output layer): their gradients are summed between the stages.
+  bool copy_on_first_and_last_stage = false;
 };
 
 // Typed views into a flat buffer (parameters or gradients); shapes are local.
 template <typename T>
 struct LayerView {
-  T* ln1_gamma;       // [C]
-  T* ln1_beta;        // [C]
-  T* qkv_weight;      // [3 * C_local, C]
-  T* qkv_bias;        // [3 * C_local]
-  T* proj_weight;     // [C, C_local]
-  T* proj_bias;       // [C]
-  T* ln2_gamma;       // [C]
-  T* ln2_beta;        // [C]
-  T* fc_weight;       // [4C_local, C]
-  T* fc_bias;         // [4C_local]
-  T* fc_proj_weight;  // [C, 4C_local]
-  T* fc_proj_bias;    // [C]
+  T* ln1_gamma = nullptr;       // [C]
+  T* ln1_beta = nullptr;        // [C]
+  T* qkv_weight = nullptr;      // [3 * C_local, C]
+  T* qkv_bias = nullptr;        // [3 * C_local]
+  T* proj_weight = nullptr;     // [C, C_local]
+  T* proj_bias = nullptr;       // [C]
+  T* ln2_gamma = nullptr;       // [C]
+  T* ln2_beta = nullptr;        // [C]
+  T* fc_weight = nullptr;       // [F_local, C]
+  T* fc_bias = nullptr;         // [F_local]
+  T* fc_proj_weight = nullptr;  // [C, F_local]
+  T* fc_proj_bias = nullptr;    // [C]
 };
 
 template <typename T>
@@ -98,8 +84,7 @@ class ParameterLayout {
   ModelView<T> View(T* base) const;
 
  private:
-  size_t Add(std::string name, std::vector<int64_t> global_shape, std::vector<int64_t> local_shape,
-             std::vector<int64_t> global_offset, ParamInit init, bool weight_decay);
+  void Add(const ParameterEntry& entry);
 
   ModelShape shape_;
   ModelPlacement placement_;
@@ -112,31 +97,62 @@ class ParameterLayout {
 template <typename T>
 ModelView<T> ParameterLayout::View(T* base) const {
   ModelView<T> view;
-  auto at = [&](const std::string& name) -> T* {
-    const ParamTensor* tensor = Find(name);
-    return tensor == nullptr ? nullptr : base + tensor->offset;
-  };
-  view.wte = at("wte");
-  view.wpe = at("wpe");
-  for (int i = 0; i < placement_.num_layers; ++i) {
-    const std::string p = absl::StrCat("layers.", placement_.first_layer + i, ".");
-    LayerView<T> layer;
-    layer.ln1_gamma = at(p + "ln1.weight");
-    layer.ln1_beta = at(p + "ln1.bias");
-    layer.qkv_weight = at(p + "attn.qkv.weight");
-    layer.qkv_bias = at(p + "attn.qkv.bias");
-    layer.proj_weight = at(p + "attn.proj.weight");
-    layer.proj_bias = at(p + "attn.proj.bias");
-    layer.ln2_gamma = at(p + "ln2.weight");
-    layer.ln2_beta = at(p + "ln2.bias");
-    layer.fc_weight = at(p + "mlp.fc.weight");
-    layer.fc_bias = at(p + "mlp.fc.bias");
-    layer.fc_proj_weight = at(p + "mlp.proj.weight");
-    layer.fc_proj_bias = at(p + "mlp.proj.bias");
-    view.layers.push_back(layer);
+  view.layers.resize(placement_.num_layers);
+  for (const ParamTensor& tensor : tensors_) {
+    T* data = base + tensor.offset;
+    LayerView<T>* layer =
+        tensor.layer >= 0 ? &view.layers[tensor.layer - placement_.first_layer] : nullptr;
+    switch (tensor.role) {
+      case ParameterRole::kTokenEmbedding:
+        view.wte = data;
+        break;
+      case ParameterRole::kPositionEmbedding:
+        view.wpe = data;
+        break;
+      case ParameterRole::kAttentionNormWeight:
+        layer->ln1_gamma = data;
+        break;
+      case ParameterRole::kAttentionNormBias:
+        layer->ln1_beta = data;
+        break;
+      case ParameterRole::kQkvWeight:
+        layer->qkv_weight = data;
+        break;
+      case ParameterRole::kQkvBias:
+        layer->qkv_bias = data;
+        break;
+      case ParameterRole::kAttentionOutWeight:
+        layer->proj_weight = data;
+        break;
+      case ParameterRole::kAttentionOutBias:
+        layer->proj_bias = data;
+        break;
+      case ParameterRole::kMlpNormWeight:
+        layer->ln2_gamma = data;
+        break;
+      case ParameterRole::kMlpNormBias:
+        layer->ln2_beta = data;
+        break;
+      case ParameterRole::kMlpInWeight:
+        layer->fc_weight = data;
+        break;
+      case ParameterRole::kMlpInBias:
+        layer->fc_bias = data;
+        break;
+      case ParameterRole::kMlpOutWeight:
+        layer->fc_proj_weight = data;
+        break;
+      case ParameterRole::kMlpOutBias:
+        layer->fc_proj_bias = data;
+        break;
+      case ParameterRole::kFinalNormWeight:
+        view.lnf_gamma = data;
+        break;
+      case ParameterRole::kFinalNormBias:
+        view.lnf_beta = data;
+        break;
+    }
   }
-  view.lnf_gamma = at("lnf.weight");
-  view.lnf_beta = at("lnf.bias");
   return view;
 }
 

@@ -9,13 +9,8 @@ namespace mtrain {
 namespace {
 
 ModelShape Shape() {
-  ModelShape shape;
-  shape.num_layers = 4;
-  shape.num_heads = 4;
-  shape.hidden = 64;
-  shape.seq_length = 32;
-  shape.vocab = 256;
-  shape.padded_vocab = 512;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/4, /*num_heads=*/4, /*hidden=*/64,
+                                      /*seq_length=*/32, /*vocab=*/256, /*padded_vocab=*/512);
   return shape;
 }
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/parameter_table.h"
+#include "model/transformer_config.h"
 #include "spec/job_spec_arithmetic.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/recompute_options.h"
@@ -86,11 +88,13 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
         " tokens per microbatch exceeds 2147483647 [rule: the engine's kernels index rows with "
         "int32]"));
   }
-  if (4 * C > kInt32Max) {
+  const TransformerConfig config = TransformerConfigOf(spec);
+  const double F = config.ffn_hidden;  // the MLP width (model/)
+  if (F >= kInt32Max) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.hidden_size ", model.hidden_size(),
-        ": the MLP width 4 * hidden_size exceeds 2147483647 [rule: the engine's kernels index "
-        "columns with int32]"));
+        ": the MLP width reaches 2147483647 [rule: the engine's kernels index columns with "
+        "int32]"));
   }
   if (Vp > kInt32Max) {
     return absl::InvalidArgumentError(
@@ -99,11 +103,12 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
                      ") exceeds 2147483647 [rule: the engine's kernels index the "
                      "vocabulary with int32]"));
   }
-  const double Cl = C / t, Fl = 4 * C / t, Hl = H / t, Vl = Vp / t;
+  const double Cl = C / t, Fl = F / t, Hl = H / t, Vl = Vp / t;
   const double microbatches = NumMicrobatches(par);
 
-  // Parameters, as ParameterLayout lays them out for each chunk.
-  const double per_layer = 6 * C + 3 * Cl * C + 3 * Cl + C * Cl + Fl * C + Fl + C * Fl;
+  // Parameters, as ParameterLayout lays them out for each chunk (model/'s table).
+  const RankParameterCounts counts = ParameterCountsPerTensorRank(config, par.tensor());
+  const double per_layer = counts.per_layer;
   const int chunks = assignment.layers_size();
   const int stage = assignment.rank().pp_rank();
   double params = 0;
@@ -114,9 +119,9 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     const bool embedding = stage == 0 && c == 0;
     const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
     params += layers * per_layer;
-    if (embedding || head) params += Vl * C;
-    if (embedding) params += S * C;
-    if (head) params += 2 * C;
+    if (embedding || head) params += counts.first_and_last_stage;
+    if (embedding) params += counts.first_stage;
+    if (head) params += counts.last_stage;
   }
   const bool zero = par.zero_stage() == 1 && par.data() > 1;
   const double buffer = zero ? std::ceil(params / d) * d : params;

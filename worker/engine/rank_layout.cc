@@ -56,4 +56,11 @@ const ParamTensor* RankLayout::Find(const std::string& name) const {
   return nullptr;
 }
 
+const ParamTensor* RankLayout::FindCopyOnFirstAndLastStage() const {
+  for (const ParamTensor& t : tensors_) {
+    if (t.copy_on_first_and_last_stage) return &t;
+  }
+  return nullptr;
+}
+
 }  // namespace mtrain

@@ -50,6 +50,9 @@ class RankLayout {
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // Null if this rank does not hold the tensor.
   const ParamTensor* Find(const std::string& name) const;
+  // The tensor the first and the last pipeline stage each hold a copy of (the tied token
+  // embedding), whose gradients the two stages sum; null if this rank holds none.
+  const ParamTensor* FindCopyOnFirstAndLastStage() const;
   // Elements that hold parameters; the padded size of the flat buffers.
   size_t num_params() const { return num_params_; }
   size_t buffer_size() const { return buffer_size_; }

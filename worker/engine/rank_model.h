@@ -49,6 +49,9 @@ class RankModel {
   // Every tensor of every chunk, offsets into the flat buffers.
   const std::vector<ParamTensor>& tensors() const { return layout_.tensors(); }
   const ParamTensor* Find(const std::string& name) const { return layout_.Find(name); }
+  const ParamTensor* FindCopyOnFirstAndLastStage() const {
+    return layout_.FindCopyOnFirstAndLastStage();
+  }
   const ModelShape& shape() const { return layout_.shape(); }
 
   // Layout-independent initialisation (parameter_init.h).

@@ -6,13 +6,8 @@ namespace mtrain {
 namespace {
 
 ModelShape Shape() {
-  ModelShape s;
-  s.num_layers = 4;
-  s.num_heads = 4;
-  s.hidden = 16;
-  s.seq_length = 8;
-  s.vocab = 200;
-  s.padded_vocab = 256;
+  const ModelShape s = Gpt2Config(/*num_layers=*/4, /*num_heads=*/4, /*hidden=*/16,
+                                  /*seq_length=*/8, /*vocab=*/200, /*padded_vocab=*/256);
   return s;
 }
 

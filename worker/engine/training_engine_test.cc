@@ -7,13 +7,8 @@ namespace mtrain {
 namespace {
 
 RankLayout Layout(size_t pad) {
-  ModelShape shape;
-  shape.num_layers = 2;
-  shape.num_heads = 2;
-  shape.hidden = 8;
-  shape.seq_length = 4;
-  shape.vocab = 100;
-  shape.padded_vocab = 128;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/8,
+                                      /*seq_length=*/4, /*vocab=*/100, /*padded_vocab=*/128);
   absl::StatusOr<RankLayout> layout =
       RankLayout::Create(shape, ChunkPlacements({{0, 2}}, 0, 1, 1, 0), pad);
   EXPECT_TRUE(layout.ok()) << layout.status();

@@ -32,13 +32,8 @@ using testing::ToDouble;
 
 // Head dim 32 (the flash kernels take 32, 64, 128), a vocabulary that needs padding.
 ModelShape SmallShape() {
-  ModelShape shape;
-  shape.num_layers = 2;
-  shape.num_heads = 2;
-  shape.hidden = 64;
-  shape.seq_length = 48;
-  shape.vocab = 100;
-  shape.padded_vocab = 128;
+  const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64,
+                                      /*seq_length=*/48, /*vocab=*/100, /*padded_vocab=*/128);
   return shape;
 }
 

@@ -266,7 +266,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln1.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N, C,
                                    3 * Cl, stream_));
   const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
+  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
@@ -337,7 +337,7 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
                                      DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_,
                                      kOverwrite));
   const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
+  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));

@@ -110,7 +110,7 @@ absl::Status CudaGptModel<T>::Decode(KvCache* cache, const int32_t* tokens, cons
         cudaMemcpy2DAsync(values, Cl * sizeof(T), d.qkv.get() + 2 * Cl, 3 * Cl * sizeof(T),
                           Cl * sizeof(T), count, cudaMemcpyDeviceToDevice, stream_),
         "appending to the value cache"));
-    const DecodeShape attention{first, count, heads, shape_.head_dim(), 3 * Cl};
+    const DecodeShape attention{first, count, heads, shape_.head_dim, 3 * Cl};
     RETURN_IF_ERROR(DecodeAttention<T>(d.qkv.get(), cache->keys[l].get(), cache->values[l].get(),
                                        attention, d.scores.get(), d.y.get(), stream_));
     RETURN_IF_ERROR(MatmulForward<T>(*blas_, d.y.get(), w.proj_weight,

@@ -122,7 +122,7 @@ absl::Status CudaGptModel<T>::LayerForwardSequenceParallel(int layer, const Micr
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N,
                                    C, 3 * Cl, stream_));
   const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
+  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
@@ -198,7 +198,7 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                      stream_, kOverwrite));
   RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
   const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim()};
+  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));

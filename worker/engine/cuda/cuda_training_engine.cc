@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> CudaTrainingEngine::Create(
   } else {
     t->engine_->SetDataParallelGroup(groups.data.get(), /*on_device=*/false, shard);
   }
-  if (const ParamTensor* wte = t->layout_.Find("wte");
+  if (const ParamTensor* wte = t->layout_.FindCopyOnFirstAndLastStage();
       wte != nullptr && t->sharded_sums_ && config.pipeline > 1) {
     t->engine_->DeferGradientSum({wte->offset, wte->size});
   }
@@ -129,7 +129,8 @@ absl::StatusOr<double> CudaTrainingEngine::ComputeGradients(
     RETURN_IF_ERROR(summed);
     // Before a deferred sum's wait replaces it.
     collective_seconds_ += engine_->last_all_reduce_seconds();
-    if (const ParamTensor* wte = layout_.Find("wte"); wte != nullptr && pipeline_ > 1) {
+    if (const ParamTensor* wte = layout_.FindCopyOnFirstAndLastStage();
+        wte != nullptr && pipeline_ > 1) {
       // The tied embedding's two copies (first and last stage) sum their gradients, each
       // already summed over its replicas (under ZeRO-1: not yet, its sum was deferred and
       // runs now, timed with the exchange).

@@ -24,12 +24,8 @@ constexpr int kSeq = 16;
 TrainingEngineConfig Config(const RankGroups* groups) {
   TrainingEngineConfig config;
   // Head dimension 32: the flash kernels take 32, 64 and 128.
-  config.shape.num_layers = 2;
-  config.shape.num_heads = 2;
-  config.shape.hidden = 64;
-  config.shape.seq_length = kSeq;
-  config.shape.vocab = 100;
-  config.shape.padded_vocab = 128;
+  config.shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64,
+                            /*seq_length=*/kSeq, /*vocab=*/100, /*padded_vocab=*/128);
   config.chunks = ChunkPlacements({{0, 2}}, 0, 1, 1, 0);
   config.micro_batch = kMicroBatch;
   config.model.seed = 3;

@@ -1,0 +1,110 @@
+#include "model/parameter_table.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace mtrain {
+namespace {
+
+int64_t Volume(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TEST(ParameterTableTest, Gpt2HasMegatronsParameterCount) {
+  const TransformerConfig config = Gpt2Config(/*num_layers=*/3, /*num_heads=*/4, /*hidden=*/64,
+                                              /*seq_length=*/32, /*vocab=*/250,
+                                              /*padded_vocab=*/256);
+  const std::vector<ParameterEntry> table = ParameterTable(config);
+  ASSERT_EQ(table.size(), 2u + 12u * 3u + 2u);
+  int64_t total = 0;
+  std::set<std::string> names, hf_names;
+  for (const ParameterEntry& entry : table) {
+    total += Volume(entry.global_shape);
+    EXPECT_TRUE(names.insert(entry.name).second) << entry.name;
+    EXPECT_TRUE(hf_names.insert(entry.hf_name).second) << entry.hf_name;
+  }
+  const int64_t C = 64;
+  // 12 C^2 + 13 C a layer, embeddings, the final LayerNorm.
+  EXPECT_EQ(total, 256 * C + 32 * C + 3 * (12 * C * C + 13 * C) + 2 * C);
+}
+
+TEST(ParameterTableTest, EntriesAreOrderedAndSplitWhereMegatronSplits) {
+  const TransformerConfig config = Gpt2Config(2, 4, 64, 32, 250, 256);
+  const std::vector<ParameterEntry> table = ParameterTable(config);
+  EXPECT_EQ(table.front().role, ParameterRole::kTokenEmbedding);
+  EXPECT_EQ(table.front().holder, ParameterHolder::kFirstAndLastStage);
+  EXPECT_TRUE(table.front().padded_vocabulary_rows);
+  EXPECT_EQ(table.back().holder, ParameterHolder::kLastStage);
+  int last_layer = -1;
+  for (const ParameterEntry& entry : table) {
+    if (entry.holder == ParameterHolder::kLayer) {
+      EXPECT_GE(entry.layer, last_layer) << entry.name;
+      last_layer = entry.layer;
+    } else {
+      EXPECT_EQ(entry.layer, -1) << entry.name;
+    }
+    switch (entry.role) {
+      case ParameterRole::kQkvWeight:
+      case ParameterRole::kQkvBias:
+      case ParameterRole::kAttentionOutWeight:
+      case ParameterRole::kMlpOutWeight:
+        EXPECT_EQ(entry.tensor_split_axis, 1) << entry.name;  // heads; row parallel's input
+        break;
+      case ParameterRole::kTokenEmbedding:
+      case ParameterRole::kMlpInWeight:
+      case ParameterRole::kMlpInBias:
+        EXPECT_EQ(entry.tensor_split_axis, 0) << entry.name;  // vocabulary; column parallel
+        break;
+      default:
+        EXPECT_EQ(entry.tensor_split_axis, -1) << entry.name;
+    }
+    // Decay on matrices and embeddings (drawn from a normal) only, not on biases and gains.
+    const bool drawn = entry.init == ParamInit::kNormal || entry.init == ParamInit::kScaledNormal;
+    EXPECT_EQ(entry.weight_decay, drawn) << entry.name;
+    EXPECT_EQ(drawn, entry.global_shape.size() >= 2 && entry.role != ParameterRole::kQkvBias)
+        << entry.name;
+  }
+}
+
+TEST(ParameterTableTest, HuggingFaceShapesHoldTheSameElements) {
+  const TransformerConfig config = Gpt2Config(2, 4, 64, 32, 250, 256);
+  for (const ParameterEntry& entry : ParameterTable(config)) {
+    std::vector<int64_t> ours = entry.global_shape;
+    if (entry.hf_rows == HfRows::kOursPadded) ours[0] = config.vocab;
+    EXPECT_EQ(Volume(ours), Volume(entry.hf_shape)) << entry.name << " / " << entry.hf_name;
+    if (entry.hf_layout == HfLayout::kTransposed) {
+      EXPECT_EQ(ours.back(), entry.hf_shape.front()) << entry.name;  // Conv1D is [in, out]
+    }
+  }
+}
+
+TEST(ParameterTableTest, FfnWidthComesFromTheConfiguration) {
+  TransformerConfig config = Gpt2Config(1, 4, 64, 32, 250, 256);
+  config.ffn_hidden = 96;
+  for (const ParameterEntry& entry : ParameterTable(config)) {
+    if (entry.role == ParameterRole::kMlpInWeight) {
+      EXPECT_EQ(entry.global_shape, (std::vector<int64_t>{96, 64}));
+    }
+    if (entry.role == ParameterRole::kMlpOutWeight) {
+      EXPECT_EQ(entry.global_shape, (std::vector<int64_t>{64, 96}));
+    }
+  }
+}
+
+// Megatron's count for one tensor rank of t: 12 C Cl + 7 Cl + 6 C a layer (qkv 3 C Cl + 3 Cl,
+// attention projection Cl C + C, MLP 4 C Cl + 4 Cl and 4 Cl C + C, two LayerNorms 4 C).
+TEST(ParameterTableTest, CountsPerTensorRankFollowMegatron) {
+  const int64_t C = 64, t = 2, Cl = C / t;
+  const TransformerConfig config = Gpt2Config(6, 4, 64, 32, 250, 512);
+  const RankParameterCounts counts = ParameterCountsPerTensorRank(config, 2);
+  EXPECT_EQ(counts.per_layer, 12 * C * Cl + 7 * Cl + 6 * C);
+  EXPECT_EQ(counts.first_stage, 32 * C);
+  EXPECT_EQ(counts.last_stage, 2 * C);
+  EXPECT_EQ(counts.first_and_last_stage, 512 / t * C);
+}
+
+}  // namespace
+}  // namespace mtrain
