@@ -19,6 +19,7 @@
 #include "checkpoint/file_io.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
+#include "model/family_defaults.h"
 #include "model/parameter_table.h"
 #include "model/transformer_config.h"
 #include "spec/job_spec_defaults.h"
@@ -29,9 +30,7 @@ namespace {
 // HF's GPT2LMHeadModel names its GPT2Model "transformer"; a bare GPT2Model file lacks it.
 constexpr absl::string_view kHfPrefix = "transformer.";
 constexpr absl::string_view kHfLmHead = "lm_head.weight";
-// The engine's LayerNorm epsilon (kLayerNormEps in gpt_model.cc) and GeLU (kernels/gelu.h:
-// the tanh form, which transformers calls "gelu_new").
-constexpr float kLayerNormEpsilon = 1e-5f;
+// The engine's GeLU (kernels/gelu.h: the tanh form, which transformers calls "gelu_new").
 constexpr char kHfActivation[] = "gelu_new";
 // Our initialisation's standard deviation (parameter_init.cc); HF uses it only to
 // initialise new weights.
@@ -278,10 +277,15 @@ std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec_in) {
       .Int("n_ctx", m.seq_length())
       .Int("n_embd", m.hidden_size())
       .Int("n_layer", m.num_layers())
-      .Int("n_head", m.num_heads())
-      .Null("n_inner")  // 4 * n_embd
-      .String("activation_function", kHfActivation)
-      .Number("layer_norm_epsilon", kLayerNormEpsilon)
+      .Int("n_head", m.num_heads());
+  // null: GPT-2's 4 * n_embd (what the engine's default exports have always written).
+  if (m.ffn_hidden_size() == Gpt2FfnHidden(m.hidden_size())) {
+    config.Null("n_inner");
+  } else {
+    config.Int("n_inner", m.ffn_hidden_size());
+  }
+  config.String("activation_function", kHfActivation)
+      .Number("layer_norm_epsilon", m.norm_epsilon())
       .Number("embd_pdrop", dropout)
       .Number("attn_pdrop", dropout)
       .Number("resid_pdrop", dropout)

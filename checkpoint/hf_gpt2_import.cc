@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/family_defaults.h"
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
@@ -28,8 +29,7 @@ namespace fs = std::filesystem;
 // A config.json or an index is a few KB (an index lists every tensor: ~20 KB for GPT-2
 // XL); this bounds what a wrong path can make us read.
 constexpr uint64_t kMaxJsonFileBytes = 16 << 20;
-// Our LayerNorm's epsilon and the GeLU spellings transformers computes in our tanh form.
-constexpr double kOurLayerNormEpsilon = 1e-5;
+// The GeLU spellings transformers computes in our tanh form.
 constexpr const char* kTanhGelus[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"};
 
 bool IsFile(const std::string& path) {
@@ -186,10 +186,11 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
           key, " is ", *value, ", fewer positions than model.seq_length ", model.seq_length()));
     }
   }
-  if (const auto eps = Number(config, "layer_norm_epsilon");
-      eps.has_value() && std::abs(*eps - kOurLayerNormEpsilon) > 1e-12) {
-    problems.push_back(
-        absl::StrCat("layer_norm_epsilon is ", *eps, "; this engine's LayerNorm uses 1e-05"));
+  // HF's default epsilon is GPT-2's (1e-5), as is ours; the spec's is a float.
+  const double epsilon = Number(config, "layer_norm_epsilon").value_or(1e-5);
+  if (std::abs(epsilon - model.norm_epsilon()) > 1e-6 * epsilon) {
+    problems.push_back(absl::StrCat("layer_norm_epsilon is ", epsilon, "; model.norm_epsilon is ",
+                                    model.norm_epsilon()));
   }
   if (const auto activation = String(config, "activation_function"); activation.has_value()) {
     const bool tanh_form = std::any_of(std::begin(kTanhGelus), std::end(kTanhGelus),
@@ -199,10 +200,13 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
                                       "\"; this engine computes GeLU's tanh form (gelu_new)"));
     }
   }
-  if (const auto inner = Number(config, "n_inner");
-      inner.has_value() && *inner != 4.0 * model.hidden_size()) {
+  // n_inner null (or absent) means GPT-2's 4 x n_embd (model/'s GPT-2 default).
+  const std::optional<double> inner = Number(config, "n_inner");
+  const double ffn = inner.value_or(Gpt2FfnHidden(model.hidden_size()));
+  if (ffn != model.ffn_hidden_size()) {
     problems.push_back(absl::StrCat(
-        "n_inner is ", *inner, "; this engine's MLP is 4 x n_embd = ", 4 * model.hidden_size()));
+        "n_inner is ", inner.has_value() ? absl::StrCat(*inner) : "null", " (an MLP width of ", ffn,
+        "); model.ffn_hidden_size is ", model.ffn_hidden_size()));
   }
   const std::pair<const char*, bool> flags[] = {{"scale_attn_weights", true},
                                                 {"scale_attn_by_inverse_layer_idx", false},

@@ -124,6 +124,29 @@ TEST(HfGpt2ImportTest, ASpecThatDisagreesWithConfigJsonIsRefusedNamingEachSettin
             absl::StatusCode::kInvalidArgument);
 }
 
+// The spec's FFN width and epsilon (model.ffn_hidden_size, model.norm_epsilon) are what
+// config.json must say: n_inner null is 4 x n_embd.
+TEST(HfGpt2ImportTest, FfnWidthAndEpsilonAreCheckedAgainstTheSpec) {
+  ModelSpec wide = Spec().model();
+  wide.set_ffn_hidden_size(24);  // 3 x n_embd 8
+  wide.set_norm_epsilon(1e-6f);
+  EXPECT_TRUE(
+      CheckHuggingFaceGpt2Config(R"({"n_inner": 24, "layer_norm_epsilon": 1e-6})", "c.json", wide)
+          .ok());
+  absl::Status status = CheckHuggingFaceGpt2Config(
+      R"({"n_inner": null, "layer_norm_epsilon": 1e-5})", "c.json", wide);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("n_inner is null (an MLP width of 32); model.ffn_hidden_size is 24"),
+                    HasSubstr("layer_norm_epsilon is 1e-05; model.norm_epsilon is 1e-06")));
+  // The export says the same, and reads back.
+  JobSpec spec = Spec();
+  *spec.mutable_model() = wide;
+  const std::string config = HuggingFaceGpt2ConfigJson(spec);
+  EXPECT_THAT(config,
+              AllOf(HasSubstr("\"n_inner\": 24,"), HasSubstr("\"layer_norm_epsilon\": 1e-06,")));
+  EXPECT_TRUE(CheckHuggingFaceGpt2Config(config, "c.json", wide).ok());
+}
+
 TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
   const std::string dir = FreshDir("sharded");
   const SafetensorsFile whole = HfModel();

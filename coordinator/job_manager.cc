@@ -19,6 +19,7 @@
 #include "plan/placement.h"
 #include "plan/rank_memory_estimate.h"
 #include "plan/step_cost_model.h"
+#include "spec/job_spec_defaults.h"
 #include "spec/job_spec_validation.h"
 
 namespace mtrain {
@@ -100,7 +101,12 @@ absl::Status JobManager::Recover() {
     // around Submit) is failed with the reason instead of planned: planning it is what
     // once aborted the coordinator on every restart.
     if (!IsTerminalJobState(job.state())) {
-      const absl::Status valid = ValidateJobSpec(job.spec());
+      // A spec stored resolved by an older coordinator lacks the fields added since (e.g.
+      // model.family): they take their defaults, which mean what the older one trained
+      // (model/transformer_config.h reads an absent field as GPT-2's, as workers resolve).
+      JobSpec with_new_defaults = job.spec();
+      ApplyJobSpecDefaults(&with_new_defaults);
+      const absl::Status valid = ValidateJobSpec(with_new_defaults);
       if (!valid.ok()) {
         RETURN_IF_ERROR(
             TransitionLocked(job.job_id(), JOB_STATE_FAILED,

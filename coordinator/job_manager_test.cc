@@ -1123,6 +1123,27 @@ TEST_F(JobManagerTest, StoredJobsWhoseSpecNoLongerValidatesFailWithTheReasonOnRe
   EXPECT_EQ(State(*next), JOB_STATE_PLACING);
 }
 
+TEST_F(JobManagerTest, StoredJobsFromBeforeTheArchitectureFieldsRecoverAsGpt2) {
+  // Resolved and stored by a coordinator that knew no model.family (issue 33): the fields
+  // added since take their defaults, GPT-2's, and the job is planned again, not failed.
+  JobSpec older = Spec("{}");
+  ModelSpec& m = *older.mutable_model();
+  for (const char* field :
+       {"family", "num_kv_heads", "ffn_hidden_size", "normalization", "norm_epsilon", "activation",
+        "position_embedding", "linear_bias", "tie_word_embeddings"}) {
+    const auto* descriptor = m.GetDescriptor()->FindFieldByName(field);
+    ASSERT_NE(descriptor, nullptr) << field;
+    m.GetReflection()->ClearField(&m, descriptor);
+  }
+  ASSERT_FALSE(ValidateJobSpec(older).ok());  // as stored, today's rules would refuse it
+  absl::StatusOr<std::string> id = store_->CreateJob(older, 1);
+  ASSERT_TRUE(id.ok()) << id.status();
+  AddWorker("w0", "h");
+  Reopen();
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING) << manager_->Get(*id)->message();
+}
+
 TEST_F(JobManagerTest, ShrinkingKeepsMinDataADivisorSoRanksAcceptTheirSpec) {
   // data 4, min_data 2: with three workers left the job runs on two (3 is no multiple of
   // min_data, and the rank would refuse a spec whose min_data does not divide data).

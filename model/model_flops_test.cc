@@ -10,7 +10,7 @@ TEST(TransformerConfigTest, Gpt2FromTheSpec) {
   const TransformerConfig c = TransformerConfigOf(ResolvedSpecForTest(
       R"({"model": {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "seq_length": 32,
                     "vocab_size": 300}, "parallel": {"tensor": 2}})"));
-  EXPECT_EQ(c.family, ModelFamily::kGpt2);
+  EXPECT_EQ(c.family, ArchitectureFamily::kGpt2);
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.num_kv_heads, 4);
   EXPECT_EQ(c.ffn_hidden, 256);

@@ -36,10 +36,9 @@ std::vector<ParameterEntry> ParameterTable(const TransformerConfig& config) {
   constexpr HfLayout kSame = HfLayout::kSame;
   constexpr HfLayout kTransposed = HfLayout::kTransposed;
 
-  ParameterEntry& wte =
-      add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
-          config.tied_output ? ParameterHolder::kFirstAndLastStage : ParameterHolder::kFirstStage,
-          "wte.weight", {V, C}, kSame);
+  ParameterEntry& wte = add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
+                            ParameterHolder::kFirstAndLastStage,  // and GPT-2's output layer
+                            "wte.weight", {V, C}, kSame);
   wte.padded_vocabulary_rows = true;
   wte.hf_rows = HfRows::kOursPadded;
   ParameterEntry& wpe = add(R::kPositionEmbedding, -1, "wpe", {S, C}, -1, P::kNormal, true,

@@ -1,8 +1,6 @@
 #include "model/transformer_config.h"
 
-#include <algorithm>
-#include <cstdint>
-
+#include "model/family_defaults.h"
 #include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
@@ -15,8 +13,7 @@ TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_
   config.num_heads = num_heads;
   config.num_kv_heads = num_heads;
   config.head_dim = num_heads > 0 ? hidden / num_heads : 0;
-  // Saturated rather than overflowed for sizes validation refuses (kMaxHiddenSize).
-  config.ffn_hidden = static_cast<int>(std::min<int64_t>(int64_t{4} * hidden, INT32_MAX));
+  config.ffn_hidden = Gpt2FfnHidden(hidden);
   config.seq_length = seq_length;
   config.vocab = vocab;
   config.padded_vocab = padded_vocab;
@@ -28,8 +25,31 @@ TransformerConfig TransformerConfigOf(const JobSpec& spec) {
   const int tensor = spec.parallel().tensor() > 0 ? spec.parallel().tensor() : 1;
   // Validated specs keep the padded vocabulary far below INT_MAX (rank_allocation_estimate
   // refuses more).
-  return Gpt2Config(m.num_layers(), m.num_heads(), m.hidden_size(), m.seq_length(), m.vocab_size(),
-                    static_cast<int>(PaddedVocabSize(m.vocab_size(), tensor)));
+  TransformerConfig config =
+      Gpt2Config(m.num_layers(), m.num_heads(), m.hidden_size(), m.seq_length(), m.vocab_size(),
+                 static_cast<int>(PaddedVocabSize(m.vocab_size(), tensor)));
+  // Each field as the spec sets it; absent (a spec without defaults), GPT-2's.
+  if (m.family() == MODEL_FAMILY_LLAMA) config.family = ArchitectureFamily::kLlama;
+  if (m.has_num_kv_heads()) config.num_kv_heads = m.num_kv_heads();
+  if (m.has_ffn_hidden_size()) config.ffn_hidden = m.ffn_hidden_size();
+  if (m.normalization() == NORMALIZATION_RMSNORM) config.normalization = NormKind::kRmsNorm;
+  if (m.has_norm_epsilon()) config.norm_epsilon = m.norm_epsilon();
+  switch (m.activation()) {
+    case ACTIVATION_GELU:
+      config.activation = ActivationKind::kGelu;
+      break;
+    case ACTIVATION_SWIGLU:
+      config.activation = ActivationKind::kSwiGlu;
+      break;
+    default:
+      break;
+  }
+  config.gated_mlp = config.activation == ActivationKind::kSwiGlu;
+  if (m.position_embedding() == POSITION_EMBEDDING_ROTARY) config.positions = Positions::kRotary;
+  if (m.has_rope_theta()) config.rope_theta = m.rope_theta();
+  if (m.has_linear_bias()) config.biases = m.linear_bias();
+  if (m.has_tie_word_embeddings()) config.tied_output = m.tie_word_embeddings();
+  return config;
 }
 
 }  // namespace mtrain

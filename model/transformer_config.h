@@ -4,8 +4,9 @@
 // output layer) written where each is used. Daemon-neutral: the worker, the coordinator,
 // trainctl and plan/ link it.
 //
-// Today one family, GPT-2 (Megatron-LM's pre-LN blocks); the fields are those a
-// Llama-style decoder changes (issue 33), so that adding a family is adding values.
+// Two families in the spec (model.family): GPT-2 (Megatron-LM's pre-LN blocks) and
+// Llama-style decoders, whose fields a spec may also set one by one; the engines train
+// GPT-2's architecture so far (spec/ refuses the rest by field, issue 33).
 //
 //   const TransformerConfig config = TransformerConfigOf(spec);  // a resolved spec
 //   const double flops = ModelFlopsPerStep(config, spec.parallel().global_batch_size());
@@ -16,13 +17,13 @@
 
 namespace mtrain {
 
-enum class ModelFamily { kGpt2 };
-enum class Normalization { kLayerNorm };
-enum class Activation { kTanhGelu };
-enum class Positions { kLearned };
+enum class ArchitectureFamily { kGpt2, kLlama };
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class ActivationKind { kTanhGelu, kGelu, kSwiGlu };
+enum class Positions { kLearned, kRotary };
 
 struct TransformerConfig {
-  ModelFamily family = ModelFamily::kGpt2;
+  ArchitectureFamily family = ArchitectureFamily::kGpt2;
   int num_layers = 0;
   int hidden = 0;        // h: the residual stream's width
   int num_heads = 0;     // query heads
@@ -32,13 +33,14 @@ struct TransformerConfig {
   int seq_length = 0;
   int vocab = 0;         // real tokens
   int padded_vocab = 0;  // a multiple of 128 x the tensor degree (logits past vocab are padding)
-  Normalization normalization = Normalization::kLayerNorm;
+  NormKind normalization = NormKind::kLayerNorm;
   double norm_epsilon = 1e-5;
-  Activation activation = Activation::kTanhGelu;
+  ActivationKind activation = ActivationKind::kTanhGelu;
   Positions positions = Positions::kLearned;
-  bool biases = true;       // on every linear layer and normalisation
-  bool tied_output = true;  // the output layer is the token embedding
-  bool gated_mlp = false;   // SwiGLU-style: gate and up projections (3 FFN matrices)
+  double rope_theta = 10000;  // rotary positions' base
+  bool biases = true;         // on every linear layer and normalisation
+  bool tied_output = true;    // the output layer is the token embedding
+  bool gated_mlp = false;     // SwiGLU-style: gate and up projections (3 FFN matrices)
 
   int query_width() const { return num_heads * head_dim; }
   int kv_width() const { return num_kv_heads * head_dim; }
@@ -49,8 +51,9 @@ struct TransformerConfig {
 TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_length, int vocab,
                              int padded_vocab);
 
-// The configuration of `spec` (defaults applied; layout fields read for the vocabulary's
-// padding only). Sizes that are not positive stay as given: validation is spec/'s.
+// The configuration of `spec` (defaults applied, spec/job_spec_defaults.h; layout fields
+// read for the vocabulary's padding only). Sizes that are not positive stay as given:
+// validation is spec/'s. A spec without the architecture fields reads as GPT-2.
 TransformerConfig TransformerConfigOf(const JobSpec& spec);
 
 }  // namespace mtrain

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/family_defaults.h"
 #include "spec/data_split.h"
 #include "spec/job_spec_limits.h"
 
@@ -19,6 +20,30 @@ void ApplyModelDefaults(ModelSpec* model) {
   MTRAIN_DEFAULT(model, hidden_size, kDefaultHiddenSize);
   MTRAIN_DEFAULT(model, seq_length, kDefaultSeqLength);
   MTRAIN_DEFAULT(model, vocab_size, kDefaultVocabSize);
+  // The architecture: the family's choices (model/transformer_config.h reads them).
+  if (model->family() == MODEL_FAMILY_UNSPECIFIED) model->set_family(MODEL_FAMILY_GPT2);
+  const bool llama = model->family() == MODEL_FAMILY_LLAMA;
+  MTRAIN_DEFAULT(model, num_kv_heads, model->num_heads());
+  // Only from a valid width: a derived value would repeat the width's own error.
+  if (model->hidden_size() > 0 && model->hidden_size() <= kMaxHiddenSize) {
+    const int h = model->hidden_size();
+    MTRAIN_DEFAULT(model, ffn_hidden_size, llama ? LlamaFfnHidden(h) : Gpt2FfnHidden(h));
+  }
+  if (model->normalization() == NORMALIZATION_UNSPECIFIED) {
+    model->set_normalization(llama ? NORMALIZATION_RMSNORM : NORMALIZATION_LAYERNORM);
+  }
+  MTRAIN_DEFAULT(model, norm_epsilon, kDefaultNormEpsilon);
+  if (model->activation() == ACTIVATION_UNSPECIFIED) {
+    model->set_activation(llama ? ACTIVATION_SWIGLU : ACTIVATION_GELU_TANH);
+  }
+  if (model->position_embedding() == POSITION_EMBEDDING_UNSPECIFIED) {
+    model->set_position_embedding(llama ? POSITION_EMBEDDING_ROTARY : POSITION_EMBEDDING_LEARNED);
+  }
+  if (model->position_embedding() == POSITION_EMBEDDING_ROTARY) {
+    MTRAIN_DEFAULT(model, rope_theta, kDefaultRopeTheta);
+  }
+  MTRAIN_DEFAULT(model, linear_bias, !llama);
+  MTRAIN_DEFAULT(model, tie_word_embeddings, !llama);
 }
 
 void ApplyParallelDefaults(ParallelSpec* parallel) {

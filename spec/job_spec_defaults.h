@@ -18,6 +18,8 @@ inline constexpr int kDefaultHiddenSize = 128;
 inline constexpr int kDefaultSeqLength = 128;
 // The byte tokenizer's vocabulary.
 inline constexpr int kDefaultVocabSize = 256;
+inline constexpr float kDefaultNormEpsilon = 1e-5f;
+inline constexpr float kDefaultRopeTheta = 10000.0f;
 inline constexpr int kDefaultSteps = 100;
 inline constexpr unsigned long long kDefaultSeed = 1234;
 // From the Megatron-LM GPT recipe.

@@ -25,6 +25,11 @@ inline constexpr int kMaxHiddenSize = 32768;
 // engine's attention is quadratic, and the memory bound below refuses most of this range.
 inline constexpr int kMaxSeqLength = 65536;
 inline constexpr int kMaxVocabSize = 1 << 20;
+// Published FFN widths stay below 4 x 8 hidden (Llama 3 405B: 53248 at h 16384).
+inline constexpr int kMaxFfnHiddenSize = 4 * kMaxHiddenSize;
+inline constexpr float kMaxNormEpsilon = 1.0f;
+// Llama 3 uses 500000; long-context variants a few million.
+inline constexpr float kMaxRopeTheta = 1e9f;
 
 // parallel: a world larger than any cluster this service is meant for (each degree alone
 // and their product).

@@ -146,6 +146,7 @@ struct ValidEnums {
   bool schedule = false;
   bool format = false;
   bool tokenizer = false;
+  bool architecture = false;  // model.family, normalization, activation, position_embedding
 };
 
 ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
@@ -163,6 +164,19 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
   ok.tokenizer = ValidateEnum<Tokenizer>(
       "data.tokenizer", spec.data().tokenizer(), Tokenizer_IsValid, Tokenizer_Name,
       {TOKENIZER_BYTE, TOKENIZER_GPT2_BPE, TOKENIZER_HF_JSON}, v);
+  const ModelSpec& m = spec.model();
+  ok.architecture =
+      ValidateEnum<ModelFamily>("model.family", m.family(), ModelFamily_IsValid, ModelFamily_Name,
+                                {MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA}, v);
+  ok.architecture &= ValidateEnum<Normalization>(
+      "model.normalization", m.normalization(), Normalization_IsValid, Normalization_Name,
+      {NORMALIZATION_LAYERNORM, NORMALIZATION_RMSNORM}, v);
+  ok.architecture &= ValidateEnum<Activation>(
+      "model.activation", m.activation(), Activation_IsValid, Activation_Name,
+      {ACTIVATION_GELU_TANH, ACTIVATION_GELU, ACTIVATION_SWIGLU}, v);
+  ok.architecture &= ValidateEnum<PositionEmbedding>(
+      "model.position_embedding", m.position_embedding(), PositionEmbedding_IsValid,
+      PositionEmbedding_Name, {POSITION_EMBEDDING_LEARNED, POSITION_EMBEDDING_ROTARY}, v);
   return ok;
 }
 
@@ -179,6 +193,37 @@ bool ValidateModel(const JobSpec& spec, Violations* v) {
     v->Add(absl::StrCat("model.hidden_size: ", m.hidden_size(),
                         " is not divisible by model.num_heads (", m.num_heads(),
                         ") [rule: hidden_size % num_heads == 0]"));
+  }
+  // Derived from num_heads unless set: checked when num_heads is valid (else its error
+  // would repeat).
+  if (m.num_heads() > 0 && m.num_heads() <= kMaxNumHeads &&
+      v->RequireSize("model.num_kv_heads", m.num_kv_heads(), kMaxNumHeads) &&
+      m.num_heads() % m.num_kv_heads() != 0) {
+    v->Add(absl::StrCat("model.num_kv_heads: ", m.num_kv_heads(),
+                        " does not divide model.num_heads (", m.num_heads(),
+                        ") [rule: num_heads % num_kv_heads == 0]"));
+  }
+  // Unset only when it could not be derived (hidden_size is wrong and reported already).
+  if (m.has_ffn_hidden_size()) {
+    v->RequireSize("model.ffn_hidden_size", m.ffn_hidden_size(), kMaxFfnHiddenSize);
+  }
+  if (v->RequireFinite("model.norm_epsilon", m.norm_epsilon())) {
+    if (m.norm_epsilon() <= 0) {
+      v->Add(absl::StrCat("model.norm_epsilon: ", m.norm_epsilon(), " [rule: norm_epsilon > 0]"));
+    }
+    v->RequireFloatAtMost("model.norm_epsilon", m.norm_epsilon(), kMaxNormEpsilon);
+  }
+  if (m.has_rope_theta()) {
+    if (m.position_embedding() != POSITION_EMBEDDING_ROTARY) {
+      v->Add(absl::StrCat("model.rope_theta: set, but model.position_embedding is ",
+                          PositionEmbedding_Name(m.position_embedding()),
+                          " [rule: rope_theta only with POSITION_EMBEDDING_ROTARY]"));
+    } else if (v->RequireFinite("model.rope_theta", m.rope_theta())) {
+      if (m.rope_theta() <= 1) {
+        v->Add(absl::StrCat("model.rope_theta: ", m.rope_theta(), " [rule: rope_theta > 1]"));
+      }
+      v->RequireFloatAtMost("model.rope_theta", m.rope_theta(), kMaxRopeTheta);
+    }
   }
   if (spec.data().tokenizer() == TOKENIZER_BYTE && m.vocab_size() > 0 &&
       m.vocab_size() < kByteTokenizerVocab) {
@@ -218,6 +263,17 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
     v->Add(absl::StrCat("model.num_heads: ", m.num_heads(),
                         " is not divisible by parallel.tensor (", p.tensor(),
                         ") [rule: num_heads % tensor == 0]"));
+  }
+  if (m.num_kv_heads() > 0 && m.num_kv_heads() % p.tensor() != 0) {
+    v->Add(absl::StrCat("model.num_kv_heads: ", m.num_kv_heads(),
+                        " is not divisible by parallel.tensor (", p.tensor(),
+                        ") [rule: num_kv_heads % tensor == 0: each tensor rank holds whole "
+                        "key-value heads]"));
+  }
+  if (m.ffn_hidden_size() > 0 && m.ffn_hidden_size() % p.tensor() != 0) {
+    v->Add(absl::StrCat("model.ffn_hidden_size: ", m.ffn_hidden_size(),
+                        " is not divisible by parallel.tensor (", p.tensor(),
+                        ") [rule: ffn_hidden_size % tensor == 0]"));
   }
   const int64_t chunks = int64_t{p.pipeline()} * p.virtual_stages();
   if (m.num_layers() > 0 && m.num_layers() % chunks != 0) {
@@ -592,13 +648,59 @@ void ValidateMemory(const JobSpec& spec, Violations* v) {
                    "pipeline parallelism, or train.recompute need less)]"));
 }
 
+// What the engines train today: GPT-2's architecture, at any FFN width and normalisation
+// epsilon. The spec already names the rest (model/transformer_config.h); each refusal says
+// which field the engines cannot run yet.
+void ValidateArchitectureTrained(const ModelSpec& m, Violations* v) {
+  constexpr absl::string_view kRule =
+      " [rule: the engines train GPT-2's architecture (Llama-style layers are not in them "
+      "yet)]";
+  if (m.family() == MODEL_FAMILY_LLAMA) {
+    v->Add(
+        absl::StrCat("model.family: MODEL_FAMILY_LLAMA is not trained by the engines yet", kRule));
+    return;  // every field below would repeat it
+  }
+  if (m.normalization() != NORMALIZATION_LAYERNORM) {
+    v->Add(absl::StrCat("model.normalization: ", Normalization_Name(m.normalization()),
+                        " is not trained by the engines yet", kRule));
+  }
+  if (m.activation() != ACTIVATION_GELU_TANH) {
+    v->Add(absl::StrCat("model.activation: ", Activation_Name(m.activation()),
+                        " is not trained by the engines yet", kRule));
+  }
+  if (m.position_embedding() != POSITION_EMBEDDING_LEARNED) {
+    v->Add(
+        absl::StrCat("model.position_embedding: ", PositionEmbedding_Name(m.position_embedding()),
+                     " is not trained by the engines yet", kRule));
+  }
+  if (m.num_kv_heads() != m.num_heads()) {
+    v->Add(absl::StrCat("model.num_kv_heads: ", m.num_kv_heads(), " (grouped-query attention, ",
+                        "fewer than model.num_heads ", m.num_heads(),
+                        ") is not trained by the engines yet", kRule));
+  }
+  if (!m.linear_bias()) {
+    v->Add(absl::StrCat("model.linear_bias: false is not trained by the engines yet", kRule));
+  }
+  if (!m.tie_word_embeddings()) {
+    v->Add(
+        absl::StrCat("model.tie_word_embeddings: false (an untied output layer) is not "
+                     "trained by the engines yet",
+                     kRule));
+  }
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   Violations v;
   ValidateName(spec.name(), &v);
   const ValidEnums enums = ValidateEnums(spec, &v);
-  const bool model_ok = ValidateModel(spec, &v);
+  bool model_ok = ValidateModel(spec, &v);
+  if (model_ok && enums.architecture) {
+    const size_t before = v.size();
+    ValidateArchitectureTrained(spec.model(), &v);
+    model_ok = v.size() == before;
+  }
   const bool parallel_ok = ValidateParallel(spec, enums.schedule, &v);
   ValidateOptimizer(spec.optimizer(), &v);
   ValidateTrain(spec.train(), &v);

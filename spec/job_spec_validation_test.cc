@@ -99,6 +99,83 @@ TEST(JobSpecValidationTest, NonPositiveSizesNameTheField) {
   ExpectRejected(R"({"train": {"steps": 0}})", "train.steps", "must be > 0");
 }
 
+// model.family and the architecture fields (issue 33): GPT-2's values by default, so that
+// every spec written before them means what it meant.
+TEST(JobSpecValidationTest, ArchitectureDefaultsAreGpt2s) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"model": {"num_heads": 8, "hidden_size": 96}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelSpec& m = spec->model();
+  EXPECT_EQ(m.family(), MODEL_FAMILY_GPT2);
+  EXPECT_EQ(m.num_kv_heads(), 8);
+  EXPECT_EQ(m.ffn_hidden_size(), 384);
+  EXPECT_EQ(m.normalization(), NORMALIZATION_LAYERNORM);
+  EXPECT_FLOAT_EQ(m.norm_epsilon(), 1e-5f);
+  EXPECT_EQ(m.activation(), ACTIVATION_GELU_TANH);
+  EXPECT_EQ(m.position_embedding(), POSITION_EMBEDDING_LEARNED);
+  EXPECT_FALSE(m.has_rope_theta());
+  EXPECT_TRUE(m.linear_bias());
+  EXPECT_TRUE(m.tie_word_embeddings());
+}
+
+TEST(JobSpecValidationTest, LlamaFamilySetsItsOwnDefaults) {
+  JobSpec spec;
+  spec.mutable_model()->set_family(MODEL_FAMILY_LLAMA);
+  spec.mutable_model()->set_hidden_size(4096);
+  spec.mutable_model()->set_num_heads(32);
+  spec.mutable_model()->set_num_kv_heads(8);
+  ApplyJobSpecDefaults(&spec);
+  const ModelSpec& m = spec.model();
+  EXPECT_EQ(m.ffn_hidden_size(), 11008);  // Llama 2 7B's
+  EXPECT_EQ(m.num_kv_heads(), 8);
+  EXPECT_EQ(m.normalization(), NORMALIZATION_RMSNORM);
+  EXPECT_EQ(m.activation(), ACTIVATION_SWIGLU);
+  EXPECT_EQ(m.position_embedding(), POSITION_EMBEDDING_ROTARY);
+  EXPECT_FLOAT_EQ(m.rope_theta(), 10000.0f);
+  EXPECT_FALSE(m.linear_bias());
+  EXPECT_FALSE(m.tie_word_embeddings());
+}
+
+TEST(JobSpecValidationTest, ArchitectureFieldsNameTheirRule) {
+  ExpectRejected(R"({"model": {"num_heads": 4, "num_kv_heads": 3}})", "model.num_kv_heads: 3",
+                 "num_heads % num_kv_heads == 0");
+  ExpectRejected(R"({"model": {"num_heads": 8, "num_kv_heads": 2}, "parallel": {"tensor": 4}})",
+                 "model.num_kv_heads: 2", "num_kv_heads % tensor == 0");
+  ExpectRejected(R"({"model": {"ffn_hidden_size": 510}, "parallel": {"tensor": 4}})",
+                 "model.ffn_hidden_size: 510", "ffn_hidden_size % tensor == 0");
+  ExpectRejected(R"({"model": {"ffn_hidden_size": 0}})", "model.ffn_hidden_size", "> 0");
+  ExpectRejected(R"({"model": {"norm_epsilon": 0}})", "model.norm_epsilon", "norm_epsilon > 0");
+  ExpectRejected(R"({"model": {"norm_epsilon": "NaN"}})", "model.norm_epsilon", "no NaN");
+  ExpectRejected(R"({"model": {"rope_theta": 500000}})", "model.rope_theta",
+                 "rope_theta only with POSITION_EMBEDDING_ROTARY");
+  ExpectRejected(R"({"model": {"family": 7}})", "model.family: 7",
+                 "one of MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA");
+  ExpectRejected(R"({"model": {"activation": 9}})", "model.activation: 9", "ACTIVATION_SWIGLU");
+}
+
+TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA"}})",
+                 "model.family: MODEL_FAMILY_LLAMA is not trained by the engines yet",
+                 "the engines train GPT-2's architecture (Llama-style layers");
+  ExpectRejected(R"({"model": {"normalization": "NORMALIZATION_RMSNORM"}})",
+                 "model.normalization: NORMALIZATION_RMSNORM", "not trained by the engines yet");
+  ExpectRejected(R"({"model": {"activation": "ACTIVATION_SWIGLU"}})", "model.activation",
+                 "not trained by the engines yet");
+  ExpectRejected(R"({"model": {"position_embedding": "POSITION_EMBEDDING_ROTARY"}})",
+                 "model.position_embedding", "not trained by the engines yet");
+  ExpectRejected(R"({"model": {"num_heads": 4, "num_kv_heads": 2}})", "model.num_kv_heads: 2",
+                 "not trained by the engines yet");
+  ExpectRejected(R"({"model": {"linear_bias": false}})", "model.linear_bias",
+                 "not trained by the engines yet");
+  ExpectRejected(R"({"model": {"tie_word_embeddings": false}})", "model.tie_word_embeddings",
+                 "not trained by the engines yet");
+  // What they do train: GPT-2 at any FFN width and epsilon.
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpecJson(R"({"model": {"ffn_hidden_size": 300, "norm_epsilon": 1e-6}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().ffn_hidden_size(), 300);
+}
+
 TEST(JobSpecValidationTest, HeadsMustDivideByTensor) {
   ExpectRejected(R"({"model": {"num_heads": 6, "hidden_size": 192},
                      "parallel": {"tensor": 4}})",

@@ -16,6 +16,7 @@
 // step) and the model has 8 layers so that every layout, interleaving included, splits it.
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -42,6 +43,8 @@ struct Layout {
   int zero_stage = 0;
   std::string parallel_extra = "";  // more parallel.* fields, e.g. ", \"scatter_gather\": false"
   std::string train_extra = "";     // more train.* fields (recomputation)
+  std::string model_extra = "";     // more model.* fields; compared with a single rank of them
+  int ffn_hidden = 128;             // the MLP width model_extra gives (4 x 32 by default)
 };
 
 // gtest names a failing parameter by this instead of its bytes.
@@ -50,15 +53,15 @@ void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 std::string SpecJson(const Layout& l) {
   return absl::StrFormat(
       R"({"name": "equivalence",
-          "model": {"num_layers": 8, "num_heads": 4, "hidden_size": 32, "seq_length": 16},
+          "model": {"num_layers": 8, "num_heads": 4, "hidden_size": 32, "seq_length": 16%s},
           "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "virtual_stages": %d,
                        "schedule": "%s", "zero_stage": %d,
                        "micro_batch_size": 2, "global_batch_size": 8%s},
           "optimizer": {"lr": 3e-3, "warmup_steps": 3, "eps": 1e-3},
           "train": {"steps": %d, "seed": 11, "dropout": 0.1%s},
           "device": "DEVICE_CPU"})",
-      l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage, l.parallel_extra,
-      kSteps, l.train_extra);
+      l.model_extra, l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage,
+      l.parallel_extra, kSteps, l.train_extra);
 }
 
 struct RunResult {
@@ -99,17 +102,28 @@ RunResult RunLayout(const Layout& layout) {
 
 class ParallelEquivalenceTest : public ::testing::TestWithParam<Layout> {
  protected:
-  // One single-rank run for both suites (each instantiation sets up its own suite; the
-  // second must not rerun into the first's directory).
-  static void SetUpTestSuite() {
-    if (reference_ == nullptr) reference_ = new RunResult(RunLayout(Layout{"single", 1, 1, 1}));
+  // One single-rank run per model for every suite (each instantiation sets up its own
+  // suite; a second run must not rerun into the first's directory).
+  static const RunResult& Reference(const std::string& model_extra) {
+    static auto* references = new std::map<std::string, RunResult>();
+    auto it = references->find(model_extra);
+    if (it == references->end()) {
+      Layout single{absl::StrCat("single", references->size()), 1, 1, 1};
+      single.model_extra = model_extra;
+      it = references->emplace(model_extra, RunLayout(single)).first;
+    }
+    return it->second;
   }
-  static RunResult* reference_;
+  static void SetUpTestSuite() { Reference(""); }
 };
-RunResult* ParallelEquivalenceTest::reference_ = nullptr;
 
 TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
+  const RunResult* reference_ = &Reference(GetParam().model_extra);
   ASSERT_EQ(reference_->losses_per_rank.size(), 1u);
+  // The model fields reach the weights (model/'s parameter table).
+  ASSERT_EQ(reference_->weights.tensors.count("layers.0.mlp.fc.weight"), 1u);
+  EXPECT_EQ(reference_->weights.tensors.at("layers.0.mlp.fc.weight").shape,
+            (std::vector<int64_t>{GetParam().ffn_hidden, 32}));
   const std::vector<double>& expected = reference_->losses_per_rank[0];
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
   // The reference must actually learn, or matching it would prove little.
@@ -224,7 +238,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"t2p2d2_zero1", 2, 2, 2, 1, "SCHEDULE_1F1B", 1},
                       Layout{"p2d2_interleaved_zero1", 1, 2, 2, 2, "SCHEDULE_INTERLEAVED_1F1B", 1},
                       Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
-                             R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"}),
+                             R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"},
+                      // The model's FFN width and normalisation epsilon from the spec
+                      // (issue 33), against a single rank of the same model.
+                      Layout{"t2p2_sequence_parallel_ffn96_larger_eps", 2, 2, 1, 1, "SCHEDULE_1F1B",
+                             0, R"(, "sequence_parallel": true)", "",
+                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
+                      Layout{"t4_ffn96_larger_eps", 4, 1, 1, 1, "SCHEDULE_1F1B", 0, "", "",
+                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96}),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Issue 21's whole matrix: every combination of its options (sequence parallelism,

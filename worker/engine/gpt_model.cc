@@ -196,7 +196,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
 
   // Attention block.
   cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
-                           s->ln1_rstd.data(), N, C, kLayerNormEps);
+                           s->ln1_rstd.data(), N, C, NormEpsilon(shape_));
   tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
                                      3 * Cl);
   cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
@@ -214,7 +214,7 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
 
   // MLP block.
   cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
-                           s->ln2_rstd.data(), N, C, kLayerNormEps);
+                           s->ln2_rstd.data(), N, C, NormEpsilon(shape_));
   tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
   cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
   RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
@@ -338,11 +338,12 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
     // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
     cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.data(),
                              acts->lnf_mean.data(), acts->lnf_rstd.data(), local_rows_, C,
-                             kLayerNormEps);
+                             NormEpsilon(shape_));
     RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), acts->lnf.data(), local_rows_, C));
   } else {
     cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
-                             acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C, kLayerNormEps);
+                             acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C,
+                             NormEpsilon(shape_));
   }
   const int Vl = placement_.local_vocab(shape_);
   // The tied output layer: column-parallel over the vocabulary (the input was copied in),

@@ -58,7 +58,7 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
   for (int l = 0; l < placement_.num_layers; ++l) {
     const LayerView<T>& w = p_.layers[l];
     cpu::LayerNormForward<T>(x.data(), w.ln1_gamma, w.ln1_beta, ln.data(), mean.data(), rstd.data(),
-                             count, C, kLayerNormEps);
+                             count, C, NormEpsilon(shape_));
     tp::ColumnParallelLinearForward<T>(ln.data(), w.qkv_weight, w.qkv_bias, qkv.data(), count, C,
                                        3 * Cl);
     T* keys = cache->keys[l].data();
@@ -99,7 +99,7 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
                                                     branch.data(), count, Cl, C));
     for (size_t i = 0; i < rows * C; ++i) x[i] += branch[i];
     cpu::LayerNormForward<T>(x.data(), w.ln2_gamma, w.ln2_beta, ln.data(), mean.data(), rstd.data(),
-                             count, C, kLayerNormEps);
+                             count, C, NormEpsilon(shape_));
     tp::ColumnParallelLinearForward<T>(ln.data(), w.fc_weight, w.fc_bias, fc.data(), count, C, Fl);
     cpu::GeluForward<T>(fc.data(), gelu.data(), rows * Fl);
     RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, gelu.data(), w.fc_proj_weight,
@@ -114,7 +114,7 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
   // The head on the last position only: its logits pick the next token.
   const T* last = x.data() + (rows - 1) * C;
   cpu::LayerNormForward<T>(last, p_.lnf_gamma, p_.lnf_beta, ln.data(), mean.data(), rstd.data(), 1,
-                           C, kLayerNormEps);
+                           C, NormEpsilon(shape_));
   tp::ColumnParallelLinearForward<T>(ln.data(), p_.wte, nullptr, out, 1, C,
                                      placement_.local_vocab(shape_));
   return absl::OkStatus();

@@ -49,7 +49,7 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
   // into the whole buffer for the column-parallel GEMM (again in the backward).
   cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
-                           s->ln1_rstd.data(), R, C, kLayerNormEps);
+                           s->ln1_rstd.data(), R, C, NormEpsilon(shape_));
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln1.data(), sp_full_.data(), R, C));
   tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
                                      3 * Cl);
@@ -69,7 +69,7 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
 
   // MLP block.
   cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
-                           s->ln2_rstd.data(), R, C, kLayerNormEps);
+                           s->ln2_rstd.data(), R, C, NormEpsilon(shape_));
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln2.data(), sp_full_.data(), R, C));
   tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C,
                                      Fl);

@@ -14,8 +14,9 @@
 
 namespace mtrain {
 
-// GPT-2's LayerNorm epsilon.
-inline constexpr float kLayerNormEps = 1e-5f;
+// The normalisation's epsilon (model.norm_epsilon, a float in the spec; 1e-5 for GPT-2),
+// in the precision the kernels have always been given it.
+inline float NormEpsilon(const ModelShape& shape) { return static_cast<float>(shape.norm_epsilon); }
 
 // Dropout sites inside a layer, and the embedding's (layer -1).
 enum DropoutSite {

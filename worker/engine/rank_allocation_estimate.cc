@@ -89,12 +89,14 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
         "int32]"));
   }
   const TransformerConfig config = TransformerConfigOf(spec);
-  const double F = config.ffn_hidden;  // the MLP width (model/)
-  if (F >= kInt32Max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.hidden_size ", model.hidden_size(),
-        ": the MLP width reaches 2147483647 [rule: the engine's kernels index columns with "
-        "int32]"));
+  const double F = config.ffn_hidden;  // the MLP width (model/), an int32 field
+  // The widest row the kernels index: the fused query, key and value projections.
+  const double qkv = static_cast<double>(config.query_width()) + 2.0 * config.kv_width();
+  if (qkv > kInt32Max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.hidden_size ", model.hidden_size(),
+                     ": the fused query/key/value width ", static_cast<int64_t>(qkv),
+                     " exceeds 2147483647 [rule: the engine's kernels index columns with int32]"));
   }
   if (Vp > kInt32Max) {
     return absl::InvalidArgumentError(

@@ -14,7 +14,8 @@
 // std::bad_alloc.
 //
 // It also enforces the engine's int32 dimensions (kernels take row and column counts as
-// int): tokens per microbatch, 4 * hidden_size and the padded vocabulary below 2^31.
+// int): tokens per microbatch, the fused query/key/value width and the padded vocabulary
+// below 2^31 (the MLP width is an int32 field).
 //
 //   ASSIGN_OR_RETURN(const RankAllocationEstimate need, EstimateRankAllocation(assignment, true));
 //   RETURN_IF_ERROR(CheckMemoryFits("rank 3", need.total(), need.Describe(), limits));

@@ -262,7 +262,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   // Attention block: QKV column-parallel (this rank's heads), output projection
   // row-parallel.
   RETURN_IF_ERROR(LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s.ln1.get(), s.ln1_mean.get(),
-                                      s.ln1_rstd.get(), N, C, kLayerNormEps, stream_));
+                                      s.ln1_rstd.get(), N, C, NormEpsilon(shape_), stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln1.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N, C,
                                    3 * Cl, stream_));
   const int heads = placement_.local_heads(shape_);
@@ -283,7 +283,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   // MLP block: fc column-parallel, its GEMM's epilogue adding the bias and applying GeLU
   // (keeping its input); proj row-parallel.
   RETURN_IF_ERROR(LayerNormForward<T>(s.h1.get(), w.ln2_gamma, w.ln2_beta, s.ln2.get(),
-                                      s.ln2_mean.get(), s.ln2_rstd.get(), N, C, kLayerNormEps,
+                                      s.ln2_mean.get(), s.ln2_rstd.get(), N, C, NormEpsilon(shape_),
                                       stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln2.get(), w.fc_weight, w.fc_bias, s.gelu.get(), N, C,
                                    Fl, stream_, /*pre_gelu=*/s.fc.get()));
@@ -439,12 +439,12 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
     // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
     RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.get(),
                                         acts->lnf_mean.get(), acts->lnf_rstd.get(), local_rows_, C,
-                                        kLayerNormEps, stream_));
+                                        NormEpsilon(shape_), stream_));
     RETURN_IF_ERROR(GatherRows(sp_rows_.get(), acts->lnf.get()));
   } else {
     RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.get(),
                                         acts->lnf_mean.get(), acts->lnf_rstd.get(), N, C,
-                                        kLayerNormEps, stream_));
+                                        NormEpsilon(shape_), stream_));
   }
   // The tied output layer (column-parallel over the vocabulary); padded vocabulary
   // columns are excluded from the softmax.

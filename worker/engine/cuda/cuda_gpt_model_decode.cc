@@ -95,7 +95,7 @@ absl::Status CudaGptModel<T>::Decode(KvCache* cache, const int32_t* tokens, cons
   for (int l = 0; l < placement_.num_layers; ++l) {
     const LayerView<const T>& w = p_.layers[l];
     RETURN_IF_ERROR(LayerNormForward<T>(d.x.get(), w.ln1_gamma, w.ln1_beta, d.ln.get(),
-                                        d.mean.get(), d.rstd.get(), count, C, kLayerNormEps,
+                                        d.mean.get(), d.rstd.get(), count, C, NormEpsilon(shape_),
                                         stream_));
     RETURN_IF_ERROR(MatmulForward<T>(*blas_, d.ln.get(), w.qkv_weight, w.qkv_bias, d.qkv.get(),
                                      count, C, 3 * Cl, stream_));
@@ -119,7 +119,7 @@ absl::Status CudaGptModel<T>::Decode(KvCache* cache, const int32_t* tokens, cons
     RETURN_IF_ERROR(TensorAllReduce(d.branch.get(), rows_c));
     RETURN_IF_ERROR(AddTensors<T>(d.x.get(), d.branch.get(), d.x.get(), rows_c, stream_));
     RETURN_IF_ERROR(LayerNormForward<T>(d.x.get(), w.ln2_gamma, w.ln2_beta, d.ln.get(),
-                                        d.mean.get(), d.rstd.get(), count, C, kLayerNormEps,
+                                        d.mean.get(), d.rstd.get(), count, C, NormEpsilon(shape_),
                                         stream_));
     RETURN_IF_ERROR(MatmulForward<T>(*blas_, d.ln.get(), w.fc_weight, w.fc_bias, d.gelu.get(),
                                      count, C, Fl, stream_, /*pre_gelu=*/d.fc.get()));
@@ -138,7 +138,7 @@ absl::Status CudaGptModel<T>::Decode(KvCache* cache, const int32_t* tokens, cons
   // The head on the last position only: its logits pick the next token.
   const T* last = d.x.get() + static_cast<size_t>(count - 1) * C;
   RETURN_IF_ERROR(LayerNormForward<T>(last, p_.lnf_gamma, p_.lnf_beta, d.ln.get(), d.mean.get(),
-                                      d.rstd.get(), 1, C, kLayerNormEps, stream_));
+                                      d.rstd.get(), 1, C, NormEpsilon(shape_), stream_));
   return MatmulForward<T>(*blas_, d.ln.get(), p_.wte, nullptr, out, 1, C,
                           placement_.local_vocab(shape_), stream_);
 }

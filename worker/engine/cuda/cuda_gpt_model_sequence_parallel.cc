@@ -117,7 +117,7 @@ absl::Status CudaGptModel<T>::LayerForwardSequenceParallel(int layer, const Micr
   // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
   // for the column-parallel GEMM (again in the backward).
   RETURN_IF_ERROR(LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s.ln1.get(), s.ln1_mean.get(),
-                                      s.ln1_rstd.get(), R, C, kLayerNormEps, stream_));
+                                      s.ln1_rstd.get(), R, C, NormEpsilon(shape_), stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N,
                                    C, 3 * Cl, stream_));
@@ -137,7 +137,7 @@ absl::Status CudaGptModel<T>::LayerForwardSequenceParallel(int layer, const Micr
 
   // MLP block.
   RETURN_IF_ERROR(LayerNormForward<T>(s.h1.get(), w.ln2_gamma, w.ln2_beta, s.ln2.get(),
-                                      s.ln2_mean.get(), s.ln2_rstd.get(), R, C, kLayerNormEps,
+                                      s.ln2_mean.get(), s.ln2_rstd.get(), R, C, NormEpsilon(shape_),
                                       stream_));
   RETURN_IF_ERROR(GatherRows(s.ln2.get(), sp_full_.get()));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), w.fc_weight, w.fc_bias, s.gelu.get(), N,

@@ -94,13 +94,21 @@ TEST(CudaTrainingEngineTest, StartsFromTheCpuWeightsAndItsMirrorRoundTrips) {
   EXPECT_EQ(host.second_moment[3], 0.75f);
 }
 
-TEST(CudaTrainingEngineTest, AStepFollowsTheCpuEngine) {
+// GPT-2's shape, or (issue 33) an FFN of 3 h and a larger normalisation epsilon, both read
+// from model/'s configuration by both engines.
+class CudaTrainingEngineStepTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaTrainingEngineStepTest, AStepFollowsTheCpuEngine) {
   MTRAIN_SKIP_WITHOUT_GPU();
   RankGroups groups = SoloGroups();
-  absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> gpu =
-      CudaTrainingEngine::Create(Config(&groups));
+  TrainingEngineConfig config = Config(&groups);
+  if (GetParam()) {
+    config.shape.ffn_hidden = 3 * config.shape.hidden;
+    config.shape.norm_epsilon = 1e-3;
+  }
+  absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> gpu = CudaTrainingEngine::Create(config);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  absl::StatusOr<std::unique_ptr<CpuEngine>> cpu = CpuEngine::Create(Config(&groups));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> cpu = CpuEngine::Create(config);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   const float d_loss = 1.0f / (kMicrobatches * kMicroBatch * kSeq);
   PipelineExecutor gpu_executor(&(*gpu)->stages(), OneStageSchedule(), 0, 1, groups.world.get());
@@ -120,6 +128,11 @@ TEST(CudaTrainingEngineTest, AStepFollowsTheCpuEngine) {
   EXPECT_TRUE((*gpu)->GatherParameters().ok());
   EXPECT_TRUE((*gpu)->device_memory_peak_bytes().has_value());
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaTrainingEngineStepTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Ffn3hEpsilon1e3") : std::string("Gpt2");
+                         });
 
 }  // namespace
 }  // namespace mtrain::cuda
