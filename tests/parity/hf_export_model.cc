@@ -34,11 +34,17 @@ float Uniform(uint64_t key, uint64_t index, float scale) {
   return static_cast<float>(k) * 0x1.0p-20f;
 }
 
-ModelShape Shape() { return ShapeFromSpec(HfExportSpec()); }
+ModelShape Shape(HfExportVariant variant = HfExportVariant::kGpt2) {
+  return ShapeFromSpec(HfExportSpec(variant));
+}
 
 }  // namespace
 
-JobSpec HfExportSpec() {
+const char* HfExportVariantSuffix(HfExportVariant variant) {
+  return variant == HfExportVariant::kWideFfn ? "_wide_ffn" : "";
+}
+
+JobSpec HfExportSpec(HfExportVariant variant) {
   JobSpec spec;
   spec.set_name("hf-export-parity");
   ModelSpec* model = spec.mutable_model();
@@ -47,14 +53,18 @@ JobSpec HfExportSpec() {
   model->set_hidden_size(64);
   model->set_seq_length(32);
   model->set_vocab_size(300);
+  if (variant == HfExportVariant::kWideFfn) {
+    model->set_ffn_hidden_size(192);
+    model->set_norm_epsilon(1e-3f);
+  }
   spec.mutable_train()->set_dropout(0.1f);
   spec.mutable_train()->set_seed(kHfExportSeed);
   // A fixed valid spec: resolving it cannot fail.
   return *ResolveJobSpec(spec);
 }
 
-std::map<std::string, FullTensor> HfExportWeights() {
-  const ModelShape shape = Shape();
+std::map<std::string, FullTensor> HfExportWeights(HfExportVariant variant) {
+  const ModelShape shape = Shape(variant);
   const ParameterLayout layout(shape, WholeModel(shape));
   std::map<std::string, FullTensor> weights;
   for (const ParamTensor& t : layout.tensors()) {
@@ -89,8 +99,9 @@ std::vector<int32_t> HfExportTokens() {
 }
 
 absl::StatusOr<std::vector<float>> EngineLogits(const std::map<std::string, FullTensor>& weights,
-                                                const std::vector<int32_t>& tokens) {
-  const ModelShape shape = Shape();
+                                                const std::vector<int32_t>& tokens,
+                                                HfExportVariant variant) {
+  const ModelShape shape = Shape(variant);
   const ParameterLayout layout(shape, WholeModel(shape));
   GptModel<float> model(layout, kHfExportBatch, ModelOptions{});
   for (const ParamTensor& t : layout.tensors()) {

@@ -26,13 +26,23 @@ namespace mtrain {
 inline constexpr int kHfExportBatch = 2;
 inline constexpr uint64_t kHfExportSeed = 2024;
 
+// The models checked, each with its own reference file.
+enum class HfExportVariant {
+  kGpt2,     // GPT-2's architecture as the spec defaults it
+  kWideFfn,  // model.ffn_hidden_size 3 h (HF n_inner) and model.norm_epsilon 1e-3
+};
+inline constexpr HfExportVariant kHfExportVariants[] = {HfExportVariant::kGpt2,
+                                                        HfExportVariant::kWideFfn};
+// "" or "_wide_ffn": the reference is tests/parity/hf_gpt2_export_reference<suffix>.safetensors.
+const char* HfExportVariantSuffix(HfExportVariant variant);
+
 // 2 layers, 4 heads, hidden 64, seq 32, vocab 300 (padded to 384 by the engine: the
 // export must drop the padding), dropout 0.1 (config only: both sides run without it).
 // Defaults applied.
-JobSpec HfExportSpec();
+JobSpec HfExportSpec(HfExportVariant variant = HfExportVariant::kGpt2);
 
 // Every parameter at the engine's global shapes (wte [384, 64], padding rows included).
-std::map<std::string, FullTensor> HfExportWeights();
+std::map<std::string, FullTensor> HfExportWeights(HfExportVariant variant = HfExportVariant::kGpt2);
 
 // [kHfExportBatch, seq_length] token ids covering [0, vocab_size).
 std::vector<int32_t> HfExportTokens();
@@ -40,7 +50,8 @@ std::vector<int32_t> HfExportTokens();
 // The engine's fp32 logits of `tokens` under `weights` (no dropout), with the padded
 // vocabulary columns removed: [kHfExportBatch * seq_length, vocab_size].
 absl::StatusOr<std::vector<float>> EngineLogits(const std::map<std::string, FullTensor>& weights,
-                                                const std::vector<int32_t>& tokens);
+                                                const std::vector<int32_t>& tokens,
+                                                HfExportVariant variant = HfExportVariant::kGpt2);
 
 }  // namespace mtrain
 

@@ -17,6 +17,10 @@ The C++ test //tests/parity:hf_export_test (no torch needed) re-runs the export 
 and checks the file is byte-identical (CRC-32C), config.json identical, and the engine's
 logits still match these.
 
+Each variant of the tool (--variant: gpt2, and wide_ffn with model.ffn_hidden_size 3 h and
+model.norm_epsilon 1e-3, i.e. HF n_inner and layer_norm_epsilon) has its own reference,
+hf_gpt2_export_reference<_variant>.safetensors; the script regenerates both.
+
   bazel build //tests/parity:write_hf_export
   python3 tests/parity/hf_export_reference.py   # needs torch, transformers, safetensors
                                                 # from PyPI
@@ -68,14 +72,23 @@ def errors(ours, theirs):
     return diff, diff / theirs.double().abs().max().item()
 
 
+VARIANTS = {"gpt2": "", "wide_ffn": "_wide_ffn"}
+
+
 def main():
     assert crc32c(b"123456789") == 0xE3069283
     tool = ROOT / "bazel-bin/tests/parity/write_hf_export"
     if not tool.exists():
         sys.exit(f"{tool} missing: run `bazel build //tests/parity:write_hf_export`")
+    for variant, suffix in VARIANTS.items():
+        check_variant(tool, variant, HERE / f"hf_gpt2_export_reference{suffix}.safetensors")
+
+
+def check_variant(tool, variant, target):
+    print(f"variant {variant}:")
     with tempfile.TemporaryDirectory() as tmp:
         export = pathlib.Path(tmp) / "export"
-        subprocess.run([str(tool), f"--output_dir={export}"], check=True)
+        subprocess.run([str(tool), f"--output_dir={export}", f"--variant={variant}"], check=True)
         engine = load_file(str(export / "engine.safetensors"))
         with safe_open(str(export / "engine.safetensors"), "pt") as f:
             meta = f.metadata()
@@ -105,7 +118,6 @@ def main():
         sys.exit(f"FAIL: relative logits error {worst:.3e} > {TOLERANCE}")
 
     logits, abs_err, rel_err = results[default_name]
-    target = HERE / "hf_gpt2_export_reference.safetensors"
     save_file({"logits": logits, "tokens": engine["tokens"].contiguous()}, str(target), metadata={
         "model_safetensors_crc32c": str(crc),
         "config_json": config_json,

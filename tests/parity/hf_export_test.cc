@@ -21,8 +21,6 @@
 namespace mtrain {
 namespace {
 
-constexpr char kReference[] = "tests/parity/hf_gpt2_export_reference.safetensors";
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;
@@ -30,15 +28,20 @@ std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-class HfExportTest : public ::testing::Test {
+// Each variant of hf_export_model.h against its own reference (GPT-2; a wide FFN with a
+// larger epsilon, issue 33).
+class HfExportTest : public ::testing::TestWithParam<HfExportVariant> {
  protected:
   void SetUp() override {
-    absl::StatusOr<SafetensorsFile> reference = ReadSafetensors(kReference);
+    const std::string suffix = HfExportVariantSuffix(GetParam());
+    absl::StatusOr<SafetensorsFile> reference =
+        ReadSafetensors("tests/parity/hf_gpt2_export_reference" + suffix + ".safetensors");
     ASSERT_TRUE(reference.ok()) << reference.status();
     reference_ = *std::move(reference);
-    dir_ = testing::TempDir() + "/hf_export_test";
+    dir_ = testing::TempDir() + "/hf_export_test" + suffix;
     std::filesystem::remove_all(dir_);
-    const absl::Status exported = ExportHuggingFaceGpt2(HfExportWeights(), HfExportSpec(), dir_);
+    const absl::Status exported =
+        ExportHuggingFaceGpt2(HfExportWeights(GetParam()), HfExportSpec(GetParam()), dir_);
     ASSERT_TRUE(exported.ok()) << exported;
   }
 
@@ -46,7 +49,7 @@ class HfExportTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(HfExportTest, ExportIsByteIdenticalToTheFileTransformersLoaded) {
+TEST_P(HfExportTest, ExportIsByteIdenticalToTheFileTransformersLoaded) {
   const std::string model = ReadFile(dir_ + "/" + kHuggingFaceModelFile);
   ASSERT_FALSE(model.empty());
   uint32_t reference_crc = 0;
@@ -56,11 +59,12 @@ TEST_F(HfExportTest, ExportIsByteIdenticalToTheFileTransformersLoaded) {
   EXPECT_EQ(ReadFile(dir_ + "/" + kHuggingFaceConfigFile), reference_.metadata.at("config_json"));
 }
 
-TEST_F(HfExportTest, EngineLogitsMatchTransformers) {
+TEST_P(HfExportTest, EngineLogitsMatchTransformers) {
   absl::StatusOr<std::vector<int32_t>> tokens = TensorAsInt32(reference_.tensors.at("tokens"));
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(*tokens, HfExportTokens());
-  absl::StatusOr<std::vector<float>> ours = EngineLogits(HfExportWeights(), *tokens);
+  absl::StatusOr<std::vector<float>> ours =
+      EngineLogits(HfExportWeights(GetParam()), *tokens, GetParam());
   ASSERT_TRUE(ours.ok()) << ours.status();
   absl::StatusOr<std::vector<float>> theirs = TensorAsFloats(reference_.tensors.at("logits"));
   ASSERT_TRUE(theirs.ok()) << theirs.status();
@@ -76,13 +80,13 @@ TEST_F(HfExportTest, EngineLogitsMatchTransformers) {
   EXPECT_LT(diff / scale, 1e-5) << "max abs error " << diff << " at scale " << scale;
 }
 
-TEST_F(HfExportTest, ConfigDescribesTheModel) {
+TEST_P(HfExportTest, ConfigDescribesTheModel) {
   google::protobuf::Struct config;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
                   ReadFile(dir_ + "/" + kHuggingFaceConfigFile), &config)
                   .ok());
   const auto& f = config.fields();
-  const JobSpec spec = HfExportSpec();
+  const JobSpec spec = HfExportSpec(GetParam());
   const ModelSpec& model = spec.model();
   EXPECT_EQ(f.at("model_type").string_value(), "gpt2");
   EXPECT_EQ(f.at("architectures").list_value().values(0).string_value(), "GPT2LMHeadModel");
@@ -93,10 +97,22 @@ TEST_F(HfExportTest, ConfigDescribesTheModel) {
   EXPECT_EQ(f.at("n_layer").number_value(), model.num_layers());
   EXPECT_EQ(f.at("n_head").number_value(), model.num_heads());
   EXPECT_EQ(f.at("activation_function").string_value(), "gelu_new");
-  EXPECT_EQ(f.at("layer_norm_epsilon").number_value(), 1e-5);
+  EXPECT_FLOAT_EQ(static_cast<float>(f.at("layer_norm_epsilon").number_value()),
+                  model.norm_epsilon());
+  if (model.ffn_hidden_size() == 4 * model.hidden_size()) {
+    EXPECT_EQ(f.at("n_inner").kind_case(), google::protobuf::Value::kNullValue);
+  } else {
+    EXPECT_EQ(f.at("n_inner").number_value(), model.ffn_hidden_size());
+  }
   EXPECT_EQ(f.at("resid_pdrop").number_value(), 0.1);
   EXPECT_TRUE(f.at("tie_word_embeddings").bool_value());
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, HfExportTest, ::testing::ValuesIn(kHfExportVariants),
+                         [](const ::testing::TestParamInfo<HfExportVariant>& info) {
+                           return std::string(info.param == HfExportVariant::kGpt2 ? "Gpt2"
+                                                                                   : "WideFfn");
+                         });
 
 }  // namespace
 }  // namespace mtrain

@@ -17,6 +17,9 @@
 #include "tests/parity/hf_export_model.h"
 
 ABSL_FLAG(std::string, output_dir, "hf_export", "directory to write the export into");
+ABSL_FLAG(std::string, variant, "gpt2",
+          "the model of hf_export_model.h: gpt2, or wide_ffn (ffn_hidden_size 3 h, norm_epsilon "
+          "1e-3)");
 
 namespace mtrain {
 namespace {
@@ -29,11 +32,17 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-absl::Status Run(const std::string& dir) {
-  const JobSpec spec = HfExportSpec();
-  const std::map<std::string, FullTensor> weights = HfExportWeights();
+absl::Status Run(const std::string& dir, const std::string& variant_name) {
+  if (variant_name != "gpt2" && variant_name != "wide_ffn") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--variant=", variant_name, ": must be gpt2 or wide_ffn"));
+  }
+  const HfExportVariant variant =
+      variant_name == "wide_ffn" ? HfExportVariant::kWideFfn : HfExportVariant::kGpt2;
+  const JobSpec spec = HfExportSpec(variant);
+  const std::map<std::string, FullTensor> weights = HfExportWeights(variant);
   const std::vector<int32_t> tokens = HfExportTokens();
-  absl::StatusOr<std::vector<float>> logits = EngineLogits(weights, tokens);
+  absl::StatusOr<std::vector<float>> logits = EngineLogits(weights, tokens, variant);
   if (!logits.ok()) return logits.status();
   absl::Status exported = ExportHuggingFaceGpt2(weights, spec, dir);
   if (!exported.ok()) return exported;
@@ -56,7 +65,8 @@ absl::Status Run(const std::string& dir) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const absl::Status status = mtrain::Run(absl::GetFlag(FLAGS_output_dir));
+  const absl::Status status =
+      mtrain::Run(absl::GetFlag(FLAGS_output_dir), absl::GetFlag(FLAGS_variant));
   if (!status.ok()) {
     std::fprintf(stderr, "write_hf_export: %s\n", status.ToString().c_str());
     return 1;
