@@ -6,18 +6,19 @@
 
 namespace mtrain {
 
-std::vector<ParameterEntry> ParameterTable(const TransformerConfig& config) {
-  const int64_t C = config.hidden;
-  const int64_t S = config.seq_length;
-  const int64_t V = config.vocab;
-  const int64_t Vp = config.padded_vocab;
-  const int64_t F = config.ffn_hidden;
-  using P = ParamInit;
-  using R = ParameterRole;
-  std::vector<ParameterEntry> table;
-  auto add = [&](R role, int layer, std::string name, std::vector<int64_t> shape, int split_axis,
-                 P init, bool decay, ParameterHolder holder, std::string hf_name,
-                 std::vector<int64_t> hf_shape, HfLayout hf_layout) -> ParameterEntry& {
+namespace {
+
+using P = ParamInit;
+using R = ParameterRole;
+constexpr HfLayout kSame = HfLayout::kSame;
+constexpr HfLayout kTransposed = HfLayout::kTransposed;
+
+// Appends entries in buffer order.
+class TableBuilder {
+ public:
+  ParameterEntry& Add(R role, int layer, std::string name, std::vector<int64_t> shape,
+                      int split_axis, P init, bool decay, ParameterHolder holder,
+                      std::string hf_name, std::vector<int64_t> hf_shape, HfLayout hf_layout) {
     ParameterEntry entry;
     entry.role = role;
     entry.layer = layer;
@@ -30,58 +31,135 @@ std::vector<ParameterEntry> ParameterTable(const TransformerConfig& config) {
     entry.hf_name = std::move(hf_name);
     entry.hf_shape = std::move(hf_shape);
     entry.hf_layout = hf_layout;
-    table.push_back(std::move(entry));
-    return table.back();
-  };
-  constexpr HfLayout kSame = HfLayout::kSame;
-  constexpr HfLayout kTransposed = HfLayout::kTransposed;
+    table_.push_back(std::move(entry));
+    return table_.back();
+  }
+  // A parameter of layer i: ours "layers.i.<ours>", HF's "<hf_layer_prefix>i.<hf>".
+  void AddLayer(int i, const std::string& hf_layer_prefix, R role, const char* ours,
+                std::vector<int64_t> shape, int split_axis, P init, bool decay, const char* hf,
+                std::vector<int64_t> hf_shape, HfLayout hf_layout) {
+    Add(role, i, absl::StrCat("layers.", i, ".", ours), std::move(shape), split_axis, init, decay,
+        ParameterHolder::kLayer, absl::StrCat(hf_layer_prefix, i, ".", hf), std::move(hf_shape),
+        hf_layout);
+  }
+  std::vector<ParameterEntry> Take() { return std::move(table_); }
 
-  ParameterEntry& wte = add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
-                            ParameterHolder::kFirstAndLastStage,  // and GPT-2's output layer
-                            "wte.weight", {V, C}, kSame);
+ private:
+  std::vector<ParameterEntry> table_;
+};
+
+// GPT-2 (HF GPT2Model's names; its Conv1D weights are [in, out]).
+std::vector<ParameterEntry> Gpt2Table(const TransformerConfig& config) {
+  const int64_t C = config.hidden, S = config.seq_length, V = config.vocab;
+  const int64_t Vp = config.padded_vocab, F = config.ffn_hidden;
+  TableBuilder t;
+  ParameterEntry& wte = t.Add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
+                              ParameterHolder::kFirstAndLastStage,  // and GPT-2's output layer
+                              "wte.weight", {V, C}, kSame);
   wte.padded_vocabulary_rows = true;
   wte.hf_rows = HfRows::kOursPadded;
-  ParameterEntry& wpe = add(R::kPositionEmbedding, -1, "wpe", {S, C}, -1, P::kNormal, true,
-                            ParameterHolder::kFirstStage, "wpe.weight", {S, C}, kSame);
+  ParameterEntry& wpe = t.Add(R::kPositionEmbedding, -1, "wpe", {S, C}, -1, P::kNormal, true,
+                              ParameterHolder::kFirstStage, "wpe.weight", {S, C}, kSame);
   wpe.hf_rows = HfRows::kHfLonger;
-
   for (int i = 0; i < config.num_layers; ++i) {
-    const std::string o = absl::StrCat("layers.", i, ".");
-    const std::string h = absl::StrCat("h.", i, ".");
-    auto layer = [&](R role, const char* ours, std::vector<int64_t> shape, int split_axis, P init,
-                     bool decay, const char* hf, std::vector<int64_t> hf_shape,
-                     HfLayout hf_layout) {
-      add(role, i, o + ours, std::move(shape), split_axis, init, decay, ParameterHolder::kLayer,
-          h + hf, std::move(hf_shape), hf_layout);
-    };
-    layer(R::kAttentionNormWeight, "ln1.weight", {C}, -1, P::kOnes, false, "ln_1.weight", {C},
-          kSame);
-    layer(R::kAttentionNormBias, "ln1.bias", {C}, -1, P::kZeros, false, "ln_1.bias", {C}, kSame);
-    // Q, K, V blocks (heads contiguous inside each) are exactly the thirds of c_attn's output
-    // that HF splits with qkv.split(C): the same element order.
-    layer(R::kQkvWeight, "attn.qkv.weight", {3, C, C}, 1, P::kNormal, true, "attn.c_attn.weight",
-          {C, 3 * C}, kTransposed);
-    layer(R::kQkvBias, "attn.qkv.bias", {3, C}, 1, P::kZeros, false, "attn.c_attn.bias", {3 * C},
-          kSame);
-    layer(R::kAttentionOutWeight, "attn.proj.weight", {C, C}, 1, P::kScaledNormal, true,
-          "attn.c_proj.weight", {C, C}, kTransposed);
-    layer(R::kAttentionOutBias, "attn.proj.bias", {C}, -1, P::kZeros, false, "attn.c_proj.bias",
-          {C}, kSame);
-    layer(R::kMlpNormWeight, "ln2.weight", {C}, -1, P::kOnes, false, "ln_2.weight", {C}, kSame);
-    layer(R::kMlpNormBias, "ln2.bias", {C}, -1, P::kZeros, false, "ln_2.bias", {C}, kSame);
-    layer(R::kMlpInWeight, "mlp.fc.weight", {F, C}, 0, P::kNormal, true, "mlp.c_fc.weight", {C, F},
-          kTransposed);
-    layer(R::kMlpInBias, "mlp.fc.bias", {F}, 0, P::kZeros, false, "mlp.c_fc.bias", {F}, kSame);
-    layer(R::kMlpOutWeight, "mlp.proj.weight", {C, F}, 1, P::kScaledNormal, true,
-          "mlp.c_proj.weight", {F, C}, kTransposed);
-    layer(R::kMlpOutBias, "mlp.proj.bias", {C}, -1, P::kZeros, false, "mlp.c_proj.bias", {C},
-          kSame);
+    const std::string h = "h.";
+    t.AddLayer(i, h, R::kAttentionNormWeight, "ln1.weight", {C}, -1, P::kOnes, false, "ln_1.weight",
+               {C}, kSame);
+    t.AddLayer(i, h, R::kAttentionNormBias, "ln1.bias", {C}, -1, P::kZeros, false, "ln_1.bias", {C},
+               kSame);
+    // Q, K, V blocks (heads contiguous inside each) are exactly the thirds of c_attn's
+    // output that HF splits with qkv.split(C): the same element order.
+    t.AddLayer(i, h, R::kQkvWeight, "attn.qkv.weight", {3, C, C}, 1, P::kNormal, true,
+               "attn.c_attn.weight", {C, 3 * C}, kTransposed);
+    t.AddLayer(i, h, R::kQkvBias, "attn.qkv.bias", {3, C}, 1, P::kZeros, false, "attn.c_attn.bias",
+               {3 * C}, kSame);
+    t.AddLayer(i, h, R::kAttentionOutWeight, "attn.proj.weight", {C, C}, 1, P::kScaledNormal, true,
+               "attn.c_proj.weight", {C, C}, kTransposed);
+    t.AddLayer(i, h, R::kAttentionOutBias, "attn.proj.bias", {C}, -1, P::kZeros, false,
+               "attn.c_proj.bias", {C}, kSame);
+    t.AddLayer(i, h, R::kMlpNormWeight, "ln2.weight", {C}, -1, P::kOnes, false, "ln_2.weight", {C},
+               kSame);
+    t.AddLayer(i, h, R::kMlpNormBias, "ln2.bias", {C}, -1, P::kZeros, false, "ln_2.bias", {C},
+               kSame);
+    t.AddLayer(i, h, R::kMlpInWeight, "mlp.fc.weight", {F, C}, 0, P::kNormal, true,
+               "mlp.c_fc.weight", {C, F}, kTransposed);
+    t.AddLayer(i, h, R::kMlpInBias, "mlp.fc.bias", {F}, 0, P::kZeros, false, "mlp.c_fc.bias", {F},
+               kSame);
+    t.AddLayer(i, h, R::kMlpOutWeight, "mlp.proj.weight", {C, F}, 1, P::kScaledNormal, true,
+               "mlp.c_proj.weight", {F, C}, kTransposed);
+    t.AddLayer(i, h, R::kMlpOutBias, "mlp.proj.bias", {C}, -1, P::kZeros, false, "mlp.c_proj.bias",
+               {C}, kSame);
   }
-  add(R::kFinalNormWeight, -1, "lnf.weight", {C}, -1, P::kOnes, false, ParameterHolder::kLastStage,
-      "ln_f.weight", {C}, kSame);
-  add(R::kFinalNormBias, -1, "lnf.bias", {C}, -1, P::kZeros, false, ParameterHolder::kLastStage,
-      "ln_f.bias", {C}, kSame);
-  return table;
+  t.Add(R::kFinalNormWeight, -1, "lnf.weight", {C}, -1, P::kOnes, false,
+        ParameterHolder::kLastStage, "ln_f.weight", {C}, kSame);
+  t.Add(R::kFinalNormBias, -1, "lnf.bias", {C}, -1, P::kZeros, false, ParameterHolder::kLastStage,
+        "ln_f.bias", {C}, kSame);
+  return t.Take();
+}
+
+// Llama-style decoders (HF LlamaForCausalLM's names, without its "model." prefix except
+// the output layer's; its Linear weights are [out, in] like ours). Q, K and V are three
+// tensors, each split by heads, that lie next to each other in a rank's buffer (one GEMM
+// produces [q | k | v] for its heads); gate and up likewise ([gate | up], kernels/swiglu.h).
+// Biases only where model.linear_bias asks (Llama: none).
+std::vector<ParameterEntry> LlamaTable(const TransformerConfig& config) {
+  const int64_t C = config.hidden, V = config.vocab, Vp = config.padded_vocab;
+  const int64_t F = config.ffn_hidden, Q = config.query_width(), KV = config.kv_width();
+  TableBuilder t;
+  ParameterEntry& embed =
+      t.Add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
+            config.tied_output ? ParameterHolder::kFirstAndLastStage : ParameterHolder::kFirstStage,
+            "embed_tokens.weight", {V, C}, kSame);
+  embed.padded_vocabulary_rows = true;
+  embed.hf_rows = HfRows::kOursPadded;
+  for (int i = 0; i < config.num_layers; ++i) {
+    const std::string h = "layers.";
+    t.AddLayer(i, h, R::kAttentionNormWeight, "ln1.weight", {C}, -1, P::kOnes, false,
+               "input_layernorm.weight", {C}, kSame);
+    t.AddLayer(i, h, R::kQueryWeight, "attn.q.weight", {Q, C}, 0, P::kNormal, true,
+               "self_attn.q_proj.weight", {Q, C}, kSame);
+    t.AddLayer(i, h, R::kKeyWeight, "attn.k.weight", {KV, C}, 0, P::kNormal, true,
+               "self_attn.k_proj.weight", {KV, C}, kSame);
+    t.AddLayer(i, h, R::kValueWeight, "attn.v.weight", {KV, C}, 0, P::kNormal, true,
+               "self_attn.v_proj.weight", {KV, C}, kSame);
+    if (config.biases) {
+      t.AddLayer(i, h, R::kQueryBias, "attn.q.bias", {Q}, 0, P::kZeros, false,
+                 "self_attn.q_proj.bias", {Q}, kSame);
+      t.AddLayer(i, h, R::kKeyBias, "attn.k.bias", {KV}, 0, P::kZeros, false,
+                 "self_attn.k_proj.bias", {KV}, kSame);
+      t.AddLayer(i, h, R::kValueBias, "attn.v.bias", {KV}, 0, P::kZeros, false,
+                 "self_attn.v_proj.bias", {KV}, kSame);
+    }
+    t.AddLayer(i, h, R::kAttentionOutWeight, "attn.proj.weight", {C, Q}, 1, P::kScaledNormal, true,
+               "self_attn.o_proj.weight", {C, Q}, kSame);
+    if (config.biases) {
+      t.AddLayer(i, h, R::kAttentionOutBias, "attn.proj.bias", {C}, -1, P::kZeros, false,
+                 "self_attn.o_proj.bias", {C}, kSame);
+    }
+    t.AddLayer(i, h, R::kMlpNormWeight, "ln2.weight", {C}, -1, P::kOnes, false,
+               "post_attention_layernorm.weight", {C}, kSame);
+    t.AddLayer(i, h, R::kMlpGateWeight, "mlp.gate.weight", {F, C}, 0, P::kNormal, true,
+               "mlp.gate_proj.weight", {F, C}, kSame);
+    t.AddLayer(i, h, R::kMlpUpWeight, "mlp.up.weight", {F, C}, 0, P::kNormal, true,
+               "mlp.up_proj.weight", {F, C}, kSame);
+    t.AddLayer(i, h, R::kMlpOutWeight, "mlp.proj.weight", {C, F}, 1, P::kScaledNormal, true,
+               "mlp.down_proj.weight", {C, F}, kSame);
+  }
+  t.Add(R::kFinalNormWeight, -1, "lnf.weight", {C}, -1, P::kOnes, false,
+        ParameterHolder::kLastStage, "norm.weight", {C}, kSame);
+  if (!config.tied_output) {
+    ParameterEntry& head = t.Add(R::kOutputWeight, -1, "lm_head", {Vp, C}, 0, P::kNormal, true,
+                                 ParameterHolder::kLastStage, "lm_head.weight", {V, C}, kSame);
+    head.padded_vocabulary_rows = true;
+    head.hf_rows = HfRows::kOursPadded;
+  }
+  return t.Take();
+}
+
+}  // namespace
+
+std::vector<ParameterEntry> ParameterTable(const TransformerConfig& config) {
+  return config.family == ArchitectureFamily::kLlama ? LlamaTable(config) : Gpt2Table(config);
 }
 
 RankParameterCounts ParameterCountsPerTensorRank(const TransformerConfig& config, int tensor) {

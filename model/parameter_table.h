@@ -1,8 +1,9 @@
-// Every parameter of a model as data: its name, global shape, the axis tensor parallelism
-// splits, its initialisation, weight decay, which pipeline stages hold it and its
-// HuggingFace counterpart. The one place tensor names are written (ARCHITECTURE.md, "Model
-// families are data, not code paths"): the engines' flat parameter layouts, the
-// checkpoints and the HuggingFace conversion read this table instead of spelling names.
+// Every parameter of a model as data (GPT-2's and Llama's; see the .cc for Llama's names): its
+// name, global shape, the axis tensor parallelism splits, its initialisation, weight decay, which
+// pipeline stages hold it and its HuggingFace counterpart. The one place tensor names are written
+// (ARCHITECTURE.md, "Model families are data, not code paths"): the engines' flat parameter
+// layouts, the checkpoints and the HuggingFace conversion read this table instead of spelling
+// names.
 //
 // Names and global shapes of GPT-2 (C hidden, S seq_length, Vp padded vocabulary, F the
 // FFN width; per layer i), in the order the flat buffers hold them:
@@ -49,6 +50,17 @@ enum class ParameterRole {
   kMlpOutBias,
   kFinalNormWeight,
   kFinalNormBias,
+  // Llama-style decoders: separate query, key and value projections (grouped-query heads),
+  // the gated MLP's two input projections, an untied output layer.
+  kQueryWeight,
+  kKeyWeight,
+  kValueWeight,
+  kQueryBias,
+  kKeyBias,
+  kValueBias,
+  kMlpGateWeight,
+  kMlpUpWeight,
+  kOutputWeight,
 };
 
 enum class ParamInit {

@@ -106,5 +106,78 @@ TEST(ParameterTableTest, CountsPerTensorRankFollowMegatron) {
   EXPECT_EQ(counts.first_and_last_stage, 512 / t * C);
 }
 
+TransformerConfig LlamaConfig(int layers, int heads, int kv_heads, int hidden, int ffn, int vocab) {
+  TransformerConfig c = Gpt2Config(layers, heads, hidden, 4096, vocab, vocab);
+  c.family = ArchitectureFamily::kLlama;
+  c.num_kv_heads = kv_heads;
+  c.ffn_hidden = ffn;
+  c.normalization = NormKind::kRmsNorm;
+  c.activation = ActivationKind::kSwiGlu;
+  c.gated_mlp = true;
+  c.positions = Positions::kRotary;
+  c.biases = false;
+  c.tied_output = false;
+  return c;
+}
+
+int64_t TotalParameters(const TransformerConfig& config) {
+  int64_t total = 0;
+  for (const ParameterEntry& entry : ParameterTable(config)) total += Volume(entry.global_shape);
+  return total;
+}
+
+// The published sizes: Llama 2 7B has 6,738,415,616 parameters, Llama 3 8B 8,030,261,248
+// (grouped-query attention, 8 key-value heads, a 128,256-token vocabulary).
+TEST(ParameterTableTest, LlamaHasThePublishedParameterCounts) {
+  EXPECT_EQ(TotalParameters(LlamaConfig(32, 32, 32, 4096, 11008, 32000)), 6738415616);
+  EXPECT_EQ(TotalParameters(LlamaConfig(32, 32, 8, 4096, 14336, 128256)), 8030261248);
+}
+
+TEST(ParameterTableTest, LlamaSplitsHeadsAndKeepsHuggingFaceNames) {
+  const TransformerConfig config = LlamaConfig(2, 8, 2, 64, 192, 256);
+  const std::vector<ParameterEntry> table = ParameterTable(config);
+  std::set<std::string> hf_names;
+  for (const ParameterEntry& entry : table) {
+    hf_names.insert(entry.hf_name);
+    EXPECT_EQ(entry.hf_layout, HfLayout::kSame) << entry.name;  // nn.Linear is [out, in]
+    switch (entry.role) {
+      case ParameterRole::kKeyWeight:
+      case ParameterRole::kValueWeight:
+        EXPECT_EQ(entry.global_shape, (std::vector<int64_t>{2 * 8, 64})) << entry.name;
+        EXPECT_EQ(entry.tensor_split_axis, 0) << entry.name;  // whole key-value heads
+        break;
+      case ParameterRole::kOutputWeight:
+        EXPECT_EQ(entry.holder, ParameterHolder::kLastStage);
+        EXPECT_TRUE(entry.padded_vocabulary_rows);
+        break;
+      case ParameterRole::kTokenEmbedding:
+        EXPECT_EQ(entry.holder, ParameterHolder::kFirstStage);  // untied
+        break;
+      case ParameterRole::kPositionEmbedding:
+      case ParameterRole::kQkvBias:
+      case ParameterRole::kAttentionNormBias:
+        ADD_FAILURE() << "Llama has no " << entry.name;
+        break;
+      default:
+        break;
+    }
+  }
+  for (const char* name : {"embed_tokens.weight", "layers.1.input_layernorm.weight",
+                           "layers.1.self_attn.q_proj.weight", "layers.1.self_attn.k_proj.weight",
+                           "layers.1.self_attn.v_proj.weight", "layers.1.self_attn.o_proj.weight",
+                           "layers.1.post_attention_layernorm.weight",
+                           "layers.1.mlp.gate_proj.weight", "layers.1.mlp.up_proj.weight",
+                           "layers.1.mlp.down_proj.weight", "norm.weight", "lm_head.weight"}) {
+    EXPECT_EQ(hf_names.count(name), 1u) << name;
+  }
+  // Per tensor rank of 2: the table's counts follow the split.
+  const RankParameterCounts counts = ParameterCountsPerTensorRank(config, 2);
+  const double C = 64, Q = 64 / 2, KV = 16 / 2, F = 192 / 2;
+  EXPECT_DOUBLE_EQ(counts.per_layer, 2 * C + Q * C + 2 * KV * C + C * Q + 3 * F * C);
+  EXPECT_DOUBLE_EQ(counts.first_stage, 128 * C);
+  EXPECT_DOUBLE_EQ(counts.last_stage, C + 128 * C);
+  EXPECT_DOUBLE_EQ(counts.first_and_last_stage, 0);
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -52,6 +52,15 @@ struct LayerView {
   T* fc_bias = nullptr;         // [F_local]
   T* fc_proj_weight = nullptr;  // [C, F_local]
   T* fc_proj_bias = nullptr;    // [C]
+  // Llama-style layers (model/parameter_table.h); null for GPT-2.
+  T* q_weight = nullptr;     // [Q_local, C], then k_weight and v_weight contiguous
+  T* k_weight = nullptr;     // [KV_local, C]
+  T* v_weight = nullptr;     // [KV_local, C]
+  T* q_bias = nullptr;       // [Q_local], then k_bias and v_bias contiguous
+  T* k_bias = nullptr;       // [KV_local]
+  T* v_bias = nullptr;       // [KV_local]
+  T* gate_weight = nullptr;  // [F_local, C], then up_weight contiguous
+  T* up_weight = nullptr;    // [F_local, C]
 };
 
 template <typename T>
@@ -61,6 +70,7 @@ struct ModelView {
   std::vector<LayerView<T>> layers;  // this rank's layers, in order
   T* lnf_gamma = nullptr;            // [C]; last stage only
   T* lnf_beta = nullptr;             // [C]
+  T* output_weight = nullptr;        // [V_local, C]; an untied output layer, last stage only
 };
 
 class ParameterLayout {
@@ -150,6 +160,33 @@ ModelView<T> ParameterLayout::View(T* base) const {
         break;
       case ParameterRole::kFinalNormBias:
         view.lnf_beta = data;
+        break;
+      case ParameterRole::kQueryWeight:
+        layer->q_weight = data;
+        break;
+      case ParameterRole::kKeyWeight:
+        layer->k_weight = data;
+        break;
+      case ParameterRole::kValueWeight:
+        layer->v_weight = data;
+        break;
+      case ParameterRole::kQueryBias:
+        layer->q_bias = data;
+        break;
+      case ParameterRole::kKeyBias:
+        layer->k_bias = data;
+        break;
+      case ParameterRole::kValueBias:
+        layer->v_bias = data;
+        break;
+      case ParameterRole::kMlpGateWeight:
+        layer->gate_weight = data;
+        break;
+      case ParameterRole::kMlpUpWeight:
+        layer->up_weight = data;
+        break;
+      case ParameterRole::kOutputWeight:
+        view.output_weight = data;
         break;
     }
   }
