@@ -191,4 +191,10 @@ RankParameterCounts ParameterCountsPerTensorRank(const TransformerConfig& config
   return counts;
 }
 
+double ModelParameterCount(const TransformerConfig& config) {
+  const RankParameterCounts counts = ParameterCountsPerTensorRank(config, 1);
+  return counts.per_layer * config.num_layers + counts.first_stage + counts.last_stage +
+         counts.first_and_last_stage;
+}
+
 }  // namespace mtrain

@@ -128,6 +128,9 @@ struct RankParameterCounts {
 };
 RankParameterCounts ParameterCountsPerTensorRank(const TransformerConfig& config, int tensor);
 
+// Every parameter of the model once (a tied embedding once), at config.padded_vocab rows.
+double ModelParameterCount(const TransformerConfig& config);
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_MODEL_PARAMETER_TABLE_H_

@@ -131,6 +131,9 @@ int64_t TotalParameters(const TransformerConfig& config) {
 TEST(ParameterTableTest, LlamaHasThePublishedParameterCounts) {
   EXPECT_EQ(TotalParameters(LlamaConfig(32, 32, 32, 4096, 11008, 32000)), 6738415616);
   EXPECT_EQ(TotalParameters(LlamaConfig(32, 32, 8, 4096, 14336, 128256)), 8030261248);
+  EXPECT_DOUBLE_EQ(ModelParameterCount(LlamaConfig(32, 32, 8, 4096, 14336, 128256)), 8030261248.0);
+  // GPT-2 small, the tied embedding once: 124,439,808.
+  EXPECT_DOUBLE_EQ(ModelParameterCount(Gpt2Config(12, 12, 768, 1024, 50257, 50257)), 124439808.0);
 }
 
 TEST(ParameterTableTest, LlamaSplitsHeadsAndKeepsHuggingFaceNames) {

@@ -15,6 +15,7 @@ namespace {
 struct Sizes {
   double layers, hidden, heads, seq, vocab;
   double qkv = 0, ffn = 0;  // the fused query/key/value projections' width; the MLP's
+  bool gated_mlp = false;   // three FFN matrices (SwiGLU)
   double t, p, d, v, micro_batch, global_batch;
   // Share of the layers whose forward runs again before the backward (full
   // recomputation: all of them, or the block method's first layers of each chunk), and
@@ -47,6 +48,7 @@ Sizes SizesOf(const JobSpec& spec) {
   const TransformerConfig config = TransformerConfigOf(positive);
   s.qkv = config.query_width() + 2 * config.kv_width();
   s.ffn = config.ffn_hidden;
+  s.gated_mlp = config.gated_mlp;
   s.t = AtLeastOne(par.tensor());
   s.p = AtLeastOne(par.pipeline());
   s.d = AtLeastOne(par.data());
@@ -158,8 +160,11 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
   const double attention_forwards = s.selective ? 2 : forwards;
 
   LayerTimes times;
+  // A gated MLP (SwiGLU) has a second input projection of the same shape.
+  const double mlp_inputs = s.gated_mlp ? 2 : 1;
   const double linear_forward = clock.Gemm(n, s.qkv / s.t, h) + clock.Gemm(n, h, h / s.t) +
-                                clock.Gemm(n, s.ffn / s.t, h) + clock.Gemm(n, h, s.ffn / s.t);
+                                mlp_inputs * clock.Gemm(n, s.ffn / s.t, h) +
+                                clock.Gemm(n, h, s.ffn / s.t);
   times.matmul = (forwards + 2) * linear_forward;
 
   const double sequences = s.micro_batch * local_heads;  // independent S x S problems

@@ -691,12 +691,12 @@ void ValidateArchitectureTrained(const ModelSpec& m, Violations* v) {
 
 }  // namespace
 
-absl::Status ValidateJobSpec(const JobSpec& spec) {
+absl::Status ValidateJobSpec(const JobSpec& spec, ArchitectureCheck architecture) {
   Violations v;
   ValidateName(spec.name(), &v);
   const ValidEnums enums = ValidateEnums(spec, &v);
   bool model_ok = ValidateModel(spec, &v);
-  if (model_ok && enums.architecture) {
+  if (model_ok && enums.architecture && architecture == ArchitectureCheck::kTrainable) {
     const size_t before = v.size();
     ValidateArchitectureTrained(spec.model(), &v);
     model_ok = v.size() == before;
@@ -711,14 +711,14 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   return v.ToStatus();
 }
 
-absl::StatusOr<JobSpec> ResolveJobSpec(JobSpec spec) {
+absl::StatusOr<JobSpec> ResolveJobSpec(JobSpec spec, ArchitectureCheck architecture) {
   ApplyJobSpecDefaults(&spec);
-  absl::Status status = ValidateJobSpec(spec);
+  absl::Status status = ValidateJobSpec(spec, architecture);
   if (!status.ok()) return status;
   return spec;
 }
 
-absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
+absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json, ArchitectureCheck architecture) {
   if (json.size() > static_cast<size_t>(kMaxJobSpecJsonBytes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job spec JSON: ", json.size(), " bytes exceed the limit of ", kMaxJobSpecJsonBytes,
@@ -750,15 +750,15 @@ absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json) {
                                                    ", column ", syntax_error->column,
                                                    ": not valid JSON [rule: RFC 8259]"));
   }
-  return ResolveJobSpec(std::move(spec));
+  return ResolveJobSpec(std::move(spec), architecture);
 }
 
-absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path, ArchitectureCheck architecture) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read job spec file ", path));
   std::stringstream text;
   text << in.rdbuf();
-  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(text.str());
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(text.str(), architecture);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

@@ -29,20 +29,29 @@
 
 namespace mtrain {
 
+// Whether the spec's architecture must be one the engines train (every spec that is to
+// run), or may be any the spec can describe (`trainctl plan` pricing a model for other
+// hardware: the planner reads model/'s tables for every family).
+enum class ArchitectureCheck { kTrainable, kAny };
+
 // Checks a spec whose defaults have been applied (ApplyJobSpecDefaults). Returns
 // INVALID_ARGUMENT listing every violated rule.
-absl::Status ValidateJobSpec(const JobSpec& spec);
+absl::Status ValidateJobSpec(const JobSpec& spec,
+                             ArchitectureCheck architecture = ArchitectureCheck::kTrainable);
 
 // Applies defaults to `spec` and validates the result.
-absl::StatusOr<JobSpec> ResolveJobSpec(JobSpec spec);
+absl::StatusOr<JobSpec> ResolveJobSpec(
+    JobSpec spec, ArchitectureCheck architecture = ArchitectureCheck::kTrainable);
 
 // Parses protobuf JSON strictly (unknown fields, text that is not RFC 8259 JSON even where
 // protobuf's parser would take it, and texts over kMaxJobSpecJsonBytes are errors), then
 // resolves it. Errors are INVALID_ARGUMENT.
-absl::StatusOr<JobSpec> ParseJobSpecJson(absl::string_view json);
+absl::StatusOr<JobSpec> ParseJobSpecJson(
+    absl::string_view json, ArchitectureCheck architecture = ArchitectureCheck::kTrainable);
 
 // Reads and parses a spec file. NOT_FOUND if the file cannot be read.
-absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path);
+absl::StatusOr<JobSpec> LoadJobSpecFile(
+    const std::string& path, ArchitectureCheck architecture = ArchitectureCheck::kTrainable);
 
 }  // namespace mtrain
 

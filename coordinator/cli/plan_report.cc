@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/parameter_table.h"
+#include "model/transformer_config.h"
 
 namespace mtrain {
 namespace {
@@ -25,11 +27,9 @@ std::string ReasonKind(const std::string& reason) {
 }  // namespace
 
 double ModelParameters(const JobSpec& spec) {
-  const double l = spec.model().num_layers();
-  const double h = spec.model().hidden_size();
-  const double v = spec.model().vocab_size();
-  const double s = spec.model().seq_length();
-  return 12 * l * h * h + 13 * l * h + v * h + s * h + 2 * h;
+  TransformerConfig config = TransformerConfigOf(spec);
+  config.padded_vocab = config.vocab;  // the model's own count, without the layout's padding
+  return ModelParameterCount(config);
 }
 
 std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& cluster,

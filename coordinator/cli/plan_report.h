@@ -18,7 +18,8 @@ struct PlanReportOptions {
   double tokens = 0;  // time-to-train estimate for this many tokens (0: skip)
 };
 
-// The model's parameter count (tied embedding counted once).
+// The model's parameter count (model/'s table, at the real vocabulary; a tied embedding
+// counted once).
 double ModelParameters(const JobSpec& spec);
 
 std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& cluster,
