@@ -76,6 +76,22 @@ TEST(StepCostModelTest, RanksSharingADeviceLoseLessToTheBubble) {
               PredictStepCost(spec, cluster).bubble_seconds / 4, 1e-15);
 }
 
+// The layer's matrices come from model/'s configuration: the FFN width, and SwiGLU's
+// second input projection (one more h x F GEMM, half of what doubling F adds to fc and
+// proj together; without the small-matrix penalty GEMM time is linear in F).
+TEST(StepCostModelTest, FfnWidthAndGatedMlpArePriced) {
+  const ClusterDescription cluster = Cluster(1, 1);
+  const JobSpec gpt2 = ResolvedSpecForTest("{}");
+  JobSpec wide = ResolvedSpecForTest(R"({"model": {"ffn_hidden_size": 1024}})");
+  JobSpec gated = gpt2;
+  gated.mutable_model()->set_activation(ACTIVATION_SWIGLU);  // priced, not trained yet
+  const double base = PredictStepCost(gpt2, cluster).matmul_seconds;
+  const double doubled = PredictStepCost(wide, cluster).matmul_seconds;
+  const double with_gate = PredictStepCost(gated, cluster).matmul_seconds;
+  EXPECT_GT(doubled, base);
+  EXPECT_NEAR(with_gate - base, (doubled - base) / 2, 1e-12 * base);
+}
+
 TEST(StepCostModelTest, TensorParallelismDividesTheMatmulsAndAddsAllReduces) {
   const ClusterDescription cluster = Cluster(1, 8);
   const StepCost one =
