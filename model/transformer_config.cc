@@ -1,5 +1,8 @@
 #include "model/transformer_config.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "model/family_defaults.h"
 #include "spec/job_spec_arithmetic.h"
 
@@ -24,10 +27,11 @@ TransformerConfig TransformerConfigOf(const JobSpec& spec) {
   const ModelSpec& m = spec.model();
   const int tensor = spec.parallel().tensor() > 0 ? spec.parallel().tensor() : 1;
   // Validated specs keep the padded vocabulary far below INT_MAX (rank_allocation_estimate
-  // refuses more).
-  TransformerConfig config =
-      Gpt2Config(m.num_layers(), m.num_heads(), m.hidden_size(), m.seq_length(), m.vocab_size(),
-                 static_cast<int>(PaddedVocabSize(m.vocab_size(), tensor)));
+  // refuses more); an unvalidated one saturates rather than wraps.
+  const int padded_vocab =
+      static_cast<int>(std::min<int64_t>(PaddedVocabSize(m.vocab_size(), tensor), INT32_MAX));
+  TransformerConfig config = Gpt2Config(m.num_layers(), m.num_heads(), m.hidden_size(),
+                                        m.seq_length(), m.vocab_size(), padded_vocab);
   // Each field as the spec sets it; absent (a spec without defaults), GPT-2's.
   if (m.family() == MODEL_FAMILY_LLAMA) config.family = ArchitectureFamily::kLlama;
   if (m.has_num_kv_heads()) config.num_kv_heads = m.num_kv_heads();

@@ -13,6 +13,8 @@
 #ifndef MTRAIN_MODEL_TRANSFORMER_CONFIG_H_
 #define MTRAIN_MODEL_TRANSFORMER_CONFIG_H_
 
+#include <cstdint>
+
 #include "proto/job_spec.pb.h"
 
 namespace mtrain {
@@ -42,8 +44,10 @@ struct TransformerConfig {
   bool tied_output = true;    // the output layer is the token embedding
   bool gated_mlp = false;     // SwiGLU-style: gate and up projections (3 FFN matrices)
 
-  int query_width() const { return num_heads * head_dim; }
-  int kv_width() const { return num_kv_heads * head_dim; }
+  // In 64 bits: an unvalidated spec's sizes (the planner's estimates take any) must not
+  // overflow.
+  int64_t query_width() const { return int64_t{num_heads} * head_dim; }
+  int64_t kv_width() const { return int64_t{num_kv_heads} * head_dim; }
 };
 
 // GPT-2 of these sizes: what TransformerConfigOf gives a spec with them (tests and tools

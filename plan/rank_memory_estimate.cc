@@ -93,7 +93,7 @@ Shape ShapeOf(const JobSpec& spec) {
   positive_spec.mutable_parallel()->set_tensor(static_cast<int>(s.tensor));
   const TransformerConfig config = TransformerConfigOf(positive_spec);
   s.ffn_local = config.ffn_hidden / s.tensor;
-  s.qkv_local = (config.query_width() + 2 * config.kv_width()) / s.tensor;
+  s.qkv_local = (config.query_width() + 2 * config.kv_width()) / s.tensor;  // 64 bits
   s.parameters = ParameterCountsPerTensorRank(config, static_cast<int>(s.tensor));
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
   const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
@@ -109,15 +109,21 @@ Shape ShapeOf(const JobSpec& spec) {
   return s;
 }
 
+// A count the model library gives in floating point, saturated like every product here.
+int64_t SaturatedCount(double count) {
+  if (!(count < 9.0e18)) return kSaturatedBytes;
+  return count > 0 ? static_cast<int64_t>(count) : 0;
+}
+
 int64_t StageParameters(const Shape& s, int64_t stage) {
   const bool first = stage == 0;
   const bool last = stage == s.pipeline - 1;
   // Exact: validated sizes keep every count far below 2^53 (job_spec_limits.h).
-  int64_t count = Mul(static_cast<int64_t>(s.parameters.per_layer), s.layers / s.pipeline);
+  int64_t count = Mul(SaturatedCount(s.parameters.per_layer), s.layers / s.pipeline);
   // The tied word embedding: once on a stage that embeds, predicts, or both.
-  if (first || last) count = Add(count, static_cast<int64_t>(s.parameters.first_and_last_stage));
-  if (first) count = Add(count, static_cast<int64_t>(s.parameters.first_stage));
-  if (last) count = Add(count, static_cast<int64_t>(s.parameters.last_stage));
+  if (first || last) count = Add(count, SaturatedCount(s.parameters.first_and_last_stage));
+  if (first) count = Add(count, SaturatedCount(s.parameters.first_stage));
+  if (last) count = Add(count, SaturatedCount(s.parameters.last_stage));
   return count;
 }
 
