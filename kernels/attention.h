@@ -1,9 +1,12 @@
 // Causal multi-head self-attention core (the part between the QKV projection and the
 // output projection), for the heads this rank holds.
 //
-// Layout: qkv[B, S, 3, H, D] is exactly the output of the fused QKV matmul
-// ([B*S, 3*H*D], Q block then K block then V block, heads contiguous inside each block);
-// out[B, S, H, D] = [B*S, H*D] feeds the output projection.
+// Layout: qkv[B, S, H + 2 Hkv, D] is exactly the output of the fused QKV matmul
+// ([B*S, (H + 2 Hkv) * D]: the Q block of H heads, then the K block and the V block of Hkv
+// key-value heads each, heads contiguous inside each block); out[B, S, H, D] = [B*S, H*D]
+// feeds the output projection. With Hkv < H (grouped-query attention; Hkv = 1: multi-query)
+// query head h reads key-value head h / (H / Hkv), as in Llama 2/3 and HuggingFace's
+// repeat_kv; Hkv = H is multi-head attention ([B, S, 3, H, D]).
 //   P[b, h, i, j] = softmax_j<=i( q_i . k_j / sqrt(D) )     (j > i masked out)
 //   out[b, i, h]  = sum_j dropout(P)[b, h, i, j] v_j
 // Conventions: see matmul.h.
@@ -19,6 +22,9 @@ struct AttentionShape {
   int seq = 0;       // S
   int heads = 0;     // H: heads on this rank
   int head_dim = 0;  // D
+  int kv_heads = 0;  // Hkv: key-value heads on this rank, dividing H; 0 means H
+
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 // Dropout on the attention probabilities (see dropout.h). The mask index of element
@@ -39,7 +45,7 @@ template <typename T>
 void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout);
 
-// Accumulates d_qkv[B, S, 3*H*D] from d_out[B, S, H*D], given the forward's out and lse. Its
+// Accumulates d_qkv[B, S, (H + 2 Hkv) * D] from d_out[B, S, H*D], given the forward's out and lse. Its
 // workspace (two or three blocks of 64 queries' scores per thread, 64 x S values each, and
 // [S, D] sums per head) is allocated inside.
 template <typename T>

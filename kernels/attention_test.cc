@@ -22,16 +22,19 @@ using kernel_testing::RandomFloatVector;
 using kernel_testing::RandomVector;
 
 size_t QkvSize(const AttentionShape& s) {
-  return static_cast<size_t>(s.batch) * s.seq * 3 * s.heads * s.head_dim;
+  return static_cast<size_t>(s.batch) * s.seq * (s.heads + 2 * s.kv_head_count()) * s.head_dim;
 }
 size_t OutSize(const AttentionShape& s) {
   return static_cast<size_t>(s.batch) * s.seq * s.heads * s.head_dim;
 }
 size_t LseSize(const AttentionShape& s) { return static_cast<size_t>(s.batch) * s.heads * s.seq; }
 
-// Offset of element d of block (0 = q, 1 = k, 2 = v) of head h at token (b, i).
+// Offset of element d of block (0 = q, 1 = k, 2 = v) of head h at token (b, i): a query
+// head in block 0, a key-value head in blocks 1 and 2.
 size_t QkvIndex(const AttentionShape& s, int b, int i, int block, int h, int d) {
-  return ((((static_cast<size_t>(b) * s.seq + i) * 3 + block) * s.heads + h) * s.head_dim) + d;
+  const int kv = s.kv_head_count();
+  const size_t head = block == 0 ? h : s.heads + (block - 1) * kv + h;
+  return ((static_cast<size_t>(b) * s.seq + i) * (s.heads + 2 * kv) + head) * s.head_dim + d;
 }
 
 // The documented math, one head and one query at a time, in double.
@@ -40,10 +43,12 @@ void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
                     const AttentionDropout& dropout, std::vector<double>* out,
                     std::vector<double>* lse) {
   const int total_heads = dropout.total_heads > 0 ? dropout.total_heads : s.heads;
+  const int group = s.heads / s.kv_head_count();
   out->assign(OutSize(s), 0.0);
   lse->assign(LseSize(s), 0.0);
   for (int b = 0; b < s.batch; ++b) {
     for (int h = 0; h < s.heads; ++h) {
+      const int kv = h / group;  // the key-value head query head h reads
       for (int i = 0; i < s.seq; ++i) {
         std::vector<double> scores(i + 1);
         double max_score = -INFINITY;
@@ -51,7 +56,7 @@ void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
           double dot = 0;
           for (int d = 0; d < s.head_dim; ++d) {
             dot += static_cast<double>(qkv[QkvIndex(s, b, i, 0, h, d)]) *
-                   static_cast<double>(qkv[QkvIndex(s, b, j, 1, h, d)]);
+                   static_cast<double>(qkv[QkvIndex(s, b, j, 1, kv, d)]);
           }
           scores[j] = dot / std::sqrt(static_cast<double>(s.head_dim));
           max_score = std::max(max_score, scores[j]);
@@ -71,7 +76,7 @@ void NaiveAttention(const std::vector<T>& qkv, const AttentionShape& s,
           }
           for (int d = 0; d < s.head_dim; ++d) {
             (*out)[((static_cast<size_t>(b) * s.seq + i) * s.heads + h) * s.head_dim + d] +=
-                weight * static_cast<double>(qkv[QkvIndex(s, b, j, 2, h, d)]);
+                weight * static_cast<double>(qkv[QkvIndex(s, b, j, 2, kv, d)]);
           }
         }
       }
@@ -248,6 +253,36 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferencesAcrossQueryBlocks) {
                      "d_qkv");
 }
 
+// Grouped-query attention (4 query heads reading 2 key-value heads) and multi-query
+// attention (3 reading 1): the documented math, and gradients whose key-value parts sum the
+// group's contributions.
+TEST(AttentionTest, GroupedQueryForwardMatchesNaive) {
+  for (const AttentionShape shape : {AttentionShape{2, 6, 4, 4, 2}, AttentionShape{1, 7, 3, 8, 1}}) {
+    std::mt19937_64 rng(21);
+    const std::vector<double> qkv = RandomVector(QkvSize(shape), rng, -2.0, 2.0);
+    for (const AttentionDropout dropout :
+         {AttentionDropout{}, AttentionDropout{0.3f, DropoutKey(4, 5), 0, 0}}) {
+      std::vector<double> out(OutSize(shape)), lse(LseSize(shape));
+      AttentionForward(qkv.data(), out.data(), lse.data(), shape, dropout);
+      std::vector<double> expected_out, expected_lse;
+      NaiveAttention(qkv, shape, dropout, &expected_out, &expected_lse);
+      for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 1e-12) << i;
+      for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], expected_lse[i], 1e-12) << i;
+    }
+  }
+}
+
+TEST(AttentionTest, GroupedQueryBackwardMatchesFiniteDifferences) {
+  for (const AttentionShape shape : {AttentionShape{2, 5, 4, 3, 2}, AttentionShape{1, 70, 3, 4, 1}}) {
+    AttentionProblem problem(11, 0.25f, shape);
+    std::vector<double> d_qkv(problem.qkv.size(), 0.0);
+    problem.Backward(&d_qkv);
+    ExpectGradientNear(d_qkv,
+                       NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+                       "d_qkv");
+  }
+}
+
 TEST(AttentionTest, BackwardAccumulates) {
   AttentionProblem problem(7, 0.3f);
   std::vector<double> d_qkv(problem.qkv.size(), 0.0);
@@ -296,12 +331,14 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
 }
 
 TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
-  const AttentionRun one = RunAttention(1);
-  for (int threads : {2, 3}) {
-    const AttentionRun many = RunAttention(threads);
-    EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
-    EXPECT_TRUE(BitIdentical(one.lse, many.lse)) << threads;
-    EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
+  for (const AttentionShape shape : {AttentionShape{2, 48, 3, 16}, AttentionShape{2, 40, 4, 16, 2}}) {
+    const AttentionRun one = RunAttention(1, Isa::kChosen, shape);
+    for (int threads : {2, 3}) {
+      const AttentionRun many = RunAttention(threads, Isa::kChosen, shape);
+      EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
+      EXPECT_TRUE(BitIdentical(one.lse, many.lse)) << threads;
+      EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
+    }
   }
 }
 

@@ -23,6 +23,22 @@ TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_
   return config;
 }
 
+TransformerConfig LlamaConfig(int num_layers, int num_heads, int num_kv_heads, int hidden,
+                              int ffn_hidden, int seq_length, int vocab, int padded_vocab) {
+  TransformerConfig config =
+      Gpt2Config(num_layers, num_heads, hidden, seq_length, vocab, padded_vocab);
+  config.family = ArchitectureFamily::kLlama;
+  config.num_kv_heads = num_kv_heads;
+  config.ffn_hidden = ffn_hidden;
+  config.normalization = NormKind::kRmsNorm;
+  config.activation = ActivationKind::kSwiGlu;
+  config.gated_mlp = true;
+  config.positions = Positions::kRotary;
+  config.biases = false;
+  config.tied_output = false;
+  return config;
+}
+
 TransformerConfig TransformerConfigOf(const JobSpec& spec) {
   const ModelSpec& m = spec.model();
   const int tensor = spec.parallel().tensor() > 0 ? spec.parallel().tensor() : 1;

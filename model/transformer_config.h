@@ -55,6 +55,11 @@ struct TransformerConfig {
 TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_length, int vocab,
                              int padded_vocab);
 
+// A Llama-style decoder of these sizes (RMSNorm, SwiGLU, rotary positions, no biases, an
+// untied output layer: TransformerConfigOf's for a MODEL_FAMILY_LLAMA spec with them).
+TransformerConfig LlamaConfig(int num_layers, int num_heads, int num_kv_heads, int hidden,
+                              int ffn_hidden, int seq_length, int vocab, int padded_vocab);
+
 // The configuration of `spec` (defaults applied, spec/job_spec_defaults.h; layout fields
 // read for the vocabulary's padding only). Sizes that are not positive stay as given:
 // validation is spec/'s. A spec without the architecture fields reads as GPT-2.

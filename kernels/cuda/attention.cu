@@ -17,6 +17,11 @@ absl::Status CheckShape(const AttentionShape& s) {
   if (s.batch < 0 || s.seq < 0 || s.heads <= 0) {
     return absl::InvalidArgumentError("FlashAttention: need batch, seq >= 0 and heads > 0");
   }
+  if (s.kv_head_count() != s.heads) {
+    return absl::InvalidArgumentError(
+        "FlashAttention: grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
+        " of " + std::to_string(s.heads) + " heads) is not in the CUDA kernels yet");
+  }
   if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
     return absl::InvalidArgumentError("FlashAttention: head_dim " + std::to_string(s.head_dim) +
                                       " is not supported [rule: 32, 64 or 128]");

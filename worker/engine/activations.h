@@ -14,14 +14,14 @@ namespace mtrain {
 // What one layer's backward needs from its forward. N = B * S tokens.
 template <typename T>
 struct LayerActivations {
-  std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
-  std::vector<T> qkv;                      // [N, 3 Cl]
+  std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N] (LayerNorm only), [N]
+  std::vector<T> qkv;                      // [N, Ql + 2 KVl] (rotary: q and k rotated)
   std::vector<T> lse;                      // [B, Hl, S] attention log-sum-exp
-  std::vector<T> attn_y;                   // [N, Cl]
+  std::vector<T> attn_y;                   // [N, Ql]
   std::vector<T> h1;                       // [N, C] residual after attention
   std::vector<T> ln2, ln2_mean, ln2_rstd;
-  std::vector<T> fc;    // [N, Fl] before GeLU
-  std::vector<T> gelu;  // [N, Fl]
+  std::vector<T> fc;    // [N, Fl] before GeLU; [N, 2 Fl] gate and up before SwiGLU
+  std::vector<T> gelu;  // [N, Fl] the activation's output
 
   // `attention_core` false (selective recomputation): no attn_y and lse, which the
   // backward recomputes.
@@ -32,19 +32,21 @@ struct LayerActivations {
     const size_t n = static_cast<size_t>(batch) * s.seq_length;
     const size_t rows = local_rows > 0 ? local_rows : n;
     const size_t C = s.hidden;
+    // RMSNorm keeps no mean.
+    const size_t means = s.normalization == NormKind::kLayerNorm ? rows : 0;
     ln1.resize(rows * C);
-    ln1_mean.resize(rows);
+    ln1_mean.resize(means);
     ln1_rstd.resize(rows);
-    qkv.resize(n * 3 * p.local_hidden(s));
+    qkv.resize(n * p.local_qkv(s));
     if (attention_core) {
       lse.resize(static_cast<size_t>(batch) * p.local_heads(s) * s.seq_length);
-      attn_y.resize(n * p.local_hidden(s));
+      attn_y.resize(n * p.local_query(s));
     }
     h1.resize(rows * C);
     ln2.resize(rows * C);
-    ln2_mean.resize(rows);
+    ln2_mean.resize(means);
     ln2_rstd.resize(rows);
-    fc.resize(n * p.local_ffn(s));
+    fc.resize(n * p.local_mlp_in(s));
     gelu.resize(n * p.local_ffn(s));
   }
 };

@@ -9,9 +9,8 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/embedding.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "worker/engine/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {
@@ -25,6 +24,12 @@ void Zero(std::vector<T>& v) {
 template <typename T>
 void AddInto(const T* src, T* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// The output layer's weight: an untied one, or the token embedding (tied).
+template <typename T>
+T* OutputWeight(const ModelView<T>& view) {
+  return view.output_weight != nullptr ? view.output_weight : view.wte;
 }
 
 }  // namespace
@@ -42,6 +47,9 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
       local_rows_(sequence_parallel_ ? micro_batch * shape_.seq_length / tp_.size
                                      : micro_batch * shape_.seq_length),
       row_offset_(sequence_parallel_ ? tp_.rank * local_rows_ : 0) {
+  if (shape_.positions == Positions::kRotary) {
+    rotary_ = cpu::MakeRotaryTable(shape_.seq_length, shape_.head_dim, shape_.rope_theta);
+  }
   if (shared.params != nullptr) {
     params_ = shared.params;
     grads_ = shared.grads;
@@ -77,10 +85,10 @@ void GptModel<T>::AllocateScratch() {
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
   d_ln_.resize(n * shape_.hidden);
   d_branch_.resize(n * shape_.hidden);
-  d_fc_.resize(n * placement_.local_ffn(shape_));
+  d_fc_.resize(n * placement_.local_mlp_in(shape_));
   d_gelu_.resize(n * placement_.local_ffn(shape_));
-  d_qkv_.resize(n * 3 * placement_.local_hidden(shape_));
-  d_attn_y_.resize(n * placement_.local_hidden(shape_));
+  d_qkv_.resize(n * placement_.local_qkv(shape_));
+  d_attn_y_.resize(n * placement_.local_query(shape_));
   d_residual_.resize(n * shape_.hidden);
   d_residual_below_.resize(n * shape_.hidden);
   if (placement_.has_head) d_logits_.resize(n * placement_.local_vocab(shape_));
@@ -101,7 +109,7 @@ void GptModel<T>::AllocateScratch() {
     sp_full_.resize(n * shape_.hidden);
   }
   if (options_.selective_recompute) {
-    core_y_.resize(n * placement_.local_hidden(shape_));
+    core_y_.resize(n * placement_.local_query(shape_));
     core_lse_.resize(static_cast<size_t>(batch_) * placement_.local_heads(shape_) *
                      shape_.seq_length);
   }
@@ -158,7 +166,7 @@ std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
   if (placement_.has_head) {
     const size_t Vl = placement_.local_vocab(shape_);
     acts->lnf.resize(n * C);
-    acts->lnf_mean.resize(rows);
+    if (shape_.normalization == NormKind::kLayerNorm) acts->lnf_mean.resize(rows);
     acts->lnf_rstd.resize(rows);
     acts->logits.resize(n * Vl);
     acts->ce_max.resize(n);
@@ -182,6 +190,12 @@ uint64_t GptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, in
 }
 
 template <typename T>
+cpu::AttentionShape GptModel<T>::LocalAttentionShape() const {
+  return cpu::AttentionShape{batch_, shape_.seq_length, placement_.local_heads(shape_),
+                             shape_.head_dim, placement_.local_kv_heads(shape_)};
+}
+
+template <typename T>
 absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                        LayerActivations<T>* s) {
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
@@ -189,18 +203,20 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
   const float p = id.evaluation ? 0.0f : options_.dropout;
 
   // Attention block.
-  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
-                           s->ln1_rstd.data(), N, C, NormEpsilon(shape_));
-  tp::ColumnParallelLinearForward<T>(s->ln1.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
-                                     3 * Cl);
-  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim};
+  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), N);
+  tp::ColumnParallelLinearForward<T>(s->ln1.data(), layer_blocks::QkvWeight(w),
+                                     layer_blocks::QkvBias(w), s->qkv.data(), N, C,
+                                     placement_.local_qkv(shape_));
+  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s->qkv.data(), N,
+                                        shape_.seq_length, 0, /*inverse=*/false);
+  const cpu::AttentionShape shape = LocalAttentionShape();
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
@@ -208,15 +224,17 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
   cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
   RETURN_IF_ERROR(
-      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Cl, C));
+      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Ql, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
   for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
 
   // MLP block.
-  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
-                           s->ln2_rstd.data(), N, C, NormEpsilon(shape_));
-  tp::ColumnParallelLinearForward<T>(s->ln2.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C, Fl);
-  cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
+  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
+                               s->ln2_mean.data(), s->ln2_rstd.data(), N);
+  tp::ColumnParallelLinearForward<T>(s->ln2.data(), layer_blocks::MlpInWeight(w),
+                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
+                                     placement_.local_mlp_in(shape_));
+  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
   RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
                                                   w.fc_proj_bias, out, N, Fl, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
@@ -233,7 +251,7 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
   const float p = options_.dropout;
@@ -247,36 +265,38 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
   tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
                                    d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   Zero(d_fc_);
-  cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
+  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
   Zero(d_ln_);
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), s.ln2.data(), w.fc_weight,
-                                                      d_ln_.data(), g.fc_weight, g.fc_bias, N, C,
-                                                      Fl));
-  cpu::LayerNormBackward<T>(d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
-                            s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N, C);
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_fc_.data(), s.ln2.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
+      layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
+      placement_.local_mlp_in(shape_)));
+  layer_blocks::NormBackward<T>(shape_, d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
+                                s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N);
 
   // Attention block: d_x = d_h1 + (through the attention branch).
   std::copy(d_h1, d_h1 + NC, d_x);
   Zero(d_branch_);
   cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
-  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim};
+  const cpu::AttentionShape shape = LocalAttentionShape();
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   Zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, Cl, C);
+                                   g.proj_weight, g.proj_bias, N, Ql, C);
   Zero(d_qkv_);
   cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
                             att_dropout);
+  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
+                                        shape_.seq_length, 0, /*inverse=*/true);
   Zero(d_ln_);
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), s.ln1.data(),
-                                                      w.qkv_weight, d_ln_.data(), g.qkv_weight,
-                                                      g.qkv_bias, N, C, 3 * Cl));
-  cpu::LayerNormBackward<T>(d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(), d_x,
-                            g.ln1_gamma, g.ln1_beta, N, C);
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_qkv_.data(), s.ln1.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
+      layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_)));
+  layer_blocks::NormBackward<T>(shape_, d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
+                                s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, N);
   return absl::OkStatus();
 }
 
@@ -301,16 +321,20 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
                                placement_.vocab_start(shape_), placement_.local_vocab(shape_),
                                /*accumulate=*/false);
       RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), x0, local_rows_, C));
-      cpu::EmbeddingForward<T>(acts->positions.data() + row_offset_, p_.wpe, x0, local_rows_, C, 0,
-                               shape_.seq_length, /*accumulate=*/true);
+      if (p_.wpe != nullptr) {
+        cpu::EmbeddingForward<T>(acts->positions.data() + row_offset_, p_.wpe, x0, local_rows_, C,
+                                 0, shape_.seq_length, /*accumulate=*/true);
+      }
       cpu::DropoutForward<T>(x0, x0, RC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite),
                              static_cast<uint64_t>(row_offset_) * C);
     } else {
       RETURN_IF_ERROR(tp::VocabParallelEmbeddingForward<T>(tp_, input.tokens, p_.wte, x0, N, C,
                                                            placement_.vocab_start(shape_),
                                                            placement_.local_vocab(shape_)));
-      cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
-                               /*accumulate=*/true);
+      if (p_.wpe != nullptr) {
+        cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
+                                 /*accumulate=*/true);
+      }
       cpu::DropoutForward<T>(x0, x0, NC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
     }
   } else {
@@ -336,20 +360,18 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
   std::copy(input.targets, input.targets + N, acts->targets.begin());
   if (sequence_parallel_) {
     // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
-    cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.data(),
-                             acts->lnf_mean.data(), acts->lnf_rstd.data(), local_rows_, C,
-                             NormEpsilon(shape_));
+    layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.data(),
+                                 acts->lnf_mean.data(), acts->lnf_rstd.data(), local_rows_);
     RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), acts->lnf.data(), local_rows_, C));
   } else {
-    cpu::LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
-                             acts->lnf_mean.data(), acts->lnf_rstd.data(), N, C,
-                             NormEpsilon(shape_));
+    layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
+                                 acts->lnf_mean.data(), acts->lnf_rstd.data(), N);
   }
   const int Vl = placement_.local_vocab(shape_);
-  // The tied output layer: column-parallel over the vocabulary (the input was copied in),
-  // its logits never gathered.
-  tp::ColumnParallelLinearForward<T>(acts->lnf.data(), p_.wte, nullptr, acts->logits.data(), N, C,
-                                     Vl);
+  // The output layer (tied: the token embedding): column-parallel over the vocabulary (the
+  // input was copied in), its logits never gathered.
+  tp::ColumnParallelLinearForward<T>(acts->lnf.data(), OutputWeight(p_), nullptr,
+                                     acts->logits.data(), N, C, Vl);
   std::vector<T> losses(N);
   RETURN_IF_ERROR(tp::VocabParallelCrossEntropyForward<T>(
       tp_, acts->logits.data(), acts->targets.data(), VocabShardOf(N),
@@ -396,21 +418,24 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     if (sequence_parallel_) {
       // The head's input gradient reduce-scattered to this rank's rows (the conjugate of
       // the forward's gather), then the final LayerNorm on them.
-      cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte,
-                             nullptr, N, C, Vl);
+      cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), OutputWeight(p_), d_ln_.data(),
+                             OutputWeight(g_), nullptr, N, C, Vl);
       RETURN_IF_ERROR(
           tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), local_rows_, C));
-      cpu::LayerNormBackward<T>(sp_rows_.data(), acts->layer_io[placement_.num_layers].data(),
-                                p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
-                                d_x.data(), g_.lnf_gamma, g_.lnf_beta, local_rows_, C);
+      layer_blocks::NormBackward<T>(shape_, sp_rows_.data(),
+                                    acts->layer_io[placement_.num_layers].data(), p_.lnf_gamma,
+                                    acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(),
+                                    g_.lnf_gamma, g_.lnf_beta, local_rows_);
       // Final for the step once the last backward reports it: the ranks' rows summed.
       if (on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(-1));
     } else {
-      RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-          tp_, d_logits.data(), acts->lnf.data(), p_.wte, d_ln_.data(), g_.wte, nullptr, N, C, Vl));
-      cpu::LayerNormBackward<T>(d_ln_.data(), acts->layer_io[placement_.num_layers].data(),
-                                p_.lnf_gamma, acts->lnf_mean.data(), acts->lnf_rstd.data(),
-                                d_x.data(), g_.lnf_gamma, g_.lnf_beta, N, C);
+      RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits.data(), acts->lnf.data(),
+                                                          OutputWeight(p_), d_ln_.data(),
+                                                          OutputWeight(g_), nullptr, N, C, Vl));
+      layer_blocks::NormBackward<T>(shape_, d_ln_.data(),
+                                    acts->layer_io[placement_.num_layers].data(), p_.lnf_gamma,
+                                    acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(),
+                                    g_.lnf_gamma, g_.lnf_beta, N);
     }
     for (const ParamTensor* tensor : head_tensors_) report(tensor);
     // The embedding stage also adds the input embedding's gradient to the tied table.
@@ -459,8 +484,10 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
     tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
                                           placement_.vocab_start(shape_),
                                           placement_.local_vocab(shape_));
-    cpu::EmbeddingBackward<T>(acts->positions.data(), d_branch_.data(), g_.wpe, N, C, 0,
-                              shape_.seq_length);
+    if (g_.wpe != nullptr) {
+      cpu::EmbeddingBackward<T>(acts->positions.data(), d_branch_.data(), g_.wpe, N, C, 0,
+                                shape_.seq_length);
+    }
     report(wte_tensor_);
     report(wpe_tensor_);
   } else if (d_hidden_in != nullptr) {

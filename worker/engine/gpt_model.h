@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/attention.h"
+#include "kernels/rotary.h"
 #include "worker/engine/activations.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/tensor_parallel.h"
@@ -162,6 +163,8 @@ class GptModel {
   // tensor group: under sequence parallelism each rank computed them from its rows.
   absl::Status SumLayerNormGradients(int layer);
   cpu::VocabShard VocabShardOf(int rows) const;
+  // This rank's heads (and key-value heads) for the attention core.
+  cpu::AttentionShape LocalAttentionShape() const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
   void AllocateScratch();
   // Whether local layer l keeps no activations (full recomputation), and whether the
@@ -184,6 +187,8 @@ class GptModel {
   std::vector<T> owned_params_, owned_grads_;  // empty with shared buffers
   T* params_;
   T* grads_;
+  // Rotary positions' angles for every position (empty with learned positions).
+  cpu::RotaryTable rotary_;
   ModelView<T> p_;  // views into params_
   ModelView<T> g_;  // views into grads_
   // The tensors reported to GradReadyHook: per local layer, the head's (final LayerNorm),

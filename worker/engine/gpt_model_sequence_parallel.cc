@@ -1,5 +1,5 @@
 // GptModel's layers under sequence parallelism (gpt_model.h, Korthikanti et al. 2022): the
-// residual stream, LayerNorms, dropouts and residual adds work on this tensor rank's rows
+// residual stream, normalisations, dropouts and residual adds work on this tensor rank's rows
 // [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel
 // block takes the all-gathered LayerNorm output, each row-parallel block's partial output
 // is reduce-scattered back to the rank's rows (the conjugates in the backward). As in
@@ -9,22 +9,24 @@
 // drops the same elements. The LayerNorms' parameter gradients, from this rank's rows only,
 // are summed over the tensor group by the caller once the step's last backward is done.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "common/status_macros.h"
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
-#include "kernels/gelu.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "worker/engine/gpt_model.h"
+#include "worker/engine/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {
 namespace {
 
+// No-op without a bias (Llama-style layers have none).
 template <typename T>
 void AddRowBias(const T* bias, T* out, int rows, int cols) {
+  if (bias == nullptr) return;
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) out[static_cast<size_t>(r) * cols + c] += bias[c];
   }
@@ -40,7 +42,7 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   const int N = batch_ * shape_.seq_length;
   const int R = local_rows_;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
@@ -48,19 +50,21 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
 
   // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
   // into the whole buffer for the column-parallel GEMM (again in the backward).
-  cpu::LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s->ln1.data(), s->ln1_mean.data(),
-                           s->ln1_rstd.data(), R, C, NormEpsilon(shape_));
+  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), R);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln1.data(), sp_full_.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.qkv_weight, w.qkv_bias, s->qkv.data(), N, C,
-                                     3 * Cl);
-  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim};
+  tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::QkvWeight(w),
+                                     layer_blocks::QkvBias(w), s->qkv.data(), N, C,
+                                     placement_.local_qkv(shape_));
+  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s->qkv.data(), N,
+                                        shape_.seq_length, 0, /*inverse=*/false);
+  const cpu::AttentionShape shape = LocalAttentionShape();
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
   cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
-  cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Cl, C);
+  cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Ql, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
   AddRowBias(w.proj_bias, out, R, C);
   cpu::DropoutForward<T>(out, out, RC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite),
@@ -68,12 +72,13 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
   for (size_t i = 0; i < RC; ++i) s->h1[i] = x[i] + out[i];
 
   // MLP block.
-  cpu::LayerNormForward<T>(s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(), s->ln2_mean.data(),
-                           s->ln2_rstd.data(), R, C, NormEpsilon(shape_));
+  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
+                               s->ln2_mean.data(), s->ln2_rstd.data(), R);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln2.data(), sp_full_.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(sp_full_.data(), w.fc_weight, w.fc_bias, s->fc.data(), N, C,
-                                     Fl);
-  cpu::GeluForward<T>(s->fc.data(), s->gelu.data(), static_cast<size_t>(N) * Fl);
+  tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::MlpInWeight(w),
+                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
+                                     placement_.local_mlp_in(shape_));
+  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
   cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, sp_full_.data(), N, Fl, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
   AddRowBias(w.fc_proj_bias, out, R, C);
@@ -92,7 +97,7 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
   const int N = batch_ * shape_.seq_length;
   const int R = local_rows_;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
@@ -109,14 +114,16 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
   tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
                                    d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   zero(d_fc_);
-  cpu::GeluBackward<T>(d_gelu_.data(), s.fc.data(), d_fc_.data(), static_cast<size_t>(N) * Fl);
+  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
   zero(d_ln_);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln2.data(), sp_full_.data(), R, C));
-  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), w.fc_weight, d_ln_.data(), g.fc_weight,
-                         g.fc_bias, N, C, Fl);
+  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
+                         layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
+                         placement_.local_mlp_in(shape_));
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
-  cpu::LayerNormBackward<T>(sp_rows_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
-                            s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, R, C);
+  layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), s.h1.data(), w.ln2_gamma,
+                                s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma,
+                                g.ln2_beta, R);
 
   // Attention block: d_x = d_h1 + (through the attention branch).
   std::copy(d_h1, d_h1 + RC, d_x);
@@ -124,24 +131,26 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
   cpu::DropoutBackward<T>(d_h1, sp_rows_.data(), RC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
-  cpu::AttentionShape shape{batch_, shape_.seq_length, placement_.local_heads(shape_),
-                            shape_.head_dim};
+  const cpu::AttentionShape shape = LocalAttentionShape();
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, Cl, C);
+                                   g.proj_weight, g.proj_bias, N, Ql, C);
   zero(d_qkv_);
   cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
                             att_dropout);
+  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
+                                        shape_.seq_length, 0, /*inverse=*/true);
   zero(d_ln_);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln1.data(), sp_full_.data(), R, C));
-  cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), w.qkv_weight, d_ln_.data(), g.qkv_weight,
-                         g.qkv_bias, N, C, 3 * Cl);
+  cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
+                         layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N, C,
+                         placement_.local_qkv(shape_));
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
-  cpu::LayerNormBackward<T>(sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(), s.ln1_rstd.data(),
-                            d_x, g.ln1_gamma, g.ln1_beta, R, C);
+  layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
+                                s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, R);
   return absl::OkStatus();
 }
 
@@ -157,6 +166,10 @@ absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
   }
   // One all-reduce for the layer's tensors, packed: each collective is a synchronisation
   // of the tensor group, and on small tensors its latency is all it costs.
+  // RMSNorm has no bias.
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                               [](const std::pair<T*, int>& tensor) { return tensor.first == nullptr; }),
+                tensors.end());
   size_t total = 0;
   for (const auto& [data, count] : tensors) total += static_cast<size_t>(count);
   layer_norm_sums_.resize(total);

@@ -17,6 +17,23 @@ ModelShape TinyShape() {
   return shape;
 }
 
+// Llama-style ones of the same scale: grouped-query attention (4 query heads reading 2
+// key-value heads, head_dim 4 for rotary pairs), RMSNorm, SwiGLU, rotary positions, an
+// untied output layer; and a variant with biases, multi-query heads and a tied output layer,
+// the optional paths.
+ModelShape TinyLlamaShape() {
+  return LlamaConfig(/*num_layers=*/2, /*num_heads=*/4, /*num_kv_heads=*/2, /*hidden=*/16,
+                     /*ffn_hidden=*/12, /*seq_length=*/4, /*vocab=*/13, /*padded_vocab=*/128);
+}
+ModelShape TinyLlamaWithBiasesShape() {
+  ModelShape shape = LlamaConfig(2, 2, 1, 8, 10, 4, 13, 128);
+  shape.biases = true;
+  shape.tied_output = true;
+  shape.rope_theta = 100;  // larger angles over the four positions
+  shape.norm_epsilon = 1e-3;
+  return shape;
+}
+
 constexpr int kBatch = 2;
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
@@ -55,15 +72,21 @@ double LossAndGrad(GptModel<T>& model, const std::vector<int32_t>& tokens,
   return *sum / static_cast<double>(tokens.size());
 }
 
-class GptModelGradientTest : public ::testing::TestWithParam<float> {};
+struct GradientCase {
+  const char* name;
+  ModelShape (*shape)();
+  float dropout;
+};
+
+class GptModelGradientTest : public ::testing::TestWithParam<GradientCase> {};
 
 // Every parameter's gradient against central finite differences in float64, with dropout
 // (deterministic masks) at the given rate.
 TEST_P(GptModelGradientTest, MatchesFiniteDifferencesForEveryParameter) {
-  const ModelShape shape = TinyShape();
+  const ModelShape shape = GetParam().shape();
   ParameterLayout layout(shape, WholeModel(shape));
   ModelOptions options;
-  options.dropout = GetParam();
+  options.dropout = GetParam().dropout;
   options.seed = 11;
   GptModel<double> model(layout, kBatch, options);
   InitializeParameters(layout, 5, model.params());
@@ -100,7 +123,14 @@ TEST_P(GptModelGradientTest, MatchesFiniteDifferencesForEveryParameter) {
   EXPECT_EQ(checked, static_cast<int>(model.num_params()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dropout, GptModelGradientTest, ::testing::Values(0.0f, 0.25f));
+INSTANTIATE_TEST_SUITE_P(
+    Families, GptModelGradientTest,
+    ::testing::Values(GradientCase{"Gpt2", TinyShape, 0.0f},
+                      GradientCase{"Gpt2Dropout", TinyShape, 0.25f},
+                      GradientCase{"Llama", TinyLlamaShape, 0.0f},
+                      GradientCase{"LlamaDropout", TinyLlamaShape, 0.25f},
+                      GradientCase{"LlamaBiasesTiedMultiQuery", TinyLlamaWithBiasesShape, 0.1f}),
+    [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
 
 TEST(GptModelTest, PaddedVocabularyRowsGetNoGradient) {
   const ModelShape shape = TinyShape();

@@ -26,6 +26,18 @@ struct ModelPlacement {
   int local_hidden(const ModelShape& s) const { return s.hidden / tensor_size; }
   int local_ffn(const ModelShape& s) const { return s.ffn_hidden / tensor_size; }
   int local_vocab(const ModelShape& s) const { return s.padded_vocab / tensor_size; }
+  // The attention's widths: query heads, key-value heads (grouped-query attention: fewer),
+  // the fused projection's output [q | k | v], and the MLP's input projection (a gated MLP:
+  // [gate | up], twice the FFN width).
+  int local_kv_heads(const ModelShape& s) const { return s.num_kv_heads / tensor_size; }
+  int local_query(const ModelShape& s) const {
+    return static_cast<int>(s.query_width() / tensor_size);
+  }
+  int local_kv(const ModelShape& s) const { return static_cast<int>(s.kv_width() / tensor_size); }
+  int local_qkv(const ModelShape& s) const { return local_query(s) + 2 * local_kv(s); }
+  int local_mlp_in(const ModelShape& s) const {
+    return (s.gated_mlp ? 2 : 1) * local_ffn(s);
+  }
   int vocab_start(const ModelShape& s) const { return tensor_rank * local_vocab(s); }
 };
 
