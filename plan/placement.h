@@ -21,7 +21,7 @@ namespace mtrain {
 
 // The kinds of worker the job may run on, in order of preference: one job, one engine, so
 // never a mix. DEVICE_AUTO prefers CUDA, and needs it for bf16/fp16 (the CPU engine trains
-// in fp32 only).
+// in fp32 only); a Llama-family job runs on CPU workers (no CUDA kernels for its layers yet).
 std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec);
 
 // The data-parallel degrees a job may shrink to, largest first: the multiples of min_data

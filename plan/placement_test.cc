@@ -42,6 +42,11 @@ TEST(EligibleDeviceKindsTest, FollowsDeviceThenPrecision) {
     EXPECT_EQ(EligibleDeviceKinds(spec), c.kinds)
         << Device_Name(c.device) << " " << Precision_Name(c.precision);
   }
+  // Llama-style layers run on the CPU engine only (so far), whatever DEVICE_AUTO prefers.
+  JobSpec llama;
+  llama.mutable_model()->set_family(MODEL_FAMILY_LLAMA);
+  llama.set_device(DEVICE_AUTO);
+  EXPECT_EQ(EligibleDeviceKinds(llama), std::vector<DeviceKind>{DEVICE_KIND_CPU});
 }
 
 TEST(ShrunkDataDegreesTest, KeepsTheGlobalBatchMinDataAndInterleavedDivisibility) {

@@ -154,26 +154,49 @@ TEST(JobSpecValidationTest, ArchitectureFieldsNameTheirRule) {
 }
 
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {
-  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA"}})",
-                 "model.family: MODEL_FAMILY_LLAMA is not trained by the engines yet",
-                 "the engines train GPT-2's architecture (Llama-style layers");
   ExpectRejected(R"({"model": {"normalization": "NORMALIZATION_RMSNORM"}})",
-                 "model.normalization: NORMALIZATION_RMSNORM", "not trained by the engines yet");
+                 "model.normalization: NORMALIZATION_RMSNORM",
+                 "model.family MODEL_FAMILY_LLAMA the one with RMSNorm");
   ExpectRejected(R"({"model": {"activation": "ACTIVATION_SWIGLU"}})", "model.activation",
-                 "not trained by the engines yet");
+                 "not trained by the engines with MODEL_FAMILY_GPT2 yet");
   ExpectRejected(R"({"model": {"position_embedding": "POSITION_EMBEDDING_ROTARY"}})",
-                 "model.position_embedding", "not trained by the engines yet");
+                 "model.position_embedding", "not trained by the engines with MODEL_FAMILY_GPT2");
   ExpectRejected(R"({"model": {"num_heads": 4, "num_kv_heads": 2}})", "model.num_kv_heads: 2",
-                 "not trained by the engines yet");
+                 "not trained with MODEL_FAMILY_GPT2");
   ExpectRejected(R"({"model": {"linear_bias": false}})", "model.linear_bias",
-                 "not trained by the engines yet");
+                 "not trained with MODEL_FAMILY_GPT2");
   ExpectRejected(R"({"model": {"tie_word_embeddings": false}})", "model.tie_word_embeddings",
-                 "not trained by the engines yet");
-  // What they do train: GPT-2 at any FFN width and epsilon.
+                 "not trained with MODEL_FAMILY_GPT2");
+  // A Llama-family spec with GPT-2's layer parts: the parameter table has no LayerNorm bias
+  // or learned positions for it.
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA",
+                               "normalization": "NORMALIZATION_LAYERNORM"}})",
+                 "model.normalization: NORMALIZATION_LAYERNORM",
+                 "MODEL_FAMILY_LLAMA trains with RMSNorm, SwiGLU and rotary positions");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA", "activation": "ACTIVATION_GELU"}})",
+                 "model.activation: ACTIVATION_GELU", "MODEL_FAMILY_LLAMA trains with");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA"}, "device": "DEVICE_CUDA"})",
+                 "device: DEVICE_CUDA with model.family MODEL_FAMILY_LLAMA",
+                 "no RMSNorm, rotary, SwiGLU or grouped-query attention kernels yet");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA"}, "precision": "PRECISION_BF16"})",
+                 "precision: PRECISION_BF16 with model.family MODEL_FAMILY_LLAMA",
+                 "in PRECISION_FP32, so far");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_LLAMA", "num_heads": 6,
+                               "hidden_size": 18}})",
+                 "model.hidden_size: head size 3", "rotary positions need an even head size");
+  // What they do train: GPT-2 at any FFN width and epsilon; Llama-style decoders with
+  // grouped-query heads, biases or not, tied or untied.
   absl::StatusOr<JobSpec> spec =
       ParseJobSpecJson(R"({"model": {"ffn_hidden_size": 300, "norm_epsilon": 1e-6}})");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->model().ffn_hidden_size(), 300);
+  for (const char* json :
+       {R"({"model": {"family": "MODEL_FAMILY_LLAMA"}})",
+        R"({"model": {"family": "MODEL_FAMILY_LLAMA", "num_heads": 4, "num_kv_heads": 1,
+                      "linear_bias": true, "tie_word_embeddings": true}})"}) {
+    absl::StatusOr<JobSpec> llama = ParseJobSpecJson(json);
+    EXPECT_TRUE(llama.ok()) << json << ": " << llama.status();
+  }
 }
 
 TEST(JobSpecValidationTest, HeadsMustDivideByTensor) {

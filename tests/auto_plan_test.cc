@@ -44,14 +44,15 @@ TEST_F(AutoPlanTest, WorkersReportProfilesThePlanIsPrintedAndAnAutoJobRunsUnderI
   EXPECT_EQ(cluster_code, 0) << on_cluster;
   EXPECT_THAT(on_cluster, HasSubstr("NVIDIA A100-SXM4-80GB"));
   // A Llama 3 8B-shaped spec (issue 33) is priced from model/'s tables on eight described
-  // GPUs, and said not to be submittable while the engines lack Llama's layers.
+  // GPUs, and said not to be submittable while the CUDA engine lacks Llama's layers.
   const auto [llama_code, llama] =
       Trainctl({"plan", "deploy/specs/llama3_8b.json", "--cluster=deploy/clusters/dgx_a100.json",
                 "--workers=8"});
   EXPECT_EQ(llama_code, 0) << llama;
   EXPECT_THAT(llama, HasSubstr("(8.03e+09 parameters)"));
   EXPECT_THAT(llama, HasSubstr("8030261248 parameters"));  // a rejected layout's stage 0
-  EXPECT_THAT(llama, HasSubstr("cannot be submitted yet: model.family: MODEL_FAMILY_LLAMA"));
+  EXPECT_THAT(llama, HasSubstr("cannot be submitted yet: device: DEVICE_CUDA with model.family "
+                               "MODEL_FAMILY_LLAMA"));
   EXPECT_THAT(llama, HasSubstr("#1 step: matmuls"));
 
   const std::string job = Submit(spec);

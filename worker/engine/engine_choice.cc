@@ -19,6 +19,11 @@ absl::Status CpuSupports(const JobSpec& spec) {
 }  // namespace
 
 absl::Status CudaEngineSupports(const JobSpec& spec) {
+  if (spec.model().family() == MODEL_FAMILY_LLAMA) {
+    return absl::UnimplementedError(
+        "model.family: MODEL_FAMILY_LLAMA: the CUDA engine has no RMSNorm, rotary, SwiGLU or "
+        "grouped-query attention kernels yet (the CPU engine trains it: device DEVICE_CPU)");
+  }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {

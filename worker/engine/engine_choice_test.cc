@@ -58,6 +58,17 @@ TEST(EngineChoiceTest, AutoFallsBackToTheCpuForJobsTheCudaEngineDoesNotRunYet) {
   absl::StatusOr<EngineChoice> bf16 = ChooseEngine(odd_heads, absl::OkStatus());
   EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(bf16.status().message().find("48"), std::string::npos) << bf16.status();
+
+  // Llama-style layers: CPU kernels only so far.
+  JobSpec llama = Spec(DEVICE_AUTO, PRECISION_FP32);
+  llama.mutable_model()->set_family(MODEL_FAMILY_LLAMA);
+  absl::StatusOr<EngineChoice> llama_choice = ChooseEngine(llama, absl::OkStatus());
+  ASSERT_TRUE(llama_choice.ok()) << llama_choice.status();
+  EXPECT_EQ(llama_choice->kind, EngineKind::kCpu);
+  EXPECT_NE(llama_choice->note.find("MODEL_FAMILY_LLAMA"), std::string::npos) << llama_choice->note;
+  llama.set_device(DEVICE_CUDA);
+  EXPECT_EQ(ChooseEngine(llama, absl::OkStatus()).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST(EngineChoiceTest, ExplicitCudaNeedsAGpuAndASupportedJob) {

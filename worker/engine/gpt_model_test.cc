@@ -251,6 +251,44 @@ TEST(GptModelTest, LaterTokensDoNotChangeEarlierLogits) {
   EXPECT_TRUE(last_changed);
 }
 
+// Decoding with the key-value cache (two positions at once, then one at a time) gives the
+// logits of the whole-sequence forward at every position: rotary angles from the cache's
+// length, grouped-query heads cached once per key-value head.
+TEST(GptModelTest, KeyValueCacheDecodingMatchesTheFullForward) {
+  for (ModelShape (*make_shape)() : {TinyShape, TinyLlamaShape, TinyLlamaWithBiasesShape}) {
+    const ModelShape shape = make_shape();
+    ParameterLayout layout(shape, WholeModel(shape));
+    GptModel<double> model(layout, 1, ModelOptions{});
+    InitializeParameters(layout, 5, model.params());
+    std::mt19937_64 rng(4);
+    std::normal_distribution<double> normal(0.0, 0.3);
+    for (size_t i = 0; i < model.num_params(); ++i) model.params()[i] += normal(rng);
+    const auto tokens = RandomTokens(shape.seq_length, shape.vocab, 2);
+    const auto targets = RandomTokens(shape.seq_length, shape.vocab, 3);
+    auto acts = model.NewActivations();
+    MicrobatchInput<double> input;
+    input.tokens = tokens.data();
+    input.targets = targets.data();
+    ASSERT_TRUE(model.Forward(input, acts.get()).ok());
+    const double* full = model.logits(*acts);
+
+    auto cache = model.NewKvCache(shape.seq_length);
+    std::vector<double> logits(shape.padded_vocab);
+    int position = 0;
+    while (position < shape.seq_length) {
+      const int count = position == 0 ? 2 : 1;
+      ASSERT_TRUE(model.Decode(&cache, tokens.data() + position, nullptr, count, logits.data()).ok());
+      position += count;
+      const double* expected = full + static_cast<size_t>(position - 1) * shape.padded_vocab;
+      for (int v = 0; v < shape.vocab; ++v) {
+        ASSERT_NEAR(logits[v], expected[v], 1e-10) << "position " << position - 1 << " token " << v;
+      }
+    }
+    EXPECT_EQ(model.Decode(&cache, tokens.data(), nullptr, 1, logits.data()).code(),
+              absl::StatusCode::kOutOfRange);
+  }
+}
+
 TEST(GptModelTest, InitialLossIsNearLogVocab) {
   const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/32,
                                       /*seq_length=*/4, /*vocab=*/256, /*padded_vocab=*/256);
