@@ -19,6 +19,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,29 @@ struct Layout {
   std::string train_extra = "";     // more train.* fields (recomputation)
   std::string model_extra = "";     // more model.* fields; compared with a single rank of them
   int ffn_hidden = 128;             // the MLP width model_extra gives (4 x 32 by default)
+  // A tensor of the MLP's input projection ([ffn_hidden, 32]) in the family's names.
+  std::string ffn_tensor = "layers.0.mlp.fc.weight";
 };
+
+// Llama-style decoders (issue 33): grouped-query attention (4 heads reading 2 key-value
+// heads), RMSNorm, SwiGLU, rotary positions, no biases, an untied output layer; and the
+// variant with multi-head key-value heads, biases and the output tied to the embedding
+// (copied on the first and last pipeline stage).
+const char kLlamaGqa[] =
+    R"(, "family": "MODEL_FAMILY_LLAMA", "num_kv_heads": 2, "ffn_hidden_size": 96)";
+const char kLlamaTiedBiases[] =
+    R"(, "family": "MODEL_FAMILY_LLAMA", "num_kv_heads": 4, "ffn_hidden_size": 96,
+       "linear_bias": true, "tie_word_embeddings": true, "rope_theta": 500)";
+
+Layout LlamaLayout(const char* name, int tensor, int pipeline, int data, const char* model_extra,
+                   int virtual_stages = 1, int zero_stage = 0, std::string parallel_extra = "",
+                   std::string train_extra = "") {
+  Layout l{name, tensor, pipeline, data, virtual_stages,
+           virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B", zero_stage,
+           std::move(parallel_extra), std::move(train_extra), model_extra, 96,
+           "layers.0.mlp.gate.weight"};
+  return l;
+}
 
 // gtest names a failing parameter by this instead of its bytes.
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
@@ -121,8 +144,8 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
   const RunResult* reference_ = &Reference(GetParam().model_extra);
   ASSERT_EQ(reference_->losses_per_rank.size(), 1u);
   // The model fields reach the weights (model/'s parameter table).
-  ASSERT_EQ(reference_->weights.tensors.count("layers.0.mlp.fc.weight"), 1u);
-  EXPECT_EQ(reference_->weights.tensors.at("layers.0.mlp.fc.weight").shape,
+  ASSERT_EQ(reference_->weights.tensors.count(GetParam().ffn_tensor), 1u);
+  EXPECT_EQ(reference_->weights.tensors.at(GetParam().ffn_tensor).shape,
             (std::vector<int64_t>{GetParam().ffn_hidden, 32}));
   const std::vector<double>& expected = reference_->losses_per_rank[0];
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
@@ -154,7 +177,7 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
     absl::StatusOr<std::vector<float>> a = TensorAsFloats(tensor);
     absl::StatusOr<std::vector<float>> b = TensorAsFloats(got);
     ASSERT_TRUE(a.ok() && b.ok());
-    if (name == "wte" && got.shape.size() == 2 && got.shape[1] == tensor.shape[1] &&
+    if ((name == "wte" || name == "lm_head") && got.shape.size() == 2 && got.shape[1] == tensor.shape[1] &&
         got.shape[0] > tensor.shape[0]) {
       // The vocabulary is padded to a multiple of 128 * tensor: t = 4 pads further than one
       // rank. The rows past the reference's are padding (initialised, never selected by a
@@ -245,7 +268,22 @@ INSTANTIATE_TEST_SUITE_P(
                              0, R"(, "sequence_parallel": true)", "",
                              R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
                       Layout{"t4_ffn96_larger_eps", 4, 1, 1, 1, "SCHEDULE_1F1B", 0, "", "",
-                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96}),
+                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
+                      // Llama-style layers in every kind of layout.
+                      LlamaLayout("llama_t2", 2, 1, 1, kLlamaGqa),
+                      LlamaLayout("llama_t2p2_sequence_parallel", 2, 2, 1, kLlamaGqa, 1, 0,
+                                  R"(, "sequence_parallel": true)"),
+                      LlamaLayout("llama_p4_interleaved_full_uniform_2", 1, 4, 1, kLlamaGqa, 2, 0,
+                                  "",
+                                  R"(, "recompute_granularity": "full",
+                                       "recompute_num_layers": 2)"),
+                      LlamaLayout("llama_t2p2d2_zero1_selective", 2, 2, 2, kLlamaGqa, 1, 1, "",
+                                  R"(, "recompute_granularity": "selective")"),
+                      LlamaLayout("llama_tied_biases_t2p2", 2, 2, 1, kLlamaTiedBiases),
+                      LlamaLayout("llama_tied_biases_t4_sequence_parallel", 4, 1, 1,
+                                  kLlamaTiedBiases, 1, 0, R"(, "sequence_parallel": true)"),
+                      LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2,
+                                  kLlamaTiedBiases, 2, 1)),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Issue 21's whole matrix: every combination of its options (sequence parallelism,
