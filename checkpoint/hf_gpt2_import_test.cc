@@ -1,8 +1,8 @@
-// ImportHuggingFaceGpt2 on the layouts users have: an exported directory (model.safetensors
+// ImportHuggingFace on the layouts users have: an exported directory (model.safetensors
 // + config.json), a single file, a sharded save_pretrained directory (an index and its
 // shards), a file holding only the tied head; and the config.json check that refuses a
 // spec describing another model.
-#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/hf_import.h"
 
 #include <filesystem>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "checkpoint/full_tensor_testing.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -53,7 +53,7 @@ void WriteText(const std::string& path, const std::string& text) { std::ofstream
 // A HuggingFace GPT-2 of Spec() with distinct values (our export of one).
 SafetensorsFile HfModel() {
   absl::StatusOr<SafetensorsFile> file =
-      ToHuggingFaceGpt2(DistinctGptTensors(kLayers, kHidden, kVocab, 6), Spec().model());
+      ToHuggingFace(DistinctGptTensors(kLayers, kHidden, kVocab, 6), Spec().model());
   EXPECT_TRUE(file.ok()) << file.status();
   return *file;
 }
@@ -61,7 +61,7 @@ SafetensorsFile HfModel() {
 // What importing the whole file in memory gives: the reference for every other layout.
 std::map<std::string, FullTensor> Reference() {
   absl::StatusOr<std::map<std::string, FullTensor>> params =
-      FromHuggingFaceGpt2(HfModel(), Spec().model());
+      FromHuggingFace(HfModel(), Spec().model());
   EXPECT_TRUE(params.ok()) << params.status();
   return *params;
 }
@@ -69,14 +69,14 @@ std::map<std::string, FullTensor> Reference() {
 TEST(HfGpt2ImportTest, AnExportedDirectoryImportsWithItsConfigChecked) {
   const std::string dir = FreshDir("exported");
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", HfModel()).ok());
-  WriteText(dir + "/config.json", HuggingFaceGpt2ConfigJson(Spec()));
+  WriteText(dir + "/config.json", HuggingFaceConfigJson(Spec()));
   for (const std::string& path : {dir, dir + "/model.safetensors"}) {
     absl::StatusOr<std::map<std::string, FullTensor>> params =
-        ImportHuggingFaceGpt2(path, Spec().model());
+        ImportHuggingFace(path, Spec().model());
     ASSERT_TRUE(params.ok()) << path << ": " << params.status();
     ExpectSameTensors(*params, Reference());
   }
-  absl::StatusOr<HuggingFaceGpt2Files> files = FindHuggingFaceGpt2Files(dir);
+  absl::StatusOr<HuggingFaceFiles> files = FindHuggingFaceFiles(dir);
   ASSERT_TRUE(files.ok());
   EXPECT_EQ(files->config, dir + "/config.json");
 }
@@ -84,14 +84,14 @@ TEST(HfGpt2ImportTest, AnExportedDirectoryImportsWithItsConfigChecked) {
 TEST(HfGpt2ImportTest, ASpecThatDisagreesWithConfigJsonIsRefusedNamingEachSetting) {
   const std::string dir = FreshDir("disagrees");
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", HfModel()).ok());
-  std::string config = HuggingFaceGpt2ConfigJson(Spec());
+  std::string config = HuggingFaceConfigJson(Spec());
   config = absl::StrReplaceAll(config, {{"\"n_head\": 2", "\"n_head\": 4"},
                                         {"\"gelu_new\"", "\"gelu\""},
                                         {"\"scale_attn_by_inverse_layer_idx\": false",
                                          "\"scale_attn_by_inverse_layer_idx\": true"}});
   ASSERT_NE(config.find("\"n_head\": 4"), std::string::npos) << config;
   WriteText(dir + "/config.json", config);
-  absl::Status refused = ImportHuggingFaceGpt2(dir, Spec().model()).status();
+  absl::Status refused = ImportHuggingFace(dir, Spec().model()).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(),
               AllOf(HasSubstr(dir + "/config.json describes another model than the spec"),
@@ -111,16 +111,16 @@ TEST(HfGpt2ImportTest, ASpecThatDisagreesWithConfigJsonIsRefusedNamingEachSettin
       {R"({"model_type": "llama"})", "model_type is \"llama\""},
   };
   for (const auto& [json, expected] : cases) {
-    absl::Status status = CheckHuggingFaceGpt2Config(json, "c.json", Spec().model());
+    absl::Status status = CheckHuggingFaceConfig(json, "c.json", Spec().model());
     EXPECT_THAT(status.message(), HasSubstr(expected)) << json;
   }
   // transformers' defaults for what a config omits are ours; the other tanh spellings too.
-  EXPECT_TRUE(CheckHuggingFaceGpt2Config("{}", "c.json", Spec().model()).ok());
-  EXPECT_TRUE(CheckHuggingFaceGpt2Config(R"({"activation_function": "gelu_pytorch_tanh",
+  EXPECT_TRUE(CheckHuggingFaceConfig("{}", "c.json", Spec().model()).ok());
+  EXPECT_TRUE(CheckHuggingFaceConfig(R"({"activation_function": "gelu_pytorch_tanh",
       "n_positions": 1024, "n_inner": null})",
                                          "c.json", Spec().model())
                   .ok());
-  EXPECT_EQ(CheckHuggingFaceGpt2Config("not json", "c.json", Spec().model()).code(),
+  EXPECT_EQ(CheckHuggingFaceConfig("not json", "c.json", Spec().model()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -131,9 +131,9 @@ TEST(HfGpt2ImportTest, FfnWidthAndEpsilonAreCheckedAgainstTheSpec) {
   wide.set_ffn_hidden_size(24);  // 3 x n_embd 8
   wide.set_norm_epsilon(1e-6f);
   EXPECT_TRUE(
-      CheckHuggingFaceGpt2Config(R"({"n_inner": 24, "layer_norm_epsilon": 1e-6})", "c.json", wide)
+      CheckHuggingFaceConfig(R"({"n_inner": 24, "layer_norm_epsilon": 1e-6})", "c.json", wide)
           .ok());
-  absl::Status status = CheckHuggingFaceGpt2Config(
+  absl::Status status = CheckHuggingFaceConfig(
       R"({"n_inner": null, "layer_norm_epsilon": 1e-5})", "c.json", wide);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("n_inner is null (an MLP width of 32); model.ffn_hidden_size is 24"),
@@ -141,10 +141,10 @@ TEST(HfGpt2ImportTest, FfnWidthAndEpsilonAreCheckedAgainstTheSpec) {
   // The export says the same, and reads back.
   JobSpec spec = Spec();
   *spec.mutable_model() = wide;
-  const std::string config = HuggingFaceGpt2ConfigJson(spec);
+  const std::string config = HuggingFaceConfigJson(spec);
   EXPECT_THAT(config,
               AllOf(HasSubstr("\"n_inner\": 24,"), HasSubstr("\"layer_norm_epsilon\": 1e-06,")));
-  EXPECT_TRUE(CheckHuggingFaceGpt2Config(config, "c.json", wide).ok());
+  EXPECT_TRUE(CheckHuggingFaceConfig(config, "c.json", wide).ok());
 }
 
 TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
@@ -165,10 +165,10 @@ TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
   const std::string index =
       absl::StrCat(R"({"metadata": {"total_size": 1}, "weight_map": {)", weight_map, "}}");
   WriteText(dir + "/model.safetensors.index.json", index);
-  WriteText(dir + "/config.json", HuggingFaceGpt2ConfigJson(Spec()));
+  WriteText(dir + "/config.json", HuggingFaceConfigJson(Spec()));
   for (const std::string& path : {dir, dir + "/model.safetensors.index.json"}) {
     absl::StatusOr<std::map<std::string, FullTensor>> params =
-        ImportHuggingFaceGpt2(path, Spec().model());
+        ImportHuggingFace(path, Spec().model());
     ASSERT_TRUE(params.ok()) << path << ": " << params.status();
     ExpectSameTensors(*params, Reference());
   }
@@ -177,11 +177,11 @@ TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
   // index misplaces.
   WriteText(dir + "/model.safetensors.index.json",
             R"({"weight_map": {"transformer.wte.weight": "model-00003-of-00002.safetensors"}})");
-  EXPECT_EQ(ImportHuggingFaceGpt2(dir, Spec().model()).status().code(),
+  EXPECT_EQ(ImportHuggingFace(dir, Spec().model()).status().code(),
             absl::StatusCode::kNotFound);
   WriteText(dir + "/model.safetensors.index.json",
             R"({"weight_map": {"transformer.wte.weight": "../elsewhere.safetensors"}})");
-  EXPECT_THAT(ImportHuggingFaceGpt2(dir, Spec().model()).status().message(),
+  EXPECT_THAT(ImportHuggingFace(dir, Spec().model()).status().message(),
               HasSubstr("must be a file name beside the index"));
   const std::string misplaced = absl::StrReplaceAll(
       index, {{"\"transformer.wte.weight\": \"model-00001-of-00002.safetensors\"",
@@ -190,11 +190,11 @@ TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
                "\"transformer.wte.weight\": \"model-00001-of-00002.safetensors\""}});
   ASSERT_NE(misplaced, index);
   WriteText(dir + "/model.safetensors.index.json", misplaced);
-  absl::Status wrong = ImportHuggingFaceGpt2(dir, Spec().model()).status();
+  absl::Status wrong = ImportHuggingFace(dir, Spec().model()).status();
   EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss) << wrong;
   EXPECT_THAT(wrong.message(), HasSubstr("transformer.wte.weight"));
   // A directory without weights.
-  EXPECT_EQ(ImportHuggingFaceGpt2(FreshDir("empty"), Spec().model()).status().code(),
+  EXPECT_EQ(ImportHuggingFace(FreshDir("empty"), Spec().model()).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -203,7 +203,7 @@ TEST(HfGpt2ImportTest, OnlyTheTensorsARankHoldsAreReadAndTheRestStillChecked) {
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", HfModel()).ok());
   const std::set<std::string> stage = {"wpe", "layers.1.ln1.weight", "layers.1.mlp.fc.bias"};
   absl::StatusOr<std::map<std::string, FullTensor>> params =
-      ImportHuggingFaceGpt2(dir + "/model.safetensors", Spec().model(), &stage);
+      ImportHuggingFace(dir + "/model.safetensors", Spec().model(), &stage);
   ASSERT_TRUE(params.ok()) << params.status();
   std::map<std::string, FullTensor> want;
   for (const auto& [name, tensor] : Reference()) {
@@ -215,7 +215,7 @@ TEST(HfGpt2ImportTest, OnlyTheTensorsARankHoldsAreReadAndTheRestStillChecked) {
   broken.tensors.erase("transformer.h.0.mlp.c_fc.bias");
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", broken).ok());
   EXPECT_THAT(
-      ImportHuggingFaceGpt2(dir + "/model.safetensors", Spec().model(), &stage).status().message(),
+      ImportHuggingFace(dir + "/model.safetensors", Spec().model(), &stage).status().message(),
       HasSubstr("transformer.h.0.mlp.c_fc.bias' is missing"));
 }
 
@@ -226,7 +226,7 @@ TEST(HfGpt2ImportTest, AFileWithTheTiedHeadOnlyTakesItAsTheEmbedding) {
   file.tensors.erase("transformer.wte.weight");
   ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", file).ok());
   absl::StatusOr<std::map<std::string, FullTensor>> params =
-      ImportHuggingFaceGpt2(dir + "/model.safetensors", Spec().model());
+      ImportHuggingFace(dir + "/model.safetensors", Spec().model());
   ASSERT_TRUE(params.ok()) << params.status();
   ExpectSameTensors(*params, Reference());
 }

@@ -1,4 +1,4 @@
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 
 #include <cstring>
 #include <filesystem>
@@ -73,7 +73,7 @@ std::map<std::string, FullTensor> WithoutVocabPadding(std::map<std::string, Full
 
 TEST(HfGpt2Test, ExportHasHfNamesShapesAndConv1DLayouts) {
   const std::map<std::string, FullTensor> ours = OurModel();
-  absl::StatusOr<SafetensorsFile> hf = ToHuggingFaceGpt2(ours, Model());
+  absl::StatusOr<SafetensorsFile> hf = ToHuggingFace(ours, Model());
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(hf->metadata.at("format"), "pt");
   // 2 embeddings + 12 per layer + 2 final LayerNorm; no lm_head (tied).
@@ -123,14 +123,14 @@ TEST(HfGpt2Test, ExportHasHfNamesShapesAndConv1DLayouts) {
 // [vocab, C]); the checkpoint loader zero-fills them at the job's padded vocabulary.
 TEST(HfGpt2Test, RoundTripGivesOurTensorsBackWithoutVocabPadding) {
   const std::map<std::string, FullTensor> ours = OurModel();
-  absl::StatusOr<SafetensorsFile> hf = ToHuggingFaceGpt2(ours, Model());
+  absl::StatusOr<SafetensorsFile> hf = ToHuggingFace(ours, Model());
   ASSERT_TRUE(hf.ok()) << hf.status();
-  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFaceGpt2(*hf, Model());
+  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFace(*hf, Model());
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSameTensors(*back, WithoutVocabPadding(ours));
 
   // And again from the unpadded tensors: an exported import is the same file.
-  absl::StatusOr<SafetensorsFile> again = ToHuggingFaceGpt2(*back, Model());
+  absl::StatusOr<SafetensorsFile> again = ToHuggingFace(*back, Model());
   ASSERT_TRUE(again.ok()) << again.status();
   for (const auto& [name, tensor] : hf->tensors) {
     EXPECT_EQ(again->tensors.at(name).bytes, tensor.bytes) << name;
@@ -142,18 +142,18 @@ TEST(HfGpt2Test, ExportWritesLoadableFilesDeterministically) {
   *spec.mutable_model() = Model();
   spec.mutable_train()->set_dropout(0.25f);
   const std::string dir = FreshDir("export") + "/nested/out";  // created if needed
-  ASSERT_TRUE(ExportHuggingFaceGpt2(OurModel(), spec, dir).ok());
+  ASSERT_TRUE(ExportHuggingFace(OurModel(), spec, dir).ok());
 
   absl::StatusOr<SafetensorsFile> file = ReadSafetensors(dir + "/model.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(file->metadata.at("format"), "pt");
-  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFaceGpt2(*file, Model());
+  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFace(*file, Model());
   ASSERT_TRUE(back.ok()) << back.status();
   ExpectSameTensors(*back, WithoutVocabPadding(OurModel()));
 
   const std::string bytes = ReadFile(dir + "/model.safetensors");
   const std::string dir2 = FreshDir("export2");
-  ASSERT_TRUE(ExportHuggingFaceGpt2(OurModel(), spec, dir2).ok());
+  ASSERT_TRUE(ExportHuggingFace(OurModel(), spec, dir2).ok());
   EXPECT_EQ(ReadFile(dir2 + "/model.safetensors"), bytes);
 
   google::protobuf::Struct config;
@@ -180,7 +180,7 @@ TEST(HfGpt2Test, ExportWritesLoadableFilesDeterministically) {
 }
 
 TEST(HfGpt2Test, ConfigTakesJobDefaultsForOmittedFields) {
-  const std::string json = HuggingFaceGpt2ConfigJson(JobSpec());
+  const std::string json = HuggingFaceConfigJson(JobSpec());
   EXPECT_THAT(json, HasSubstr("\"n_layer\": 4,"));
   EXPECT_THAT(json, HasSubstr("\"n_embd\": 128,"));
   EXPECT_THAT(json, HasSubstr("\"vocab_size\": 256,"));
@@ -193,7 +193,7 @@ TEST(HfGpt2Test, ConfigIsTheSameTextAsEver) {
   JobSpec spec;
   *spec.mutable_model() = Model();
   spec.mutable_train()->set_dropout(0.3f);
-  EXPECT_EQ(HuggingFaceGpt2ConfigJson(spec),
+  EXPECT_EQ(HuggingFaceConfigJson(spec),
             "{\n"
             "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
             "  \"model_type\": \"gpt2\",\n"
@@ -221,11 +221,11 @@ TEST(HfGpt2Test, ConfigIsTheSameTextAsEver) {
             "}\n");
   // The fewest digits that read back as the same float: 8 here, 9 (the most) below.
   spec.mutable_train()->set_dropout(0.12345679f);
-  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.12345679,\n"));
+  EXPECT_THAT(HuggingFaceConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.12345679,\n"));
   spec.mutable_train()->set_dropout(0.104274996f);
-  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.104274996,\n"));
+  EXPECT_THAT(HuggingFaceConfigJson(spec), HasSubstr("\"attn_pdrop\": 0.104274996,\n"));
   spec.mutable_train()->set_dropout(0.0f);
-  EXPECT_THAT(HuggingFaceGpt2ConfigJson(spec), HasSubstr("\"attn_pdrop\": 0,\n"));
+  EXPECT_THAT(HuggingFaceConfigJson(spec), HasSubstr("\"attn_pdrop\": 0,\n"));
 }
 
 uint16_t ToBfloat16(float f) {
@@ -237,7 +237,7 @@ uint16_t ToBfloat16(float f) {
 // A file as transformers may write it: no prefix, the tied head saved, the attention mask
 // buffers of older versions, more positions than our seq_length, half precision.
 TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
-  absl::StatusOr<SafetensorsFile> exported = ToHuggingFaceGpt2(OurModel(), Model());
+  absl::StatusOr<SafetensorsFile> exported = ToHuggingFace(OurModel(), Model());
   ASSERT_TRUE(exported.ok()) << exported.status();
   SafetensorsFile file;
   for (const auto& [name, tensor] : exported->tensors) {
@@ -267,7 +267,7 @@ TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
   std::memcpy(f16.bytes.data(), halves, sizeof(halves));
   file.tensors["ln_f.bias"] = f16;
 
-  absl::StatusOr<std::map<std::string, FullTensor>> ours = FromHuggingFaceGpt2(file, Model());
+  absl::StatusOr<std::map<std::string, FullTensor>> ours = FromHuggingFace(file, Model());
   ASSERT_TRUE(ours.ok()) << ours.status();
   EXPECT_EQ(ours->size(), 2u + 12 * kLayers + 2);
   EXPECT_EQ(ours->at("wpe").shape, (std::vector<int64_t>{kSeq, kHidden}));
@@ -282,10 +282,10 @@ TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
 }
 
 absl::Status Import(const SafetensorsFile& file) {
-  return FromHuggingFaceGpt2(file, Model()).status();
+  return FromHuggingFace(file, Model()).status();
 }
 
-SafetensorsFile Exported() { return *ToHuggingFaceGpt2(OurModel(), Model()); }
+SafetensorsFile Exported() { return *ToHuggingFace(OurModel(), Model()); }
 
 TEST(HfGpt2Test, ImportErrorsNameTheTensorTheShapesAndTheSpecField) {
   SafetensorsFile file = Exported();
@@ -338,7 +338,7 @@ TEST(HfGpt2Test, ImportOfAFileWithTheEngineNamesSaysSo) {
   for (const auto& [name, tensor] : OurModel()) {
     file.tensors[name] = MakeF32Tensor(tensor.shape, tensor.values.data());
   }
-  const absl::Status status = FromHuggingFaceGpt2(file, Model()).status();
+  const absl::Status status = FromHuggingFace(file, Model()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("engine's own tensor names"), std::string::npos) << status;
   EXPECT_NE(status.message().find("trainctl export"), std::string::npos) << status;
@@ -352,43 +352,43 @@ TEST(HfGpt2Test, ImportRefusesAnUntiedOutputLayer) {
   const absl::Status status = Import(file);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("'lm_head.weight'"));
-  EXPECT_THAT(status.message(), HasSubstr("untied output layer is not supported"));
+  EXPECT_THAT(status.message(), HasSubstr("the spec ties them (model.tie_word_embeddings true"));
 }
 
 TEST(HfGpt2Test, ExportErrorsNameTheTensorTheShapesAndTheSpecField) {
   std::map<std::string, FullTensor> ours = OurModel();
   ours.erase("layers.1.mlp.fc.bias");
-  absl::Status status = ToHuggingFaceGpt2(ours, Model()).status();
+  absl::Status status = ToHuggingFace(ours, Model()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("tensor 'layers.1.mlp.fc.bias' is missing"));
 
   ours = OurModel();
   ours["layers.0.attn.qkv.weight"].shape = {3, 4, 16};
-  EXPECT_THAT(ToHuggingFaceGpt2(ours, Model()).status().message(),
+  EXPECT_THAT(ToHuggingFace(ours, Model()).status().message(),
               HasSubstr("tensor 'layers.0.attn.qkv.weight' has shape [3, 4, 16]; layer 0 of "
                         "model.num_layers 2, model.hidden_size 8 expect [3, 8, 8]"));
 
   ours = OurModel();
   ours["wte"].shape = {200, kHidden};
   ours["wte"].values.resize(200 * kHidden);
-  EXPECT_THAT(ToHuggingFaceGpt2(ours, Model()).status().message(),
+  EXPECT_THAT(ToHuggingFace(ours, Model()).status().message(),
               HasSubstr("tensor 'wte' has shape [200, 8]; model.vocab_size 300, "
                         "model.hidden_size 8 expect [>= 300, 8]"));
 
   ours = OurModel();
   ours["wpe"].values.pop_back();
-  EXPECT_THAT(ToHuggingFaceGpt2(ours, Model()).status().message(),
+  EXPECT_THAT(ToHuggingFace(ours, Model()).status().message(),
               HasSubstr("tensor 'wpe' has 47 values; its shape [6, 8] holds 48"));
 
   ours = OurModel();
   ours["layers.2.ln1.weight"] = ours.at("layers.1.ln1.weight");
-  EXPECT_THAT(ToHuggingFaceGpt2(ours, Model()).status().message(),
+  EXPECT_THAT(ToHuggingFace(ours, Model()).status().message(),
               HasSubstr("tensor 'layers.2.ln1.weight' is not a parameter of a GPT-2 with "
                         "model.num_layers 2"));
 
   ModelSpec bad = Model();
   bad.set_num_heads(3);
-  EXPECT_THAT(ToHuggingFaceGpt2(OurModel(), bad).status().message(),
+  EXPECT_THAT(ToHuggingFace(OurModel(), bad).status().message(),
               HasSubstr("model.hidden_size 8 is not divisible by model.num_heads 3"));
 }
 

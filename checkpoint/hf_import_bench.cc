@@ -1,5 +1,5 @@
 // Peak memory of importing a HuggingFace GPT-2 (issue 20's "the import streams tensors"):
-// --mode=streaming is ImportHuggingFaceGpt2 (one tensor's bytes at a time), --mode=whole
+// --mode=streaming is ImportHuggingFace (one tensor's bytes at a time), --mode=whole
 // the earlier path (the whole file read, then converted). Prints the peak RSS
 // (VmHWM) beside the file's size.
 //
@@ -13,8 +13,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/hf_interchange.h"
+#include "checkpoint/hf_import.h"
 #include "checkpoint/safetensors.h"
 
 ABSL_FLAG(std::string, path, "", "a HuggingFace GPT-2 (file, directory or index)");
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", file.status().ToString().c_str());
       return 1;
     }
-    params = mtrain::FromHuggingFaceGpt2(*file, model);
+    params = mtrain::FromHuggingFace(*file, model);
   } else {
     std::set<std::string> stage;
     const int layers = absl::GetFlag(FLAGS_stage_layers);
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       kept[name] = std::move(full);
       return absl::OkStatus();
     };
-    params = mtrain::ImportHuggingFaceGpt2(path, model, layers > 0 ? &stage : nullptr,
+    params = mtrain::ImportHuggingFace(path, model, layers > 0 ? &stage : nullptr,
                                            tensor > 1 ? &keep_share : nullptr);
     if (params.ok() && tensor > 1) params = std::move(kept);
   }

@@ -18,8 +18,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/checkpoint_transfer.h"
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/hf_interchange.h"
+#include "checkpoint/hf_import.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/shard_from_full.h"
 #include "common/json_writer.h"
@@ -139,8 +139,8 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
                        ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
       // A directory or an index leads to more files (shards, config.json): each must lie
       // inside the roots too (a symlinked shard could point anywhere).
-      absl::StatusOr<HuggingFaceGpt2Files> files =
-          FindHuggingFaceGpt2Files(spec.train().init_from());
+      absl::StatusOr<HuggingFaceFiles> files =
+          FindHuggingFaceFiles(spec.train().init_from());
       if (files.ok()) {
         std::vector<std::string> opened = files->safetensors;
         if (!files->config.empty()) opened.push_back(files->config);
@@ -458,7 +458,7 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     // the job's step-0 checkpoint); a parameters-only checkpoint re-slices them for this
     // rank like any other.
     const std::string& init_from = spec.train().init_from();
-    absl::StatusOr<HuggingFaceGpt2Files> files = FindHuggingFaceGpt2Files(init_from);
+    absl::StatusOr<HuggingFaceFiles> files = FindHuggingFaceFiles(init_from);
     if (!files.ok()) {
       return absl::Status(files.status().code(),
                           absl::StrCat("train.init_from: ", files.status().message()));
@@ -494,7 +494,7 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
         return absl::OkStatus();
       };
       absl::Status imported =
-          ImportHuggingFaceGpt2(init_from, spec.model(), &mine, &keep_slice).status();
+          ImportHuggingFace(init_from, spec.model(), &mine, &keep_slice).status();
       if (!imported.ok()) {
         return absl::Status(imported.code(), absl::StrCat("train.init_from: ", imported.message()));
       }

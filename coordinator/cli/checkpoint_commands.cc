@@ -4,8 +4,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
-#include "checkpoint/hf_gpt2.h"
-#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/hf_interchange.h"
+#include "checkpoint/hf_import.h"
 #include "checkpoint/safetensors.h"
 #include "common/grpc_status.h"
 #include "common/scratch_dir.h"
@@ -50,7 +50,7 @@ absl::StatusOr<int64_t> ExportCheckpoint(Coordinator::Stub* stub, const PrepareC
                                          const std::string& out_dir) {
   ASSIGN_OR_RETURN(const CheckpointParameters parameters,
                    DownloadParameters(stub, prepare, job, step));
-  RETURN_IF_ERROR(ExportHuggingFaceGpt2(parameters.tensors, job.spec(), out_dir));
+  RETURN_IF_ERROR(ExportHuggingFace(parameters.tensors, job.spec(), out_dir));
   return parameters.step;
 }
 
@@ -87,7 +87,7 @@ JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const std::vector<
 absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,
                                                                      const JobSpec& spec) {
   absl::StatusOr<std::map<std::string, FullTensor>> weights =
-      ImportHuggingFaceGpt2(path, spec.model());
+      ImportHuggingFace(path, spec.model());
   if (!weights.ok()) {
     return absl::Status(weights.status().code(),
                         absl::StrCat("train.init_from: ", path, ": ", weights.status().message()));

@@ -2,7 +2,7 @@
 """Peak memory of importing a HuggingFace GPT-2 124M (issue 20): writes the model's tensors
 as transformers names them (random fp32 values, about 475 MiB with the tied head omitted)
 and runs //checkpoint:hf_import_bench: `whole` (the file read into memory, then converted),
-`streaming` (ImportHuggingFaceGpt2: one tensor's bytes at a time), a first pipeline stage of
+`streaming` (ImportHuggingFace: one tensor's bytes at a time), a first pipeline stage of
 4 (its tensors only) and a tensor-parallel rank of 4 (1/4 of each tensor kept as it is
 read).
 

@@ -2,7 +2,7 @@
 """Independent PyTorch reference for `train --evaluate` (issue 20): regenerates
 eval_reference.json, which //tests:evaluation_test compares the engine against.
 
-The model is the tiny GPT-2 of tests/parity/hf_export_model.h as ExportHuggingFaceGpt2
+The model is the tiny GPT-2 of tests/parity/hf_export_model.h as ExportHuggingFace
 writes it (byte-identical on every machine), run here from its HuggingFace tensors with
 torch's own LayerNorm, GeLU (tanh), softmax attention and cross-entropy; the tasks are
 written out again from their definitions, not from the engine's code:

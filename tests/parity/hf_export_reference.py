@@ -2,7 +2,7 @@
 """HuggingFace check of the GPT-2 export: regenerates hf_gpt2_export_reference.safetensors.
 
 The engine exports the tiny model of tests/parity/hf_export_model.h with
-ExportHuggingFaceGpt2 (bazel-bin/tests/parity/write_hf_export, which also writes the
+ExportHuggingFace (bazel-bin/tests/parity/write_hf_export, which also writes the
 engine's fp32 logits for fixed tokens). This script loads that directory with
 transformers' own GPT2LMHeadModel.from_pretrained (fp32, eval: no dropout), checks that
 every weight was used and none is missing, runs the same tokens, and fails if the logits

@@ -11,7 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "checkpoint/crc32c.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -41,7 +41,7 @@ class HfExportTest : public ::testing::TestWithParam<HfExportVariant> {
     dir_ = testing::TempDir() + "/hf_export_test" + suffix;
     std::filesystem::remove_all(dir_);
     const absl::Status exported =
-        ExportHuggingFaceGpt2(HfExportWeights(GetParam()), HfExportSpec(GetParam()), dir_);
+        ExportHuggingFace(HfExportWeights(GetParam()), HfExportSpec(GetParam()), dir_);
     ASSERT_TRUE(exported.ok()) << exported;
   }
 

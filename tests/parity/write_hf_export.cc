@@ -1,6 +1,6 @@
 // Exports the tiny model of hf_export_model.h to HuggingFace GPT-2 format and writes what
 // tests/parity/hf_export_reference.py compares transformers against:
-//   <output_dir>/model.safetensors, config.json   ExportHuggingFaceGpt2's output
+//   <output_dir>/model.safetensors, config.json   ExportHuggingFace's output
 //   <output_dir>/engine.safetensors               tokens [B, S] (I32) and the engine's
 //       fp32 logits [B * S, vocab] (F32); metadata "model_safetensors_crc32c" (decimal
 //       CRC-32C of model.safetensors' bytes) and "config_json" (config.json's text)
@@ -12,7 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/crc32c.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "tests/parity/hf_export_model.h"
 
@@ -44,7 +44,7 @@ absl::Status Run(const std::string& dir, const std::string& variant_name) {
   const std::vector<int32_t> tokens = HfExportTokens();
   absl::StatusOr<std::vector<float>> logits = EngineLogits(weights, tokens, variant);
   if (!logits.ok()) return logits.status();
-  absl::Status exported = ExportHuggingFaceGpt2(weights, spec, dir);
+  absl::Status exported = ExportHuggingFace(weights, spec, dir);
   if (!exported.ok()) return exported;
   absl::StatusOr<std::string> model = ReadFile(absl::StrCat(dir, "/", kHuggingFaceModelFile));
   if (!model.ok()) return model.status();

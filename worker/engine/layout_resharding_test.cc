@@ -12,7 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/full_tensor.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/resharding_testing.h"
 #include "gtest/gtest.h"
 #include "worker/engine/parameter_layout.h"
@@ -166,9 +166,9 @@ TEST(LayoutReshardingTest, EngineTensorsConvertToHuggingFaceAndBack) {
   model.set_hidden_size(shape.hidden);
   model.set_seq_length(shape.seq_length);
   model.set_vocab_size(shape.vocab);
-  absl::StatusOr<SafetensorsFile> hf = ToHuggingFaceGpt2(*ours, model);
+  absl::StatusOr<SafetensorsFile> hf = ToHuggingFace(*ours, model);
   ASSERT_TRUE(hf.ok()) << hf.status();
-  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFaceGpt2(*hf, model);
+  absl::StatusOr<std::map<std::string, FullTensor>> back = FromHuggingFace(*hf, model);
   ASSERT_TRUE(back.ok()) << back.status();
   const ParameterLayout whole(shape, WholeModel(shape));
   ASSERT_EQ(back->size(), whole.tensors().size());

@@ -7,14 +7,14 @@
 // job's model before a tensor is read: the weights cannot show the number of heads, the
 // layer norm's epsilon, the activation or the attention scaling, and a model that differs
 // there trains as a different model without any error. Every setting that changes the
-// computation must be ours (hf_gpt2.h's HuggingFaceGpt2ConfigJson writes them).
+// computation must be ours (hf_interchange.h's HuggingFaceConfigJson writes them).
 //
 // Tensors are read one at a time (SafetensorsReader), so the import holds the result
 // (every parameter in float) plus one tensor's bytes, not copies of whole files.
 //
-//   ASSIGN_OR_RETURN(auto params, ImportHuggingFaceGpt2("/models/gpt2", spec.model()));
-#ifndef MTRAIN_CHECKPOINT_HF_GPT2_IMPORT_H_
-#define MTRAIN_CHECKPOINT_HF_GPT2_IMPORT_H_
+//   ASSIGN_OR_RETURN(auto params, ImportHuggingFace("/models/gpt2", spec.model()));
+#ifndef MTRAIN_CHECKPOINT_HF_IMPORT_H_
+#define MTRAIN_CHECKPOINT_HF_IMPORT_H_
 
 #include <map>
 #include <set>
@@ -25,14 +25,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/full_tensor.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 #include "proto/job_spec.pb.h"
 
 namespace mtrain {
 
 inline constexpr char kHuggingFaceIndexFile[] = "model.safetensors.index.json";
 
-struct HuggingFaceGpt2Files {
+struct HuggingFaceFiles {
   // The weights: one file, or the shards an index names (sorted, each once).
   std::vector<std::string> safetensors;
   // For a sharded checkpoint: tensor name -> the shard (a path of `safetensors`).
@@ -45,7 +45,7 @@ struct HuggingFaceGpt2Files {
 // model.safetensors nor an index, or an index naming a shard that does not exist;
 // INVALID_ARGUMENT for an index that is not {"weight_map": {tensor: file}} or names a
 // shard outside its directory ("../x", "/x").
-absl::StatusOr<HuggingFaceGpt2Files> FindHuggingFaceGpt2Files(const std::string& path);
+absl::StatusOr<HuggingFaceFiles> FindHuggingFaceFiles(const std::string& path);
 
 // INVALID_ARGUMENT listing every setting of `config_json` (config.json's text, from
 // `config_path`) that makes transformers compute another model than `model` describes:
@@ -55,19 +55,19 @@ absl::StatusOr<HuggingFaceGpt2Files> FindHuggingFaceGpt2Files(const std::string&
 // than 4 x n_embd, scale_attn_weights false, scale_attn_by_inverse_layer_idx true,
 // tie_word_embeddings false, add_cross_attention true. Settings it omits take
 // transformers' GPT2Config defaults, which match ours.
-absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
+absl::Status CheckHuggingFaceConfig(absl::string_view config_json,
                                         const std::string& config_path, const ModelSpec& model);
 
-// FindHuggingFaceGpt2Files, CheckHuggingFaceGpt2Config when there is a config.json, then
-// FromHuggingFaceGpt2 (hf_gpt2.h) over every shard's tensors read one at a time. A tensor
+// FindHuggingFaceFiles, CheckHuggingFaceConfig when there is a config.json, then
+// FromHuggingFace (hf_interchange.h) over every shard's tensors read one at a time. A tensor
 // in two shards, or one the index places in a shard that lacks it, is DATA_LOSS naming
 // both.
-// `only` and `sink`: as FromHuggingFaceGpt2's (the tensors a rank holds; each taken as
+// `only` and `sink`: as FromHuggingFace's (the tensors a rank holds; each taken as
 // it is read).
-absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
+absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFace(
     const std::string& path, const ModelSpec& model, const std::set<std::string>* only = nullptr,
     const HfTensorSink* sink = nullptr);
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_CHECKPOINT_HF_GPT2_IMPORT_H_
+#endif  // MTRAIN_CHECKPOINT_HF_IMPORT_H_

@@ -1,4 +1,4 @@
-#include "checkpoint/hf_gpt2_import.h"
+#include "checkpoint/hf_import.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_io.h"
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_config_fields.h"
+#include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -55,7 +57,7 @@ absl::StatusOr<google::protobuf::Struct> ReadJsonObject(const std::string& path)
   return object;
 }
 
-absl::StatusOr<HuggingFaceGpt2Files> FromIndex(const std::string& index_path) {
+absl::StatusOr<HuggingFaceFiles> FromIndex(const std::string& index_path) {
   ASSIGN_OR_RETURN(const google::protobuf::Struct index, ReadJsonObject(index_path));
   const auto map = index.fields().find("weight_map");
   if (map == index.fields().end() ||
@@ -64,7 +66,7 @@ absl::StatusOr<HuggingFaceGpt2Files> FromIndex(const std::string& index_path) {
         absl::StrCat(index_path, ": has no \"weight_map\" object (tensor name -> shard file)"));
   }
   const std::string dir = fs::path(index_path).parent_path().string();
-  HuggingFaceGpt2Files files;
+  HuggingFaceFiles files;
   std::set<std::string> shards;
   for (const auto& [tensor, value] : map->second.struct_value().fields()) {
     const std::string& shard = value.string_value();
@@ -90,79 +92,13 @@ absl::StatusOr<HuggingFaceGpt2Files> FromIndex(const std::string& index_path) {
   return files;
 }
 
-// A number field of config.json, if present and a number.
-std::optional<double> Number(const google::protobuf::Struct& config, const std::string& key) {
-  const auto it = config.fields().find(key);
-  if (it == config.fields().end() ||
-      it->second.kind_case() != google::protobuf::Value::kNumberValue) {
-    return std::nullopt;
-  }
-  return it->second.number_value();
-}
+using hf_config::Bool;
+using hf_config::Number;
+using hf_config::String;
 
-std::optional<bool> Bool(const google::protobuf::Struct& config, const std::string& key) {
-  const auto it = config.fields().find(key);
-  if (it == config.fields().end() ||
-      it->second.kind_case() != google::protobuf::Value::kBoolValue) {
-    return std::nullopt;
-  }
-  return it->second.bool_value();
-}
-
-std::optional<std::string> String(const google::protobuf::Struct& config, const std::string& key) {
-  const auto it = config.fields().find(key);
-  if (it == config.fields().end() ||
-      it->second.kind_case() != google::protobuf::Value::kStringValue) {
-    return std::nullopt;
-  }
-  return it->second.string_value();
-}
-
-}  // namespace
-
-absl::StatusOr<HuggingFaceGpt2Files> FindHuggingFaceGpt2Files(const std::string& path) {
-  std::error_code error;
-  HuggingFaceGpt2Files files;
-  std::string dir;
-  if (fs::is_directory(path, error)) {
-    dir = path;
-    const std::string single = (fs::path(path) / kHuggingFaceModelFile).string();
-    const std::string index = (fs::path(path) / kHuggingFaceIndexFile).string();
-    if (IsFile(single)) {
-      files.safetensors = {single};
-    } else if (IsFile(index)) {
-      ASSIGN_OR_RETURN(files, FromIndex(index));
-    } else {
-      return absl::NotFoundError(absl::StrCat(path, " holds neither ", kHuggingFaceModelFile,
-                                              " nor ", kHuggingFaceIndexFile,
-                                              " (what transformers' save_pretrained writes)"));
-    }
-  } else if (absl::EndsWith(path, ".index.json")) {
-    dir = fs::path(path).parent_path().string();
-    ASSIGN_OR_RETURN(files, FromIndex(path));
-  } else {
-    dir = fs::path(path).parent_path().string();
-    files.safetensors = {path};
-  }
-  const std::string config = (fs::path(dir.empty() ? "." : dir) / kHuggingFaceConfigFile).string();
-  if (IsFile(config)) files.config = config;
-  return files;
-}
-
-absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
-                                        const std::string& config_path,
-                                        const ModelSpec& model_spec) {
-  JobSpec resolved;
-  *resolved.mutable_model() = model_spec;
-  ApplyJobSpecDefaults(&resolved);
-  const ModelSpec& model = resolved.model();
-  google::protobuf::Struct config;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(config_json.data(), config_json.size()), &config);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(config_path, ": not a JSON object: ", parsed.ToString()));
-  }
+// What in a GPT-2 config.json makes transformers compute another model than `model`.
+std::vector<std::string> Gpt2ConfigProblems(const google::protobuf::Struct& config,
+                                            const ModelSpec& model) {
   std::vector<std::string> problems;
   if (const auto type = String(config, "model_type"); type.has_value() && *type != "gpt2") {
     problems.push_back(absl::StrCat("model_type is \"", *type, "\", not \"gpt2\""));
@@ -219,6 +155,57 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
                                       "; this engine computes it ", ours ? "true" : "false"));
     }
   }
+  return problems;
+}
+
+}  // namespace
+
+absl::StatusOr<HuggingFaceFiles> FindHuggingFaceFiles(const std::string& path) {
+  std::error_code error;
+  HuggingFaceFiles files;
+  std::string dir;
+  if (fs::is_directory(path, error)) {
+    dir = path;
+    const std::string single = (fs::path(path) / kHuggingFaceModelFile).string();
+    const std::string index = (fs::path(path) / kHuggingFaceIndexFile).string();
+    if (IsFile(single)) {
+      files.safetensors = {single};
+    } else if (IsFile(index)) {
+      ASSIGN_OR_RETURN(files, FromIndex(index));
+    } else {
+      return absl::NotFoundError(absl::StrCat(path, " holds neither ", kHuggingFaceModelFile,
+                                              " nor ", kHuggingFaceIndexFile,
+                                              " (what transformers' save_pretrained writes)"));
+    }
+  } else if (absl::EndsWith(path, ".index.json")) {
+    dir = fs::path(path).parent_path().string();
+    ASSIGN_OR_RETURN(files, FromIndex(path));
+  } else {
+    dir = fs::path(path).parent_path().string();
+    files.safetensors = {path};
+  }
+  const std::string config = (fs::path(dir.empty() ? "." : dir) / kHuggingFaceConfigFile).string();
+  if (IsFile(config)) files.config = config;
+  return files;
+}
+
+absl::Status CheckHuggingFaceConfig(absl::string_view config_json,
+                                        const std::string& config_path,
+                                        const ModelSpec& model_spec) {
+  JobSpec resolved;
+  *resolved.mutable_model() = model_spec;
+  ApplyJobSpecDefaults(&resolved);
+  const ModelSpec& model = resolved.model();
+  google::protobuf::Struct config;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(config_json.data(), config_json.size()), &config);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path, ": not a JSON object: ", parsed.ToString()));
+  }
+  const std::vector<std::string> problems = model.family() == MODEL_FAMILY_LLAMA
+                                                ? HuggingFaceLlamaConfigProblems(config, model)
+                                                : Gpt2ConfigProblems(config, model);
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       config_path, " describes another model than the spec: ", absl::StrJoin(problems, "; "),
@@ -226,10 +213,10 @@ absl::Status CheckHuggingFaceGpt2Config(absl::string_view config_json,
       "and the model must be one this engine computes]"));
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
+absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFace(
     const std::string& path, const ModelSpec& model, const std::set<std::string>* only,
     const HfTensorSink* sink) {
-  ASSIGN_OR_RETURN(const HuggingFaceGpt2Files files, FindHuggingFaceGpt2Files(path));
+  ASSIGN_OR_RETURN(const HuggingFaceFiles files, FindHuggingFaceFiles(path));
   if (!files.config.empty()) {
     ASSIGN_OR_RETURN(const RandomAccessFile file, RandomAccessFile::Open(files.config));
     ASSIGN_OR_RETURN(const uint64_t size, file.Size());
@@ -239,7 +226,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
     }
     std::string text(static_cast<size_t>(size), '\0');
     RETURN_IF_ERROR(file.Read(0, text.size(), text.data()));
-    RETURN_IF_ERROR(CheckHuggingFaceGpt2Config(text, files.config, model));
+    RETURN_IF_ERROR(CheckHuggingFaceConfig(text, files.config, model));
   }
   std::vector<std::unique_ptr<SafetensorsReader>> readers;
   std::map<std::string, const SafetensorsReader*> owner;
@@ -268,7 +255,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> ImportHuggingFaceGpt2(
   const HfTensorReader read = [&owner](const std::string& name) {
     return owner.at(name)->ReadFloat32(name);
   };
-  return FromHuggingFaceGpt2(shapes, read, model, only, sink);
+  return FromHuggingFace(shapes, read, model, only, sink);
 }
 
 }  // namespace mtrain

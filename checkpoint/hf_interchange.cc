@@ -1,5 +1,6 @@
-#include "checkpoint/hf_gpt2.h"
+#include "checkpoint/hf_interchange.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "checkpoint/file_io.h"
+#include "checkpoint/hf_llama_config.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "model/family_defaults.h"
@@ -27,9 +29,21 @@
 namespace mtrain {
 namespace {
 
-// HF's GPT2LMHeadModel names its GPT2Model "transformer"; a bare GPT2Model file lacks it.
-constexpr absl::string_view kHfPrefix = "transformer.";
 constexpr absl::string_view kHfLmHead = "lm_head.weight";
+
+// How transformers names one family's model: GPT2LMHeadModel keeps its GPT2Model under
+// "transformer.", LlamaForCausalLM its LlamaModel under "model." (a bare GPT2Model or
+// LlamaModel file lacks the prefix); the untied output layer ("lm_head.weight") sits
+// outside it.
+struct HfFamily {
+  absl::string_view prefix;
+  absl::string_view name;  // in messages
+};
+
+HfFamily HfFamilyOf(const ModelSpec& m) {
+  if (m.family() == MODEL_FAMILY_LLAMA) return {"model.", "Llama"};
+  return {"transformer.", "GPT-2"};
+}
 // The engine's GeLU (kernels/gelu.h: the tanh form, which transformers calls "gelu_new").
 constexpr char kHfActivation[] = "gelu_new";
 // Our initialisation's standard deviation (parameter_init.cc); HF uses it only to
@@ -44,6 +58,8 @@ struct TensorMapping {
   HfLayout layout = HfLayout::kSame;
   HfRows rows = HfRows::kExact;
   std::string spec_fields;  // the spec fields that decide the shape, for error messages
+  bool prefixed = true;     // inside the family's prefix (all but the untied output layer)
+  bool token_embedding = false;
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -84,9 +100,9 @@ absl::Status CheckModel(const ModelSpec& m) {
   return absl::OkStatus();
 }
 
-// Every tensor of a GPT-2 of this shape, in both namings (model/parameter_table.h);
+// Every tensor of a model of this spec, in both namings (model/parameter_table.h);
 // docs/HUGGINGFACE.md is this table written out.
-std::vector<TensorMapping> Gpt2Mappings(const ModelSpec& m) {
+std::vector<TensorMapping> Mappings(const ModelSpec& m) {
   JobSpec spec;
   *spec.mutable_model() = m;
   const TransformerConfig config = TransformerConfigOf(spec);
@@ -102,7 +118,10 @@ std::vector<TensorMapping> Gpt2Mappings(const ModelSpec& m) {
     map.hf_shape = std::move(entry.hf_shape);
     map.layout = entry.hf_layout;
     map.rows = entry.hf_rows;
+    map.prefixed = entry.role != ParameterRole::kOutputWeight;
+    map.token_embedding = entry.role == ParameterRole::kTokenEmbedding;
     switch (entry.role) {
+      case ParameterRole::kOutputWeight:
       case ParameterRole::kTokenEmbedding:
         map.spec_fields = absl::StrCat("model.vocab_size ", m.vocab_size(), ", ", hidden);
         break;
@@ -193,9 +212,11 @@ absl::StatusOr<std::vector<float>> HfFloats(const std::string& name, Safetensors
   return values;
 }
 
-// "h.<i>.attn.bias" / "h.<i>.attn.masked_bias": the causal mask, a buffer older
-// transformers saved with the weights; it is not a parameter.
-bool IsAttentionMaskBuffer(absl::string_view name) {
+// Buffers older transformers saved with the weights, which are not parameters: GPT-2's
+// causal mask "h.<i>.attn.bias" / "h.<i>.attn.masked_bias", Llama's rotary frequencies
+// "layers.<i>.self_attn.rotary_emb.inv_freq".
+bool IsSavedBuffer(absl::string_view name) {
+  if (absl::EndsWith(name, ".self_attn.rotary_emb.inv_freq")) return true;
   if (!absl::ConsumePrefix(&name, "h.")) return false;
   const size_t dot = name.find('.');
   int layer;
@@ -208,12 +229,13 @@ bool IsAttentionMaskBuffer(absl::string_view name) {
 
 }  // namespace
 
-absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
-                                                  const ModelSpec& model_spec) {
+absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTensor>& ours,
+                                              const ModelSpec& model_spec) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
+  const HfFamily family = HfFamilyOf(model);
   const int64_t C = model.hidden_size(), V = model.vocab_size();
-  const std::vector<TensorMapping> mappings = Gpt2Mappings(model);
+  const std::vector<TensorMapping> mappings = Mappings(model);
   SafetensorsFile file;
   std::set<std::string> mapped;
   for (const TensorMapping& m : mappings) {
@@ -244,13 +266,15 @@ absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, Fu
     // For wte, the leading vocab_size rows: the padding rows after them are never an
     // input (no token selects them) nor an output (the loss masks their logits).
     const std::vector<float> values = ToHfLayout(tensor.values.data(), m);
-    file.tensors[absl::StrCat(kHfPrefix, m.hf)] = MakeF32Tensor(m.hf_shape, values.data());
+    file.tensors[absl::StrCat(m.prefixed ? family.prefix : "", m.hf)] =
+        MakeF32Tensor(m.hf_shape, values.data());
   }
   for (const auto& [name, tensor] : ours) {
     if (!mapped.count(name)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' is not a parameter of a GPT-2 with model.num_layers ",
-                       model.num_layers(), " (pass parameters only, of a model of this spec)"));
+          absl::StrCat("tensor '", name, "' is not a parameter of a ", family.name,
+                       " with model.num_layers ", model.num_layers(),
+                       " (pass parameters only, of a model of this spec)"));
     }
   }
   // safetensors' torch loader (and so from_pretrained) refuses files without it.
@@ -258,7 +282,8 @@ absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, Fu
   return file;
 }
 
-std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec_in) {
+std::string HuggingFaceConfigJson(const JobSpec& spec_in) {
+  if (spec_in.model().family() == MODEL_FAMILY_LLAMA) return HuggingFaceLlamaConfigJson(spec_in);
   JobSpec spec = spec_in;
   ApplyJobSpecDefaults(&spec);
   const ModelSpec& m = spec.model();
@@ -301,9 +326,9 @@ std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec_in) {
   return config.Close() + "\n";  // a text file ends with a newline
 }
 
-absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
-                                   const JobSpec& spec, const std::string& out_dir) {
-  ASSIGN_OR_RETURN(const SafetensorsFile file, ToHuggingFaceGpt2(ours, spec.model()));
+absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours, const JobSpec& spec,
+                              const std::string& out_dir) {
+  ASSIGN_OR_RETURN(const SafetensorsFile file, ToHuggingFace(ours, spec.model()));
   std::error_code error;
   std::filesystem::create_directories(out_dir, error);
   if (error) {
@@ -313,28 +338,38 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
   RETURN_IF_ERROR(WriteSafetensors(absl::StrCat(out_dir, "/", kHuggingFaceModelFile), file));
   ASSIGN_OR_RETURN(AtomicFileWriter config,
                    AtomicFileWriter::Create(absl::StrCat(out_dir, "/", kHuggingFaceConfigFile)));
-  RETURN_IF_ERROR(config.Append(HuggingFaceGpt2ConfigJson(spec)));
+  RETURN_IF_ERROR(config.Append(HuggingFaceConfigJson(spec)));
   return config.Commit();
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(
     const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model_spec,
     const std::set<std::string>* only, const HfTensorSink* sink) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
+  const HfFamily family = HfFamilyOf(model);
   const int64_t C = model.hidden_size(), V = model.vocab_size(), S = model.seq_length();
+  const std::vector<TensorMapping> mappings = Mappings(model);
+  // An untied output layer is a tensor of the model; a tied one is the token embedding,
+  // which a file may hold twice (or only as the head).
+  const bool untied = std::any_of(mappings.begin(), mappings.end(),
+                                  [](const TensorMapping& m) { return !m.prefixed; });
+  std::string embedding_hf;
+  for (const TensorMapping& m : mappings) {
+    if (m.token_embedding) embedding_hf = m.hf;
+  }
 
   // Names without the prefix -> (the name as the file spells it, its shape).
   std::map<std::string, std::pair<std::string, const std::vector<int64_t>*>> by_name;
   std::string lm_head;  // the head's name as the file spells it, if it has one
   for (const auto& [name, shape] : shapes) {
     absl::string_view bare = name;
-    absl::ConsumePrefix(&bare, kHfPrefix);
-    if (bare == kHfLmHead) {
+    absl::ConsumePrefix(&bare, family.prefix);
+    if (bare == kHfLmHead && !untied) {
       lm_head = name;
       continue;
     }
-    if (IsAttentionMaskBuffer(bare)) continue;
+    if (IsSavedBuffer(bare)) continue;
     auto [it, inserted] = by_name.emplace(std::string(bare), std::make_pair(name, &shape));
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat("HF tensor '", it->second.first, "' and '",
@@ -344,20 +379,21 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
   // A file that holds the tied head without the token embedding (as transformers may save
   // a GPT2LMHeadModel): the head is the embedding, as transformers loads it.
   bool wte_from_head = false;
-  if (!lm_head.empty() && by_name.count("wte.weight") == 0) {
-    by_name.emplace("wte.weight", std::make_pair(lm_head, &shapes.at(lm_head)));
+  if (!lm_head.empty() && by_name.count(embedding_hf) == 0) {
+    by_name.emplace(embedding_hf, std::make_pair(lm_head, &shapes.at(lm_head)));
     wte_from_head = true;
   }
 
   std::map<std::string, FullTensor> ours;
   std::vector<float> hf_wte;  // kept only to compare a saved head with it
-  for (const TensorMapping& m : Gpt2Mappings(model)) {
+  for (const TensorMapping& m : mappings) {
     auto it = by_name.find(m.hf);
     if (it == by_name.end()) {
       // A file of the engine's own names (train --save_weights) is the likely mix-up.
       const bool ours_named = shapes.count(m.ours) > 0;
       return absl::InvalidArgumentError(absl::StrCat(
-          "HF tensor '", kHfPrefix, m.hf, "' is missing; ", m.spec_fields, " expect ",
+          "HF tensor '", m.prefixed ? family.prefix : "", m.hf, "' is missing; ", m.spec_fields,
+          " expect ",
           ShapeString(m.hf_shape),
           ours_named ? absl::StrCat("; the file has '", m.ours,
                                     "': it uses the engine's own tensor names (train "
@@ -387,7 +423,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
                                                      " expect ", expected));
     }
     // A saved head is compared with wte, so wte is read when there is one to compare.
-    const bool compare_head = m.rows == HfRows::kOursPadded && !lm_head.empty() && !wte_from_head;
+    const bool compare_head = m.token_embedding && !lm_head.empty() && !wte_from_head;
     if (only != nullptr && only->count(m.ours) == 0 && !compare_head) {
       by_name.erase(it);
       continue;
@@ -424,28 +460,28 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
     if (head_shape != std::vector<int64_t>{V, C} || *head != hf_wte) {
       return absl::InvalidArgumentError(absl::StrCat(
           "HF tensor '", lm_head, "' (shape ", ShapeString(head_shape),
-          ") differs from the token embedding wte: an untied output layer is not supported "
-          "(our output layer is wte)"));
+          ") differs from the token embedding: the spec ties them (model.tie_word_embeddings "
+          "true: the output layer is the embedding)"));
     }
   }
   if (!by_name.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("HF tensor '", by_name.begin()->second.first,
-                     "' is not a parameter of a GPT-2 with model.num_layers ", model.num_layers(),
-                     " (layers h.0 to h.", model.num_layers() - 1, ")"));
+        absl::StrCat("HF tensor '", by_name.begin()->second.first, "' is not a parameter of a ",
+                     family.name, " with model.num_layers ", model.num_layers(), " (layers 0 to ",
+                     model.num_layers() - 1, untied ? "" : ", tied output layer", ")"));
   }
   return ours;
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
-                                                                      const ModelSpec& model) {
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const SafetensorsFile& file,
+                                                                  const ModelSpec& model) {
   HfTensorShapes shapes;
   for (const auto& [name, tensor] : file.tensors) shapes[name] = tensor.shape;
   const HfTensorReader read =
       [&file](const std::string& name) -> absl::StatusOr<SafetensorsTensor> {
     return file.tensors.at(name);
   };
-  return FromHuggingFaceGpt2(shapes, read, model);
+  return FromHuggingFace(shapes, read, model);
 }
 
 }  // namespace mtrain

@@ -15,12 +15,12 @@
 // Export (a checkpoint's parameters to a directory transformers loads):
 //   ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(checkpoint_dir));
 //   ASSIGN_OR_RETURN(auto params, ReadFullParameters(checkpoint));  // checkpoint_tensors.h
-//   RETURN_IF_ERROR(ExportHuggingFaceGpt2(params, spec, out_dir));
+//   RETURN_IF_ERROR(ExportHuggingFace(params, spec, out_dir));
 //   # python: GPT2LMHeadModel.from_pretrained(out_dir)
 //
 // Import (a HuggingFace GPT-2 as a job's initial weights):
 //   ASSIGN_OR_RETURN(SafetensorsFile file, ReadSafetensors(path));
-//   ASSIGN_OR_RETURN(auto params, FromHuggingFaceGpt2(file, spec.model()));
+//   ASSIGN_OR_RETURN(auto params, FromHuggingFace(file, spec.model()));
 //   ASSIGN_OR_RETURN(auto manifest, WriteParameterCheckpoint(dir, job_id, 0, params, seed));
 //
 // A ModelSpec's omitted fields take the job spec's defaults (job_spec_defaults.h), as a
@@ -31,8 +31,8 @@
 // Errors are INVALID_ARGUMENT naming the tensor (ours or HF's, as spelled by the caller),
 // the shape found, the shape expected and the spec field that decides it; INTERNAL for
 // I/O errors. All functions are thread-safe (no shared state).
-#ifndef MTRAIN_CHECKPOINT_HF_GPT2_H_
-#define MTRAIN_CHECKPOINT_HF_GPT2_H_
+#ifndef MTRAIN_CHECKPOINT_HF_INTERCHANGE_H_
+#define MTRAIN_CHECKPOINT_HF_INTERCHANGE_H_
 
 #include <functional>
 #include <map>
@@ -59,7 +59,7 @@ inline constexpr char kHuggingFaceConfigFile[] = "config.json";
 // INVALID_ARGUMENT naming the tensor if one is missing, has another shape than the spec
 // implies (the shape found and the shape expected), holds a number of values its shape
 // does not, or is not a parameter of the model (e.g. a layer >= model.num_layers).
-absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
+absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTensor>& ours,
                                                   const ModelSpec& model);
 
 // A config.json with which GPT2LMHeadModel computes exactly our model in fp32:
@@ -68,13 +68,13 @@ absl::StatusOr<SafetensorsFile> ToHuggingFaceGpt2(const std::map<std::string, Fu
 // scaled by 1/sqrt(head_dim) only, the three dropouts = train.dropout, tied embeddings.
 // bos/eos token ids are null: our tokenizers have no special tokens (GPT-2's default
 // 50256 would lie outside a small vocabulary).
-std::string HuggingFaceGpt2ConfigJson(const JobSpec& spec);
+std::string HuggingFaceConfigJson(const JobSpec& spec);
 
-// Creates `out_dir` if needed and writes `out_dir`/model.safetensors (ToHuggingFaceGpt2)
-// and `out_dir`/config.json (HuggingFaceGpt2ConfigJson). Deterministic: the same tensors
-// and spec give byte-identical files. Errors as ToHuggingFaceGpt2; INTERNAL naming the
+// Creates `out_dir` if needed and writes `out_dir`/model.safetensors (ToHuggingFace)
+// and `out_dir`/config.json (HuggingFaceConfigJson). Deterministic: the same tensors
+// and spec give byte-identical files. Errors as ToHuggingFace; INTERNAL naming the
 // path for I/O errors.
-absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours,
+absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours,
                                    const JobSpec& spec, const std::string& out_dir);
 
 // The inverse: a HuggingFace GPT-2 file (GPT2Model or GPT2LMHeadModel, names with or
@@ -91,11 +91,11 @@ absl::Status ExportHuggingFaceGpt2(const std::map<std::string, FullTensor>& ours
 //   - every other shape must be the one model.hidden_size implies.
 // INVALID_ARGUMENT naming the HF tensor, the shape found, the shape expected and the spec
 // field for any violation.
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(const SafetensorsFile& file,
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const SafetensorsFile& file,
                                                                       const ModelSpec& model);
 
 // The same over tensors read one at a time (a file or the shards of a sharded checkpoint,
-// hf_gpt2_import.h): `shapes` names every tensor with its shape, `read` gives one tensor's
+// hf_import.h): `shapes` names every tensor with its shape, `read` gives one tensor's
 // bytes, called once per tensor used, so at most one raw tensor is held beside the result.
 // A file with "lm_head.weight" and no token embedding (a GPT2LMHeadModel saved with its
 // tied head only) takes the head as wte, as transformers loads it.
@@ -107,10 +107,10 @@ using HfTensorReader = std::function<absl::StatusOr<SafetensorsTensor>(const std
 // the returned map (then empty): a tensor-parallel rank keeps its slice of it and lets the
 // rest go, holding one whole tensor at a time. Its error ends the import.
 using HfTensorSink = std::function<absl::Status(const std::string& name, FullTensor tensor)>;
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFaceGpt2(
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(
     const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model,
     const std::set<std::string>* only = nullptr, const HfTensorSink* sink = nullptr);
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_CHECKPOINT_HF_GPT2_H_
+#endif  // MTRAIN_CHECKPOINT_HF_INTERCHANGE_H_
