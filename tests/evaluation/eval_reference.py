@@ -71,14 +71,17 @@ def encode(text):
     return list(text.encode("utf-8"))
 
 
-def perplexity(w, cfg, text):
+def perplexity(w, cfg, text, losses_of=None):
+    """`losses_of(tokens)` -> (losses, hits) scores a window (default: this file's GPT-2);
+    tests/parity/llama/llama_reference.py passes transformers' Llama."""
+    losses_of = losses_of or (lambda window: losses_and_argmax(w, cfg, window))
     tokens = encode(text)
     targets = len(tokens) - 1
     windows = max(math.ceil(max(targets - OVERLAP, 0) / OVERLAP) + 1, 1)
     total, count = 0.0, 0
     for idx in range(windows):
         window = tokens[idx * OVERLAP: idx * OVERLAP + SEQ + 1]
-        losses, _ = losses_and_argmax(w, cfg, window)
+        losses, _ = losses_of(window)
         mask = [1] * len(losses) + [0] * (SEQ - len(losses))
         if idx != 0:
             mask[:-OVERLAP] = [0] * (SEQ - OVERLAP)
