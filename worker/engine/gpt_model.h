@@ -1,12 +1,15 @@
-// The GPT-2 model of one rank: forward and backward written out layer by layer (no
-// autograd), over the parameters and gradients of a ParameterLayout.
+// The decoder model of one rank, GPT-2 or Llama-style (model/'s TransformerConfig): forward
+// and backward written out layer by layer (no autograd), over the parameters and gradients
+// of a ParameterLayout.
 //
-// Per transformer layer (pre-LN, as GPT-2):
-//   h1  = x  + Dropout(Attention(LN1(x)) @ Wproj^T + bproj)
-//   out = h1 + Dropout(GeLU(LN2(h1) @ Wfc^T + bfc) @ Wfcproj^T + bfcproj)
-// First stage: x0 = Dropout(wte[tokens] + wpe[positions]). Last stage:
-// logits = LNf(x_L) @ wte^T (tied), softmax cross-entropy with padded vocabulary columns
-// excluded.
+// Per transformer layer (pre-norm):
+//   h1  = x  + Dropout(Attention(Norm1(x)) @ Wproj^T + bproj)
+//   out = h1 + Dropout(Act(Norm2(h1) @ Win^T + bin) @ Wout^T + bout)
+// GPT-2: LayerNorm, tanh GeLU on fc, learned positions, multi-head attention, biases.
+// Llama: RMSNorm, SwiGLU on [gate | up], rotary q and k, grouped-query heads, optional
+// biases (layer_blocks.h holds where the two differ). First stage: x0 = Dropout(wte[tokens]
+// (+ wpe[positions])). Last stage: logits = NormF(x_L) @ W^T, W the untied output layer or
+// wte (tied), softmax cross-entropy with padded vocabulary columns excluded.
 //
 // Tensor parallelism enters through Megatron's layers (worker/parallel/tensor_parallel.h):
 // QKV and MLP fc column-parallel, attention output and MLP proj row-parallel, the
