@@ -7,6 +7,8 @@ spec reads):
   - the engine: `bazel-bin/worker/train` on the equivalent spec (dropout 0);
   - PyTorch eager: the nanoGPT-style model of tests/bench/pytorch_gpt.py (nn.Linear,
     F.scaled_dot_product_attention with is_causal, tanh GeLU, foreach AdamW, clip 1.0);
+    for the Llama shape, transformers' LlamaForCausalLM (SDPA attention, the same
+    optimizer and clipping, the loss over the same targets);
   - the same under torch.compile.
 Each runs in its own process, so its peak resident memory (max RSS) is its own. Prints
 the processor (model name, family/model, the vector flags that matter to a GEMM), the
@@ -17,7 +19,7 @@ faster of eager and compile: one table per processor in docs/PERFORMANCE.md.
   bazel build //worker:train
   pip install torch            # PyPI; the GPU machine has it already
   python3 tests/bench/cpu_vs_pytorch.py [--threads 2] [--steps 10] [--warmup 3]
-      [--shapes small,medium,large] [--no-compile]
+      [--shapes small,medium,large,llama_small] [--no-compile]
 """
 import argparse
 import json
@@ -40,15 +42,22 @@ SHAPES = {
     "small": dict(layers=4, hidden=256, heads=4, seq=256, vocab=256, batch=8),
     "medium": dict(layers=4, hidden=512, heads=8, seq=512, vocab=256, batch=4),
     "large": dict(layers=4, hidden=768, heads=12, seq=1024, vocab=256, batch=2),
+    # A Llama-style decoder (issue 33) of the small shape's width: 2 key-value heads,
+    # SwiGLU of the family's default width (768), rotary positions, untied output.
+    "llama_small": dict(layers=4, hidden=256, heads=4, seq=256, vocab=256, batch=8,
+                        family="llama", kv_heads=2, ffn=768),
 }
 
 
 def engine_spec(cfg, steps):
+    model = {"num_layers": cfg["layers"], "num_heads": cfg["heads"],
+             "hidden_size": cfg["hidden"], "seq_length": cfg["seq"], "vocab_size": cfg["vocab"]}
+    if cfg.get("family") == "llama":
+        model.update({"family": "MODEL_FAMILY_LLAMA", "num_kv_heads": cfg["kv_heads"],
+                      "ffn_hidden_size": cfg["ffn"]})
     return {
         "name": "cpu-bench",
-        "model": {"num_layers": cfg["layers"], "num_heads": cfg["heads"],
-                  "hidden_size": cfg["hidden"], "seq_length": cfg["seq"],
-                  "vocab_size": cfg["vocab"]},
+        "model": model,
         "parallel": {"micro_batch_size": cfg["batch"], "global_batch_size": cfg["batch"]},
         "train": {"dropout": 0.0, "seed": 1, "steps": steps},
         "device": "DEVICE_CPU",
@@ -76,14 +85,40 @@ def run_engine(cfg, args):
             "engine_line": engine_line}
 
 
+def llama_model(torch, cfg):
+    """transformers' LlamaForCausalLM of the shape, called as model(inputs, targets) -> loss."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=cfg["vocab"], hidden_size=cfg["hidden"],
+                         intermediate_size=cfg["ffn"], num_hidden_layers=cfg["layers"],
+                         num_attention_heads=cfg["heads"], num_key_value_heads=cfg["kv_heads"],
+                         max_position_embeddings=cfg["seq"], rms_norm_eps=1e-5,
+                         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    config._attn_implementation = "sdpa"
+    llama = LlamaForCausalLM(config)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.llama = llama
+
+        def forward(self, inputs, targets):
+            logits = self.llama(input_ids=inputs).logits
+            return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                                     targets.reshape(-1))
+    return WithLoss()
+
+
 def run_torch(cfg, args, compiled):
     """In this (child) process: trains the PyTorch model; wall-clock step times."""
     import torch
     import pytorch_gpt
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = pytorch_gpt.build_model(torch, cfg["layers"], cfg["hidden"], cfg["heads"],
-                                    cfg["seq"], cfg["vocab"])
+    if cfg.get("family") == "llama":
+        model = llama_model(torch, cfg)
+    else:
+        model = pytorch_gpt.build_model(torch, cfg["layers"], cfg["hidden"], cfg["heads"],
+                                        cfg["seq"], cfg["vocab"])
     opt = pytorch_gpt.build_optimizer(torch, model, "cpu")
     step_fn = torch.compile(model) if compiled else model
     corpus = torch.frombuffer(bytearray(CORPUS.read_bytes()), dtype=torch.uint8).long()
@@ -200,7 +235,8 @@ def main():
                   f"tokens/s, {results['engine']['peak_bytes'] / leanest:.2f}x peak memory, "
                   f"engine MFU {100 * results['engine']['mfu']:.1f}% "
                   f"(L={cfg['layers']} h={cfg['hidden']} heads={cfg['heads']} s={cfg['seq']} "
-                  f"V={cfg['vocab']} B={cfg['batch']})")
+                  f"V={cfg['vocab']} B={cfg['batch']}"
+                  f"{', Llama kv_heads=%d ffn=%d' % (cfg['kv_heads'], cfg['ffn']) if cfg.get('family') else ''})")
     return 0
 
 
