@@ -56,6 +56,9 @@ struct Shape {
   // The layer's MLP width on one tensor rank; parameters per tensor rank (model/).
   int64_t ffn_local = 0;
   int64_t qkv_local = 0;  // the fused query, key and value projections' width on one tensor rank
+  int64_t query_local = 0;   // the attention output's width (query heads x head size) / t
+  int64_t mlp_in_local = 0;  // the MLP input projection's width / t: F, or 2 F gated ([gate|up])
+  int64_t norm_statistics = 2;  // per row and normalisation: LayerNorm's mean and rstd, RMSNorm's rstd
   RankParameterCounts parameters;
   int64_t local_hidden() const { return hidden / tensor; }
   int64_t tokens() const { return Mul(micro_batch, seq); }  // N
@@ -94,6 +97,9 @@ Shape ShapeOf(const JobSpec& spec) {
   const TransformerConfig config = TransformerConfigOf(positive_spec);
   s.ffn_local = config.ffn_hidden / s.tensor;
   s.qkv_local = (config.query_width() + 2 * config.kv_width()) / s.tensor;  // 64 bits
+  s.query_local = config.query_width() / s.tensor;
+  s.mlp_in_local = (config.gated_mlp ? 2 : 1) * s.ffn_local;
+  s.norm_statistics = config.normalization == NormKind::kRmsNorm ? 1 : 2;
   s.parameters = ParameterCountsPerTensorRank(config, static_cast<int>(s.tensor));
   s.microbatches = Positive(MicrobatchesPerReplica(positive, static_cast<int>(s.data)));
   const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
@@ -194,21 +200,23 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
 }
 
 // Elements one layer saves for its backward per microbatch besides its input
-// (worker/engine/activations.h): ln1, h1, ln2 [N, C]; qkv [N, 3 Cl]; attention output
-// [N, Cl]; MLP before and after GeLU [N, F / t]; the attention's log-sum-exp; the two
-// LayerNorms' statistics.
+// (worker/engine/activations.h): ln1, h1, ln2 [N, C]; [q|k|v] [N, qkv / t]; attention
+// output [N, Q / t]; the MLP's input projection [N, F / t] (GPT-2's fc; a gated MLP's
+// [gate | up], 2 F / t) and its activation [N, F / t]; the attention's log-sum-exp; the
+// two normalisations' statistics.
 int64_t LayerSavedElements(const Shape& s) {
   const int64_t n = s.tokens();
   // Sequence parallelism keeps ln1, h1, ln2 and the statistics for this rank's rows only.
   const int64_t rows = s.sequence_parallel ? n / s.tensor : n;
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
-  return Sum({Mul(3, Mul(rows, s.hidden)), Mul(4, rows),
-              Mul(n, Sum({s.qkv_local, s.local_hidden(), Mul(2, s.ffn_local)})), attention});
+  return Sum({Mul(3, Mul(rows, s.hidden)), Mul(Mul(2, s.norm_statistics), rows),
+              Mul(n, Sum({s.qkv_local, s.query_local, s.mlp_in_local, s.ffn_local})),
+              attention});
 }
 
 // The attention core's output and log-sum-exp: what selective recomputation does not keep.
 int64_t AttentionCoreElements(const Shape& s) {
-  return Add(Mul(s.tokens(), s.local_hidden()), Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq));
+  return Add(Mul(s.tokens(), s.query_local), Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq));
 }
 
 // Bytes of one layer's saved activations (besides its input) for one microbatch.
@@ -295,7 +303,9 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
   // Each of the v chunks has its own backward scratch: full recomputation adds a group's
   // saved sets, its inputs and output and the forward's two alternating inputs; selective
   // the attention core of the layer at hand.
-  int64_t scratch = Sum({Mul(2, nc), Mul(2, Mul(n, fl)), Mul(4, Mul(n, s.local_hidden()))});
+  // d_ln, d_branch [N, C]; d_fc [N, mlp_in / t] and d_act [N, F / t]; d_qkv and d_attn_y.
+  int64_t scratch = Sum({Mul(2, nc), Mul(n, Add(s.mlp_in_local, fl)),
+                         Mul(n, Add(s.qkv_local, s.query_local))});
   if (s.recompute) {
     const int64_t group = std::min(s.recompute_group,  // 1 under block
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/gpt2_pretokenizer.h"
+#include "tokenizer/llama3_pretokenizer.h"
 #include "tokenizer/unicode_text.h"
 
 namespace mtrain {
@@ -104,6 +105,8 @@ BpeTokenizer BpeTokenizer::Clone() const {
   BpeTokenizer copy;
   copy.vocab_size_ = vocab_size_;
   copy.add_prefix_space_ = add_prefix_space_;
+  copy.pretokenizer_ = pretokenizer_;
+  copy.ignore_merges_ = ignore_merges_;
   std::copy(std::begin(byte_ids_), std::end(byte_ids_), std::begin(copy.byte_ids_));
   copy.merges_ = merges_;
   copy.token_ids_ = token_ids_;
@@ -231,22 +234,59 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_vie
       return refuse(absl::StrCat("model.", off), "not supported [rule: null]");
     }
   }
-  for (const char* off : {"byte_fallback", "ignore_merges"}) {
-    if (model.contains(off) && model[off].is_boolean() && model[off].get<bool>()) {
-      return refuse(absl::StrCat("model.", off), "not supported [rule: false]");
-    }
+  if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() &&
+      model["byte_fallback"].get<bool>()) {
+    return refuse("model.byte_fallback", "not supported [rule: false]");
   }
+  // Llama 3's: a piece that is a token as a whole is that token, merges or not.
+  const bool ignore_merges = model.value("ignore_merges", false);
   if (root.contains("normalizer") && !root["normalizer"].is_null()) {
     return refuse("normalizer", "not supported [rule: null]");
   }
+  // The pre-tokenizer: ByteLevel with GPT-2's pattern, or a Split by GPT-2's or Llama 3's
+  // pattern followed by ByteLevel without its own (Llama 3's tokenizer.json).
   const nlohmann::json pre = root.value("pre_tokenizer", nlohmann::json());
-  if (!pre.is_object() || pre.value("type", std::string()) != "ByteLevel") {
-    return refuse("pre_tokenizer", "must be {\"type\": \"ByteLevel\", ...}");
-  }
-  if (!pre.value("use_regex", true)) {
+  Pretokenizer split = Pretokenizer::kGpt2;
+  nlohmann::json byte_level = pre;
+  std::string byte_level_field = "pre_tokenizer";
+  if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
+    const nlohmann::json steps = pre.value("pretokenizers", nlohmann::json());
+    if (!steps.is_array() || steps.size() != 2 || !steps[0].is_object() ||
+        steps[0].value("type", std::string()) != "Split") {
+      return refuse("pre_tokenizer.pretokenizers",
+                    "not supported [rule: [Split by a pattern, ByteLevel]]");
+    }
+    const nlohmann::json& split_step = steps[0];
+    const nlohmann::json pattern = split_step.value("pattern", nlohmann::json());
+    const std::string regex =
+        pattern.is_object() ? pattern.value("Regex", std::string()) : std::string();
+    if (regex == kLlama3SplitPattern) {
+      split = Pretokenizer::kLlama3;
+    } else if (regex == kGpt2SplitPattern) {
+      split = Pretokenizer::kGpt2;
+    } else {
+      return refuse("pre_tokenizer.pretokenizers[0].pattern",
+                    "not supported [rule: {\"Regex\": GPT-2's or Llama 3's pattern}]");
+    }
+    if (split_step.value("behavior", std::string()) != "Isolated" ||
+        split_step.value("invert", false)) {
+      return refuse("pre_tokenizer.pretokenizers[0].behavior",
+                    "not supported [rule: \"Isolated\", invert false]");
+    }
+    byte_level = steps[1];
+    byte_level_field = "pre_tokenizer.pretokenizers[1]";
+    if (!byte_level.is_object() || byte_level.value("use_regex", true)) {
+      return refuse(byte_level_field + ".use_regex",
+                    "not supported after a Split [rule: ByteLevel with use_regex false]");
+    }
+  } else if (!pre.value("use_regex", true)) {
     return refuse("pre_tokenizer.use_regex", "not supported [rule: true]");
   }
-  const bool add_prefix_space = pre.value("add_prefix_space", false);
+  if (!byte_level.is_object() || byte_level.value("type", std::string()) != "ByteLevel") {
+    return refuse(byte_level_field,
+                  "must be {\"type\": \"ByteLevel\", ...} or a Sequence [Split, ByteLevel]");
+  }
+  const bool add_prefix_space = byte_level.value("add_prefix_space", false);
   if (!model.contains("vocab")) return refuse("model.vocab", "missing");
   absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> vocab =
       VocabFromJson(model["vocab"], absl::StrCat(name, ": model.vocab"));
@@ -282,7 +322,13 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_vie
     }
     added.emplace_back(a["content"].get<std::string>(), a["id"].get<int32_t>());
   }
-  return Build(*std::move(vocab), merges, std::move(added), add_prefix_space, name);
+  absl::StatusOr<BpeTokenizer> tokenizer =
+      Build(*std::move(vocab), merges, std::move(added), add_prefix_space, name);
+  if (tokenizer.ok()) {
+    tokenizer->pretokenizer_ = split;
+    tokenizer->ignore_merges_ = ignore_merges;
+  }
+  return tokenizer;
 }
 
 std::optional<int32_t> BpeTokenizer::TokenId(absl::string_view token) const {
@@ -297,6 +343,14 @@ void BpeTokenizer::EncodePiece(absl::string_view bytes, std::vector<int32_t>* id
     return;
   }
   std::vector<int32_t> symbols;
+  if (ignore_merges_) {
+    std::string spelling;
+    for (unsigned char b : bytes) AppendUtf8(ByteSymbols()[b], &spelling);
+    if (const auto whole = token_ids_.find(spelling); whole != token_ids_.end()) {
+      ids->push_back(whole->second);
+      return;
+    }
+  }
   symbols.reserve(bytes.size());
   for (unsigned char b : bytes) symbols.push_back(byte_ids_[b]);
   while (symbols.size() > 1) {
@@ -336,7 +390,11 @@ void BpeTokenizer::EncodeText(absl::string_view text, std::vector<int32_t>* ids)
   std::u32string chars = DecodeUtf8Lossy(text);
   if (add_prefix_space_ && chars[0] != U' ') chars.insert(chars.begin(), U' ');
   std::vector<TextPiece> pieces;
-  SplitLikeGpt2(chars, 0, chars.size(), &pieces);
+  if (pretokenizer_ == Pretokenizer::kLlama3) {
+    SplitLikeLlama3(chars, 0, chars.size(), &pieces);
+  } else {
+    SplitLikeGpt2(chars, 0, chars.size(), &pieces);
+  }
   std::string bytes;
   for (const TextPiece& piece : pieces) {
     bytes.clear();

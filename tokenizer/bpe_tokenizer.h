@@ -39,8 +39,10 @@ class BpeTokenizer {
   // vocabulary without all 256 byte symbols; NOT_FOUND for a missing file.
   static absl::StatusOr<BpeTokenizer> FromVocabAndMerges(const std::string& vocab_path,
                                                          const std::string& merges_path);
-  // A HuggingFace tokenizer.json whose model is BPE and whose pre-tokenizer is ByteLevel
-  // (no normalizer, no byte fallback). INVALID_ARGUMENT naming the JSON field otherwise.
+  // A HuggingFace tokenizer.json whose model is BPE (no byte fallback; ignore_merges as
+  // Llama 3 sets it) and whose pre-tokenizer is ByteLevel (GPT-2's pattern), or a Sequence
+  // of a Split by GPT-2's or Llama 3's pattern (llama3_pretokenizer.h) and ByteLevel without
+  // its own; no normalizer. INVALID_ARGUMENT naming the JSON field otherwise.
   static absl::StatusOr<BpeTokenizer> FromHuggingFaceJson(const std::string& path);
   // The same from the file's contents (`name` is used in messages).
   static absl::StatusOr<BpeTokenizer> ParseHuggingFaceJson(absl::string_view json,
@@ -80,8 +82,12 @@ class BpeTokenizer {
   void EncodePiece(absl::string_view bytes, std::vector<int32_t>* ids) const;
   void EncodeText(absl::string_view text, std::vector<int32_t>* ids) const;
 
+  enum class Pretokenizer { kGpt2, kLlama3 };
+
   int32_t vocab_size_ = 0;
   bool add_prefix_space_ = false;
+  Pretokenizer pretokenizer_ = Pretokenizer::kGpt2;
+  bool ignore_merges_ = false;
   int32_t byte_ids_[256] = {};
   // (left id << 32 | right id) -> (rank, merged id).
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;

@@ -3,6 +3,10 @@
 #include "tokenizer/unicode_text.h"
 
 namespace mtrain {
+
+const char kGpt2SplitPattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
 namespace {
 
 enum class CharClass { kLetter, kNumber, kSpace, kOther };

@@ -20,6 +20,9 @@ struct TextPiece {
   size_t end = 0;
 };
 
+// The pattern as a tokenizer.json Split pre-tokenizer spells it.
+extern const char kGpt2SplitPattern[];
+
 // Appends the pieces of text[begin, end) to `pieces`; they cover it exactly, in order.
 void SplitLikeGpt2(const std::u32string& text, size_t begin, size_t end,
                    std::vector<TextPiece>* pieces);

@@ -105,7 +105,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
                      ") exceeds 2147483647 [rule: the engine's kernels index the "
                      "vocabulary with int32]"));
   }
-  const double Cl = C / t, Fl = F / t, Hl = H / t, Vl = Vp / t;
+  const double Fl = F / t, Hl = H / t, Vl = Vp / t;
   const double microbatches = NumMicrobatches(par);
 
   // Parameters, as ParameterLayout lays them out for each chunk (model/'s table).
@@ -139,15 +139,24 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
   if (host_activations) {
     ModelOptions recompute;  // the granularity the model will run with
     ApplyRecompute(spec.train(), &recompute);
-    const double attention = B * Hl * S;     // one layer's attention log-sum-exp
-    const double core = n * Cl + attention;  // selective recomputation's: attn_y and lse
+    const double attention = B * Hl * S;  // one layer's attention log-sum-exp
+    // The attention's widths and the MLP input projection's on this rank (model/): GPT-2's
+    // [q|k|v] is 3 Cl and its fc Fl; Llama's [q|k|v] has fewer key-value heads and its
+    // [gate|up] is 2 Fl.
+    const double Ql = static_cast<double>(config.query_width()) / t;
+    const double qkv_l = qkv / t;
+    const double mlp_in_l = (config.gated_mlp ? 2 : 1) * Fl;
+    const double statistics = config.normalization == NormKind::kRmsNorm ? 1 : 2;
+    const double core = n * Ql + attention;  // selective recomputation's: attn_y and lse
     // Sequence parallelism: the residual stream, h1 and the LayerNorm statistics hold this
     // rank's rows only (r of them).
     const bool sequence_parallel = par.sequence_parallel() && t > 1;
     const double r = sequence_parallel ? n / t : n;
-    // LayerActivations: ln1, h1, ln2 [r, C]; qkv [n, 3Cl]; attn_y [n, Cl]; fc, gelu
-    // [n, Fl]; the attention's log-sum-exp; LayerNorm statistics [r] each.
-    const double saved_layer = 3 * r * C + 3 * n * Cl + n * Cl + 2 * n * Fl + attention + 4 * r;
+    // LayerActivations: ln1, h1, ln2 [r, C]; qkv [n, qkv_l]; attn_y [n, Ql]; fc [n, mlp_in_l]
+    // and the activation [n, Fl]; the attention's log-sum-exp; the normalisations'
+    // statistics [r] each (RMSNorm: no mean).
+    const double saved_layer = 3 * r * C + n * qkv_l + n * Ql + n * (mlp_in_l + Fl) + attention +
+                               2 * statistics * r;
     const std::vector<double> in_flight =
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;
@@ -172,7 +181,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       // Backward scratch of the chunk (GptModel::AllocateScratch), the recomputed layers,
       // and the head's temporaries (d_logits, the residual gradients). The attention core's
       // own workspace (three 64 x S blocks per thread, [S, D] per head) is below this precision.
-      double scratch = 2 * n * C + 2 * n * Fl + 4 * n * Cl;
+      double scratch = 2 * n * C + n * (mlp_in_l + Fl) + n * (qkv_l + Ql);
       if (recompute.recompute) {
         // A group's sets, its inputs and output, the forward's two alternating inputs.
         const double sets = std::min(group, layers);
