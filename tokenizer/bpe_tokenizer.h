@@ -68,8 +68,12 @@ class BpeTokenizer {
   // The id of a token's text (a vocabulary entry in its byte-symbol spelling, or an added
   // token's content), if there is one.
   std::optional<int32_t> TokenId(absl::string_view token) const;
-  // "<|endoftext|>"'s id (GPT-2's end of document), if the vocabulary has it.
-  std::optional<int32_t> end_of_document_id() const { return TokenId("<|endoftext|>"); }
+  // The end-of-document token's id, if the vocabulary has one: GPT-2's "<|endoftext|>", else
+  // Llama 3's "<|end_of_text|>".
+  std::optional<int32_t> end_of_document_id() const {
+    if (std::optional<int32_t> gpt2 = TokenId("<|endoftext|>")) return gpt2;
+    return TokenId("<|end_of_text|>");
+  }
 
  private:
   struct Cache;

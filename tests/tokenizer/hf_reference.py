@@ -3,7 +3,10 @@
 byte-level BPE (8192 ids, <|endoftext|> special) on the shipped Shakespeare text, saves it as
 tokenizer.json and as vocab.json + merges.txt, and encodes the test corpus (read as
 bytes.decode("utf-8", errors="replace"), as text from a file reaches `tokenizers` in
-Python); with --gpt2-dir it also encodes the corpus with GPT-2's own files. Ids are written
+Python); with --gpt2-dir it also encodes the corpus with GPT-2's own files. It also trains
+a tokenizer built as Meta's Llama 3 tokenizer.json is (a Split by Llama 3's pattern, then
+ByteLevel without its own, ignore_merges; <|begin_of_text|> and <|end_of_text|>) and
+saves and encodes it the same way (llama3_tokenizer.json, llama3_ids.bin). Ids are written
 as little-endian int32; a JSON summary (counts, single-thread MB/s of each encode) goes to
 stdout.
 
@@ -21,6 +24,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import tokenizers  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+# Llama 3's pre-tokenizer pattern, as its tokenizer.json spells it.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -53,6 +61,20 @@ def main():
     trained.save_model(str(out))  # vocab.json, merges.txt
     n, seconds = encode(trained, text, out / "trained_ids.bin")
     summary["trained"] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
+
+    llama3 = Tokenizer(models.BPE(ignore_merges=True))
+    llama3.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    llama3.decoder = decoders.ByteLevel()
+    llama3.train([str(ROOT / "tests/data/shakespeare.txt")],
+                 trainers.BpeTrainer(vocab_size=args.vocab_size, min_frequency=2,
+                                     special_tokens=["<|begin_of_text|>", "<|end_of_text|>"],
+                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                     show_progress=False))
+    llama3.save(str(out / "llama3_tokenizer.json"))
+    n, seconds = encode(llama3, text, out / "llama3_ids.bin")
+    summary["llama3"] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
 
     if args.gpt2_dir:
         gpt2 = ByteLevelBPETokenizer(str(pathlib.Path(args.gpt2_dir, "vocab.json")),
