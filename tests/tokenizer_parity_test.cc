@@ -163,6 +163,19 @@ TEST_F(TokenizerParityTest, ALlama3StyleTokenizerJsonGivesTokenizersIds) {
   ExpectSameIds(*tokenizer, *dir_ + "/reference/llama3_ids.bin", "llama3");
 }
 
+// SentencePiece-style BPE with byte fallback: Llama 2's tokenizer.json kind (a Prepend and
+// Replace normalizer) and Mistral's later one (Metaspace, prepend_scheme first, split).
+TEST_F(TokenizerParityTest, SentencePieceStyleTokenizerJsonsGiveTokenizersIds) {
+  for (const char* kind : {"llama2", "metaspace"}) {
+    absl::StatusOr<BpeTokenizer> tokenizer = BpeTokenizer::FromHuggingFaceJson(
+        absl::StrCat(*dir_, "/reference/", kind, "_tokenizer.json"));
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    EXPECT_EQ(tokenizer->TokenId("</s>"), 2);
+    EXPECT_EQ(tokenizer->end_of_document_id(), 2);
+    ExpectSameIds(*tokenizer, absl::StrCat(*dir_, "/reference/", kind, "_ids.bin"), kind);
+  }
+}
+
 TEST_F(TokenizerParityTest, ValidUtf8RoundTripsExactly) {
   absl::StatusOr<BpeTokenizer> tokenizer =
       BpeTokenizer::FromHuggingFaceJson(*dir_ + "/reference/tokenizer.json");

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <array>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/gpt2_pretokenizer.h"
 #include "tokenizer/llama3_pretokenizer.h"
@@ -20,6 +23,8 @@ namespace mtrain {
 // Distinct pieces whose ids are kept; beyond it the cache starts over (a corpus's common
 // words come back at once).
 constexpr size_t kCachedPieces = size_t{1} << 18;
+// Pieces longer than this merge with a heap (MergeSymbols).
+constexpr size_t kHeapMergeSymbols = 64;
 
 struct BpeTokenizer::Cache {
   absl::flat_hash_map<std::string, std::vector<int32_t>> ids;
@@ -107,6 +112,7 @@ BpeTokenizer BpeTokenizer::Clone() const {
   copy.add_prefix_space_ = add_prefix_space_;
   copy.pretokenizer_ = pretokenizer_;
   copy.ignore_merges_ = ignore_merges_;
+  copy.sp_ = sp_;
   std::copy(std::begin(byte_ids_), std::end(byte_ids_), std::begin(copy.byte_ids_));
   copy.merges_ = merges_;
   copy.token_ids_ = token_ids_;
@@ -120,7 +126,7 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Build(
     std::vector<std::pair<std::string, int32_t>> vocab,
     const std::vector<std::pair<std::string, std::string>>& merges,
     std::vector<std::pair<std::string, int32_t>> added, bool add_prefix_space,
-    const std::string& source) {
+    const std::string& source, bool byte_level) {
   BpeTokenizer t;
   t.add_prefix_space_ = add_prefix_space;
   int32_t largest = -1;
@@ -130,12 +136,13 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Build(
   t.id_bytes_.assign(static_cast<size_t>(t.vocab_size_), std::string());
   std::vector<bool> used(static_cast<size_t>(t.vocab_size_), false);
   for (auto& [token, id] : vocab) {
-    std::optional<std::string> bytes = SymbolsToBytes(token);
+    std::optional<std::string> bytes =
+        byte_level ? SymbolsToBytes(token) : std::optional<std::string>();
     t.id_bytes_[id] = bytes.has_value() ? *bytes : token;
     used[id] = true;
     t.token_ids_[token] = id;
   }
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0; b < 256 && byte_level; ++b) {
     std::string symbol;
     AppendUtf8(ByteSymbols()[b], &symbol);
     const auto it = t.token_ids_.find(symbol);
@@ -215,6 +222,18 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::FromHuggingFaceJson(const std::string
 
 absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_view json,
                                                                 const std::string& name) {
+  // nlohmann's accessors throw on a field of another JSON type than the one read: a
+  // tokenizer.json is input, so that is an error naming the file, not a crash.
+  try {
+    return ParseHuggingFaceJsonFields(json, name);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": a field has another JSON type than a tokenizer.json's: ", e.what()));
+  }
+}
+
+absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJsonFields(absl::string_view json,
+                                                                      const std::string& name) {
   absl::StatusOr<nlohmann::json> parsed = ParseJson(json, name);
   if (!parsed.ok()) return parsed.status();
   const nlohmann::json& root = *parsed;
@@ -234,59 +253,64 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_vie
       return refuse(absl::StrCat("model.", off), "not supported [rule: null]");
     }
   }
-  if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() &&
-      model["byte_fallback"].get<bool>()) {
-    return refuse("model.byte_fallback", "not supported [rule: false]");
-  }
+  // SentencePiece-style (bpe_sentencepiece.cc): a normalizer, Metaspace or byte fallback.
+  const nlohmann::json pre_any = root.value("pre_tokenizer", nlohmann::json());
+  const bool sentencepiece =
+      (model.contains("byte_fallback") && model["byte_fallback"] == true) ||
+      (root.contains("normalizer") && !root["normalizer"].is_null()) ||
+      (pre_any.is_object() && pre_any.value("type", std::string()) == "Metaspace");
   // Llama 3's: a piece that is a token as a whole is that token, merges or not.
-  const bool ignore_merges = model.value("ignore_merges", false);
-  if (root.contains("normalizer") && !root["normalizer"].is_null()) {
-    return refuse("normalizer", "not supported [rule: null]");
-  }
-  // The pre-tokenizer: ByteLevel with GPT-2's pattern, or a Split by GPT-2's or Llama 3's
-  // pattern followed by ByteLevel without its own (Llama 3's tokenizer.json).
-  const nlohmann::json pre = root.value("pre_tokenizer", nlohmann::json());
+  const bool ignore_merges = model.contains("ignore_merges") && model["ignore_merges"] == true;
   Pretokenizer split = Pretokenizer::kGpt2;
-  nlohmann::json byte_level = pre;
-  std::string byte_level_field = "pre_tokenizer";
-  if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
-    const nlohmann::json steps = pre.value("pretokenizers", nlohmann::json());
-    if (!steps.is_array() || steps.size() != 2 || !steps[0].is_object() ||
-        steps[0].value("type", std::string()) != "Split") {
-      return refuse("pre_tokenizer.pretokenizers",
-                    "not supported [rule: [Split by a pattern, ByteLevel]]");
+  bool add_prefix_space = false;
+  if (!sentencepiece) {
+    // The pre-tokenizer: ByteLevel with GPT-2's pattern, or a Split by GPT-2's or Llama 3's
+    // pattern followed by ByteLevel without its own (Llama 3's tokenizer.json).
+    const nlohmann::json pre = root.value("pre_tokenizer", nlohmann::json());
+    nlohmann::json byte_level = pre;
+    std::string byte_level_field = "pre_tokenizer";
+    if (pre.is_object() && pre.value("type", std::string()) == "Sequence") {
+      const nlohmann::json steps = pre.value("pretokenizers", nlohmann::json());
+      if (!steps.is_array() || steps.size() != 2 || !steps[0].is_object() ||
+          steps[0].value("type", std::string()) != "Split") {
+        return refuse("pre_tokenizer.pretokenizers",
+                      "not supported [rule: [Split by a pattern, ByteLevel]]");
+      }
+      const nlohmann::json& split_step = steps[0];
+      const nlohmann::json pattern = split_step.value("pattern", nlohmann::json());
+      const std::string regex =
+          pattern.is_object() ? pattern.value("Regex", std::string()) : std::string();
+      if (regex == kLlama3SplitPattern) {
+        split = Pretokenizer::kLlama3;
+      } else if (regex == kGpt2SplitPattern) {
+        split = Pretokenizer::kGpt2;
+      } else {
+        return refuse("pre_tokenizer.pretokenizers[0].pattern",
+                      "not supported [rule: {\"Regex\": GPT-2's or Llama 3's pattern}]");
+      }
+      if (split_step.value("behavior", std::string()) != "Isolated" ||
+          (split_step.contains("invert") && split_step["invert"] == true)) {
+        return refuse("pre_tokenizer.pretokenizers[0].behavior",
+                      "not supported [rule: \"Isolated\", invert false]");
+      }
+      byte_level = steps[1];
+      byte_level_field = "pre_tokenizer.pretokenizers[1]";
+      if (!byte_level.is_object() || !byte_level.contains("use_regex") ||
+          byte_level["use_regex"] != false) {
+        return refuse(byte_level_field + ".use_regex",
+                      "not supported after a Split [rule: ByteLevel with use_regex false]");
+      }
+    } else if (pre.is_object() && pre.contains("use_regex") && pre["use_regex"].is_boolean() &&
+               !pre["use_regex"].get<bool>()) {
+      return refuse("pre_tokenizer.use_regex", "not supported [rule: true]");
     }
-    const nlohmann::json& split_step = steps[0];
-    const nlohmann::json pattern = split_step.value("pattern", nlohmann::json());
-    const std::string regex =
-        pattern.is_object() ? pattern.value("Regex", std::string()) : std::string();
-    if (regex == kLlama3SplitPattern) {
-      split = Pretokenizer::kLlama3;
-    } else if (regex == kGpt2SplitPattern) {
-      split = Pretokenizer::kGpt2;
-    } else {
-      return refuse("pre_tokenizer.pretokenizers[0].pattern",
-                    "not supported [rule: {\"Regex\": GPT-2's or Llama 3's pattern}]");
+    if (!byte_level.is_object() || byte_level.value("type", std::string()) != "ByteLevel") {
+      return refuse(byte_level_field,
+                    "must be {\"type\": \"ByteLevel\", ...} or a Sequence [Split, ByteLevel]");
     }
-    if (split_step.value("behavior", std::string()) != "Isolated" ||
-        split_step.value("invert", false)) {
-      return refuse("pre_tokenizer.pretokenizers[0].behavior",
-                    "not supported [rule: \"Isolated\", invert false]");
-    }
-    byte_level = steps[1];
-    byte_level_field = "pre_tokenizer.pretokenizers[1]";
-    if (!byte_level.is_object() || byte_level.value("use_regex", true)) {
-      return refuse(byte_level_field + ".use_regex",
-                    "not supported after a Split [rule: ByteLevel with use_regex false]");
-    }
-  } else if (!pre.value("use_regex", true)) {
-    return refuse("pre_tokenizer.use_regex", "not supported [rule: true]");
+    add_prefix_space = byte_level.contains("add_prefix_space") &&
+                       byte_level["add_prefix_space"] == true;
   }
-  if (!byte_level.is_object() || byte_level.value("type", std::string()) != "ByteLevel") {
-    return refuse(byte_level_field,
-                  "must be {\"type\": \"ByteLevel\", ...} or a Sequence [Split, ByteLevel]");
-  }
-  const bool add_prefix_space = byte_level.value("add_prefix_space", false);
   if (!model.contains("vocab")) return refuse("model.vocab", "missing");
   absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> vocab =
       VocabFromJson(model["vocab"], absl::StrCat(name, ": model.vocab"));
@@ -322,12 +346,12 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJson(absl::string_vie
     }
     added.emplace_back(a["content"].get<std::string>(), a["id"].get<int32_t>());
   }
-  absl::StatusOr<BpeTokenizer> tokenizer =
-      Build(*std::move(vocab), merges, std::move(added), add_prefix_space, name);
-  if (tokenizer.ok()) {
-    tokenizer->pretokenizer_ = split;
-    tokenizer->ignore_merges_ = ignore_merges;
-  }
+  absl::StatusOr<BpeTokenizer> tokenizer = Build(*std::move(vocab), merges, std::move(added),
+                                                 add_prefix_space, name, !sentencepiece);
+  if (!tokenizer.ok()) return tokenizer.status();
+  tokenizer->pretokenizer_ = split;
+  tokenizer->ignore_merges_ = ignore_merges;
+  if (sentencepiece) RETURN_IF_ERROR(tokenizer->ConfigureSentencePiece(root, name));
   return tokenizer;
 }
 
@@ -338,10 +362,7 @@ std::optional<int32_t> BpeTokenizer::TokenId(absl::string_view token) const {
 }
 
 void BpeTokenizer::EncodePiece(absl::string_view bytes, std::vector<int32_t>* ids) const {
-  if (const auto hit = cache_->ids.find(bytes); hit != cache_->ids.end()) {
-    ids->insert(ids->end(), hit->second.begin(), hit->second.end());
-    return;
-  }
+  if (Recall(bytes, ids)) return;
   std::vector<int32_t> symbols;
   if (ignore_merges_) {
     std::string spelling;
@@ -353,6 +374,21 @@ void BpeTokenizer::EncodePiece(absl::string_view bytes, std::vector<int32_t>* id
   }
   symbols.reserve(bytes.size());
   for (unsigned char b : bytes) symbols.push_back(byte_ids_[b]);
+  MergeSymbols(&symbols);
+  ids->insert(ids->end(), symbols.begin(), symbols.end());
+  Remember(std::string(bytes), std::move(symbols));
+}
+
+void BpeTokenizer::MergeSymbols(std::vector<int32_t>* symbols_out) const {
+  std::vector<int32_t>& symbols = *symbols_out;
+  // Long pieces (a SentencePiece-style segment without Metaspace splitting is a whole
+  // line) take `tokenizers`' own algorithm: a heap of candidate pairs by (rank, position),
+  // O(n log n); short ones the plain scan below, which merges the same pairs (the lowest
+  // rank first, its occurrences left to right) and is faster at a word's length.
+  if (symbols.size() > kHeapMergeSymbols) {
+    MergeSymbolsWithHeap(symbols_out);
+    return;
+  }
   while (symbols.size() > 1) {
     // The pair of lowest rank; all its occurrences merge, left to right.
     int32_t best_rank = std::numeric_limits<int32_t>::max();
@@ -380,13 +416,77 @@ void BpeTokenizer::EncodePiece(absl::string_view bytes, std::vector<int32_t>* id
     }
     symbols.resize(out);
   }
-  ids->insert(ids->end(), symbols.begin(), symbols.end());
-  if (cache_->ids.size() >= kCachedPieces) cache_->ids.clear();
-  cache_->ids.emplace(std::string(bytes), std::move(symbols));
 }
 
-void BpeTokenizer::EncodeText(absl::string_view text, std::vector<int32_t>* ids) const {
+
+void BpeTokenizer::MergeSymbolsWithHeap(std::vector<int32_t>* symbols_out) const {
+  std::vector<int32_t>& symbols = *symbols_out;
+  const int n = static_cast<int>(symbols.size());
+  std::vector<int> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (int i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int position;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : position > o.position;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  const auto rank_of = [&](int left) -> const std::pair<int32_t, int32_t>* {
+    if (left < 0 || next[left] < 0) return nullptr;
+    const uint64_t key = (static_cast<uint64_t>(symbols[left]) << 32) |
+                         static_cast<uint32_t>(symbols[next[left]]);
+    const auto it = merges_.find(key);
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  for (int i = 0; i + 1 < n; ++i) {
+    if (const auto* merge = rank_of(i)) heap.push({merge->first, i});
+  }
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    // Stale when its left symbol was merged away or its pair changed since.
+    if (!alive[top.position]) continue;
+    const auto* merge = rank_of(top.position);
+    if (merge == nullptr || merge->first != top.rank) continue;
+    const int right = next[top.position];
+    symbols[top.position] = merge->second;
+    alive[right] = false;
+    next[top.position] = next[right];
+    if (next[right] >= 0) prev[next[right]] = top.position;
+    if (const auto* left_pair = rank_of(prev[top.position])) {
+      heap.push({left_pair->first, prev[top.position]});
+    }
+    if (const auto* right_pair = rank_of(top.position)) heap.push({right_pair->first, top.position});
+  }
+  size_t out = 0;
+  for (int i = 0; i >= 0 && i < n; i = next[i]) symbols[out++] = symbols[i];
+  symbols.resize(out);
+}
+
+bool BpeTokenizer::Recall(absl::string_view piece, std::vector<int32_t>* ids) const {
+  const auto hit = cache_->ids.find(piece);
+  if (hit == cache_->ids.end()) return false;
+  ids->insert(ids->end(), hit->second.begin(), hit->second.end());
+  return true;
+}
+
+void BpeTokenizer::Remember(std::string piece, std::vector<int32_t> symbols) const {
+  if (cache_->ids.size() >= kCachedPieces) cache_->ids.clear();
+  cache_->ids.emplace(std::move(piece), std::move(symbols));
+}
+
+void BpeTokenizer::EncodeText(absl::string_view text, bool at_start,
+                              std::vector<int32_t>* ids) const {
   if (text.empty()) return;
+  if (sp_.enabled) {
+    EncodeSentencePieceText(text, at_start, ids);
+    return;
+  }
   std::u32string chars = DecodeUtf8Lossy(text);
   if (add_prefix_space_ && chars[0] != U' ') chars.insert(chars.begin(), U' ');
   std::vector<TextPiece> pieces;
@@ -422,11 +522,11 @@ void BpeTokenizer::Encode(absl::string_view text, std::vector<int32_t>* ids) con
       }
     }
     if (first == absl::string_view::npos) break;
-    EncodeText(text.substr(done, first - done), ids);
+    EncodeText(text.substr(done, first - done), done == 0, ids);
     ids->push_back(added_[found].second);
     done = first + added_[found].first.size();
   }
-  EncodeText(text.substr(done), ids);
+  EncodeText(text.substr(done), done == 0, ids);
 }
 
 std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text) const {
@@ -445,6 +545,12 @@ absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) 
           "token ", i, " is id ", id, ", which is not in the vocabulary (", vocab_size_, " ids)"));
     }
     text += id_bytes_[static_cast<size_t>(id)];
+  }
+  // SentencePiece-style: the space the encoder put in front goes again (`tokenizers`' Strip
+  // and Metaspace decoders).
+  if (sp_.enabled && sp_.prepend != SentencePiece::Prepend::kNever && !text.empty() &&
+      text[0] == ' ') {
+    text.erase(0, 1);
   }
   return text;
 }

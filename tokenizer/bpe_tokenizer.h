@@ -25,9 +25,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace mtrain {
 
@@ -39,10 +41,15 @@ class BpeTokenizer {
   // vocabulary without all 256 byte symbols; NOT_FOUND for a missing file.
   static absl::StatusOr<BpeTokenizer> FromVocabAndMerges(const std::string& vocab_path,
                                                          const std::string& merges_path);
-  // A HuggingFace tokenizer.json whose model is BPE (no byte fallback; ignore_merges as
-  // Llama 3 sets it) and whose pre-tokenizer is ByteLevel (GPT-2's pattern), or a Sequence
-  // of a Split by GPT-2's or Llama 3's pattern (llama3_pretokenizer.h) and ByteLevel without
-  // its own; no normalizer. INVALID_ARGUMENT naming the JSON field otherwise.
+  // A HuggingFace tokenizer.json whose model is BPE, of one of two kinds:
+  //   - byte-level: the pre-tokenizer ByteLevel (GPT-2's pattern), or a Sequence of a Split
+  //     by GPT-2's or Llama 3's pattern (llama3_pretokenizer.h) and ByteLevel without its
+  //     own; no normalizer; ignore_merges as Llama 3 sets it;
+  //   - SentencePiece-style (Llama 2, Mistral): the normalizer Sequence [Prepend "▁",
+  //     Replace " " -> "▁"] with no pre-tokenizer, or no normalizer and the Metaspace
+  //     pre-tokenizer ("▁", prepend_scheme always / first / never, split or not); byte
+  //     fallback to <0xNN> tokens and fuse_unk as the model says.
+  // INVALID_ARGUMENT naming the JSON field otherwise.
   static absl::StatusOr<BpeTokenizer> FromHuggingFaceJson(const std::string& path);
   // The same from the file's contents (`name` is used in messages).
   static absl::StatusOr<BpeTokenizer> ParseHuggingFaceJson(absl::string_view json,
@@ -69,10 +76,12 @@ class BpeTokenizer {
   // token's content), if there is one.
   std::optional<int32_t> TokenId(absl::string_view token) const;
   // The end-of-document token's id, if the vocabulary has one: GPT-2's "<|endoftext|>", else
-  // Llama 3's "<|end_of_text|>".
+  // Llama 3's "<|end_of_text|>", else Llama 2's "</s>".
   std::optional<int32_t> end_of_document_id() const {
-    if (std::optional<int32_t> gpt2 = TokenId("<|endoftext|>")) return gpt2;
-    return TokenId("<|end_of_text|>");
+    for (const char* token : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+      if (std::optional<int32_t> id = TokenId(token)) return id;
+    }
+    return std::nullopt;
   }
 
  private:
@@ -82,16 +91,47 @@ class BpeTokenizer {
       std::vector<std::pair<std::string, int32_t>> vocab,
       const std::vector<std::pair<std::string, std::string>>& merges,
       std::vector<std::pair<std::string, int32_t>> added, bool add_prefix_space,
-      const std::string& source);
+      const std::string& source, bool byte_level = true);
+  static absl::StatusOr<BpeTokenizer> ParseHuggingFaceJsonFields(absl::string_view json,
+                                                                 const std::string& name);
+  // Merges symbols (ids) by rank, lowest first, every occurrence left to right.
+  void MergeSymbols(std::vector<int32_t>* symbols) const;
+  void MergeSymbolsWithHeap(std::vector<int32_t>* symbols) const;
+  // The piece cache: Recall appends a cached piece's ids (false when not cached).
+  bool Recall(absl::string_view piece, std::vector<int32_t>* ids) const;
+  void Remember(std::string piece, std::vector<int32_t> symbols) const;
   void EncodePiece(absl::string_view bytes, std::vector<int32_t>* ids) const;
-  void EncodeText(absl::string_view text, std::vector<int32_t>* ids) const;
+  void EncodeText(absl::string_view text, bool at_start, std::vector<int32_t>* ids) const;
 
   enum class Pretokenizer { kGpt2, kLlama3 };
+  // SentencePiece-style BPE (Llama 2, Mistral; bpe_sentencepiece.cc): symbols are
+  // characters, spaces are U+2581 ("▁"), unknown characters fall back to <0xNN> byte
+  // tokens.
+  struct SentencePiece {
+    bool enabled = false;
+    // Where a "▁" goes in front: every segment between added tokens (the Prepend
+    // normalizer, or Metaspace "always"), the text's first segment only ("first"), never.
+    enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+    bool split = false;      // Metaspace split: pieces start at each "▁"
+    bool metaspace = false;  // the Metaspace pre-tokenizer (else the Prepend normalizer)
+    bool byte_fallback = false;
+    bool fuse_unk = false;
+    int32_t unk_id = -1;             // -1: none
+    int32_t byte_token_ids[256] = {};  // <0x00>..<0xFF>, when byte_fallback
+  };
+  // Reads the SentencePiece-style settings of a tokenizer.json (normalizer, pre_tokenizer,
+  // model) into `sp`; INVALID_ARGUMENT naming the field that is not supported.
+  absl::Status ConfigureSentencePiece(const nlohmann::json& root, const std::string& name);
+  void EncodeSentencePieceText(absl::string_view text, bool at_start,
+                               std::vector<int32_t>* ids) const;
+  void EncodeSentencePiecePiece(const std::u32string& chars, size_t begin, size_t end,
+                                std::vector<int32_t>* ids) const;
 
   int32_t vocab_size_ = 0;
   bool add_prefix_space_ = false;
   Pretokenizer pretokenizer_ = Pretokenizer::kGpt2;
   bool ignore_merges_ = false;
+  SentencePiece sp_;
   int32_t byte_ids_[256] = {};
   // (left id << 32 | right id) -> (rank, merged id).
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;

@@ -1,5 +1,6 @@
 #include "tokenizer/bpe_tokenizer.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,51 @@ TEST(BpeTokenizerTest, RefusesWhatItCannotReproduceNamingTheField) {
   std::string no_pre = TinyTokenizerJson();
   no_pre.replace(no_pre.find("ByteLevel"), 9, "Whitespace");
   EXPECT_THAT(message(no_pre), HasSubstr("pre_tokenizer: must be"));
+  // A Split by a pattern it does not know; a field of another JSON type (no crash).
+  std::string split = TinyTokenizerJson();
+  split.replace(split.find(R"("pre_tokenizer": {)"), 18,
+                R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split",
+                   "pattern": {"Regex": "[a-z]+"}, "behavior": "Isolated"},
+                   {"type": "ByteLevel", "use_regex": false}]}, "unused": {)");
+  EXPECT_THAT(message(split), HasSubstr("pre_tokenizer.pretokenizers[0].pattern: not supported"));
+  std::string wrong_type = TinyTokenizerJson();
+  wrong_type.replace(wrong_type.find(R"("type": "BPE")"), 13, R"("type": 5)");
+  EXPECT_THAT(message(wrong_type), HasSubstr("t.json: a field has another JSON type"));
+  // SentencePiece-style: a normalizer other than Llama 2's, a Metaspace of another mark,
+  // byte fallback without the byte tokens.
+  std::string nfkc = TinyTokenizerJson();
+  nfkc.replace(nfkc.find("\"normalizer\": null"), 18,
+               R"("normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}]})");
+  EXPECT_THAT(message(nfkc), HasSubstr("normalizer: not supported [rule: null, or Sequence "
+                                       "[Prepend"));
+  std::string metaspace = TinyTokenizerJson();
+  metaspace.replace(metaspace.find("\"ByteLevel\""), 11, R"("Metaspace", "replacement": "_")");
+  EXPECT_THAT(message(metaspace), HasSubstr("pre_tokenizer: not supported"));
+  std::string fallback = TinyTokenizerJson();
+  fallback.replace(fallback.find("\"ByteLevel\""), 11, R"("Metaspace")");
+  fallback.replace(fallback.find(R"("type": "BPE")"), 13, R"("type": "BPE", "byte_fallback": true)");
+  EXPECT_THAT(message(fallback), HasSubstr("model.byte_fallback: the vocabulary has no <0x00>"));
+}
+
+// A SentencePiece-style vocabulary: characters, "▁" for spaces, byte fallback for the rest.
+TEST(BpeTokenizerTest, SentencePieceStyleFallsBackToBytes) {
+  std::string vocab = R"("<unk>": 0, "\u2581": 1, "h": 2, "i": 3, "\u2581h": 4, "\u2581hi": 5)";
+  for (int b = 0; b < 256; ++b) {
+    char token[16];
+    std::snprintf(token, sizeof(token), ", \"<0x%02X>\": %d", b, 6 + b);
+    vocab += token;
+  }
+  const std::string json = R"({"normalizer": null, "pre_tokenizer": {"type": "Metaspace",
+      "replacement": "\u2581", "prepend_scheme": "always", "split": true},
+      "added_tokens": [], "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+      "vocab": {)" + vocab + R"(}, "merges": ["\u2581 h", "\u2581h i"]}})";
+  absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(json, "sp");
+  ASSERT_TRUE(t.ok()) << t.status();
+  // "hi hi!" -> "▁hi", "▁hi", then "!" (0x21) by its byte token.
+  EXPECT_THAT(t->Encode("hi hi!"), ElementsAre(5, 5, 6 + 0x21));
+  absl::StatusOr<std::string> text = t->Decode(t->Encode("hi hi!"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "hi hi!");
 }
 
 TEST(BpeTokenizerTest, MissingFilesAreNotFound) {

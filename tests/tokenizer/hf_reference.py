@@ -6,7 +6,11 @@ bytes.decode("utf-8", errors="replace"), as text from a file reaches `tokenizers
 Python); with --gpt2-dir it also encodes the corpus with GPT-2's own files. It also trains
 a tokenizer built as Meta's Llama 3 tokenizer.json is (a Split by Llama 3's pattern, then
 ByteLevel without its own, ignore_merges; <|begin_of_text|> and <|end_of_text|>) and
-saves and encodes it the same way (llama3_tokenizer.json, llama3_ids.bin). Ids are written
+saves and encodes it the same way (llama3_tokenizer.json, llama3_ids.bin); and two
+SentencePiece-style BPEs with byte fallback (an alphabet cut to 80 characters, so the
+corpus's other scripts and emoji fall back to <0xNN> tokens): Llama 2's kind (normalizer
+Prepend "▁" + Replace " " -> "▁", no pre-tokenizer; llama2_*) and Mistral's later kind
+(Metaspace, prepend_scheme first, split; metaspace_*). Ids are written
 as little-endian int32; a JSON summary (counts, single-thread MB/s of each encode) goes to
 stdout.
 
@@ -24,7 +28,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import tokenizers  # noqa: E402
 from tokenizers import ByteLevelBPETokenizer  # noqa: E402
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa: E402
+                        pre_tokenizers, trainers)
 
 # Llama 3's pre-tokenizer pattern, as its tokenizer.json spells it.
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -75,6 +80,33 @@ def main():
     llama3.save(str(out / "llama3_tokenizer.json"))
     n, seconds = encode(llama3, text, out / "llama3_ids.bin")
     summary["llama3"] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
+
+    for name, metaspace in (("llama2", False), ("metaspace", True)):
+        sp = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+        if metaspace:
+            sp.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                        prepend_scheme="first", split=True)
+            sp.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                            split=True)
+        else:
+            sp.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                  normalizers.Replace(" ", "\u2581")])
+            sp.decoder = decoders.Sequence([decoders.Replace("\u2581", " "),
+                                            decoders.ByteFallback(), decoders.Fuse(),
+                                            decoders.Strip(" ", 1, 0)])
+        sp.train([str(ROOT / "tests/data/shakespeare.txt")],
+                 trainers.BpeTrainer(vocab_size=4000, min_frequency=2, limit_alphabet=80,
+                                     special_tokens=["<unk>", "<s>", "</s>"],
+                                     show_progress=False))
+        # The 256 byte tokens, as Llama 2's vocabulary has them (ordinary entries).
+        spec = json.loads(sp.to_str())
+        vocab = spec["model"]["vocab"]
+        for b in range(256):
+            vocab.setdefault(f"<0x{b:02X}>", max(vocab.values()) + 1)
+        sp = Tokenizer.from_str(json.dumps(spec))
+        sp.save(str(out / f"{name}_tokenizer.json"))
+        n, seconds = encode(sp, text, out / f"{name}_ids.bin")
+        summary[name] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
 
     if args.gpt2_dir:
         gpt2 = ByteLevelBPETokenizer(str(pathlib.Path(args.gpt2_dir, "vocab.json")),
