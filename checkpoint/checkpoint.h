@@ -213,7 +213,7 @@ std::vector<std::string> FilesOverlapping(const CheckpointManifest& manifest,
 
 // The random number generators of this trainer are counter-based: dropout masks and data
 // samples are pure functions of (seed, step, global indices) (kernels/dropout.h,
-// worker/engine/data/sequence_sampler.h). The whole RNG state is therefore the seed (the
+// data/sequence_sampler.h). The whole RNG state is therefore the seed (the
 // step is TrainingState.step), identical on every rank; it is stored once, in
 // rng_states[0], as 8 little-endian bytes.
 void SetRngSeed(uint64_t seed, TrainingState* state);

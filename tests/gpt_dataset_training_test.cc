@@ -61,7 +61,7 @@ std::string Preprocess(const std::string& name, int paragraphs) {
   }
   const std::string prefix = TestTempDir() + "/" + name;
   auto run =
-      ChildProcess::Start({"worker/engine/data/preprocess", "--input=" + text, "--format=text",
+      ChildProcess::Start({"data/preprocess", "--input=" + text, "--format=text",
                            "--output-prefix=" + prefix, "--tokenizer-json=" + TokenizerFile(),
                            "--append-eod", "--min-tokens=8", "--workers=1", "--progress=false"},
                           prefix + ".log");

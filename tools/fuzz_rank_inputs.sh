@@ -13,8 +13,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz_rank_inputs.XXXXXX")
 # shellcheck disable=SC2046  # pkg-config prints several flags
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I. worker/engine/rank_input_fuzz.cc checkpoint/safetensors.cc checkpoint/file_io.cc \
-  worker/engine/data/indexed_dataset.cc worker/engine/data/indexed_dataset_format.cc \
-  worker/engine/data/mapped_file.cc worker/engine/data/token_dataset.cc \
+  data/indexed_dataset.cc data/indexed_dataset_format.cc \
+  data/mapped_file.cc data/token_dataset.cc \
   $(pkg-config --cflags --libs protobuf absl_strings absl_str_format absl_status \
     absl_statusor) -o "$work/fuzz"
 # Seeds: a valid safetensors file and a valid two-sequence uint16 dataset.

@@ -20,7 +20,7 @@
 #include "spec/job_spec_validation.h"
 #include "worker/engine/cpu_engine.h"
 #include "worker/engine/cuda/cuda_training_engine.h"
-#include "worker/engine/data/data_source.h"
+#include "data/data_source.h"
 #include "worker/engine/flops.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"

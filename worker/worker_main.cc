@@ -33,7 +33,7 @@
 #include "worker/coordinator_client.h"
 #include "worker/device_inventory.h"
 #include "worker/device_probe.h"
-#include "worker/engine/data/data_roots.h"
+#include "data/data_roots.h"
 #include "worker/rank_process.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");

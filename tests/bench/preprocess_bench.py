@@ -11,7 +11,7 @@ the exact Jaccard similarity of 5-word shingles is computed for each pair) and 1
 copy. Recall: planted pairs at Jaccard >= 0.8 with either document dropped; precision:
 distinct documents (in no planted pair) that were kept.
 
-  bazel build //worker/engine/data:preprocess && python3 tools/fetch_gpt2_files.py
+  bazel build //data:preprocess && python3 tools/fetch_gpt2_files.py
   python3 tests/bench/preprocess_bench.py --mb 1000 [--datatrove-mb 100] [--other-timeout 1800]
 """
 import argparse
@@ -124,7 +124,7 @@ def score(documents, planted, similar, dropped):
 def run_ours(corpus, tmp, workers):
     log = pathlib.Path(tmp, "dropped.tsv")
     seconds, peak, stdout = timed([
-        str(ROOT / "bazel-bin/worker/engine/data/preprocess"), f"--input={corpus}",
+        str(ROOT / "bazel-bin/data/preprocess"), f"--input={corpus}",
         f"--output-prefix={tmp}/ours", f"--vocab-file={GPT2}/vocab.json",
         f"--merge-file={GPT2}/merges.txt", "--append-eod", f"--workers={workers}",
         "--min-tokens=0", f"--dropped-log={log}", "--progress=false"])

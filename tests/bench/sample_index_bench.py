@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Megatron-style sample index (worker/engine/data/document_samples.h) beside Megatron-Core's
+"""The Megatron-style sample index (data/document_samples.h) beside Megatron-Core's
 GPTDataset on the same indexed dataset.
 
 Writes a synthetic MMIDIDX dataset (D documents, lengths geometric around --mean-tokens,
@@ -11,7 +11,7 @@ uint16 ids), then times:
              samples (one epoch), then loading them from its cache.
 Prints one table; needs numpy and (for the Megatron column) megatron-core and torch.
 
-  bazel build //worker/engine/data:document_samples_bench
+  bazel build //data:document_samples_bench
   python3 tests/bench/sample_index_bench.py --documents 1000000 --mean-tokens 256
 """
 import argparse
@@ -92,7 +92,7 @@ def main():
     parser.add_argument("--documents", type=int, default=1_000_000)
     parser.add_argument("--mean-tokens", type=int, default=256)
     parser.add_argument("--seq-length", type=int, default=2048)
-    parser.add_argument("--bench", default="bazel-bin/worker/engine/data/document_samples_bench")
+    parser.add_argument("--bench", default="bazel-bin/data/document_samples_bench")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="sample-index-bench.")
     try:

@@ -2,14 +2,14 @@
 """Cross-checks our MMIDIDX files against Megatron-LM's own implementation.
 
 Not part of `make test` (it needs megatron-core and torch). Given a text file and the
-prefix that //worker/engine/data:build_indexed_dataset wrote from it (or a JSONL file and
-the prefix //worker/engine/data:preprocess wrote from it with GPT-2's files, every document
+prefix that //data:build_indexed_dataset wrote from it (or a JSONL file and
+the prefix //data:preprocess wrote from it with GPT-2's files, every document
 kept: --jsonl, --vocab-file, --merge-file, --append-eod; the expected ids then come from
 HuggingFace `tokenizers`):
 
   1. reads the prefix with megatron.core.datasets.indexed_dataset.IndexedDataset and checks
      dtype, sequence and document counts, and that every sequence is the matching
-     document's bytes (documents split by the rule in worker/engine/data/
+     document's bytes (documents split by the rule in data/
      build_indexed_dataset.h);
   2. writes the same documents with Megatron's IndexedDatasetBuilder and checks that its
      .bin and .idx are byte-identical to ours (so our reader reads Megatron's files too);
@@ -17,8 +17,8 @@ HuggingFace `tokenizers`):
 
 Without megatron-core only step 3 runs. Exits 0 when every check passes.
 
-  bazel build //worker/engine/data:build_indexed_dataset
-  bazel-bin/worker/engine/data/build_indexed_dataset --input=tests/data/shakespeare.txt \\
+  bazel build //data:build_indexed_dataset
+  bazel-bin/data/build_indexed_dataset --input=tests/data/shakespeare.txt \\
       --output_prefix=/tmp/corpus
   PYTHONPATH=... python3 tests/data/check_mmidx_with_megatron.py \\
       --text=tests/data/shakespeare.txt --prefix=/tmp/corpus

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Layering of the tree (README "Layout"): the two daemons never include each other, and the
-# daemon-neutral libraries (spec/, plan/, checkpoint/, common/, model/) include neither daemon.
+# daemon-neutral libraries (spec/, plan/, checkpoint/, common/, model/, data/, tokenizer/)
+# include neither daemon.
 #   1. No such #include exists (grep).
 #   2. Bazel refuses a new one: a probe package is created inside worker/ with a target that
 #      depends on //coordinator:job_manager, and `bazel build` must fail with a visibility
@@ -24,7 +25,7 @@ forbid() {  # forbid DIR PATTERN WHY
 }
 forbid worker coordinator "the worker executes assignments; it never includes the coordinator"
 forbid coordinator worker "the coordinator never links the worker's engine"
-for lib in spec plan checkpoint common model; do
+for lib in spec plan checkpoint common model data tokenizer; do
   forbid "$lib" 'coordinator|worker' "daemon-neutral libraries include neither daemon"
 done
 

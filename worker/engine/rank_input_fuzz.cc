@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "checkpoint/safetensors.h"
-#include "worker/engine/data/indexed_dataset.h"
+#include "data/indexed_dataset.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/engine/data/sequence_sampler.h"
+#include "data/sequence_sampler.h"
 
 namespace mtrain {
 namespace {
