@@ -200,7 +200,7 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
 }
 
 // Elements one layer saves for its backward per microbatch besides its input
-// (worker/engine/activations.h): ln1, h1, ln2 [N, C]; [q|k|v] [N, qkv / t]; attention
+// (worker/engine/cpu/activations.h): ln1, h1, ln2 [N, C]; [q|k|v] [N, qkv / t]; attention
 // output [N, Q / t]; the MLP's input projection [N, F / t] (GPT-2's fc; a gated MLP's
 // [gate | up], 2 F / t) and its activation [N, F / t]; the attention's log-sum-exp; the
 // two normalisations' statistics.

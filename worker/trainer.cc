@@ -18,7 +18,7 @@
 #include "model/transformer_config.h"
 #include "plan/rank_grid.h"
 #include "spec/job_spec_validation.h"
-#include "worker/engine/cpu_engine.h"
+#include "worker/engine/cpu/cpu_engine.h"
 #include "worker/engine/cuda/cuda_training_engine.h"
 #include "data/data_source.h"
 #include "worker/engine/flops.h"

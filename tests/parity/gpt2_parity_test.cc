@@ -9,9 +9,9 @@
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
 #include "tests/parity/parity_reference.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/single_rank_step.h"
+#include "worker/engine/cpu/single_rank_step.h"
 
 namespace mtrain {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spec/job_spec_validation.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/model_shape.h"
 #include "worker/engine/parameter_layout.h"
 

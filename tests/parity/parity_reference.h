@@ -13,7 +13,7 @@
 #include "checkpoint/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
-#include "worker/engine/single_rank_step.h"
+#include "worker/engine/cpu/single_rank_step.h"
 
 namespace mtrain {
 

@@ -10,7 +10,8 @@
 #include <cstdint>
 
 #include "kernels/dropout.h"
-#include "worker/engine/activations.h"
+#include "worker/engine/model_shape.h"
+#include "worker/parallel/microbatch.h"  // MicrobatchId
 
 namespace mtrain {
 

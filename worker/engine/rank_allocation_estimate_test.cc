@@ -9,7 +9,7 @@
 #include "plan/assignment_plan.h"
 #include "plan/rank_memory_estimate.h"
 #include "spec/job_spec_validation.h"
-#include "worker/engine/rank_model.h"
+#include "worker/engine/cpu/rank_model.h"
 
 namespace mtrain {
 namespace {

@@ -4,7 +4,7 @@
 #define MTRAIN_WORKER_ENGINE_RECOMPUTE_OPTIONS_H_
 
 #include "proto/job_spec.pb.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 
 namespace mtrain {
 

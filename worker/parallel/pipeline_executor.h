@@ -14,7 +14,7 @@
 // the bytes, the (fast) tensor group the rest.
 //
 // The compute is a PipelineStages (pipeline_stages.h): the CPU engine's RankModelStages
-// (worker/engine/rank_model_stages.h) or the CUDA engine. Messages are float buffers the
+// (worker/engine/cpu/rank_model_stages.h) or the CUDA engine. Messages are float buffers the
 // stages hand out (NewMessage): host memory moved by Gloo, or, for the CUDA engine with
 // NCCL groups, device memory moved by NCCL (then `p2p` and `scatter_gather` must be NCCL
 // groups too).

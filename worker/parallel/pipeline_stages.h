@@ -10,7 +10,7 @@
 // engine's, so this library knows no engine.
 //
 // Two engines implement it: RankModelStages (the CPU engine,
-// worker/engine/rank_model_stages.h) and the CUDA engine (worker/engine/cuda/cuda_engine.h),
+// worker/engine/cpu/rank_model_stages.h) and the CUDA engine (worker/engine/cuda/cuda_engine.h),
 // which copies the hidden states between the host and the GPU at stage boundaries.
 //
 // A forward keeps its activations under (chunk, microbatch) until the matching backward;

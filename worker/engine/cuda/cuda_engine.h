@@ -38,7 +38,7 @@
 #include "worker/engine/cuda/device_collectives.h"
 #include "worker/engine/cuda/device_message_pool.h"
 #include "worker/engine/cuda/overlapped_all_reduce.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/pipeline_stages.h"

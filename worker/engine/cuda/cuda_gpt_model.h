@@ -1,4 +1,4 @@
-// The GPT-2 model of worker/engine/gpt_model.h on one GPU: the same layers, parameter
+// The GPT-2 model of worker/engine/cpu/gpt_model.h on one GPU: the same layers, parameter
 // layout, dropout masks, recomputation and Megatron tensor parallelism, written out with
 // the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias and bias+GeLU epilogues,
 // fused LayerNorm, flash attention, fused vocab-parallel cross-entropy, deterministic
@@ -49,10 +49,10 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
-#include "worker/engine/activations.h"
+#include "worker/engine/cpu/activations.h"
 #include "worker/engine/cuda/device_buffer.h"
 #include "worker/engine/cuda/device_collectives.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 
 namespace mtrain::cuda {

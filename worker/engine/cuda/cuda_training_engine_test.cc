@@ -10,7 +10,7 @@
 #include "kernels/cuda/test_support.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/rank_grid.h"
-#include "worker/engine/cpu_engine.h"
+#include "worker/engine/cpu/cpu_engine.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
 

@@ -16,8 +16,8 @@
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
-#include "worker/engine/gpt_model.h"
-#include "worker/engine/layer_blocks.h"
+#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/embedding.h"
-#include "worker/engine/gpt_model.h"
-#include "worker/engine/layer_blocks.h"
+#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {

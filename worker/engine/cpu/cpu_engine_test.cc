@@ -1,4 +1,4 @@
-#include "worker/engine/cpu_engine.h"
+#include "worker/engine/cpu/cpu_engine.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,8 +11,8 @@
 #include "plan/rank_grid.h"
 #include "worker/engine/heap_peak.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/rank_model.h"
-#include "worker/engine/rank_model_stages.h"
+#include "worker/engine/cpu/rank_model.h"
+#include "worker/engine/cpu/rank_model_stages.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
 

@@ -1,4 +1,4 @@
-#include "worker/engine/rank_model.h"
+#include "worker/engine/cpu/rank_model.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "worker/engine/rank_model_stages.h"
+#include "worker/engine/cpu/rank_model_stages.h"
 
 #include <algorithm>
 

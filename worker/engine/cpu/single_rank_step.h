@@ -2,14 +2,14 @@
 // microbatches, the global gradient norm clipped, AdamW with the scheduled learning rate.
 // The multi-rank step (pipeline schedule, tensor and data parallel reductions) builds on the
 // same pieces.
-#ifndef MTRAIN_WORKER_ENGINE_SINGLE_RANK_STEP_H_
-#define MTRAIN_WORKER_ENGINE_SINGLE_RANK_STEP_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_SINGLE_RANK_STEP_H_
+#define MTRAIN_WORKER_ENGINE_CPU_SINGLE_RANK_STEP_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/optimizer.h"
 
 namespace mtrain {
@@ -33,4 +33,4 @@ absl::StatusOr<StepStats> SingleRankStep(GptModel<float>& model, AdamWOptimizer&
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_SINGLE_RANK_STEP_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_SINGLE_RANK_STEP_H_

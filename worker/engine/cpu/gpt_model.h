@@ -34,8 +34,8 @@
 //   auto acts = model.NewActivations();
 //   ASSIGN_OR_RETURN(double loss_sum, model.Forward(in, acts.get()));
 //   RETURN_IF_ERROR(model.Backward(acts.get(), nullptr, 1.0 / tokens, nullptr));
-#ifndef MTRAIN_WORKER_ENGINE_GPT_MODEL_H_
-#define MTRAIN_WORKER_ENGINE_GPT_MODEL_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_
+#define MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -47,7 +47,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
-#include "worker/engine/activations.h"
+#include "worker/engine/cpu/activations.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/tensor_parallel.h"
 
@@ -222,4 +222,4 @@ class GptModel {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_GPT_MODEL_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/cpu_engine.h"
+#include "worker/engine/cpu/cpu_engine.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,8 +5,8 @@
 // q and k, and the MLP's activation (tanh GeLU on fc, or SwiGLU on [gate|up]). Everything
 // else in a layer is the same GEMMs, attention core, dropouts and residual adds whatever the
 // family, so it stays written once in gpt_model*.cc.
-#ifndef MTRAIN_WORKER_ENGINE_LAYER_BLOCKS_H_
-#define MTRAIN_WORKER_ENGINE_LAYER_BLOCKS_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
+#define MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
 
 #include <cstddef>
 
@@ -102,4 +102,4 @@ void MlpActivationBackward(const ModelShape& shape, const T* d_act, const T* fc,
 
 }  // namespace mtrain::layer_blocks
 
-#endif  // MTRAIN_WORKER_ENGINE_LAYER_BLOCKS_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
-#include "worker/engine/layer_blocks.h"
+#include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {

@@ -1,6 +1,6 @@
 // The activations the GPT model keeps between forward and backward.
-#ifndef MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_
-#define MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_ACTIVATIONS_H_
+#define MTRAIN_WORKER_ENGINE_CPU_ACTIVATIONS_H_
 
 #include <cstdint>
 #include <memory>
@@ -87,4 +87,4 @@ int64_t ActivationBytes(const Activations<T>& acts) {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_ACTIVATIONS_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_ACTIVATIONS_H_

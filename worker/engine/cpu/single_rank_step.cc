@@ -1,4 +1,4 @@
-#include "worker/engine/single_rank_step.h"
+#include "worker/engine/cpu/single_rank_step.h"
 
 #include <cmath>
 

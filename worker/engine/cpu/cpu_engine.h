@@ -5,16 +5,16 @@
 // state itself: SyncToHost and SyncFromHost do nothing.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<CpuEngine> engine, CpuEngine::Create(config));
-#ifndef MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_
-#define MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_CPU_ENGINE_H_
+#define MTRAIN_WORKER_ENGINE_CPU_CPU_ENGINE_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/optimizer.h"
-#include "worker/engine/rank_model.h"
-#include "worker/engine/rank_model_stages.h"
+#include "worker/engine/cpu/rank_model.h"
+#include "worker/engine/cpu/rank_model_stages.h"
 #include "worker/engine/training_engine.h"
 #include "worker/parallel/grad_buckets.h"
 
@@ -85,4 +85,4 @@ class CpuEngine : public TrainingEngine {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_CPU_ENGINE_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_CPU_ENGINE_H_

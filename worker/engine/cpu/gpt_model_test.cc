@@ -1,4 +1,4 @@
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 
 #include <cmath>
 #include <random>

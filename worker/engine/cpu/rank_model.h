@@ -6,8 +6,8 @@
 //   ASSIGN_OR_RETURN(auto model, RankModel::Create(shape, chunks, micro_batch, options, tp, d));
 //   model->Initialize(seed);
 //   model->chunk(c).Forward(...);
-#ifndef MTRAIN_WORKER_ENGINE_RANK_MODEL_H_
-#define MTRAIN_WORKER_ENGINE_RANK_MODEL_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_H_
+#define MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/gpt_model.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/engine/rank_layout.h"
 
@@ -68,4 +68,4 @@ class RankModel {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_RANK_MODEL_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_H_

@@ -5,8 +5,8 @@
 //   RankModelStages stages(model.get());
 //   stages.SetFinalGradsHook(&hook);  // buckets start their all-reduce from it
 //   PipelineExecutor executor(&stages, schedule, stage, pipeline, world);
-#ifndef MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
-#define MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_STAGES_H_
+#define MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_STAGES_H_
 
 #include <cstdint>
 #include <map>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "worker/engine/heap_peak.h"
-#include "worker/engine/rank_model.h"
+#include "worker/engine/cpu/rank_model.h"
 #include "worker/parallel/pipeline_stages.h"
 
 namespace mtrain {
@@ -60,4 +60,4 @@ class RankModelStages : public PipelineStages {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_RANK_MODEL_STAGES_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_RANK_MODEL_STAGES_H_
