@@ -95,7 +95,10 @@ struct RunResult {
 // Runs `layout` with `launch`; fails the test (and returns nothing useful) on error.
 RunResult RunLayout(const Layout& layout) {
   RunResult result;
-  const std::string dir = absl::StrCat(TestTempDir(), "/", layout.name);
+  // Numbered: two suites may hold layouts of the same name (the explicit list and the option
+  // matrix both have t2p2d2_full_block_1), and a shard may run both.
+  static int runs = 0;
+  const std::string dir = absl::StrCat(TestTempDir(), "/", layout.name, "-", runs++);
   const std::string spec_path = dir + ".json";
   std::ofstream(spec_path) << SpecJson(layout);
   auto launch = ChildProcess::Start(
