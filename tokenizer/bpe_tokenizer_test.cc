@@ -1,10 +1,10 @@
 #include "tokenizer/bpe_tokenizer.h"
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizer/tokenizer_json_for_test.h"
@@ -117,11 +117,7 @@ TEST(BpeTokenizerTest, RefusesWhatItCannotReproduceNamingTheField) {
 // A SentencePiece-style vocabulary: characters, "▁" for spaces, byte fallback for the rest.
 TEST(BpeTokenizerTest, SentencePieceStyleFallsBackToBytes) {
   std::string vocab = R"("<unk>": 0, "\u2581": 1, "h": 2, "i": 3, "\u2581h": 4, "\u2581hi": 5)";
-  for (int b = 0; b < 256; ++b) {
-    char token[16];
-    std::snprintf(token, sizeof(token), ", \"<0x%02X>\": %d", b, 6 + b);
-    vocab += token;
-  }
+  for (int b = 0; b < 256; ++b) vocab += absl::StrFormat(", \"<0x%02X>\": %d", b, 6 + b);
   const std::string json = R"({"normalizer": null, "pre_tokenizer": {"type": "Metaspace",
       "replacement": "\u2581", "prepend_scheme": "always", "split": true},
       "added_tokens": [], "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
