@@ -2,8 +2,6 @@
 // + config.json), a single file, a sharded save_pretrained directory (an index and its
 // shards), a file holding only the tied head; and the config.json check that refuses a
 // spec describing another model.
-#include "checkpoint/hf_import.h"
-
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "checkpoint/full_tensor_testing.h"
+#include "checkpoint/hf_import.h"
 #include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "gmock/gmock.h"
@@ -118,7 +117,7 @@ TEST(HfGpt2ImportTest, ASpecThatDisagreesWithConfigJsonIsRefusedNamingEachSettin
   EXPECT_TRUE(CheckHuggingFaceConfig("{}", "c.json", Spec().model()).ok());
   EXPECT_TRUE(CheckHuggingFaceConfig(R"({"activation_function": "gelu_pytorch_tanh",
       "n_positions": 1024, "n_inner": null})",
-                                         "c.json", Spec().model())
+                                     "c.json", Spec().model())
                   .ok());
   EXPECT_EQ(CheckHuggingFaceConfig("not json", "c.json", Spec().model()).code(),
             absl::StatusCode::kInvalidArgument);
@@ -133,8 +132,8 @@ TEST(HfGpt2ImportTest, FfnWidthAndEpsilonAreCheckedAgainstTheSpec) {
   EXPECT_TRUE(
       CheckHuggingFaceConfig(R"({"n_inner": 24, "layer_norm_epsilon": 1e-6})", "c.json", wide)
           .ok());
-  absl::Status status = CheckHuggingFaceConfig(
-      R"({"n_inner": null, "layer_norm_epsilon": 1e-5})", "c.json", wide);
+  absl::Status status =
+      CheckHuggingFaceConfig(R"({"n_inner": null, "layer_norm_epsilon": 1e-5})", "c.json", wide);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("n_inner is null (an MLP width of 32); model.ffn_hidden_size is 24"),
                     HasSubstr("layer_norm_epsilon is 1e-05; model.norm_epsilon is 1e-06")));
@@ -177,8 +176,7 @@ TEST(HfGpt2ImportTest, AShardedCheckpointImportsThroughItsIndex) {
   // index misplaces.
   WriteText(dir + "/model.safetensors.index.json",
             R"({"weight_map": {"transformer.wte.weight": "model-00003-of-00002.safetensors"}})");
-  EXPECT_EQ(ImportHuggingFace(dir, Spec().model()).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ImportHuggingFace(dir, Spec().model()).status().code(), absl::StatusCode::kNotFound);
   WriteText(dir + "/model.safetensors.index.json",
             R"({"weight_map": {"transformer.wte.weight": "../elsewhere.safetensors"}})");
   EXPECT_THAT(ImportHuggingFace(dir, Spec().model()).status().message(),

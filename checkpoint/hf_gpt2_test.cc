@@ -1,5 +1,3 @@
-#include "checkpoint/hf_interchange.h"
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/full_tensor_testing.h"
+#include "checkpoint/hf_interchange.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -281,9 +280,7 @@ TEST(HfGpt2Test, ImportAcceptsTheVariantsTransformersWrites) {
   EXPECT_EQ(bias[4], 1.0f);
 }
 
-absl::Status Import(const SafetensorsFile& file) {
-  return FromHuggingFace(file, Model()).status();
-}
+absl::Status Import(const SafetensorsFile& file) { return FromHuggingFace(file, Model()).status(); }
 
 SafetensorsFile Exported() { return *ToHuggingFace(OurModel(), Model()); }
 

@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/hf_config_fields.h"
-#include "checkpoint/hf_llama_config.h"
 #include "checkpoint/hf_interchange.h"
+#include "checkpoint/hf_llama_config.h"
 #include "checkpoint/safetensors.h"
 #include "common/status_macros.h"
 #include "google/protobuf/struct.pb.h"
@@ -189,9 +189,8 @@ absl::StatusOr<HuggingFaceFiles> FindHuggingFaceFiles(const std::string& path) {
   return files;
 }
 
-absl::Status CheckHuggingFaceConfig(absl::string_view config_json,
-                                        const std::string& config_path,
-                                        const ModelSpec& model_spec) {
+absl::Status CheckHuggingFaceConfig(absl::string_view config_json, const std::string& config_path,
+                                    const ModelSpec& model_spec) {
   JobSpec resolved;
   *resolved.mutable_model() = model_spec;
   ApplyJobSpecDefaults(&resolved);

@@ -55,8 +55,8 @@ absl::StatusOr<HuggingFaceFiles> FindHuggingFaceFiles(const std::string& path);
 // than 4 x n_embd, scale_attn_weights false, scale_attn_by_inverse_layer_idx true,
 // tie_word_embeddings false, add_cross_attention true. Settings it omits take
 // transformers' GPT2Config defaults, which match ours.
-absl::Status CheckHuggingFaceConfig(absl::string_view config_json,
-                                        const std::string& config_path, const ModelSpec& model);
+absl::Status CheckHuggingFaceConfig(absl::string_view config_json, const std::string& config_path,
+                                    const ModelSpec& model);
 
 // FindHuggingFaceFiles, CheckHuggingFaceConfig when there is a config.json, then
 // FromHuggingFace (hf_interchange.h) over every shard's tensors read one at a time. A tensor

@@ -13,8 +13,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "checkpoint/hf_interchange.h"
 #include "checkpoint/hf_import.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 
 ABSL_FLAG(std::string, path, "", "a HuggingFace GPT-2 (file, directory or index)");
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
       return absl::OkStatus();
     };
     params = mtrain::ImportHuggingFace(path, model, layers > 0 ? &stage : nullptr,
-                                           tensor > 1 ? &keep_share : nullptr);
+                                       tensor > 1 ? &keep_share : nullptr);
     if (params.ok() && tensor > 1) params = std::move(kept);
   }
   if (!params.ok()) {

@@ -271,10 +271,9 @@ absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTe
   }
   for (const auto& [name, tensor] : ours) {
     if (!mapped.count(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' is not a parameter of a ", family.name,
-                       " with model.num_layers ", model.num_layers(),
-                       " (pass parameters only, of a model of this spec)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' is not a parameter of a ", family.name, " with model.num_layers ",
+          model.num_layers(), " (pass parameters only, of a model of this spec)"));
     }
   }
   // safetensors' torch loader (and so from_pretrained) refuses files without it.
@@ -327,7 +326,7 @@ std::string HuggingFaceConfigJson(const JobSpec& spec_in) {
 }
 
 absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours, const JobSpec& spec,
-                              const std::string& out_dir) {
+                               const std::string& out_dir) {
   ASSIGN_OR_RETURN(const SafetensorsFile file, ToHuggingFace(ours, spec.model()));
   std::error_code error;
   std::filesystem::create_directories(out_dir, error);
@@ -342,9 +341,11 @@ absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours, co
   return config.Commit();
 }
 
-absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(
-    const HfTensorShapes& shapes, const HfTensorReader& read, const ModelSpec& model_spec,
-    const std::set<std::string>* only, const HfTensorSink* sink) {
+absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const HfTensorShapes& shapes,
+                                                                  const HfTensorReader& read,
+                                                                  const ModelSpec& model_spec,
+                                                                  const std::set<std::string>* only,
+                                                                  const HfTensorSink* sink) {
   const ModelSpec model = ResolvedModel(model_spec);
   RETURN_IF_ERROR(CheckModel(model));
   const HfFamily family = HfFamilyOf(model);
@@ -393,8 +394,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(
       const bool ours_named = shapes.count(m.ours) > 0;
       return absl::InvalidArgumentError(absl::StrCat(
           "HF tensor '", m.prefixed ? family.prefix : "", m.hf, "' is missing; ", m.spec_fields,
-          " expect ",
-          ShapeString(m.hf_shape),
+          " expect ", ShapeString(m.hf_shape),
           ours_named ? absl::StrCat("; the file has '", m.ours,
                                     "': it uses the engine's own tensor names (train "
                                     "--save_weights); `trainctl export` writes HuggingFace ones")

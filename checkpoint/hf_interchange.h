@@ -60,7 +60,7 @@ inline constexpr char kHuggingFaceConfigFile[] = "config.json";
 // implies (the shape found and the shape expected), holds a number of values its shape
 // does not, or is not a parameter of the model (e.g. a layer >= model.num_layers).
 absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTensor>& ours,
-                                                  const ModelSpec& model);
+                                              const ModelSpec& model);
 
 // A config.json with which GPT2LMHeadModel computes exactly our model in fp32:
 // model_type gpt2, vocab_size, n_positions = n_ctx = seq_length, n_embd, n_layer, n_head,
@@ -74,8 +74,8 @@ std::string HuggingFaceConfigJson(const JobSpec& spec);
 // and `out_dir`/config.json (HuggingFaceConfigJson). Deterministic: the same tensors
 // and spec give byte-identical files. Errors as ToHuggingFace; INTERNAL naming the
 // path for I/O errors.
-absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours,
-                                   const JobSpec& spec, const std::string& out_dir);
+absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours, const JobSpec& spec,
+                               const std::string& out_dir);
 
 // The inverse: a HuggingFace GPT-2 file (GPT2Model or GPT2LMHeadModel, names with or
 // without the "transformer." prefix) as our full tensors. Rules:
@@ -92,7 +92,7 @@ absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours,
 // INVALID_ARGUMENT naming the HF tensor, the shape found, the shape expected and the spec
 // field for any violation.
 absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const SafetensorsFile& file,
-                                                                      const ModelSpec& model);
+                                                                  const ModelSpec& model);
 
 // The same over tensors read one at a time (a file or the shards of a sharded checkpoint,
 // hf_import.h): `shapes` names every tensor with its shape, `read` gives one tensor's

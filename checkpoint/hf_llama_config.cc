@@ -40,8 +40,10 @@ std::string HuggingFaceLlamaConfigJson(const JobSpec& spec_in) {
   ApplyJobSpecDefaults(&spec);
   const ModelSpec& m = spec.model();
   const JsonNumberFormat numbers = JsonNumberFormat::ShortestFloat();
-  const std::string rope =
-      JsonObject(numbers).String("rope_type", "default").Number("rope_theta", m.rope_theta()).Close();
+  const std::string rope = JsonObject(numbers)
+                               .String("rope_type", "default")
+                               .Number("rope_theta", m.rope_theta())
+                               .Close();
   JsonObject config(numbers, JsonLayout::kOneFieldPerLine);
   config
       .Raw("architectures", JsonArray(std::vector<std::string>{"LlamaForCausalLM"},
@@ -94,8 +96,10 @@ std::vector<std::string> HuggingFaceLlamaConfigProblems(const google::protobuf::
       {"intermediate_size", "model.ffn_hidden_size", static_cast<double>(model.ffn_hidden_size()),
        kHfIntermediateSize},
       {"vocab_size", "model.vocab_size", static_cast<double>(model.vocab_size()), {}},
-      {"head_dim", "model.hidden_size / model.num_heads",
-       static_cast<double>(model.hidden_size() / std::max(1, model.num_heads())), {}},
+      {"head_dim",
+       "model.hidden_size / model.num_heads",
+       static_cast<double>(model.hidden_size() / std::max(1, model.num_heads())),
+       {}},
   };
   for (const Size& size : sizes) {
     std::optional<double> value = Number(config, size.key);
@@ -137,8 +141,8 @@ std::vector<std::string> HuggingFaceLlamaConfigProblems(const google::protobuf::
         "null)");
   }
   if (const auto act = String(config, "hidden_act"); act.has_value() && *act != "silu") {
-    problems.push_back(absl::StrCat("hidden_act is \"", *act,
-                                    "\"; this engine computes SwiGLU with silu"));
+    problems.push_back(
+        absl::StrCat("hidden_act is \"", *act, "\"; this engine computes SwiGLU with silu"));
   }
   const std::pair<const char*, bool> flags[] = {
       {"attention_bias", model.linear_bias()},

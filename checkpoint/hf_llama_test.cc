@@ -134,8 +134,7 @@ TEST(HfLlamaTest, ConfigSettingsOfAnotherModelAreRefusedByName) {
 }
 
 TEST(HfLlamaTest, TensorErrorsNameTheHuggingFaceTensor) {
-  std::map<std::string, SafetensorsTensor> tensors =
-      FixtureTensors(std::string(kFixtures) + "gqa");
+  std::map<std::string, SafetensorsTensor> tensors = FixtureTensors(std::string(kFixtures) + "gqa");
   HfTensorShapes shapes;
   for (const auto& [name, tensor] : tensors) shapes[name] = tensor.shape;
   const HfTensorReader read = [&](const std::string& name) -> absl::StatusOr<SafetensorsTensor> {

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "data/byte_tokenizer.h"
+#include "data/indexed_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
-#include "data/byte_tokenizer.h"
-#include "data/indexed_dataset.h"
 
 namespace mtrain {
 namespace {

@@ -12,13 +12,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
-#include "spec/data_split.h"
 #include "data/blended_samples.h"
 #include "data/byte_tokenizer.h"
 #include "data/document_samples.h"
 #include "data/indexed_dataset.h"
 #include "data/text_dataset.h"
 #include "data/window_samples.h"
+#include "spec/data_split.h"
 
 namespace mtrain {
 namespace {

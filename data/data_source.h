@@ -24,9 +24,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/job_spec.pb.h"
 #include "data/sample_source.h"
 #include "data/token_dataset.h"
+#include "proto/job_spec.pb.h"
 
 namespace mtrain {
 

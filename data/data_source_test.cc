@@ -10,11 +10,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "data/indexed_dataset_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer_json_for_test.h"
-#include "data/indexed_dataset_writer.h"
 
 namespace mtrain {
 namespace {

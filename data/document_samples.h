@@ -56,9 +56,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
-#include "spec/data_split.h"
 #include "data/indexed_dataset.h"
 #include "data/sample_source.h"
+#include "spec/data_split.h"
 
 namespace mtrain {
 

@@ -15,9 +15,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "spec/data_split.h"
 #include "data/document_samples.h"
 #include "data/indexed_dataset.h"
+#include "spec/data_split.h"
 
 ABSL_FLAG(std::string, prefix, "", "the dataset's .bin/.idx prefix");
 ABSL_FLAG(int, seq_length, 2048, "tokens a sample (plus one)");

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data/indexed_dataset_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "data/indexed_dataset_writer.h"
 
 namespace mtrain {
 namespace {

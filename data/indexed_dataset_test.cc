@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "data/indexed_dataset_format.h"
 #include "data/indexed_dataset_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace mtrain {
 namespace {

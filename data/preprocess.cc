@@ -11,11 +11,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
-#include "nlohmann/json.hpp"
-#include "tokenizer/bpe_tokenizer.h"
 #include "data/build_indexed_dataset.h"
 #include "data/byte_tokenizer.h"
 #include "data/indexed_dataset_writer.h"
+#include "nlohmann/json.hpp"
+#include "tokenizer/bpe_tokenizer.h"
 
 namespace mtrain {
 namespace {

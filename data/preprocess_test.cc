@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "data/build_indexed_dataset.h"
+#include "data/indexed_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer_json_for_test.h"
-#include "data/build_indexed_dataset.h"
-#include "data/indexed_dataset.h"
 
 namespace mtrain {
 namespace {

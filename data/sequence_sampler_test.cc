@@ -7,9 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "data/token_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "data/token_dataset.h"
 
 namespace mtrain {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tokenizer/bpe_tokenizer.h"
 #include "data/token_dataset.h"
+#include "tokenizer/bpe_tokenizer.h"
 
 namespace mtrain {
 

@@ -20,10 +20,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "spec/data_split.h"
 #include "data/sample_source.h"
 #include "data/sequence_sampler.h"
 #include "data/token_dataset.h"
+#include "spec/data_split.h"
 
 namespace mtrain {
 

@@ -257,7 +257,8 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferencesAcrossQueryBlocks) {
 // attention (3 reading 1): the documented math, and gradients whose key-value parts sum the
 // group's contributions.
 TEST(AttentionTest, GroupedQueryForwardMatchesNaive) {
-  for (const AttentionShape shape : {AttentionShape{2, 6, 4, 4, 2}, AttentionShape{1, 7, 3, 8, 1}}) {
+  for (const AttentionShape shape :
+       {AttentionShape{2, 6, 4, 4, 2}, AttentionShape{1, 7, 3, 8, 1}}) {
     std::mt19937_64 rng(21);
     const std::vector<double> qkv = RandomVector(QkvSize(shape), rng, -2.0, 2.0);
     for (const AttentionDropout dropout :
@@ -273,12 +274,12 @@ TEST(AttentionTest, GroupedQueryForwardMatchesNaive) {
 }
 
 TEST(AttentionTest, GroupedQueryBackwardMatchesFiniteDifferences) {
-  for (const AttentionShape shape : {AttentionShape{2, 5, 4, 3, 2}, AttentionShape{1, 70, 3, 4, 1}}) {
+  for (const AttentionShape shape :
+       {AttentionShape{2, 5, 4, 3, 2}, AttentionShape{1, 70, 3, 4, 1}}) {
     AttentionProblem problem(11, 0.25f, shape);
     std::vector<double> d_qkv(problem.qkv.size(), 0.0);
     problem.Backward(&d_qkv);
-    ExpectGradientNear(d_qkv,
-                       NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
+    ExpectGradientNear(d_qkv, NumericalGradient(&problem.qkv, [&] { return problem.Objective(); }),
                        "d_qkv");
   }
 }
@@ -331,7 +332,8 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
 }
 
 TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
-  for (const AttentionShape shape : {AttentionShape{2, 48, 3, 16}, AttentionShape{2, 40, 4, 16, 2}}) {
+  for (const AttentionShape shape :
+       {AttentionShape{2, 48, 3, 16}, AttentionShape{2, 40, 4, 16, 2}}) {
     const AttentionRun one = RunAttention(1, Isa::kChosen, shape);
     for (int threads : {2, 3}) {
       const AttentionRun many = RunAttention(threads, Isa::kChosen, shape);

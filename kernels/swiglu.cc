@@ -35,8 +35,8 @@ __attribute__((always_inline)) inline void ForwardRow(const T* gate_up, T* y, in
 
 // d up = d_y silu(g); d gate = d_y up silu'(g), silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
 template <typename T>
-__attribute__((always_inline)) inline void BackwardRow(const T* d_y, const T* gate_up,
-                                                       T* d_gate_up, int row, int F) {
+__attribute__((always_inline)) inline void BackwardRow(const T* d_y, const T* gate_up, T* d_gate_up,
+                                                       int row, int F) {
   const size_t offset = static_cast<size_t>(row) * 2 * F;
   const T* gate = gate_up + offset;
   const T* up = gate + F;

@@ -55,10 +55,11 @@ struct Shape {
   Schedule schedule;
   // The layer's MLP width on one tensor rank; parameters per tensor rank (model/).
   int64_t ffn_local = 0;
-  int64_t qkv_local = 0;  // the fused query, key and value projections' width on one tensor rank
+  int64_t qkv_local = 0;     // the fused query, key and value projections' width on one tensor rank
   int64_t query_local = 0;   // the attention output's width (query heads x head size) / t
   int64_t mlp_in_local = 0;  // the MLP input projection's width / t: F, or 2 F gated ([gate|up])
-  int64_t norm_statistics = 2;  // per row and normalisation: LayerNorm's mean and rstd, RMSNorm's rstd
+  int64_t norm_statistics =
+      2;  // per row and normalisation: LayerNorm's mean and rstd, RMSNorm's rstd
   RankParameterCounts parameters;
   int64_t local_hidden() const { return hidden / tensor; }
   int64_t tokens() const { return Mul(micro_batch, seq); }  // N
@@ -210,8 +211,7 @@ int64_t LayerSavedElements(const Shape& s) {
   const int64_t rows = s.sequence_parallel ? n / s.tensor : n;
   const int64_t attention = Mul(Mul(s.micro_batch, s.heads / s.tensor), s.seq);
   return Sum({Mul(3, Mul(rows, s.hidden)), Mul(Mul(2, s.norm_statistics), rows),
-              Mul(n, Sum({s.qkv_local, s.query_local, s.mlp_in_local, s.ffn_local})),
-              attention});
+              Mul(n, Sum({s.qkv_local, s.query_local, s.mlp_in_local, s.ffn_local})), attention});
 }
 
 // The attention core's output and log-sum-exp: what selective recomputation does not keep.
@@ -304,8 +304,8 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
   // saved sets, its inputs and output and the forward's two alternating inputs; selective
   // the attention core of the layer at hand.
   // d_ln, d_branch [N, C]; d_fc [N, mlp_in / t] and d_act [N, F / t]; d_qkv and d_attn_y.
-  int64_t scratch = Sum({Mul(2, nc), Mul(n, Add(s.mlp_in_local, fl)),
-                         Mul(n, Add(s.qkv_local, s.query_local))});
+  int64_t scratch =
+      Sum({Mul(2, nc), Mul(n, Add(s.mlp_in_local, fl)), Mul(n, Add(s.qkv_local, s.query_local))});
   if (s.recompute) {
     const int64_t group = std::min(s.recompute_group,  // 1 under block
 

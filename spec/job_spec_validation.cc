@@ -676,10 +676,9 @@ void ValidateArchitectureTrained(const JobSpec& spec, Violations* v) {
                         " yet", rule));
   }
   if (m.position_embedding() != positions) {
-    v->Add(absl::StrCat("model.position_embedding: ",
-                        PositionEmbedding_Name(m.position_embedding()),
-                        " is not trained by the engines with ", ModelFamily_Name(m.family()),
-                        " yet", rule));
+    v->Add(absl::StrCat(
+        "model.position_embedding: ", PositionEmbedding_Name(m.position_embedding()),
+        " is not trained by the engines with ", ModelFamily_Name(m.family()), " yet", rule));
   }
   if (llama) {
     // The CPU engine trains it (in fp32); the CUDA engine's kernels are issue 33's next part.

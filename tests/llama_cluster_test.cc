@@ -96,11 +96,11 @@ TEST_F(LlamaClusterTest, TheDemoSpecTrainsAndItsExportLoadsInTransformers) {
   ASSERT_TRUE(google::protobuf::util::MessageToJsonString(single, &json).ok());
   std::ofstream(eval_spec) << json;
   const std::string result = Path("eval.result.json");
-  auto train = ChildProcess::Start(
-      {"worker/launch", "--spec=" + eval_spec, "--out_dir=" + Path("eval"), "--",
-       "--evaluate=perplexity", "--eval_data=tests/data/eval_text.txt", "--overlapping_eval=8",
-       "--eval_output=" + result},
-      Path("eval.log"));
+  auto train =
+      ChildProcess::Start({"worker/launch", "--spec=" + eval_spec, "--out_dir=" + Path("eval"),
+                           "--", "--evaluate=perplexity", "--eval_data=tests/data/eval_text.txt",
+                           "--overlapping_eval=8", "--eval_output=" + result},
+                          Path("eval.log"));
   ASSERT_TRUE(train.ok()) << train.status();
   absl::StatusOr<int> train_code = (*train)->Wait(absl::Minutes(3));
   ASSERT_TRUE(train_code.ok() && *train_code == 0) << (*train)->Log();
@@ -109,9 +109,9 @@ TEST_F(LlamaClusterTest, TheDemoSpecTrainsAndItsExportLoadsInTransformers) {
   const double engine_loss = ours.fields().at("loss").number_value();
 
   // ... and transformers' of the same directory.
-  auto check = ChildProcess::Start(
-      {"/usr/bin/env", "python3", "tests/parity/llama/check_export.py", exported, "tests/data/eval_text.txt"},
-      Path("check.log"));
+  auto check = ChildProcess::Start({"/usr/bin/env", "python3", "tests/parity/llama/check_export.py",
+                                    exported, "tests/data/eval_text.txt"},
+                                   Path("check.log"));
   ASSERT_TRUE(check.ok()) << check.status();
   absl::StatusOr<int> check_code = (*check)->Wait(absl::Minutes(3));
   ASSERT_TRUE(check_code.ok()) << check_code.status();

@@ -61,7 +61,7 @@ const Model kModels[] = {
 // Runs `train` under `launch` with `flags`, the model imported from its fixture; the
 // JSON result it wrote and the logs.
 std::pair<Struct, std::string> RunTrain(const Model& model, const std::string& name, int t, int p,
-                                   int d, std::vector<std::string> flags) {
+                                        int d, std::vector<std::string> flags) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", model.name, "-", name);
   std::ofstream(dir + ".json") << absl::StrFormat(
       R"({"name": "llama", "model": {"family": "MODEL_FAMILY_LLAMA", "num_layers": 2,
@@ -72,8 +72,12 @@ std::pair<Struct, std::string> RunTrain(const Model& model, const std::string& n
           "train": {"init_from": "tests/parity/llama/%s"}, "device": "DEVICE_CPU"})",
       model.model_fields, t, p, d, 2 * d, model.name);
   const std::string output = dir + ".result.json";
-  std::vector<std::string> argv = {"worker/launch", "--spec=" + dir + ".json", "--out_dir=" + dir,
-                                   "--threads_per_rank=1", "--", "--eval_output=" + output};
+  std::vector<std::string> argv = {"worker/launch",
+                                   "--spec=" + dir + ".json",
+                                   "--out_dir=" + dir,
+                                   "--threads_per_rank=1",
+                                   "--",
+                                   "--eval_output=" + output};
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto launch = ChildProcess::Start(argv, dir + ".log");
   if (!launch.ok()) return {Struct(), std::string(launch.status().message())};
@@ -106,12 +110,13 @@ TEST(LlamaHfParityTest, LossOfTheImportedWeightsEqualsTransformersUnderEveryLayo
     for (const auto& [t, p, d] : std::vector<std::tuple<int, int, int>>{
              {1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {1, 1, 2}}) {
       const std::string layout = absl::StrCat("t", t, "p", p, "d", d);
-      const auto [got, log] = RunTrain(model, "ppl-" + layout, t, p, d,
-                                  {"--evaluate=perplexity",
-                                   "--eval_data=tests/evaluation/text.txt",
-                                   "--overlapping_eval=8"});
+      const auto [got, log] =
+          RunTrain(model, "ppl-" + layout, t, p, d,
+                   {"--evaluate=perplexity", "--eval_data=tests/evaluation/text.txt",
+                    "--overlapping_eval=8"});
       EXPECT_NEAR(Number(got, "loss"), expected, 1e-5 * expected)
-          << model.name << " at " << layout << "\n" << log;
+          << model.name << " at " << layout << "\n"
+          << log;
       EXPECT_EQ(Number(got, "scored_tokens"), Number(want, "scored_tokens")) << layout;
       std::printf("%s %s: loss %.9f, transformers %.9f\n", model.name.c_str(), layout.c_str(),
                   Number(got, "loss"), expected);
@@ -126,13 +131,15 @@ TEST(LlamaHfParityTest, GreedyGenerationEqualsTransformersWithAndWithoutTheCache
     const std::vector<int> expected =
         Ints(Reference().fields().at(model.name).struct_value().fields().at("generation"));
     ASSERT_EQ(expected.size(), static_cast<size_t>(new_tokens));
-    for (const auto& [name, t, p, cache] : std::vector<std::tuple<std::string, int, int, bool>>{
-             {"gen-t1", 1, 1, true}, {"gen-t2", 2, 1, true}, {"gen-p2", 1, 2, true},
-             {"gen-t1-nocache", 1, 1, false}}) {
+    for (const auto& [name, t, p, cache] :
+         std::vector<std::tuple<std::string, int, int, bool>>{{"gen-t1", 1, 1, true},
+                                                              {"gen-t2", 2, 1, true},
+                                                              {"gen-p2", 1, 2, true},
+                                                              {"gen-t1-nocache", 1, 1, false}}) {
       const auto [got, log] =
           RunTrain(model, name, t, p, 1,
-              {"--generate=" + prompt, absl::StrCat("--max_new_tokens=", new_tokens),
-               absl::StrCat("--kv_cache=", cache ? "true" : "false")});
+                   {"--generate=" + prompt, absl::StrCat("--max_new_tokens=", new_tokens),
+                    absl::StrCat("--kv_cache=", cache ? "true" : "false")});
       const auto tokens = got.fields().find("tokens");
       ASSERT_NE(tokens, got.fields().end()) << model.name << " " << name << "\n" << log;
       EXPECT_EQ(Ints(tokens->second), expected) << model.name << " " << name;

@@ -63,9 +63,17 @@ const char kLlamaTiedBiases[] =
 Layout LlamaLayout(const char* name, int tensor, int pipeline, int data, const char* model_extra,
                    int virtual_stages = 1, int zero_stage = 0, std::string parallel_extra = "",
                    std::string train_extra = "") {
-  Layout l{name, tensor, pipeline, data, virtual_stages,
-           virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B", zero_stage,
-           std::move(parallel_extra), std::move(train_extra), model_extra, 96,
+  Layout l{name,
+           tensor,
+           pipeline,
+           data,
+           virtual_stages,
+           virtual_stages > 1 ? "SCHEDULE_INTERLEAVED_1F1B" : "SCHEDULE_1F1B",
+           zero_stage,
+           std::move(parallel_extra),
+           std::move(train_extra),
+           model_extra,
+           96,
            "layers.0.mlp.gate.weight"};
   return l;
 }
@@ -180,8 +188,8 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
     absl::StatusOr<std::vector<float>> a = TensorAsFloats(tensor);
     absl::StatusOr<std::vector<float>> b = TensorAsFloats(got);
     ASSERT_TRUE(a.ok() && b.ok());
-    if ((name == "wte" || name == "lm_head") && got.shape.size() == 2 && got.shape[1] == tensor.shape[1] &&
-        got.shape[0] > tensor.shape[0]) {
+    if ((name == "wte" || name == "lm_head") && got.shape.size() == 2 &&
+        got.shape[1] == tensor.shape[1] && got.shape[0] > tensor.shape[0]) {
       // The vocabulary is padded to a multiple of 128 * tensor: t = 4 pads further than one
       // rank. The rows past the reference's are padding (initialised, never selected by a
       // token nor counted in the loss): the real rows are compared.
@@ -218,75 +226,72 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ParallelEquivalenceTest,
-    ::testing::Values(Layout{"t2", 2, 1, 1}, Layout{"p2", 1, 2, 1}, Layout{"d2", 1, 1, 2},
-                      Layout{"t2p2", 2, 2, 1},
-                      Layout{"p4_interleaved_v2", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B"},
-                      Layout{"t2p2d2", 2, 2, 2}, Layout{"d2_zero1", 1, 1, 2, 1, "SCHEDULE_1F1B", 1},
-                      Layout{"p2_gpipe", 1, 2, 1, 1, "SCHEDULE_GPIPE"},
-                      // Issue 21: whole pipeline messages (scatter/gather is the default
-                      // under tensor parallelism), four tensor ranks, and each
-                      // recomputation granularity and method.
-                      Layout{"t2p2_whole_messages", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
-                             R"(, "scatter_gather": false)"},
-                      Layout{"t4", 4, 1, 1},
-                      Layout{"t2_selective", 2, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
-                             R"(, "recompute_granularity": "selective")"},
-                      Layout{"p2_full_uniform_2", 1, 2, 1, 1, "SCHEDULE_1F1B", 0, "",
-                             R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
-                      Layout{"t2p2d2_full_block_1", 2, 2, 2, 1, "SCHEDULE_1F1B", 0, "",
-                             R"(, "recompute_granularity": "full", "recompute_method": "block",
+    ::testing::Values(
+        Layout{"t2", 2, 1, 1}, Layout{"p2", 1, 2, 1}, Layout{"d2", 1, 1, 2},
+        Layout{"t2p2", 2, 2, 1},
+        Layout{"p4_interleaved_v2", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B"},
+        Layout{"t2p2d2", 2, 2, 2}, Layout{"d2_zero1", 1, 1, 2, 1, "SCHEDULE_1F1B", 1},
+        Layout{"p2_gpipe", 1, 2, 1, 1, "SCHEDULE_GPIPE"},
+        // Issue 21: whole pipeline messages (scatter/gather is the default
+        // under tensor parallelism), four tensor ranks, and each
+        // recomputation granularity and method.
+        Layout{"t2p2_whole_messages", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "scatter_gather": false)"},
+        Layout{"t4", 4, 1, 1},
+        Layout{"t2_selective", 2, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
+               R"(, "recompute_granularity": "selective")"},
+        Layout{"p2_full_uniform_2", 1, 2, 1, 1, "SCHEDULE_1F1B", 0, "",
+               R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+        Layout{"t2p2d2_full_block_1", 2, 2, 2, 1, "SCHEDULE_1F1B", 0, "",
+               R"(, "recompute_granularity": "full", "recompute_method": "block",
                                 "recompute_num_layers": 1)"},
-                      Layout{"p4_interleaved_selective", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B", 0,
-                             "", R"(, "recompute_granularity": "selective")"},
-                      // Sequence parallelism (issue 21), alone and with the rest.
-                      Layout{"t2_sequence_parallel", 2, 1, 1, 1, "SCHEDULE_1F1B", 0,
-                             R"(, "sequence_parallel": true)"},
-                      Layout{"t2p2_sequence_parallel", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
-                             R"(, "sequence_parallel": true)"},
-                      Layout{"t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, 1,
-                             "SCHEDULE_1F1B", 1, R"(, "sequence_parallel": true)",
-                             R"(, "recompute_granularity": "selective")"},
-                      Layout{"t4_sequence_parallel_full", 4, 1, 1, 1, "SCHEDULE_1F1B", 0,
-                             R"(, "sequence_parallel": true)",
-                             R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
-                      Layout{"t2p2_interleaved_sequence_parallel", 2, 2, 1, 2,
-                             "SCHEDULE_INTERLEAVED_1F1B", 0, R"(, "sequence_parallel": true)"},
-                      Layout{"t4_sequence_parallel_selective", 4, 1, 1, 1, "SCHEDULE_1F1B", 0,
-                             R"(, "sequence_parallel": true)",
-                             R"(, "recompute_granularity": "selective")"},
-                      // Everything at once: interleaved (2,2,2), sequence parallel, ZeRO-1,
-                      // full recomputation of the first layer of each chunk.
-                      Layout{"t2p2d2_interleaved_sequence_parallel_zero1_full_block_1", 2, 2, 2, 2,
-                             "SCHEDULE_INTERLEAVED_1F1B", 1, R"(, "sequence_parallel": true)",
-                             R"(, "recompute_granularity": "full", "recompute_method": "block",
+        Layout{"p4_interleaved_selective", 1, 4, 1, 2, "SCHEDULE_INTERLEAVED_1F1B", 0, "",
+               R"(, "recompute_granularity": "selective")"},
+        // Sequence parallelism (issue 21), alone and with the rest.
+        Layout{"t2_sequence_parallel", 2, 1, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "sequence_parallel": true)"},
+        Layout{"t2p2_sequence_parallel", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "sequence_parallel": true)"},
+        Layout{"t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, 1, "SCHEDULE_1F1B", 1,
+               R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"},
+        Layout{"t4_sequence_parallel_full", 4, 1, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "sequence_parallel": true)",
+               R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+        Layout{"t2p2_interleaved_sequence_parallel", 2, 2, 1, 2, "SCHEDULE_INTERLEAVED_1F1B", 0,
+               R"(, "sequence_parallel": true)"},
+        Layout{"t4_sequence_parallel_selective", 4, 1, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"},
+        // Everything at once: interleaved (2,2,2), sequence parallel, ZeRO-1,
+        // full recomputation of the first layer of each chunk.
+        Layout{"t2p2d2_interleaved_sequence_parallel_zero1_full_block_1", 2, 2, 2, 2,
+               "SCHEDULE_INTERLEAVED_1F1B", 1, R"(, "sequence_parallel": true)",
+               R"(, "recompute_granularity": "full", "recompute_method": "block",
                                 "recompute_num_layers": 1)"},
-                      // ZeRO-1 reduce-scatters the gradients (issue 21).
-                      Layout{"t2p2d2_zero1", 2, 2, 2, 1, "SCHEDULE_1F1B", 1},
-                      Layout{"p2d2_interleaved_zero1", 1, 2, 2, 2, "SCHEDULE_INTERLEAVED_1F1B", 1},
-                      Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
-                             R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"},
-                      // The model's FFN width and normalisation epsilon from the spec
-                      // (issue 33), against a single rank of the same model.
-                      Layout{"t2p2_sequence_parallel_ffn96_larger_eps", 2, 2, 1, 1, "SCHEDULE_1F1B",
-                             0, R"(, "sequence_parallel": true)", "",
-                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
-                      Layout{"t4_ffn96_larger_eps", 4, 1, 1, 1, "SCHEDULE_1F1B", 0, "", "",
-                             R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
-                      // Llama-style layers in every kind of layout.
-                      LlamaLayout("llama_t2", 2, 1, 1, kLlamaGqa),
-                      LlamaLayout("llama_t2p2_sequence_parallel", 2, 2, 1, kLlamaGqa, 1, 0,
-                                  R"(, "sequence_parallel": true)"),
-                      LlamaLayout("llama_p4_interleaved_full_uniform_2", 1, 4, 1, kLlamaGqa, 2, 0,
-                                  "",
-                                  R"(, "recompute_granularity": "full",
+        // ZeRO-1 reduce-scatters the gradients (issue 21).
+        Layout{"t2p2d2_zero1", 2, 2, 2, 1, "SCHEDULE_1F1B", 1},
+        Layout{"p2d2_interleaved_zero1", 1, 2, 2, 2, "SCHEDULE_INTERLEAVED_1F1B", 1},
+        Layout{"single_full_uniform_3", 1, 1, 1, 1, "SCHEDULE_1F1B", 0, "",
+               R"(, "recompute_granularity": "full", "recompute_num_layers": 3)"},
+        // The model's FFN width and normalisation epsilon from the spec
+        // (issue 33), against a single rank of the same model.
+        Layout{"t2p2_sequence_parallel_ffn96_larger_eps", 2, 2, 1, 1, "SCHEDULE_1F1B", 0,
+               R"(, "sequence_parallel": true)", "",
+               R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
+        Layout{"t4_ffn96_larger_eps", 4, 1, 1, 1, "SCHEDULE_1F1B", 0, "", "",
+               R"(, "ffn_hidden_size": 96, "norm_epsilon": 1e-3)", 96},
+        // Llama-style layers in every kind of layout.
+        LlamaLayout("llama_t2", 2, 1, 1, kLlamaGqa),
+        LlamaLayout("llama_t2p2_sequence_parallel", 2, 2, 1, kLlamaGqa, 1, 0,
+                    R"(, "sequence_parallel": true)"),
+        LlamaLayout("llama_p4_interleaved_full_uniform_2", 1, 4, 1, kLlamaGqa, 2, 0, "",
+                    R"(, "recompute_granularity": "full",
                                        "recompute_num_layers": 2)"),
-                      LlamaLayout("llama_t2p2d2_zero1_selective", 2, 2, 2, kLlamaGqa, 1, 1, "",
-                                  R"(, "recompute_granularity": "selective")"),
-                      LlamaLayout("llama_tied_biases_t2p2", 2, 2, 1, kLlamaTiedBiases),
-                      LlamaLayout("llama_tied_biases_t4_sequence_parallel", 4, 1, 1,
-                                  kLlamaTiedBiases, 1, 0, R"(, "sequence_parallel": true)"),
-                      LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2,
-                                  kLlamaTiedBiases, 2, 1)),
+        LlamaLayout("llama_t2p2d2_zero1_selective", 2, 2, 2, kLlamaGqa, 1, 1, "",
+                    R"(, "recompute_granularity": "selective")"),
+        LlamaLayout("llama_tied_biases_t2p2", 2, 2, 1, kLlamaTiedBiases),
+        LlamaLayout("llama_tied_biases_t4_sequence_parallel", 4, 1, 1, kLlamaTiedBiases, 1, 0,
+                    R"(, "sequence_parallel": true)"),
+        LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2, kLlamaTiedBiases, 2, 1)),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Issue 21's whole matrix: every combination of its options (sequence parallelism,

@@ -50,21 +50,22 @@ absl::Status BpeTokenizer::ConfigureSentencePiece(const nlohmann::json& root,
   auto refuse = [&](const std::string& field, const std::string& rule) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", field, ": ", rule));
   };
-  const nlohmann::json normalizer = root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
-  const nlohmann::json pre = root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
+  const nlohmann::json normalizer =
+      root.contains("normalizer") ? root["normalizer"] : nlohmann::json();
+  const nlohmann::json pre =
+      root.contains("pre_tokenizer") ? root["pre_tokenizer"] : nlohmann::json();
   sp_.enabled = true;
   if (!normalizer.is_null()) {
     // Llama 2's: Sequence [Prepend "▁", Replace " " -> "▁"], no pre-tokenizer.
-    const nlohmann::json steps =
-        normalizer.is_object() && normalizer.contains("normalizers") ? normalizer["normalizers"]
-                                                                     : nlohmann::json();
-    const bool llama2 =
-        IsObjectOfType(normalizer, "Sequence") && steps.is_array() && steps.size() == 2 &&
-        IsObjectOfType(steps[0], "Prepend") &&
-        FieldOr<std::string>(steps[0], "prepend", "") == kSpaceMarkUtf8 &&
-        IsObjectOfType(steps[1], "Replace") && steps[1].contains("pattern") &&
-        FieldOr<std::string>(steps[1]["pattern"], "String", "") == " " &&
-        FieldOr<std::string>(steps[1], "content", "") == kSpaceMarkUtf8;
+    const nlohmann::json steps = normalizer.is_object() && normalizer.contains("normalizers")
+                                     ? normalizer["normalizers"]
+                                     : nlohmann::json();
+    const bool llama2 = IsObjectOfType(normalizer, "Sequence") && steps.is_array() &&
+                        steps.size() == 2 && IsObjectOfType(steps[0], "Prepend") &&
+                        FieldOr<std::string>(steps[0], "prepend", "") == kSpaceMarkUtf8 &&
+                        IsObjectOfType(steps[1], "Replace") && steps[1].contains("pattern") &&
+                        FieldOr<std::string>(steps[1]["pattern"], "String", "") == " " &&
+                        FieldOr<std::string>(steps[1], "content", "") == kSpaceMarkUtf8;
     if (!llama2) {
       return refuse("normalizer",
                     "not supported [rule: null, or Sequence [Prepend \"▁\", Replace \" \" -> "
@@ -103,8 +104,8 @@ absl::Status BpeTokenizer::ConfigureSentencePiece(const nlohmann::json& root,
   if (unk.is_string()) {
     const std::optional<int32_t> id = TokenId(unk.get<std::string>());
     if (!id.has_value()) {
-      return refuse("model.unk_token", absl::StrCat("\"", unk.get<std::string>(),
-                                                    "\" is not in the vocabulary"));
+      return refuse("model.unk_token",
+                    absl::StrCat("\"", unk.get<std::string>(), "\" is not in the vocabulary"));
     }
     sp_.unk_id = *id;
   }

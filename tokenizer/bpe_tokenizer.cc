@@ -308,8 +308,8 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJsonFields(absl::stri
       return refuse(byte_level_field,
                     "must be {\"type\": \"ByteLevel\", ...} or a Sequence [Split, ByteLevel]");
     }
-    add_prefix_space = byte_level.contains("add_prefix_space") &&
-                       byte_level["add_prefix_space"] == true;
+    add_prefix_space =
+        byte_level.contains("add_prefix_space") && byte_level["add_prefix_space"] == true;
   }
   if (!model.contains("vocab")) return refuse("model.vocab", "missing");
   absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> vocab =
@@ -346,8 +346,8 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::ParseHuggingFaceJsonFields(absl::stri
     }
     added.emplace_back(a["content"].get<std::string>(), a["id"].get<int32_t>());
   }
-  absl::StatusOr<BpeTokenizer> tokenizer = Build(*std::move(vocab), merges, std::move(added),
-                                                 add_prefix_space, name, !sentencepiece);
+  absl::StatusOr<BpeTokenizer> tokenizer =
+      Build(*std::move(vocab), merges, std::move(added), add_prefix_space, name, !sentencepiece);
   if (!tokenizer.ok()) return tokenizer.status();
   tokenizer->pretokenizer_ = split;
   tokenizer->ignore_merges_ = ignore_merges;
@@ -418,7 +418,6 @@ void BpeTokenizer::MergeSymbols(std::vector<int32_t>* symbols_out) const {
   }
 }
 
-
 void BpeTokenizer::MergeSymbolsWithHeap(std::vector<int32_t>* symbols_out) const {
   std::vector<int32_t>& symbols = *symbols_out;
   const int n = static_cast<int>(symbols.size());
@@ -438,8 +437,8 @@ void BpeTokenizer::MergeSymbolsWithHeap(std::vector<int32_t>* symbols_out) const
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
   const auto rank_of = [&](int left) -> const std::pair<int32_t, int32_t>* {
     if (left < 0 || next[left] < 0) return nullptr;
-    const uint64_t key = (static_cast<uint64_t>(symbols[left]) << 32) |
-                         static_cast<uint32_t>(symbols[next[left]]);
+    const uint64_t key =
+        (static_cast<uint64_t>(symbols[left]) << 32) | static_cast<uint32_t>(symbols[next[left]]);
     const auto it = merges_.find(key);
     return it == merges_.end() ? nullptr : &it->second;
   };
@@ -461,7 +460,8 @@ void BpeTokenizer::MergeSymbolsWithHeap(std::vector<int32_t>* symbols_out) const
     if (const auto* left_pair = rank_of(prev[top.position])) {
       heap.push({left_pair->first, prev[top.position]});
     }
-    if (const auto* right_pair = rank_of(top.position)) heap.push({right_pair->first, top.position});
+    if (const auto* right_pair = rank_of(top.position))
+      heap.push({right_pair->first, top.position});
   }
   size_t out = 0;
   for (int i = 0; i >= 0 && i < n; i = next[i]) symbols[out++] = symbols[i];

@@ -116,7 +116,7 @@ class BpeTokenizer {
     bool metaspace = false;  // the Metaspace pre-tokenizer (else the Prepend normalizer)
     bool byte_fallback = false;
     bool fuse_unk = false;
-    int32_t unk_id = -1;             // -1: none
+    int32_t unk_id = -1;               // -1: none
     int32_t byte_token_ids[256] = {};  // <0x00>..<0xFF>, when byte_fallback
   };
   // Reads the SentencePiece-style settings of a tokenizer.json (normalizer, pre_tokenizer,

@@ -110,7 +110,8 @@ TEST(BpeTokenizerTest, RefusesWhatItCannotReproduceNamingTheField) {
   EXPECT_THAT(message(metaspace), HasSubstr("pre_tokenizer: not supported"));
   std::string fallback = TinyTokenizerJson();
   fallback.replace(fallback.find("\"ByteLevel\""), 11, R"("Metaspace")");
-  fallback.replace(fallback.find(R"("type": "BPE")"), 13, R"("type": "BPE", "byte_fallback": true)");
+  fallback.replace(fallback.find(R"("type": "BPE")"), 13,
+                   R"("type": "BPE", "byte_fallback": true)");
   EXPECT_THAT(message(fallback), HasSubstr("model.byte_fallback: the vocabulary has no <0x00>"));
 }
 
@@ -121,7 +122,8 @@ TEST(BpeTokenizerTest, SentencePieceStyleFallsBackToBytes) {
   const std::string json = R"({"normalizer": null, "pre_tokenizer": {"type": "Metaspace",
       "replacement": "\u2581", "prepend_scheme": "always", "split": true},
       "added_tokens": [], "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
-      "vocab": {)" + vocab + R"(}, "merges": ["\u2581 h", "\u2581h i"]}})";
+      "vocab": {)" + vocab +
+                           R"(}, "merges": ["\u2581 h", "\u2581h i"]}})";
   absl::StatusOr<BpeTokenizer> t = BpeTokenizer::ParseHuggingFaceJson(json, "sp");
   ASSERT_TRUE(t.ok()) << t.status();
   // "hi hi!" -> "▁hi", "▁hi", then "!" (0x21) by its byte token.

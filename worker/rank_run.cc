@@ -18,22 +18,22 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
 #include "checkpoint/checkpoint_transfer.h"
-#include "checkpoint/hf_interchange.h"
 #include "checkpoint/hf_import.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/shard_from_full.h"
 #include "common/json_writer.h"
 #include "common/scratch_dir.h"
 #include "common/status_macros.h"
 #include "common/step_metrics_format.h"
+#include "data/data_roots.h"
+#include "data/data_source.h"
 #include "kernels/cpu_gemm_library.h"
 #include "kernels/cuda_device_query.h"
 #include "plan/assignment_plan.h"
 #include "plan/rank_grid.h"
 #include "spec/job_spec_defaults.h"
 #include "spec/job_spec_validation.h"
-#include "data/data_roots.h"
-#include "data/data_source.h"
 #include "worker/engine/engine_choice.h"
 #include "worker/engine/memory_limits.h"
 #include "worker/engine/rank_allocation_estimate.h"
@@ -139,8 +139,7 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
                        ConfineToDataRoots("train.init_from", spec.train().init_from(), roots));
       // A directory or an index leads to more files (shards, config.json): each must lie
       // inside the roots too (a symlinked shard could point anywhere).
-      absl::StatusOr<HuggingFaceFiles> files =
-          FindHuggingFaceFiles(spec.train().init_from());
+      absl::StatusOr<HuggingFaceFiles> files = FindHuggingFaceFiles(spec.train().init_from());
       if (files.ok()) {
         std::vector<std::string> opened = files->safetensors;
         if (!files->config.empty()) opened.push_back(files->config);

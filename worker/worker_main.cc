@@ -27,13 +27,13 @@
 #include "absl/strings/str_join.h"
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
+#include "data/data_roots.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/cpu_gemm_library.h"
 #include "worker/agent.h"
 #include "worker/coordinator_client.h"
 #include "worker/device_inventory.h"
 #include "worker/device_probe.h"
-#include "data/data_roots.h"
 #include "worker/rank_process.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address HOST:PORT");

@@ -4,8 +4,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_tensors.h"
-#include "checkpoint/hf_interchange.h"
 #include "checkpoint/hf_import.h"
+#include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
 #include "common/grpc_status.h"
 #include "common/scratch_dir.h"
@@ -86,8 +86,7 @@ JobSpec EvaluationJobSpec(const JobStatus& job, int64_t step, const std::vector<
 
 absl::StatusOr<std::map<std::string, FullTensor>> ReadInitialWeights(const std::string& path,
                                                                      const JobSpec& spec) {
-  absl::StatusOr<std::map<std::string, FullTensor>> weights =
-      ImportHuggingFace(path, spec.model());
+  absl::StatusOr<std::map<std::string, FullTensor>> weights = ImportHuggingFace(path, spec.model());
   if (!weights.ok()) {
     return absl::Status(weights.status().code(),
                         absl::StrCat("train.init_from: ", path, ": ", weights.status().message()));

@@ -19,8 +19,8 @@ absl::Status CheckShape(const AttentionShape& s) {
   }
   if (s.kv_head_count() != s.heads) {
     return absl::InvalidArgumentError(
-        "FlashAttention: grouped-query attention (kv_heads " + std::to_string(s.kv_heads) +
-        " of " + std::to_string(s.heads) + " heads) is not in the CUDA kernels yet");
+        "FlashAttention: grouped-query attention (kv_heads " + std::to_string(s.kv_heads) + " of " +
+        std::to_string(s.heads) + " heads) is not in the CUDA kernels yet");
   }
   if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
     return absl::InvalidArgumentError("FlashAttention: head_dim " + std::to_string(s.head_dim) +

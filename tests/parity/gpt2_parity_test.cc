@@ -10,8 +10,8 @@
 #include "tests/parity/parity_config.h"
 #include "tests/parity/parity_reference.h"
 #include "worker/engine/cpu/gpt_model.h"
-#include "worker/engine/optimizer.h"
 #include "worker/engine/cpu/single_rank_step.h"
+#include "worker/engine/optimizer.h"
 
 namespace mtrain {
 namespace {

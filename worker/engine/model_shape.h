@@ -35,9 +35,7 @@ struct ModelPlacement {
   }
   int local_kv(const ModelShape& s) const { return static_cast<int>(s.kv_width() / tensor_size); }
   int local_qkv(const ModelShape& s) const { return local_query(s) + 2 * local_kv(s); }
-  int local_mlp_in(const ModelShape& s) const {
-    return (s.gated_mlp ? 2 : 1) * local_ffn(s);
-  }
+  int local_mlp_in(const ModelShape& s) const { return (s.gated_mlp ? 2 : 1) * local_ffn(s); }
   int vocab_start(const ModelShape& s) const { return tensor_rank * local_vocab(s); }
 };
 

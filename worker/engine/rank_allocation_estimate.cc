@@ -155,8 +155,8 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     // LayerActivations: ln1, h1, ln2 [r, C]; qkv [n, qkv_l]; attn_y [n, Ql]; fc [n, mlp_in_l]
     // and the activation [n, Fl]; the attention's log-sum-exp; the normalisations'
     // statistics [r] each (RMSNorm: no mean).
-    const double saved_layer = 3 * r * C + n * qkv_l + n * Ql + n * (mlp_in_l + Fl) + attention +
-                               2 * statistics * r;
+    const double saved_layer =
+        3 * r * C + n * qkv_l + n * Ql + n * (mlp_in_l + Fl) + attention + 2 * statistics * r;
     const std::vector<double> in_flight =
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/optimizer.h"
 #include "worker/engine/cpu/rank_model.h"
 #include "worker/engine/cpu/rank_model_stages.h"
+#include "worker/engine/optimizer.h"
 #include "worker/engine/training_engine.h"
 #include "worker/parallel/grad_buckets.h"
 

@@ -9,10 +9,10 @@
 #include "kernels/grad_norm.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/rank_grid.h"
-#include "worker/engine/heap_peak.h"
-#include "worker/engine/optimizer.h"
 #include "worker/engine/cpu/rank_model.h"
 #include "worker/engine/cpu/rank_model_stages.h"
+#include "worker/engine/heap_peak.h"
+#include "worker/engine/optimizer.h"
 #include "worker/parallel/pipeline_executor.h"
 #include "worker/parallel/rank_groups.h"
 

@@ -432,10 +432,9 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
       RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits.data(), acts->lnf.data(),
                                                           OutputWeight(p_), d_ln_.data(),
                                                           OutputWeight(g_), nullptr, N, C, Vl));
-      layer_blocks::NormBackward<T>(shape_, d_ln_.data(),
-                                    acts->layer_io[placement_.num_layers].data(), p_.lnf_gamma,
-                                    acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(),
-                                    g_.lnf_gamma, g_.lnf_beta, N);
+      layer_blocks::NormBackward<T>(
+          shape_, d_ln_.data(), acts->layer_io[placement_.num_layers].data(), p_.lnf_gamma,
+          acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(), g_.lnf_gamma, g_.lnf_beta, N);
     }
     for (const ParamTensor* tensor : head_tensors_) report(tensor);
     // The embedding stage also adds the input embedding's gradient to the tied table.

@@ -126,9 +126,9 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
   const T* last = x.data() + (rows - 1) * C;
   layer_blocks::NormForward<T>(shape_, last, p_.lnf_gamma, p_.lnf_beta, ln.data(), mean.data(),
                                rstd.data(), 1);
-  tp::ColumnParallelLinearForward<T>(
-      ln.data(), p_.output_weight != nullptr ? p_.output_weight : p_.wte, nullptr, out, 1, C,
-      placement_.local_vocab(shape_));
+  tp::ColumnParallelLinearForward<T>(ln.data(),
+                                     p_.output_weight != nullptr ? p_.output_weight : p_.wte,
+                                     nullptr, out, 1, C, placement_.local_vocab(shape_));
   return absl::OkStatus();
 }
 

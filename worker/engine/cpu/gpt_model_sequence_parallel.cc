@@ -122,8 +122,8 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
                          placement_.local_mlp_in(shape_));
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
   layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), s.h1.data(), w.ln2_gamma,
-                                s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma,
-                                g.ln2_beta, R);
+                                s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta,
+                                R);
 
   // Attention block: d_x = d_h1 + (through the attention branch).
   std::copy(d_h1, d_h1 + RC, d_x);
@@ -167,9 +167,10 @@ absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
   // One all-reduce for the layer's tensors, packed: each collective is a synchronisation
   // of the tensor group, and on small tensors its latency is all it costs.
   // RMSNorm has no bias.
-  tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                               [](const std::pair<T*, int>& tensor) { return tensor.first == nullptr; }),
-                tensors.end());
+  tensors.erase(
+      std::remove_if(tensors.begin(), tensors.end(),
+                     [](const std::pair<T*, int>& tensor) { return tensor.first == nullptr; }),
+      tensors.end());
   size_t total = 0;
   for (const auto& [data, count] : tensors) total += static_cast<size_t>(count);
   layer_norm_sums_.resize(total);

@@ -277,7 +277,8 @@ TEST(GptModelTest, KeyValueCacheDecodingMatchesTheFullForward) {
     int position = 0;
     while (position < shape.seq_length) {
       const int count = position == 0 ? 2 : 1;
-      ASSERT_TRUE(model.Decode(&cache, tokens.data() + position, nullptr, count, logits.data()).ok());
+      ASSERT_TRUE(
+          model.Decode(&cache, tokens.data() + position, nullptr, count, logits.data()).ok());
       position += count;
       const double* expected = full + static_cast<size_t>(position - 1) * shape.padded_vocab;
       for (int v = 0; v < shape.vocab; ++v) {

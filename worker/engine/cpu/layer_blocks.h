@@ -28,8 +28,7 @@ void NormForward(const ModelShape& shape, const T* x, const T* gamma, const T* b
   if (shape.normalization == NormKind::kRmsNorm) {
     cpu::RmsNormForward<T>(x, gamma, y, rstd, rows, shape.hidden, NormEpsilon(shape));
   } else {
-    cpu::LayerNormForward<T>(x, gamma, beta, y, mean, rstd, rows, shape.hidden,
-                             NormEpsilon(shape));
+    cpu::LayerNormForward<T>(x, gamma, beta, y, mean, rstd, rows, shape.hidden, NormEpsilon(shape));
   }
 }
 

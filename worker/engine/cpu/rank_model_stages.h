@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "worker/engine/heap_peak.h"
 #include "worker/engine/cpu/rank_model.h"
+#include "worker/engine/heap_peak.h"
 #include "worker/parallel/pipeline_stages.h"
 
 namespace mtrain {

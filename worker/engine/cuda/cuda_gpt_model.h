@@ -50,9 +50,9 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/cpu/activations.h"
+#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/cuda/device_buffer.h"
 #include "worker/engine/cuda/device_collectives.h"
-#include "worker/engine/cpu/gpt_model.h"
 #include "worker/engine/parameter_layout.h"
 
 namespace mtrain::cuda {
