@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tokenizer/unicode_text.h"
+#include "tokenizer/pretokenizer_testing.h"
 
 namespace mtrain {
 namespace {
@@ -12,22 +12,7 @@ namespace {
 // The pieces as UTF-8 strings. Expected values are what `tokenizers` 0.23's
 // pre_tokenizers.Split(Regex(kLlama3SplitPattern), "isolated") and Python's
 // regex.findall with the same pattern return.
-std::vector<std::string> Split(const std::string& utf8) {
-  const std::u32string text = DecodeUtf8Lossy(utf8);
-  std::vector<TextPiece> pieces;
-  SplitLikeLlama3(text, 0, text.size(), &pieces);
-  std::vector<std::string> out;
-  size_t covered = 0;
-  for (const TextPiece& p : pieces) {
-    EXPECT_EQ(p.begin, covered) << "pieces must cover the text in order";
-    covered = p.end;
-    std::string s;
-    for (size_t i = p.begin; i < p.end; ++i) AppendUtf8(text[i], &s);
-    out.push_back(s);
-  }
-  EXPECT_EQ(covered, text.size());
-  return out;
-}
+std::vector<std::string> Split(const std::string& utf8) { return PiecesOf(SplitLikeLlama3, utf8); }
 
 using Pieces = std::vector<std::string>;
 
