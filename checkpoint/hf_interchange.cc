@@ -46,9 +46,6 @@ HfFamily HfFamilyOf(const ModelSpec& m) {
 }
 // The engine's GeLU (kernels/gelu.h: the tanh form, which transformers calls "gelu_new").
 constexpr char kHfActivation[] = "gelu_new";
-// Our initialisation's standard deviation (parameter_init.cc); HF uses it only to
-// initialise new weights.
-constexpr float kInitializerRange = 0.02f;
 
 struct TensorMapping {
   std::string ours;
@@ -313,7 +310,7 @@ std::string HuggingFaceConfigJson(const JobSpec& spec_in) {
       .Number("embd_pdrop", dropout)
       .Number("attn_pdrop", dropout)
       .Number("resid_pdrop", dropout)
-      .Number("initializer_range", kInitializerRange)
+      .Number("initializer_range", static_cast<float>(kInitStd))
       .Bool("scale_attn_weights", true)
       .Bool("scale_attn_by_inverse_layer_idx", false)
       .Bool("reorder_and_upcast_attn", false)

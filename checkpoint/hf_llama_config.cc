@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/hf_config_fields.h"
 #include "common/json_writer.h"
+#include "model/parameter_table.h"
 #include "spec/job_spec_defaults.h"
 
 namespace mtrain {
@@ -18,9 +19,6 @@ using hf_config::Number;
 using hf_config::Object;
 using hf_config::String;
 
-// Our initialisation's standard deviation (parameter_init.cc); HF uses it only to
-// initialise new weights.
-constexpr double kInitializerRange = 0.02;
 
 // transformers' LlamaConfig defaults, which apply to a setting a config.json omits.
 constexpr double kHfIntermediateSize = 11008;
@@ -64,7 +62,7 @@ std::string HuggingFaceLlamaConfigJson(const JobSpec& spec_in) {
       .Bool("attention_bias", m.linear_bias())
       .Bool("mlp_bias", false)
       .Number("attention_dropout", spec.train().dropout())
-      .Number("initializer_range", kInitializerRange)
+      .Number("initializer_range", static_cast<float>(kInitStd))
       .Bool("tie_word_embeddings", m.tie_word_embeddings())
       .Null("bos_token_id")
       .Null("eos_token_id")

@@ -63,6 +63,10 @@ enum class ParameterRole {
   kOutputWeight,
 };
 
+// The standard deviation of kNormal (and the base of kScaledNormal): what the engines draw
+// with and what an exported config.json states as initializer_range.
+inline constexpr double kInitStd = 0.02;
+
 enum class ParamInit {
   kNormal,        // N(0, 0.02)
   kScaledNormal,  // N(0, 0.02 / sqrt(2 L)): output projections of attention and MLP

@@ -25,6 +25,7 @@ namespace {
 
 constexpr char32_t kSpaceMark = 0x2581;  // "▁"
 constexpr char kSpaceMarkUtf8[] = "\xE2\x96\x81";
+constexpr size_t kCachedPieceBytes = 256;
 
 bool IsObjectOfType(const nlohmann::json& j, const char* type) {
   return j.is_object() && j.contains("type") && j["type"] == type;
@@ -164,9 +165,13 @@ void BpeTokenizer::EncodeSentencePiecePiece(const std::u32string& chars, size_t 
   if (begin >= end) return;
   std::string piece;
   for (size_t i = begin; i < end; ++i) AppendUtf8(chars[i], &piece);
-  if (Recall(piece, ids)) return;
+  // Without Metaspace splitting a piece is a whole segment (a line, a file): only word-sized
+  // pieces repeat, so only they are cached.
+  const bool cached = piece.size() <= kCachedPieceBytes;
+  if (cached && Recall(piece, ids)) return;
   std::vector<int32_t> symbols;
-  if (const auto whole = token_ids_.find(piece); ignore_merges_ && whole != token_ids_.end()) {
+  const auto whole = ignore_merges_ ? token_ids_.find(piece) : token_ids_.end();
+  if (whole != token_ids_.end()) {
     symbols.push_back(whole->second);
   } else {
     std::string character;
@@ -186,7 +191,7 @@ void BpeTokenizer::EncodeSentencePiecePiece(const std::u32string& chars, size_t 
     MergeSymbols(&symbols);
   }
   ids->insert(ids->end(), symbols.begin(), symbols.end());
-  Remember(std::move(piece), std::move(symbols));
+  if (cached) Remember(std::move(piece), std::move(symbols));
 }
 
 }  // namespace mtrain

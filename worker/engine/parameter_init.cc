@@ -6,7 +6,6 @@
 namespace mtrain {
 namespace {
 
-constexpr double kInitStd = 0.02;
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;

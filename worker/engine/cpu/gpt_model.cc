@@ -21,11 +21,6 @@ void Zero(std::vector<T>& v) {
   std::fill(v.begin(), v.end(), T(0));
 }
 
-template <typename T>
-void AddInto(const T* src, T* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 // The output layer's weight: an untied one, or the token embedding (tied).
 template <typename T>
 T* OutputWeight(const ModelView<T>& view) {
