@@ -158,6 +158,19 @@ class ElasticRestartTest : public ClusterTest {
     return out;
   }
 
+  // The steps of the job's stored checkpoints, oldest first (trainctl checkpoints --json).
+  std::vector<int64_t> StoredCheckpointSteps(const std::string& job) {
+    auto [code, table] = Trainctl({"checkpoints", "--json", job});
+    EXPECT_EQ(code, 0) << table;
+    std::vector<int64_t> steps;
+    for (absl::string_view line : absl::StrSplit(table, '\n', absl::SkipEmpty())) {
+      const size_t at = line.find("\"step\":\"");
+      if (at != absl::string_view::npos)
+        steps.push_back(std::stoll(std::string(line.substr(at + 8))));
+    }
+    return steps;
+  }
+
   // A committed checkpoint's directory in the coordinator's store.
   std::string StoredCheckpoint(const std::string& job, int64_t step) {
     return Path(absl::StrCat("state/checkpoints/", job, "/", CheckpointDirName(step)));
@@ -409,16 +422,20 @@ TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
   ASSERT_TRUE(rank0 > 0 && rank1 > 0);
   ::kill(rank0, SIGSTOP);
   ::kill(rank1, SIGSTOP);
-  absl::SleepFor(absl::Milliseconds(500));  // a commit already sent completes first
-  auto [code, table] = Trainctl({"checkpoints", "--json", job});
-  ASSERT_EQ(code, 0) << table;
-  std::vector<int64_t> steps;
-  for (absl::string_view line : absl::StrSplit(table, '\n', absl::SkipEmpty())) {
-    const size_t at = line.find("\"step\":\"");
-    if (at != absl::string_view::npos)
-      steps.push_back(std::stoll(std::string(line.substr(at + 8))));
+  // A checkpoint the ranks wrote before they stopped may still be on its way to the
+  // coordinator (the daemon streams it): wait until the stored list stops changing.
+  std::vector<int64_t> steps = StoredCheckpointSteps(job);
+  for (absl::Time settled = absl::Now() + absl::Seconds(2),
+                  give_up = absl::Now() + absl::Seconds(60);
+       absl::Now() < settled && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(250));
+    std::vector<int64_t> now = StoredCheckpointSteps(job);
+    if (now != steps) {
+      steps = std::move(now);
+      settled = absl::Now() + absl::Seconds(2);
+    }
   }
-  ASSERT_GE(steps.size(), 2u) << table;
+  ASSERT_GE(steps.size(), 2u);
   const int64_t newest = steps.back();
   const int64_t previous = steps[steps.size() - 2];
   {
@@ -432,6 +449,8 @@ TEST_F(ElasticRestartTest, CorruptNewestCheckpointIsSkippedForThePreviousOne) {
     f.seekp(200);
     f.write(&c, 1);
   }
+  ASSERT_EQ(StoredCheckpointSteps(job), steps)
+      << "a checkpoint landed while both ranks were stopped";
   // The rank on w1 dies (with its daemon); rank 0 resumes and fails on the lost peer.
   w1->Signal(SIGKILL);
   ::kill(rank0, SIGCONT);
