@@ -16,6 +16,9 @@
 #include "checkpoint/hf_import.h"
 #include "checkpoint/hf_interchange.h"
 #include "checkpoint/safetensors.h"
+#include "model/parameter_table.h"
+#include "model/transformer_config.h"
+#include "proto/job_spec.pb.h"
 
 ABSL_FLAG(std::string, path, "", "a HuggingFace GPT-2 (file, directory or index)");
 ABSL_FLAG(std::string, mode, "streaming", "streaming or whole");
@@ -25,8 +28,8 @@ ABSL_FLAG(int, hidden_size, 768, "");
 ABSL_FLAG(int, seq_length, 1024, "");
 ABSL_FLAG(int, vocab_size, 50257, "");
 ABSL_FLAG(int, stage_layers, 0,
-          "streaming: keep only wte, wpe and layers below this (a first pipeline stage's "
-          "tensors); 0 keeps everything");
+          "streaming: keep only the embeddings and the layers below this (a first pipeline "
+          "stage's tensors); 0 keeps everything");
 
 ABSL_FLAG(int, tensor, 1,
           "streaming: keep 1/t of each tensor as it is read (what a tensor-parallel rank "
@@ -54,14 +57,16 @@ int main(int argc, char** argv) {
     std::set<std::string> stage;
     const int layers = absl::GetFlag(FLAGS_stage_layers);
     if (layers > 0) {
-      stage = {"wte", "wpe"};
-      for (int l = 0; l < layers; ++l) {
-        for (const char* part :
-             {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-              "attn.proj.bias", "ln2.weight", "ln2.bias", "mlp.fc.weight", "mlp.fc.bias",
-              "mlp.proj.weight", "mlp.proj.bias"}) {
-          stage.insert("layers." + std::to_string(l) + "." + part);
-        }
+      // A first pipeline stage's tensors, from the model's parameter table.
+      mtrain::JobSpec spec;
+      *spec.mutable_model() = model;
+      for (const mtrain::ParameterEntry& entry :
+           mtrain::ParameterTable(mtrain::TransformerConfigOf(spec))) {
+        const bool first_stage = entry.holder == mtrain::ParameterHolder::kFirstStage ||
+                                 entry.holder == mtrain::ParameterHolder::kFirstAndLastStage;
+        const bool early_layer =
+            entry.holder == mtrain::ParameterHolder::kLayer && entry.layer < layers;
+        if (first_stage || early_layer) stage.insert(entry.name);
       }
     }
     // A tensor-parallel rank keeps 1/t of each tensor as it is read (the size of its
