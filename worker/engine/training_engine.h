@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job_spec.pb.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/model_options.h"
 #include "worker/engine/model_shape.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/engine/rank_layout.h"

@@ -1,5 +1,6 @@
 // The CPU engine behind TrainingEngine (training_engine.h): the rank's RankModel (fp32
-// GptModel chunks over one flat host buffer), AdamW on the host, data-parallel gradient
+// model chunks of the job's family, model_chunk.h, over one flat host buffer), AdamW on
+// the host, data-parallel gradient
 // buckets all-reduced over the Gloo data group while the last backward runs, and the
 // chunks driven by the pipeline executor through RankModelStages. Its buffers are the host
 // state itself: SyncToHost and SyncFromHost do nothing.
@@ -73,7 +74,7 @@ class CpuEngine : public TrainingEngine {
 
   const RankGroups* groups_ = nullptr;
   // Generation: the sequence's key-value cache of each model chunk (StartGeneration).
-  std::vector<GptModel<float>::KvCache> kv_caches_;
+  std::vector<KvCache<float>> kv_caches_;
   int64_t generated_positions_ = 0;  // of the sequence, for the pipeline messages' tags
   int pipeline_ = 1;
   OptimizerSlice slice_;

@@ -1,10 +1,10 @@
 // The parts of a CPU transformer layer where the model families differ (model/'s
-// TransformerConfig), for GptModel's full, sequence-parallel and decoding paths: the
+// TransformerConfig), for DecoderModel's full, sequence-parallel and decoding paths: the
 // normalisation (LayerNorm or RMSNorm), the fused attention input projection ([q|k|v], one
 // GEMM over GPT-2's qkv tensor or Llama's adjacent q, k and v tensors), rotary positions on
 // q and k, and the MLP's activation (tanh GeLU on fc, or SwiGLU on [gate|up]). Everything
 // else in a layer is the same GEMMs, attention core, dropouts and residual adds whatever the
-// family, so it stays written once in gpt_model*.cc.
+// family, so it stays written once in decoder_model*.cc.
 #ifndef MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
 #define MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
 

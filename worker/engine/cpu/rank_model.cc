@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"
+#include "worker/engine/cpu/model_chunk_factory.h"
 #include "worker/engine/parameter_init.h"
 
 namespace mtrain {
@@ -17,7 +18,7 @@ absl::StatusOr<std::unique_ptr<RankModel>> RankModel::Create(
   model->params_.assign(model->layout_.buffer_size(), 0.0f);
   model->grads_.assign(model->layout_.buffer_size(), 0.0f);
   for (int c = 0; c < model->layout_.num_chunks(); ++c) {
-    model->models_.push_back(std::make_unique<GptModel<float>>(
+    model->models_.push_back(NewModelChunk<float>(
         model->layout_.chunk(c), micro_batch, options, tensor_group,
         SharedParameterBuffers<float>{model->params_.data(), model->grads_.data()}));
   }

@@ -17,9 +17,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/model_chunk.h"
+#include "worker/engine/model_options.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/engine/rank_layout.h"
+#include "worker/parallel/tensor_parallel.h"
 
 namespace mtrain {
 
@@ -34,7 +36,7 @@ class RankModel {
       size_t pad_to_multiple);
 
   int num_chunks() const { return static_cast<int>(models_.size()); }
-  GptModel<float>& chunk(int c) { return *models_[c]; }
+  ModelChunk<float>& chunk(int c) { return *models_[c]; }
   const ParameterLayout& chunk_layout(int c) const { return layout_.chunk(c); }
   const RankLayout& layout() const { return layout_; }
 
@@ -62,7 +64,7 @@ class RankModel {
   explicit RankModel(RankLayout layout) : layout_(std::move(layout)) {}
 
   RankLayout layout_;
-  std::vector<std::unique_ptr<GptModel<float>>> models_;
+  std::vector<std::unique_ptr<ModelChunk<float>>> models_;
   std::vector<float> params_, grads_;
 };
 

@@ -1,5 +1,5 @@
 // PipelineStages (worker/parallel/pipeline_stages.h) over the CPU engine's RankModel: each chunk's
-// GptModel<float>, with a pool of activation sets per chunk (a set is reused once its
+// ModelChunk<float>, with a pool of activation sets per chunk (a set is reused once its
 // backward is done, so memory follows the schedule's in-flight count).
 //
 //   RankModelStages stages(model.get());

@@ -7,7 +7,7 @@
 
 namespace mtrain {
 
-absl::StatusOr<StepStats> SingleRankStep(GptModel<float>& model, AdamWOptimizer& optimizer,
+absl::StatusOr<StepStats> SingleRankStep(ModelChunk<float>& model, AdamWOptimizer& optimizer,
                                          float grad_clip, int64_t step,
                                          const std::vector<TokenBatch>& microbatches) {
   if (microbatches.empty()) return absl::InvalidArgumentError("no microbatches");

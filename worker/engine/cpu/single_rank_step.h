@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/optimizer.h"
 
 namespace mtrain {
@@ -27,7 +27,7 @@ struct StepStats {
 
 // Runs step `step` (1-based) over `microbatches` (each holding micro_batch sequences).
 // `first_sample` of microbatch k is k * micro_batch (dropout masks depend on it).
-absl::StatusOr<StepStats> SingleRankStep(GptModel<float>& model, AdamWOptimizer& optimizer,
+absl::StatusOr<StepStats> SingleRankStep(ModelChunk<float>& model, AdamWOptimizer& optimizer,
                                          float grad_clip, int64_t step,
                                          const std::vector<TokenBatch>& microbatches);
 

@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/matmul.h"
 #include "proto/job_spec.pb.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/cuda/device_buffer.h"
 #include "worker/engine/cuda/device_collectives.h"
 #include "worker/engine/cuda/device_message_pool.h"

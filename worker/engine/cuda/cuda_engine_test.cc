@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_support.h"
 #include "kernels/grad_norm.h"
+#include "worker/engine/cpu/decoder_model.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parameter_init.h"
@@ -56,7 +57,7 @@ struct Reference {
 Reference CpuReference(const ParameterLayout& layout, const std::vector<float>& params,
                        const ModelOptions& options, const std::vector<int32_t>& tokens,
                        const std::vector<int32_t>& targets, const MicrobatchId& id) {
-  GptModel<double> model(layout, kBatch, options);
+  DecoderModel<double> model(layout, kBatch, options);
   std::copy(params.begin(), params.end(), model.params());
   model.ZeroGrads();
   auto acts = model.NewActivations();
@@ -244,7 +245,7 @@ TEST(CudaEngineTest, Fp32TrainingFollowsTheCpuEngine) {
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(config);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
-  GptModel<float> cpu(layout, kBatch, ModelOptions{});
+  DecoderModel<float> cpu(layout, kBatch, ModelOptions{});
   InitializeParameters(layout, 3, cpu.params());
   AdamWOptimizer optimizer(layout.tensors(), spec, 0, layout.end_offset());
   ASSERT_TRUE((*engine)->UploadParameters(cpu.params()).ok());
@@ -417,9 +418,9 @@ TEST(CudaGptModelTest, Fp32DecodingMatchesTheCpuModel) {
   std::vector<float> params(layout.end_offset());
   InitializeParameters(layout, 7, params.data());
   ModelOptions options;
-  GptModel<double> cpu(layout, 1, options);
+  DecoderModel<double> cpu(layout, 1, options);
   std::copy(params.begin(), params.end(), cpu.params());
-  GptModel<double>::KvCache cpu_cache = cpu.NewKvCache(shape.seq_length);
+  KvCache<double> cpu_cache = cpu.NewKvCache(shape.seq_length);
 
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);

@@ -1,4 +1,4 @@
-// The GPT-2 model of worker/engine/cpu/gpt_model.h on one GPU: the same layers, parameter
+// The GPT-2 model of worker/engine/cpu/decoder_model.h on one GPU: the same layers, parameter
 // layout, dropout masks, recomputation and Megatron tensor parallelism, written out with
 // the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias and bias+GeLU epilogues,
 // fused LayerNorm, flash attention, fused vocab-parallel cross-entropy, deterministic
@@ -9,7 +9,7 @@
 // 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter
 // gradients are always fp32 ("main grads"), whatever T.
 //
-// Recomputation and sequence parallelism as the CPU model's (gpt_model.h): full
+// Recomputation and sequence parallelism as the CPU model's (decoder_model.h): full
 // recomputation keeps a layer's input only (uniform groups of N layers keep the group's
 // first input, block B recomputes the chunk's first B layers), selective recomputation
 // keeps everything but the attention core's output and log-sum-exp, which the backward
@@ -50,7 +50,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/cpu/activations.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/cuda/device_buffer.h"
 #include "worker/engine/cuda/device_collectives.h"
 #include "worker/engine/parameter_layout.h"
@@ -210,7 +210,7 @@ class CudaGptModel {
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
   // Whether local layer l keeps no activations (full recomputation), whether the residual
   // stream's input of layer l (l == num_layers: the chunk's output) is kept, and the
-  // first local layer of l's recomputation group (gpt_model.cc's rules).
+  // first local layer of l's recomputation group (decoder_model.cc's rules).
   bool Recomputed(int l) const;
   bool KeepsInput(int l) const;
   int GroupStart(int l) const;

@@ -1,4 +1,4 @@
-// GptModel's layers under sequence parallelism (gpt_model.h, Korthikanti et al. 2022): the
+// DecoderModel's layers under sequence parallelism (decoder_model.h, Korthikanti et al. 2022): the
 // residual stream, normalisations, dropouts and residual adds work on this tensor rank's rows
 // [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel
 // block takes the all-gathered LayerNorm output, each row-parallel block's partial output
@@ -16,7 +16,7 @@
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/decoder_model.h"
 #include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
@@ -35,8 +35,9 @@ void AddRowBias(const T* bias, T* out, int rows, int cols) {
 }  // namespace
 
 template <typename T>
-absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                       const T* x, T* out, LayerActivations<T>* s) {
+absl::Status DecoderModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                           const T* x, T* out,
+                                                           LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
@@ -88,9 +89,10 @@ absl::Status GptModel<T>::LayerForwardSequenceParallel(int layer, const Microbat
 }
 
 template <typename T>
-absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                        const T* x, const LayerActivations<T>& s,
-                                                        T* d_out, T* d_x) {
+absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                            const T* x,
+                                                            const LayerActivations<T>& s, T* d_out,
+                                                            T* d_x) {
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -155,7 +157,7 @@ absl::Status GptModel<T>::LayerBackwardSequenceParallel(int layer, const Microba
 }
 
 template <typename T>
-absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
+absl::Status DecoderModel<T>::SumLayerNormGradients(int layer) {
   std::vector<std::pair<T*, int>> tensors;
   const int C = shape_.hidden;
   if (layer >= 0) {
@@ -188,13 +190,13 @@ absl::Status GptModel<T>::SumLayerNormGradients(int layer) {
   return absl::OkStatus();
 }
 
-// Only the members defined here: the class itself is instantiated in gpt_model.cc.
+// Only the members defined here: the class itself is instantiated in decoder_model.cc.
 #define MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(T)                                \
-  template absl::Status GptModel<T>::LayerForwardSequenceParallel(             \
+  template absl::Status DecoderModel<T>::LayerForwardSequenceParallel(         \
       int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);           \
-  template absl::Status GptModel<T>::LayerBackwardSequenceParallel(            \
+  template absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(        \
       int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*); \
-  template absl::Status GptModel<T>::SumLayerNormGradients(int);
+  template absl::Status DecoderModel<T>::SumLayerNormGradients(int);
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(float)
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(double)
 #undef MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL

@@ -1,4 +1,4 @@
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/decoder_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -30,8 +30,8 @@ T* OutputWeight(const ModelView<T>& view) {
 }  // namespace
 
 template <typename T>
-GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-                      TensorParallelGroup<T> tensor_group, SharedParameterBuffers<T> shared)
+DecoderModel<T>::DecoderModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
+                              TensorParallelGroup<T> tensor_group, SharedParameterBuffers<T> shared)
     : layout_(layout),
       shape_(layout.shape()),
       placement_(layout.placement()),
@@ -72,7 +72,7 @@ GptModel<T>::GptModel(const ParameterLayout& layout, int micro_batch, ModelOptio
 }
 
 template <typename T>
-void GptModel<T>::AllocateScratch() {
+void DecoderModel<T>::AllocateScratch() {
   // On first use, not in the constructor: a model that only holds parameters (the host
   // copy next to the CUDA engine) never needs these.
   if (scratch_allocated_) return;
@@ -111,33 +111,33 @@ void GptModel<T>::AllocateScratch() {
 }
 
 template <typename T>
-bool GptModel<T>::Recomputed(int l) const {
+bool DecoderModel<T>::Recomputed(int l) const {
   if (!options_.recompute) return false;
   return options_.recompute_block < 0 || l < options_.recompute_block;
 }
 
 template <typename T>
-int GptModel<T>::GroupStart(int l) const {
+int DecoderModel<T>::GroupStart(int l) const {
   const int group = options_.recompute_block < 0 ? std::max(1, options_.recompute_group) : 1;
   return l / group * group;
 }
 
 template <typename T>
-bool GptModel<T>::KeepsInput(int l) const {
+bool DecoderModel<T>::KeepsInput(int l) const {
   if (l == placement_.num_layers || !Recomputed(l)) return true;
   return GroupStart(l) == l;
 }
 
 template <typename T>
-GptModel<T>::~GptModel() = default;
+DecoderModel<T>::~DecoderModel() = default;
 
 template <typename T>
-void GptModel<T>::ZeroGrads() {
+void DecoderModel<T>::ZeroGrads() {
   std::fill(grads_ + layout_.begin_offset(), grads_ + layout_.end_offset(), T(0));
 }
 
 template <typename T>
-std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
+std::unique_ptr<Activations<T>> DecoderModel<T>::NewActivations() const {
   auto acts = std::make_unique<Activations<T>>();
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
   const size_t C = shape_.hidden;
@@ -172,7 +172,7 @@ std::unique_ptr<Activations<T>> GptModel<T>::NewActivations() const {
 }
 
 template <typename T>
-cpu::VocabShard GptModel<T>::VocabShardOf(int rows) const {
+cpu::VocabShard DecoderModel<T>::VocabShardOf(int rows) const {
   const int local = placement_.local_vocab(shape_);
   const int start = placement_.vocab_start(shape_);
   // Columns past the real vocabulary are padding, excluded from the softmax.
@@ -180,19 +180,19 @@ cpu::VocabShard GptModel<T>::VocabShardOf(int rows) const {
 }
 
 template <typename T>
-uint64_t GptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
+uint64_t DecoderModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
   return DropoutKeyOf(options_.seed, id, global_layer, site);
 }
 
 template <typename T>
-cpu::AttentionShape GptModel<T>::LocalAttentionShape() const {
+cpu::AttentionShape DecoderModel<T>::LocalAttentionShape() const {
   return cpu::AttentionShape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                              shape_.head_dim, placement_.local_kv_heads(shape_)};
 }
 
 template <typename T>
-absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
-                                       LayerActivations<T>* s) {
+absl::Status DecoderModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
+                                           LayerActivations<T>* s) {
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -238,8 +238,8 @@ absl::Status GptModel<T>::LayerForward(int layer, const MicrobatchId& id, const 
 }
 
 template <typename T>
-absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
-                                        const LayerActivations<T>& s, T* d_out, T* d_x) {
+absl::Status DecoderModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
+                                            const LayerActivations<T>& s, T* d_out, T* d_x) {
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
@@ -296,8 +296,8 @@ absl::Status GptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const
 }
 
 template <typename T>
-absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Activations<T>* acts,
-                                            T* hidden_out) {
+absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
+                                                Activations<T>* acts, T* hidden_out) {
   AllocateScratch();
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
@@ -386,8 +386,9 @@ absl::StatusOr<double> GptModel<T>::Forward(const MicrobatchInput<T>& input, Act
 }
 
 template <typename T>
-absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
-                                   T* d_hidden_in, const GradReadyHook* on_grad_ready) {
+absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
+                                       T d_loss_per_token, T* d_hidden_in,
+                                       const GradReadyHook* on_grad_ready) {
   if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
   AllocateScratch();
   const int N = batch_ * shape_.seq_length;
@@ -491,20 +492,20 @@ absl::Status GptModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out, 
 }
 
 template <typename T>
-std::pair<const T*, const T*> GptModel<T>::AttentionCoreFor(const LayerActivations<T>& s,
-                                                            const cpu::AttentionShape& shape,
-                                                            const cpu::AttentionDropout& dropout) {
+std::pair<const T*, const T*> DecoderModel<T>::AttentionCoreFor(
+    const LayerActivations<T>& s, const cpu::AttentionShape& shape,
+    const cpu::AttentionDropout& dropout) {
   if (!s.attn_y.empty()) return {s.attn_y.data(), s.lse.data()};
   cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, dropout);
   return {core_y_.data(), core_lse_.data()};
 }
 
 template <typename T>
-const T* GptModel<T>::logits(const Activations<T>& acts) const {
+const T* DecoderModel<T>::logits(const Activations<T>& acts) const {
   return acts.logits.data();
 }
 
-template class GptModel<float>;
-template class GptModel<double>;
+template class DecoderModel<float>;
+template class DecoderModel<double>;
 
 }  // namespace mtrain

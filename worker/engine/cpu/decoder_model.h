@@ -29,13 +29,13 @@
 //     log-sum-exp, which the backward recomputes from the kept QKV.
 //
 // Usage (one microbatch, whole model):
-//   GptModel<float> model(layout, micro_batch, options);
+//   DecoderModel<float> model(layout, micro_batch, options);
 //   InitializeParameters(layout, seed, model.params());
 //   auto acts = model.NewActivations();
 //   ASSIGN_OR_RETURN(double loss_sum, model.Forward(in, acts.get()));
 //   RETURN_IF_ERROR(model.Backward(acts.get(), nullptr, 1.0 / tokens, nullptr));
-#ifndef MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_
-#define MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_
+#ifndef MTRAIN_WORKER_ENGINE_CPU_DECODER_MODEL_H_
+#define MTRAIN_WORKER_ENGINE_CPU_DECODER_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -48,109 +48,48 @@
 #include "kernels/attention.h"
 #include "kernels/rotary.h"
 #include "worker/engine/cpu/activations.h"
+#include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/parameter_layout.h"
 #include "worker/parallel/tensor_parallel.h"
 
 namespace mtrain {
 
-struct ModelOptions {
-  float dropout = 0.0f;
-  bool recompute = false;            // full recomputation
-  int recompute_group = 1;           // full, uniform: layers recomputed together from one input
-  int recompute_block = -1;          // full, block (>= 0): only the chunk's first this many layers
-  bool selective_recompute = false;  // the attention core only
-  // Sequence parallelism (gpt_model_sequence_parallel.cc; needs a tensor group of t > 1
-  // and B * S % t == 0): the residual stream, and hidden_in / hidden_out, hold this tensor
-  // rank's R = B * S / t rows.
-  bool sequence_parallel = false;
-  uint64_t seed = 0;
-};
-
 template <typename T>
-struct MicrobatchInput {
-  MicrobatchId id;
-  const int32_t* tokens = nullptr;   // [B, S]; first stage only
-  const int32_t* targets = nullptr;  // [B, S]; last stage only
-  const T* hidden_in = nullptr;      // [B, S, C]; stages after the first
-  TokenOutputs* outputs = nullptr;   // last stage, evaluation: each token's loss and argmax
-};
-
-// Buffers shared with other model chunks of the rank; offsets come from the layout.
-template <typename T>
-struct SharedParameterBuffers {
-  T* params = nullptr;
-  T* grads = nullptr;
-};
-
-// Called during Backward for each parameter tensor whose gradient this backward will not
-// touch again (after its layer, the head or the embedding is done): the data-parallel
-// gradient buckets start their all-reduce from it.
-using GradReadyHook = std::function<void(const ParamTensor& tensor)>;
-
-template <typename T>
-class GptModel {
+class DecoderModel final : public ModelChunk<T> {
  public:
   // `layout` must outlive the model. `micro_batch` is B. Without `shared` buffers the model
   // owns buffers of layout.end_offset() elements.
-  GptModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-           TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
-  ~GptModel();
+  DecoderModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
+               TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
+  ~DecoderModel() override;
 
-  // Base of the parameter (gradient) buffer: tensor t is at params() + t.offset.
-  T* params() { return params_; }
-  T* grads() { return grads_; }
-  const T* params() const { return params_; }
-  const T* grads() const { return grads_; }
-  // Elements of the buffer up to this model's last tensor.
-  size_t num_params() const { return layout_.end_offset(); }
-  const ParameterLayout& layout() const { return layout_; }
-  // Zeroes this model's gradients (its layout's range only).
-  void ZeroGrads();
-
-  std::unique_ptr<Activations<T>> NewActivations() const;
-
-  // Runs this rank's part of the forward pass. On the last stage returns the SUM of the
-  // per-token losses of the microbatch (0 elsewhere). Stages before the last leave their
-  // output in `hidden_out` ([B, S, C]).
+  // ModelChunk (model_chunk.h says what each does).
+  T* params() override { return params_; }
+  T* grads() override { return grads_; }
+  const T* params() const override { return params_; }
+  const T* grads() const override { return grads_; }
+  size_t num_params() const override { return layout_.end_offset(); }
+  const ParameterLayout& layout() const override { return layout_; }
+  void ZeroGrads() override;
+  std::unique_ptr<Activations<T>> NewActivations() const override;
   absl::StatusOr<double> Forward(const MicrobatchInput<T>& input, Activations<T>* acts,
-                                 T* hidden_out = nullptr);
-
-  // Backward of the last Forward on `acts`; accumulates parameter gradients. The last
-  // stage seeds it with d_loss_per_token (the derivative of the step's loss with respect to
-  // each token's loss); other stages take d_hidden_out from the next stage. Stages after
-  // the first write the gradient of their input into d_hidden_in.
-  // `on_grad_ready`, if given, is called for each of this model's tensors as its gradient
-  // becomes final for this backward.
+                                 T* hidden_out = nullptr) override;
   absl::Status Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
-                        T* d_hidden_in = nullptr, const GradReadyHook* on_grad_ready = nullptr);
-
-  // The logits of the last Forward (last stage): [B*S, V_local], padded columns included.
-  const T* logits(const Activations<T>& acts) const;
-
-  // ---- Generation with a key-value cache (gpt_model_decode.cc), one sequence at a time.
-  // Each of this rank's layers keeps the keys and values of its heads for every position
-  // run so far, so a new token costs one row through the model instead of the whole
-  // context again.
-  struct KvCache {
-    int capacity = 0;                          // positions it can hold
-    int length = 0;                            // positions cached so far
-    std::vector<std::vector<T>> keys, values;  // per local layer: [capacity, local hidden]
-  };
-  KvCache NewKvCache(int capacity) const;
-  // Runs positions [cache->length, cache->length + count) of the sequence (no dropout):
-  // `tokens` [count] on a chunk with the embeddings, else `hidden_in` [count, C]; appends
-  // their keys and values; writes `out`: [count, C] hidden states on a chunk without the
-  // head, else the logits of the LAST new position over this rank's vocabulary shard
-  // [V_local] (padded columns included). Collective over the tensor group.
-  // OUT_OF_RANGE past the cache's capacity or model.seq_length.
-  absl::Status Decode(KvCache* cache, const int32_t* tokens, const T* hidden_in, int count, T* out);
+                        T* d_hidden_in = nullptr,
+                        const GradReadyHook* on_grad_ready = nullptr) override;
+  const T* logits(const Activations<T>& acts) const override;
+  // Generation (decoder_model_decode.cc): each local layer keeps its key-value heads' keys
+  // and values, so a new token costs one row through the model instead of the context.
+  KvCache<T> NewKvCache(int capacity) const override;
+  absl::Status Decode(KvCache<T>* cache, const int32_t* tokens, const T* hidden_in, int count,
+                      T* out) override;
 
  private:
   absl::Status LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                             LayerActivations<T>* saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
-  // Under sequence parallelism (gpt_model_sequence_parallel.cc): x, out, d_out and d_x are
+  // Under sequence parallelism (decoder_model_sequence_parallel.cc): x, out, d_out and d_x are
   // this rank's rows.
   absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,
                                             LayerActivations<T>* saved);
@@ -222,4 +161,4 @@ class GptModel {
 
 }  // namespace mtrain
 
-#endif  // MTRAIN_WORKER_ENGINE_CPU_GPT_MODEL_H_
+#endif  // MTRAIN_WORKER_ENGINE_CPU_DECODER_MODEL_H_

@@ -1,4 +1,4 @@
-// GptModel's key-value-cache decoding (gpt_model.h): the same layer as LayerForward, for
+// DecoderModel's key-value-cache decoding (decoder_model.h): the same layer as LayerForward, for
 // `count` new positions of one sequence attending to every cached position before them.
 #include <algorithm>
 #include <cmath>
@@ -7,15 +7,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/embedding.h"
-#include "worker/engine/cpu/gpt_model.h"
+#include "worker/engine/cpu/decoder_model.h"
 #include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {
 
 template <typename T>
-typename GptModel<T>::KvCache GptModel<T>::NewKvCache(int capacity) const {
-  KvCache cache;
+KvCache<T> DecoderModel<T>::NewKvCache(int capacity) const {
+  KvCache<T> cache;
   cache.capacity = capacity;
   // Key-value heads only: grouped-query attention caches Hkv / H of multi-head's bytes.
   const size_t elements = static_cast<size_t>(capacity) * placement_.local_kv(shape_);
@@ -25,8 +25,8 @@ typename GptModel<T>::KvCache GptModel<T>::NewKvCache(int capacity) const {
 }
 
 template <typename T>
-absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T* hidden_in,
-                                 int count, T* out) {
+absl::Status DecoderModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens, const T* hidden_in,
+                                     int count, T* out) {
   const int C = shape_.hidden;
   const int Ql = placement_.local_query(shape_);
   const int KVl = placement_.local_kv(shape_);
@@ -132,10 +132,10 @@ absl::Status GptModel<T>::Decode(KvCache* cache, const int32_t* tokens, const T*
   return absl::OkStatus();
 }
 
-// Only the members defined here: the class itself is instantiated in gpt_model.cc.
-#define MTRAIN_INSTANTIATE_DECODE(T)                                         \
-  template typename GptModel<T>::KvCache GptModel<T>::NewKvCache(int) const; \
-  template absl::Status GptModel<T>::Decode(KvCache*, const int32_t*, const T*, int, T*);
+// Only the members defined here: the class itself is instantiated in decoder_model.cc.
+#define MTRAIN_INSTANTIATE_DECODE(T)                          \
+  template KvCache<T> DecoderModel<T>::NewKvCache(int) const; \
+  template absl::Status DecoderModel<T>::Decode(KvCache<T>*, const int32_t*, const T*, int, T*);
 MTRAIN_INSTANTIATE_DECODE(float)
 MTRAIN_INSTANTIATE_DECODE(double)
 #undef MTRAIN_INSTANTIATE_DECODE

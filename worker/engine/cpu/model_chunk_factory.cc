@@ -1,0 +1,34 @@
+#include "worker/engine/cpu/model_chunk_factory.h"
+
+#include <memory>
+#include <utility>
+
+#include "worker/engine/cpu/decoder_model.h"
+
+namespace mtrain {
+
+template <typename T>
+std::unique_ptr<ModelChunk<T>> NewModelChunk(const ParameterLayout& layout, int micro_batch,
+                                             const ModelOptions& options,
+                                             TensorParallelGroup<T> tensor_group,
+                                             SharedParameterBuffers<T> shared) {
+  switch (layout.shape().family) {
+    case ArchitectureFamily::kGpt2:
+    case ArchitectureFamily::kLlama:
+      // One causal decoder body; layer_blocks.h holds where the two families differ.
+      return std::make_unique<DecoderModel<T>>(layout, micro_batch, options,
+                                               std::move(tensor_group), shared);
+  }
+  return nullptr;  // unreachable: every family is a case above (-Wswitch)
+}
+
+template std::unique_ptr<ModelChunk<float>> NewModelChunk(const ParameterLayout&, int,
+                                                          const ModelOptions&,
+                                                          TensorParallelGroup<float>,
+                                                          SharedParameterBuffers<float>);
+template std::unique_ptr<ModelChunk<double>> NewModelChunk(const ParameterLayout&, int,
+                                                           const ModelOptions&,
+                                                           TensorParallelGroup<double>,
+                                                           SharedParameterBuffers<double>);
+
+}  // namespace mtrain
