@@ -1,6 +1,7 @@
 // FlashAttentionForward and FlashAttentionBackward (kernels/cuda/attention.h): the shape
-// check, then the implementation: the tensor-core kernels for bf16 and fp16 at head dims 64
-// and 128, the scalar kernels otherwise (attention_common.cuh lists the files).
+// check, then the implementation: the tensor-core kernels for bf16 and fp16 multi-head
+// attention at head dims 64 and 128, the scalar kernels otherwise (attention_common.cuh lists
+// the files).
 #include <string>
 #include <type_traits>
 
@@ -17,16 +18,22 @@ absl::Status CheckShape(const AttentionShape& s) {
   if (s.batch < 0 || s.seq < 0 || s.heads <= 0) {
     return absl::InvalidArgumentError("FlashAttention: need batch, seq >= 0 and heads > 0");
   }
-  if (s.kv_head_count() != s.heads) {
-    return absl::InvalidArgumentError(
-        "FlashAttention: grouped-query attention (kv_heads " + std::to_string(s.kv_heads) + " of " +
-        std::to_string(s.heads) + " heads) is not in the CUDA kernels yet");
+  if (s.kv_head_count() <= 0 || s.heads % s.kv_head_count() != 0) {
+    return absl::InvalidArgumentError("FlashAttention: kv_heads " + std::to_string(s.kv_heads) +
+                                      " must divide heads " + std::to_string(s.heads));
   }
   if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
     return absl::InvalidArgumentError("FlashAttention: head_dim " + std::to_string(s.head_dim) +
                                       " is not supported [rule: 32, 64 or 128]");
   }
   return absl::OkStatus();
+}
+
+// bf16 and fp16 multi-head attention at head dims 64 and 128 runs on the tensor-core kernels;
+// grouped-query heads on the scalar ones (their dK/dV sum over a group is not in the
+// tensor-core kernels).
+bool TensorCoresRun(const AttentionShape& s) {
+  return (s.head_dim == 64 || s.head_dim == 128) && s.kv_head_count() == s.heads;
 }
 
 DeviceDropout MakeDropout(const AttentionDropout& d, const AttentionShape& shape) {
@@ -50,7 +57,7 @@ absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const Atten
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   const DeviceDropout drop = MakeDropout(dropout, shape);
   if constexpr (!std::is_same_v<T, float>) {  // bf16 and fp16: tensor cores
-    if (shape.head_dim == 64 || shape.head_dim == 128) {
+    if (TensorCoresRun(shape)) {
       return attention_internal::TensorCoreAttentionForward<T>(qkv, out, lse, shape, drop, stream);
     }
   }
@@ -65,7 +72,7 @@ absl::Status FlashAttentionBackward(const T* d_out, const T* qkv, const T* out, 
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
   const DeviceDropout drop = MakeDropout(dropout, shape);
   if constexpr (!std::is_same_v<T, float>) {  // bf16 and fp16: tensor cores
-    if (shape.head_dim == 64 || shape.head_dim == 128) {
+    if (TensorCoresRun(shape)) {
       return attention_internal::TensorCoreAttentionBackward<T>(d_out, qkv, out, lse, d_qkv, shape,
                                                                 drop, stream);
     }

@@ -2,13 +2,15 @@
 // matrix never exists in memory. Each query row keeps a running max and sum (online
 // softmax) while key/value tiles stream through shared memory; the forward saves only the
 // per-row log-sum-exp, and the backward recomputes the probabilities from it.
-// Semantics are kernels/attention.h's (qkv[B, S, 3, H, D] in, out[B, S, H, D]), dropout
-// included: the same counter-based masks (kernels/dropout.h) at the same global indices,
-// so the GPU drops exactly what the CPU and every parallel layout drop.
-// T is float, __nv_bfloat16 or __half. Head dims 32, 64 and 128.
+// Semantics are kernels/attention.h's (qkv[B, S, H + 2 Hkv, D] in: grouped-query heads, query
+// head h reading key-value head h / (H / Hkv); out[B, S, H, D]), dropout included: the same
+// counter-based masks (kernels/dropout.h) at the same global indices, so the GPU drops exactly what
+// the CPU and every parallel layout drop. T is float, __nv_bfloat16 or __half. Head dims 32, 64 and
+// 128.
 //   fp32, and bf16/fp16 at head dim 32: scalar float kernels, a thread per row; they follow
 //     the CPU closely (the fp32 tests hold them to 1e-5).
-//   bf16 and fp16 at head dims 64 and 128: FlashAttention-2-style tensor-core kernels
+//   bf16 and fp16 at head dims 64 and 128, multi-head (Hkv = H): FlashAttention-2-style
+//     tensor-core kernels
 //     (mma.sync m16n8k16, 16-bit operands, fp32 accumulation and softmax; the probabilities
 //     and dS are rounded to T as mma operands, so they match the CPU to T's precision).
 // Every output element is written by one thread (or one warp tile) with a fixed summation
@@ -33,7 +35,7 @@ template <typename T>
 absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
                                    const AttentionDropout& dropout, cudaStream_t stream);
 
-// Accumulates d_qkv[B, S, 3*H*D] (+=) from d_out, with the forward's out and lse. Uses
+// Accumulates d_qkv[B, S, (H + 2 Hkv) * D] (+=) from d_out, with the forward's out and lse. Uses
 // stream-ordered scratch for the per-row sums of d_out * out. The tensor-core path
 // computes dK/dV per key block and dQ per query block in separate kernels (dQ recomputes
 // the probabilities rather than summing partial dQ across blocks with atomics).

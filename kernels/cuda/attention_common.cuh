@@ -40,9 +40,17 @@ struct DeviceDropout {
   }
 };
 
-// Element offsets into qkv[B, S, 3, H, D] and out[B, S, H, D].
+// Element offsets into qkv[B, S, H + 2 Hkv, D] (the H query heads, then the Hkv key heads,
+// then the Hkv value heads; [B, S, 3, H, D] when Hkv = H) and out[B, S, H, D]. `h` is a
+// query head for part 0 and a key-value head for parts 1 and 2.
+__device__ __forceinline__ size_t QkvRow(int b, int i, int part, int h, int S, int H, int Hkv,
+                                         int D) {
+  const int head = part == 0 ? h : (part == 1 ? H + h : H + Hkv + h);
+  return (size_t(b) * S + i) * size_t(H + 2 * Hkv) * D + size_t(head) * D;
+}
+// Multi-head attention (Hkv = H): what the tensor-core kernels index.
 __device__ __forceinline__ size_t QkvRow(int b, int i, int part, int h, int S, int H, int D) {
-  return ((size_t(b) * S + i) * 3 + part) * size_t(H) * D + size_t(h) * D;
+  return QkvRow(b, i, part, h, S, H, H, D);
 }
 __device__ __forceinline__ size_t OutRow(int b, int i, int h, int S, int H, int D) {
   return (size_t(b) * S + i) * size_t(H) * D + size_t(h) * D;
@@ -70,7 +78,7 @@ absl::Status Launch(void (*kernel)(Params...), dim3 grid, int threads, size_t sm
 // CheckShape) and handles empty batches; `drop` is the caller's AttentionDropout on the
 // device. Semantics are FlashAttentionForward's and FlashAttentionBackward's.
 
-// Any T; head_dim 32, 64 or 128.
+// Any T; head_dim 32, 64 or 128; any key-value heads dividing the heads.
 template <typename T>
 absl::Status ScalarAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
                                     const DeviceDropout& drop, cudaStream_t stream);
@@ -79,7 +87,7 @@ absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out,
                                      T* d_qkv, const AttentionShape& shape,
                                      const DeviceDropout& drop, cudaStream_t stream);
 
-// T = __nv_bfloat16 or __half; head_dim 64 or 128.
+// T = __nv_bfloat16 or __half; head_dim 64 or 128; multi-head only (kv heads = heads).
 template <typename T>
 absl::Status TensorCoreAttentionForward(const T* qkv, T* out, float* lse,
                                         const AttentionShape& shape, const DeviceDropout& drop,

@@ -22,12 +22,15 @@ __global__ void DecodeAttentionKernel(const T* q, const T* keys, const T* values
   const int h = blockIdx.y;
   const int D = s.head_dim;
   const int row = s.heads * D;
+  const int kv_heads = s.kv_heads > 0 ? s.kv_heads : s.heads;
+  const int kv_row = kv_heads * D;
+  const int g = h / (s.heads / kv_heads);
   const int visible = s.first + i + 1;
   const T* qi = q + static_cast<size_t>(i) * s.q_stride + h * D;
   float* si = scores + (static_cast<size_t>(i) * s.heads + h) * (s.first + s.count);
   float local_max = -INFINITY;
   for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-    const T* k = keys + static_cast<size_t>(j) * row + h * D;
+    const T* k = keys + static_cast<size_t>(j) * kv_row + g * D;
     float dot = 0;
     for (int d = 0; d < D; ++d) dot += ToFloat(qi[d]) * ToFloat(k[d]);
     si[j] = dot * scale;
@@ -44,7 +47,7 @@ __global__ void DecodeAttentionKernel(const T* q, const T* keys, const T* values
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
     for (int j = 0; j < visible; ++j) {
-      acc += si[j] * ToFloat(values[static_cast<size_t>(j) * row + h * D + d]);
+      acc += si[j] * ToFloat(values[static_cast<size_t>(j) * kv_row + g * D + d]);
     }
     y[static_cast<size_t>(i) * row + h * D + d] = FromFloat<T>(acc / sum);
   }
@@ -56,10 +59,12 @@ template <typename T>
 absl::Status DecodeAttention(const T* q, const T* keys, const T* values, const DecodeShape& shape,
                              float* scores, T* y, cudaStream_t stream) {
   if (shape.count <= 0 || shape.heads <= 0 || shape.head_dim <= 0 || shape.first < 0 ||
-      shape.q_stride < shape.heads * shape.head_dim) {
+      shape.q_stride < shape.heads * shape.head_dim || shape.kv_heads < 0 ||
+      (shape.kv_heads > 0 && shape.heads % shape.kv_heads != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DecodeAttention: bad shape (first ", shape.first, ", count ", shape.count, ", heads ",
-        shape.heads, ", head_dim ", shape.head_dim, ", q_stride ", shape.q_stride, ")"));
+        shape.heads, ", kv_heads ", shape.kv_heads, ", head_dim ", shape.head_dim, ", q_stride ",
+        shape.q_stride, ")"));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   const dim3 grid(shape.count, shape.heads);

@@ -1,7 +1,10 @@
 // The scalar attention kernels: float arithmetic whatever T, a thread per query row
 // (forward, dQ) or key row (dK, dV) with keys and values (or queries and dO) staged through
 // shared memory as floats. They follow the CPU closely (the fp32 tests hold them to 1e-5);
-// fp32 always runs here, bf16 and fp16 at head dim 32 (attention.cu chooses).
+// fp32 always runs here, bf16 and fp16 at head dim 32 and with grouped-query heads
+// (attention.cu chooses). Grouped-query attention: query head h reads key-value head
+// h / (H / Hkv); the dK/dV kernel runs per key-value head and sums its group's query heads
+// in order (no atomics, deterministic).
 #include <cmath>
 #include <cstdint>
 
@@ -20,32 +23,33 @@ __host__ __device__ constexpr int TileRows() {
   return 4096 / D;
 }
 
-// The block stages keys and values [start, start + kTile) of head h in shared memory as
-// floats (zeros past the sequence).
+// The block stages keys and values [start, start + kTile) of key-value head g in shared
+// memory as floats (zeros past the sequence).
 template <typename T, int D, int kTile>
-__device__ __forceinline__ void LoadKeyValueTile(const T* qkv, int b, int h, int start, int S,
-                                                 int H, float (*ks)[D], float (*vs)[D]) {
+__device__ __forceinline__ void LoadKeyValueTile(const T* qkv, int b, int g, int start, int S,
+                                                 int H, int Hkv, float (*ks)[D], float (*vs)[D]) {
   for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
     const int j = start + e / D, d = e % D;
-    ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, h, S, H, D) + d]) : 0.0f;
-    vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, h, S, H, D) + d]) : 0.0f;
+    ks[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 1, g, S, H, Hkv, D) + d]) : 0.0f;
+    vs[e / D][d] = j < S ? ToFloat(qkv[QkvRow(b, j, 2, g, S, H, Hkv, D) + d]) : 0.0f;
   }
 }
 
 // grid (ceil(S / kRows), B * H), kRows threads: thread t owns query row blockIdx.x*kRows+t.
 template <typename T, int D>
-__global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, DeviceDropout drop) {
+__global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, int Hkv,
+                              DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float ks[kTile][D];
   __shared__ float vs[kTile][D];
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / Hkv);
   const int i = blockIdx.x * kRows + threadIdx.x;
   const bool active = i < S;
   const float scale = rsqrtf(float(D));
   float q[D], o[D];
   float m = -INFINITY, l = 0.0f;
   if (active) {
-    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, D);
+    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, Hkv, D);
     for (int d = 0; d < D; ++d) {
       q[d] = ToFloat(qr[d]) * scale;
       o[d] = 0.0f;
@@ -54,7 +58,7 @@ __global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, De
   const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
-    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
+    LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
     __syncthreads();
     if (!active) continue;
     const int end = min(kTile, i - start + 1);  // causal: keys j <= i
@@ -92,19 +96,19 @@ __global__ void DeltaKernel(const T* d_out, const T* out, float* delta, int B, i
 // Thread per query row i: d_q_i = scale * sum_{j<=i} ds_ij k_j.
 template <typename T, int D>
 __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* lse,
-                                    const float* delta, T* d_qkv, int S, int H,
+                                    const float* delta, T* d_qkv, int S, int H, int Hkv,
                                     DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float ks[kTile][D];
   __shared__ float vs[kTile][D];
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / Hkv);
   const int i = blockIdx.x * kRows + threadIdx.x;
   const bool active = i < S;
   const float scale = rsqrtf(float(D));
   float q[D], dout[D], dq[D];
   float row_lse = 0.0f, row_delta = 0.0f;
   if (active) {
-    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, D);
+    const T* qr = qkv + QkvRow(b, i, 0, h, S, H, Hkv, D);
     const T* dor = d_out + OutRow(b, i, h, S, H, D);
     for (int d = 0; d < D; ++d) {
       q[d] = ToFloat(qr[d]) * scale;
@@ -117,7 +121,7 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* l
   const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
-    LoadKeyValueTile<T, D, kTile>(qkv, b, h, start, S, H, ks, vs);
+    LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
     __syncthreads();
     if (!active) continue;
     const int end = min(kTile, i - start + 1);
@@ -133,28 +137,30 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* l
     }
   }
   if (!active) return;
-  T* dqr = d_qkv + QkvRow(b, i, 0, h, S, H, D);
+  T* dqr = d_qkv + QkvRow(b, i, 0, h, S, H, Hkv, D);
   for (int d = 0; d < D; ++d) dqr[d] = FromFloat<T>(ToFloat(dqr[d]) + dq[d] * scale);
 }
 
-// Thread per key row j: d_k_j = scale * sum_{i>=j} ds_ij q_i, d_v_j = sum_{i>=j} pk_ij do_i.
+// Thread per key row j of key-value head g: d_k_j = scale * sum_h sum_{i>=j} ds_hij q_hi,
+// d_v_j = sum_h sum_{i>=j} pk_hij do_hi, over the group's query heads h in order.
 template <typename T, int D>
 __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float* lse,
-                                       const float* delta, T* d_qkv, int S, int H,
+                                       const float* delta, T* d_qkv, int S, int H, int Hkv,
                                        DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float qs[kTile][D];
   __shared__ float dos[kTile][D];
   __shared__ float lses[kTile];
   __shared__ float deltas[kTile];
-  const int b = blockIdx.y / H, h = blockIdx.y % H;
+  const int b = blockIdx.y / Hkv, g = blockIdx.y % Hkv;
+  const int group = H / Hkv;
   const int j = blockIdx.x * kRows + threadIdx.x;
   const bool active = j < S;
   const float scale = rsqrtf(float(D));
   float k[D], v[D], dk[D], dv[D];
   if (active) {
-    const T* kr = qkv + QkvRow(b, j, 1, h, S, H, D);
-    const T* vr = qkv + QkvRow(b, j, 2, h, S, H, D);
+    const T* kr = qkv + QkvRow(b, j, 1, g, S, H, Hkv, D);
+    const T* vr = qkv + QkvRow(b, j, 2, g, S, H, Hkv, D);
     for (int d = 0; d < D; ++d) {
       k[d] = ToFloat(kr[d]);
       v[d] = ToFloat(vr[d]);
@@ -164,40 +170,42 @@ __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float
   }
   const int first_query = blockIdx.x * kRows;  // causal: queries i >= j
   const int first_tile = first_query / kTile * kTile;
-  for (int start = first_tile; start < S; start += kTile) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
-      const int i = start + e / D, d = e % D;
-      qs[e / D][d] = i < S ? ToFloat(qkv[QkvRow(b, i, 0, h, S, H, D) + d]) * scale : 0.0f;
-      dos[e / D][d] = i < S ? ToFloat(d_out[OutRow(b, i, h, S, H, D) + d]) : 0.0f;
-    }
-    for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
-      const int i = start + t;
-      lses[t] = i < S ? lse[(size_t(b) * H + h) * S + i] : 0.0f;
-      deltas[t] = i < S ? delta[(size_t(b) * H + h) * S + i] : 0.0f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    for (int t = max(0, j - start); t < kTile && start + t < S; ++t) {
-      const int i = start + t;
-      float s = 0.0f, dp = 0.0f;
-      for (int d = 0; d < D; ++d) {
-        s += qs[t][d] * k[d];
-        dp += dos[t][d] * v[d];
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    for (int start = first_tile; start < S; start += kTile) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
+        const int i = start + e / D, d = e % D;
+        qs[e / D][d] = i < S ? ToFloat(qkv[QkvRow(b, i, 0, h, S, H, Hkv, D) + d]) * scale : 0.0f;
+        dos[e / D][d] = i < S ? ToFloat(d_out[OutRow(b, i, h, S, H, D) + d]) : 0.0f;
       }
-      const float p = expf(s - lses[t]);
-      const float factor = drop.Factor(b, h, i, j, S);
-      const float ds = p * (dp * factor - deltas[t]);
-      const float p_kept = p * factor;
-      for (int d = 0; d < D; ++d) {
-        dv[d] += p_kept * dos[t][d];
-        dk[d] += ds * qs[t][d];  // qs already carries the 1/sqrt(D)
+      for (int t = threadIdx.x; t < kTile; t += blockDim.x) {
+        const int i = start + t;
+        lses[t] = i < S ? lse[(size_t(b) * H + h) * S + i] : 0.0f;
+        deltas[t] = i < S ? delta[(size_t(b) * H + h) * S + i] : 0.0f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      for (int t = max(0, j - start); t < kTile && start + t < S; ++t) {
+        const int i = start + t;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < D; ++d) {
+          s += qs[t][d] * k[d];
+          dp += dos[t][d] * v[d];
+        }
+        const float p = expf(s - lses[t]);
+        const float factor = drop.Factor(b, h, i, j, S);
+        const float ds = p * (dp * factor - deltas[t]);
+        const float p_kept = p * factor;
+        for (int d = 0; d < D; ++d) {
+          dv[d] += p_kept * dos[t][d];
+          dk[d] += ds * qs[t][d];  // qs already carries the 1/sqrt(D)
+        }
       }
     }
   }
   if (!active) return;
-  T* dkr = d_qkv + QkvRow(b, j, 1, h, S, H, D);
-  T* dvr = d_qkv + QkvRow(b, j, 2, h, S, H, D);
+  T* dkr = d_qkv + QkvRow(b, j, 1, g, S, H, Hkv, D);
+  T* dvr = d_qkv + QkvRow(b, j, 2, g, S, H, Hkv, D);
   for (int d = 0; d < D; ++d) {
     dkr[d] = FromFloat<T>(ToFloat(dkr[d]) + dk[d]);
     dvr[d] = FromFloat<T>(ToFloat(dvr[d]) + dv[d]);
@@ -209,7 +217,7 @@ absl::Status Forward(const T* qkv, T* out, float* lse, const AttentionShape& s,
                      const DeviceDropout& drop, cudaStream_t stream) {
   const dim3 grid((s.seq + kRows - 1) / kRows, s.batch * s.heads);
   return Launch(ForwardKernel<T, D>, grid, kRows, 0, stream, "FlashAttentionForward", qkv, out, lse,
-                s.seq, s.heads, drop);
+                s.seq, s.heads, s.kv_head_count(), drop);
 }
 
 template <typename T, int D>
@@ -230,12 +238,13 @@ absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* l
   if (launched.ok()) {
     launched.Update(Launch(BackwardQueryKernel<T, D>, grid, kRows, 0, stream,
                            "FlashAttentionBackward (queries)", d_out, qkv, lse, delta, d_qkv, s.seq,
-                           s.heads, drop));
+                           s.heads, s.kv_head_count(), drop));
   }
   if (launched.ok()) {
-    launched.Update(Launch(BackwardKeyValueKernel<T, D>, grid, kRows, 0, stream,
+    const dim3 kv_grid((s.seq + kRows - 1) / kRows, s.batch * s.kv_head_count());
+    launched.Update(Launch(BackwardKeyValueKernel<T, D>, kv_grid, kRows, 0, stream,
                            "FlashAttentionBackward (keys, values)", d_out, qkv, lse, delta, d_qkv,
-                           s.seq, s.heads, drop));
+                           s.seq, s.heads, s.kv_head_count(), drop));
   }
   absl::Status freed = CudaStatus(cudaFreeAsync(delta, stream), "FlashAttentionBackward scratch");
   return launched.ok() ? freed : launched;

@@ -19,22 +19,29 @@ using testing::DeviceArray;
 // (those move lse by O(0.1) or more).
 constexpr double kLseTolerance = 1e-3;
 
+// qkv[B, S, H + 2 Hkv, D] and out[B, S, H, D].
 size_t QkvSize(const AttentionShape& shape) {
-  return size_t(shape.batch) * shape.seq * 3 * shape.heads * shape.head_dim;
+  return size_t(shape.batch) * shape.seq * (shape.heads + 2 * shape.kv_head_count()) *
+         shape.head_dim;
+}
+size_t OutSize(const AttentionShape& shape) {
+  return size_t(shape.batch) * shape.seq * shape.heads * shape.head_dim;
 }
 
-// lse[b, h, i] = log sum_{j<=i} exp(q_i . k_j / sqrt(D)) in double.
+// lse[b, h, i] = log sum_{j<=i} exp(q_i . k_j / sqrt(D)) in double, query head h reading
+// key head h / (H / Hkv).
 std::vector<double> ReferenceLse(const std::vector<double>& qkv, const AttentionShape& shape) {
-  const int S = shape.seq, H = shape.heads, D = shape.head_dim;
+  const int S = shape.seq, H = shape.heads, D = shape.head_dim, Hkv = shape.kv_head_count();
+  const size_t row = size_t(H + 2 * Hkv) * D;
   std::vector<double> lse(size_t(shape.batch) * H * S);
   std::vector<double> scores(S);
   for (int b = 0; b < shape.batch; ++b) {
     for (int h = 0; h < H; ++h) {
       for (int i = 0; i < S; ++i) {
-        const double* q = &qkv[((size_t(b) * S + i) * 3 + 0) * H * D + size_t(h) * D];
+        const double* q = &qkv[(size_t(b) * S + i) * row + size_t(h) * D];
         double row_max = -INFINITY;
         for (int j = 0; j <= i; ++j) {
-          const double* k = &qkv[((size_t(b) * S + j) * 3 + 1) * H * D + size_t(h) * D];
+          const double* k = &qkv[(size_t(b) * S + j) * row + size_t(H + h / (H / Hkv)) * D];
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += q[d] * k[d];
           scores[j] = dot / std::sqrt(double(D));
@@ -78,7 +85,7 @@ template <typename T>
 void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout, double tolerance,
                     double lse_tolerance, bool repeat = false, float d_out_scale = 1.0f) {
   const size_t qkv_size = QkvSize(shape);
-  const size_t out_size = qkv_size / 3;
+  const size_t out_size = OutSize(shape);
   const size_t lse_size = size_t(shape.batch) * shape.heads * shape.seq;
   // The inputs as T holds them (bf16 or fp16 rounding), so both sides see the same values.
   auto round = [](std::vector<float> v) { return testing::RoundedTo<T>(std::move(v)); };
@@ -108,11 +115,12 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   const double lse_error = MaxAbsError(got_lse, ReferenceLse(qd, shape));
   const double grad_error = testing::RelativeError(got_d_qkv, d_qkv);
   std::printf(
-      "flash attention %s B%d S%d H%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
+      "flash attention %s B%d S%d H%d Hkv%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
       "lse %.2e (abs), d_qkv %.2e\n",
-      testing::TypeName<T>(), shape.batch, shape.seq, shape.heads, shape.head_dim, dropout.p,
-      dropout.head_offset, dropout.total_heads > 0 ? dropout.total_heads : shape.heads, out_error,
-      lse_error, grad_error);
+      testing::TypeName<T>(), shape.batch, shape.seq, shape.heads, shape.kv_head_count(),
+      shape.head_dim, dropout.p, dropout.head_offset,
+      dropout.total_heads > 0 ? dropout.total_heads : shape.heads, out_error, lse_error,
+      grad_error);
   EXPECT_EQ(NonFinite(got_out), 0u);
   EXPECT_EQ(NonFinite(got_lse), 0u);
   EXPECT_EQ(NonFinite(got_d_qkv), 0u);
@@ -241,6 +249,33 @@ TEST(CudaFlashAttentionTest, Fp16TensorCoresWithLossScaledGradients) {
     CheckAttention<__half>({1, 129, 2, head_dim}, {}, testing::kFp16Tolerance, kLseTolerance,
                            /*repeat=*/false, /*d_out_scale=*/4000.0f);
   }
+}
+
+// Grouped-query heads (Llama-style decoders): query head h reads key-value head h / (H / Hkv);
+// the dK/dV of a key-value head sum its group's query heads. The scalar kernels run them at
+// every T; twice for the bits.
+TEST(CudaFlashAttentionTest, GroupedQueryHeadsMatchTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  for (int kv_heads : {2, 1}) {
+    CheckAttention<float>({2, 130, 4, 64, kv_heads}, {}, testing::kFp32Tolerance, 1e-4,
+                          /*repeat=*/true);
+    // Heads 4..7 of 8 (tensor rank 1 of 2) with the CPU's dropout masks.
+    CheckAttention<float>({2, 97, 4, 32, kv_heads}, Dropout(0.1f, 4, 8), testing::kFp32Tolerance,
+                          1e-4);
+    CheckAttention<__nv_bfloat16>({2, 129, 4, 64, kv_heads}, {}, testing::kBf16Tolerance,
+                                  kLseTolerance, /*repeat=*/true);
+    CheckAttention<__half>({1, 100, 4, 128, kv_heads}, {}, testing::kFp16Tolerance, kLseTolerance);
+  }
+}
+
+TEST(CudaFlashAttentionTest, RefusesKeyValueHeadsThatDoNotDivideTheHeads) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  DeviceArray<float> buffer(1024), lse(64);
+  const absl::Status s = FlashAttentionForward<float>(buffer.get(), buffer.get(), lse.get(),
+                                                      {1, 4, 4, 32, 3}, {}, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("kv_heads 3 must divide heads 4"), std::string::npos)
+      << s;
 }
 
 TEST(CudaFlashAttentionTest, RefusesUnsupportedHeadDims) {

@@ -40,13 +40,17 @@ check() {
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 # CUDA kernels against the CPU implementations (each prints its measured errors).
+# rms_norm, rotary and swiglu: the Llama-style layers' kernels (issue 33).
 for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention attention_decode dropout embedding \
-    elementwise overwrite_mode; do
+    elementwise overwrite_mode rms_norm rotary swiglu; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
 # The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and
 # AdamW steps following the CPU engine.
 check cuda_engine_test "$BUNDLE/bin/cuda_engine_test"
+# The CUDA training engine's steps against the CPU engine (including an FFN of 3 h with
+# norm epsilon 1e-3).
+check cuda_training_engine_test "$BUNDLE/bin/cuda_training_engine_test"
 check overlapped_all_reduce_test "$BUNDLE/bin/overlapped_all_reduce_test"
 # The whole model against PyTorch's numbers (fp32 logits, loss, gradients, 5 AdamW steps;
 # bf16 within its precision), from tests/parity/gpu_parity_reference.safetensors.
