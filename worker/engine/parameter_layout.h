@@ -73,6 +73,33 @@ struct ModelView {
   T* output_weight = nullptr;        // [V_local, C]; an untied output layer, last stage only
 };
 
+// The layer's projections as the engines run them, whatever the family: the attention
+// input projection's weight [Ql + 2 KVl, C] and bias (null without biases), one GEMM over
+// GPT-2's fused qkv tensor or Llama's q, k and v shards, which sit one after another in the
+// buffer (model/parameter_table.h); the MLP's input projection [Fl, C] (GPT-2's fc) or
+// [2 Fl, C] (Llama's adjacent [gate | up]) and its bias.
+template <typename T>
+T* QkvWeight(const LayerView<T>& w) {
+  return w.qkv_weight != nullptr ? w.qkv_weight : w.q_weight;
+}
+template <typename T>
+T* QkvBias(const LayerView<T>& w) {
+  return w.qkv_weight != nullptr ? w.qkv_bias : w.q_bias;
+}
+template <typename T>
+T* MlpInWeight(const LayerView<T>& w) {
+  return w.fc_weight != nullptr ? w.fc_weight : w.gate_weight;
+}
+template <typename T>
+T* MlpInBias(const LayerView<T>& w) {
+  return w.fc_weight != nullptr ? w.fc_bias : nullptr;
+}
+// The output layer [V_local, C]: an untied one, or the token embedding.
+template <typename T>
+T* OutputWeight(const ModelView<T>& v) {
+  return v.output_weight != nullptr ? v.output_weight : v.wte;
+}
+
 class ParameterLayout {
  public:
   // Tensor offsets start at `base_offset`: a rank holding several model chunks

@@ -21,12 +21,6 @@ void Zero(std::vector<T>& v) {
   std::fill(v.begin(), v.end(), T(0));
 }
 
-// The output layer's weight: an untied one, or the token embedding (tied).
-template <typename T>
-T* OutputWeight(const ModelView<T>& view) {
-  return view.output_weight != nullptr ? view.output_weight : view.wte;
-}
-
 }  // namespace
 
 template <typename T>

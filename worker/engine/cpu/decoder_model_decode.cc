@@ -126,9 +126,8 @@ absl::Status DecoderModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens, c
   const T* last = x.data() + (rows - 1) * C;
   layer_blocks::NormForward<T>(shape_, last, p_.lnf_gamma, p_.lnf_beta, ln.data(), mean.data(),
                                rstd.data(), 1);
-  tp::ColumnParallelLinearForward<T>(ln.data(),
-                                     p_.output_weight != nullptr ? p_.output_weight : p_.wte,
-                                     nullptr, out, 1, C, placement_.local_vocab(shape_));
+  tp::ColumnParallelLinearForward<T>(ln.data(), OutputWeight(p_), nullptr, out, 1, C,
+                                     placement_.local_vocab(shape_));
   return absl::OkStatus();
 }
 

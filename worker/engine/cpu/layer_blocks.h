@@ -43,26 +43,11 @@ void NormBackward(const ModelShape& shape, const T* d_y, const T* x, const T* ga
   }
 }
 
-// The attention input projection's weight [Ql + 2 KVl, C] and bias (null without biases):
-// Llama's q, k and v shards sit one after another in the buffer (parameter_table.h), so
-// one GEMM computes [q | k | v] as GPT-2's fused tensor does.
-template <typename T>
-T* QkvWeight(const LayerView<T>& w) {
-  return w.qkv_weight != nullptr ? w.qkv_weight : w.q_weight;
-}
-template <typename T>
-T* QkvBias(const LayerView<T>& w) {
-  return w.qkv_weight != nullptr ? w.qkv_bias : w.q_bias;
-}
-// The MLP's input projection [Fl, C] (GPT-2's fc) or [2 Fl, C] ([gate | up], adjacent).
-template <typename T>
-T* MlpInWeight(const LayerView<T>& w) {
-  return w.fc_weight != nullptr ? w.fc_weight : w.gate_weight;
-}
-template <typename T>
-T* MlpInBias(const LayerView<T>& w) {
-  return w.fc_weight != nullptr ? w.fc_bias : nullptr;
-}
+// The projections' weights and biases as one GEMM each (parameter_layout.h).
+using ::mtrain::MlpInBias;
+using ::mtrain::MlpInWeight;
+using ::mtrain::QkvBias;
+using ::mtrain::QkvWeight;
 
 // Rotates (inverse: back, the backward pass) the query and key heads of qkv [rows, Ql + 2
 // KVl] for positions first_position + row % seq_length. No-op with learned positions.

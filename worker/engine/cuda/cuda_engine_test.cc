@@ -38,6 +38,23 @@ ModelShape SmallShape() {
   return shape;
 }
 
+// Llama-style layers (issue 33) of the same scale: RMSNorm, SwiGLU, rotary positions, 4
+// query heads reading 2 key-value heads (head dim 32), an untied output layer; and a
+// variant with biases, multi-query heads, a tied output layer and another theta and
+// epsilon: the optional paths.
+ModelShape SmallLlamaShape() {
+  return LlamaConfig(/*num_layers=*/2, /*num_heads=*/4, /*num_kv_heads=*/2, /*hidden=*/128,
+                     /*ffn_hidden=*/176, /*seq_length=*/48, /*vocab=*/100, /*padded_vocab=*/128);
+}
+ModelShape SmallLlamaWithBiasesShape() {
+  ModelShape shape = LlamaConfig(2, 4, 1, 128, 96, 48, 100, 128);
+  shape.biases = true;
+  shape.tied_output = true;
+  shape.rope_theta = 500;
+  shape.norm_epsilon = 1e-3;
+  return shape;
+}
+
 constexpr int kBatch = 2;
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
@@ -86,9 +103,9 @@ Reference CpuReference(const ParameterLayout& layout, const std::vector<float>& 
 }
 
 template <typename T>
-void CompareOneMicrobatch(const ModelOptions& options, double tolerance, double grad_tolerance) {
+void CompareOneMicrobatch(const ModelOptions& options, double tolerance, double grad_tolerance,
+                          const ModelShape& shape = SmallShape()) {
   MTRAIN_SKIP_WITHOUT_GPU();
-  const ModelShape shape = SmallShape();
   const ParameterLayout layout(shape, WholeModel(shape));
   std::vector<float> params(layout.end_offset());
   InitializeParameters(layout, 7, params.data());
@@ -219,6 +236,35 @@ TEST(CudaGptModelTest, Bf16WithSelectiveRecomputationStaysWithinBf16Precision) {
 // gradients (through two layers and back) within a few bf16 ulps of theirs.
 TEST(CudaGptModelTest, Bf16StaysWithinBf16PrecisionOfTheCpuModel) {
   CompareOneMicrobatch<__nv_bfloat16>(ModelOptions{}, 1e-2, 5e-2);
+}
+
+TEST(CudaGptModelTest, LlamaFp32MatchesTheCpuModel) {
+  CompareOneMicrobatch<float>(ModelOptions{}, 1e-5, 1e-4, SmallLlamaShape());
+}
+
+TEST(CudaGptModelTest, LlamaWithBiasesMultiQueryAndTiedOutputMatchesTheCpuModel) {
+  CompareOneMicrobatch<float>(ModelOptions{}, 1e-5, 1e-4, SmallLlamaWithBiasesShape());
+}
+
+TEST(CudaGptModelTest, LlamaFp32WithDropoutAndSelectiveRecomputationMatchesTheCpuModel) {
+  ModelOptions options;
+  options.dropout = 0.1f;
+  options.seed = 11;
+  options.selective_recompute = true;
+  CompareOneMicrobatch<float>(options, 1e-5, 1e-4, SmallLlamaShape());
+}
+
+TEST(CudaGptModelTest, LlamaFp32WithUniformRecomputationMatchesTheCpuModel) {
+  ModelOptions options;
+  options.dropout = 0.1f;
+  options.seed = 11;
+  options.recompute = true;
+  options.recompute_group = 2;
+  CompareOneMicrobatch<float>(options, 1e-5, 1e-4, SmallLlamaShape());
+}
+
+TEST(CudaGptModelTest, LlamaBf16StaysWithinBf16PrecisionOfTheCpuModel) {
+  CompareOneMicrobatch<__nv_bfloat16>(ModelOptions{}, 1e-2, 5e-2, SmallLlamaShape());
 }
 
 // Several optimizer steps: the engine (fp32) follows the CPU's AdamW trajectory.
@@ -411,9 +457,7 @@ TEST(CudaEngineTest, PipelineMessagesInDeviceMemoryMatchHostMessages) {
 
 // Generation: the key-value-cache decoding of a prompt and then one token at a time gives
 // the CPU model's logits (in double) for the last position of each run.
-TEST(CudaGptModelTest, Fp32DecodingMatchesTheCpuModel) {
-  MTRAIN_SKIP_WITHOUT_GPU();
-  const ModelShape shape = SmallShape();
+void CheckDecoding(const ModelShape& shape) {
   const ParameterLayout layout(shape, WholeModel(shape));
   std::vector<float> params(layout.end_offset());
   InitializeParameters(layout, 7, params.data());
@@ -453,6 +497,18 @@ TEST(CudaGptModelTest, Fp32DecodingMatchesTheCpuModel) {
       (*model)->Decode(&*cache, tokens.data(), nullptr, shape.seq_length, logits.get()).code(),
       absl::StatusCode::kOutOfRange);
   cudaStreamDestroy(stream);
+}
+
+TEST(CudaGptModelTest, Fp32DecodingMatchesTheCpuModel) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckDecoding(SmallShape());
+}
+
+// Rotary angles from the cache's length; the cache holds the key-value heads only.
+TEST(CudaGptModelTest, LlamaFp32DecodingMatchesTheCpuModel) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  CheckDecoding(SmallLlamaShape());
+  CheckDecoding(SmallLlamaWithBiasesShape());
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/dropout.h"
+#include "kernels/rotary.h"
+#include "worker/engine/cuda/cuda_layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain::cuda {
@@ -93,22 +95,22 @@ absl::Status CudaGptModel<T>::AllocateLayer(CudaLayerActivations<T>* s, bool kee
   const size_t N = static_cast<size_t>(batch_) * shape_.seq_length;
   const size_t R = static_cast<size_t>(local_rows_);  // the LayerNorms' and residual's rows
   const size_t C = shape_.hidden;
-  const size_t Cl = placement_.local_hidden(shape_);
+  const size_t Ql = placement_.local_query(shape_);
   const size_t Fl = placement_.local_ffn(shape_);
   const size_t heads_rows =
       static_cast<size_t>(batch_) * placement_.local_heads(shape_) * shape_.seq_length;
   RETURN_IF_ERROR(AllocateBuffer(&s->ln1, R * C, "activations (ln1)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->qkv, N * 3 * Cl, "activations (qkv)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->qkv, N * placement_.local_qkv(shape_), "activations (qkv)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->h1, R * C, "activations (h1)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->ln2, R * C, "activations (ln2)"));
-  RETURN_IF_ERROR(AllocateBuffer(&s->fc, N * Fl, "activations (fc)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->fc, N * placement_.local_mlp_in(shape_), "activations (fc)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->gelu, N * Fl, "activations (gelu)"));
   RETURN_IF_ERROR(AllocateBuffer(&s->ln1_mean, R, "LayerNorm statistics"));
   RETURN_IF_ERROR(AllocateBuffer(&s->ln1_rstd, R, "LayerNorm statistics"));
   RETURN_IF_ERROR(AllocateBuffer(&s->ln2_mean, R, "LayerNorm statistics"));
   RETURN_IF_ERROR(AllocateBuffer(&s->ln2_rstd, R, "LayerNorm statistics"));
   if (!keep_core) return absl::OkStatus();
-  RETURN_IF_ERROR(AllocateBuffer(&s->attn_y, N * Cl, "activations (attention output)"));
+  RETURN_IF_ERROR(AllocateBuffer(&s->attn_y, N * Ql, "activations (attention output)"));
   return AllocateBuffer(&s->lse, heads_rows, "attention log-sum-exp");
 }
 
@@ -134,10 +136,23 @@ template <typename T>
 absl::Status CudaGptModel<T>::Allocate() {
   const size_t N = static_cast<size_t>(batch_) * shape_.seq_length;
   const size_t C = shape_.hidden;
-  const size_t Cl = placement_.local_hidden(shape_);
+  const size_t Ql = placement_.local_query(shape_);
   const size_t Fl = placement_.local_ffn(shape_);
   const size_t R = static_cast<size_t>(local_rows_);
   const bool keep_core = !options_.selective_recompute;
+  if (shape_.positions == Positions::kRotary) {
+    const cpu::RotaryTable table =
+        cpu::MakeRotaryTable(shape_.seq_length, shape_.head_dim, shape_.rope_theta);
+    RETURN_IF_ERROR(AllocateBuffer(&rotary_cos_, table.cos.size(), "the rotary table"));
+    RETURN_IF_ERROR(AllocateBuffer(&rotary_sin_, table.sin.size(), "the rotary table"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(rotary_cos_.get(), table.cos.data(),
+                                          table.cos.size() * sizeof(float), cudaMemcpyHostToDevice),
+                               "uploading the rotary table"));
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpy(rotary_sin_.get(), table.sin.data(),
+                                          table.sin.size() * sizeof(float), cudaMemcpyHostToDevice),
+                               "uploading the rotary table"));
+    rotary_ = RotaryDeviceTable{rotary_cos_.get(), rotary_sin_.get(), table.positions, table.half};
+  }
   if (options_.recompute) {
     // A set and an input per layer of the largest group, the group's output, and the
     // forward's two alternating inputs.
@@ -156,7 +171,7 @@ absl::Status CudaGptModel<T>::Allocate() {
     }
   }
   if (options_.selective_recompute) {
-    RETURN_IF_ERROR(AllocateBuffer(&core_y_, N * Cl, "the recomputed attention core"));
+    RETURN_IF_ERROR(AllocateBuffer(&core_y_, N * Ql, "the recomputed attention core"));
     RETURN_IF_ERROR(AllocateBuffer(
         &core_lse_,
         static_cast<size_t>(batch_) * placement_.local_heads(shape_) * shape_.seq_length,
@@ -177,10 +192,12 @@ absl::Status CudaGptModel<T>::Allocate() {
   for (DeviceBuffer<T>* b : {&d_x_, &d_below_, &d_ln_, &d_branch_}) {
     RETURN_IF_ERROR(AllocateBuffer(b, N * C, "backward temporaries"));
   }
-  RETURN_IF_ERROR(AllocateBuffer(&d_attn_y_, N * Cl, "backward temporaries"));
-  RETURN_IF_ERROR(AllocateBuffer(&d_fc_, N * Fl, "backward temporaries"));
+  RETURN_IF_ERROR(AllocateBuffer(&d_attn_y_, N * Ql, "backward temporaries"));
+  RETURN_IF_ERROR(
+      AllocateBuffer(&d_fc_, N * placement_.local_mlp_in(shape_), "backward temporaries"));
   RETURN_IF_ERROR(AllocateBuffer(&d_gelu_, N * Fl, "backward temporaries"));
-  RETURN_IF_ERROR(AllocateBuffer(&d_qkv_, N * 3 * Cl, "backward temporaries"));
+  RETURN_IF_ERROR(
+      AllocateBuffer(&d_qkv_, N * placement_.local_qkv(shape_), "backward temporaries"));
   if (placement_.has_embedding) {
     RETURN_IF_ERROR(AllocateBuffer(&plan_rows_, N, "the embedding gradient's plan"));
     RETURN_IF_ERROR(AllocateBuffer(&plan_starts_, N + 1, "the embedding gradient's plan"));
@@ -239,6 +256,12 @@ absl::Status CudaGptModel<T>::TensorAllReduce(T* data, size_t n) {
 }
 
 template <typename T>
+AttentionShape CudaGptModel<T>::LocalAttentionShape() const {
+  return AttentionShape{batch_, shape_.seq_length, placement_.local_heads(shape_), shape_.head_dim,
+                        placement_.local_kv_heads(shape_)};
+}
+
+template <typename T>
 uint64_t CudaGptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
   // The CPU model's keys (model_numerics.h): the same masks on either engine.
   return DropoutKeyOf(options_.seed, id, global_layer, site);
@@ -252,41 +275,43 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
   const float p = id.evaluation ? 0.0f : options_.dropout;
   // Row-parallel layers: the replicated bias enters the sum once.
   const bool adds_bias = placement_.tensor_rank == 0;
 
-  // Attention block: QKV column-parallel (this rank's heads), output projection
-  // row-parallel.
-  RETURN_IF_ERROR(LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s.ln1.get(), s.ln1_mean.get(),
-                                      s.ln1_rstd.get(), N, C, NormEpsilon(shape_), stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln1.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N, C,
-                                   3 * Cl, stream_));
-  const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
+  // Attention block: [q | k | v] column-parallel (this rank's query and key-value heads),
+  // q and k rotated under rotary positions, output projection row-parallel.
+  RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s.ln1.get(),
+                                               s.ln1_mean.get(), s.ln1_rstd.get(), N, stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln1.get(), QkvWeight(w), QkvBias(w), s.qkv.get(), N, C,
+                                   placement_.local_qkv(shape_), stream_));
+  RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s.qkv.get(), N,
+                                                        shape_.seq_length, 0, false, stream_));
+  const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * heads, shape_.num_heads};
+                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
   float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
   RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, adds_bias ? w.proj_bias : nullptr,
-                                   out, N, Cl, C, stream_));
+                                   out, N, Ql, C, stream_));
   RETURN_IF_ERROR(TensorAllReduce(out, NC));
   RETURN_IF_ERROR(DropoutForward<T>(
       out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_));
   RETURN_IF_ERROR(AddTensors<T>(x, out, s.h1.get(), NC, stream_));
 
-  // MLP block: fc column-parallel, its GEMM's epilogue adding the bias and applying GeLU
-  // (keeping its input); proj row-parallel.
-  RETURN_IF_ERROR(LayerNormForward<T>(s.h1.get(), w.ln2_gamma, w.ln2_beta, s.ln2.get(),
-                                      s.ln2_mean.get(), s.ln2_rstd.get(), N, C, NormEpsilon(shape_),
-                                      stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.ln2.get(), w.fc_weight, w.fc_bias, s.gelu.get(), N, C,
-                                   Fl, stream_, /*pre_gelu=*/s.fc.get()));
+  // MLP block: the input projection column-parallel with its activation (GeLU in the GEMM's
+  // epilogue, or SwiGLU on [gate | up]); the output projection row-parallel.
+  RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, s.h1.get(), w.ln2_gamma, w.ln2_beta,
+                                               s.ln2.get(), s.ln2_mean.get(), s.ln2_rstd.get(), N,
+                                               stream_));
+  RETURN_IF_ERROR(layer_blocks::MlpInForward<T>(*blas_, shape_, s.ln2.get(), MlpInWeight(w),
+                                                MlpInBias(w), s.fc.get(), s.gelu.get(), N, Fl,
+                                                stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight,
                                    adds_bias ? w.fc_proj_bias : nullptr, out, N, Fl, C, stream_));
   RETURN_IF_ERROR(TensorAllReduce(out, NC));
@@ -304,7 +329,7 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
   const float p = options_.dropout;
@@ -320,14 +345,15 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.gelu.get(), w.fc_proj_weight,
                                     d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
                                     stream_, kOverwrite));
-  RETURN_IF_ERROR(GeluBackward<T>(d_gelu_.get(), s.fc.get(), d_fc_.get(),
-                                  static_cast<size_t>(N) * Fl, stream_, kOverwrite));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), s.ln2.get(), w.fc_weight, d_ln_.get(),
-                                    g.fc_weight, g.fc_bias, N, C, Fl, stream_, kOverwrite));
+  RETURN_IF_ERROR(layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.get(), s.fc.get(),
+                                                         d_fc_.get(), N, Fl, stream_));
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), s.ln2.get(), MlpInWeight(w), d_ln_.get(),
+                                    MlpInWeight(g), MlpInBias(g), N, C,
+                                    placement_.local_mlp_in(shape_), stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
-  RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), s.h1.get(), w.ln2_gamma, s.ln2_mean.get(),
-                                       s.ln2_rstd.get(), d_h1, g.ln2_gamma, g.ln2_beta, N, C,
-                                       stream_));
+  RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, d_ln_.get(), s.h1.get(), w.ln2_gamma,
+                                                s.ln2_mean.get(), s.ln2_rstd.get(), d_h1,
+                                                g.ln2_gamma, g.ln2_beta, N, stream_));
 
   // Attention block: d_x = d_h1 + (through the attention branch).
   RETURN_IF_ERROR(
@@ -336,22 +362,25 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
                                      DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_,
                                      kOverwrite));
-  const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
+  const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * heads, shape_.num_heads};
+                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
   const auto [attn_y, lse] = core;
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
-                                    g.proj_weight, g.proj_bias, N, Cl, C, stream_, kOverwrite));
+                                    g.proj_weight, g.proj_bias, N, Ql, C, stream_, kOverwrite));
   RETURN_IF_ERROR(Zero(d_qkv_, stream_));  // the attention backward accumulates
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
                                             shape, att_dropout, stream_));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), s.ln1.get(), w.qkv_weight, d_ln_.get(),
-                                    g.qkv_weight, g.qkv_bias, N, C, 3 * Cl, stream_, kOverwrite));
+  // The gradients of the rotated q and k, rotated back: those of the projection's output.
+  RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
+                                                        N, shape_.seq_length, 0, true, stream_));
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), s.ln1.get(), QkvWeight(w), d_ln_.get(),
+                                    QkvWeight(g), QkvBias(g), N, C, placement_.local_qkv(shape_),
+                                    stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
-  return LayerNormBackward<T>(d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(), s.ln1_rstd.get(), d_x,
-                              g.ln1_gamma, g.ln1_beta, N, C, stream_);
+  return layer_blocks::NormBackward<T>(shape_, d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
+                                       s.ln1_rstd.get(), d_x, g.ln1_gamma, g.ln1_beta, N, stream_);
 }
 
 template <typename T>
@@ -436,22 +465,22 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
                                              N * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                              "uploading the targets"));
   if (sequence_parallel_) {
-    // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
-    RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.get(),
-                                        acts->lnf_mean.get(), acts->lnf_rstd.get(), local_rows_, C,
-                                        NormEpsilon(shape_), stream_));
+    // The final norm on this rank's rows, gathered for the vocab-parallel head.
+    RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta,
+                                                 sp_rows_.get(), acts->lnf_mean.get(),
+                                                 acts->lnf_rstd.get(), local_rows_, stream_));
     RETURN_IF_ERROR(GatherRows(sp_rows_.get(), acts->lnf.get()));
   } else {
-    RETURN_IF_ERROR(LayerNormForward<T>(x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.get(),
-                                        acts->lnf_mean.get(), acts->lnf_rstd.get(), N, C,
-                                        NormEpsilon(shape_), stream_));
+    RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta,
+                                                 acts->lnf.get(), acts->lnf_mean.get(),
+                                                 acts->lnf_rstd.get(), N, stream_));
   }
-  // The tied output layer (column-parallel over the vocabulary); padded vocabulary
-  // columns are excluded from the softmax.
+  // The output layer (column-parallel over the vocabulary: the tied token embedding or an
+  // untied one); padded vocabulary columns are excluded from the softmax.
   const int Vl = placement_.local_vocab(shape_);
   const int start = placement_.vocab_start(shape_);
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->lnf.get(), p_.wte, nullptr, acts->logits.get(), N,
-                                   C, Vl, stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->lnf.get(), OutputWeight(p_), nullptr,
+                                   acts->logits.get(), N, C, Vl, stream_));
   const VocabShard shard{N, Vl, std::clamp(shape_.vocab - start, 0, Vl), start};
   RETURN_IF_ERROR(CrossEntropyLocalStats<T>(acts->logits.get(), acts->targets.get(), shard,
                                             acts->ce_local_max.get(), acts->ce_sum_exp.get(),
@@ -492,30 +521,31 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   const int L = placement_.num_layers;
 
   if (placement_.has_head) {
-    // Cross-entropy (local columns, global statistics), the tied output layer (its input
-    // gradient summed over the vocabulary shards), the final LayerNorm.
+    // Cross-entropy (local columns, global statistics), the output layer (its input
+    // gradient summed over the vocabulary shards), the final norm.
     const int Vl = placement_.local_vocab(shape_);
     const int start = placement_.vocab_start(shape_);
     const VocabShard shard{N, Vl, std::clamp(shape_.vocab - start, 0, Vl), start};
     RETURN_IF_ERROR(CrossEntropyBackward<T>(
         acts->logits.get(), acts->targets.get(), acts->ce_max.get(), acts->ce_sum_exp.get(), shard,
         d_loss_per_token, d_logits_.get(), stream_, kOverwrite));
-    RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_logits_.get(), acts->lnf.get(), p_.wte, d_ln_.get(),
-                                      g_.wte, nullptr, N, C, Vl, stream_, kOverwrite));
+    RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_logits_.get(), acts->lnf.get(), OutputWeight(p_),
+                                      d_ln_.get(), OutputWeight(g_), nullptr, N, C, Vl, stream_,
+                                      kOverwrite));
     RETURN_IF_ERROR(Zero(d_x_, stream_));
     const T* x_last = acts->layer_io[L].get();
     if (sequence_parallel_) {
       // The head's input gradient reduce-scattered to this rank's rows (the conjugate of
-      // the forward's gather), then the final LayerNorm on them.
+      // the forward's gather), then the final norm on them.
       RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
-      RETURN_IF_ERROR(LayerNormBackward<T>(sp_rows_.get(), x_last, p_.lnf_gamma,
-                                           acts->lnf_mean.get(), acts->lnf_rstd.get(), d_x_.get(),
-                                           g_.lnf_gamma, g_.lnf_beta, local_rows_, C, stream_));
+      RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
+          shape_, sp_rows_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
+          d_x_.get(), g_.lnf_gamma, g_.lnf_beta, local_rows_, stream_));
     } else {
       RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));
-      RETURN_IF_ERROR(LayerNormBackward<T>(d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(),
-                                           acts->lnf_rstd.get(), d_x_.get(), g_.lnf_gamma,
-                                           g_.lnf_beta, N, C, stream_));
+      RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
+          shape_, d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
+          d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, stream_));
     }
   } else {
     if (d_hidden_out == nullptr) {
@@ -564,8 +594,8 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
     if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
     return absl::OkStatus();
   }
-  // Embeddings: this rank's token rows go into the tied wte gradient; the position
-  // embedding's gradient is the same on every tensor rank. Under sequence parallelism the
+  // Embeddings: this rank's token rows go into the token embedding's gradient; the learned
+  // position embedding's (if any) is the same on every tensor rank. Under sequence parallelism the
   // dropout's backward runs on this rank's rows, then every token's gradient is gathered.
   if (sequence_parallel_) {
     RETURN_IF_ERROR(DropoutBackward<T>(
@@ -594,8 +624,10 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
       "uploading the embedding gradient's plan"));
   RETURN_IF_ERROR(TokenEmbeddingBackward<T>(d_branch_.get(), plan_rows_.get(), plan_starts_.get(),
                                             plan_positions_.get(), num_rows, C, g_.wte, stream_));
-  RETURN_IF_ERROR(
-      PositionEmbeddingBackward<T>(d_branch_.get(), batch_, shape_.seq_length, C, g_.wpe, stream_));
+  if (g_.wpe != nullptr) {
+    RETURN_IF_ERROR(PositionEmbeddingBackward<T>(d_branch_.get(), batch_, shape_.seq_length, C,
+                                                 g_.wpe, stream_));
+  }
   if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
   // No synchronisation: the host can prepare the next microbatch while the GPU works (the
   // plan's host arrays are members, kept until the next backward replaces them).

@@ -1,8 +1,9 @@
-// The GPT-2 model of worker/engine/cpu/decoder_model.h on one GPU: the same layers, parameter
-// layout, dropout masks, recomputation and Megatron tensor parallelism, written out with
-// the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias and bias+GeLU epilogues,
-// fused LayerNorm, flash attention, fused vocab-parallel cross-entropy, deterministic
-// embedding gradients).
+// The decoder model of worker/engine/cpu/decoder_model.h on one GPU, GPT-2 or Llama-style: the
+// same layers, parameter layout, dropout masks, recomputation and Megatron tensor
+// parallelism, written out with the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias
+// and bias+GeLU epilogues, fused LayerNorm or RMSNorm, rotary positions, SwiGLU, flash
+// attention with grouped-query heads, fused vocab-parallel cross-entropy, deterministic
+// embedding gradients); cuda_layer_blocks.h holds where the families differ.
 //
 // T is the type of the parameters the layers read and of the activations: float (fp32
 // training, checked against the CPU model), __nv_bfloat16 or __half (mixed precision: a
@@ -49,6 +50,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/rotary.h"
 #include "worker/engine/cpu/activations.h"
 #include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/cuda/device_buffer.h"
@@ -58,9 +60,10 @@
 namespace mtrain::cuda {
 
 // What one layer's backward needs from its forward, on the device (local sizes under
-// tensor parallelism: qkv [N, 3C/t], attn_y [N, C/t], fc and gelu [N, F/t]; ln1, h1, ln2
-// and the LayerNorm statistics hold R rows under sequence parallelism; attn_y and lse are
-// empty under selective recomputation).
+// tensor parallelism: qkv [N, Ql + 2 KVl] with q and k rotated under rotary positions,
+// attn_y [N, Ql], fc [N, F/t] (SwiGLU: [N, 2F/t], gate and up) and gelu [N, F/t] (the
+// activation's output); ln1, h1, ln2 and the normalisation statistics hold R rows under
+// sequence parallelism; attn_y and lse are empty under selective recomputation).
 template <typename T>
 struct CudaLayerActivations {
   DeviceBuffer<T> ln1, qkv, attn_y, h1, ln2, fc, gelu;
@@ -156,12 +159,12 @@ class CudaGptModel {
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
   // ---- Generation with a key-value cache (cuda_gpt_model_decode.cc), one sequence at a
-  // time, as GptModel::Decode on the CPU: each local layer keeps its heads' keys and
-  // values of every position run so far.
+  // time, as DecoderModel::Decode on the CPU: each local layer keeps its key-value heads'
+  // keys and values of every position run so far.
   struct KvCache {
     int capacity = 0;                           // positions it can hold
     int length = 0;                             // positions cached so far
-    std::vector<DeviceBuffer<T>> keys, values;  // per local layer: [capacity, local hidden]
+    std::vector<DeviceBuffer<T>> keys, values;  // per local layer: [capacity, KVl]
   };
   absl::StatusOr<KvCache> NewKvCache(int capacity) const;
   // Runs positions [cache->length, cache->length + count) (no dropout): `tokens` (host
@@ -196,7 +199,7 @@ class CudaGptModel {
   // full[N, C] with this rank's rows into rows[R, C] (summed in fp32).
   absl::Status GatherRows(const T* rows, T* full);
   absl::Status ReduceScatterRows(const T* full, T* rows);
-  // Sums local layer `layer`'s LayerNorm gradients (-1: the final LayerNorm's) over the
+  // Sums local layer `layer`'s normalisation gradients (-1: the final norm's) over the
   // tensor group: under sequence parallelism each rank computed them from its rows.
   absl::Status SumLayerNormGradients(int layer);
   // The attention core's output and log-sum-exp for the backward of the layer that saved
@@ -205,6 +208,8 @@ class CudaGptModel {
   absl::StatusOr<std::pair<const T*, const float*>> AttentionCoreFor(
       const CudaLayerActivations<T>& s, const AttentionShape& shape,
       const AttentionDropout& dropout);
+  // This rank's query and key-value heads for the attention kernels.
+  AttentionShape LocalAttentionShape() const;
   // Sums data[n] over the tensor-parallel group (in fp32).
   absl::Status TensorAllReduce(T* data, size_t n);
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
@@ -243,7 +248,11 @@ class CudaGptModel {
   // the fp32 rows a 16-bit reduce-scatter lands in.
   DeviceBuffer<T> sp_full_, sp_rows_;
   DeviceBuffer<float> sp_rows_f_;
-  DeviceBuffer<float> layer_norm_sums_;  // a layer's 4 LayerNorm gradients, packed
+  DeviceBuffer<float> layer_norm_sums_;  // a layer's (up to) 4 norm gradients, packed
+  // Rotary positions: the CPU's cos/sin table (cpu::MakeRotaryTable) on the device, so both
+  // engines rotate by the same floats; empty with learned positions.
+  DeviceBuffer<float> rotary_cos_, rotary_sin_;
+  RotaryDeviceTable rotary_;
   // The embedding gradient's plan (which tokens add into which row), on the host and its
   // device copy.
   EmbeddingGradPlan plan_;

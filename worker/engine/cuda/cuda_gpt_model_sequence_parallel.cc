@@ -1,5 +1,5 @@
 // CudaGptModel's layers under sequence parallelism (Korthikanti et al. 2022), as the CPU
-// model's (decoder_model_sequence_parallel.cc): the residual stream, LayerNorms, dropouts and
+// model's (decoder_model_sequence_parallel.cc): the residual stream, norms, dropouts and
 // residual adds work on this tensor rank's rows [rank * R, (rank + 1) * R) of the [N, C]
 // activations (R = N / t); each column-parallel block takes the all-gathered LayerNorm
 // output, each row-parallel block's partial output is reduce-scattered back to the rank's
@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/status_macros.h"
@@ -24,6 +25,7 @@
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
+#include "worker/engine/cuda/cuda_layer_blocks.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain::cuda {
@@ -78,6 +80,8 @@ absl::Status CudaGptModel<T>::SumLayerNormGradients(int layer) {
   } else {
     tensors = {g_.lnf_gamma, g_.lnf_beta};
   }
+  // RMSNorm has no bias.
+  tensors.erase(std::remove(tensors.begin(), tensors.end(), nullptr), tensors.end());
   // One all-reduce for the layer's tensors, packed: on small tensors a collective's
   // latency is all it costs (on the CPU engine, packing took sequence parallelism's step
   // from +29% to +22% over t=2 alone).
@@ -107,41 +111,43 @@ absl::Status CudaGptModel<T>::LayerForwardSequenceParallel(int layer, const Micr
   const int N = batch_ * shape_.seq_length;
   const int R = local_rows_;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
   const float p = id.evaluation ? 0.0f : options_.dropout;
   const bool adds_bias = placement_.tensor_rank == 0;
 
-  // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
-  // for the column-parallel GEMM (again in the backward).
-  RETURN_IF_ERROR(LayerNormForward<T>(x, w.ln1_gamma, w.ln1_beta, s.ln1.get(), s.ln1_mean.get(),
-                                      s.ln1_rstd.get(), R, C, NormEpsilon(shape_), stream_));
+  // Attention block. The norm's output is kept for this rank's rows only and gathered for
+  // the column-parallel GEMM (again in the backward).
+  RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s.ln1.get(),
+                                               s.ln1_mean.get(), s.ln1_rstd.get(), R, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), w.qkv_weight, w.qkv_bias, s.qkv.get(), N,
-                                   C, 3 * Cl, stream_));
-  const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), QkvWeight(w), QkvBias(w), s.qkv.get(), N,
+                                   C, placement_.local_qkv(shape_), stream_));
+  RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s.qkv.get(), N,
+                                                        shape_.seq_length, 0, false, stream_));
+  const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * heads, shape_.num_heads};
+                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
   float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
   RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, adds_bias ? w.proj_bias : nullptr,
-                                   sp_full_.get(), N, Cl, C, stream_));
+                                   sp_full_.get(), N, Ql, C, stream_));
   RETURN_IF_ERROR(ReduceScatterRows(sp_full_.get(), out));
   RETURN_IF_ERROR(DropoutForward<T>(
       out, out, RC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), first, stream_));
   RETURN_IF_ERROR(AddTensors<T>(x, out, s.h1.get(), RC, stream_));
 
   // MLP block.
-  RETURN_IF_ERROR(LayerNormForward<T>(s.h1.get(), w.ln2_gamma, w.ln2_beta, s.ln2.get(),
-                                      s.ln2_mean.get(), s.ln2_rstd.get(), R, C, NormEpsilon(shape_),
-                                      stream_));
+  RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, s.h1.get(), w.ln2_gamma, w.ln2_beta,
+                                               s.ln2.get(), s.ln2_mean.get(), s.ln2_rstd.get(), R,
+                                               stream_));
   RETURN_IF_ERROR(GatherRows(s.ln2.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, sp_full_.get(), w.fc_weight, w.fc_bias, s.gelu.get(), N,
-                                   C, Fl, stream_, /*pre_gelu=*/s.fc.get()));
+  RETURN_IF_ERROR(layer_blocks::MlpInForward<T>(*blas_, shape_, sp_full_.get(), MlpInWeight(w),
+                                                MlpInBias(w), s.fc.get(), s.gelu.get(), N, Fl,
+                                                stream_));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight,
                                    adds_bias ? w.fc_proj_bias : nullptr, sp_full_.get(), N, Fl, C,
                                    stream_));
@@ -162,7 +168,7 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
   const int N = batch_ * shape_.seq_length;
   const int R = local_rows_;
   const int C = shape_.hidden;
-  const int Cl = placement_.local_hidden(shape_);
+  const int Ql = placement_.local_query(shape_);
   const int Fl = placement_.local_ffn(shape_);
   const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
@@ -179,15 +185,16 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.gelu.get(), w.fc_proj_weight,
                                     d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
                                     stream_, kOverwrite));
-  RETURN_IF_ERROR(GeluBackward<T>(d_gelu_.get(), s.fc.get(), d_fc_.get(),
-                                  static_cast<size_t>(N) * Fl, stream_, kOverwrite));
+  RETURN_IF_ERROR(layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.get(), s.fc.get(),
+                                                         d_fc_.get(), N, Fl, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln2.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), sp_full_.get(), w.fc_weight, d_ln_.get(),
-                                    g.fc_weight, g.fc_bias, N, C, Fl, stream_, kOverwrite));
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), sp_full_.get(), MlpInWeight(w),
+                                    d_ln_.get(), MlpInWeight(g), MlpInBias(g), N, C,
+                                    placement_.local_mlp_in(shape_), stream_, kOverwrite));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
-  RETURN_IF_ERROR(LayerNormBackward<T>(sp_rows_.get(), s.h1.get(), w.ln2_gamma, s.ln2_mean.get(),
-                                       s.ln2_rstd.get(), d_h1, g.ln2_gamma, g.ln2_beta, R, C,
-                                       stream_));
+  RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), s.h1.get(), w.ln2_gamma,
+                                                s.ln2_mean.get(), s.ln2_rstd.get(), d_h1,
+                                                g.ln2_gamma, g.ln2_beta, R, stream_));
 
   // Attention block: d_x = d_h1 + (through the attention branch).
   RETURN_IF_ERROR(
@@ -197,24 +204,26 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                      DropoutKeyFor(id, global_layer, kAttentionOutSite), first,
                                      stream_, kOverwrite));
   RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
-  const int heads = placement_.local_heads(shape_);
-  const AttentionShape shape{batch_, shape_.seq_length, heads, shape_.head_dim};
+  const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * heads, shape_.num_heads};
+                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
   const auto [attn_y, lse] = core;
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
-                                    g.proj_weight, g.proj_bias, N, Cl, C, stream_, kOverwrite));
+                                    g.proj_weight, g.proj_bias, N, Ql, C, stream_, kOverwrite));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(d_qkv_.get(), 0, d_qkv_.bytes(), stream_),
                              "zeroing a backward buffer"));  // the attention backward accumulates
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
                                             shape, att_dropout, stream_));
+  RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
+                                                        N, shape_.seq_length, 0, true, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), sp_full_.get(), w.qkv_weight, d_ln_.get(),
-                                    g.qkv_weight, g.qkv_bias, N, C, 3 * Cl, stream_, kOverwrite));
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), sp_full_.get(), QkvWeight(w), d_ln_.get(),
+                                    QkvWeight(g), QkvBias(g), N, C, placement_.local_qkv(shape_),
+                                    stream_, kOverwrite));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
-  return LayerNormBackward<T>(sp_rows_.get(), x, w.ln1_gamma, s.ln1_mean.get(), s.ln1_rstd.get(),
-                              d_x, g.ln1_gamma, g.ln1_beta, R, C, stream_);
+  return layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
+                                       s.ln1_rstd.get(), d_x, g.ln1_gamma, g.ln1_beta, R, stream_);
 }
 
 // Only the members defined here: the class itself is instantiated in cuda_gpt_model.cc.
