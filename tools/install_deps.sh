@@ -15,6 +15,7 @@ PACKAGES=(
   libgloo-dev
   libopenblas-dev libopenblas0-openmp
   libsqlite3-dev
+  libicu-dev                 # tokenizer/bert_normalizer.cc: NFD, case mapping, categories (ICU)
   nlohmann-json3-dev         # spec/json_syntax.cc: where a job spec's JSON breaks (header-only)
   prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`
   libjs-chart.js             # the status page's charts, served by the coordinator (no CDN)

@@ -10,7 +10,8 @@ saves and encodes it the same way (llama3_tokenizer.json, llama3_ids.bin); and t
 SentencePiece-style BPEs with byte fallback (an alphabet cut to 80 characters, so the
 corpus's other scripts and emoji fall back to <0xNN> tokens): Llama 2's kind (normalizer
 Prepend "▁" + Replace " " -> "▁", no pre-tokenizer; llama2_*) and Mistral's later kind
-(Metaspace, prepend_scheme first, split; metaspace_*). Ids are written
+(Metaspace, prepend_scheme first, split; metaspace_*); and BERT's WordPiece, uncased and
+cased (wordpiece_*, wordpiece_cased_*: tokenizer.json, vocab.txt, ids). Ids are written
 as little-endian int32; a JSON summary (counts, single-thread MB/s of each encode) goes to
 stdout.
 
@@ -27,7 +28,7 @@ import time
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import tokenizers  # noqa: E402
-from tokenizers import ByteLevelBPETokenizer  # noqa: E402
+from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer  # noqa: E402
 from tokenizers import (Regex, Tokenizer, decoders, models, normalizers,  # noqa: E402
                         pre_tokenizers, trainers)
 
@@ -107,6 +108,27 @@ def main():
         sp.save(str(out / f"{name}_tokenizer.json"))
         n, seconds = encode(sp, text, out / f"{name}_ids.bin")
         summary[name] = {"tokens": n, "seconds": seconds, "mb_per_s": len(raw) / seconds / 1e6}
+
+    # BERT's WordPiece (issue 35): uncased (lower case, accents stripped) and cased, trained
+    # on the shipped text with BERT's special tokens; the corpus encoded without [CLS]/[SEP],
+    # and the uncased ids of the corpus's first 2000 tokens decoded back.
+    for name, lowercase in (("wordpiece", True), ("wordpiece_cased", False)):
+        wp = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True,
+                                    strip_accents=None, lowercase=lowercase)
+        wp.train([str(ROOT / "tests/data/shakespeare.txt")], vocab_size=4000, min_frequency=2,
+                 special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                 show_progress=False)
+        wp.save(str(out / f"{name}_tokenizer.json"))
+        wp.save_model(str(out), name)  # NAME-vocab.txt
+        start = time.perf_counter()
+        ids = wp.encode(text, add_special_tokens=False).ids
+        seconds = time.perf_counter() - start
+        array.array("i", ids).tofile(open(out / f"{name}_ids.bin", "wb"))
+        summary[name] = {"tokens": len(ids), "seconds": seconds,
+                         "mb_per_s": len(raw) / seconds / 1e6}
+        if lowercase:
+            (out / "wordpiece_decoded.txt").write_text(
+                wp.decode(ids[:2000], skip_special_tokens=False), encoding="utf-8")
 
     if args.gpt2_dir:
         gpt2 = ByteLevelBPETokenizer(str(pathlib.Path(args.gpt2_dir, "vocab.json")),
