@@ -61,10 +61,10 @@ absl::Status DecodeAttention(const T* q, const T* keys, const T* values, const D
   if (shape.count <= 0 || shape.heads <= 0 || shape.head_dim <= 0 || shape.first < 0 ||
       shape.q_stride < shape.heads * shape.head_dim || shape.kv_heads < 0 ||
       (shape.kv_heads > 0 && shape.heads % shape.kv_heads != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DecodeAttention: bad shape (first ", shape.first, ", count ", shape.count, ", heads ",
-        shape.heads, ", kv_heads ", shape.kv_heads, ", head_dim ", shape.head_dim, ", q_stride ",
-        shape.q_stride, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeAttention: bad shape (first ", shape.first, ", count ", shape.count,
+                     ", heads ", shape.heads, ", kv_heads ", shape.kv_heads, ", head_dim ",
+                     shape.head_dim, ", q_stride ", shape.q_stride, ")"));
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   const dim3 grid(shape.count, shape.heads);

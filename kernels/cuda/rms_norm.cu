@@ -92,8 +92,9 @@ absl::Status RmsNormBackward(const T* d_y, const T* x, const T* gamma, const flo
   const int blocks = rows < kMaxBackwardBlocks ? rows : kMaxBackwardBlocks;
   float* partial = nullptr;
   const size_t bytes = size_t(blocks) * C * sizeof(float);
-  if (absl::Status s = CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream),
-                                  "RmsNormBackward scratch");
+  if (absl::Status s =
+          CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&partial), bytes, stream),
+                     "RmsNormBackward scratch");
       !s.ok()) {
     return s;
   }
@@ -108,11 +109,11 @@ absl::Status RmsNormBackward(const T* d_y, const T* x, const T* gamma, const flo
   return launched.ok() ? freed : launched;
 }
 
-#define MTRAIN_INSTANTIATE_RMS_NORM(T)                                                         \
-  template absl::Status RmsNormForward<T>(const T*, const T*, T*, float*, int, int, float,    \
-                                          cudaStream_t);                                      \
-  template absl::Status RmsNormBackward<T>(const T*, const T*, const T*, const float*, T*,    \
-                                           float*, int, int, cudaStream_t);
+#define MTRAIN_INSTANTIATE_RMS_NORM(T)                                                             \
+  template absl::Status RmsNormForward<T>(const T*, const T*, T*, float*, int, int, float,         \
+                                          cudaStream_t);                                           \
+  template absl::Status RmsNormBackward<T>(const T*, const T*, const T*, const float*, T*, float*, \
+                                           int, int, cudaStream_t);
 MTRAIN_INSTANTIATE_RMS_NORM(float)
 MTRAIN_INSTANTIATE_RMS_NORM(__nv_bfloat16)
 MTRAIN_INSTANTIATE_RMS_NORM(__half)

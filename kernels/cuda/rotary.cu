@@ -43,9 +43,9 @@ absl::Status ApplyRotary(T* x, int rows, int row_stride, int heads, int seq_leng
         "first_position >= 0");
   }
   if (heads * 2 * table.half > row_stride) {
-    return absl::InvalidArgumentError(absl::StrCat("ApplyRotary: ", heads, " heads of ",
-                                                   2 * table.half,
-                                                   " elements overrun a row stride of ", row_stride));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ApplyRotary: ", heads, " heads of ", 2 * table.half,
+                     " elements overrun a row stride of ", row_stride));
   }
   if (rows == 0) return absl::OkStatus();
   const int last_position = first_position + (rows < seq_length ? rows : seq_length) - 1;

@@ -36,8 +36,7 @@ __global__ void SwiGluBackwardKernel(const T* d_y, const T* gate_up, T* d_gate_u
     const float d_up = dy * g * s;
     const float d_gate = dy * u * s * (1.0f + g * (1.0f - s));
     d_gate_up[up_at] = FromFloat<T>(accumulate ? ToFloat(d_gate_up[up_at]) + d_up : d_up);
-    d_gate_up[gate_at] =
-        FromFloat<T>(accumulate ? ToFloat(d_gate_up[gate_at]) + d_gate : d_gate);
+    d_gate_up[gate_at] = FromFloat<T>(accumulate ? ToFloat(d_gate_up[gate_at]) + d_gate : d_gate);
   }
 }
 
@@ -66,10 +65,9 @@ absl::Status SwiGluBackward(const T* d_y, const T* gate_up, T* d_gate_up, int ro
   return LastLaunchStatus("SwiGluBackward");
 }
 
-#define MTRAIN_INSTANTIATE_SWIGLU(T)                                                      \
-  template absl::Status SwiGluForward<T>(const T*, T*, int, int, cudaStream_t);           \
-  template absl::Status SwiGluBackward<T>(const T*, const T*, T*, int, int, cudaStream_t, \
-                                          bool);
+#define MTRAIN_INSTANTIATE_SWIGLU(T)                                            \
+  template absl::Status SwiGluForward<T>(const T*, T*, int, int, cudaStream_t); \
+  template absl::Status SwiGluBackward<T>(const T*, const T*, T*, int, int, cudaStream_t, bool);
 MTRAIN_INSTANTIATE_SWIGLU(float)
 MTRAIN_INSTANTIATE_SWIGLU(__nv_bfloat16)
 MTRAIN_INSTANTIATE_SWIGLU(__half)
