@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "data/indexed_dataset_format.h"
 #include "data/sequence_sampler.h"
+#include "data/split_mix_stream.h"
 
 namespace mtrain {
 
@@ -41,48 +42,8 @@ constexpr int64_t kHeaderBytes = kHeaderFields * 8;
 // One salt per shuffle, so the two streams of an epoch differ: "document", "samples".
 constexpr uint64_t kDocumentsSalt = 0x646f63756d656e74ULL;
 constexpr uint64_t kSamplesSalt = 0x73616d706c657300ULL;
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
 
 uint64_t Mix(uint64_t h, uint64_t value) { return SplitMix64(h ^ value); }
-
-// The splitmix64 generator: its output is SplitMix64 of a counter stepped by the golden
-// gamma, so a stream is fixed by its starting value alone.
-class SplitMixStream {
- public:
-  explicit SplitMixStream(uint64_t start) : state_(start) {}
-
-  uint64_t Next() {
-    const uint64_t out = SplitMix64(state_);
-    state_ += kGolden;
-    return out;
-  }
-
-  // Uniform in [0, bound), bound > 0: Lemire's multiply-shift, rejecting the few low
-  // products that would make some results more likely than others.
-  uint64_t Below(uint64_t bound) {
-    using uint128 = unsigned __int128;
-    uint128 product = static_cast<uint128>(Next()) * bound;
-    uint64_t low = static_cast<uint64_t>(product);
-    if (low < bound) {
-      const uint64_t threshold = (0 - bound) % bound;
-      while (low < threshold) {
-        product = static_cast<uint128>(Next()) * bound;
-        low = static_cast<uint64_t>(product);
-      }
-    }
-    return static_cast<uint64_t>(product >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
-
-void Shuffle(std::vector<int64_t>* values, SplitMixStream* stream) {
-  for (size_t i = values->size(); i > 1; --i) {
-    const uint64_t j = stream->Below(i);
-    std::swap((*values)[i - 1], (*values)[j]);
-  }
-}
 
 // Order-sensitive, and cheap: the terms are independent, so the CPU overlaps them.
 uint64_t Checksum(const std::vector<int64_t>* const arrays[3]) {
