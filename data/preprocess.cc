@@ -9,13 +9,17 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "data/build_indexed_dataset.h"
 #include "data/byte_tokenizer.h"
 #include "data/indexed_dataset_writer.h"
+#include "data/sentence_splitter.h"
 #include "nlohmann/json.hpp"
+#include "tokenizer/bert_normalizer.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/wordpiece_tokenizer.h"
 
 namespace mtrain {
 namespace {
@@ -30,6 +34,8 @@ struct RawBatch {
 
 struct ProcessedDocument {
   std::vector<std::vector<int32_t>> ids;  // per key
+  // split_sentences: per key, the ids of each sentence with tokens.
+  std::vector<std::vector<std::vector<int32_t>>> sentences;
   int64_t tokens = 0;
   uint64_t text_hash = 0;
   MinHashSignature signature;
@@ -130,10 +136,26 @@ class TokenizerPool {
       for (int i = 0; i < size; ++i) pool->free_.push_back(-1);
       return pool;
     }
+    if (o.tokenizer == PreprocessTokenizer::kBertVocab) {
+      BertNormalizerOptions normalizer;
+      normalizer.lowercase = o.lowercase;
+      absl::StatusOr<WordPieceTokenizer> wordpiece =
+          WordPieceTokenizer::FromVocabTxt(o.vocab_file, normalizer);
+      if (!wordpiece.ok()) return wordpiece.status();
+      return WithWordPiece(std::move(pool), *std::move(wordpiece), size);
+    }
     absl::StatusOr<BpeTokenizer> first =
         o.tokenizer == PreprocessTokenizer::kGpt2Files
             ? BpeTokenizer::FromVocabAndMerges(o.vocab_file, o.merge_file)
             : BpeTokenizer::FromHuggingFaceJson(o.tokenizer_json);
+    if (!first.ok() && o.tokenizer == PreprocessTokenizer::kHuggingFaceJson &&
+        absl::StrContains(first.status().message(), "model.type")) {
+      // Not a BPE: a WordPiece model, if it is one.
+      absl::StatusOr<WordPieceTokenizer> wordpiece =
+          WordPieceTokenizer::FromHuggingFaceJson(o.tokenizer_json);
+      if (!wordpiece.ok()) return wordpiece.status();
+      return WithWordPiece(std::move(pool), *std::move(wordpiece), size);
+    }
     if (!first.ok()) return first.status();
     pool->vocab_size_ = first->vocab_size();
     pool->eod_ = first->end_of_document_id();
@@ -141,6 +163,16 @@ class TokenizerPool {
     pool->tokenizers_.push_back(*std::move(first));
     MutexLock lock(&pool->mutex_);
     for (int i = 0; i < size; ++i) pool->free_.push_back(i);
+    return pool;
+  }
+
+  // WordPiece keeps no cache: one tokenizer serves every batch in flight.
+  static std::unique_ptr<TokenizerPool> WithWordPiece(std::unique_ptr<TokenizerPool> pool,
+                                                      WordPieceTokenizer wordpiece, int size) {
+    pool->vocab_size_ = wordpiece.vocab_size();
+    pool->wordpiece_ = std::move(wordpiece);
+    MutexLock lock(&pool->mutex_);
+    for (int i = 0; i < size; ++i) pool->free_.push_back(-1);
     return pool;
   }
 
@@ -157,7 +189,9 @@ class TokenizerPool {
     available_.Signal();
   }
   void Encode(int index, absl::string_view text, std::vector<int32_t>* ids) const {
-    if (index < 0) {
+    if (wordpiece_.has_value()) {
+      wordpiece_->Encode(text, ids);
+    } else if (index < 0) {
       const size_t at = ids->size();
       ids->resize(at + text.size());
       ByteTokenizer::EncodeTo(text, ids->data() + at);
@@ -171,6 +205,7 @@ class TokenizerPool {
  private:
   TokenizerPool() = default;
   std::vector<BpeTokenizer> tokenizers_;
+  std::optional<WordPieceTokenizer> wordpiece_;
   int32_t vocab_size_ = 0;
   std::optional<int32_t> eod_;
   Mutex mutex_;
@@ -212,10 +247,21 @@ ProcessedBatch Process(const RawBatch& batch, const PreprocessOptions& options,
     }
     ProcessedDocument& doc = out.documents[r];
     doc.ids.resize(texts.size());
+    if (options.split_sentences) doc.sentences.resize(texts.size());
     joined.clear();
     for (size_t k = 0; k < texts.size(); ++k) {
-      pool.Encode(tokenizer, texts[k], &doc.ids[k]);
-      doc.tokens += static_cast<int64_t>(doc.ids[k].size());
+      if (options.split_sentences) {
+        for (absl::string_view sentence : SplitSentences(texts[k])) {
+          std::vector<int32_t> ids;
+          pool.Encode(tokenizer, sentence, &ids);
+          if (ids.empty()) continue;
+          doc.tokens += static_cast<int64_t>(ids.size());
+          doc.sentences[k].push_back(std::move(ids));
+        }
+      } else {
+        pool.Encode(tokenizer, texts[k], &doc.ids[k]);
+        doc.tokens += static_cast<int64_t>(doc.ids[k].size());
+      }
       absl::StrAppend(&joined, texts[k], k + 1 < texts.size() ? absl::string_view("\0", 1) : "");
     }
     if (options.exact_dedup) doc.text_hash = StableHash(joined);
@@ -245,7 +291,8 @@ absl::StatusOr<PreprocessSummary> RunPreprocess(
       options.jsonl ? options.json_keys : std::vector<std::string>{"text"};
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : keys) {
-    const std::string prefix = absl::StrCat(options.output_prefix, "_", key, "_document");
+    const std::string prefix = absl::StrCat(options.output_prefix, "_", key,
+                                            options.split_sentences ? "_sentence" : "_document");
     absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> writer =
         IndexedDatasetWriter::Create(prefix, summary.dtype);
     if (!writer.ok()) return writer.status();
@@ -293,6 +340,18 @@ absl::StatusOr<PreprocessSummary> RunPreprocess(
       }
       ++summary.progress.kept;
       for (size_t k = 0; k < writers.size(); ++k) {
+        if (options.split_sentences) {
+          std::vector<std::vector<int32_t>>& sentences = doc.sentences[k];
+          if (options.append_eod && !sentences.empty()) {
+            sentences.back().push_back(*(*pool)->eod());
+          }
+          for (const std::vector<int32_t>& sentence : sentences) {
+            summary.tokens_written += static_cast<int64_t>(sentence.size());
+            if (absl::Status s = writers[k]->AddSequence(sentence); !s.ok()) return s;
+          }
+          writers[k]->EndDocument();
+          continue;
+        }
         sequence = std::move(doc.ids[k]);
         if (options.append_eod) sequence.push_back(*(*pool)->eod());
         summary.tokens_written += static_cast<int64_t>(sequence.size());

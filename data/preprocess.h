@@ -9,7 +9,9 @@
 // input order, with at most `workers + 1` batches in memory. The output is the same for
 // any worker count. For each JSON key K (text files: "text") it writes
 // <output_prefix>_K_document.bin/.idx: one sequence per kept document (+ the end-of-
-// document id with append_eod), uint16 ids when the vocabulary fits, int32 otherwise.
+// document id with append_eod), uint16 ids when the vocabulary fits, int32 otherwise; with
+// split_sentences, <output_prefix>_K_sentence.bin/.idx: one sequence per sentence, the
+// document's sentences one document (the end-of-document id after its last sentence).
 //
 //   ASSIGN_OR_RETURN(PreprocessSummary s, RunPreprocess(options, [](const auto& p) {...}));
 #ifndef MTRAIN_DATA_PREPROCESS_H_
@@ -26,7 +28,9 @@
 
 namespace mtrain {
 
-enum class PreprocessTokenizer { kByte, kGpt2Files, kHuggingFaceJson };
+// kHuggingFaceJson: a BPE or WordPiece tokenizer.json (the file says which). kBertVocab:
+// BERT's vocab.txt (`vocab_file`) for WordPiece, lower-cased or cased.
+enum class PreprocessTokenizer { kByte, kGpt2Files, kHuggingFaceJson, kBertVocab };
 
 struct PreprocessOptions {
   std::vector<std::string> inputs;
@@ -40,7 +44,11 @@ struct PreprocessOptions {
   PreprocessTokenizer tokenizer = PreprocessTokenizer::kGpt2Files;
   std::string vocab_file, merge_file;  // kGpt2Files
   std::string tokenizer_json;          // kHuggingFaceJson
+  bool lowercase = true;               // kBertVocab: an uncased model
   bool append_eod = false;
+  // Each document written as its sentences (sentence_splitter.h), one sequence each, for
+  // BERT's samples (Megatron's --split-sentences); sentences without tokens are left out.
+  bool split_sentences = false;
 
   int workers = 1;
   size_t batch_bytes = size_t{4} << 20;

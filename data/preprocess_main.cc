@@ -26,11 +26,15 @@ ABSL_FLAG(std::vector<std::string>, json_keys, {"text"}, "JSON keys holding docu
 ABSL_FLAG(std::string, output_prefix, "", "writes PREFIX_KEY_document.bin/.idx per key");
 ABSL_FLAG(std::string, tokenizer_type, "",
           "GPT2BPETokenizer (with --vocab-file and "
-          "--merge-file), HuggingFaceTokenizer (with --tokenizer-json) or ByteTokenizer; "
-          "default: from the files given");
-ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json");
+          "--merge-file), HuggingFaceTokenizer (with --tokenizer-json: BPE or WordPiece), "
+          "BertWordPieceLowerCase or BertWordPieceCase (with --vocab-file: vocab.txt) or "
+          "ByteTokenizer; default: from the files given");
+ABSL_FLAG(std::string, vocab_file, "", "GPT-2 vocab.json, or BERT's vocab.txt");
+ABSL_FLAG(bool, split_sentences, false,
+          "write each document as its sentences, one sequence each (BERT's samples pair "
+          "them): PREFIX_KEY_sentence.bin/.idx");
 ABSL_FLAG(std::string, merge_file, "", "GPT-2 merges.txt");
-ABSL_FLAG(std::string, tokenizer_json, "", "a HuggingFace tokenizer.json (BPE, ByteLevel)");
+ABSL_FLAG(std::string, tokenizer_json, "", "a HuggingFace tokenizer.json (BPE or WordPiece)");
 ABSL_FLAG(bool, append_eod, false, "end each document with <|endoftext|>");
 ABSL_FLAG(int, workers, 0, "tokenizing threads (0: every core)");
 ABSL_FLAG(int64_t, min_tokens, 128, "drop documents with fewer tokens (0: keep all)");
@@ -110,13 +114,19 @@ int main(int argc, char** argv) {
     options.tokenizer = mtrain::PreprocessTokenizer::kHuggingFaceJson;
   } else if (type == "ByteTokenizer") {
     options.tokenizer = mtrain::PreprocessTokenizer::kByte;
+  } else if (type == "BertWordPieceLowerCase" || type == "BertWordPieceCase") {
+    options.tokenizer = mtrain::PreprocessTokenizer::kBertVocab;
+    options.lowercase = type == "BertWordPieceLowerCase";
   } else {
     std::fprintf(stderr,
                  "preprocess: --tokenizer-type=%s: give GPT2BPETokenizer (--vocab-file, "
-                 "--merge-file), HuggingFaceTokenizer (--tokenizer-json) or ByteTokenizer\n",
+                 "--merge-file), HuggingFaceTokenizer (--tokenizer-json), "
+                 "BertWordPieceLowerCase or BertWordPieceCase (--vocab-file: BERT's vocab.txt) "
+                 "or ByteTokenizer\n",
                  type.c_str());
     return 2;
   }
+  options.split_sentences = absl::GetFlag(FLAGS_split_sentences);
   options.append_eod = absl::GetFlag(FLAGS_append_eod);
   options.workers = absl::GetFlag(FLAGS_workers);
   if (options.workers <= 0) options.workers = static_cast<int>(std::thread::hardware_concurrency());

@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "data/build_indexed_dataset.h"
 #include "data/indexed_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/tokenizer_json_for_test.h"
+#include "tokenizer/wordpiece_tokenizer.h"
 
 namespace mtrain {
 namespace {
@@ -239,6 +241,89 @@ TEST(PreprocessTest, LargeVocabulariesAreWrittenAsInt32) {
   EXPECT_EQ(summary->dtype, IndexedDtype::kInt32);
   EXPECT_EQ(Documents(Tmp("big_text_document")),
             (std::vector<std::vector<int32_t>>{{'a', 'b', 'c', 70000}}));
+}
+
+}  // namespace
+}  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+// --split-sentences with BERT's WordPiece (issue 35): each document's sentences are its
+// sequences, tokenized as WordPieceTokenizer does; a tokenizer.json with a WordPiece model
+// works the same as its vocab.txt.
+TEST(PreprocessTest, SplitSentencesWritesEachDocumentAsItsSentences) {
+  std::string vocab;
+  for (const char* token : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", ".",
+                            "dr", "who", "came", "!", "it", "rained", "##s", "dog"}) {
+    absl::StrAppend(&vocab, token, "\n");
+  }
+  const std::string vocab_path = Write("bert_vocab.txt", vocab);
+  const std::string input =
+      Write("sentences.jsonl", JsonLine("The cat sat. Dr. Who came! It rained.") +
+                                   JsonLine("The dogs sat.\n\nThe cat came") + JsonLine("   ") +
+                                   JsonLine("Cats sat."));
+  absl::StatusOr<WordPieceTokenizer> wordpiece = WordPieceTokenizer::FromVocabTxt(vocab_path, {});
+  ASSERT_TRUE(wordpiece.ok()) << wordpiece.status();
+  const std::vector<std::vector<std::vector<int32_t>>> want = {
+      {wordpiece->Encode("The cat sat."), wordpiece->Encode("Dr. Who came!"),
+       wordpiece->Encode("It rained.")},
+      {wordpiece->Encode("The dogs sat."), wordpiece->Encode("The cat came")},
+      {},
+      {wordpiece->Encode("Cats sat.")}};
+  EXPECT_EQ(want[1][0], (std::vector<int32_t>{5, 16, 15, 7, 8}));  // the dog ##s sat .
+
+  for (int workers : {1, 3}) {
+    PreprocessOptions options;
+    options.inputs = {input};
+    options.output_prefix = Tmp(absl::StrCat("sentences", workers));
+    options.tokenizer = PreprocessTokenizer::kBertVocab;
+    options.vocab_file = vocab_path;
+    options.split_sentences = true;
+    options.min_tokens = 0;
+    options.exact_dedup = false;
+    options.near_dedup = false;
+    options.workers = workers;
+    options.batch_bytes = 40;  // several batches
+    absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options, nullptr);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    ASSERT_EQ(summary->outputs.size(), 1u);
+    EXPECT_THAT(summary->outputs[0], HasSubstr("_text_sentence"));
+    absl::StatusOr<std::unique_ptr<IndexedDataset>> data =
+        IndexedDataset::Open(summary->outputs[0]);
+    ASSERT_TRUE(data.ok()) << data.status();
+    ASSERT_EQ((*data)->num_documents(), 4);
+    for (int d = 0; d < 4; ++d) {
+      absl::StatusOr<DocumentRange> doc = (*data)->document(d);
+      ASSERT_TRUE(doc.ok());
+      std::vector<std::vector<int32_t>> got;
+      for (int64_t s = doc->begin; s < doc->end; ++s) got.push_back(*(*data)->Sequence(s));
+      EXPECT_EQ(got, want[d]) << "document " << d << " with " << workers << " workers";
+    }
+  }
+
+  // The same vocabulary as a tokenizer.json (the file says WordPiece): the same sentences.
+  std::string json = R"({"model": {"type": "WordPiece", "unk_token": "[UNK]", "vocab": {)";
+  int id = 0;
+  for (absl::string_view token : absl::StrSplit(vocab, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&json, id ? ", " : "", "\"", token, "\": ", id);
+    ++id;
+  }
+  absl::StrAppend(&json, R"(}}, "normalizer": {"type": "BertNormalizer"},
+                            "pre_tokenizer": {"type": "BertPreTokenizer"}})");
+  PreprocessOptions options;
+  options.inputs = {input};
+  options.output_prefix = Tmp("sentences_json");
+  options.tokenizer = PreprocessTokenizer::kHuggingFaceJson;
+  options.tokenizer_json = Write("wordpiece.json", json);
+  options.split_sentences = true;
+  options.min_tokens = 0;
+  options.exact_dedup = false;
+  options.near_dedup = false;
+  absl::StatusOr<PreprocessSummary> summary = RunPreprocess(options, nullptr);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(ReadAll(summary->outputs[0] + ".bin"), ReadAll(Tmp("sentences1_text_sentence.bin")));
+  EXPECT_EQ(ReadAll(summary->outputs[0] + ".idx"), ReadAll(Tmp("sentences1_text_sentence.idx")));
 }
 
 }  // namespace
