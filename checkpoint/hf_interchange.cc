@@ -115,7 +115,7 @@ std::vector<TensorMapping> Mappings(const ModelSpec& m) {
     map.hf_shape = std::move(entry.hf_shape);
     map.layout = entry.hf_layout;
     map.rows = entry.hf_rows;
-    map.prefixed = entry.role != ParameterRole::kOutputWeight;
+    map.prefixed = entry.hf_in_base_model;
     map.token_embedding = entry.role == ParameterRole::kTokenEmbedding;
     switch (entry.role) {
       case ParameterRole::kOutputWeight:

@@ -19,7 +19,11 @@ double LayerAttentionForwardFlops(const TransformerConfig& c) {
 double ModelFlopsPerStep(const TransformerConfig& c, double global_batch) {
   const double tokens = global_batch * c.seq_length;
   const double layer = LayerLinearForwardFlops(c) + LayerAttentionForwardFlops(c);
-  const double head = 2.0 * c.hidden * c.padded_vocab;
+  // The output layer; BERT's masked-LM head adds its dense transform (over every position,
+  // as Megatron and HF compute it; the pooler and sentence-order classifier see one token
+  // a sequence and are left out).
+  double head = 2.0 * c.hidden * c.padded_vocab;
+  if (c.family == ArchitectureFamily::kBert) head += 2.0 * c.hidden * c.hidden;
   return 3 * tokens * (c.num_layers * layer + head);
 }
 

@@ -56,6 +56,9 @@ TEST(ModelFlopsTest, FieldsAFamilyChangesArePriced) {
   c.gated_mlp = false;
   c.padded_vocab = 256;
   EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c, 1) - mha, 3.0 * 8 * 2 * 64 * 128);
+  c.padded_vocab = 128;
+  c.family = ArchitectureFamily::kBert;  // the masked-LM head's h x h transform
+  EXPECT_DOUBLE_EQ(ModelFlopsPerStep(c, 1) - mha, 3.0 * 8 * 2 * 64 * 64);
 }
 
 }  // namespace

@@ -36,8 +36,8 @@ class TableBuilder {
   }
   // A parameter of layer i: ours "layers.i.<ours>", HF's "<hf_layer_prefix>i.<hf>".
   void AddLayer(int i, const std::string& hf_layer_prefix, R role, const char* ours,
-                std::vector<int64_t> shape, int split_axis, P init, bool decay, const char* hf,
-                std::vector<int64_t> hf_shape, HfLayout hf_layout) {
+                std::vector<int64_t> shape, int split_axis, P init, bool decay,
+                absl::string_view hf, std::vector<int64_t> hf_shape, HfLayout hf_layout) {
     Add(role, i, absl::StrCat("layers.", i, ".", ours), std::move(shape), split_axis, init, decay,
         ParameterHolder::kLayer, absl::StrCat(hf_layer_prefix, i, ".", hf), std::move(hf_shape),
         hf_layout);
@@ -152,14 +152,128 @@ std::vector<ParameterEntry> LlamaTable(const TransformerConfig& config) {
                                  ParameterHolder::kLastStage, "lm_head.weight", {V, C}, kSame);
     head.padded_vocabulary_rows = true;
     head.hf_rows = HfRows::kOursPadded;
+    head.hf_in_base_model = false;
   }
+  return t.Take();
+}
+
+// BERT (HF MegatronBertForPreTraining's names under the pre placement, BertForPreTraining's
+// under the post one, without their "bert." prefix except the heads' "cls.*"; Linear
+// weights [out, in] like ours). Q, K and V are three tensors next to each other, as
+// Llama's. The masked-LM decoder is the token embedding (first and last stage, as GPT-2's
+// tied output layer) with its own bias over the padded vocabulary.
+std::vector<ParameterEntry> BertTable(const TransformerConfig& config) {
+  const int64_t C = config.hidden, S = config.seq_length, V = config.vocab;
+  const int64_t Vp = config.padded_vocab, F = config.ffn_hidden;
+  const bool pre = config.norm_placement == NormPlacement::kPre;
+  TableBuilder t;
+  ParameterEntry& wte = t.Add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
+                              ParameterHolder::kFirstAndLastStage,  // and the MLM decoder
+                              "embeddings.word_embeddings.weight", {V, C}, kSame);
+  wte.padded_vocabulary_rows = true;
+  wte.hf_rows = HfRows::kOursPadded;
+  ParameterEntry& wpe =
+      t.Add(R::kPositionEmbedding, -1, "wpe", {S, C}, -1, P::kNormal, true,
+            ParameterHolder::kFirstStage, "embeddings.position_embeddings.weight", {S, C}, kSame);
+  wpe.hf_rows = HfRows::kHfLonger;
+  const int64_t types = config.token_types;
+  t.Add(R::kTokenTypeEmbedding, -1, "tte", {types, C}, -1, P::kNormal, true,
+        ParameterHolder::kFirstStage, "embeddings.token_type_embeddings.weight", {types, C}, kSame);
+  if (!pre) {
+    t.Add(R::kEmbeddingNormWeight, -1, "emb_ln.weight", {C}, -1, P::kOnes, false,
+          ParameterHolder::kFirstStage, "embeddings.LayerNorm.weight", {C}, kSame);
+    t.Add(R::kEmbeddingNormBias, -1, "emb_ln.bias", {C}, -1, P::kZeros, false,
+          ParameterHolder::kFirstStage, "embeddings.LayerNorm.bias", {C}, kSame);
+  }
+  // ln1 normalises the attention's input (pre) or its residual sum (post); ln2 likewise for
+  // the MLP.
+  const char* ln1 = pre ? "attention.ln" : "attention.output.LayerNorm";
+  const char* ln2 = pre ? "ln" : "output.LayerNorm";
+  for (int i = 0; i < config.num_layers; ++i) {
+    const std::string h = "encoder.layer.";
+    t.AddLayer(i, h, R::kAttentionNormWeight, "ln1.weight", {C}, -1, P::kOnes, false,
+               absl::StrCat(ln1, ".weight"), {C}, kSame);
+    t.AddLayer(i, h, R::kAttentionNormBias, "ln1.bias", {C}, -1, P::kZeros, false,
+               absl::StrCat(ln1, ".bias"), {C}, kSame);
+    t.AddLayer(i, h, R::kQueryWeight, "attn.q.weight", {C, C}, 0, P::kNormal, true,
+               "attention.self.query.weight", {C, C}, kSame);
+    t.AddLayer(i, h, R::kKeyWeight, "attn.k.weight", {C, C}, 0, P::kNormal, true,
+               "attention.self.key.weight", {C, C}, kSame);
+    t.AddLayer(i, h, R::kValueWeight, "attn.v.weight", {C, C}, 0, P::kNormal, true,
+               "attention.self.value.weight", {C, C}, kSame);
+    t.AddLayer(i, h, R::kQueryBias, "attn.q.bias", {C}, 0, P::kZeros, false,
+               "attention.self.query.bias", {C}, kSame);
+    t.AddLayer(i, h, R::kKeyBias, "attn.k.bias", {C}, 0, P::kZeros, false,
+               "attention.self.key.bias", {C}, kSame);
+    t.AddLayer(i, h, R::kValueBias, "attn.v.bias", {C}, 0, P::kZeros, false,
+               "attention.self.value.bias", {C}, kSame);
+    t.AddLayer(i, h, R::kAttentionOutWeight, "attn.proj.weight", {C, C}, 1, P::kScaledNormal, true,
+               "attention.output.dense.weight", {C, C}, kSame);
+    t.AddLayer(i, h, R::kAttentionOutBias, "attn.proj.bias", {C}, -1, P::kZeros, false,
+               "attention.output.dense.bias", {C}, kSame);
+    t.AddLayer(i, h, R::kMlpNormWeight, "ln2.weight", {C}, -1, P::kOnes, false,
+               absl::StrCat(ln2, ".weight"), {C}, kSame);
+    t.AddLayer(i, h, R::kMlpNormBias, "ln2.bias", {C}, -1, P::kZeros, false,
+               absl::StrCat(ln2, ".bias"), {C}, kSame);
+    t.AddLayer(i, h, R::kMlpInWeight, "mlp.fc.weight", {F, C}, 0, P::kNormal, true,
+               "intermediate.dense.weight", {F, C}, kSame);
+    t.AddLayer(i, h, R::kMlpInBias, "mlp.fc.bias", {F}, 0, P::kZeros, false,
+               "intermediate.dense.bias", {F}, kSame);
+    t.AddLayer(i, h, R::kMlpOutWeight, "mlp.proj.weight", {C, F}, 1, P::kScaledNormal, true,
+               "output.dense.weight", {C, F}, kSame);
+    t.AddLayer(i, h, R::kMlpOutBias, "mlp.proj.bias", {C}, -1, P::kZeros, false,
+               "output.dense.bias", {C}, kSame);
+  }
+  if (pre) {
+    t.Add(R::kFinalNormWeight, -1, "lnf.weight", {C}, -1, P::kOnes, false,
+          ParameterHolder::kLastStage, "encoder.ln.weight", {C}, kSame);
+    t.Add(R::kFinalNormBias, -1, "lnf.bias", {C}, -1, P::kZeros, false, ParameterHolder::kLastStage,
+          "encoder.ln.bias", {C}, kSame);
+  }
+  const auto last = ParameterHolder::kLastStage;
+  t.Add(R::kPoolerWeight, -1, "pooler.weight", {C, C}, -1, P::kNormal, true, last,
+        "pooler.dense.weight", {C, C}, kSame);
+  t.Add(R::kPoolerBias, -1, "pooler.bias", {C}, -1, P::kZeros, false, last, "pooler.dense.bias",
+        {C}, kSame);
+  // The heads sit outside HF's base model.
+  auto head = [&](R role, const char* ours, std::vector<int64_t> shape, int split, P init,
+                  bool decay, const char* hf, std::vector<int64_t> hf_shape) -> ParameterEntry& {
+    ParameterEntry& e =
+        t.Add(role, -1, ours, std::move(shape), split, init, decay, last, hf, hf_shape, kSame);
+    e.hf_in_base_model = false;
+    return e;
+  };
+  head(R::kMlmTransformWeight, "mlm.dense.weight", {C, C}, -1, P::kNormal, true,
+       "cls.predictions.transform.dense.weight", {C, C});
+  head(R::kMlmTransformBias, "mlm.dense.bias", {C}, -1, P::kZeros, false,
+       "cls.predictions.transform.dense.bias", {C});
+  head(R::kMlmNormWeight, "mlm.ln.weight", {C}, -1, P::kOnes, false,
+       "cls.predictions.transform.LayerNorm.weight", {C});
+  head(R::kMlmNormBias, "mlm.ln.bias", {C}, -1, P::kZeros, false,
+       "cls.predictions.transform.LayerNorm.bias", {C});
+  ParameterEntry& mlm_bias =
+      head(R::kMlmOutputBias, "mlm.bias", {Vp}, 0, P::kZeros, false, "cls.predictions.bias", {V});
+  mlm_bias.padded_vocabulary_rows = true;
+  mlm_bias.hf_rows = HfRows::kOursPadded;
+  head(R::kSentenceOrderWeight, "sop.weight", {2, C}, -1, P::kNormal, true,
+       "cls.seq_relationship.weight", {2, C});
+  head(R::kSentenceOrderBias, "sop.bias", {2}, -1, P::kZeros, false, "cls.seq_relationship.bias",
+       {2});
   return t.Take();
 }
 
 }  // namespace
 
 std::vector<ParameterEntry> ParameterTable(const TransformerConfig& config) {
-  return config.family == ArchitectureFamily::kLlama ? LlamaTable(config) : Gpt2Table(config);
+  switch (config.family) {
+    case ArchitectureFamily::kLlama:
+      return LlamaTable(config);
+    case ArchitectureFamily::kBert:
+      return BertTable(config);
+    case ArchitectureFamily::kGpt2:
+      break;
+  }
+  return Gpt2Table(config);
 }
 
 RankParameterCounts ParameterCountsPerTensorRank(const TransformerConfig& config, int tensor) {

@@ -61,6 +61,22 @@ enum class ParameterRole {
   kMlpGateWeight,
   kMlpUpWeight,
   kOutputWeight,
+  // BERT: the token-type embedding and the LayerNorm after the embeddings (the original
+  // placement), the pooler ([CLS]'s dense + tanh), the masked-LM head (a dense + GeLU +
+  // LayerNorm transform, then the tied decoder with its own bias), the sentence-order
+  // classifier.
+  kTokenTypeEmbedding,
+  kEmbeddingNormWeight,
+  kEmbeddingNormBias,
+  kPoolerWeight,
+  kPoolerBias,
+  kMlmTransformWeight,
+  kMlmTransformBias,
+  kMlmNormWeight,
+  kMlmNormBias,
+  kMlmOutputBias,
+  kSentenceOrderWeight,
+  kSentenceOrderBias,
 };
 
 // The standard deviation of kNormal (and the base of kScaledNormal): what the engines draw
@@ -115,6 +131,10 @@ struct ParameterEntry {
   std::vector<int64_t> hf_shape;
   HfLayout hf_layout = HfLayout::kSame;
   HfRows hf_rows = HfRows::kExact;
+  // Whether hf_name lies inside the family's base model (GPT-2's "transformer.", Llama's
+  // "model.", BERT's "bert."), or at the top of the HF model (Llama's "lm_head.weight",
+  // BERT's "cls.*" heads).
+  bool hf_in_base_model = true;
 };
 
 // The whole model's parameters in buffer order: embeddings, the layers in order, the head.

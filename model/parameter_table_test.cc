@@ -1,6 +1,9 @@
 #include "model/parameter_table.h"
 
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -180,6 +183,118 @@ TEST(ParameterTableTest, LlamaSplitsHeadsAndKeepsHuggingFaceNames) {
   EXPECT_DOUBLE_EQ(counts.first_stage, 128 * C);
   EXPECT_DOUBLE_EQ(counts.last_stage, C + 128 * C);
   EXPECT_DOUBLE_EQ(counts.first_and_last_stage, 0);
+}
+
+}  // namespace
+}  // namespace mtrain
+
+namespace mtrain {
+namespace {
+
+// Every parameter of HF's BertForPreTraining (post) and MegatronBertForPreTraining (pre) for
+// a 2-layer model of width 32, by name and shape, as transformers 5.24 lists them (its tied
+// aliases cls.predictions.decoder.weight and .bias left out).
+std::map<std::string, std::vector<int64_t>> HuggingFaceBert(NormPlacement placement) {
+  const bool pre = placement == NormPlacement::kPre;
+  std::map<std::string, std::vector<int64_t>> names = {
+      {"bert.embeddings.word_embeddings.weight", {100, 32}},
+      {"bert.embeddings.position_embeddings.weight", {48, 32}},
+      {"bert.embeddings.token_type_embeddings.weight", {2, 32}},
+      {"bert.pooler.dense.weight", {32, 32}},
+      {"bert.pooler.dense.bias", {32}},
+      {"cls.predictions.bias", {100}},
+      {"cls.predictions.transform.dense.weight", {32, 32}},
+      {"cls.predictions.transform.dense.bias", {32}},
+      {"cls.predictions.transform.LayerNorm.weight", {32}},
+      {"cls.predictions.transform.LayerNorm.bias", {32}},
+      {"cls.seq_relationship.weight", {2, 32}},
+      {"cls.seq_relationship.bias", {2}}};
+  if (pre) {
+    names["bert.encoder.ln.weight"] = {32};
+    names["bert.encoder.ln.bias"] = {32};
+  } else {
+    names["bert.embeddings.LayerNorm.weight"] = {32};
+    names["bert.embeddings.LayerNorm.bias"] = {32};
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string l = "bert.encoder.layer." + std::to_string(i) + ".";
+    for (const char* qkv : {"query", "key", "value"}) {
+      names[l + "attention.self." + qkv + ".weight"] = {32, 32};
+      names[l + "attention.self." + qkv + ".bias"] = {32};
+    }
+    names[l + "attention.output.dense.weight"] = {32, 32};
+    names[l + "attention.output.dense.bias"] = {32};
+    names[l + "intermediate.dense.weight"] = {64, 32};
+    names[l + "intermediate.dense.bias"] = {64};
+    names[l + "output.dense.weight"] = {32, 64};
+    names[l + "output.dense.bias"] = {32};
+    for (const char* ln :
+         {pre ? "attention.ln" : "attention.output.LayerNorm", pre ? "ln" : "output.LayerNorm"}) {
+      names[l + ln + ".weight"] = {32};
+      names[l + ln + ".bias"] = {32};
+    }
+  }
+  return names;
+}
+
+TEST(ParameterTableTest, BertHasHuggingFacesParametersInBothPlacements) {
+  for (NormPlacement placement : {NormPlacement::kPre, NormPlacement::kPost}) {
+    const TransformerConfig config = BertConfig(/*num_layers=*/2, /*num_heads=*/4, /*hidden=*/32,
+                                                /*ffn_hidden=*/64, /*seq_length=*/48,
+                                                /*vocab=*/100, /*padded_vocab=*/128, placement);
+    std::map<std::string, std::vector<int64_t>> ours;
+    int64_t hf_elements = 0;
+    std::set<std::string> names;
+    for (const ParameterEntry& entry : ParameterTable(config)) {
+      EXPECT_TRUE(names.insert(entry.name).second) << entry.name;
+      ours[(entry.hf_in_base_model ? "bert." : "") + entry.hf_name] = entry.hf_shape;
+      EXPECT_EQ(
+          Volume(entry.hf_shape) +
+              (entry.padded_vocabulary_rows ? (128 - 100) * Volume(entry.global_shape) / 128 : 0),
+          Volume(entry.global_shape))
+          << entry.name;
+      hf_elements += Volume(entry.hf_shape);
+    }
+    EXPECT_EQ(ours, HuggingFaceBert(placement));
+    // transformers' own count of either class at this size.
+    EXPECT_EQ(hf_elements, 24294);
+  }
+  // Published sizes: BERT-base (BertForPreTraining with its defaults) and Megatron's BERT
+  // 345M (MegatronBertForPreTraining, vocabulary 29,056), as transformers counts them.
+  TransformerConfig base = BertConfig(12, 12, 768, 3072, 512, 30522, 30522, NormPlacement::kPost);
+  EXPECT_EQ(ModelParameterCount(base), 110106428);
+  TransformerConfig megatron =
+      BertConfig(24, 16, 1024, 4096, 512, 29056, 29056, NormPlacement::kPre);
+  EXPECT_EQ(ModelParameterCount(megatron), 334723458);
+}
+
+TEST(ParameterTableTest, BertSplitsLikeMegatronAndKeepsItsHeadsOnTheLastStage) {
+  const TransformerConfig config = BertConfig(2, 4, 32, 64, 48, 100, 128, NormPlacement::kPre);
+  for (const ParameterEntry& entry : ParameterTable(config)) {
+    switch (entry.role) {
+      case ParameterRole::kQueryWeight:
+      case ParameterRole::kMlpInWeight:
+      case ParameterRole::kTokenEmbedding:
+      case ParameterRole::kMlmOutputBias:
+        EXPECT_EQ(entry.tensor_split_axis, 0) << entry.name;
+        break;
+      case ParameterRole::kAttentionOutWeight:
+      case ParameterRole::kMlpOutWeight:
+        EXPECT_EQ(entry.tensor_split_axis, 1) << entry.name;
+        break;
+      case ParameterRole::kPoolerWeight:
+      case ParameterRole::kMlmTransformWeight:
+      case ParameterRole::kSentenceOrderWeight:
+        EXPECT_EQ(entry.tensor_split_axis, -1) << entry.name;
+        EXPECT_EQ(entry.holder, ParameterHolder::kLastStage) << entry.name;
+        break;
+      case ParameterRole::kTokenTypeEmbedding:
+        EXPECT_EQ(entry.holder, ParameterHolder::kFirstStage) << entry.name;
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 }  // namespace

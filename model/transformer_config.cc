@@ -39,6 +39,19 @@ TransformerConfig LlamaConfig(int num_layers, int num_heads, int num_kv_heads, i
   return config;
 }
 
+TransformerConfig BertConfig(int num_layers, int num_heads, int hidden, int ffn_hidden,
+                             int seq_length, int vocab, int padded_vocab, NormPlacement placement) {
+  TransformerConfig config =
+      Gpt2Config(num_layers, num_heads, hidden, seq_length, vocab, padded_vocab);
+  config.family = ArchitectureFamily::kBert;
+  config.ffn_hidden = ffn_hidden;
+  config.activation = ActivationKind::kGelu;  // BERT's exact (erf) GeLU
+  config.norm_epsilon = 1e-12;                // BERT's layer_norm_eps
+  config.norm_placement = placement;
+  config.token_types = 2;
+  return config;
+}
+
 TransformerConfig TransformerConfigOf(const JobSpec& spec) {
   const ModelSpec& m = spec.model();
   const int tensor = spec.parallel().tensor() > 0 ? spec.parallel().tensor() : 1;

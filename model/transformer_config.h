@@ -5,8 +5,10 @@
 // trainctl and plan/ link it.
 //
 // Two families in the spec (model.family): GPT-2 (Megatron-LM's pre-LN blocks) and
-// Llama-style decoders, whose fields a spec may also set one by one; the engines train
-// GPT-2's architecture so far (spec/ refuses the rest by field, issue 33).
+// Llama-style decoders, whose fields a spec may also set one by one. A third, BERT (issue
+// 35: bidirectional, token types, the pooler, masked-LM and sentence-order heads, the
+// LayerNorm before or after each sub-layer), is described here (BertConfig, its parameter
+// table and FLOPs) ahead of the spec and the engines.
 //
 //   const TransformerConfig config = TransformerConfigOf(spec);  // a resolved spec
 //   const double flops = ModelFlopsPerStep(config, spec.parallel().global_batch_size());
@@ -19,10 +21,13 @@
 
 namespace mtrain {
 
-enum class ArchitectureFamily { kGpt2, kLlama };
+enum class ArchitectureFamily { kGpt2, kLlama, kBert };
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class ActivationKind { kTanhGelu, kGelu, kSwiGlu };
 enum class Positions { kLearned, kRotary };
+// BERT's LayerNorm: before each sub-layer with a final one (Megatron's rearranged
+// placement), or after each residual add with one after the embeddings (the original).
+enum class NormPlacement { kPre, kPost };
 
 struct TransformerConfig {
   ArchitectureFamily family = ArchitectureFamily::kGpt2;
@@ -43,6 +48,8 @@ struct TransformerConfig {
   bool biases = true;         // on every linear layer and normalisation
   bool tied_output = true;    // the output layer is the token embedding
   bool gated_mlp = false;     // SwiGLU-style: gate and up projections (3 FFN matrices)
+  NormPlacement norm_placement = NormPlacement::kPre;
+  int token_types = 0;  // BERT: segment A and B (2); 0: no token-type embedding
 
   // In 64 bits: an unvalidated spec's sizes (the planner's estimates take any) must not
   // overflow.
@@ -59,6 +66,12 @@ TransformerConfig Gpt2Config(int num_layers, int num_heads, int hidden, int seq_
 // untied output layer: TransformerConfigOf's for a MODEL_FAMILY_LLAMA spec with them).
 TransformerConfig LlamaConfig(int num_layers, int num_heads, int num_kv_heads, int hidden,
                               int ffn_hidden, int seq_length, int vocab, int padded_vocab);
+
+// BERT of these sizes: LayerNorm, exact GeLU, learned positions, two token types, biases,
+// the masked-LM decoder tied to the token embedding; `placement` kPre is Megatron's BERT
+// (HF MegatronBertForPreTraining), kPost the original (HF BertForPreTraining).
+TransformerConfig BertConfig(int num_layers, int num_heads, int hidden, int ffn_hidden,
+                             int seq_length, int vocab, int padded_vocab, NormPlacement placement);
 
 // The configuration of `spec` (defaults applied, spec/job_spec_defaults.h; layout fields
 // read for the vocabulary's padding only). Sizes that are not positive stay as given:

@@ -71,6 +71,14 @@ struct ModelView {
   T* lnf_gamma = nullptr;            // [C]; last stage only
   T* lnf_beta = nullptr;             // [C]
   T* output_weight = nullptr;        // [V_local, C]; an untied output layer, last stage only
+  // BERT (model/parameter_table.h): first stage, then last stage.
+  T* tte = nullptr;                                    // [token types, C]
+  T *emb_ln_gamma = nullptr, *emb_ln_beta = nullptr;   // [C]; post placement only
+  T *pooler_weight = nullptr, *pooler_bias = nullptr;  // [C, C], [C]
+  T *mlm_weight = nullptr, *mlm_bias = nullptr;        // [C, C], [C]
+  T *mlm_ln_gamma = nullptr, *mlm_ln_beta = nullptr;   // [C]
+  T* mlm_output_bias = nullptr;                        // [V_local]
+  T *sop_weight = nullptr, *sop_bias = nullptr;        // [2, C], [2]
 };
 
 // The layer's projections as the engines run them, whatever the family: the attention
@@ -214,6 +222,42 @@ ModelView<T> ParameterLayout::View(T* base) const {
         break;
       case ParameterRole::kOutputWeight:
         view.output_weight = data;
+        break;
+      case ParameterRole::kTokenTypeEmbedding:
+        view.tte = data;
+        break;
+      case ParameterRole::kEmbeddingNormWeight:
+        view.emb_ln_gamma = data;
+        break;
+      case ParameterRole::kEmbeddingNormBias:
+        view.emb_ln_beta = data;
+        break;
+      case ParameterRole::kPoolerWeight:
+        view.pooler_weight = data;
+        break;
+      case ParameterRole::kPoolerBias:
+        view.pooler_bias = data;
+        break;
+      case ParameterRole::kMlmTransformWeight:
+        view.mlm_weight = data;
+        break;
+      case ParameterRole::kMlmTransformBias:
+        view.mlm_bias = data;
+        break;
+      case ParameterRole::kMlmNormWeight:
+        view.mlm_ln_gamma = data;
+        break;
+      case ParameterRole::kMlmNormBias:
+        view.mlm_ln_beta = data;
+        break;
+      case ParameterRole::kMlmOutputBias:
+        view.mlm_output_bias = data;
+        break;
+      case ParameterRole::kSentenceOrderWeight:
+        view.sop_weight = data;
+        break;
+      case ParameterRole::kSentenceOrderBias:
+        view.sop_bias = data;
         break;
     }
   }

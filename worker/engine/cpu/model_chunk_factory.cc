@@ -8,27 +8,29 @@
 namespace mtrain {
 
 template <typename T>
-std::unique_ptr<ModelChunk<T>> NewModelChunk(const ParameterLayout& layout, int micro_batch,
-                                             const ModelOptions& options,
-                                             TensorParallelGroup<T> tensor_group,
-                                             SharedParameterBuffers<T> shared) {
+absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(const ParameterLayout& layout,
+                                                             int micro_batch,
+                                                             const ModelOptions& options,
+                                                             TensorParallelGroup<T> tensor_group,
+                                                             SharedParameterBuffers<T> shared) {
   switch (layout.shape().family) {
     case ArchitectureFamily::kGpt2:
     case ArchitectureFamily::kLlama:
       // One causal decoder body; layer_blocks.h holds where the two families differ.
-      return std::make_unique<DecoderModel<T>>(layout, micro_batch, options,
-                                               std::move(tensor_group), shared);
+      return std::unique_ptr<ModelChunk<T>>(std::make_unique<DecoderModel<T>>(
+          layout, micro_batch, options, std::move(tensor_group), shared));
+    case ArchitectureFamily::kBert:
+      break;
   }
-  return nullptr;  // unreachable: every family is a case above (-Wswitch)
+  return absl::UnimplementedError(
+      "model.family BERT: the CPU engine's BERT layers are not written yet (issue 35)");
 }
 
-template std::unique_ptr<ModelChunk<float>> NewModelChunk(const ParameterLayout&, int,
-                                                          const ModelOptions&,
-                                                          TensorParallelGroup<float>,
-                                                          SharedParameterBuffers<float>);
-template std::unique_ptr<ModelChunk<double>> NewModelChunk(const ParameterLayout&, int,
-                                                           const ModelOptions&,
-                                                           TensorParallelGroup<double>,
-                                                           SharedParameterBuffers<double>);
+template absl::StatusOr<std::unique_ptr<ModelChunk<float>>> NewModelChunk(
+    const ParameterLayout&, int, const ModelOptions&, TensorParallelGroup<float>,
+    SharedParameterBuffers<float>);
+template absl::StatusOr<std::unique_ptr<ModelChunk<double>>> NewModelChunk(
+    const ParameterLayout&, int, const ModelOptions&, TensorParallelGroup<double>,
+    SharedParameterBuffers<double>);
 
 }  // namespace mtrain

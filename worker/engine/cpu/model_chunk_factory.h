@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "worker/engine/cpu/model_chunk.h"
 #include "worker/engine/model_options.h"
 #include "worker/engine/parameter_layout.h"
@@ -14,11 +15,11 @@ namespace mtrain {
 
 // The chunk of `layout` (which must outlive it) for microbatches of `micro_batch`
 // sequences; without `shared` buffers the chunk owns its parameters and gradients.
+// UNIMPLEMENTED naming the family for one whose CPU layers are not written yet.
 template <typename T>
-std::unique_ptr<ModelChunk<T>> NewModelChunk(const ParameterLayout& layout, int micro_batch,
-                                             const ModelOptions& options,
-                                             TensorParallelGroup<T> tensor_group = {},
-                                             SharedParameterBuffers<T> shared = {});
+absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(
+    const ParameterLayout& layout, int micro_batch, const ModelOptions& options,
+    TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
 
 }  // namespace mtrain
 

@@ -18,9 +18,12 @@ absl::StatusOr<std::unique_ptr<RankModel>> RankModel::Create(
   model->params_.assign(model->layout_.buffer_size(), 0.0f);
   model->grads_.assign(model->layout_.buffer_size(), 0.0f);
   for (int c = 0; c < model->layout_.num_chunks(); ++c) {
-    model->models_.push_back(NewModelChunk<float>(
-        model->layout_.chunk(c), micro_batch, options, tensor_group,
-        SharedParameterBuffers<float>{model->params_.data(), model->grads_.data()}));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<ModelChunk<float>> chunk,
+        NewModelChunk<float>(
+            model->layout_.chunk(c), micro_batch, options, tensor_group,
+            SharedParameterBuffers<float>{model->params_.data(), model->grads_.data()}));
+    model->models_.push_back(std::move(chunk));
   }
   return model;
 }
