@@ -40,8 +40,8 @@ std::u32string CanonicalDecomposition(std::u32string_view text) {
   const UNormalizer2* nfd = unorm2_getNFDInstance(&status);
   if (U_FAILURE(status)) return std::u32string(text);
   const std::u16string in = ToUtf16(text);
-  // NFD grows a string at most by a factor of 3 in UTF-16 (Unicode's stated bound is 3x for
-  // NFD); one retry with the size ICU asks for covers anything else.
+  // Three times the input is room for almost any text; when it is not, ICU says how much
+  // is needed and one retry with that size covers it.
   std::u16string out(in.size() * 3 + 16, u'\0');
   int32_t length = unorm2_normalize(
       nfd, reinterpret_cast<const UChar*>(in.data()), static_cast<int32_t>(in.size()),
