@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,48 @@ TEST_F(WordPieceTokenizerTest, SplitsWordsIntoTheLongestEntriesFromTheirStart) {
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text, "[CLS] hello, unaffable! [SEP]");
   EXPECT_FALSE(t->Decode({15}).ok());
+}
+
+// Any bytes: invalid UTF-8, NULs, control and format characters, long runs, special tokens
+// cut in half. Every id is in the vocabulary, and decoding what was encoded succeeds.
+TEST_F(WordPieceTokenizerTest, AnyBytesEncodeToVocabularyIds) {
+  absl::StatusOr<WordPieceTokenizer> t = WordPieceTokenizer::FromVocabTxt(path_, {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::mt19937_64 rng(5);
+  const std::string pieces[] = {"un",
+                                "aff",
+                                "able",
+                                "!",
+                                " ",
+                                "\n",
+                                "[CLS",
+                                "]",
+                                "[SEP]",
+                                "\xC3\xA9",
+                                "\xE4\xB8\xAD",
+                                "\xF0\x9F\xA5\xB0",
+                                "\xE2\x80\x8B",
+                                std::string(1, '\0'),
+                                "\xFF",
+                                "\xC3",
+                                std::string(150, 'a')};
+  for (int round = 0; round < 2000; ++round) {
+    std::string text;
+    const int parts = static_cast<int>(rng() % 12);
+    for (int p = 0; p < parts; ++p) {
+      if (rng() % 3 == 0) {
+        text.push_back(static_cast<char>(rng() % 256));
+      } else {
+        text += pieces[rng() % (sizeof(pieces) / sizeof(pieces[0]))];
+      }
+    }
+    const std::vector<int32_t> ids = t->Encode(text);
+    for (int32_t id : ids) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, t->vocab_size());
+    }
+    EXPECT_TRUE(t->Decode(ids).ok());
+  }
 }
 
 TEST_F(WordPieceTokenizerTest, RefusesAVocabularyWithoutBertsSpecialTokens) {
