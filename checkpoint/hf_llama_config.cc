@@ -19,7 +19,6 @@ using hf_config::Number;
 using hf_config::Object;
 using hf_config::String;
 
-
 // transformers' LlamaConfig defaults, which apply to a setting a config.json omits.
 constexpr double kHfIntermediateSize = 11008;
 constexpr double kHfMaxPositions = 2048;

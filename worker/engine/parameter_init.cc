@@ -6,7 +6,6 @@
 namespace mtrain {
 namespace {
 
-
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
