@@ -1,6 +1,6 @@
 // Causal attention of a few new positions of one sequence over a key-value cache, for
 // generation (worker/engine/cuda's StartGeneration/GenerateStep): the GPU twin of the loop
-// in worker/engine/cpu/decoder_model_decode.cc. Position first + i attends to cached
+// in worker/engine/cpu/transformer_model_decode.cc. Position first + i attends to cached
 // positions 0..first + i (its own key and value already appended). Scores and softmax in float.
 //
 //   q:      [count, q_stride], head h's query at columns h*D..h*D+D (the QKV rows)

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
 #include "tests/parity/parity_reference.h"
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/cpu/single_rank_step.h"
 #include "worker/engine/optimizer.h"
 
@@ -27,7 +27,7 @@ class Gpt2ParityTest : public ::testing::TestWithParam<Reference> {
     absl::StatusOr<SafetensorsFile> file = ReadSafetensors(GetParam().file);
     ASSERT_TRUE(file.ok()) << file.status();
     reference_ = *std::move(file);
-    model_ = std::make_unique<DecoderModel<float>>(layout_, kParityBatch, ModelOptions{});
+    model_ = std::make_unique<TransformerModel<float>>(layout_, kParityBatch, ModelOptions{});
     for (const ParamTensor& tensor : layout_.tensors()) {
       std::vector<float> w = Floats("weights." + tensor.name);
       ASSERT_EQ(w.size(), tensor.size) << tensor.name;
@@ -41,7 +41,7 @@ class Gpt2ParityTest : public ::testing::TestWithParam<Reference> {
   const ModelShape shape_ = GetParam().shape();
   const ParameterLayout layout_{shape_, WholeModel(shape_)};
   SafetensorsFile reference_;
-  std::unique_ptr<DecoderModel<float>> model_;
+  std::unique_ptr<TransformerModel<float>> model_;
   std::vector<TokenBatch> batches_;
 };
 

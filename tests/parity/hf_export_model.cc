@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spec/job_spec_validation.h"
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/model_shape.h"
 #include "worker/engine/parameter_layout.h"
 
@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<float>> EngineLogits(const std::map<std::string, Full
                                                 HfExportVariant variant) {
   const ModelShape shape = Shape(variant);
   const ParameterLayout layout(shape, WholeModel(shape));
-  DecoderModel<float> model(layout, kHfExportBatch, ModelOptions{});
+  TransformerModel<float> model(layout, kHfExportBatch, ModelOptions{});
   for (const ParamTensor& t : layout.tensors()) {
     auto it = weights.find(t.name);
     if (it == weights.end() || it->second.values.size() != t.size) {

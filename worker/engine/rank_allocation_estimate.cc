@@ -162,7 +162,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
     double activations = 0;
     for (int c = 0; c < chunks; ++c) {
       const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
-      // DecoderModel::NewActivations: the kept inputs (full recomputation in groups: the first
+      // TransformerModel::NewActivations: the kept inputs (full recomputation in groups: the first
       // of each) and the chunk's output, and the saved sets of the layers not recomputed.
       const double layers = chunk_layers[c];
       double inputs = layers, saved = layers;
@@ -178,7 +178,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       if (head) per_microbatch += n * C + n * Vl + 5 * n;
       // The pipeline's received input and output gradient of each microbatch in flight.
       per_microbatch += 2 * r * C;
-      // Backward scratch of the chunk (DecoderModel::AllocateScratch), the recomputed layers,
+      // Backward scratch of the chunk (TransformerModel::AllocateScratch), the recomputed layers,
       // and the head's temporaries (d_logits, the residual gradients). The attention core's
       // own workspace (three 64 x S blocks per thread, [S, D] per head) is below this precision.
       double scratch = 2 * n * C + n * (mlp_in_l + Fl) + n * (qkv_l + Ql);

@@ -1,4 +1,4 @@
-// The activations the GPT model keeps between forward and backward.
+// The activations a CPU model chunk (transformer_model.h) keeps between forward and backward.
 #ifndef MTRAIN_WORKER_ENGINE_CPU_ACTIVATIONS_H_
 #define MTRAIN_WORKER_ENGINE_CPU_ACTIVATIONS_H_
 
@@ -11,7 +11,10 @@
 
 namespace mtrain {
 
-// What one layer's backward needs from its forward. N = B * S tokens.
+// What one layer's backward needs from its forward. N = B * S tokens. Under the post
+// placement (BERT's original, LayerNorm after each residual add) ln1 and ln2 hold the
+// residual sums the LayerNorms normalise and h1 the first one's output; the attention reads
+// the layer's input and the MLP h1.
 template <typename T>
 struct LayerActivations {
   std::vector<T> ln1, ln1_mean, ln1_rstd;  // [N, C], [N] (LayerNorm only), [N]
@@ -60,9 +63,24 @@ struct Activations {
   std::vector<std::vector<T>> layer_io;
   // Per-layer saved activations (empty when recomputing).
   std::vector<std::unique_ptr<LayerActivations<T>>> saved;
-  // Head (last stage).
+  // Head (last stage). BERT: the logits and cross-entropy statistics of the masked rows only.
   std::vector<T> lnf, lnf_mean, lnf_rstd, logits, ce_max, ce_sum_exp, ce_target;
   bool has_forward = false;
+
+  // BERT (transformer_model_bert.cc).
+  std::vector<int32_t> token_types;  // [N]
+  std::vector<int32_t> lengths;      // [B]
+  T d_loss_per_sequence = 0;
+  // Post placement: the embedding LayerNorm's input and statistics (first stage).
+  std::vector<T> emb_sum, emb_ln_mean, emb_ln_rstd;
+  // Masked-LM head over the M masked rows: their row indices and labels, the rows of the
+  // head's input, the transform's output before and after GeLU, its LayerNorm.
+  std::vector<int32_t> mlm_rows, mlm_targets;
+  std::vector<T> mlm_in, mlm_fc, mlm_act, mlm_ln, mlm_ln_mean, mlm_ln_rstd;
+  // Pooler (each sequence's first row, [B, C], and tanh of its dense layer) and the
+  // sentence-order head's logits [B, 2] and cross-entropy statistics.
+  std::vector<int32_t> sentence_order;
+  std::vector<T> pooler_in, pooled, sop_logits, sop_max, sop_sum_exp, sop_target;
 };
 
 // The bytes `acts` holds (every vector's elements): what a microbatch in flight keeps for
@@ -72,6 +90,12 @@ int64_t ActivationBytes(const Activations<T>& acts) {
   size_t elements = acts.lnf.size() + acts.lnf_mean.size() + acts.lnf_rstd.size() +
                     acts.logits.size() + acts.ce_max.size() + acts.ce_sum_exp.size() +
                     acts.ce_target.size();
+  for (const std::vector<T>* v :
+       {&acts.emb_sum, &acts.emb_ln_mean, &acts.emb_ln_rstd, &acts.mlm_in, &acts.mlm_fc,
+        &acts.mlm_act, &acts.mlm_ln, &acts.mlm_ln_mean, &acts.mlm_ln_rstd, &acts.pooler_in,
+        &acts.pooled, &acts.sop_logits, &acts.sop_max, &acts.sop_sum_exp, &acts.sop_target}) {
+    elements += v->size();
+  }
   for (const std::vector<T>& io : acts.layer_io) elements += io.size();
   for (const std::unique_ptr<LayerActivations<T>>& layer : acts.saved) {
     if (layer == nullptr) continue;
@@ -81,7 +105,9 @@ int64_t ActivationBytes(const Activations<T>& acts) {
       elements += v->size();
     }
   }
-  const size_t ids = acts.tokens.size() + acts.targets.size() + acts.positions.size();
+  const size_t ids = acts.tokens.size() + acts.targets.size() + acts.positions.size() +
+                     acts.token_types.size() + acts.lengths.size() + acts.mlm_rows.size() +
+                     acts.mlm_targets.size() + acts.sentence_order.size();
   return static_cast<int64_t>(elements * sizeof(T) + ids * sizeof(int32_t));
 }
 

@@ -1,16 +1,22 @@
 // The parts of a CPU transformer layer where the model families differ (model/'s
-// TransformerConfig), for DecoderModel's full, sequence-parallel and decoding paths: the
+// TransformerConfig), for TransformerModel's full, sequence-parallel and decoding paths: the
 // normalisation (LayerNorm or RMSNorm), the fused attention input projection ([q|k|v], one
 // GEMM over GPT-2's qkv tensor or Llama's adjacent q, k and v tensors), rotary positions on
-// q and k, and the MLP's activation (tanh GeLU on fc, or SwiGLU on [gate|up]). Everything
+// q and k, the attention core (causal, or BERT's bidirectional one over each sequence's
+// real positions) and the MLP's activation (tanh GeLU or exact GeLU on fc, or SwiGLU on
+// [gate|up]). Everything
 // else in a layer is the same GEMMs, attention core, dropouts and residual adds whatever the
-// family, so it stays written once in decoder_model*.cc.
+// family, so it stays written once in transformer_model*.cc.
 #ifndef MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
 #define MTRAIN_WORKER_ENGINE_CPU_LAYER_BLOCKS_H_
 
 #include <cstddef>
+#include <cstdint>
 
+#include "kernels/attention.h"
+#include "kernels/bidirectional_attention.h"
 #include "kernels/gelu.h"
+#include "kernels/gelu_exact.h"
 #include "kernels/layernorm.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rotary.h"
@@ -63,11 +69,39 @@ void RotateQueriesAndKeys(const ModelShape& shape, const ModelPlacement& placeme
                       placement.local_kv_heads(shape), seq_length, first_position, table, inverse);
 }
 
-// act [rows, Fl] = GeLU(fc) or SwiGLU([gate | up]).
+// The attention core over qkv [B, S, Ql + 2 KVl]: causal for the decoders; for BERT each
+// query sees every real position of its sequence (`lengths` [B]).
+template <typename T>
+void AttentionCoreForward(const ModelShape& shape, const T* qkv, const int32_t* lengths, T* y,
+                          T* lse, const cpu::AttentionShape& attention,
+                          const cpu::AttentionDropout& dropout) {
+  if (shape.family == ArchitectureFamily::kBert) {
+    cpu::BidirectionalAttentionForward<T>(qkv, lengths, y, lse, attention, dropout);
+  } else {
+    cpu::AttentionForward<T>(qkv, y, lse, attention, dropout);
+  }
+}
+
+// Accumulates d_qkv from d_y, given the forward's y and lse.
+template <typename T>
+void AttentionCoreBackward(const ModelShape& shape, const T* d_y, const T* qkv, const T* y,
+                           const T* lse, const int32_t* lengths, T* d_qkv,
+                           const cpu::AttentionShape& attention,
+                           const cpu::AttentionDropout& dropout) {
+  if (shape.family == ArchitectureFamily::kBert) {
+    cpu::BidirectionalAttentionBackward<T>(d_y, qkv, y, lse, lengths, d_qkv, attention, dropout);
+  } else {
+    cpu::AttentionBackward<T>(d_y, qkv, y, lse, d_qkv, attention, dropout);
+  }
+}
+
+// act [rows, Fl] = GeLU(fc) (tanh or exact form) or SwiGLU([gate | up]).
 template <typename T>
 void MlpActivationForward(const ModelShape& shape, const T* fc, T* act, int rows, int Fl) {
   if (shape.activation == ActivationKind::kSwiGlu) {
     cpu::SwiGluForward<T>(fc, act, rows, Fl);
+  } else if (shape.activation == ActivationKind::kGelu) {
+    cpu::GeluExactForward<T>(fc, act, static_cast<size_t>(rows) * Fl);
   } else {
     cpu::GeluForward<T>(fc, act, static_cast<size_t>(rows) * Fl);
   }
@@ -79,6 +113,8 @@ void MlpActivationBackward(const ModelShape& shape, const T* d_act, const T* fc,
                            int Fl) {
   if (shape.activation == ActivationKind::kSwiGlu) {
     cpu::SwiGluBackward<T>(d_act, fc, d_fc, rows, Fl);
+  } else if (shape.activation == ActivationKind::kGelu) {
+    cpu::GeluExactBackward<T>(d_act, fc, d_fc, static_cast<size_t>(rows) * Fl);
   } else {
     cpu::GeluBackward<T>(d_act, fc, d_fc, static_cast<size_t>(rows) * Fl);
   }

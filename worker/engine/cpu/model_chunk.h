@@ -1,6 +1,6 @@
 // What the CPU rank holds of each of its model chunks (one without interleaving, v with
 // it): a family's layer code behind one interface, so that the rank's stages, its engine
-// and generation run any family without naming one. Today DecoderModel (decoder_model.h)
+// and generation run any family without naming one. Today TransformerModel (transformer_model.h)
 // implements it for GPT-2 and Llama-style decoders; NewModelChunk (model_chunk_factory.h)
 // is the one place a family picks its implementation.
 //
@@ -33,6 +33,16 @@ struct MicrobatchInput {
   const int32_t* targets = nullptr;  // [B, S]; last stage only
   const T* hidden_in = nullptr;      // [B, S, C]; stages after the first
   TokenOutputs* outputs = nullptr;   // last stage, evaluation: each token's loss and argmax
+  // BERT (model.family BERT). `targets` then hold the masked-LM labels: the original token
+  // at each masked position, -1 elsewhere (no loss).
+  const int32_t* token_types = nullptr;     // [B, S] segment A (0) or B (1); first stage
+  const int32_t* lengths = nullptr;         // [B] real positions of each sequence; every stage
+  const int32_t* sentence_order = nullptr;  // [B] 0 in order, 1 swapped; last stage
+  // The sentence-order loss enters the step's loss per sequence, not per token: Backward
+  // seeds it with this (the derivative of the step's loss with respect to one sequence's
+  // loss), and Forward adds the microbatch's summed sentence-order losses here.
+  T d_loss_per_sequence = 0;
+  double* sentence_order_loss_sum = nullptr;
 };
 
 // Buffers shared with other model chunks of the rank; offsets come from the layout.

@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 
 namespace mtrain {
 
@@ -16,14 +16,21 @@ absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(const ParameterLayo
   switch (layout.shape().family) {
     case ArchitectureFamily::kGpt2:
     case ArchitectureFamily::kLlama:
-      // One causal decoder body; layer_blocks.h holds where the two families differ.
-      return std::unique_ptr<ModelChunk<T>>(std::make_unique<DecoderModel<T>>(
-          layout, micro_batch, options, std::move(tensor_group), shared));
+      break;
     case ArchitectureFamily::kBert:
+      if (layout.shape().norm_placement == NormPlacement::kPost && options.sequence_parallel &&
+          tensor_group.size > 1) {
+        return absl::UnimplementedError(
+            "model.layernorm_placement post with parallel.sequence_parallel: the CPU engine "
+            "runs the post placement's layers on whole sequences only; use the pre placement "
+            "or turn sequence parallelism off");
+      }
       break;
   }
-  return absl::UnimplementedError(
-      "model.family BERT: the CPU engine's BERT layers are not written yet (issue 35)");
+  // One transformer body for every family; layer_blocks.h and transformer_model_bert.cc
+  // hold where they differ.
+  return std::unique_ptr<ModelChunk<T>>(std::make_unique<TransformerModel<T>>(
+      layout, micro_batch, options, std::move(tensor_group), shared));
 }
 
 template absl::StatusOr<std::unique_ptr<ModelChunk<float>>> NewModelChunk(

@@ -15,7 +15,8 @@ namespace mtrain {
 
 // The chunk of `layout` (which must outlive it) for microbatches of `micro_batch`
 // sequences; without `shared` buffers the chunk owns its parameters and gradients.
-// UNIMPLEMENTED naming the family for one whose CPU layers are not written yet.
+// UNIMPLEMENTED for a combination the CPU layers do not run (BERT's post placement under
+// sequence parallelism), naming the fields.
 template <typename T>
 absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(
     const ParameterLayout& layout, int micro_batch, const ModelOptions& options,

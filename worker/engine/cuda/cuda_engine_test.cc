@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_support.h"
 #include "kernels/grad_norm.h"
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/parameter_init.h"
@@ -74,7 +74,7 @@ struct Reference {
 Reference CpuReference(const ParameterLayout& layout, const std::vector<float>& params,
                        const ModelOptions& options, const std::vector<int32_t>& tokens,
                        const std::vector<int32_t>& targets, const MicrobatchId& id) {
-  DecoderModel<double> model(layout, kBatch, options);
+  TransformerModel<double> model(layout, kBatch, options);
   std::copy(params.begin(), params.end(), model.params());
   model.ZeroGrads();
   auto acts = model.NewActivations();
@@ -291,7 +291,7 @@ TEST(CudaEngineTest, Fp32TrainingFollowsTheCpuEngine) {
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(config);
   ASSERT_TRUE(engine.ok()) << engine.status();
 
-  DecoderModel<float> cpu(layout, kBatch, ModelOptions{});
+  TransformerModel<float> cpu(layout, kBatch, ModelOptions{});
   InitializeParameters(layout, 3, cpu.params());
   AdamWOptimizer optimizer(layout.tensors(), spec, 0, layout.end_offset());
   ASSERT_TRUE((*engine)->UploadParameters(cpu.params()).ok());
@@ -462,7 +462,7 @@ void CheckDecoding(const ModelShape& shape) {
   std::vector<float> params(layout.end_offset());
   InitializeParameters(layout, 7, params.data());
   ModelOptions options;
-  DecoderModel<double> cpu(layout, 1, options);
+  TransformerModel<double> cpu(layout, 1, options);
   std::copy(params.begin(), params.end(), cpu.params());
   KvCache<double> cpu_cache = cpu.NewKvCache(shape.seq_length);
 

@@ -1,4 +1,4 @@
-// The decoder model of worker/engine/cpu/decoder_model.h on one GPU, GPT-2 or Llama-style: the
+// The decoder model of worker/engine/cpu/transformer_model.h on one GPU, GPT-2 or Llama-style: the
 // same layers, parameter layout, dropout masks, recomputation and Megatron tensor
 // parallelism, written out with the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias
 // and bias+GeLU epilogues, fused LayerNorm or RMSNorm, rotary positions, SwiGLU, flash
@@ -10,7 +10,7 @@
 // 16-bit copy of fp32 master weights; fp16 with loss scaling by the caller). Parameter
 // gradients are always fp32 ("main grads"), whatever T.
 //
-// Recomputation and sequence parallelism as the CPU model's (decoder_model.h): full
+// Recomputation and sequence parallelism as the CPU model's (transformer_model.h): full
 // recomputation keeps a layer's input only (uniform groups of N layers keep the group's
 // first input, block B recomputes the chunk's first B layers), selective recomputation
 // keeps everything but the attention core's output and log-sum-exp, which the backward
@@ -159,7 +159,7 @@ class CudaGptModel {
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
   // ---- Generation with a key-value cache (cuda_gpt_model_decode.cc), one sequence at a
-  // time, as DecoderModel::Decode on the CPU: each local layer keeps its key-value heads'
+  // time, as TransformerModel::Decode on the CPU: each local layer keeps its key-value heads'
   // keys and values of every position run so far.
   struct KvCache {
     int capacity = 0;                           // positions it can hold
@@ -215,7 +215,7 @@ class CudaGptModel {
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
   // Whether local layer l keeps no activations (full recomputation), whether the residual
   // stream's input of layer l (l == num_layers: the chunk's output) is kept, and the
-  // first local layer of l's recomputation group (decoder_model.cc's rules).
+  // first local layer of l's recomputation group (transformer_model.cc's rules).
   bool Recomputed(int l) const;
   bool KeepsInput(int l) const;
   int GroupStart(int l) const;

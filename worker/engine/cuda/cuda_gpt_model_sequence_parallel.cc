@@ -1,5 +1,5 @@
 // CudaGptModel's layers under sequence parallelism (Korthikanti et al. 2022), as the CPU
-// model's (decoder_model_sequence_parallel.cc): the residual stream, norms, dropouts and
+// model's (transformer_model_sequence_parallel.cc): the residual stream, norms, dropouts and
 // residual adds work on this tensor rank's rows [rank * R, (rank + 1) * R) of the [N, C]
 // activations (R = N / t); each column-parallel block takes the all-gathered LayerNorm
 // output, each row-parallel block's partial output is reduce-scattered back to the rank's

@@ -1,13 +1,13 @@
-// DecoderModel's layers under sequence parallelism (decoder_model.h, Korthikanti et al. 2022): the
-// residual stream, normalisations, dropouts and residual adds work on this tensor rank's rows
-// [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel
-// block takes the all-gathered LayerNorm output, each row-parallel block's partial output
-// is reduce-scattered back to the rank's rows (the conjugates in the backward). As in
-// Megatron, the LayerNorm outputs are kept for the rank's rows only and gathered again for
-// the backward's weight gradients (t times less kept for a second all-gather). Dropout
-// masks are indexed by the element's place in the whole [N, C] tensor, so every layout
-// drops the same elements. The LayerNorms' parameter gradients, from this rank's rows only,
-// are summed over the tensor group by the caller once the step's last backward is done.
+// TransformerModel's layers under sequence parallelism (transformer_model.h, Korthikanti et al.
+// 2022): the residual stream, normalisations, dropouts and residual adds work on this tensor rank's
+// rows [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel block
+// takes the all-gathered LayerNorm output, each row-parallel block's partial output is
+// reduce-scattered back to the rank's rows (the conjugates in the backward). As in Megatron, the
+// LayerNorm outputs are kept for the rank's rows only and gathered again for the backward's weight
+// gradients (t times less kept for a second all-gather). Dropout masks are indexed by the element's
+// place in the whole [N, C] tensor, so every layout drops the same elements. The LayerNorms'
+// parameter gradients, from this rank's rows only, are summed over the tensor group by the caller
+// once the step's last backward is done.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -16,8 +16,8 @@
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
 #include "kernels/matmul.h"
-#include "worker/engine/cpu/decoder_model.h"
 #include "worker/engine/cpu/layer_blocks.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {
@@ -35,9 +35,9 @@ void AddRowBias(const T* bias, T* out, int rows, int cols) {
 }  // namespace
 
 template <typename T>
-absl::Status DecoderModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                           const T* x, T* out,
-                                                           LayerActivations<T>* s) {
+absl::Status TransformerModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                               const T* x, T* out,
+                                                               LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
@@ -64,7 +64,8 @@ absl::Status DecoderModel<T>::LayerForwardSequenceParallel(int layer, const Micr
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
-  cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
+  layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
+                                        att_dropout);
   cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Ql, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
   AddRowBias(w.proj_bias, out, R, C);
@@ -89,10 +90,10 @@ absl::Status DecoderModel<T>::LayerForwardSequenceParallel(int layer, const Micr
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                            const T* x,
-                                                            const LayerActivations<T>& s, T* d_out,
-                                                            T* d_x) {
+absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                                const T* x,
+                                                                const LayerActivations<T>& s,
+                                                                T* d_out, T* d_x) {
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -141,8 +142,8 @@ absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
                                    g.proj_weight, g.proj_bias, N, Ql, C);
   zero(d_qkv_);
-  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
-                            att_dropout);
+  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
+                                         lengths_, d_qkv_.data(), shape, att_dropout);
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/true);
   zero(d_ln_);
@@ -157,7 +158,7 @@ absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::SumLayerNormGradients(int layer) {
+absl::Status TransformerModel<T>::SumLayerNormGradients(int layer) {
   std::vector<std::pair<T*, int>> tensors;
   const int C = shape_.hidden;
   if (layer >= 0) {
@@ -190,13 +191,13 @@ absl::Status DecoderModel<T>::SumLayerNormGradients(int layer) {
   return absl::OkStatus();
 }
 
-// Only the members defined here: the class itself is instantiated in decoder_model.cc.
+// Only the members defined here: the class itself is instantiated in transformer_model.cc.
 #define MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(T)                                \
-  template absl::Status DecoderModel<T>::LayerForwardSequenceParallel(         \
+  template absl::Status TransformerModel<T>::LayerForwardSequenceParallel(     \
       int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);           \
-  template absl::Status DecoderModel<T>::LayerBackwardSequenceParallel(        \
+  template absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(    \
       int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*); \
-  template absl::Status DecoderModel<T>::SumLayerNormGradients(int);
+  template absl::Status TransformerModel<T>::SumLayerNormGradients(int);
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(float)
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(double)
 #undef MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL

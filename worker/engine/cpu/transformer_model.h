@@ -1,15 +1,21 @@
-// The decoder model of one rank, GPT-2 or Llama-style (model/'s TransformerConfig): forward
-// and backward written out layer by layer (no autograd), over the parameters and gradients
-// of a ParameterLayout.
+// The model chunk of one rank for every family of model/'s TransformerConfig (GPT-2,
+// Llama-style decoders, BERT): forward and backward written out layer by layer (no
+// autograd), over the parameters and gradients of a ParameterLayout.
 //
-// Per transformer layer (pre-norm):
+// Per transformer layer, pre placement (GPT-2, Llama, Megatron's BERT):
 //   h1  = x  + Dropout(Attention(Norm1(x)) @ Wproj^T + bproj)
 //   out = h1 + Dropout(Act(Norm2(h1) @ Win^T + bin) @ Wout^T + bout)
+// post placement (the original BERT):
+//   h1  = Norm1(x  + Dropout(Attention(x) @ Wproj^T + bproj))
+//   out = Norm2(h1 + Dropout(Act(h1 @ Win^T + bin) @ Wout^T + bout))
 // GPT-2: LayerNorm, tanh GeLU on fc, learned positions, multi-head attention, biases.
 // Llama: RMSNorm, SwiGLU on [gate | up], rotary q and k, grouped-query heads, optional
-// biases (layer_blocks.h holds where the two differ). First stage: x0 = Dropout(wte[tokens]
-// (+ wpe[positions])). Last stage: logits = NormF(x_L) @ W^T, W the untied output layer or
-// wte (tied), softmax cross-entropy with padded vocabulary columns excluded.
+// biases. BERT: bidirectional attention over each sequence's real positions, exact GeLU
+// (layer_blocks.h holds where the families differ). First stage: x0 = Dropout(wte[tokens]
+// (+ wpe[positions]) (+ BERT's token types, LayerNorm under post)). Last stage, decoders:
+// logits = NormF(x_L) @ W^T, W the untied output layer or wte (tied), softmax cross-entropy
+// with padded vocabulary columns excluded; BERT (transformer_model_bert.cc): the masked-LM
+// head on the masked rows and the pooler with the sentence-order head.
 //
 // Tensor parallelism enters through Megatron's layers (worker/parallel/tensor_parallel.h):
 // QKV and MLP fc column-parallel, attention output and MLP proj row-parallel, the
@@ -29,7 +35,7 @@
 //     log-sum-exp, which the backward recomputes from the kept QKV.
 //
 // Usage (one microbatch, whole model):
-//   DecoderModel<float> model(layout, micro_batch, options);
+//   TransformerModel<float> model(layout, micro_batch, options);
 //   InitializeParameters(layout, seed, model.params());
 //   auto acts = model.NewActivations();
 //   ASSIGN_OR_RETURN(double loss_sum, model.Forward(in, acts.get()));
@@ -55,13 +61,13 @@
 namespace mtrain {
 
 template <typename T>
-class DecoderModel final : public ModelChunk<T> {
+class TransformerModel final : public ModelChunk<T> {
  public:
   // `layout` must outlive the model. `micro_batch` is B. Without `shared` buffers the model
   // owns buffers of layout.end_offset() elements.
-  DecoderModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-               TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
-  ~DecoderModel() override;
+  TransformerModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
+                   TensorParallelGroup<T> tensor_group = {}, SharedParameterBuffers<T> shared = {});
+  ~TransformerModel() override;
 
   // ModelChunk (model_chunk.h says what each does).
   T* params() override { return params_; }
@@ -78,7 +84,7 @@ class DecoderModel final : public ModelChunk<T> {
                         T* d_hidden_in = nullptr,
                         const GradReadyHook* on_grad_ready = nullptr) override;
   const T* logits(const Activations<T>& acts) const override;
-  // Generation (decoder_model_decode.cc): each local layer keeps its key-value heads' keys
+  // Generation (transformer_model_decode.cc): each local layer keeps its key-value heads' keys
   // and values, so a new token costs one row through the model instead of the context.
   KvCache<T> NewKvCache(int capacity) const override;
   absl::Status Decode(KvCache<T>* cache, const int32_t* tokens, const T* hidden_in, int count,
@@ -89,7 +95,28 @@ class DecoderModel final : public ModelChunk<T> {
                             LayerActivations<T>* saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
-  // Under sequence parallelism (decoder_model_sequence_parallel.cc): x, out, d_out and d_x are
+  // The post placement's layer (transformer_model_bert.cc).
+  absl::Status PostNormLayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
+                                    LayerActivations<T>* saved);
+  absl::Status PostNormLayerBackward(int layer, const MicrobatchId& id, const T* x,
+                                     const LayerActivations<T>& saved, T* d_out, T* d_x);
+  // Copies and checks a BERT microbatch's lengths (every stage) and token types (first
+  // stage) into `acts`.
+  absl::Status TakeBertInputs(const MicrobatchInput<T>& input, Activations<T>* acts);
+  // BERT's additions to the embedding on `rows` rows of x0 (from row `row_offset`): the
+  // token types, and under post the embedding LayerNorm (its input kept in acts).
+  void BertEmbeddingForward(Activations<T>* acts, T* x0, int rows, int row_offset);
+  // From d_x0 (after the dropout's backward) to the gradient of the embeddings' sum, in
+  // place, accumulating the LayerNorm's and the token types' gradients.
+  void BertEmbeddingBackward(Activations<T>* acts, T* d_x0, int rows, int row_offset);
+  // BERT's heads on `head_in` [N, C] (the final LayerNorm's output under pre, the last
+  // layer's under post): returns the masked rows' summed losses and adds the sentence-order
+  // losses to input.sentence_order_loss_sum.
+  absl::StatusOr<double> BertHeadForward(const MicrobatchInput<T>& input, Activations<T>* acts,
+                                         const T* head_in);
+  // Writes d_head_in [N, C] (the same on every tensor rank).
+  absl::Status BertHeadBackward(Activations<T>* acts, T d_loss_per_token, T* d_head_in);
+  // Under sequence parallelism (transformer_model_sequence_parallel.cc): x, out, d_out and d_x are
   // this rank's rows.
   absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,
                                             LayerActivations<T>* saved);
@@ -137,8 +164,13 @@ class DecoderModel final : public ModelChunk<T> {
   // and the embeddings (null when absent).
   std::vector<std::vector<const ParamTensor*>> layer_tensors_;
   std::vector<const ParamTensor*> head_tensors_;
+  // The token embedding (reported by the stage that finishes its gradient), and the first
+  // stage's other tensors: positions, and BERT's token types and embedding LayerNorm.
   const ParamTensor* wte_tensor_ = nullptr;
-  const ParamTensor* wpe_tensor_ = nullptr;
+  std::vector<const ParamTensor*> embedding_tensors_;
+  // BERT: the real positions of each sequence of the microbatch being run (its
+  // Activations' lengths), for the attention core; null for the decoders.
+  const int32_t* lengths_ = nullptr;
   // Backward temporaries, shared by all microbatches (one backward runs at a time);
   // allocated by the first Forward or Backward.
   bool scratch_allocated_ = false;
@@ -157,6 +189,8 @@ class DecoderModel final : public ModelChunk<T> {
   // Backward: the residual gradient and the one below it (swapped layer by layer), the
   // logits' gradient.
   std::vector<T> d_residual_, d_residual_below_, d_logits_;
+  // BERT's heads' backward temporaries.
+  std::vector<T> d_mlm_a_, d_mlm_b_, d_pooled_, d_sop_logits_;
 };
 
 }  // namespace mtrain

@@ -1,5 +1,6 @@
-// DecoderModel's key-value-cache decoding (decoder_model.h): the same layer as LayerForward, for
-// `count` new positions of one sequence attending to every cached position before them.
+// TransformerModel's key-value-cache decoding (transformer_model.h): the same layer as
+// LayerForward, for `count` new positions of one sequence attending to every cached position before
+// them.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -7,14 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/embedding.h"
-#include "worker/engine/cpu/decoder_model.h"
 #include "worker/engine/cpu/layer_blocks.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/model_numerics.h"
 
 namespace mtrain {
 
 template <typename T>
-KvCache<T> DecoderModel<T>::NewKvCache(int capacity) const {
+KvCache<T> TransformerModel<T>::NewKvCache(int capacity) const {
   KvCache<T> cache;
   cache.capacity = capacity;
   // Key-value heads only: grouped-query attention caches Hkv / H of multi-head's bytes.
@@ -25,8 +26,8 @@ KvCache<T> DecoderModel<T>::NewKvCache(int capacity) const {
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens, const T* hidden_in,
-                                     int count, T* out) {
+absl::Status TransformerModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens,
+                                         const T* hidden_in, int count, T* out) {
   const int C = shape_.hidden;
   const int Ql = placement_.local_query(shape_);
   const int KVl = placement_.local_kv(shape_);
@@ -35,6 +36,10 @@ absl::Status DecoderModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens, c
   const int heads = placement_.local_heads(shape_);
   const int group = heads / placement_.local_kv_heads(shape_);  // query heads per kv head
   const int D = shape_.head_dim;
+  if (shape_.family == ArchitectureFamily::kBert) {
+    return absl::FailedPreconditionError(
+        "generation needs a causal decoder: model.family BERT attends in both directions");
+  }
   const int first = cache->length;
   if (count <= 0 || first + count > cache->capacity || first + count > shape_.seq_length) {
     return absl::OutOfRangeError(
@@ -131,10 +136,10 @@ absl::Status DecoderModel<T>::Decode(KvCache<T>* cache, const int32_t* tokens, c
   return absl::OkStatus();
 }
 
-// Only the members defined here: the class itself is instantiated in decoder_model.cc.
-#define MTRAIN_INSTANTIATE_DECODE(T)                          \
-  template KvCache<T> DecoderModel<T>::NewKvCache(int) const; \
-  template absl::Status DecoderModel<T>::Decode(KvCache<T>*, const int32_t*, const T*, int, T*);
+// Only the members defined here: the class itself is instantiated in transformer_model.cc.
+#define MTRAIN_INSTANTIATE_DECODE(T)                              \
+  template KvCache<T> TransformerModel<T>::NewKvCache(int) const; \
+  template absl::Status TransformerModel<T>::Decode(KvCache<T>*, const int32_t*, const T*, int, T*);
 MTRAIN_INSTANTIATE_DECODE(float)
 MTRAIN_INSTANTIATE_DECODE(double)
 #undef MTRAIN_INSTANTIATE_DECODE

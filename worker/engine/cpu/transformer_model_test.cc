@@ -1,4 +1,4 @@
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 
 #include <cmath>
 #include <random>
@@ -45,7 +45,7 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
 
 // Mean loss of one microbatch.
 template <typename T>
-double Loss(DecoderModel<T>& model, const std::vector<int32_t>& tokens,
+double Loss(TransformerModel<T>& model, const std::vector<int32_t>& tokens,
             const std::vector<int32_t>& targets) {
   auto acts = model.NewActivations();
   MicrobatchInput<T> input;
@@ -58,7 +58,7 @@ double Loss(DecoderModel<T>& model, const std::vector<int32_t>& tokens,
 }
 
 template <typename T>
-double LossAndGrad(DecoderModel<T>& model, const std::vector<int32_t>& tokens,
+double LossAndGrad(TransformerModel<T>& model, const std::vector<int32_t>& tokens,
                    const std::vector<int32_t>& targets) {
   model.ZeroGrads();
   auto acts = model.NewActivations();
@@ -88,7 +88,7 @@ TEST_P(GptModelGradientTest, MatchesFiniteDifferencesForEveryParameter) {
   ModelOptions options;
   options.dropout = GetParam().dropout;
   options.seed = 11;
-  DecoderModel<double> model(layout, kBatch, options);
+  TransformerModel<double> model(layout, kBatch, options);
   InitializeParameters(layout, 5, model.params());
   // Larger weights than the 0.02 init make every path of the network matter.
   std::mt19937_64 rng(1);
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(GptModelTest, PaddedVocabularyRowsGetNoGradient) {
   const ModelShape shape = TinyShape();
   ParameterLayout layout(shape, WholeModel(shape));
-  DecoderModel<float> model(layout, kBatch, ModelOptions{});
+  TransformerModel<float> model(layout, kBatch, ModelOptions{});
   InitializeParameters(layout, 5, model.params());
   const int n = kBatch * shape.seq_length;
   LossAndGrad(model, RandomTokens(n, shape.vocab, 2), RandomTokens(n, shape.vocab, 3));
@@ -164,8 +164,8 @@ TEST(GptModelTest, RecomputationIsBitIdentical) {
   plain.seed = 9;
   ModelOptions recompute = plain;
   recompute.recompute = true;
-  DecoderModel<float> a(layout, kBatch, plain);
-  DecoderModel<float> b(layout, kBatch, recompute);
+  TransformerModel<float> a(layout, kBatch, plain);
+  TransformerModel<float> b(layout, kBatch, recompute);
   InitializeParameters(layout, 5, a.params());
   InitializeParameters(layout, 5, b.params());
   const int n = kBatch * shape.seq_length;
@@ -207,7 +207,7 @@ TEST(GptModelTest, RecomputeGranularitiesAreBitIdenticalAndKeepLess) {
     options.selective_recompute = mode.selective;
     options.recompute_group = mode.group;
     options.recompute_block = mode.block;
-    DecoderModel<float> model(layout, kBatch, options);
+    TransformerModel<float> model(layout, kBatch, options);
     InitializeParameters(layout, 5, model.params());
     LossAndGrad(model, tokens, targets);
     std::vector<float> grads(model.grads(), model.grads() + model.num_params());
@@ -228,7 +228,7 @@ TEST(GptModelTest, RecomputeGranularitiesAreBitIdenticalAndKeepLess) {
 TEST(GptModelTest, LaterTokensDoNotChangeEarlierLogits) {
   const ModelShape shape = TinyShape();
   ParameterLayout layout(shape, WholeModel(shape));
-  DecoderModel<float> model(layout, 1, ModelOptions{});
+  TransformerModel<float> model(layout, 1, ModelOptions{});
   InitializeParameters(layout, 5, model.params());
   auto tokens = RandomTokens(shape.seq_length, shape.vocab, 2);
   const auto targets = RandomTokens(shape.seq_length, shape.vocab, 3);
@@ -258,7 +258,7 @@ TEST(GptModelTest, KeyValueCacheDecodingMatchesTheFullForward) {
   for (ModelShape (*make_shape)() : {TinyShape, TinyLlamaShape, TinyLlamaWithBiasesShape}) {
     const ModelShape shape = make_shape();
     ParameterLayout layout(shape, WholeModel(shape));
-    DecoderModel<double> model(layout, 1, ModelOptions{});
+    TransformerModel<double> model(layout, 1, ModelOptions{});
     InitializeParameters(layout, 5, model.params());
     std::mt19937_64 rng(4);
     std::normal_distribution<double> normal(0.0, 0.3);
@@ -294,7 +294,7 @@ TEST(GptModelTest, InitialLossIsNearLogVocab) {
   const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/32,
                                       /*seq_length=*/4, /*vocab=*/256, /*padded_vocab=*/256);
   ParameterLayout layout(shape, WholeModel(shape));
-  DecoderModel<float> model(layout, kBatch, ModelOptions{});
+  TransformerModel<float> model(layout, kBatch, ModelOptions{});
   InitializeParameters(layout, 5, model.params());
   const int n = kBatch * shape.seq_length;
   const double loss = Loss(model, RandomTokens(n, 256, 2), RandomTokens(n, 256, 3));

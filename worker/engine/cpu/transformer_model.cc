@@ -1,4 +1,4 @@
-#include "worker/engine/cpu/decoder_model.h"
+#include "worker/engine/cpu/transformer_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -24,8 +24,9 @@ void Zero(std::vector<T>& v) {
 }  // namespace
 
 template <typename T>
-DecoderModel<T>::DecoderModel(const ParameterLayout& layout, int micro_batch, ModelOptions options,
-                              TensorParallelGroup<T> tensor_group, SharedParameterBuffers<T> shared)
+TransformerModel<T>::TransformerModel(const ParameterLayout& layout, int micro_batch,
+                                      ModelOptions options, TensorParallelGroup<T> tensor_group,
+                                      SharedParameterBuffers<T> shared)
     : layout_(layout),
       shape_(layout.shape()),
       placement_(layout.placement()),
@@ -50,13 +51,16 @@ DecoderModel<T>::DecoderModel(const ParameterLayout& layout, int micro_batch, Mo
   }
   p_ = layout_.View(params_);
   g_ = layout_.View(grads_);
-  // Tensors in layout order: [wte] [wpe] then 12 per layer, then [lnf.weight lnf.bias].
+  // The first stage's tensors, each layer's, and the head's.
   layer_tensors_.resize(placement_.num_layers);
   for (const ParamTensor& tensor : layout_.tensors()) {
     if (tensor.role == ParameterRole::kTokenEmbedding) {
       wte_tensor_ = &tensor;
-    } else if (tensor.role == ParameterRole::kPositionEmbedding) {
-      wpe_tensor_ = &tensor;
+    } else if (tensor.role == ParameterRole::kPositionEmbedding ||
+               tensor.role == ParameterRole::kTokenTypeEmbedding ||
+               tensor.role == ParameterRole::kEmbeddingNormWeight ||
+               tensor.role == ParameterRole::kEmbeddingNormBias) {
+      embedding_tensors_.push_back(&tensor);
     } else if (tensor.layer < 0) {
       head_tensors_.push_back(&tensor);
     } else {
@@ -66,7 +70,7 @@ DecoderModel<T>::DecoderModel(const ParameterLayout& layout, int micro_batch, Mo
 }
 
 template <typename T>
-void DecoderModel<T>::AllocateScratch() {
+void TransformerModel<T>::AllocateScratch() {
   // On first use, not in the constructor: a model that only holds parameters (the host
   // copy next to the CUDA engine) never needs these.
   if (scratch_allocated_) return;
@@ -105,33 +109,33 @@ void DecoderModel<T>::AllocateScratch() {
 }
 
 template <typename T>
-bool DecoderModel<T>::Recomputed(int l) const {
+bool TransformerModel<T>::Recomputed(int l) const {
   if (!options_.recompute) return false;
   return options_.recompute_block < 0 || l < options_.recompute_block;
 }
 
 template <typename T>
-int DecoderModel<T>::GroupStart(int l) const {
+int TransformerModel<T>::GroupStart(int l) const {
   const int group = options_.recompute_block < 0 ? std::max(1, options_.recompute_group) : 1;
   return l / group * group;
 }
 
 template <typename T>
-bool DecoderModel<T>::KeepsInput(int l) const {
+bool TransformerModel<T>::KeepsInput(int l) const {
   if (l == placement_.num_layers || !Recomputed(l)) return true;
   return GroupStart(l) == l;
 }
 
 template <typename T>
-DecoderModel<T>::~DecoderModel() = default;
+TransformerModel<T>::~TransformerModel() = default;
 
 template <typename T>
-void DecoderModel<T>::ZeroGrads() {
+void TransformerModel<T>::ZeroGrads() {
   std::fill(grads_ + layout_.begin_offset(), grads_ + layout_.end_offset(), T(0));
 }
 
 template <typename T>
-std::unique_ptr<Activations<T>> DecoderModel<T>::NewActivations() const {
+std::unique_ptr<Activations<T>> TransformerModel<T>::NewActivations() const {
   auto acts = std::make_unique<Activations<T>>();
   const size_t n = static_cast<size_t>(batch_) * shape_.seq_length;
   const size_t C = shape_.hidden;
@@ -139,6 +143,10 @@ std::unique_ptr<Activations<T>> DecoderModel<T>::NewActivations() const {
   acts->targets.resize(n);
   acts->positions.resize(n);
   for (size_t i = 0; i < n; ++i) acts->positions[i] = static_cast<int32_t>(i % shape_.seq_length);
+  if (shape_.family == ArchitectureFamily::kBert) {
+    acts->token_types.resize(n);
+    acts->lengths.resize(batch_);
+  }
   // Only the inputs and activation sets that the backward reads from this set.
   // The residual stream: this rank's rows under sequence parallelism.
   const size_t rows = static_cast<size_t>(local_rows_);
@@ -166,7 +174,7 @@ std::unique_ptr<Activations<T>> DecoderModel<T>::NewActivations() const {
 }
 
 template <typename T>
-cpu::VocabShard DecoderModel<T>::VocabShardOf(int rows) const {
+cpu::VocabShard TransformerModel<T>::VocabShardOf(int rows) const {
   const int local = placement_.local_vocab(shape_);
   const int start = placement_.vocab_start(shape_);
   // Columns past the real vocabulary are padding, excluded from the softmax.
@@ -174,19 +182,23 @@ cpu::VocabShard DecoderModel<T>::VocabShardOf(int rows) const {
 }
 
 template <typename T>
-uint64_t DecoderModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
+uint64_t TransformerModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer,
+                                            int site) const {
   return DropoutKeyOf(options_.seed, id, global_layer, site);
 }
 
 template <typename T>
-cpu::AttentionShape DecoderModel<T>::LocalAttentionShape() const {
+cpu::AttentionShape TransformerModel<T>::LocalAttentionShape() const {
   return cpu::AttentionShape{batch_, shape_.seq_length, placement_.local_heads(shape_),
                              shape_.head_dim, placement_.local_kv_heads(shape_)};
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
-                                           LayerActivations<T>* s) {
+absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x,
+                                               T* out, LayerActivations<T>* s) {
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    return PostNormLayerForward(layer, id, x, out, s);
+  }
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -211,7 +223,8 @@ absl::Status DecoderModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
   T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
-  cpu::AttentionForward<T>(s->qkv.data(), attn_y, lse, shape, att_dropout);
+  layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
+                                        att_dropout);
   RETURN_IF_ERROR(
       tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Ql, C));
   cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
@@ -232,8 +245,11 @@ absl::Status DecoderModel<T>::LayerForward(int layer, const MicrobatchId& id, co
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
-                                            const LayerActivations<T>& s, T* d_out, T* d_x) {
+absl::Status TransformerModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
+                                                const LayerActivations<T>& s, T* d_out, T* d_x) {
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    return PostNormLayerBackward(layer, id, x, s, d_out, d_x);
+  }
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
@@ -276,8 +292,8 @@ absl::Status DecoderModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
                                    g.proj_weight, g.proj_bias, N, Ql, C);
   Zero(d_qkv_);
-  cpu::AttentionBackward<T>(d_attn_y_.data(), s.qkv.data(), attn_y, lse, d_qkv_.data(), shape,
-                            att_dropout);
+  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
+                                         lengths_, d_qkv_.data(), shape, att_dropout);
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/true);
   Zero(d_ln_);
@@ -290,8 +306,8 @@ absl::Status DecoderModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
 }
 
 template <typename T>
-absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
-                                                Activations<T>* acts, T* hidden_out) {
+absl::StatusOr<double> TransformerModel<T>::Forward(const MicrobatchInput<T>& input,
+                                                    Activations<T>* acts, T* hidden_out) {
   AllocateScratch();
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
@@ -299,6 +315,11 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
   acts->id = input.id;
   const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
   T* x0 = acts->layer_io[0].data();
+  const bool bert = shape_.family == ArchitectureFamily::kBert;
+  if (bert) {
+    RETURN_IF_ERROR(TakeBertInputs(input, acts));
+    lengths_ = acts->lengths.data();
+  }
   if (placement_.has_embedding) {
     std::copy(input.tokens, input.tokens + N, acts->tokens.begin());
     const float dropout = input.id.evaluation ? 0.0f : options_.dropout;
@@ -314,6 +335,7 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
         cpu::EmbeddingForward<T>(acts->positions.data() + row_offset_, p_.wpe, x0, local_rows_, C,
                                  0, shape_.seq_length, /*accumulate=*/true);
       }
+      if (bert) BertEmbeddingForward(acts, x0, local_rows_, row_offset_);
       cpu::DropoutForward<T>(x0, x0, RC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite),
                              static_cast<uint64_t>(row_offset_) * C);
     } else {
@@ -324,6 +346,7 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
         cpu::EmbeddingForward<T>(acts->positions.data(), p_.wpe, x0, N, C, 0, shape_.seq_length,
                                  /*accumulate=*/true);
       }
+      if (bert) BertEmbeddingForward(acts, x0, N, 0);
       cpu::DropoutForward<T>(x0, x0, NC, dropout, DropoutKeyFor(input.id, -1, kEmbeddingSite), 0);
     }
   } else {
@@ -347,6 +370,9 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
   }
 
   std::copy(input.targets, input.targets + N, acts->targets.begin());
+  if (bert && shape_.norm_placement == NormPlacement::kPost) {
+    return BertHeadForward(input, acts, x_last);
+  }
   if (sequence_parallel_) {
     // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
     layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta, sp_rows_.data(),
@@ -356,6 +382,7 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
     layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta, acts->lnf.data(),
                                  acts->lnf_mean.data(), acts->lnf_rstd.data(), N);
   }
+  if (bert) return BertHeadForward(input, acts, acts->lnf.data());
   const int Vl = placement_.local_vocab(shape_);
   // The output layer (tied: the token embedding): column-parallel over the vocabulary (the
   // input was copied in), its logits never gathered.
@@ -380,11 +407,13 @@ absl::StatusOr<double> DecoderModel<T>::Forward(const MicrobatchInput<T>& input,
 }
 
 template <typename T>
-absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
-                                       T d_loss_per_token, T* d_hidden_in,
-                                       const GradReadyHook* on_grad_ready) {
+absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidden_out,
+                                           T d_loss_per_token, T* d_hidden_in,
+                                           const GradReadyHook* on_grad_ready) {
   if (!acts->has_forward) return absl::FailedPreconditionError("Backward without Forward");
   AllocateScratch();
+  const bool bert = shape_.family == ArchitectureFamily::kBert;
+  if (bert) lengths_ = acts->lengths.data();
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -396,7 +425,25 @@ absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_o
   auto report = [&](const ParamTensor* tensor) {
     if (on_grad_ready != nullptr && tensor != nullptr) (*on_grad_ready)(*tensor);
   };
-  if (placement_.has_head) {
+  if (placement_.has_head && bert) {
+    RETURN_IF_ERROR(BertHeadBackward(acts, d_loss_per_token, d_ln_.data()));
+    const T* x_last = acts->layer_io[placement_.num_layers].data();
+    if (shape_.norm_placement == NormPlacement::kPost) {
+      std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_x.begin());
+    } else {
+      // The heads' input gradient is the same on every tensor rank: under sequence
+      // parallelism each takes its own rows of it through the final LayerNorm.
+      layer_blocks::NormBackward<T>(shape_, d_ln_.data() + static_cast<size_t>(row_offset_) * C,
+                                    x_last, p_.lnf_gamma, acts->lnf_mean.data(),
+                                    acts->lnf_rstd.data(), d_x.data(), g_.lnf_gamma, g_.lnf_beta,
+                                    local_rows_);
+      if (sequence_parallel_ && on_grad_ready != nullptr) {
+        RETURN_IF_ERROR(SumLayerNormGradients(-1));
+      }
+    }
+    for (const ParamTensor* tensor : head_tensors_) report(tensor);
+    if (!placement_.has_embedding) report(wte_tensor_);
+  } else if (placement_.has_head) {
     const int Vl = placement_.local_vocab(shape_);
     std::vector<T>& d_logits = d_logits_;
     Zero(d_logits);
@@ -470,6 +517,7 @@ absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_o
       Zero(d_branch_);
       cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout, key, 0);
     }
+    if (bert) BertEmbeddingBackward(acts, d_branch_.data(), N, 0);
     tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
                                           placement_.vocab_start(shape_),
                                           placement_.local_vocab(shape_));
@@ -478,7 +526,7 @@ absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_o
                                 shape_.seq_length);
     }
     report(wte_tensor_);
-    report(wpe_tensor_);
+    for (const ParamTensor* tensor : embedding_tensors_) report(tensor);
   } else if (d_hidden_in != nullptr) {
     std::copy(d_x.begin(), d_x.begin() + static_cast<size_t>(local_rows_) * C, d_hidden_in);
   }
@@ -486,20 +534,21 @@ absl::Status DecoderModel<T>::Backward(Activations<T>* acts, const T* d_hidden_o
 }
 
 template <typename T>
-std::pair<const T*, const T*> DecoderModel<T>::AttentionCoreFor(
+std::pair<const T*, const T*> TransformerModel<T>::AttentionCoreFor(
     const LayerActivations<T>& s, const cpu::AttentionShape& shape,
     const cpu::AttentionDropout& dropout) {
   if (!s.attn_y.empty()) return {s.attn_y.data(), s.lse.data()};
-  cpu::AttentionForward<T>(s.qkv.data(), core_y_.data(), core_lse_.data(), shape, dropout);
+  layer_blocks::AttentionCoreForward<T>(shape_, s.qkv.data(), lengths_, core_y_.data(),
+                                        core_lse_.data(), shape, dropout);
   return {core_y_.data(), core_lse_.data()};
 }
 
 template <typename T>
-const T* DecoderModel<T>::logits(const Activations<T>& acts) const {
+const T* TransformerModel<T>::logits(const Activations<T>& acts) const {
   return acts.logits.data();
 }
 
-template class DecoderModel<float>;
-template class DecoderModel<double>;
+template class TransformerModel<float>;
+template class TransformerModel<double>;
 
 }  // namespace mtrain

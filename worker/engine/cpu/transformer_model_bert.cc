@@ -1,0 +1,396 @@
+// BERT's parts of TransformerModel (issue 35): the post placement's layer (LayerNorm after
+// each residual add, the original BERT), the token types and embedding LayerNorm, and the
+// heads: the masked-LM head (dense, exact GeLU, LayerNorm, then the token embedding as the
+// decoder with its own bias over the padded vocabulary) on the masked rows only, and the
+// pooler (the first row of each sequence, dense, tanh) with the binary sentence-order head.
+//
+// The heads run replicated on every tensor rank except the decoder, which is
+// column-parallel over the vocabulary like the decoders' output layer: its backward
+// all-reduces the transform's gradient, so everything below it is the same on every rank
+// (the replicated tensors' gradients too, as the trainer's norm assumes).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/embedding.h"
+#include "kernels/gelu_exact.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "worker/engine/cpu/layer_blocks.h"
+#include "worker/engine/cpu/transformer_model.h"
+#include "worker/engine/model_numerics.h"
+
+namespace mtrain {
+namespace {
+
+template <typename T>
+void ZeroPrefix(std::vector<T>& v, size_t n) {
+  std::fill(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n), T(0));
+}
+
+template <typename T>
+void AddInto(const T* from, T* to, size_t n) {
+  for (size_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
+}  // namespace
+
+template <typename T>
+absl::Status TransformerModel<T>::PostNormLayerForward(int layer, const MicrobatchId& id,
+                                                       const T* x, T* out, LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Ql = placement_.local_query(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+
+  // Attention block on the layer's input; ln1 keeps the residual sum LayerNorm 1 reads.
+  tp::ColumnParallelLinearForward<T>(x, layer_blocks::QkvWeight(w), layer_blocks::QkvBias(w),
+                                     s->qkv.data(), N, C, placement_.local_qkv(shape_));
+  const cpu::AttentionShape shape = LocalAttentionShape();
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
+  T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
+  layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
+                                        att_dropout);
+  RETURN_IF_ERROR(
+      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Ql, C));
+  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  for (size_t i = 0; i < NC; ++i) s->ln1[i] = x[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->ln1.data(), w.ln1_gamma, w.ln1_beta, s->h1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), N);
+
+  // MLP block on h1; ln2 keeps the second residual sum.
+  tp::ColumnParallelLinearForward<T>(s->h1.data(), layer_blocks::MlpInWeight(w),
+                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
+                                     placement_.local_mlp_in(shape_));
+  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
+  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
+                                                  w.fc_proj_bias, out, N, Fl, C));
+  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  for (size_t i = 0; i < NC; ++i) s->ln2[i] = s->h1[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->ln2.data(), w.ln2_gamma, w.ln2_beta, out,
+                               s->ln2_mean.data(), s->ln2_rstd.data(), N);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::PostNormLayerBackward(int layer, const MicrobatchId& id,
+                                                        const T* x, const LayerActivations<T>& s,
+                                                        T* d_out, T* d_x) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Ql = placement_.local_query(shape_);
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+
+  // LayerNorm 2: d_ln_ = the gradient of the second residual sum, which d_out then holds as
+  // the residual part of h1's gradient.
+  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
+  layer_blocks::NormBackward<T>(shape_, d_out, s.ln2.data(), w.ln2_gamma, s.ln2_mean.data(),
+                                s.ln2_rstd.data(), d_ln_.data(), g.ln2_gamma, g.ln2_beta, N);
+  T* d_h1 = d_out;
+  std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_h1);
+  std::fill(d_branch_.begin(), d_branch_.end(), T(0));
+  cpu::DropoutBackward<T>(d_ln_.data(), d_branch_.data(), NC, p,
+                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  std::fill(d_gelu_.begin(), d_gelu_.end(), T(0));
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
+                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  std::fill(d_fc_.begin(), d_fc_.end(), T(0));
+  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
+  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_fc_.data(), s.h1.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
+      layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
+      placement_.local_mlp_in(shape_)));
+  AddInto(d_ln_.data(), d_h1, NC);
+
+  // LayerNorm 1: d_ln_ = the gradient of the first residual sum; d_x is its residual part
+  // plus the attention branch's.
+  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
+  layer_blocks::NormBackward<T>(shape_, d_h1, s.ln1.data(), w.ln1_gamma, s.ln1_mean.data(),
+                                s.ln1_rstd.data(), d_ln_.data(), g.ln1_gamma, g.ln1_beta, N);
+  std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_x);
+  std::fill(d_branch_.begin(), d_branch_.end(), T(0));
+  cpu::DropoutBackward<T>(d_ln_.data(), d_branch_.data(), NC, p,
+                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  const cpu::AttentionShape shape = LocalAttentionShape();
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
+  std::fill(d_attn_y_.begin(), d_attn_y_.end(), T(0));
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
+                                   g.proj_weight, g.proj_bias, N, Ql, C);
+  std::fill(d_qkv_.begin(), d_qkv_.end(), T(0));
+  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
+                                         lengths_, d_qkv_.data(), shape, att_dropout);
+  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_qkv_.data(), x, layer_blocks::QkvWeight(w), d_ln_.data(), layer_blocks::QkvWeight(g),
+      layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_)));
+  AddInto(d_ln_.data(), d_x, NC);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::TakeBertInputs(const MicrobatchInput<T>& input,
+                                                 Activations<T>* acts) {
+  const int S = shape_.seq_length;
+  if (input.lengths == nullptr) {
+    return absl::InvalidArgumentError("a BERT microbatch needs each sequence's length");
+  }
+  for (int b = 0; b < batch_; ++b) {
+    const int32_t length = input.lengths[b];
+    if (length < 1 || length > S) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", b, " has length ", length,
+                                                     "; it must be in [1, seq_length ", S, "]"));
+    }
+    acts->lengths[b] = length;
+  }
+  if (!placement_.has_embedding) return absl::OkStatus();
+  if (input.token_types == nullptr) {
+    return absl::InvalidArgumentError("a BERT microbatch needs its token types on the first stage");
+  }
+  const int N = batch_ * S;
+  for (int i = 0; i < N; ++i) {
+    const int32_t type = input.token_types[i];
+    if (type < 0 || type >= shape_.token_types) {
+      return absl::InvalidArgumentError(absl::StrCat("token type ", type, " at row ", i,
+                                                     " is outside [0, ", shape_.token_types, ")"));
+    }
+    acts->token_types[i] = type;
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+void TransformerModel<T>::BertEmbeddingForward(Activations<T>* acts, T* x0, int rows,
+                                               int row_offset) {
+  const int C = shape_.hidden;
+  cpu::EmbeddingForward<T>(acts->token_types.data() + row_offset, p_.tte, x0, rows, C, 0,
+                           shape_.token_types, /*accumulate=*/true);
+  if (shape_.norm_placement != NormPlacement::kPost) return;
+  const size_t RC = static_cast<size_t>(rows) * C;
+  acts->emb_sum.assign(x0, x0 + RC);
+  acts->emb_ln_mean.resize(rows);
+  acts->emb_ln_rstd.resize(rows);
+  layer_blocks::NormForward<T>(shape_, acts->emb_sum.data(), p_.emb_ln_gamma, p_.emb_ln_beta, x0,
+                               acts->emb_ln_mean.data(), acts->emb_ln_rstd.data(), rows);
+}
+
+template <typename T>
+void TransformerModel<T>::BertEmbeddingBackward(Activations<T>* acts, T* d_x0, int rows,
+                                                int row_offset) {
+  const int C = shape_.hidden;
+  const size_t RC = static_cast<size_t>(rows) * C;
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    std::fill(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), T(0));
+    layer_blocks::NormBackward<T>(shape_, d_x0, acts->emb_sum.data(), p_.emb_ln_gamma,
+                                  acts->emb_ln_mean.data(), acts->emb_ln_rstd.data(), d_ln_.data(),
+                                  g_.emb_ln_gamma, g_.emb_ln_beta, rows);
+    std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), d_x0);
+  }
+  cpu::EmbeddingBackward<T>(acts->token_types.data() + row_offset, d_x0, g_.tte, rows, C, 0,
+                            shape_.token_types);
+}
+
+template <typename T>
+absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInput<T>& input,
+                                                            Activations<T>* acts,
+                                                            const T* head_in) {
+  const int B = batch_;
+  const int S = shape_.seq_length;
+  const int C = shape_.hidden;
+  const int N = B * S;
+  if (input.sentence_order == nullptr) {
+    return absl::InvalidArgumentError(
+        "a BERT microbatch needs its sentence-order labels on the last stage");
+  }
+  // The masked rows and their labels (-1: not masked).
+  acts->mlm_rows.clear();
+  acts->mlm_targets.clear();
+  for (int i = 0; i < N; ++i) {
+    const int32_t label = acts->targets[i];
+    if (label < 0) continue;
+    if (label >= shape_.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("masked-LM label ", label, " at row ", i,
+                                                     " is outside the vocabulary of ",
+                                                     shape_.vocab));
+    }
+    acts->mlm_rows.push_back(i);
+    acts->mlm_targets.push_back(label);
+  }
+  const int M = static_cast<int>(acts->mlm_rows.size());
+  const size_t MC = static_cast<size_t>(M) * C;
+  const int Vl = placement_.local_vocab(shape_);
+  std::vector<T> losses(M);
+  acts->mlm_in.resize(MC);
+  acts->mlm_fc.resize(MC);
+  acts->mlm_act.resize(MC);
+  acts->mlm_ln.resize(MC);
+  acts->mlm_ln_mean.resize(M);
+  acts->mlm_ln_rstd.resize(M);
+  acts->logits.resize(static_cast<size_t>(M) * Vl);
+  acts->ce_max.resize(M);
+  acts->ce_sum_exp.resize(M);
+  acts->ce_target.resize(M);
+  // Every tensor rank holds the same labels, so all of them skip (or run) the collectives.
+  if (M > 0) {
+    for (int m = 0; m < M; ++m) {
+      const T* row = head_in + static_cast<size_t>(acts->mlm_rows[m]) * C;
+      std::copy(row, row + C, acts->mlm_in.begin() + static_cast<std::ptrdiff_t>(m) * C);
+    }
+    cpu::MatmulForward<T>(acts->mlm_in.data(), p_.mlm_weight, p_.mlm_bias, acts->mlm_fc.data(), M,
+                          C, C);
+    cpu::GeluExactForward<T>(acts->mlm_fc.data(), acts->mlm_act.data(), MC);
+    cpu::LayerNormForward<T>(acts->mlm_act.data(), p_.mlm_ln_gamma, p_.mlm_ln_beta,
+                             acts->mlm_ln.data(), acts->mlm_ln_mean.data(),
+                             acts->mlm_ln_rstd.data(), M, C, NormEpsilon(shape_));
+    tp::ColumnParallelLinearForward<T>(acts->mlm_ln.data(), p_.wte, p_.mlm_output_bias,
+                                       acts->logits.data(), M, C, Vl);
+    RETURN_IF_ERROR(tp::VocabParallelCrossEntropyForward<T>(
+        tp_, acts->logits.data(), acts->mlm_targets.data(), VocabShardOf(M),
+        {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, losses.data()));
+  }
+  double mlm_sum = 0;
+  for (T loss : losses) mlm_sum += static_cast<double>(loss);
+  if (input.outputs != nullptr) {
+    // Each masked row's loss and whether its label is an argmax; 0 on the other rows.
+    input.outputs->loss.assign(N, 0.0f);
+    input.outputs->argmax.assign(N, 0);
+    for (int m = 0; m < M; ++m) {
+      input.outputs->loss[acts->mlm_rows[m]] = static_cast<float>(losses[m]);
+      input.outputs->argmax[acts->mlm_rows[m]] = acts->ce_target[m] >= acts->ce_max[m] ? 1 : 0;
+    }
+  }
+
+  // Pooler and sentence-order head on each sequence's first row.
+  acts->sentence_order.assign(input.sentence_order, input.sentence_order + B);
+  for (int b = 0; b < B; ++b) {
+    if (acts->sentence_order[b] != 0 && acts->sentence_order[b] != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("sentence-order label of sequence ", b, " is ",
+                                                     acts->sentence_order[b],
+                                                     "; it must be 0 (in order) or 1 (swapped)"));
+    }
+  }
+  const size_t BC = static_cast<size_t>(B) * C;
+  acts->pooler_in.resize(BC);
+  acts->pooled.resize(BC);
+  for (int b = 0; b < B; ++b) {
+    const T* row = head_in + static_cast<size_t>(b) * S * C;
+    std::copy(row, row + C, acts->pooler_in.begin() + static_cast<std::ptrdiff_t>(b) * C);
+  }
+  cpu::MatmulForward<T>(acts->pooler_in.data(), p_.pooler_weight, p_.pooler_bias,
+                        acts->pooled.data(), B, C, C);
+  for (T& v : acts->pooled) v = std::tanh(v);
+  acts->sop_logits.resize(static_cast<size_t>(B) * 2);
+  acts->sop_max.resize(B);
+  acts->sop_sum_exp.resize(B);
+  acts->sop_target.resize(B);
+  cpu::MatmulForward<T>(acts->pooled.data(), p_.sop_weight, p_.sop_bias, acts->sop_logits.data(), B,
+                        C, 2);
+  const cpu::VocabShard two{B, 2, 2, 0};
+  cpu::CrossEntropyLocalMax<T>(acts->sop_logits.data(), two, acts->sop_max.data());
+  cpu::CrossEntropyLocalSums<T>(acts->sop_logits.data(), acts->sentence_order.data(),
+                                acts->sop_max.data(), two, acts->sop_sum_exp.data(),
+                                acts->sop_target.data());
+  std::vector<T> sop_losses(B);
+  cpu::CrossEntropyLosses<T>(acts->sop_max.data(), acts->sop_sum_exp.data(),
+                             acts->sop_target.data(), B, sop_losses.data());
+  double sop_sum = 0;
+  for (T loss : sop_losses) sop_sum += static_cast<double>(loss);
+  if (input.sentence_order_loss_sum != nullptr) *input.sentence_order_loss_sum += sop_sum;
+  acts->d_loss_per_sequence = input.d_loss_per_sequence;
+  return mlm_sum;
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>* acts, T d_loss_per_token,
+                                                   T* d_head_in) {
+  const int B = batch_;
+  const int S = shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(B) * S * C;
+  std::fill(d_head_in, d_head_in + NC, T(0));
+  const int M = static_cast<int>(acts->mlm_rows.size());
+  const size_t MC = static_cast<size_t>(M) * C;
+  const int Vl = placement_.local_vocab(shape_);
+  if (M > 0) {
+    // The decoder's gradient is all-reduced over the tensor group (its input was copied in);
+    // the transform below it is replicated.
+    ZeroPrefix(d_logits_, static_cast<size_t>(M) * Vl);
+    tp::VocabParallelCrossEntropyBackward<T>(
+        acts->logits.data(), acts->mlm_targets.data(), VocabShardOf(M),
+        {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, d_loss_per_token,
+        d_logits_.data());
+    d_mlm_a_.assign(MC, T(0));
+    RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits_.data(), acts->mlm_ln.data(),
+                                                        p_.wte, d_mlm_a_.data(), g_.wte,
+                                                        g_.mlm_output_bias, M, C, Vl));
+    d_mlm_b_.assign(MC, T(0));
+    cpu::LayerNormBackward<T>(d_mlm_a_.data(), acts->mlm_act.data(), p_.mlm_ln_gamma,
+                              acts->mlm_ln_mean.data(), acts->mlm_ln_rstd.data(), d_mlm_b_.data(),
+                              g_.mlm_ln_gamma, g_.mlm_ln_beta, M, C);
+    std::fill(d_mlm_a_.begin(), d_mlm_a_.end(), T(0));
+    cpu::GeluExactBackward<T>(d_mlm_b_.data(), acts->mlm_fc.data(), d_mlm_a_.data(), MC);
+    std::fill(d_mlm_b_.begin(), d_mlm_b_.end(), T(0));
+    cpu::MatmulBackward<T>(d_mlm_a_.data(), acts->mlm_in.data(), p_.mlm_weight, d_mlm_b_.data(),
+                           g_.mlm_weight, g_.mlm_bias, M, C, C);
+    for (int m = 0; m < M; ++m) {
+      AddInto(d_mlm_b_.data() + static_cast<size_t>(m) * C,
+              d_head_in + static_cast<size_t>(acts->mlm_rows[m]) * C, C);
+    }
+  }
+
+  const size_t BC = static_cast<size_t>(B) * C;
+  d_sop_logits_.assign(static_cast<size_t>(B) * 2, T(0));
+  cpu::CrossEntropyBackward<T>(acts->sop_logits.data(), acts->sentence_order.data(),
+                               acts->sop_max.data(), acts->sop_sum_exp.data(),
+                               cpu::VocabShard{B, 2, 2, 0}, acts->d_loss_per_sequence,
+                               d_sop_logits_.data());
+  d_pooled_.assign(BC, T(0));
+  cpu::MatmulBackward<T>(d_sop_logits_.data(), acts->pooled.data(), p_.sop_weight, d_pooled_.data(),
+                         g_.sop_weight, g_.sop_bias, B, C, 2);
+  for (size_t i = 0; i < BC; ++i) d_pooled_[i] *= T(1) - acts->pooled[i] * acts->pooled[i];
+  d_mlm_b_.assign(BC, T(0));
+  cpu::MatmulBackward<T>(d_pooled_.data(), acts->pooler_in.data(), p_.pooler_weight,
+                         d_mlm_b_.data(), g_.pooler_weight, g_.pooler_bias, B, C, C);
+  for (int b = 0; b < B; ++b) {
+    AddInto(d_mlm_b_.data() + static_cast<size_t>(b) * C,
+            d_head_in + static_cast<size_t>(b) * S * C, C);
+  }
+  return absl::OkStatus();
+}
+
+// Only the members defined here: the class itself is instantiated in transformer_model.cc.
+#define MTRAIN_INSTANTIATE_BERT(T)                                                                 \
+  template absl::Status TransformerModel<T>::PostNormLayerForward(                                 \
+      int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);                               \
+  template absl::Status TransformerModel<T>::PostNormLayerBackward(                                \
+      int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*);                     \
+  template absl::Status TransformerModel<T>::TakeBertInputs(const MicrobatchInput<T>&,             \
+                                                            Activations<T>*);                      \
+  template void TransformerModel<T>::BertEmbeddingForward(Activations<T>*, T*, int, int);          \
+  template void TransformerModel<T>::BertEmbeddingBackward(Activations<T>*, T*, int, int);         \
+  template absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInput<T>&,  \
+                                                                       Activations<T>*, const T*); \
+  template absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>*, T, T*);
+MTRAIN_INSTANTIATE_BERT(float)
+MTRAIN_INSTANTIATE_BERT(double)
+#undef MTRAIN_INSTANTIATE_BERT
+
+}  // namespace mtrain
