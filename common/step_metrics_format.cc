@@ -48,6 +48,8 @@ std::string StepMetricsJson(const StepMetrics& m) {
   json.Int("step", m.step());
   // A diverged loss is written as null rather than breaking every parser downstream.
   if (m.has_loss()) json.Number("loss", m.loss());
+  // BERT: the loss's two parts.
+  if (m.has_mlm_loss()) json.Number("mlm_loss", m.mlm_loss()).Number("sop_loss", m.sop_loss());
   json.Number("lr", m.lr())
       .Number("grad_norm", m.grad_norm())
       .Number("step_seconds", m.step_seconds())
@@ -83,7 +85,15 @@ std::string StepMetricsJson(const StepMetrics& m) {
     json.Raw("generations", JsonArray(m.generations(), GeneratedTextJson));
   }
   // Steps with an evaluation (train.eval_interval) only.
-  if (m.has_validation_loss()) {
+  // BERT's: its parts and accuracies instead of a perplexity (exp of two losses' sum means
+  // nothing).
+  if (m.has_validation_mlm_loss()) {
+    json.Number("validation_loss", m.validation_loss())
+        .Number("validation_mlm_loss", m.validation_mlm_loss())
+        .Number("validation_sop_loss", m.validation_sop_loss())
+        .Number("validation_mlm_accuracy", m.validation_mlm_accuracy())
+        .Number("validation_sop_accuracy", m.validation_sop_accuracy());
+  } else if (m.has_validation_loss()) {
     json.Number("validation_loss", m.validation_loss())
         .Number("validation_perplexity", std::exp(m.validation_loss()));
   }
@@ -94,10 +104,21 @@ std::string StepProgressLine(const StepMetrics& m, long long total_steps) {
   std::string line =
       absl::StrFormat("step %lld/%lld", static_cast<long long>(m.step()), total_steps);
   if (m.has_loss()) absl::StrAppend(&line, absl::StrFormat(" | loss %.4f", m.loss()));
+  if (m.has_mlm_loss()) {
+    absl::StrAppend(&line, absl::StrFormat(" (masked-LM %.4f, sentence order %.4f)", m.mlm_loss(),
+                                           m.sop_loss()));
+  }
   absl::StrAppend(&line,
                   absl::StrFormat(" | lr %.2e | grad_norm %.3f | %.0f tok/s | mfu %.2f%%", m.lr(),
                                   m.grad_norm(), m.tokens_per_second(), 100.0 * m.mfu()));
-  if (m.has_validation_loss()) {
+  if (m.has_validation_mlm_loss()) {
+    absl::StrAppend(
+        &line, absl::StrFormat(" | validation loss %.4f (masked-LM %.4f, %.1f%% right; sentence "
+                               "order %.4f, %.1f%% right)",
+                               m.validation_loss(), m.validation_mlm_loss(),
+                               100.0 * m.validation_mlm_accuracy(), m.validation_sop_loss(),
+                               100.0 * m.validation_sop_accuracy()));
+  } else if (m.has_validation_loss()) {
     absl::StrAppend(&line, absl::StrFormat(" | validation loss %.4f, perplexity %.2f",
                                            m.validation_loss(), std::exp(m.validation_loss())));
   }

@@ -63,6 +63,13 @@ TransformerConfig TransformerConfigOf(const JobSpec& spec) {
                                         m.seq_length(), m.vocab_size(), padded_vocab);
   // Each field as the spec sets it; absent (a spec without defaults), GPT-2's.
   if (m.family() == MODEL_FAMILY_LLAMA) config.family = ArchitectureFamily::kLlama;
+  if (m.family() == MODEL_FAMILY_BERT) {
+    config.family = ArchitectureFamily::kBert;
+    config.token_types = 2;  // segments A and B
+    config.norm_placement = m.layernorm_placement() == LAYERNORM_PLACEMENT_POST
+                                ? NormPlacement::kPost
+                                : NormPlacement::kPre;
+  }
   if (m.has_num_kv_heads()) config.num_kv_heads = m.num_kv_heads();
   if (m.has_ffn_hidden_size()) config.ffn_hidden = m.ffn_hidden_size();
   if (m.normalization() == NORMALIZATION_RMSNORM) config.normalization = NormKind::kRmsNorm;

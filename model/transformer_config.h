@@ -4,11 +4,10 @@
 // output layer) written where each is used. Daemon-neutral: the worker, the coordinator,
 // trainctl and plan/ link it.
 //
-// Two families in the spec (model.family): GPT-2 (Megatron-LM's pre-LN blocks) and
-// Llama-style decoders, whose fields a spec may also set one by one. A third, BERT (issue
-// 35: bidirectional, token types, the pooler, masked-LM and sentence-order heads, the
-// LayerNorm before or after each sub-layer), is described here (BertConfig, its parameter
-// table and FLOPs) ahead of the spec and the engines.
+// Three families in the spec (model.family): GPT-2 (Megatron-LM's pre-LN blocks),
+// Llama-style decoders, whose fields a spec may also set one by one, and BERT
+// (bidirectional, token types, the pooler, masked-LM and sentence-order heads, the
+// LayerNorm before or after each sub-layer: model.layernorm_placement).
 //
 //   const TransformerConfig config = TransformerConfigOf(spec);  // a resolved spec
 //   const double flops = ModelFlopsPerStep(config, spec.parallel().global_batch_size());

@@ -10,8 +10,11 @@ namespace mtrain {
 std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
   if (spec.device() == DEVICE_CUDA) return {DEVICE_KIND_CUDA};
   if (spec.device() == DEVICE_CPU) return {DEVICE_KIND_CPU};
-  // Llama-style layers have CPU kernels only so far (spec/ refuses DEVICE_CUDA for them).
-  if (spec.model().family() == MODEL_FAMILY_LLAMA) return {DEVICE_KIND_CPU};
+  // Llama-style and BERT layers have CPU kernels only so far (spec/ refuses DEVICE_CUDA for
+  // them).
+  if (spec.model().family() == MODEL_FAMILY_LLAMA || spec.model().family() == MODEL_FAMILY_BERT) {
+    return {DEVICE_KIND_CPU};
+  }
   if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
     return {DEVICE_KIND_CUDA};
   }

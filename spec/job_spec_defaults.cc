@@ -23,6 +23,7 @@ void ApplyModelDefaults(ModelSpec* model) {
   // The architecture: the family's choices (model/transformer_config.h reads them).
   if (model->family() == MODEL_FAMILY_UNSPECIFIED) model->set_family(MODEL_FAMILY_GPT2);
   const bool llama = model->family() == MODEL_FAMILY_LLAMA;
+  const bool bert = model->family() == MODEL_FAMILY_BERT;
   MTRAIN_DEFAULT(model, num_kv_heads, model->num_heads());
   // Only from a valid width: a derived value would repeat the width's own error.
   if (model->hidden_size() > 0 && model->hidden_size() <= kMaxHiddenSize) {
@@ -32,9 +33,15 @@ void ApplyModelDefaults(ModelSpec* model) {
   if (model->normalization() == NORMALIZATION_UNSPECIFIED) {
     model->set_normalization(llama ? NORMALIZATION_RMSNORM : NORMALIZATION_LAYERNORM);
   }
-  MTRAIN_DEFAULT(model, norm_epsilon, kDefaultNormEpsilon);
+  MTRAIN_DEFAULT(model, norm_epsilon, bert ? kDefaultBertNormEpsilon : kDefaultNormEpsilon);
   if (model->activation() == ACTIVATION_UNSPECIFIED) {
-    model->set_activation(llama ? ACTIVATION_SWIGLU : ACTIVATION_GELU_TANH);
+    model->set_activation(llama  ? ACTIVATION_SWIGLU
+                          : bert ? ACTIVATION_GELU
+                                 : ACTIVATION_GELU_TANH);
+  }
+  // Only BERT has a choice (a decoder's resolved spec stays as it was).
+  if (bert && model->layernorm_placement() == LAYERNORM_PLACEMENT_UNSPECIFIED) {
+    model->set_layernorm_placement(LAYERNORM_PLACEMENT_PRE);
   }
   if (model->position_embedding() == POSITION_EMBEDDING_UNSPECIFIED) {
     model->set_position_embedding(llama ? POSITION_EMBEDDING_ROTARY : POSITION_EMBEDDING_LEARNED);

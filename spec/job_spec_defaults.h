@@ -19,6 +19,8 @@ inline constexpr int kDefaultSeqLength = 128;
 // The byte tokenizer's vocabulary.
 inline constexpr int kDefaultVocabSize = 256;
 inline constexpr float kDefaultNormEpsilon = 1e-5f;
+// BERT's layer_norm_eps (HF BertConfig and MegatronBertConfig).
+inline constexpr float kDefaultBertNormEpsilon = 1e-12f;
 inline constexpr float kDefaultRopeTheta = 10000.0f;
 inline constexpr int kDefaultSteps = 100;
 inline constexpr unsigned long long kDefaultSeed = 1234;

@@ -163,11 +163,11 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
                                        DataFormat_Name, {DATA_FORMAT_TEXT, DATA_FORMAT_MMIDIDX}, v);
   ok.tokenizer = ValidateEnum<Tokenizer>(
       "data.tokenizer", spec.data().tokenizer(), Tokenizer_IsValid, Tokenizer_Name,
-      {TOKENIZER_BYTE, TOKENIZER_GPT2_BPE, TOKENIZER_HF_JSON}, v);
+      {TOKENIZER_BYTE, TOKENIZER_GPT2_BPE, TOKENIZER_HF_JSON, TOKENIZER_WORDPIECE}, v);
   const ModelSpec& m = spec.model();
   ok.architecture =
       ValidateEnum<ModelFamily>("model.family", m.family(), ModelFamily_IsValid, ModelFamily_Name,
-                                {MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA}, v);
+                                {MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA, MODEL_FAMILY_BERT}, v);
   ok.architecture &= ValidateEnum<Normalization>(
       "model.normalization", m.normalization(), Normalization_IsValid, Normalization_Name,
       {NORMALIZATION_LAYERNORM, NORMALIZATION_RMSNORM}, v);
@@ -177,6 +177,11 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
   ok.architecture &= ValidateEnum<PositionEmbedding>(
       "model.position_embedding", m.position_embedding(), PositionEmbedding_IsValid,
       PositionEmbedding_Name, {POSITION_EMBEDDING_LEARNED, POSITION_EMBEDDING_ROTARY}, v);
+  if (m.layernorm_placement() != LAYERNORM_PLACEMENT_UNSPECIFIED) {
+    ok.architecture &= ValidateEnum<LayerNormPlacement>(
+        "model.layernorm_placement", m.layernorm_placement(), LayerNormPlacement_IsValid,
+        LayerNormPlacement_Name, {LAYERNORM_PLACEMENT_PRE, LAYERNORM_PLACEMENT_POST}, v);
+  }
   return ok;
 }
 
@@ -598,9 +603,12 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
   if (enums.tokenizer) {
     const bool gpt2 = data.tokenizer() == TOKENIZER_GPT2_BPE;
     const bool hf = data.tokenizer() == TOKENIZER_HF_JSON;
+    const bool wordpiece = data.tokenizer() == TOKENIZER_WORDPIECE;
     const std::pair<const char*, bool> gpt2_files[] = {{"data.vocab_file", data.has_vocab_file()},
                                                        {"data.merge_file", data.has_merge_file()}};
     for (const auto& [field, set] : gpt2_files) {
+      // WordPiece reads a vocab.txt (or a tokenizer.json), checked below.
+      if (wordpiece && std::string(field) == "data.vocab_file") continue;
       if (gpt2 && !set) {
         v->Add(absl::StrCat(field,
                             ": required with TOKENIZER_GPT2_BPE [rule: GPT-2's vocab.json "
@@ -609,16 +617,23 @@ void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Vi
       if (!gpt2 && set) {
         v->Add(absl::StrCat(field, ": set, but data.tokenizer is ",
                             Tokenizer_Name(data.tokenizer()),
-                            " [rule: only TOKENIZER_GPT2_BPE reads it]"));
+                            " [rule: only TOKENIZER_GPT2_BPE and TOKENIZER_WORDPIECE read ",
+                            "data.vocab_file, only TOKENIZER_GPT2_BPE data.merge_file]"));
       }
     }
     if (hf && !data.has_tokenizer_json()) {
       v->Add("data.tokenizer_json: required with TOKENIZER_HF_JSON");
     }
-    if (!hf && data.has_tokenizer_json()) {
+    if (!hf && !wordpiece && data.has_tokenizer_json()) {
       v->Add(absl::StrCat("data.tokenizer_json: set, but data.tokenizer is ",
                           Tokenizer_Name(data.tokenizer()),
-                          " [rule: only TOKENIZER_HF_JSON reads it]"));
+                          " [rule: only TOKENIZER_HF_JSON and TOKENIZER_WORDPIECE read it]"));
+    }
+    if (wordpiece && data.has_vocab_file() == data.has_tokenizer_json()) {
+      v->Add(
+          "data.tokenizer: TOKENIZER_WORDPIECE needs exactly one of data.vocab_file and "
+          "data.tokenizer_json [rule: BERT's vocab.txt in data.vocab_file, or a WordPiece "
+          "tokenizer.json in data.tokenizer_json]");
     }
   }
   if (enums.format && spec.data().format() == DATA_FORMAT_MMIDIDX && spec.data().path().empty() &&
@@ -653,8 +668,102 @@ void ValidateMemory(const JobSpec& spec, Violations* v) {
 // SwiGLU, rotary positions) with any key-value heads, biases or not, tied or untied. The
 // spec names more combinations than that (model/transformer_config.h); each refusal says
 // which field the engines cannot run yet.
+// BERT (model.family MODEL_FAMILY_BERT): the CPU engine trains its architecture in fp32 on
+// a sentence dataset with WordPiece ids; each refusal names what it cannot run yet.
+void ValidateBertTrained(const JobSpec& spec, Violations* v) {
+  const ModelSpec& m = spec.model();
+  const std::string rule =
+      " [rule: MODEL_FAMILY_BERT trains BERT's architecture: LayerNorm, exact GeLU, learned "
+      "positions, multi-head attention, biases, the masked-LM decoder tied to the token "
+      "embedding]";
+  if (m.normalization() != NORMALIZATION_LAYERNORM) {
+    v->Add(absl::StrCat("model.normalization: ", Normalization_Name(m.normalization()),
+                        " is not trained with MODEL_FAMILY_BERT", rule));
+  }
+  if (m.activation() != ACTIVATION_GELU) {
+    v->Add(absl::StrCat("model.activation: ", Activation_Name(m.activation()),
+                        " is not trained with MODEL_FAMILY_BERT", rule));
+  }
+  if (m.position_embedding() != POSITION_EMBEDDING_LEARNED) {
+    v->Add(
+        absl::StrCat("model.position_embedding: ", PositionEmbedding_Name(m.position_embedding()),
+                     " is not trained with MODEL_FAMILY_BERT", rule));
+  }
+  if (m.num_kv_heads() != m.num_heads()) {
+    v->Add(absl::StrCat("model.num_kv_heads: ", m.num_kv_heads(), " differs from model.num_heads ",
+                        m.num_heads(), ", not trained with MODEL_FAMILY_BERT", rule));
+  }
+  if (!m.linear_bias()) {
+    v->Add(absl::StrCat("model.linear_bias: false is not trained with MODEL_FAMILY_BERT", rule));
+  }
+  if (!m.tie_word_embeddings()) {
+    v->Add(absl::StrCat("model.tie_word_embeddings: false is not trained with MODEL_FAMILY_BERT",
+                        rule));
+  }
+  // [CLS] A [SEP] B [SEP] with room for two sentences (data/bert_samples.h).
+  if (m.seq_length() < 8) {
+    v->Add(absl::StrCat("model.seq_length: ", m.seq_length(),
+                        " is too short for BERT's samples [rule: seq_length >= 8 with "
+                        "MODEL_FAMILY_BERT]"));
+  }
+  if (spec.device() == DEVICE_CUDA) {
+    v->Add(
+        "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT [rule: the CUDA engine has no "
+        "BERT layers yet (DEVICE_CPU or DEVICE_AUTO trains it on CPU workers)]");
+  } else if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED &&
+             Precision_IsValid(spec.precision())) {
+    v->Add(absl::StrCat("precision: ", Precision_Name(spec.precision()),
+                        " with model.family MODEL_FAMILY_BERT [rule: BERT trains on the CPU "
+                        "engine, in PRECISION_FP32, so far]"));
+  }
+  if (m.layernorm_placement() == LAYERNORM_PLACEMENT_POST && spec.parallel().sequence_parallel() &&
+      spec.parallel().tensor() > 1) {
+    v->Add(
+        "parallel.sequence_parallel: true with model.layernorm_placement "
+        "LAYERNORM_PLACEMENT_POST [rule: the post placement's layers run on whole sequences, "
+        "use LAYERNORM_PLACEMENT_PRE or turn sequence parallelism off]");
+  }
+  const DataSpec& data = spec.data();
+  if (data.format() != DATA_FORMAT_MMIDIDX) {
+    v->Add(absl::StrCat("data.format: ", DataFormat_Name(data.format()),
+                        " with MODEL_FAMILY_BERT [rule: BERT trains on DATA_FORMAT_MMIDIDX "
+                        "sentence datasets (`preprocess --split-sentences`)]"));
+  }
+  if (data.paths_size() > 0) {
+    v->Add(
+        "data.paths: a blend with MODEL_FAMILY_BERT [rule: BERT trains on one sentence "
+        "dataset, data.path]");
+  }
+  if (data.tokenizer() != TOKENIZER_WORDPIECE) {
+    v->Add(absl::StrCat("data.tokenizer: ", Tokenizer_Name(data.tokenizer()),
+                        " with MODEL_FAMILY_BERT [rule: BERT's samples need "
+                        "TOKENIZER_WORDPIECE for [CLS], [SEP], [MASK], [PAD] and whole words]"));
+  }
+  if (spec.train().eval_tasks_size() > 0) {
+    v->Add(
+        "train.eval_tasks: set with MODEL_FAMILY_BERT [rule: the evaluation tasks score causal "
+        "decoders (BERT's validation loss and masked-LM and sentence-order accuracy come with "
+        "train.eval_interval)]");
+  }
+  if (spec.train().generate_size() > 0) {
+    v->Add("train.generate: set with MODEL_FAMILY_BERT [rule: generation needs a causal decoder]");
+  }
+}
+
 void ValidateArchitectureTrained(const JobSpec& spec, Violations* v) {
   const ModelSpec& m = spec.model();
+  if (m.family() == MODEL_FAMILY_BERT) {
+    ValidateBertTrained(spec, v);
+    return;
+  }
+  if (m.layernorm_placement() != LAYERNORM_PLACEMENT_UNSPECIFIED) {
+    v->Add(absl::StrCat("model.layernorm_placement: set with ", ModelFamily_Name(m.family()),
+                        " [rule: only MODEL_FAMILY_BERT has a choice, the decoders are pre-LN]"));
+  }
+  if (spec.data().tokenizer() == TOKENIZER_WORDPIECE) {
+    v->Add(absl::StrCat("data.tokenizer: TOKENIZER_WORDPIECE with ", ModelFamily_Name(m.family()),
+                        " [rule: WordPiece is BERT's tokenizer (MODEL_FAMILY_BERT)]"));
+  }
   const bool llama = m.family() == MODEL_FAMILY_LLAMA;
   const std::string rule =
       llama ? " [rule: MODEL_FAMILY_LLAMA trains with RMSNorm, SwiGLU and rotary positions]"

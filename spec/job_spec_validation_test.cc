@@ -149,8 +149,87 @@ TEST(JobSpecValidationTest, ArchitectureFieldsNameTheirRule) {
   ExpectRejected(R"({"model": {"rope_theta": 500000}})", "model.rope_theta",
                  "rope_theta only with POSITION_EMBEDDING_ROTARY");
   ExpectRejected(R"({"model": {"family": 7}})", "model.family: 7",
-                 "one of MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA");
+                 "one of MODEL_FAMILY_GPT2, MODEL_FAMILY_LLAMA, MODEL_FAMILY_BERT");
   ExpectRejected(R"({"model": {"activation": 9}})", "model.activation: 9", "ACTIVATION_SWIGLU");
+}
+
+// A BERT job's data: its sentence dataset and WordPiece vocabulary.
+constexpr char kBertData[] = R"("data": {"format": "DATA_FORMAT_MMIDIDX", "path": "/d/s_sentence",
+                                         "tokenizer": "TOKENIZER_WORDPIECE",
+                                         "vocab_file": "/d/vocab.txt"})";
+
+std::string BertSpec(const std::string& model_fields, const std::string& rest = "") {
+  return absl::StrCat(R"({"model": {"family": "MODEL_FAMILY_BERT", "vocab_size": 2048)",
+                      model_fields.empty() ? "" : ", ", model_fields, "}, ", kBertData,
+                      rest.empty() ? "" : ", ", rest, "}");
+}
+
+TEST(JobSpecValidationTest, BertTakesItsDefaultsAndItsPlacement) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(BertSpec(""));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const ModelSpec& m = spec->model();
+  EXPECT_EQ(m.layernorm_placement(), LAYERNORM_PLACEMENT_PRE);
+  EXPECT_EQ(m.activation(), ACTIVATION_GELU);
+  EXPECT_EQ(m.normalization(), NORMALIZATION_LAYERNORM);
+  EXPECT_EQ(m.position_embedding(), POSITION_EMBEDDING_LEARNED);
+  EXPECT_FLOAT_EQ(m.norm_epsilon(), 1e-12f);
+  EXPECT_EQ(m.ffn_hidden_size(), 4 * m.hidden_size());
+  EXPECT_TRUE(m.linear_bias());
+  EXPECT_TRUE(m.tie_word_embeddings());
+  spec = ParseJobSpecJson(BertSpec(R"("layernorm_placement": "LAYERNORM_PLACEMENT_POST")"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().layernorm_placement(), LAYERNORM_PLACEMENT_POST);
+  // A decoder's resolved spec gains no placement (its fingerprint stays as it was).
+  spec = ParseJobSpecJson("{}");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->model().layernorm_placement(), LAYERNORM_PLACEMENT_UNSPECIFIED);
+  // The sentence dataset's vocabulary from a tokenizer.json instead of a vocab.txt.
+  spec = ParseJobSpecJson(R"({"model": {"family": "MODEL_FAMILY_BERT"},
+      "data": {"format": "DATA_FORMAT_MMIDIDX", "path": "/d/s", "tokenizer": "TOKENIZER_WORDPIECE",
+               "tokenizer_json": "/d/tokenizer.json"}})");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+}
+
+TEST(JobSpecValidationTest, WhatBertCannotRunIsRefusedByField) {
+  ExpectRejected(BertSpec(R"("activation": "ACTIVATION_GELU_TANH")"),
+                 "model.activation: ACTIVATION_GELU_TANH", "MODEL_FAMILY_BERT trains BERT's");
+  ExpectRejected(BertSpec(R"("normalization": "NORMALIZATION_RMSNORM")"),
+                 "model.normalization: NORMALIZATION_RMSNORM", "not trained with");
+  ExpectRejected(BertSpec(R"("num_heads": 4, "num_kv_heads": 2)"), "model.num_kv_heads: 2",
+                 "not trained with MODEL_FAMILY_BERT");
+  ExpectRejected(BertSpec(R"("tie_word_embeddings": false)"), "model.tie_word_embeddings",
+                 "decoder tied");
+  ExpectRejected(BertSpec(R"("seq_length": 6)"), "model.seq_length: 6", "seq_length >= 8");
+  ExpectRejected(BertSpec("", R"("device": "DEVICE_CUDA")"),
+                 "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT", "no BERT layers");
+  ExpectRejected(BertSpec("", R"("precision": "PRECISION_BF16")"),
+                 "precision: PRECISION_BF16 with model.family MODEL_FAMILY_BERT", "PRECISION_FP32");
+  ExpectRejected(
+      BertSpec(R"("layernorm_placement": "LAYERNORM_PLACEMENT_POST")",
+               R"("parallel": {"tensor": 2, "sequence_parallel": true})"),
+      "parallel.sequence_parallel: true with model.layernorm_placement LAYERNORM_PLACEMENT_POST",
+      "use LAYERNORM_PLACEMENT_PRE");
+  ExpectRejected(BertSpec("", R"("train": {"generate": [{"prompt": "x"}]})"),
+                 "train.generate: set with MODEL_FAMILY_BERT", "causal decoder");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"}})",
+                 "data.format: DATA_FORMAT_TEXT with MODEL_FAMILY_BERT",
+                 "`preprocess --split-sentences`");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"}})",
+                 "data.tokenizer: TOKENIZER_BYTE with MODEL_FAMILY_BERT", "TOKENIZER_WORDPIECE");
+  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"},
+                     "data": {"format": "DATA_FORMAT_MMIDIDX", "path": "/d/s",
+                              "tokenizer": "TOKENIZER_WORDPIECE"}})",
+                 "data.tokenizer: TOKENIZER_WORDPIECE needs exactly one of data.vocab_file",
+                 "BERT's vocab.txt");
+  // The decoders have no placement choice and no WordPiece.
+  ExpectRejected(R"({"model": {"layernorm_placement": "LAYERNORM_PLACEMENT_POST"}})",
+                 "model.layernorm_placement: set with MODEL_FAMILY_GPT2",
+                 "only MODEL_FAMILY_BERT has a choice");
+  ExpectRejected(R"({"model": {"layernorm_placement": 5}})", "model.layernorm_placement: 5",
+                 "LAYERNORM_PLACEMENT_POST");
+  ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_WORDPIECE", "vocab_file": "/d/v.txt"}})",
+                 "data.tokenizer: TOKENIZER_WORDPIECE with MODEL_FAMILY_GPT2",
+                 "WordPiece is BERT's tokenizer");
 }
 
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {
@@ -286,7 +365,7 @@ TEST(JobSpecValidationTest, BpeTokenizersNameTheirFiles) {
                  "data.tokenizer_json: required with TOKENIZER_HF_JSON", "");
   ExpectRejected(R"({"data": {"tokenizer_json": "/d/t.json"}})",
                  "data.tokenizer_json: set, but data.tokenizer is TOKENIZER_BYTE",
-                 "only TOKENIZER_HF_JSON reads it");
+                 "only TOKENIZER_HF_JSON and TOKENIZER_WORDPIECE read it");
   ExpectRejected(R"({"data": {"tokenizer": "TOKENIZER_HF_JSON", "tokenizer_json": "a\u0001b"}})",
                  "data.tokenizer_json", "");
 }

@@ -287,4 +287,12 @@ absl::StatusOr<std::string> WordPieceTokenizer::Decode(absl::Span<const int32_t>
   return text;
 }
 
+std::vector<bool> WordPieceTokenizer::ContinuesWord() const {
+  std::vector<bool> continues(tokens_.size());
+  for (size_t id = 0; id < tokens_.size(); ++id) {
+    continues[id] = absl::StartsWith(tokens_[id], prefix_);
+  }
+  return continues;
+}
+
 }  // namespace mtrain

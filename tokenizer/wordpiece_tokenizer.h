@@ -56,6 +56,9 @@ class WordPieceTokenizer {
   int32_t sep_id() const { return sep_id_; }
   int32_t mask_id() const { return mask_id_; }
   int32_t pad_id() const { return pad_id_; }
+  // Per id: whether the entry continues the word before it (spelled with the "##" prefix):
+  // what whole-word masking groups by.
+  std::vector<bool> ContinuesWord() const;
 
  private:
   WordPieceTokenizer() = default;

@@ -159,7 +159,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   t->shape_ = ShapeFromSpec(spec);
   t->micro_batch_ = par.micro_batch_size();
   t->microbatches_ = NumMicrobatches(par);
-  ASSIGN_OR_RETURN(t->samples_, OpenSplitSamples(spec));
+  if (t->is_bert()) {
+    ASSIGN_OR_RETURN(t->bert_samples_, OpenBertSplitSamples(spec));
+  } else {
+    ASSIGN_OR_RETURN(t->samples_, OpenSplitSamples(spec));
+  }
   if (assignment.schedule().num_microbatches() != t->microbatches_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "assignment.schedule.num_microbatches ", assignment.schedule().num_microbatches(),
@@ -243,6 +247,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
 }
 
 std::string Trainer::data_note() const {
+  if (is_bert()) {
+    std::string note = absl::StrCat("data: ", bert_samples_.train->Describe());
+    if (bert_samples_.validation != nullptr) {
+      absl::StrAppend(&note, "; ", bert_samples_.validation->Describe());
+    }
+    return note;
+  }
   std::string note = absl::StrCat("data: ", samples_.train->Describe());
   if (samples_.validation != nullptr) {
     absl::StrAppend(&note, "; ", samples_.validation->Describe());
@@ -277,6 +288,16 @@ absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& 
     }
   }
   return microbatches;
+}
+
+absl::StatusOr<std::vector<Microbatch>> Trainer::LoadSplit(bool validation, int64_t first_sample,
+                                                           long long step, bool evaluation) {
+  if (is_bert()) {
+    BertSamples& samples = validation ? *bert_samples_.validation : *bert_samples_.train;
+    return LoadBertMicrobatches(samples, first_sample, step, evaluation);
+  }
+  SampleSource& source = validation ? *samples_.validation : *samples_.train;
+  return LoadMicrobatches(source, first_sample, step, evaluation);
 }
 
 absl::StatusOr<std::vector<TokenOutputs>> Trainer::ForwardSequences(
@@ -337,20 +358,39 @@ absl::StatusOr<std::vector<TokenOutputs>> Trainer::ForwardSequences(
   return results;
 }
 
-absl::StatusOr<double> Trainer::Validate() {
+absl::StatusOr<double> Trainer::Validate(StepMetrics* metrics) {
   const ParallelSpec& par = assignment_.spec().parallel();
   const int iters = assignment_.spec().train().eval_iters();
+  // BERT: the heads' totals and the masked positions.
   double loss_sum = 0;
+  BertHeadTotals totals;
+  double masked = 0;
   for (int it = 0; it < iters; ++it) {
     // The same samples at every evaluation, so that the points of the curve compare.
-    ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches,
-                     LoadMicrobatches(*samples_.validation,
-                                      static_cast<int64_t>(it) * par.global_batch_size(), it + 1,
-                                      /*evaluation=*/true));
+    ASSIGN_OR_RETURN(
+        std::vector<Microbatch> microbatches,
+        LoadSplit(/*validation=*/true, static_cast<int64_t>(it) * par.global_batch_size(), it + 1,
+                  /*evaluation=*/true));
+    if (is_bert()) {
+      ASSIGN_OR_RETURN(const double count, PrepareBertLoss(&microbatches, 1.0, &totals));
+      masked += count;
+    }
     ASSIGN_OR_RETURN(const double sum, engine_->ComputeLoss(*executor_, microbatches));
     loss_sum += sum;
   }
   if (!computes_loss()) return 0.0;
+  if (is_bert()) {
+    double sums[4] = {loss_sum, totals.sentence_order_loss,
+                      static_cast<double>(totals.masked_correct),
+                      static_cast<double>(totals.sentence_order_correct)};
+    RETURN_IF_ERROR(groups_.data->AllReduce(sums, 4, ReduceOp::kSum));
+    const double sequences = static_cast<double>(iters) * par.global_batch_size();
+    metrics->set_validation_mlm_loss(sums[0] / masked);
+    metrics->set_validation_sop_loss(sums[1] / sequences);
+    metrics->set_validation_mlm_accuracy(sums[2] / masked);
+    metrics->set_validation_sop_accuracy(sums[3] / sequences);
+    return sums[0] / masked + sums[1] / sequences;
+  }
   RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
   return loss_sum / (static_cast<double>(iters) * par.global_batch_size() * shape_.seq_length);
 }
@@ -384,20 +424,34 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   const JobSpec& spec = assignment_.spec();
   const ParallelSpec& par = spec.parallel();
   const double global_tokens = static_cast<double>(par.global_batch_size()) * shape_.seq_length;
-  ASSIGN_OR_RETURN(const std::vector<Microbatch> microbatches,
-                   LoadMicrobatches(*samples_.train, (step - 1) * par.global_batch_size(), step,
-                                    /*evaluation=*/false));
+  ASSIGN_OR_RETURN(std::vector<Microbatch> microbatches,
+                   LoadSplit(/*validation=*/false, (step - 1) * par.global_batch_size(), step,
+                             /*evaluation=*/false));
 
   // fp16: the backward is seeded with the scaled loss so that small gradients survive.
   const double loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0;
-  ASSIGN_OR_RETURN(double loss_sum,
+  // What the per-token losses average over: every token, or BERT's masked positions (its
+  // sentence-order losses then average over the sequences, in sums[1]).
+  double loss_tokens = global_tokens;
+  double sums[2] = {0, 0};
+  BertHeadTotals totals;
+  if (is_bert()) {
+    ASSIGN_OR_RETURN(loss_tokens, PrepareBertLoss(&microbatches, loss_scale, &totals));
+  }
+  ASSIGN_OR_RETURN(sums[0],
                    engine_->ComputeGradients(*executor_, microbatches,
-                                             static_cast<float>(loss_scale / global_tokens)));
+                                             static_cast<float>(loss_scale / loss_tokens)));
 
   StepMetrics metrics;
   if (computes_loss()) {
-    RETURN_IF_ERROR(groups_.data->AllReduce(&loss_sum, 1, ReduceOp::kSum));
-    metrics.set_loss(loss_sum / global_tokens);
+    sums[1] = totals.sentence_order_loss;
+    RETURN_IF_ERROR(groups_.data->AllReduce(sums, is_bert() ? 2 : 1, ReduceOp::kSum));
+    metrics.set_loss(sums[0] / loss_tokens);
+    if (is_bert()) {
+      metrics.set_mlm_loss(sums[0] / loss_tokens);
+      metrics.set_sop_loss(sums[1] / par.global_batch_size());
+      metrics.set_loss(metrics.mlm_loss() + metrics.sop_loss());
+    }
   }
   // fp16: unscale; an overflow on any rank of the replica skips the step everywhere (the
   // replicas saw the same summed gradients, so they agree already, unless each holds only
@@ -472,7 +526,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   }
   const int eval_interval = spec.train().eval_interval();
   if (eval_interval > 0 && (step % eval_interval == 0 || step == spec.train().steps())) {
-    ASSIGN_OR_RETURN(const double validation_loss, Validate());
+    ASSIGN_OR_RETURN(const double validation_loss, Validate(&metrics));
     if (computes_loss()) metrics.set_validation_loss(validation_loss);
   }
   // The engine goes to the coordinator once, with rank 0's first step of this process.

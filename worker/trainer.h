@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/full_tensor.h"
+#include "data/bert_split_samples.h"
 #include "data/data_source.h"
 #include "data/sample_source.h"
 #include "kernels/lr_schedule.h"
@@ -170,9 +171,26 @@ class Trainer {
   absl::StatusOr<std::vector<Microbatch>> LoadMicrobatches(SampleSource& source,
                                                            int64_t first_sample, long long step,
                                                            bool evaluation) const;
+  // This replica's microbatches of one global batch of the train or validation split,
+  // whatever the family (BERT's from bert_samples_, the decoders' from samples_).
+  absl::StatusOr<std::vector<Microbatch>> LoadSplit(bool validation, int64_t first_sample,
+                                                    long long step, bool evaluation);
+  // BERT (trainer_bert.cc): the microbatches of BertSamples, and the loss's normalisation:
+  // the step's loss is the masked-LM mean over the global batch's masked positions plus
+  // the sentence-order mean over its sequences. Sets each microbatch's sentence-order seed
+  // (loss_scale / global batch) and where its heads' totals add up (`totals`),
+  // and returns the global batch's masked positions (collective over the data group).
+  absl::StatusOr<std::vector<Microbatch>> LoadBertMicrobatches(BertSamples& samples,
+                                                               int64_t first_sample, long long step,
+                                                               bool evaluation) const;
+  absl::StatusOr<double> PrepareBertLoss(std::vector<Microbatch>* microbatches, double loss_scale,
+                                         BertHeadTotals* totals);
+  bool is_bert() const { return shape_.family == ArchitectureFamily::kBert; }
   // The validation loss: train.eval_iters global batches of the validation split, forward
-  // only (collective). The mean per-token loss on ranks that compute the loss, 0 elsewhere.
-  absl::StatusOr<double> Validate();
+  // only (collective). The mean per-token loss (BERT: the masked-LM mean plus the
+  // sentence-order mean, each with its accuracy in `metrics`) on ranks that compute the
+  // loss, 0 elsewhere.
+  absl::StatusOr<double> Validate(StepMetrics* metrics);
   bool IsTiedCopyElsewhere(const ParamTensor& tensor) const;
   // Whether the global gradient norm counts this rank's copy of `tensor` (each parameter
   // is counted once over the model-parallel group).
@@ -185,8 +203,9 @@ class Trainer {
   RankGroups groups_;  // before engine_ and executor_: they use the groups until destroyed
   ModelShape shape_;
   int micro_batch_ = 0;
-  int microbatches_ = 0;  // per replica per step
-  SplitSamples samples_;  // train and validation samples (data_source.h)
+  int microbatches_ = 0;           // per replica per step
+  SplitSamples samples_;           // train and validation samples (data_source.h); decoders
+  BertSplitSamples bert_samples_;  // BERT's (bert_split_samples.h)
   std::unique_ptr<TrainingEngine> engine_;
   std::unique_ptr<PipelineExecutor> executor_;  // drives engine_->stages()
   std::vector<ParamTensor> counted_in_norm_;    // engine_'s tensors that IsCountedInNorm

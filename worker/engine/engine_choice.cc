@@ -24,6 +24,11 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
         "model.family: MODEL_FAMILY_LLAMA: the CUDA engine has no RMSNorm, rotary, SwiGLU or "
         "grouped-query attention kernels yet (the CPU engine trains it: device DEVICE_CPU)");
   }
+  if (spec.model().family() == MODEL_FAMILY_BERT) {
+    return absl::UnimplementedError(
+        "model.family: MODEL_FAMILY_BERT: the CUDA engine has no BERT layers yet (the CPU "
+        "engine trains it: device DEVICE_CPU)");
+  }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {

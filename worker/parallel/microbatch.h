@@ -32,6 +32,14 @@ struct TokenOutputs {
   std::vector<uint8_t> argmax;  // [B * S]: 1 when no logit exceeds the target's
 };
 
+// What BERT's heads add up over the microbatches of a step or a validation (on the ranks
+// holding the head; every tensor rank adds the same).
+struct BertHeadTotals {
+  double sentence_order_loss = 0;      // summed over sequences
+  int64_t sentence_order_correct = 0;  // sequences whose label's logit is the larger
+  int64_t masked_correct = 0;          // masked positions whose label is an argmax
+};
+
 // One microbatch of this data-parallel replica.
 struct Microbatch {
   MicrobatchId id;               // id.first_sample: index in the GLOBAL batch (dropout)
@@ -40,6 +48,17 @@ struct Microbatch {
   // Evaluation only: where the rank holding the head writes each token's outputs (sized
   // there); null when only the summed loss is wanted. Owned by the caller.
   TokenOutputs* outputs = nullptr;
+
+  // BERT (model.family MODEL_FAMILY_BERT): `targets` hold the masked-LM labels (the
+  // original token at each masked position, -1 elsewhere).
+  std::vector<int32_t> token_types;     // [B, S]; read on the first virtual stage
+  std::vector<int32_t> lengths;         // [B] real positions of each sequence; every stage
+  std::vector<int32_t> sentence_order;  // [B] 1: the segments were swapped; last stage
+  // The sentence-order loss is a mean over the step's sequences: the backward seeds each
+  // sequence's loss with this, and the head adds its totals at `bert_totals` (owned by the
+  // caller; may be null).
+  float d_loss_per_sequence = 0;
+  BertHeadTotals* bert_totals = nullptr;
 };
 
 }  // namespace mtrain

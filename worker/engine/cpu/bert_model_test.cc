@@ -57,7 +57,7 @@ int Masked(const BertBatch& b) {
 }
 
 template <typename T>
-MicrobatchInput<T> InputOf(const BertBatch& b, double* sop_sum) {
+MicrobatchInput<T> InputOf(const BertBatch& b, BertHeadTotals* totals) {
   MicrobatchInput<T> input;
   input.id = {3, 0};
   input.tokens = b.tokens.data();
@@ -66,7 +66,7 @@ MicrobatchInput<T> InputOf(const BertBatch& b, double* sop_sum) {
   input.lengths = b.lengths.data();
   input.sentence_order = b.order.data();
   input.d_loss_per_sequence = T(1) / kBatch;
-  input.sentence_order_loss_sum = sop_sum;
+  input.bert_totals = totals;
   return input;
 }
 
@@ -75,15 +75,15 @@ template <typename T>
 double Loss(ModelChunk<T>& model, const BertBatch& b, bool backward) {
   if (backward) model.ZeroGrads();
   auto acts = model.NewActivations();
-  double sop_sum = 0;
-  absl::StatusOr<double> mlm_sum = model.Forward(InputOf<T>(b, &sop_sum), acts.get());
+  BertHeadTotals totals;
+  absl::StatusOr<double> mlm_sum = model.Forward(InputOf<T>(b, &totals), acts.get());
   EXPECT_TRUE(mlm_sum.ok()) << mlm_sum.status();
   if (!mlm_sum.ok()) return NAN;
   if (backward) {
     const absl::Status status = model.Backward(acts.get(), nullptr, T(1) / Masked(b));
     EXPECT_TRUE(status.ok()) << status;
   }
-  return *mlm_sum / Masked(b) + sop_sum / kBatch;
+  return *mlm_sum / Masked(b) + totals.sentence_order_loss / kBatch;
 }
 
 struct BertCase {

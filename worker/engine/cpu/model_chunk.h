@@ -40,9 +40,10 @@ struct MicrobatchInput {
   const int32_t* sentence_order = nullptr;  // [B] 0 in order, 1 swapped; last stage
   // The sentence-order loss enters the step's loss per sequence, not per token: Backward
   // seeds it with this (the derivative of the step's loss with respect to one sequence's
-  // loss), and Forward adds the microbatch's summed sentence-order losses here.
+  // loss), and Forward adds the microbatch's sentence-order losses and both heads' correct
+  // predictions here (may be null).
   T d_loss_per_sequence = 0;
-  double* sentence_order_loss_sum = nullptr;
+  BertHeadTotals* bert_totals = nullptr;
 };
 
 // Buffers shared with other model chunks of the rank; offsets come from the layout.

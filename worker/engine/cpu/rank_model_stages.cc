@@ -29,6 +29,13 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
   input.targets = microbatch.targets.data();
   input.hidden_in = hidden_in;
   input.outputs = microbatch.outputs;
+  if (!microbatch.lengths.empty()) {
+    input.token_types = microbatch.token_types.data();
+    input.lengths = microbatch.lengths.data();
+    input.sentence_order = microbatch.sentence_order.data();
+    input.d_loss_per_sequence = microbatch.d_loss_per_sequence;
+    input.bert_totals = microbatch.bert_totals;
+  }
   absl::StatusOr<double> loss = model_->chunk(chunk).Forward(input, acts.get(), hidden_out);
   heap_peak_.Sample();
   if (microbatch.id.evaluation || !loss.ok()) {

@@ -111,7 +111,7 @@ class TransformerModel final : public ModelChunk<T> {
   void BertEmbeddingBackward(Activations<T>* acts, T* d_x0, int rows, int row_offset);
   // BERT's heads on `head_in` [N, C] (the final LayerNorm's output under pre, the last
   // layer's under post): returns the masked rows' summed losses and adds the sentence-order
-  // losses to input.sentence_order_loss_sum.
+  // losses and the correct predictions to input.bert_totals.
   absl::StatusOr<double> BertHeadForward(const MicrobatchInput<T>& input, Activations<T>* acts,
                                          const T* head_in);
   // Writes d_head_in [N, C] (the same on every tensor rank).

@@ -268,6 +268,13 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
   }
   double mlm_sum = 0;
   for (T loss : losses) mlm_sum += static_cast<double>(loss);
+  if (input.bert_totals != nullptr) {
+    // The statistics hold the row's largest logit and the label's over the whole
+    // vocabulary (all-reduced across tensor ranks): the label is an argmax when they tie.
+    for (int m = 0; m < M; ++m) {
+      input.bert_totals->masked_correct += acts->ce_target[m] >= acts->ce_max[m] ? 1 : 0;
+    }
+  }
   if (input.outputs != nullptr) {
     // Each masked row's loss and whether its label is an argmax; 0 on the other rows.
     input.outputs->loss.assign(N, 0.0f);
@@ -313,7 +320,12 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
                              acts->sop_target.data(), B, sop_losses.data());
   double sop_sum = 0;
   for (T loss : sop_losses) sop_sum += static_cast<double>(loss);
-  if (input.sentence_order_loss_sum != nullptr) *input.sentence_order_loss_sum += sop_sum;
+  if (input.bert_totals != nullptr) {
+    input.bert_totals->sentence_order_loss += sop_sum;
+    for (int b = 0; b < B; ++b) {
+      input.bert_totals->sentence_order_correct += acts->sop_target[b] >= acts->sop_max[b] ? 1 : 0;
+    }
+  }
   acts->d_loss_per_sequence = input.d_loss_per_sequence;
   return mlm_sum;
 }

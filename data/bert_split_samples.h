@@ -1,0 +1,36 @@
+// The BERT samples a job trains and validates on (model.family MODEL_FAMILY_BERT): its
+// sentence dataset (data.path, DATA_FORMAT_MMIDIDX, made by `preprocess --split-sentences`)
+// split by document (data.split), each split's samples built by BertSamples
+// (bert_samples.h) with the special ids and word pieces of data.tokenizer's WordPiece
+// vocabulary (data.vocab_file or data.tokenizer_json).
+//
+//   ASSIGN_OR_RETURN(BertSplitSamples samples, OpenBertSplitSamples(spec));  // spec resolved
+//   BertSample sample;
+//   RETURN_IF_ERROR(samples.train->Fill(k, &sample));
+#ifndef MTRAIN_DATA_BERT_SPLIT_SAMPLES_H_
+#define MTRAIN_DATA_BERT_SPLIT_SAMPLES_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "data/bert_samples.h"
+#include "data/indexed_dataset.h"
+#include "proto/job_spec.pb.h"
+
+namespace mtrain {
+
+struct BertSplitSamples {
+  std::unique_ptr<IndexedDataset> dataset;  // declared first: destroyed last
+  std::unique_ptr<BertSamples> train;
+  std::unique_ptr<BertSamples> validation;  // only when train.eval_interval > 0
+};
+
+// Errors name the field: data.vocab_file / data.tokenizer_json for the vocabulary (and a
+// vocabulary larger than model.vocab_size), data.path for the dataset (ids outside the
+// vocabulary included), data.split for a split without a document of two sentences.
+absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec);
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_DATA_BERT_SPLIT_SAMPLES_H_
