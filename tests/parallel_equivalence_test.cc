@@ -78,10 +78,56 @@ Layout LlamaLayout(const char* name, int tensor, int pipeline, int data, const c
   return l;
 }
 
+// BERT (issue 35), both LayerNorm placements: bidirectional attention over padded
+// sequences, token types, the masked-LM head tied to the embedding (first and last stage)
+// and the sentence-order head, on the shipped corpus as a sentence dataset.
+const char kBertPre[] = R"(, "family": "MODEL_FAMILY_BERT", "vocab_size": 2048)";
+const char kBertPost[] = R"(, "family": "MODEL_FAMILY_BERT", "vocab_size": 2048,
+                            "layernorm_placement": "LAYERNORM_PLACEMENT_POST")";
+
+Layout BertLayout(const char* name, int tensor, int pipeline, int data, const char* model_extra,
+                  int virtual_stages = 1, int zero_stage = 0, std::string parallel_extra = "",
+                  std::string train_extra = "") {
+  Layout l = LlamaLayout(name, tensor, pipeline, data, model_extra, virtual_stages, zero_stage,
+                         std::move(parallel_extra), std::move(train_extra));
+  l.ffn_hidden = 128;
+  l.ffn_tensor = "layers.0.mlp.fc.weight";
+  return l;
+}
+
+bool IsBert(const Layout& l) {
+  return l.model_extra.find("MODEL_FAMILY_BERT") != std::string::npos;
+}
+
+// The sentence dataset BERT's layouts train on, made once by the real `preprocess` with the
+// shipped WordPiece vocabulary: its prefix.
+const std::string& BertDataPrefix() {
+  static const std::string* prefix = [] {
+    const std::string out = TestTempDir() + "/bert_corpus";
+    auto preprocess = ChildProcess::Start(
+        {"data/preprocess", "--input=tests/data/shakespeare.txt", "--format=text",
+         "--output_prefix=" + out, "--tokenizer_type=BertWordPieceLowerCase",
+         "--vocab_file=tests/data/bert_vocab.txt", "--split_sentences", "--min_tokens=0"},
+        out + ".log");
+    EXPECT_TRUE(preprocess.ok()) << preprocess.status();
+    if (preprocess.ok()) {
+      absl::StatusOr<int> code = (*preprocess)->Wait(absl::Minutes(2));
+      EXPECT_TRUE(code.ok() && *code == 0) << (*preprocess)->Log();
+    }
+    return new std::string(out + "_text_sentence");
+  }();
+  return *prefix;
+}
+
 // gtest names a failing parameter by this instead of its bytes.
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 
 std::string SpecJson(const Layout& l) {
+  const std::string data =
+      IsBert(l) ? absl::StrCat(R"(, "data": {"format": "DATA_FORMAT_MMIDIDX", "path": ")",
+                               BertDataPrefix(), R"(", "tokenizer": "TOKENIZER_WORDPIECE",
+                                "vocab_file": "tests/data/bert_vocab.txt"})")
+                : "";
   return absl::StrFormat(
       R"({"name": "equivalence",
           "model": {"num_layers": 8, "num_heads": 4, "hidden_size": 32, "seq_length": 16%s},
@@ -89,10 +135,10 @@ std::string SpecJson(const Layout& l) {
                        "schedule": "%s", "zero_stage": %d,
                        "micro_batch_size": 2, "global_batch_size": 8%s},
           "optimizer": {"lr": 3e-3, "warmup_steps": 3, "eps": 1e-3},
-          "train": {"steps": %d, "seed": 11, "dropout": 0.1%s},
+          "train": {"steps": %d, "seed": 11, "dropout": 0.1%s}%s,
           "device": "DEVICE_CPU"})",
       l.model_extra, l.tensor, l.pipeline, l.data, l.virtual_stages, l.schedule, l.zero_stage,
-      l.parallel_extra, kSteps, l.train_extra);
+      l.parallel_extra, kSteps, l.train_extra, data);
 }
 
 struct RunResult {
@@ -160,8 +206,10 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
             (std::vector<int64_t>{GetParam().ffn_hidden, 32}));
   const std::vector<double>& expected = reference_->losses_per_rank[0];
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
-  // The reference must actually learn, or matching it would prove little.
-  EXPECT_LT(expected.back(), expected.front() - kMinLossDrop)
+  // The reference must actually learn, or matching it would prove little. BERT's masked-LM
+  // loss sees about 19 masked positions a step here (15% of 8 x 16), so it drops slower.
+  const double min_drop = IsBert(GetParam()) ? kMinLossDrop / 4 : kMinLossDrop;
+  EXPECT_LT(expected.back(), expected.front() - min_drop)
       << "single-rank losses " << expected.front() << " -> " << expected.back();
   const Layout& layout = GetParam();
   const RunResult run = RunLayout(layout);
@@ -199,8 +247,10 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
     }
     // The key bias's gradient is analytically zero (softmax ignores a shift shared by all
     // keys of a query): it receives only rounding noise, which Adam's normalisation turns
-    // into full-size steps. That slice is left out.
+    // into full-size steps. That slice is left out (BERT's own tensor for it, too; rotary
+    // positions turn Llama's by position, so its gradient is real).
     const bool key_bias = name.find("attn.qkv.bias") != std::string::npos;
+    if (IsBert(layout) && name.find("attn.k.bias") != std::string::npos) continue;
     double diff2 = 0, norm2 = 0, scale = 0;
     for (float v : *a) scale = std::max(scale, std::fabs(static_cast<double>(v)));
     for (size_t i = 0; i < a->size(); ++i) {
@@ -211,6 +261,15 @@ TEST_P(ParallelEquivalenceTest, ReproducesSingleRankTraining) {
       worst_element = std::max(worst_element, std::fabs(d) / scale);
     }
     const double error = norm2 > 0 ? std::sqrt(diff2 / norm2) : std::sqrt(diff2);
+    if (name == "sop.bias") {
+      // BERT's sentence-order bias: two values that start at 0 and stay near 1e-2, whose
+      // gradients are exact opposites summed from per-sequence terms of either sign (each
+      // replica sums its own sequences first): its relative error measures the summation
+      // order's rounding against a tiny norm. Held to 1e-4; the element guard below
+      // applies as everywhere.
+      EXPECT_LE(error, 1e-4) << layout.name << " at " << name;
+      continue;
+    }
     if (error > worst) {
       worst = error;
       worst_name = name;
@@ -291,7 +350,24 @@ INSTANTIATE_TEST_SUITE_P(
         LlamaLayout("llama_tied_biases_t2p2", 2, 2, 1, kLlamaTiedBiases),
         LlamaLayout("llama_tied_biases_t4_sequence_parallel", 4, 1, 1, kLlamaTiedBiases, 1, 0,
                     R"(, "sequence_parallel": true)"),
-        LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2, kLlamaTiedBiases, 2, 1)),
+        LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2, kLlamaTiedBiases, 2, 1),
+        // BERT in every kind of layout, both placements (the post one without sequence
+        // parallelism, which refuses it).
+        BertLayout("bert_t2", 2, 1, 1, kBertPre), BertLayout("bert_p2", 1, 2, 1, kBertPre),
+        BertLayout("bert_d2_zero1", 1, 1, 2, kBertPre, 1, 1),
+        BertLayout("bert_t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, kBertPre, 1, 1,
+                   R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"),
+        BertLayout("bert_t4_sequence_parallel_full_uniform_2", 4, 1, 1, kBertPre, 1, 0,
+                   R"(, "sequence_parallel": true)",
+                   R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"),
+        BertLayout("bert_p4_interleaved", 1, 4, 1, kBertPre, 2),
+        BertLayout("bert_post_t2", 2, 1, 1, kBertPost),
+        BertLayout("bert_post_t2p2d2_zero1", 2, 2, 2, kBertPost, 1, 1),
+        BertLayout("bert_post_p2d2_interleaved_zero1_selective", 1, 2, 2, kBertPost, 2, 1, "",
+                   R"(, "recompute_granularity": "selective")"),
+        BertLayout("bert_post_t4_full_block_1", 4, 1, 1, kBertPost, 1, 0, "",
+                   R"(, "recompute_granularity": "full", "recompute_method": "block",
+                                      "recompute_num_layers": 1)")),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Issue 21's whole matrix: every combination of its options (sequence parallelism,
