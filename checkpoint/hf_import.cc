@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_io.h"
+#include "checkpoint/hf_bert_config.h"
 #include "checkpoint/hf_config_fields.h"
 #include "checkpoint/hf_interchange.h"
 #include "checkpoint/hf_llama_config.h"
@@ -202,9 +203,10 @@ absl::Status CheckHuggingFaceConfig(absl::string_view config_json, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat(config_path, ": not a JSON object: ", parsed.ToString()));
   }
-  const std::vector<std::string> problems = model.family() == MODEL_FAMILY_LLAMA
-                                                ? HuggingFaceLlamaConfigProblems(config, model)
-                                                : Gpt2ConfigProblems(config, model);
+  const std::vector<std::string> problems =
+      model.family() == MODEL_FAMILY_LLAMA  ? HuggingFaceLlamaConfigProblems(config, model)
+      : model.family() == MODEL_FAMILY_BERT ? HuggingFaceBertConfigProblems(config, model)
+                                            : Gpt2ConfigProblems(config, model);
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       config_path, " describes another model than the spec: ", absl::StrJoin(problems, "; "),

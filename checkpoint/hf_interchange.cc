@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "checkpoint/file_io.h"
+#include "checkpoint/hf_bert_config.h"
 #include "checkpoint/hf_llama_config.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
@@ -42,6 +43,8 @@ struct HfFamily {
 
 HfFamily HfFamilyOf(const ModelSpec& m) {
   if (m.family() == MODEL_FAMILY_LLAMA) return {"model.", "Llama"};
+  // BertForPreTraining and MegatronBertForPreTraining: the heads ("cls.*") sit outside.
+  if (m.family() == MODEL_FAMILY_BERT) return {"bert.", "BERT"};
   return {"transformer.", "GPT-2"};
 }
 // The engine's GeLU (kernels/gelu.h: the tanh form, which transformers calls "gelu_new").
@@ -55,8 +58,10 @@ struct TensorMapping {
   HfLayout layout = HfLayout::kSame;
   HfRows rows = HfRows::kExact;
   std::string spec_fields;  // the spec fields that decide the shape, for error messages
-  bool prefixed = true;     // inside the family's prefix (all but the untied output layer)
+  bool prefixed = true;     // inside the family's prefix (all but the untied output layer and
+                            // BERT's heads)
   bool token_embedding = false;
+  bool output_layer = false;  // an untied output layer
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -117,6 +122,7 @@ std::vector<TensorMapping> Mappings(const ModelSpec& m) {
     map.rows = entry.hf_rows;
     map.prefixed = entry.hf_in_base_model;
     map.token_embedding = entry.role == ParameterRole::kTokenEmbedding;
+    map.output_layer = entry.role == ParameterRole::kOutputWeight;
     switch (entry.role) {
       case ParameterRole::kOutputWeight:
       case ParameterRole::kTokenEmbedding:
@@ -211,9 +217,15 @@ absl::StatusOr<std::vector<float>> HfFloats(const std::string& name, Safetensors
 
 // Buffers older transformers saved with the weights, which are not parameters: GPT-2's
 // causal mask "h.<i>.attn.bias" / "h.<i>.attn.masked_bias", Llama's rotary frequencies
-// "layers.<i>.self_attn.rotary_emb.inv_freq".
+// "layers.<i>.self_attn.rotary_emb.inv_freq", BERT's "embeddings.position_ids"; and BERT's
+// masked-LM decoder, which older files hold beside the tensors it is tied to (the word
+// embeddings and cls.predictions.bias), as transformers ties it on loading.
 bool IsSavedBuffer(absl::string_view name) {
   if (absl::EndsWith(name, ".self_attn.rotary_emb.inv_freq")) return true;
+  if (name == "embeddings.position_ids" || name == "cls.predictions.decoder.weight" ||
+      name == "cls.predictions.decoder.bias") {
+    return true;
+  }
   if (!absl::ConsumePrefix(&name, "h.")) return false;
   const size_t dot = name.find('.');
   int layer;
@@ -237,19 +249,22 @@ absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTe
   std::set<std::string> mapped;
   for (const TensorMapping& m : mappings) {
     mapped.insert(m.ours);
-    const std::string expected = m.rows == HfRows::kOursPadded
-                                     ? absl::StrCat("[>= ", V, ", ", C, "]")
-                                     : ShapeString(m.our_shape);
+    // Padded vocabulary rows: wte [>= V, C], BERT's masked-LM bias [>= V].
+    const bool matrix = m.our_shape.size() == 2;
+    const std::string expected =
+        m.rows == HfRows::kOursPadded
+            ? absl::StrCat("[>= ", V, matrix ? absl::StrCat(", ", C) : std::string(), "]")
+            : ShapeString(m.our_shape);
     auto it = ours.find(m.ours);
     if (it == ours.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", m.ours, "' is missing; ", m.spec_fields, " expect ", expected));
     }
     const FullTensor& tensor = it->second;
-    const bool shape_ok =
-        m.rows == HfRows::kOursPadded
-            ? tensor.shape.size() == 2 && tensor.shape[0] >= V && tensor.shape[1] == C
-            : tensor.shape == m.our_shape;
+    const bool shape_ok = m.rows == HfRows::kOursPadded
+                              ? tensor.shape.size() == m.our_shape.size() && tensor.shape[0] >= V &&
+                                    (!matrix || tensor.shape[1] == C)
+                              : tensor.shape == m.our_shape;
     if (!shape_ok) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", m.ours, "' has shape ",
                                                      ShapeString(tensor.shape), "; ", m.spec_fields,
@@ -280,6 +295,7 @@ absl::StatusOr<SafetensorsFile> ToHuggingFace(const std::map<std::string, FullTe
 
 std::string HuggingFaceConfigJson(const JobSpec& spec_in) {
   if (spec_in.model().family() == MODEL_FAMILY_LLAMA) return HuggingFaceLlamaConfigJson(spec_in);
+  if (spec_in.model().family() == MODEL_FAMILY_BERT) return HuggingFaceBertConfigJson(spec_in);
   JobSpec spec = spec_in;
   ApplyJobSpecDefaults(&spec);
   const ModelSpec& m = spec.model();
@@ -351,7 +367,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const HfTensor
   // An untied output layer is a tensor of the model; a tied one is the token embedding,
   // which a file may hold twice (or only as the head).
   const bool untied = std::any_of(mappings.begin(), mappings.end(),
-                                  [](const TensorMapping& m) { return !m.prefixed; });
+                                  [](const TensorMapping& m) { return m.output_layer; });
   std::string embedding_hf;
   for (const TensorMapping& m : mappings) {
     if (m.token_embedding) embedding_hf = m.hf;

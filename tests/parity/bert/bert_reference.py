@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""transformers' BERT as the reference for the engine's BERT family (issue 35), for
+//tests:bert_hf_parity_test.
+
+  bert_reference.py make OUT
+      Writes two small BERTs in transformers' format: OUT/pre (MegatronBertForPreTraining,
+      Megatron's LayerNorm before each sub-layer, the engine's model.layernorm_placement
+      LAYERNORM_PLACEMENT_PRE) and OUT/post (BertForPreTraining, the original). Both: 2
+      layers, hidden 64, 4 heads, intermediate 96, the shipped WordPiece vocabulary's 2,048
+      entries, 40 positions, exact GeLU, layer_norm_eps 1e-12, no dropout; transformers'
+      initialisation, then every weight moved at a larger scale so that every path matters.
+  bert_reference.py loss MODEL_DIR BATCH_JSON
+      Loads MODEL_DIR (refusing missing or unexpected tensors) and prints, as JSON, what it
+      computes in float64 for the batch (tokens, token_types, lengths, labels with -1 where
+      nothing is masked, sentence_order): the pretraining loss (the masked-LM mean over the
+      batch's masked positions plus the sentence-order mean over its sequences), both parts,
+      and the gradient norm of that loss over every parameter.
+
+Exit status 3 when torch or transformers is missing (the test says so and skips).
+"""
+import json
+import pathlib
+import sys
+
+try:
+    import torch
+    from transformers import (AutoModelForPreTraining, BertConfig, BertForPreTraining,
+                              MegatronBertConfig, MegatronBertForPreTraining)
+except ImportError as error:  # pragma: no cover
+    print(f"needs torch and transformers: {error}", file=sys.stderr)
+    sys.exit(3)
+
+SIZES = dict(vocab_size=2048, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=96, max_position_embeddings=40, type_vocab_size=2,
+             hidden_act="gelu", layer_norm_eps=1e-12, hidden_dropout_prob=0.0,
+             attention_probs_dropout_prob=0.0, pad_token_id=None)
+
+
+def make(out):
+    torch.manual_seed(35)
+    for name, model_class, config_class in (("pre", MegatronBertForPreTraining, MegatronBertConfig),
+                                            ("post", BertForPreTraining, BertConfig)):
+        model = model_class(config_class(**SIZES))
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+        model.save_pretrained(pathlib.Path(out) / name)
+
+
+def loss(model_dir, batch_json):
+    model, info = AutoModelForPreTraining.from_pretrained(model_dir, output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v}
+    if problems:
+        print(f"{model_dir}: transformers reports {problems}", file=sys.stderr)
+        sys.exit(4)
+    model = model.double().eval()
+    batch = json.loads(pathlib.Path(batch_json).read_text())
+    tokens = torch.tensor(batch["tokens"])
+    seq = tokens.shape[1]
+    lengths = torch.tensor(batch["lengths"])
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    labels = torch.tensor(batch["labels"])
+    labels = torch.where(labels < 0, torch.full_like(labels, -100), labels)
+    order = torch.tensor(batch["sentence_order"])
+    out = model(input_ids=tokens, token_type_ids=torch.tensor(batch["token_types"]),
+                attention_mask=mask)
+    vocab = out.prediction_logits.shape[-1]
+    mlm = torch.nn.functional.cross_entropy(out.prediction_logits.reshape(-1, vocab),
+                                            labels.reshape(-1), ignore_index=-100)
+    sop = torch.nn.functional.cross_entropy(out.seq_relationship_logits, order)
+    total = mlm + sop
+    total.backward()
+    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None))
+    print(json.dumps({"loss": total.item(), "mlm_loss": mlm.item(), "sop_loss": sop.item(),
+                      "grad_norm": norm.item()}))
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        make(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "loss":
+        loss(sys.argv[2], sys.argv[3])
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
