@@ -87,6 +87,10 @@ struct CoordinatorMetrics::Impl {
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* loss_scale = nullptr;
     prometheus::Gauge* validation_loss = nullptr;  // created by the first evaluation
+    // BERT's validation accuracies (masked_lm, sentence_order), created by its first
+    // evaluation.
+    prometheus::Gauge* validation_mlm_accuracy = nullptr;
+    prometheus::Gauge* validation_sop_accuracy = nullptr;
     // train.eval_tasks' results by (task, data, metric), created as they come.
     std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> evals;
     // train.generate's speed by prompt (its index in the spec), created as they come.
@@ -138,6 +142,14 @@ struct CoordinatorMetrics::Impl {
                                       "train.eval_iters batches of the validation split) at "
                                       "the job's last evaluation; its exp is the perplexity.")
                                 .Register(*registry)),
+        job_validation_accuracy(
+            prometheus::BuildGauge()
+                .Name("mtrain_job_validation_accuracy")
+                .Help("BERT (model.family MODEL_FAMILY_BERT) at the job's last evaluation: "
+                      "the share of the validation batches' masked positions whose label is "
+                      "the model's argmax (head=\"masked_lm\") and of their sequences whose "
+                      "order it predicts (head=\"sentence_order\").")
+                .Register(*registry)),
         job_eval(prometheus::BuildGauge()
                      .Name("mtrain_job_eval")
                      .Help("Result of an evaluation task (train.eval_tasks) at the job's last "
@@ -305,6 +317,7 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_step;
   prometheus::Family<prometheus::Gauge>& job_loss;
   prometheus::Family<prometheus::Gauge>& job_validation_loss;
+  prometheus::Family<prometheus::Gauge>& job_validation_accuracy;
   prometheus::Family<prometheus::Gauge>& job_eval;
   prometheus::Family<prometheus::Gauge>& job_generation_tokens_per_second;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second;
@@ -409,6 +422,8 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
            {&impl_->job_step, series.step},
            {&impl_->job_loss, series.loss},
            {&impl_->job_validation_loss, series.validation_loss},
+           {&impl_->job_validation_accuracy, series.validation_mlm_accuracy},
+           {&impl_->job_validation_accuracy, series.validation_sop_accuracy},
            {&impl_->job_tokens_per_second, series.tokens_per_second},
            {&impl_->job_model_tflops, series.model_tflops},
            {&impl_->job_mfu, series.mfu},
@@ -543,6 +558,16 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
       job.validation_loss = &impl_->job_validation_loss.Add({{"job", job_id}});
     }
     job.validation_loss->Set(metrics.validation_loss());
+  }
+  if (metrics.has_validation_mlm_accuracy()) {
+    if (job.validation_mlm_accuracy == nullptr) {
+      job.validation_mlm_accuracy =
+          &impl_->job_validation_accuracy.Add({{"job", job_id}, {"head", "masked_lm"}});
+      job.validation_sop_accuracy =
+          &impl_->job_validation_accuracy.Add({{"job", job_id}, {"head", "sentence_order"}});
+    }
+    job.validation_mlm_accuracy->Set(metrics.validation_mlm_accuracy());
+    job.validation_sop_accuracy->Set(metrics.validation_sop_accuracy());
   }
   AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
 }

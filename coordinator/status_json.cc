@@ -76,6 +76,13 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
         .Number("mfu", m.mfu());
     // Steps with an evaluation only (train.eval_interval).
     if (m.has_validation_loss()) object.Number("validation_loss", m.validation_loss());
+    // BERT's: the loss's parts and the two heads' accuracies.
+    if (m.has_validation_mlm_loss()) {
+      object.Number("validation_mlm_loss", m.validation_mlm_loss())
+          .Number("validation_sop_loss", m.validation_sop_loss())
+          .Number("validation_mlm_accuracy", m.validation_mlm_accuracy())
+          .Number("validation_sop_accuracy", m.validation_sop_accuracy());
+    }
     // Checkpoint steps of a job with train.eval_tasks.
     if (m.evals_size() > 0) object.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
     // Those of a job with train.generate.

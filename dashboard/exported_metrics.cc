@@ -39,6 +39,10 @@ absl::StatusOr<std::set<std::string>> CoordinatorSeriesNames() {
     if (rank == 1) {
       step.set_loss(5.5);
       step.set_validation_loss(5.75);
+      step.set_validation_mlm_loss(5.25);
+      step.set_validation_sop_loss(0.5);
+      step.set_validation_mlm_accuracy(0.125);
+      step.set_validation_sop_accuracy(0.75);
     }
     m.ObserveStep("job-1", step, coordinates);
   }

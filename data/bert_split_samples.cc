@@ -1,10 +1,19 @@
 #include "data/bert_split_samples.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "data/data_source.h"
+#include "data/preprocess.h"
 #include "spec/data_split.h"
 #include "tokenizer/wordpiece_tokenizer.h"
 
@@ -28,6 +37,83 @@ absl::StatusOr<WordPieceTokenizer> OpenWordPiece(const DataSpec& data) {
   return t;
 }
 
+// FNV-1a over a file's bytes, folded into `hash`: the cache key (stable across builds and
+// machines, unlike std::hash). NOT_FOUND naming the file when it cannot be read.
+absl::Status HashFile(const std::string& path, uint64_t* hash) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      *hash = (*hash ^ static_cast<unsigned char>(buffer[i])) * 0x100000001b3ULL;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string CacheDirectory() {
+  if (const char* dir = std::getenv("MTRAIN_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/mtrain-cache");
+}
+
+// The sentence dataset of a text file (see the header): its prefix in the cache.
+absl::StatusOr<std::string> SentenceDatasetOfText(const DataSpec& data) {
+  std::string text = data.path();
+  if (text.empty()) {
+    absl::StatusOr<std::string> found = FindDefaultCorpus();
+    if (!found.ok()) return Prefixed(found.status(), "data.path");
+    text = *found;
+  }
+  const std::string& vocabulary = data.has_vocab_file() ? data.vocab_file() : data.tokenizer_json();
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  if (absl::Status s = HashFile(text, &hash); !s.ok()) return Prefixed(s, "data.path");
+  hash ^= 0xff;  // the boundary between the two files
+  if (absl::Status s = HashFile(vocabulary, &hash); !s.ok()) {
+    return Prefixed(s, data.has_vocab_file() ? "data.vocab_file" : "data.tokenizer_json");
+  }
+  const std::string dir = CacheDirectory();
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("data.path: cannot create the cache directory ", dir, ": ", error.message()));
+  }
+  const std::string prefix = absl::StrFormat("%s/bert-%016x", dir, hash);
+  if (std::filesystem::exists(prefix + ".idx") && std::filesystem::exists(prefix + ".bin")) {
+    return prefix;
+  }
+  PreprocessOptions options;
+  options.inputs = {text};
+  options.jsonl = false;
+  options.output_prefix = absl::StrFormat("%s.tmp-%d", prefix, static_cast<int>(getpid()));
+  if (data.has_vocab_file()) {
+    options.tokenizer = PreprocessTokenizer::kBertVocab;
+    options.vocab_file = data.vocab_file();
+  } else {
+    options.tokenizer = PreprocessTokenizer::kHuggingFaceJson;
+    options.tokenizer_json = data.tokenizer_json();
+  }
+  options.split_sentences = true;
+  options.min_tokens = 0;
+  options.exact_dedup = false;
+  options.near_dedup = false;
+  absl::StatusOr<PreprocessSummary> done = RunPreprocess(options);
+  if (!done.ok()) return Prefixed(done.status(), "data.path");
+  // One output: the text key's sentences.
+  const std::string written = options.output_prefix + "_text_sentence";
+  // The index last: a reader that sees it sees the data too.
+  std::filesystem::rename(written + ".bin", prefix + ".bin", error);
+  if (!error) std::filesystem::rename(written + ".idx", prefix + ".idx", error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("data.path: cannot move the sentence dataset into ",
+                                            dir, ": ", error.message()));
+  }
+  return prefix;
+}
+
 }  // namespace
 
 absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
@@ -42,7 +128,11 @@ absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
                      " [rule: model.vocab_size >= the vocabulary's size (BERT's: 30522)]"));
   }
   BertSplitSamples out;
-  absl::StatusOr<std::unique_ptr<IndexedDataset>> opened = IndexedDataset::Open(data.path());
+  std::string prefix = data.path();
+  if (data.format() != DATA_FORMAT_MMIDIDX) {
+    ASSIGN_OR_RETURN(prefix, SentenceDatasetOfText(data));
+  }
+  absl::StatusOr<std::unique_ptr<IndexedDataset>> opened = IndexedDataset::Open(prefix);
   if (!opened.ok()) return Prefixed(opened.status(), "data.path");
   out.dataset = *std::move(opened);
   RETURN_IF_ERROR(CheckTokensFitVocab(*out.dataset, tokenizer.vocab_size()));

@@ -4,6 +4,13 @@
 // (bert_samples.h) with the special ids and word pieces of data.tokenizer's WordPiece
 // vocabulary (data.vocab_file or data.tokenizer_json).
 //
+// A text file (DATA_FORMAT_TEXT: data.path, or the shipped corpus when unset) is made into
+// that sentence dataset first, as `preprocess --split-sentences` would (documents separated
+// by blank lines, nothing dropped, a vocab.txt read as uncased), into a cache keyed by the
+// text's and the vocabulary's bytes: $MTRAIN_CACHE_DIR, else $TMPDIR/mtrain-cache, else
+// /tmp/mtrain-cache. The files are written under a temporary name and renamed, so ranks that
+// share the cache never read a half-written one.
+//
 //   ASSIGN_OR_RETURN(BertSplitSamples samples, OpenBertSplitSamples(spec));  // spec resolved
 //   BertSample sample;
 //   RETURN_IF_ERROR(samples.train->Fill(k, &sample));
@@ -28,7 +35,8 @@ struct BertSplitSamples {
 
 // Errors name the field: data.vocab_file / data.tokenizer_json for the vocabulary (and a
 // vocabulary larger than model.vocab_size), data.path for the dataset (ids outside the
-// vocabulary included), data.split for a split without a document of two sentences.
+// vocabulary included, and a text file that cannot be read or cached), data.split for a
+// split without a document of two sentences.
 absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec);
 
 }  // namespace mtrain

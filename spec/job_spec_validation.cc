@@ -724,11 +724,6 @@ void ValidateBertTrained(const JobSpec& spec, Violations* v) {
         "use LAYERNORM_PLACEMENT_PRE or turn sequence parallelism off]");
   }
   const DataSpec& data = spec.data();
-  if (data.format() != DATA_FORMAT_MMIDIDX) {
-    v->Add(absl::StrCat("data.format: ", DataFormat_Name(data.format()),
-                        " with MODEL_FAMILY_BERT [rule: BERT trains on DATA_FORMAT_MMIDIDX "
-                        "sentence datasets (`preprocess --split-sentences`)]"));
-  }
   if (data.paths_size() > 0) {
     v->Add(
         "data.paths: a blend with MODEL_FAMILY_BERT [rule: BERT trains on one sentence "

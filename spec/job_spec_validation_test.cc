@@ -212,9 +212,6 @@ TEST(JobSpecValidationTest, WhatBertCannotRunIsRefusedByField) {
   ExpectRejected(BertSpec("", R"("train": {"generate": [{"prompt": "x"}]})"),
                  "train.generate: set with MODEL_FAMILY_BERT", "causal decoder");
   ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"}})",
-                 "data.format: DATA_FORMAT_TEXT with MODEL_FAMILY_BERT",
-                 "`preprocess --split-sentences`");
-  ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"}})",
                  "data.tokenizer: TOKENIZER_BYTE with MODEL_FAMILY_BERT", "TOKENIZER_WORDPIECE");
   ExpectRejected(R"({"model": {"family": "MODEL_FAMILY_BERT"},
                      "data": {"format": "DATA_FORMAT_MMIDIDX", "path": "/d/s",

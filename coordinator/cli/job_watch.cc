@@ -48,7 +48,15 @@ JobWatcher::Update JobWatcher::Observe(const JobStatus& status) {
       update.notices.push_back(absl::StrFormat(
           "%sstep %d: generated %s", prefix, status.latest().step(), GenerationSummary(text, 80)));
     }
-    if (status.latest().has_validation_loss()) {
+    if (status.latest().has_validation_mlm_loss()) {
+      const StepMetrics& m = status.latest();
+      update.notices.push_back(absl::StrFormat(
+          "%sstep %d: validation loss %.4f (masked-LM %.4f, accuracy %.1f%%; sentence order "
+          "%.4f, accuracy %.1f%%)",
+          prefix, m.step(), m.validation_loss(), m.validation_mlm_loss(),
+          100.0 * m.validation_mlm_accuracy(), m.validation_sop_loss(),
+          100.0 * m.validation_sop_accuracy()));
+    } else if (status.latest().has_validation_loss()) {
       const double loss = status.latest().validation_loss();
       update.notices.push_back(absl::StrFormat("%sstep %d: validation loss %.4f, perplexity %.2f",
                                                prefix, status.latest().step(), loss,

@@ -267,6 +267,13 @@
         if (step.tokens_per_second !== null) throughput.data.push({x: step.step, y: step.tokens_per_second});
         if (typeof step.validation_loss === 'number') validation.data.push({x: step.step, y: step.validation_loss});
         if (Array.isArray(step.evals) && step.evals.length > 0) showEvals(step.step, step.evals);
+        // BERT's validation: its two heads' accuracies, in the same table.
+        if (typeof step.validation_mlm_accuracy === 'number') {
+          showEvals(step.step, [
+            {task: 'masked_lm', data: 'validation', accuracy: step.validation_mlm_accuracy},
+            {task: 'sentence_order', data: 'validation', accuracy: step.validation_sop_accuracy},
+          ]);
+        }
         if (Array.isArray(step.generations) && step.generations.length > 0) {
           showSamples(step.step, step.generations);
         }
