@@ -2,8 +2,8 @@
 // in this test (tests/parity/bert/bert_reference.py: MegatronBertForPreTraining for the pre
 // placement, BertForPreTraining for the post one), imported by real `train` processes under
 // `launch` (train.init_from), train one step on the first global batch of the shipped corpus
-// as a sentence dataset (made by the real `preprocess`). Under (1,1,1), (2,1,1), (1,2,1) and
-// (1,1,2):
+// as a sentence dataset (made by the real `preprocess`). Under (1,1,1), (2,1,1), (1,2,1),
+// (2,2,1) and (1,1,2):
 //   - the loss step 1 reports (masked-LM mean plus sentence-order mean, of the imported
 //     weights) equals transformers' on the same samples to 1e-5 relative;
 //   - so does the gradient norm of that loss over every parameter (1e-4), which checks the
@@ -156,8 +156,8 @@ TEST_F(BertHfParityTest, ImportedWeightsGiveTransformersLossAndGradientNormUnder
                                               Path(absl::StrCat("batch-", placement, ".json")));
     const Struct want = ReferenceOf(model_dir, batch, Path(absl::StrCat("ref-", placement)));
     const double loss = Number(want, "loss"), norm = Number(want, "grad_norm");
-    for (const auto& [t, p, d] :
-         std::vector<std::tuple<int, int, int>>{{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2}}) {
+    for (const auto& [t, p, d] : std::vector<std::tuple<int, int, int>>{
+             {1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {1, 1, 2}}) {
       const std::string name = absl::StrCat(placement, "-t", t, "p", p, "d", d);
       const std::string dir = Path(name);
       std::ofstream(dir + ".json") << SpecJson(placement, t, p, d, model_dir);

@@ -10,7 +10,8 @@
       entries, 40 positions, exact GeLU, layer_norm_eps 1e-12, no dropout; transformers'
       initialisation, then every weight moved at a larger scale so that every path matters.
   bert_reference.py loss MODEL_DIR BATCH_JSON
-      Loads MODEL_DIR (refusing missing or unexpected tensors) and prints, as JSON, what it
+      Loads MODEL_DIR (refusing missing or unexpected tensors, and any warning transformers
+      logs while loading) and prints, as JSON, what it
       computes in float64 for the batch (tokens, token_types, lengths, labels with -1 where
       nothing is masked, sentence_order): the pretraining loss (the masked-LM mean over the
       batch's masked positions plus the sentence-order mean over its sequences), both parts,
@@ -19,6 +20,7 @@
 Exit status 3 when torch or transformers is missing (the test says so and skips).
 """
 import json
+import logging
 import pathlib
 import sys
 
@@ -47,11 +49,26 @@ def make(out):
         model.save_pretrained(pathlib.Path(out) / name)
 
 
+class Warnings(logging.Handler):
+    """Collects what transformers logs at WARNING or above while a model loads."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record.getMessage())
+
+
 def loss(model_dir, batch_json):
+    warnings = Warnings()
+    logger = logging.getLogger("transformers")
+    logger.addHandler(warnings)
     model, info = AutoModelForPreTraining.from_pretrained(model_dir, output_loading_info=True)
+    logger.removeHandler(warnings)
     problems = {k: v for k, v in info.items() if v}
-    if problems:
-        print(f"{model_dir}: transformers reports {problems}", file=sys.stderr)
+    if problems or warnings.records:
+        print(f"{model_dir}: transformers reports {problems} {warnings.records}", file=sys.stderr)
         sys.exit(4)
     model = model.double().eval()
     batch = json.loads(pathlib.Path(batch_json).read_text())
