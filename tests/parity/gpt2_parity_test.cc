@@ -9,8 +9,8 @@
 #include "gtest/gtest.h"
 #include "tests/parity/parity_config.h"
 #include "tests/parity/parity_reference.h"
-#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/cpu/single_rank_step.h"
+#include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/optimizer.h"
 
 namespace mtrain {

@@ -194,27 +194,15 @@ cpu::AttentionShape TransformerModel<T>::LocalAttentionShape() const {
 }
 
 template <typename T>
-absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x,
-                                               T* out, LayerActivations<T>* s) {
-  if (shape_.norm_placement == NormPlacement::kPost) {
-    return PostNormLayerForward(layer, id, x, out, s);
-  }
-  if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
+absl::Status TransformerModel<T>::AttentionBranchForward(int layer, const MicrobatchId& id,
+                                                         const T* in, T* out,
+                                                         LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
   const float p = id.evaluation ? 0.0f : options_.dropout;
-
-  // Attention block.
-  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
-                               s->ln1_mean.data(), s->ln1_rstd.data(), N);
-  tp::ColumnParallelLinearForward<T>(s->ln1.data(), layer_blocks::QkvWeight(w),
-                                     layer_blocks::QkvBias(w), s->qkv.data(), N, C,
-                                     placement_.local_qkv(shape_));
+  tp::ColumnParallelLinearForward<T>(in, layer_blocks::QkvWeight(w), layer_blocks::QkvBias(w),
+                                     s->qkv.data(), N, shape_.hidden, placement_.local_qkv(shape_));
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s->qkv.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/false);
   const cpu::AttentionShape shape = LocalAttentionShape();
@@ -225,21 +213,108 @@ absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
   layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
                                         att_dropout);
-  RETURN_IF_ERROR(
-      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Ql, C));
-  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
-  for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
+  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N,
+                                                  placement_.local_query(shape_), shape_.hidden));
+  cpu::DropoutForward<T>(out, out, static_cast<size_t>(N) * shape_.hidden, p,
+                         DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  return absl::OkStatus();
+}
 
-  // MLP block.
-  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
-                               s->ln2_mean.data(), s->ln2_rstd.data(), N);
-  tp::ColumnParallelLinearForward<T>(s->ln2.data(), layer_blocks::MlpInWeight(w),
-                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
-                                     placement_.local_mlp_in(shape_));
+template <typename T>
+absl::Status TransformerModel<T>::MlpBranchForward(int layer, const MicrobatchId& id, const T* in,
+                                                   T* out, LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+  tp::ColumnParallelLinearForward<T>(in, layer_blocks::MlpInWeight(w), layer_blocks::MlpInBias(w),
+                                     s->fc.data(), N, C, placement_.local_mlp_in(shape_));
   layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
   RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
                                                   w.fc_proj_bias, out, N, Fl, C));
-  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  cpu::DropoutForward<T>(out, out, static_cast<size_t>(N) * C, p,
+                         DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::AttentionBranchBackward(int layer, const MicrobatchId& id,
+                                                          const T* in, const LayerActivations<T>& s,
+                                                          const T* d_out, T* d_in) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+  Zero(d_branch_);
+  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, p,
+                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  const cpu::AttentionShape shape = LocalAttentionShape();
+  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
+  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
+  Zero(d_attn_y_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
+                                   g.proj_weight, g.proj_bias, N, placement_.local_query(shape_),
+                                   C);
+  Zero(d_qkv_);
+  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
+                                         lengths_, d_qkv_.data(), shape, att_dropout);
+  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
+                                        shape_.seq_length, 0, /*inverse=*/true);
+  // Only this layer's contribution in d_in when the tensor group sums it.
+  std::fill(d_in, d_in + NC, T(0));
+  return tp::ColumnParallelLinearBackward<T>(
+      tp_, d_qkv_.data(), in, layer_blocks::QkvWeight(w), d_in, layer_blocks::QkvWeight(g),
+      layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_));
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                                    const LayerActivations<T>& s, const T* d_out,
+                                                    T* d_in) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  Zero(d_branch_);
+  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, options_.dropout,
+                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  Zero(d_gelu_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
+                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  Zero(d_fc_);
+  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
+  std::fill(d_in, d_in + NC, T(0));
+  return tp::ColumnParallelLinearBackward<T>(
+      tp_, d_fc_.data(), in, layer_blocks::MlpInWeight(w), d_in, layer_blocks::MlpInWeight(g),
+      layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x,
+                                               T* out, LayerActivations<T>* s) {
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    return PostNormLayerForward(layer, id, x, out, s);
+  }
+  if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
+  const LayerView<T>& w = p_.layers[layer];
+  const int N = batch_ * shape_.seq_length;
+  const size_t NC = static_cast<size_t>(N) * shape_.hidden;
+  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), N);
+  RETURN_IF_ERROR(AttentionBranchForward(layer, id, s->ln1.data(), out, s));
+  for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
+                               s->ln2_mean.data(), s->ln2_rstd.data(), N);
+  RETURN_IF_ERROR(MlpBranchForward(layer, id, s->ln2.data(), out, s));
   for (size_t i = 0; i < NC; ++i) out[i] += s->h1[i];
   return absl::OkStatus();
 }
@@ -253,53 +328,16 @@ absl::Status TransformerModel<T>::LayerBackward(int layer, const MicrobatchId& i
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
-
+  const size_t NC = static_cast<size_t>(N) * shape_.hidden;
   // d_out is the gradient of the layer output = h1 + mlp branch. Reuse it as d_h1.
   T* d_h1 = d_out;
-  Zero(d_branch_);
-  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, p,
-                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
-  Zero(d_gelu_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
-  Zero(d_fc_);
-  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
-  Zero(d_ln_);
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-      tp_, d_fc_.data(), s.ln2.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
-      layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
-      placement_.local_mlp_in(shape_)));
+  RETURN_IF_ERROR(MlpBranchBackward(layer, id, s.ln2.data(), s, d_out, d_ln_.data()));
   layer_blocks::NormBackward<T>(shape_, d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
                                 s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N);
-
-  // Attention block: d_x = d_h1 + (through the attention branch).
+  // d_x = d_h1 + (through the attention branch).
   std::copy(d_h1, d_h1 + NC, d_x);
-  Zero(d_branch_);
-  cpu::DropoutBackward<T>(d_h1, d_branch_.data(), NC, p,
-                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
-  const cpu::AttentionShape shape = LocalAttentionShape();
-  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
-  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
-  Zero(d_attn_y_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, Ql, C);
-  Zero(d_qkv_);
-  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
-                                         lengths_, d_qkv_.data(), shape, att_dropout);
-  layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
-                                        shape_.seq_length, 0, /*inverse=*/true);
-  Zero(d_ln_);
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-      tp_, d_qkv_.data(), s.ln1.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
-      layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_)));
+  RETURN_IF_ERROR(AttentionBranchBackward(layer, id, s.ln1.data(), s, d_h1, d_ln_.data()));
   layer_blocks::NormBackward<T>(shape_, d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
                                 s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, N);
   return absl::OkStatus();

@@ -95,6 +95,19 @@ class TransformerModel final : public ModelChunk<T> {
                             LayerActivations<T>* saved);
   absl::Status LayerBackward(int layer, const MicrobatchId& id, const T* x,
                              const LayerActivations<T>& saved, T* d_out, T* d_x);
+  // A layer's two branches on `in` [N, C] (the normalised input under pre, the input itself
+  // under post): out = Dropout(Attention(in) @ Wproj^T + bproj), and
+  // out = Dropout(Act(in @ Win^T + bin) @ Wout^T + bout), keeping what their backward needs
+  // in `s`. The backwards take the gradient of `out` and write d_in (summed over the tensor
+  // group), accumulating the branch's parameter gradients.
+  absl::Status AttentionBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,
+                                      LayerActivations<T>* s);
+  absl::Status MlpBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,
+                                LayerActivations<T>* s);
+  absl::Status AttentionBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                       const LayerActivations<T>& s, const T* d_out, T* d_in);
+  absl::Status MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                 const LayerActivations<T>& s, const T* d_out, T* d_in);
   // The post placement's layer (transformer_model_bert.cc).
   absl::Status PostNormLayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                     LayerActivations<T>* saved);

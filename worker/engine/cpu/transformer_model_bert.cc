@@ -44,39 +44,15 @@ template <typename T>
 absl::Status TransformerModel<T>::PostNormLayerForward(int layer, const MicrobatchId& id,
                                                        const T* x, T* out, LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = id.evaluation ? 0.0f : options_.dropout;
-
-  // Attention block on the layer's input; ln1 keeps the residual sum LayerNorm 1 reads.
-  tp::ColumnParallelLinearForward<T>(x, layer_blocks::QkvWeight(w), layer_blocks::QkvBias(w),
-                                     s->qkv.data(), N, C, placement_.local_qkv(shape_));
-  const cpu::AttentionShape shape = LocalAttentionShape();
-  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
-  T* attn_y = s->attn_y.empty() ? core_y_.data() : s->attn_y.data();
-  T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
-  layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
-                                        att_dropout);
-  RETURN_IF_ERROR(
-      tp::RowParallelLinearForward<T>(tp_, attn_y, w.proj_weight, w.proj_bias, out, N, Ql, C));
-  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  const size_t NC = static_cast<size_t>(N) * shape_.hidden;
+  // The attention on the layer's input; ln1 keeps the residual sum LayerNorm 1 reads.
+  RETURN_IF_ERROR(AttentionBranchForward(layer, id, x, out, s));
   for (size_t i = 0; i < NC; ++i) s->ln1[i] = x[i] + out[i];
   layer_blocks::NormForward<T>(shape_, s->ln1.data(), w.ln1_gamma, w.ln1_beta, s->h1.data(),
                                s->ln1_mean.data(), s->ln1_rstd.data(), N);
-
-  // MLP block on h1; ln2 keeps the second residual sum.
-  tp::ColumnParallelLinearForward<T>(s->h1.data(), layer_blocks::MlpInWeight(w),
-                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
-                                     placement_.local_mlp_in(shape_));
-  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
-  RETURN_IF_ERROR(tp::RowParallelLinearForward<T>(tp_, s->gelu.data(), w.fc_proj_weight,
-                                                  w.fc_proj_bias, out, N, Fl, C));
-  cpu::DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
+  // The MLP on h1; ln2 keeps the second residual sum.
+  RETURN_IF_ERROR(MlpBranchForward(layer, id, s->h1.data(), out, s));
   for (size_t i = 0; i < NC; ++i) s->ln2[i] = s->h1[i] + out[i];
   layer_blocks::NormForward<T>(shape_, s->ln2.data(), w.ln2_gamma, w.ln2_beta, out,
                                s->ln2_mean.data(), s->ln2_rstd.data(), N);
@@ -89,60 +65,25 @@ absl::Status TransformerModel<T>::PostNormLayerBackward(int layer, const Microba
                                                         T* d_out, T* d_x) {
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
-
+  const size_t NC = static_cast<size_t>(N) * shape_.hidden;
   // LayerNorm 2: d_ln_ = the gradient of the second residual sum, which d_out then holds as
-  // the residual part of h1's gradient.
+  // the residual part of h1's gradient; d_x (written last) holds the MLP's part meanwhile.
   std::fill(d_ln_.begin(), d_ln_.end(), T(0));
   layer_blocks::NormBackward<T>(shape_, d_out, s.ln2.data(), w.ln2_gamma, s.ln2_mean.data(),
                                 s.ln2_rstd.data(), d_ln_.data(), g.ln2_gamma, g.ln2_beta, N);
   T* d_h1 = d_out;
   std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_h1);
-  std::fill(d_branch_.begin(), d_branch_.end(), T(0));
-  cpu::DropoutBackward<T>(d_ln_.data(), d_branch_.data(), NC, p,
-                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
-  std::fill(d_gelu_.begin(), d_gelu_.end(), T(0));
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
-  std::fill(d_fc_.begin(), d_fc_.end(), T(0));
-  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
-  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-      tp_, d_fc_.data(), s.h1.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
-      layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
-      placement_.local_mlp_in(shape_)));
-  AddInto(d_ln_.data(), d_h1, NC);
-
+  RETURN_IF_ERROR(MlpBranchBackward(layer, id, s.h1.data(), s, d_ln_.data(), d_x));
+  AddInto(d_x, d_h1, NC);
   // LayerNorm 1: d_ln_ = the gradient of the first residual sum; d_x is its residual part
-  // plus the attention branch's.
+  // plus the attention branch's (computed into d_out, free again).
   std::fill(d_ln_.begin(), d_ln_.end(), T(0));
   layer_blocks::NormBackward<T>(shape_, d_h1, s.ln1.data(), w.ln1_gamma, s.ln1_mean.data(),
                                 s.ln1_rstd.data(), d_ln_.data(), g.ln1_gamma, g.ln1_beta, N);
   std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_x);
-  std::fill(d_branch_.begin(), d_branch_.end(), T(0));
-  cpu::DropoutBackward<T>(d_ln_.data(), d_branch_.data(), NC, p,
-                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
-  const cpu::AttentionShape shape = LocalAttentionShape();
-  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                    placement_.tensor_rank * shape.heads, shape_.num_heads};
-  const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
-  std::fill(d_attn_y_.begin(), d_attn_y_.end(), T(0));
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, Ql, C);
-  std::fill(d_qkv_.begin(), d_qkv_.end(), T(0));
-  layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
-                                         lengths_, d_qkv_.data(), shape, att_dropout);
-  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
-      tp_, d_qkv_.data(), x, layer_blocks::QkvWeight(w), d_ln_.data(), layer_blocks::QkvWeight(g),
-      layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_)));
-  AddInto(d_ln_.data(), d_x, NC);
+  RETURN_IF_ERROR(AttentionBranchBackward(layer, id, x, s, d_ln_.data(), d_out));
+  AddInto(d_out, d_x, NC);
   return absl::OkStatus();
 }
 

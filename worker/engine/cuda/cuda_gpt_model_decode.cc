@@ -1,6 +1,7 @@
 // CudaGptModel's key-value-cache decoding (cuda_gpt_model.h): the layer of LayerForward for
 // `count` new positions of one sequence, each attending to every cached position before
-// it (kernels/cuda/attention_decode.h), as worker/engine/cpu/transformer_model_decode.cc on the CPU.
+// it (kernels/cuda/attention_decode.h), as worker/engine/cpu/transformer_model_decode.cc on the
+// CPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
