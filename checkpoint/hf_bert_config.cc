@@ -26,11 +26,6 @@ constexpr double kHfTypeVocabSize = 2;
 
 bool IsPost(const ModelSpec& m) { return m.layernorm_placement() == LAYERNORM_PLACEMENT_POST; }
 
-// The spec's float fields against a config's double: equal to float precision.
-bool SameFloat(double config, double ours) {
-  return std::abs(config - ours) <= 1e-6 * std::abs(config);
-}
-
 }  // namespace
 
 std::string HuggingFaceBertConfigJson(const JobSpec& spec_in) {
@@ -75,40 +70,20 @@ std::vector<std::string> HuggingFaceBertConfigProblems(const google::protobuf::S
         post ? ": BertForPreTraining's LayerNorm after each residual add)"
              : ": MegatronBertForPreTraining's LayerNorm before each sub-layer)"));
   }
-  struct Size {
-    const char* key;
-    const char* field;
-    double ours;
-    std::optional<double> absent;  // transformers' default; nullopt: no check when absent
-  };
-  const Size sizes[] = {
-      {"num_hidden_layers", "model.num_layers", static_cast<double>(model.num_layers()), 12},
-      {"hidden_size", "model.hidden_size", static_cast<double>(model.hidden_size()), 768},
-      {"num_attention_heads", "model.num_heads", static_cast<double>(model.num_heads()), 12},
-      {"intermediate_size", "model.ffn_hidden_size", static_cast<double>(model.ffn_hidden_size()),
-       kHfIntermediateSize},
-      {"vocab_size", "model.vocab_size", static_cast<double>(model.vocab_size()), {}},
-      {"type_vocab_size", "BERT's two segments", 2, kHfTypeVocabSize},
-  };
-  for (const Size& size : sizes) {
-    std::optional<double> value = Number(config, size.key);
-    if (!value.has_value()) value = size.absent;
-    if (value.has_value() && *value != size.ours) {
-      problems.push_back(
-          absl::StrCat(size.key, " is ", *value, " but ", size.field, " is ", size.ours));
-    }
-  }
-  const double positions = Number(config, "max_position_embeddings").value_or(kHfMaxPositions);
-  if (positions < model.seq_length()) {
-    problems.push_back(absl::StrCat("max_position_embeddings is ", positions,
-                                    ", fewer positions than model.seq_length ",
-                                    model.seq_length()));
-  }
-  const double epsilon = Number(config, "layer_norm_eps").value_or(kHfLayerNormEps);
-  if (!SameFloat(epsilon, model.norm_epsilon())) {
-    problems.push_back(absl::StrCat("layer_norm_eps is ", epsilon, "; model.norm_epsilon is ",
-                                    model.norm_epsilon()));
-  }
+  hf_config::CheckSizes(
+      config,
+      {
+          {"num_hidden_layers", "model.num_layers", static_cast<double>(model.num_layers()), 12},
+          {"hidden_size", "model.hidden_size", static_cast<double>(model.hidden_size()), 768},
+          {"num_attention_heads", "model.num_heads", static_cast<double>(model.num_heads()), 12},
+          {"intermediate_size", "model.ffn_hidden_size",
+           static_cast<double>(model.ffn_hidden_size()), kHfIntermediateSize},
+          {"vocab_size", "model.vocab_size", static_cast<double>(model.vocab_size()), {}},
+          {"type_vocab_size", "BERT's two segments", 2, kHfTypeVocabSize},
+      },
+      &problems);
+  hf_config::CheckPositionsAndEpsilon(config, kHfMaxPositions, model.seq_length(), "layer_norm_eps",
+                                      kHfLayerNormEps, model.norm_epsilon(), &problems);
   if (const auto act = String(config, "hidden_act"); act.has_value() && *act != "gelu") {
     problems.push_back(absl::StrCat("hidden_act is \"", *act,
                                     "\"; this engine computes BERT's exact GeLU (\"gelu\")"));

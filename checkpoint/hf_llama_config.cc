@@ -78,45 +78,25 @@ std::vector<std::string> HuggingFaceLlamaConfigProblems(const google::protobuf::
                                     "\", not \"llama\" (model.family is MODEL_FAMILY_LLAMA)"));
   }
   const double heads = Number(config, "num_attention_heads").value_or(model.num_heads());
-  struct Size {
-    const char* key;
-    const char* field;
-    double ours;
-    std::optional<double> absent;  // transformers' default; nullopt: no check when absent
-  };
-  const Size sizes[] = {
-      {"num_hidden_layers", "model.num_layers", static_cast<double>(model.num_layers()), {}},
-      {"hidden_size", "model.hidden_size", static_cast<double>(model.hidden_size()), {}},
-      {"num_attention_heads", "model.num_heads", static_cast<double>(model.num_heads()), {}},
-      {"num_key_value_heads", "model.num_kv_heads", static_cast<double>(model.num_kv_heads()),
-       heads},
-      {"intermediate_size", "model.ffn_hidden_size", static_cast<double>(model.ffn_hidden_size()),
-       kHfIntermediateSize},
-      {"vocab_size", "model.vocab_size", static_cast<double>(model.vocab_size()), {}},
-      {"head_dim",
-       "model.hidden_size / model.num_heads",
-       static_cast<double>(model.hidden_size() / std::max(1, model.num_heads())),
-       {}},
-  };
-  for (const Size& size : sizes) {
-    std::optional<double> value = Number(config, size.key);
-    if (!value.has_value()) value = size.absent;
-    if (value.has_value() && *value != size.ours) {
-      problems.push_back(
-          absl::StrCat(size.key, " is ", *value, " but ", size.field, " is ", size.ours));
-    }
-  }
-  const double positions = Number(config, "max_position_embeddings").value_or(kHfMaxPositions);
-  if (positions < model.seq_length()) {
-    problems.push_back(absl::StrCat("max_position_embeddings is ", positions,
-                                    ", fewer positions than model.seq_length ",
-                                    model.seq_length()));
-  }
-  const double epsilon = Number(config, "rms_norm_eps").value_or(kHfRmsNormEps);
-  if (!SameFloat(epsilon, model.norm_epsilon())) {
-    problems.push_back(absl::StrCat("rms_norm_eps is ", epsilon, "; model.norm_epsilon is ",
-                                    model.norm_epsilon()));
-  }
+  hf_config::CheckSizes(
+      config,
+      {
+          {"num_hidden_layers", "model.num_layers", static_cast<double>(model.num_layers()), {}},
+          {"hidden_size", "model.hidden_size", static_cast<double>(model.hidden_size()), {}},
+          {"num_attention_heads", "model.num_heads", static_cast<double>(model.num_heads()), {}},
+          {"num_key_value_heads", "model.num_kv_heads", static_cast<double>(model.num_kv_heads()),
+           heads},
+          {"intermediate_size", "model.ffn_hidden_size",
+           static_cast<double>(model.ffn_hidden_size()), kHfIntermediateSize},
+          {"vocab_size", "model.vocab_size", static_cast<double>(model.vocab_size()), {}},
+          {"head_dim",
+           "model.hidden_size / model.num_heads",
+           static_cast<double>(model.hidden_size() / std::max(1, model.num_heads())),
+           {}},
+      },
+      &problems);
+  hf_config::CheckPositionsAndEpsilon(config, kHfMaxPositions, model.seq_length(), "rms_norm_eps",
+                                      kHfRmsNormEps, model.norm_epsilon(), &problems);
   // transformers 5 keeps the rotary settings in rope_parameters, 4.x in rope_theta and
   // rope_scaling.
   std::optional<double> theta = Number(config, "rope_theta");
