@@ -17,7 +17,9 @@ validation masked-LM loss against depth for both placements.
     bazel build //worker:train
     pip install matplotlib
     python3 tests/bench/bert_layernorm_scaling.py [--depths 2,6,12,24] [--steps 400] \\
-        [--out docs/bert_layernorm_scaling.png]
+        [--out docs/bert_layernorm_scaling.png] [--from_results RESULTS.json]
+
+The last JSON line it prints is the results; --from_results plots such a file again.
 """
 import argparse
 import json
@@ -80,11 +82,13 @@ def plot(results, depths, steps, out):
                  else "post (the original BERT)")
         axis.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
     axis.set_xscale("log")
+    axis.minorticks_off()
     axis.set_xticks(depths)
     axis.set_xticklabels([str(d) for d in depths])
     axis.set_xlabel("layers (hidden 64, 4 heads)")
     axis.set_ylabel("validation masked-LM loss")
-    axis.set_title(f"BERT, LayerNorm placement vs depth ({steps} steps, batch 32, seq 64)")
+    axis.set_title(f"BERT: LayerNorm placement against depth\n"
+                   f"({steps} steps, batch 32, seq 64, the shipped corpus)", fontsize=10)
     axis.grid(True, alpha=0.3)
     axis.legend()
     figure.tight_layout()
@@ -99,8 +103,15 @@ def main():
     parser.add_argument("--train", default=os.path.join(ROOT, "bazel-bin/worker/train"),
                         help="the train binary")
     parser.add_argument("--out", default=os.path.join(ROOT, "docs/bert_layernorm_scaling.png"))
+    parser.add_argument("--from_results", default="",
+                        help="plot the JSON list a run printed instead of training")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
+    if args.from_results:
+        with open(args.from_results) as saved:
+            plot(json.load(saved), depths, args.steps, args.out)
+        print(f"wrote {args.out}")
+        return
     results = []
     with tempfile.TemporaryDirectory() as work:
         for depth in depths:
