@@ -3,7 +3,9 @@
 //   - under the same layout reproduces steps 6-10 and the final weights bit for bit;
 //   - under (1,1,1) and (1,4,1) (the checkpoint re-sliced) continues the losses within
 //     1e-5 of the uninterrupted run;
-// and a checkpoint with a flipped bit is refused with DATA_LOSS naming the file.
+// and a checkpoint with a flipped bit is refused with DATA_LOSS naming the file. A BERT run
+// (1,2,1) resumed from its step-3 checkpoint reproduces steps 4-6 and the final weights bit
+// for bit: its samples, masks included, are functions of (seed, sample index).
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -156,6 +158,28 @@ TEST_F(CheckpointResumeTest, AFlippedBitIsDataLossNamingTheFile) {
   EXPECT_NE(resumed.exit_code, 0);
   EXPECT_THAT(resumed.log, HasSubstr("DATA_LOSS"));
   EXPECT_THAT(resumed.log, HasSubstr("rank-00003.bin"));
+}
+
+TEST(BertCheckpointResumeTest, ResumingDrawsTheSameMasksAndIsBitExact) {
+  const std::string spec = R"({"name": "bert-resume",
+      "model": {"family": "MODEL_FAMILY_BERT", "num_layers": 2, "num_heads": 4,
+                "hidden_size": 32, "seq_length": 32, "vocab_size": 2048},
+      "parallel": {"pipeline": 2, "micro_batch_size": 2, "global_batch_size": 8},
+      "data": {"tokenizer": "TOKENIZER_WORDPIECE", "vocab_file": "tests/data/bert_vocab.txt"},
+      "optimizer": {"lr": 3e-3, "warmup_steps": 2},
+      "train": {"steps": 6, "seed": 7, "dropout": 0.1, "checkpoint_every": 3},
+      "device": "DEVICE_CPU"})";
+  const std::string checkpoints = absl::StrCat(TestTempDir(), "/bert-checkpoints");
+  // Rank 1 is the last stage: it reports the loss.
+  const RunResult full = Launch("bert-full", spec, {"--checkpoint_dir=" + checkpoints}, 1);
+  ASSERT_EQ(full.exit_code, 0) << full.log;
+  ASSERT_EQ(full.losses.size(), 6u);
+  const RunResult resumed =
+      Launch("bert-resumed", spec, {"--resume_from=" + checkpoints + "/step-00000003"}, 1);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.log;
+  ASSERT_EQ(resumed.losses.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(resumed.losses[i], full.losses[3 + i]) << "step " << 4 + i;
+  EXPECT_EQ(ReadFile(resumed.weights), ReadFile(full.weights)) << "final weights differ";
 }
 
 }  // namespace
