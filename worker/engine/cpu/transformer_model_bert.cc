@@ -10,13 +10,11 @@
 // (the replicated tensors' gradients too, as the trainer's norm assumes).
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/dropout.h"
 #include "kernels/embedding.h"
 #include "kernels/gelu_exact.h"
 #include "kernels/layernorm.h"
