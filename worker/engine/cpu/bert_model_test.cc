@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/engine/cpu/finite_differences_testing.h"
 #include "worker/engine/cpu/model_chunk_factory.h"
 #include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/parameter_init.h"
@@ -110,27 +111,10 @@ TEST_P(BertGradientTest, MatchesFiniteDifferencesForEveryParameter) {
 
   Loss(model, batch, /*backward=*/true);
   const std::vector<double> analytic(model.grads(), model.grads() + model.num_params());
-  const double h = 1e-5;
-  size_t checked = 0;
-  for (const ParamTensor& tensor : layout.tensors()) {
-    double worst = 0;
-    for (size_t i = 0; i < tensor.size; ++i) {
-      const size_t k = tensor.offset + i;
-      const double saved = model.params()[k];
-      model.params()[k] = saved + h;
-      const double plus = Loss(model, batch, false);
-      model.params()[k] = saved - h;
-      const double minus = Loss(model, batch, false);
-      model.params()[k] = saved;
-      const double numeric = (plus - minus) / (2 * h);
-      const double error = std::abs(numeric - analytic[k]) /
-                           std::max(1e-3, std::abs(numeric) + std::abs(analytic[k]));
-      if (!(error <= worst)) worst = error;  // NaN included
-      ++checked;
-    }
-    EXPECT_LT(worst, 1e-5) << tensor.name;
-  }
-  EXPECT_EQ(checked, model.num_params());
+  const auto worst = WorstFiniteDifferenceErrors(layout, model.params(), analytic,
+                                                 [&] { return Loss(model, batch, false); });
+  ASSERT_EQ(worst.size(), layout.tensors().size());
+  for (const auto& [name, error] : worst) EXPECT_LT(error, 1e-5) << name;
   // Every part of the model is reached: no tensor's gradient is all zero (padded
   // vocabulary rows aside).
   for (const ParamTensor& tensor : layout.tensors()) {

@@ -1,0 +1,49 @@
+// Tests' finite-difference check of a model's gradients: every parameter of a layout
+// perturbed by +-h in turn, the central difference of the loss compared with the analytic
+// gradient. Written once for the model tests of every family.
+#ifndef MTRAIN_WORKER_ENGINE_CPU_FINITE_DIFFERENCES_TESTING_H_
+#define MTRAIN_WORKER_ENGINE_CPU_FINITE_DIFFERENCES_TESTING_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/engine/parameter_layout.h"
+
+namespace mtrain {
+
+// Per tensor of `layout`, in order: its name and the worst relative error
+// |numeric - analytic| / max(1e-3, |numeric| + |analytic|) over its elements (NaN if any
+// error is NaN). `loss` evaluates the loss at the current `params`; `analytic` holds the
+// gradients at `params`, which are left as they were.
+inline std::vector<std::pair<std::string, double>> WorstFiniteDifferenceErrors(
+    const ParameterLayout& layout, double* params, const std::vector<double>& analytic,
+    const std::function<double()>& loss, double h = 1e-5) {
+  std::vector<std::pair<std::string, double>> worst_per_tensor;
+  for (const ParamTensor& tensor : layout.tensors()) {
+    double worst = 0;
+    for (size_t i = 0; i < tensor.size; ++i) {
+      const size_t k = tensor.offset + i;
+      const double saved = params[k];
+      params[k] = saved + h;
+      const double plus = loss();
+      params[k] = saved - h;
+      const double minus = loss();
+      params[k] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      const double error = std::abs(numeric - analytic[k]) /
+                           std::max(1e-3, std::abs(numeric) + std::abs(analytic[k]));
+      if (!(error <= worst)) worst = error;  // NaN included (std::max would skip it)
+    }
+    worst_per_tensor.emplace_back(tensor.name, worst);
+  }
+  return worst_per_tensor;
+}
+
+}  // namespace mtrain
+
+#endif  // MTRAIN_WORKER_ENGINE_CPU_FINITE_DIFFERENCES_TESTING_H_
