@@ -21,6 +21,10 @@ inline int LlamaFfnHidden(int hidden) {
   return static_cast<int>(std::min<int64_t>((two_thirds + 255) / 256 * 256, INT32_MAX));
 }
 
+// BERT's multiple-choice head (RACE): the options of each question, one sequence each, next
+// to each other in a microbatch.
+inline constexpr int kRaceChoices = 4;
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_MODEL_FAMILY_DEFAULTS_H_

@@ -21,9 +21,13 @@ double ModelFlopsPerStep(const TransformerConfig& c, double global_batch) {
   const double layer = LayerLinearForwardFlops(c) + LayerAttentionForwardFlops(c);
   // The output layer; BERT's masked-LM head adds its dense transform (over every position,
   // as Megatron and HF compute it; the pooler and sentence-order classifier see one token
-  // a sequence and are left out).
+  // a sequence and are left out). BERT's multiple-choice head is the pooler and a score,
+  // one token a sequence: left out as well.
   double head = 2.0 * c.hidden * c.padded_vocab;
   if (c.family == ArchitectureFamily::kBert) head += 2.0 * c.hidden * c.hidden;
+  if (c.family == ArchitectureFamily::kBert && c.bert_head == BertHeadKind::kMultipleChoice) {
+    head = 0;
+  }
   return 3 * tokens * (c.num_layers * layer + head);
 }
 

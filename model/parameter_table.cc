@@ -167,9 +167,12 @@ std::vector<ParameterEntry> BertTable(const TransformerConfig& config) {
   const int64_t Vp = config.padded_vocab, F = config.ffn_hidden;
   const bool pre = config.norm_placement == NormPlacement::kPre;
   TableBuilder t;
-  ParameterEntry& wte = t.Add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
-                              ParameterHolder::kFirstAndLastStage,  // and the MLM decoder
-                              "embeddings.word_embeddings.weight", {V, C}, kSame);
+  const bool pretraining = config.bert_head == BertHeadKind::kPretraining;
+  ParameterEntry& wte =
+      t.Add(R::kTokenEmbedding, -1, "wte", {Vp, C}, 0, P::kNormal, true,
+            // and the masked-LM decoder
+            pretraining ? ParameterHolder::kFirstAndLastStage : ParameterHolder::kFirstStage,
+            "embeddings.word_embeddings.weight", {V, C}, kSame);
   wte.padded_vocabulary_rows = true;
   wte.hf_rows = HfRows::kOursPadded;
   ParameterEntry& wpe =
@@ -243,6 +246,13 @@ std::vector<ParameterEntry> BertTable(const TransformerConfig& config) {
     e.hf_in_base_model = false;
     return e;
   };
+  if (!pretraining) {
+    // HF BertForMultipleChoice's classifier: one score per sequence.
+    head(R::kChoiceWeight, "choice.weight", {1, C}, -1, P::kNormal, true, "classifier.weight",
+         {1, C});
+    head(R::kChoiceBias, "choice.bias", {1}, -1, P::kZeros, false, "classifier.bias", {1});
+    return t.Take();
+  }
   head(R::kMlmTransformWeight, "mlm.dense.weight", {C, C}, -1, P::kNormal, true,
        "cls.predictions.transform.dense.weight", {C, C});
   head(R::kMlmTransformBias, "mlm.dense.bias", {C}, -1, P::kZeros, false,

@@ -77,6 +77,10 @@ enum class ParameterRole {
   kMlmOutputBias,
   kSentenceOrderWeight,
   kSentenceOrderBias,
+  // BERT's multiple-choice head (in place of the two above and the masked-LM head): a score
+  // per sequence from the pooler's output.
+  kChoiceWeight,
+  kChoiceBias,
 };
 
 // The standard deviation of kNormal (and the base of kScaledNormal): what the engines draw

@@ -297,5 +297,30 @@ TEST(ParameterTableTest, BertSplitsLikeMegatronAndKeepsItsHeadsOnTheLastStage) {
   }
 }
 
+TEST(ParameterTableTest, BertMultipleChoiceHasTheClassifierInPlaceOfThePretrainingHeads) {
+  TransformerConfig config = BertConfig(12, 12, 768, 3072, 512, 30522, 30522, NormPlacement::kPost);
+  config.bert_head = BertHeadKind::kMultipleChoice;
+  // HF BertForMultipleChoice at BERT-base's defaults: BertModel (pooler included) and the
+  // [1, 768] classifier with its bias.
+  EXPECT_EQ(ModelParameterCount(config), 109483009);
+  bool classifier = false;
+  for (const ParameterEntry& entry : ParameterTable(config)) {
+    EXPECT_NE(entry.name.rfind("mlm.", 0), 0u) << entry.name;
+    EXPECT_NE(entry.name.rfind("sop.", 0), 0u) << entry.name;
+    if (entry.role == ParameterRole::kTokenEmbedding) {
+      // No decoder reads it: the first stage alone holds it.
+      EXPECT_EQ(entry.holder, ParameterHolder::kFirstStage);
+    }
+    if (entry.role == ParameterRole::kChoiceWeight) {
+      classifier = true;
+      EXPECT_EQ(entry.hf_name, "classifier.weight");
+      EXPECT_FALSE(entry.hf_in_base_model);
+      EXPECT_EQ(entry.global_shape, (std::vector<int64_t>{1, 768}));
+      EXPECT_EQ(entry.holder, ParameterHolder::kLastStage);
+    }
+  }
+  EXPECT_TRUE(classifier);
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -69,6 +69,9 @@ TransformerConfig TransformerConfigOf(const JobSpec& spec) {
     config.norm_placement = m.layernorm_placement() == LAYERNORM_PLACEMENT_POST
                                 ? NormPlacement::kPost
                                 : NormPlacement::kPre;
+    if (m.bert_head() == BERT_HEAD_MULTIPLE_CHOICE) {
+      config.bert_head = BertHeadKind::kMultipleChoice;
+    }
   }
   if (m.has_num_kv_heads()) config.num_kv_heads = m.num_kv_heads();
   if (m.has_ffn_hidden_size()) config.ffn_hidden = m.ffn_hidden_size();

@@ -27,6 +27,9 @@ enum class Positions { kLearned, kRotary };
 // BERT's LayerNorm: before each sub-layer with a final one (Megatron's rearranged
 // placement), or after each residual add with one after the embeddings (the original).
 enum class NormPlacement { kPre, kPost };
+// BERT's heads: masked-LM and sentence order (pretraining), or one score per sequence whose
+// softmax over each question's kRaceChoices options is the multiple-choice loss.
+enum class BertHeadKind { kPretraining, kMultipleChoice };
 
 struct TransformerConfig {
   ArchitectureFamily family = ArchitectureFamily::kGpt2;
@@ -49,6 +52,7 @@ struct TransformerConfig {
   bool gated_mlp = false;     // SwiGLU-style: gate and up projections (3 FFN matrices)
   NormPlacement norm_placement = NormPlacement::kPre;
   int token_types = 0;  // BERT: segment A and B (2); 0: no token-type embedding
+  BertHeadKind bert_head = BertHeadKind::kPretraining;
 
   // In 64 bits: an unvalidated spec's sizes (the planner's estimates take any) must not
   // overflow.

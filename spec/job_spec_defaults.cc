@@ -43,6 +43,9 @@ void ApplyModelDefaults(ModelSpec* model) {
   if (bert && model->layernorm_placement() == LAYERNORM_PLACEMENT_UNSPECIFIED) {
     model->set_layernorm_placement(LAYERNORM_PLACEMENT_PRE);
   }
+  if (bert && model->bert_head() == BERT_HEAD_UNSPECIFIED) {
+    model->set_bert_head(BERT_HEAD_PRETRAINING);
+  }
   if (model->position_embedding() == POSITION_EMBEDDING_UNSPECIFIED) {
     model->set_position_embedding(llama ? POSITION_EMBEDDING_ROTARY : POSITION_EMBEDDING_LEARNED);
   }

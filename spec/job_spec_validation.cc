@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/family_defaults.h"
 #include "plan/rank_memory_estimate.h"
 #include "spec/data_split.h"
 #include "spec/job_spec_arithmetic.h"
@@ -159,8 +160,9 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
   ok.schedule = ValidateEnum<Schedule>(
       "parallel.schedule", spec.parallel().schedule(), Schedule_IsValid, Schedule_Name,
       {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}, v);
-  ok.format = ValidateEnum<DataFormat>("data.format", spec.data().format(), DataFormat_IsValid,
-                                       DataFormat_Name, {DATA_FORMAT_TEXT, DATA_FORMAT_MMIDIDX}, v);
+  ok.format = ValidateEnum<DataFormat>(
+      "data.format", spec.data().format(), DataFormat_IsValid, DataFormat_Name,
+      {DATA_FORMAT_TEXT, DATA_FORMAT_MMIDIDX, DATA_FORMAT_RACE}, v);
   ok.tokenizer = ValidateEnum<Tokenizer>(
       "data.tokenizer", spec.data().tokenizer(), Tokenizer_IsValid, Tokenizer_Name,
       {TOKENIZER_BYTE, TOKENIZER_GPT2_BPE, TOKENIZER_HF_JSON, TOKENIZER_WORDPIECE}, v);
@@ -181,6 +183,11 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
     ok.architecture &= ValidateEnum<LayerNormPlacement>(
         "model.layernorm_placement", m.layernorm_placement(), LayerNormPlacement_IsValid,
         LayerNormPlacement_Name, {LAYERNORM_PLACEMENT_PRE, LAYERNORM_PLACEMENT_POST}, v);
+  }
+  if (m.bert_head() != BERT_HEAD_UNSPECIFIED) {
+    ok.architecture &=
+        ValidateEnum<BertHead>("model.bert_head", m.bert_head(), BertHead_IsValid, BertHead_Name,
+                               {BERT_HEAD_PRETRAINING, BERT_HEAD_MULTIPLE_CHOICE}, v);
   }
   return ok;
 }
@@ -468,9 +475,10 @@ void ValidateTrain(const TrainSpec& t, Violations* v) {
   ValidateGenerationPrompts(t, v);
   for (int i = 0; i < t.eval_tasks_size() && i < kMaxEvalTasks; ++i) {
     const EvalTask& task = t.eval_tasks(i);
-    if (task.task() != "perplexity" && task.task() != "cloze" && task.task() != "choice") {
+    if (task.task() != "perplexity" && task.task() != "cloze" && task.task() != "choice" &&
+        task.task() != "race") {
       v->Add(absl::StrCat("train.eval_tasks: entry ", i, " has task \"", task.task(),
-                          "\" [rule: perplexity, cloze or choice]"));
+                          "\" [rule: perplexity, cloze, choice or race]"));
     }
     if (task.data().empty()) {
       v->Add(absl::StrCat("train.eval_tasks: entry ", i,
@@ -668,6 +676,46 @@ void ValidateMemory(const JobSpec& spec, Violations* v) {
 // SwiGLU, rotary positions) with any key-value heads, biases or not, tied or untied. The
 // spec names more combinations than that (model/transformer_config.h); each refusal says
 // which field the engines cannot run yet.
+// BERT's heads and what each trains on: pretraining on a sentence dataset, multiple choice
+// on RACE's format in groups of kRaceChoices consecutive sequences; the evaluation tasks
+// BERT runs (race, with the multiple-choice head).
+void ValidateBertHead(const JobSpec& spec, Violations* v) {
+  const bool choice = spec.model().bert_head() == BERT_HEAD_MULTIPLE_CHOICE;
+  const bool race = spec.data().format() == DATA_FORMAT_RACE;
+  if (choice && !race) {
+    v->Add(absl::StrCat("data.format: ", DataFormat_Name(spec.data().format()),
+                        " with model.bert_head BERT_HEAD_MULTIPLE_CHOICE [rule: the "
+                        "multiple-choice head trains on DATA_FORMAT_RACE]"));
+  }
+  if (!choice && race) {
+    v->Add(
+        "data.format: DATA_FORMAT_RACE with model.bert_head BERT_HEAD_PRETRAINING [rule: RACE's "
+        "questions train the multiple-choice head (model.bert_head BERT_HEAD_MULTIPLE_CHOICE)]");
+  }
+  if (choice && spec.parallel().micro_batch_size() > 0 &&
+      spec.parallel().micro_batch_size() % kRaceChoices != 0) {
+    v->Add(absl::StrCat("parallel.micro_batch_size: ", spec.parallel().micro_batch_size(),
+                        " is not a multiple of ", kRaceChoices,
+                        " [rule: a multiple-choice microbatch holds whole questions, one "
+                        "sequence per option]"));
+  }
+  const TrainSpec& t = spec.train();
+  for (int i = 0; i < t.eval_tasks_size() && i < kMaxEvalTasks; ++i) {
+    const std::string& task = t.eval_tasks(i).task();
+    if (task == "race" && !choice) {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i,
+                          " is race with model.bert_head BERT_HEAD_PRETRAINING [rule: race "
+                          "scores the multiple-choice head (BERT_HEAD_MULTIPLE_CHOICE)]"));
+    } else if (task != "race") {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i, " is ", task,
+                          " with MODEL_FAMILY_BERT [rule: BERT runs race (with the "
+                          "multiple-choice head); perplexity, cloze and choice score causal "
+                          "decoders, and BERT's validation metrics come with "
+                          "train.eval_interval]"));
+    }
+  }
+}
+
 // BERT (model.family MODEL_FAMILY_BERT): the CPU engine trains its architecture in fp32 on
 // a sentence dataset with WordPiece ids; each refusal names what it cannot run yet.
 void ValidateBertTrained(const JobSpec& spec, Violations* v) {
@@ -734,12 +782,7 @@ void ValidateBertTrained(const JobSpec& spec, Violations* v) {
                         " with MODEL_FAMILY_BERT [rule: BERT's samples need "
                         "TOKENIZER_WORDPIECE for [CLS], [SEP], [MASK], [PAD] and whole words]"));
   }
-  if (spec.train().eval_tasks_size() > 0) {
-    v->Add(
-        "train.eval_tasks: set with MODEL_FAMILY_BERT [rule: the evaluation tasks score causal "
-        "decoders (BERT's validation loss and masked-LM and sentence-order accuracy come with "
-        "train.eval_interval)]");
-  }
+  ValidateBertHead(spec, v);
   if (spec.train().generate_size() > 0) {
     v->Add("train.generate: set with MODEL_FAMILY_BERT [rule: generation needs a causal decoder]");
   }
@@ -754,6 +797,22 @@ void ValidateArchitectureTrained(const JobSpec& spec, Violations* v) {
   if (m.layernorm_placement() != LAYERNORM_PLACEMENT_UNSPECIFIED) {
     v->Add(absl::StrCat("model.layernorm_placement: set with ", ModelFamily_Name(m.family()),
                         " [rule: only MODEL_FAMILY_BERT has a choice, the decoders are pre-LN]"));
+  }
+  if (m.bert_head() != BERT_HEAD_UNSPECIFIED) {
+    v->Add(absl::StrCat("model.bert_head: set with ", ModelFamily_Name(m.family()),
+                        " [rule: only MODEL_FAMILY_BERT has these heads]"));
+  }
+  for (int i = 0; i < spec.train().eval_tasks_size() && i < kMaxEvalTasks; ++i) {
+    if (spec.train().eval_tasks(i).task() == "race") {
+      v->Add(absl::StrCat("train.eval_tasks: entry ", i, " is race with ",
+                          ModelFamily_Name(m.family()),
+                          " [rule: race scores BERT's multiple-choice head]"));
+    }
+  }
+  if (spec.data().format() == DATA_FORMAT_RACE) {
+    v->Add(absl::StrCat("data.format: DATA_FORMAT_RACE with ", ModelFamily_Name(m.family()),
+                        " [rule: RACE's questions train BERT's multiple-choice head "
+                        "(MODEL_FAMILY_BERT, model.bert_head BERT_HEAD_MULTIPLE_CHOICE)]"));
   }
   if (spec.data().tokenizer() == TOKENIZER_WORDPIECE) {
     v->Add(absl::StrCat("data.tokenizer: TOKENIZER_WORDPIECE with ", ModelFamily_Name(m.family()),

@@ -19,12 +19,13 @@ namespace mtrain {
 // in the precision the kernels have always been given it.
 inline float NormEpsilon(const ModelShape& shape) { return static_cast<float>(shape.norm_epsilon); }
 
-// Dropout sites inside a layer, and the embedding's (layer -1).
+// Dropout sites inside a layer, and the embedding's and the pooler's (layer -1).
 enum DropoutSite {
   kEmbeddingSite = 0,
   kAttentionProbSite = 1,
   kAttentionOutSite = 2,
-  kMlpOutSite = 3
+  kMlpOutSite = 3,
+  kPoolerOutSite = 4,  // BERT's multiple-choice head: the pooler's output before the score
 };
 
 // The key of one dropout mask: the job's seed, the microbatch (step and first sample, so a

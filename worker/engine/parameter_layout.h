@@ -79,6 +79,8 @@ struct ModelView {
   T *mlm_ln_gamma = nullptr, *mlm_ln_beta = nullptr;   // [C]
   T* mlm_output_bias = nullptr;                        // [V_local]
   T *sop_weight = nullptr, *sop_bias = nullptr;        // [2, C], [2]
+  // BERT's multiple-choice head, in place of the masked-LM and sentence-order heads.
+  T *choice_weight = nullptr, *choice_bias = nullptr;  // [1, C], [1]
 };
 
 // The layer's projections as the engines run them, whatever the family: the attention
@@ -258,6 +260,12 @@ ModelView<T> ParameterLayout::View(T* base) const {
         break;
       case ParameterRole::kSentenceOrderBias:
         view.sop_bias = data;
+        break;
+      case ParameterRole::kChoiceWeight:
+        view.choice_weight = data;
+        break;
+      case ParameterRole::kChoiceBias:
+        view.choice_bias = data;
         break;
     }
   }

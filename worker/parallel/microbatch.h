@@ -38,6 +38,11 @@ struct BertHeadTotals {
   double sentence_order_loss = 0;      // summed over sequences
   int64_t sentence_order_correct = 0;  // sequences whose label's logit is the larger
   int64_t masked_correct = 0;          // masked positions whose label is an argmax
+  // The multiple-choice head (model.bert_head BERT_HEAD_MULTIPLE_CHOICE): questions whose
+  // answer scored highest (ties count as right, as the argmax checks above), out of the
+  // questions seen (padding excluded).
+  int64_t choice_correct = 0;
+  int64_t choice_questions = 0;
 };
 
 // One microbatch of this data-parallel replica.
@@ -59,6 +64,11 @@ struct Microbatch {
   // caller; may be null).
   float d_loss_per_sequence = 0;
   BertHeadTotals* bert_totals = nullptr;
+  // BERT's multiple-choice head: the correct option of each question, whose kRaceChoices
+  // sequences are consecutive ([B / kRaceChoices]; -1: padding, no loss); last stage. The
+  // loss is the cross-entropy over each question's scores, seeded per question by the
+  // backward's d_loss_per_token.
+  std::vector<int32_t> choice_answers;
 };
 
 }  // namespace mtrain

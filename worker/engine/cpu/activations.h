@@ -81,6 +81,10 @@ struct Activations {
   // sentence-order head's logits [B, 2] and cross-entropy statistics.
   std::vector<int32_t> sentence_order;
   std::vector<T> pooler_in, pooled, sop_logits, sop_max, sop_sum_exp, sop_target;
+  // Multiple-choice head: each question's answer [B / 4], the pooler's output after its
+  // dropout [B, C], each sequence's score [B] and its softmax over the question's options.
+  std::vector<int32_t> choice_answers;
+  std::vector<T> choice_in, choice_scores, choice_probs;
 };
 
 // The bytes `acts` holds (every vector's elements): what a microbatch in flight keeps for
@@ -93,7 +97,8 @@ int64_t ActivationBytes(const Activations<T>& acts) {
   for (const std::vector<T>* v :
        {&acts.emb_sum, &acts.emb_ln_mean, &acts.emb_ln_rstd, &acts.mlm_in, &acts.mlm_fc,
         &acts.mlm_act, &acts.mlm_ln, &acts.mlm_ln_mean, &acts.mlm_ln_rstd, &acts.pooler_in,
-        &acts.pooled, &acts.sop_logits, &acts.sop_max, &acts.sop_sum_exp, &acts.sop_target}) {
+        &acts.pooled, &acts.sop_logits, &acts.sop_max, &acts.sop_sum_exp, &acts.sop_target,
+        &acts.choice_in, &acts.choice_scores, &acts.choice_probs}) {
     elements += v->size();
   }
   for (const std::vector<T>& io : acts.layer_io) elements += io.size();
@@ -107,7 +112,8 @@ int64_t ActivationBytes(const Activations<T>& acts) {
   }
   const size_t ids = acts.tokens.size() + acts.targets.size() + acts.positions.size() +
                      acts.token_types.size() + acts.lengths.size() + acts.mlm_rows.size() +
-                     acts.mlm_targets.size() + acts.sentence_order.size();
+                     acts.mlm_targets.size() + acts.sentence_order.size() +
+                     acts.choice_answers.size();
   return static_cast<int64_t>(elements * sizeof(T) + ids * sizeof(int32_t));
 }
 

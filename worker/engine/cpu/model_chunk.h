@@ -44,6 +44,11 @@ struct MicrobatchInput {
   // predictions here (may be null).
   T d_loss_per_sequence = 0;
   BertHeadTotals* bert_totals = nullptr;
+  // The multiple-choice head (model.bert_head BERT_HEAD_MULTIPLE_CHOICE) instead of the
+  // sentence order: each question's correct option ([B / kRaceChoices], -1 padding); Forward
+  // returns the questions' summed cross-entropy and Backward seeds each with
+  // d_loss_per_token.
+  const int32_t* choice_answers = nullptr;
 };
 
 // Buffers shared with other model chunks of the rank; offsets come from the layout.

@@ -33,6 +33,7 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
     input.token_types = microbatch.token_types.data();
     input.lengths = microbatch.lengths.data();
     input.sentence_order = microbatch.sentence_order.data();
+    input.choice_answers = microbatch.choice_answers.data();
     input.d_loss_per_sequence = microbatch.d_loss_per_sequence;
     input.bert_totals = microbatch.bert_totals;
   }

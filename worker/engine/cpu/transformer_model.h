@@ -129,6 +129,18 @@ class TransformerModel final : public ModelChunk<T> {
                                          const T* head_in);
   // Writes d_head_in [N, C] (the same on every tensor rank).
   absl::Status BertHeadBackward(Activations<T>* acts, T d_loss_per_token, T* d_head_in);
+  // The pooler (both heads): tanh of a dense layer over each sequence's first row of
+  // head_in, into acts->pooled; its backward from d_pooled_ (overwritten) adds into the
+  // first rows of d_head_in.
+  void PoolerForward(Activations<T>* acts, const T* head_in);
+  void PoolerBackward(Activations<T>* acts, T* d_head_in);
+  // The multiple-choice head (transformer_model_bert_choice.cc) in place of the masked-LM
+  // and sentence-order heads: a score per sequence from the pooler's output (after its
+  // dropout), the cross-entropy over each question's options. Returns the questions'
+  // summed loss; the backward seeds each with d_loss_per_question.
+  absl::StatusOr<double> ChoiceHeadForward(const MicrobatchInput<T>& input, Activations<T>* acts,
+                                           const T* head_in);
+  void ChoiceHeadBackward(Activations<T>* acts, T d_loss_per_question, T* d_head_in);
   // Under sequence parallelism (transformer_model_sequence_parallel.cc): x, out, d_out and d_x are
   // this rank's rows.
   absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,

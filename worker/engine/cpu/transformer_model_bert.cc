@@ -155,6 +155,9 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
   const int S = shape_.seq_length;
   const int C = shape_.hidden;
   const int N = B * S;
+  if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
+    return ChoiceHeadForward(input, acts, head_in);
+  }
   if (input.sentence_order == nullptr) {
     return absl::InvalidArgumentError(
         "a BERT microbatch needs its sentence-order labels on the last stage");
@@ -233,16 +236,7 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
                                                      "; it must be 0 (in order) or 1 (swapped)"));
     }
   }
-  const size_t BC = static_cast<size_t>(B) * C;
-  acts->pooler_in.resize(BC);
-  acts->pooled.resize(BC);
-  for (int b = 0; b < B; ++b) {
-    const T* row = head_in + static_cast<size_t>(b) * S * C;
-    std::copy(row, row + C, acts->pooler_in.begin() + static_cast<std::ptrdiff_t>(b) * C);
-  }
-  cpu::MatmulForward<T>(acts->pooler_in.data(), p_.pooler_weight, p_.pooler_bias,
-                        acts->pooled.data(), B, C, C);
-  for (T& v : acts->pooled) v = std::tanh(v);
+  PoolerForward(acts, head_in);
   acts->sop_logits.resize(static_cast<size_t>(B) * 2);
   acts->sop_max.resize(B);
   acts->sop_sum_exp.resize(B);
@@ -277,6 +271,10 @@ absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>* acts, T d_los
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(B) * S * C;
   std::fill(d_head_in, d_head_in + NC, T(0));
+  if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
+    ChoiceHeadBackward(acts, d_loss_per_token, d_head_in);
+    return absl::OkStatus();
+  }
   const int M = static_cast<int>(acts->mlm_rows.size());
   const size_t MC = static_cast<size_t>(M) * C;
   const int Vl = placement_.local_vocab(shape_);
@@ -307,15 +305,41 @@ absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>* acts, T d_los
     }
   }
 
-  const size_t BC = static_cast<size_t>(B) * C;
   d_sop_logits_.assign(static_cast<size_t>(B) * 2, T(0));
   cpu::CrossEntropyBackward<T>(acts->sop_logits.data(), acts->sentence_order.data(),
                                acts->sop_max.data(), acts->sop_sum_exp.data(),
                                cpu::VocabShard{B, 2, 2, 0}, acts->d_loss_per_sequence,
                                d_sop_logits_.data());
-  d_pooled_.assign(BC, T(0));
+  d_pooled_.assign(static_cast<size_t>(B) * C, T(0));
   cpu::MatmulBackward<T>(d_sop_logits_.data(), acts->pooled.data(), p_.sop_weight, d_pooled_.data(),
                          g_.sop_weight, g_.sop_bias, B, C, 2);
+  PoolerBackward(acts, d_head_in);
+  return absl::OkStatus();
+}
+
+template <typename T>
+void TransformerModel<T>::PoolerForward(Activations<T>* acts, const T* head_in) {
+  const int B = batch_;
+  const int S = shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t BC = static_cast<size_t>(B) * C;
+  acts->pooler_in.resize(BC);
+  acts->pooled.resize(BC);
+  for (int b = 0; b < B; ++b) {
+    const T* row = head_in + static_cast<size_t>(b) * S * C;
+    std::copy(row, row + C, acts->pooler_in.begin() + static_cast<std::ptrdiff_t>(b) * C);
+  }
+  cpu::MatmulForward<T>(acts->pooler_in.data(), p_.pooler_weight, p_.pooler_bias,
+                        acts->pooled.data(), B, C, C);
+  for (T& v : acts->pooled) v = std::tanh(v);
+}
+
+template <typename T>
+void TransformerModel<T>::PoolerBackward(Activations<T>* acts, T* d_head_in) {
+  const int B = batch_;
+  const int S = shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t BC = static_cast<size_t>(B) * C;
   for (size_t i = 0; i < BC; ++i) d_pooled_[i] *= T(1) - acts->pooled[i] * acts->pooled[i];
   d_mlm_b_.assign(BC, T(0));
   cpu::MatmulBackward<T>(d_pooled_.data(), acts->pooler_in.data(), p_.pooler_weight,
@@ -324,7 +348,6 @@ absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>* acts, T d_los
     AddInto(d_mlm_b_.data() + static_cast<size_t>(b) * C,
             d_head_in + static_cast<size_t>(b) * S * C, C);
   }
-  return absl::OkStatus();
 }
 
 // Only the members defined here: the class itself is instantiated in transformer_model.cc.
@@ -339,7 +362,9 @@ absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>* acts, T d_los
   template void TransformerModel<T>::BertEmbeddingBackward(Activations<T>*, T*, int, int);         \
   template absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInput<T>&,  \
                                                                        Activations<T>*, const T*); \
-  template absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>*, T, T*);
+  template absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>*, T, T*);             \
+  template void TransformerModel<T>::PoolerForward(Activations<T>*, const T*);                     \
+  template void TransformerModel<T>::PoolerBackward(Activations<T>*, T*);
 MTRAIN_INSTANTIATE_BERT(float)
 MTRAIN_INSTANTIATE_BERT(double)
 #undef MTRAIN_INSTANTIATE_BERT
