@@ -33,7 +33,9 @@ std::string HuggingFaceBertConfigJson(const JobSpec& spec_in) {
   ApplyJobSpecDefaults(&spec);
   const ModelSpec& m = spec.model();
   const bool post = IsPost(m);
-  const std::string architecture = post ? "BertForPreTraining" : "MegatronBertForPreTraining";
+  const bool choice = m.bert_head() == BERT_HEAD_MULTIPLE_CHOICE;
+  const std::string architecture =
+      absl::StrCat(post ? "Bert" : "MegatronBert", choice ? "ForMultipleChoice" : "ForPreTraining");
   JsonObject config(JsonNumberFormat::ShortestFloat(), JsonLayout::kOneFieldPerLine);
   config
       .Raw("architectures", JsonArray(std::vector<std::string>{architecture},

@@ -62,6 +62,9 @@ struct TensorMapping {
                             // BERT's heads)
   bool token_embedding = false;
   bool output_layer = false;  // an untied output layer
+  // BERT's multiple-choice classifier: a pretrained file has none (fine-tuning starts it
+  // from the seeded initialisation), so its absence on import is no error.
+  bool fine_tuning_head = false;
 };
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -123,6 +126,8 @@ std::vector<TensorMapping> Mappings(const ModelSpec& m) {
     map.prefixed = entry.hf_in_base_model;
     map.token_embedding = entry.role == ParameterRole::kTokenEmbedding;
     map.output_layer = entry.role == ParameterRole::kOutputWeight;
+    map.fine_tuning_head =
+        entry.role == ParameterRole::kChoiceWeight || entry.role == ParameterRole::kChoiceBias;
     switch (entry.role) {
       case ParameterRole::kOutputWeight:
       case ParameterRole::kTokenEmbedding:
@@ -373,10 +378,15 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const HfTensor
     if (m.token_embedding) embedding_hf = m.hf;
   }
 
+  // A multiple-choice BERT fine-tunes a pretrained one: the pretraining heads ("cls.*",
+  // outside the base model) are not its parameters and are left in the file.
+  const bool multiple_choice =
+      model.family() == MODEL_FAMILY_BERT && model.bert_head() == BERT_HEAD_MULTIPLE_CHOICE;
   // Names without the prefix -> (the name as the file spells it, its shape).
   std::map<std::string, std::pair<std::string, const std::vector<int64_t>*>> by_name;
   std::string lm_head;  // the head's name as the file spells it, if it has one
   for (const auto& [name, shape] : shapes) {
+    if (multiple_choice && absl::StartsWith(name, "cls.")) continue;
     absl::string_view bare = name;
     absl::ConsumePrefix(&bare, family.prefix);
     if (bare == kHfLmHead && !untied) {
@@ -402,6 +412,7 @@ absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const HfTensor
   std::vector<float> hf_wte;  // kept only to compare a saved head with it
   for (const TensorMapping& m : mappings) {
     auto it = by_name.find(m.hf);
+    if (it == by_name.end() && m.fine_tuning_head) continue;
     if (it == by_name.end()) {
       // A file of the engine's own names (train --save_weights) is the likely mix-up.
       const bool ours_named = shapes.count(m.ours) > 0;

@@ -90,7 +90,10 @@ absl::Status ExportHuggingFace(const std::map<std::string, FullTensor>& ours, co
 //   - wpe must have at least model.seq_length rows; the first seq_length are kept;
 //   - every other shape must be the one model.hidden_size implies.
 // INVALID_ARGUMENT naming the HF tensor, the shape found, the shape expected and the spec
-// field for any violation.
+// field for any violation. A BERT with model.bert_head BERT_HEAD_MULTIPLE_CHOICE fine-tunes
+// a pretrained one: a file's pretraining heads ("cls.*") are ignored and a file without the
+// classifier ("classifier.weight/bias", HF BertForMultipleChoice's) leaves it out of the
+// result, so that it keeps the job's seeded initialisation.
 absl::StatusOr<std::map<std::string, FullTensor>> FromHuggingFace(const SafetensorsFile& file,
                                                                   const ModelSpec& model);
 

@@ -50,6 +50,8 @@ std::string StepMetricsJson(const StepMetrics& m) {
   if (m.has_loss()) json.Number("loss", m.loss());
   // BERT: the loss's two parts.
   if (m.has_mlm_loss()) json.Number("mlm_loss", m.mlm_loss()).Number("sop_loss", m.sop_loss());
+  // BERT's multiple-choice head: the share of the step's questions answered right.
+  if (m.has_choice_accuracy()) json.Number("choice_accuracy", m.choice_accuracy());
   json.Number("lr", m.lr())
       .Number("grad_norm", m.grad_norm())
       .Number("step_seconds", m.step_seconds())
@@ -93,6 +95,9 @@ std::string StepMetricsJson(const StepMetrics& m) {
         .Number("validation_sop_loss", m.validation_sop_loss())
         .Number("validation_mlm_accuracy", m.validation_mlm_accuracy())
         .Number("validation_sop_accuracy", m.validation_sop_accuracy());
+  } else if (m.has_validation_choice_accuracy()) {
+    json.Number("validation_loss", m.validation_loss())
+        .Number("validation_choice_accuracy", m.validation_choice_accuracy());
   } else if (m.has_validation_loss()) {
     json.Number("validation_loss", m.validation_loss())
         .Number("validation_perplexity", std::exp(m.validation_loss()));
@@ -108,6 +113,9 @@ std::string StepProgressLine(const StepMetrics& m, long long total_steps) {
     absl::StrAppend(&line, absl::StrFormat(" (masked-LM %.4f, sentence order %.4f)", m.mlm_loss(),
                                            m.sop_loss()));
   }
+  if (m.has_choice_accuracy()) {
+    absl::StrAppend(&line, absl::StrFormat(" (%.1f%% right)", 100.0 * m.choice_accuracy()));
+  }
   absl::StrAppend(&line,
                   absl::StrFormat(" | lr %.2e | grad_norm %.3f | %.0f tok/s | mfu %.2f%%", m.lr(),
                                   m.grad_norm(), m.tokens_per_second(), 100.0 * m.mfu()));
@@ -118,6 +126,10 @@ std::string StepProgressLine(const StepMetrics& m, long long total_steps) {
                                m.validation_loss(), m.validation_mlm_loss(),
                                100.0 * m.validation_mlm_accuracy(), m.validation_sop_loss(),
                                100.0 * m.validation_sop_accuracy()));
+  } else if (m.has_validation_choice_accuracy()) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" | validation loss %.4f, %.1f%% of questions right",
+                                    m.validation_loss(), 100.0 * m.validation_choice_accuracy()));
   } else if (m.has_validation_loss()) {
     absl::StrAppend(&line, absl::StrFormat(" | validation loss %.4f, perplexity %.2f",
                                            m.validation_loss(), std::exp(m.validation_loss())));

@@ -61,5 +61,20 @@ TEST(StepMetricsFormatTest, EvaluationStepsCarryTheValidationLossAndPerplexity) 
   EXPECT_THAT(StepProgressLine(m, 10), EndsWith(" | validation loss 2.0000, perplexity 7.39"));
 }
 
+TEST(StepMetricsFormatTest, MultipleChoiceStepsCarryTheShareOfQuestionsRight) {
+  StepMetrics m = Metrics();
+  m.set_choice_accuracy(0.5);
+  m.set_validation_loss(1.25);
+  m.set_validation_choice_accuracy(0.75);
+  const std::string json = StepMetricsJson(m);
+  EXPECT_THAT(json, HasSubstr("\"choice_accuracy\":0.5"));
+  EXPECT_THAT(json, HasSubstr("\"validation_loss\":1.25,\"validation_choice_accuracy\":0.75"));
+  // exp of a cross-entropy over four options is no perplexity.
+  EXPECT_THAT(json, Not(HasSubstr("perplexity")));
+  const std::string line = StepProgressLine(m, 10);
+  EXPECT_THAT(line, HasSubstr("loss 5.2500 (50.0% right)"));
+  EXPECT_THAT(line, HasSubstr("validation loss 1.2500, 75.0% of questions right"));
+}
+
 }  // namespace
 }  // namespace mtrain

@@ -91,6 +91,8 @@ struct CoordinatorMetrics::Impl {
     // evaluation.
     prometheus::Gauge* validation_mlm_accuracy = nullptr;
     prometheus::Gauge* validation_sop_accuracy = nullptr;
+    // BERT's multiple-choice head (multiple_choice), created by its first evaluation.
+    prometheus::Gauge* validation_choice_accuracy = nullptr;
     // train.eval_tasks' results by (task, data, metric), created as they come.
     std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> evals;
     // train.generate's speed by prompt (its index in the spec), created as they come.
@@ -424,6 +426,7 @@ void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
            {&impl_->job_validation_loss, series.validation_loss},
            {&impl_->job_validation_accuracy, series.validation_mlm_accuracy},
            {&impl_->job_validation_accuracy, series.validation_sop_accuracy},
+           {&impl_->job_validation_accuracy, series.validation_choice_accuracy},
            {&impl_->job_tokens_per_second, series.tokens_per_second},
            {&impl_->job_model_tflops, series.model_tflops},
            {&impl_->job_mfu, series.mfu},
@@ -568,6 +571,13 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
     }
     job.validation_mlm_accuracy->Set(metrics.validation_mlm_accuracy());
     job.validation_sop_accuracy->Set(metrics.validation_sop_accuracy());
+  }
+  if (metrics.has_validation_choice_accuracy()) {
+    if (job.validation_choice_accuracy == nullptr) {
+      job.validation_choice_accuracy =
+          &impl_->job_validation_accuracy.Add({{"job", job_id}, {"head", "multiple_choice"}});
+    }
+    job.validation_choice_accuracy->Set(metrics.validation_choice_accuracy());
   }
   AdvanceCounterTo(*job.skipped_steps, static_cast<double>(metrics.skipped_steps()));
 }

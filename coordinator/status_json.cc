@@ -83,6 +83,11 @@ std::string StepsJson(absl::string_view job_id, const std::vector<StepMetrics>& 
           .Number("validation_mlm_accuracy", m.validation_mlm_accuracy())
           .Number("validation_sop_accuracy", m.validation_sop_accuracy());
     }
+    // BERT's multiple-choice head: the share of questions right (training and validation).
+    if (m.has_choice_accuracy()) object.Number("choice_accuracy", m.choice_accuracy());
+    if (m.has_validation_choice_accuracy()) {
+      object.Number("validation_choice_accuracy", m.validation_choice_accuracy());
+    }
     // Checkpoint steps of a job with train.eval_tasks.
     if (m.evals_size() > 0) object.Raw("evals", JsonArray(m.evals(), EvalTaskResultJson));
     // Those of a job with train.generate.

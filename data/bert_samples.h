@@ -70,9 +70,23 @@ struct BertSample {
   std::vector<int32_t> labels;       // [S]: the original token where masked, else -1
   int length = 0;                    // tokens before the padding
   bool swapped = false;              // B came before A in the text
+  // Multiple choice (race_dataset.h): the question's correct option, carried by each of its
+  // options' samples; -1 for pretraining samples.
+  int answer = -1;
 };
 
-class BertSamples {
+// What a BERT job draws its samples from: pretraining spans (BertSamples) or RACE's
+// questions (race_dataset.h). Sample `index` is a pure function of the index, the data and
+// the seed. Not thread-safe.
+class BertSampleSource {
+ public:
+  virtual ~BertSampleSource() = default;
+  virtual absl::Status Fill(int64_t index, BertSample* sample) = 0;
+  // One line for the rank's log.
+  virtual std::string Describe() const = 0;
+};
+
+class BertSamples : public BertSampleSource {
  public:
   // INVALID_ARGUMENT naming the option and rule (seq_length < 8, a probability outside
   // [0, 1], max_ngram < 1, special ids outside the vocabulary, continues_word of another
@@ -84,10 +98,10 @@ class BertSamples {
   int64_t samples_per_epoch() const { return static_cast<int64_t>(spans_.size()); }
 
   // Sample `index` (any index >= 0). Not thread-safe (the epoch's order is kept).
-  absl::Status Fill(int64_t index, BertSample* sample);
+  absl::Status Fill(int64_t index, BertSample* sample) override;
 
   // One line for the rank's log.
-  std::string Describe() const;
+  std::string Describe() const override;
 
  private:
   struct Span {

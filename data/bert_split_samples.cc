@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -114,12 +115,11 @@ absl::StatusOr<std::string> SentenceDatasetOfText(const DataSpec& data) {
   return prefix;
 }
 
-}  // namespace
-
-absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
+// The spec's WordPiece vocabulary, no larger than model.vocab_size.
+absl::StatusOr<WordPieceTokenizer> OpenSpecWordPiece(const JobSpec& spec) {
   const DataSpec& data = spec.data();
   const char* vocab_field = data.has_vocab_file() ? "data.vocab_file" : "data.tokenizer_json";
-  ASSIGN_OR_RETURN(const WordPieceTokenizer tokenizer, OpenWordPiece(data));
+  ASSIGN_OR_RETURN(WordPieceTokenizer tokenizer, OpenWordPiece(data));
   const int vocab_size = spec.model().vocab_size();
   if (tokenizer.vocab_size() > vocab_size) {
     return absl::InvalidArgumentError(
@@ -127,6 +127,82 @@ absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
                      " entries, more than model.vocab_size ", vocab_size,
                      " [rule: model.vocab_size >= the vocabulary's size (BERT's: 30522)]"));
   }
+  return tokenizer;
+}
+
+absl::StatusOr<std::vector<RacePassage>> ReadRace(const std::string& path,
+                                                  absl::string_view field) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(field, ": cannot read ", path));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::vector<RacePassage>> passages = ParseRace(text, path);
+  if (!passages.ok()) return Prefixed(passages.status(), field);
+  return passages;
+}
+
+RaceSamplesOptions RaceOptions(const JobSpec& spec, const WordPieceTokenizer& tokenizer) {
+  RaceSamplesOptions options;
+  options.seq_length = spec.model().seq_length();
+  options.special = {tokenizer.cls_id(), tokenizer.sep_id(), tokenizer.mask_id(),
+                     tokenizer.pad_id()};
+  options.vocab_size = tokenizer.vocab_size();
+  options.seed = spec.train().seed();
+  return options;
+}
+
+RaceEncoder EncoderOf(const WordPieceTokenizer& tokenizer) {
+  return [&tokenizer](absl::string_view text) { return tokenizer.Encode(text); };
+}
+
+// data.format DATA_FORMAT_RACE: the file's passages split by data.split.
+absl::StatusOr<BertSplitSamples> OpenRaceSplitSamples(const JobSpec& spec,
+                                                      const WordPieceTokenizer& tokenizer) {
+  ASSIGN_OR_RETURN(const std::vector<RacePassage> passages,
+                   ReadRace(spec.data().path(), "data.path"));
+  const DataSpec& data = spec.data();
+  ASSIGN_OR_RETURN(const DataSplit split,
+                   ParseDataSplit(data.has_split() ? data.split() : kDefaultDataSplit));
+  BertSplitSamples out;
+  const auto open = [&](SplitKind kind) -> absl::StatusOr<std::unique_ptr<BertSampleSource>> {
+    const SplitRange range = SplitBoundaries(split, static_cast<int64_t>(passages.size()), kind);
+    RaceSamplesOptions options = RaceOptions(spec, tokenizer);
+    options.shuffle = kind == SplitKind::kTrain;
+    options.name = SplitKindName(kind);
+    absl::StatusOr<std::unique_ptr<RaceSamples>> samples = RaceSamples::Create(
+        EncodeRace(passages, EncoderOf(tokenizer), range.begin, range.end), options);
+    if (!samples.ok()) {
+      return Prefixed(samples.status(), absl::StrCat("data.split (", SplitKindName(kind), " of ",
+                                                     passages.size(), " passages)"));
+    }
+    return std::unique_ptr<BertSampleSource>(*std::move(samples));
+  };
+  ASSIGN_OR_RETURN(out.train, open(SplitKind::kTrain));
+  if (spec.train().eval_interval() > 0) {
+    ASSIGN_OR_RETURN(out.validation, open(SplitKind::kValidation));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RaceSamples>> OpenRaceFile(const JobSpec& spec,
+                                                          const std::string& path,
+                                                          absl::string_view field) {
+  ASSIGN_OR_RETURN(const WordPieceTokenizer tokenizer, OpenSpecWordPiece(spec));
+  ASSIGN_OR_RETURN(const std::vector<RacePassage> passages, ReadRace(path, field));
+  RaceSamplesOptions options = RaceOptions(spec, tokenizer);
+  options.shuffle = false;
+  options.name = path;
+  absl::StatusOr<std::unique_ptr<RaceSamples>> samples =
+      RaceSamples::Create(EncodeRace(passages, EncoderOf(tokenizer)), options);
+  if (!samples.ok()) return Prefixed(samples.status(), field);
+  return samples;
+}
+
+absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
+  const DataSpec& data = spec.data();
+  ASSIGN_OR_RETURN(const WordPieceTokenizer tokenizer, OpenSpecWordPiece(spec));
+  if (data.format() == DATA_FORMAT_RACE) return OpenRaceSplitSamples(spec, tokenizer);
   BertSplitSamples out;
   std::string prefix = data.path();
   if (data.format() != DATA_FORMAT_MMIDIDX) {
@@ -146,7 +222,7 @@ absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
                      tokenizer.pad_id()};
   options.vocab_size = tokenizer.vocab_size();
   options.continues_word = tokenizer.ContinuesWord();
-  const auto open = [&](SplitKind kind) -> absl::StatusOr<std::unique_ptr<BertSamples>> {
+  const auto open = [&](SplitKind kind) -> absl::StatusOr<std::unique_ptr<BertSampleSource>> {
     BertSamplesOptions o = options;
     o.documents = SplitBoundaries(split, out.dataset->num_documents(), kind);
     absl::StatusOr<std::unique_ptr<BertSamples>> samples =
@@ -154,7 +230,7 @@ absl::StatusOr<BertSplitSamples> OpenBertSplitSamples(const JobSpec& spec) {
     if (!samples.ok()) {
       return Prefixed(samples.status(), absl::StrCat("data.split (", SplitKindName(kind), ")"));
     }
-    return samples;
+    return std::unique_ptr<BertSampleSource>(*std::move(samples));
   };
   ASSIGN_OR_RETURN(out.train, open(SplitKind::kTrain));
   if (spec.train().eval_interval() > 0) {

@@ -682,6 +682,11 @@ void ValidateMemory(const JobSpec& spec, Violations* v) {
 void ValidateBertHead(const JobSpec& spec, Violations* v) {
   const bool choice = spec.model().bert_head() == BERT_HEAD_MULTIPLE_CHOICE;
   const bool race = spec.data().format() == DATA_FORMAT_RACE;
+  if (race && spec.data().path().empty()) {
+    v->Add(
+        "data.path: required with DATA_FORMAT_RACE [rule: the RACE-format file of questions "
+        "(tests/data/race_small.jsonl is a small one)]");
+  }
   if (choice && !race) {
     v->Add(absl::StrCat("data.format: ", DataFormat_Name(spec.data().format()),
                         " with model.bert_head BERT_HEAD_MULTIPLE_CHOICE [rule: the "

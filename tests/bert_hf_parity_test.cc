@@ -3,7 +3,8 @@
 // placement, BertForPreTraining for the post one), imported by real `train` processes under
 // `launch` (train.init_from), train one step on the first global batch of the shipped corpus
 // as a sentence dataset (made by the real `preprocess`). Under (1,1,1), (2,1,1), (1,2,1),
-// (2,2,1) and (1,1,2):
+// (2,2,1) and (1,1,2) (and the multiple-choice head against BertForMultipleChoice and
+// MegatronBertForMultipleChoice on RACE's format, tests at the end):
 //   - the loss step 1 reports (masked-LM mean plus sentence-order mean, of the imported
 //     weights) equals transformers' on the same samples to 1e-5 relative;
 //   - so does the gradient norm of that loss over every parameter (1e-4), which checks the
@@ -41,6 +42,7 @@ namespace {
 using google::protobuf::Struct;
 
 constexpr int kGlobalBatch = 4;
+constexpr int kChoiceGlobalBatch = 8;  // two questions of four options
 
 std::string Path(const std::string& name) { return absl::StrCat(TestTempDir(), "/", name); }
 
@@ -127,10 +129,80 @@ class BertHfParityTest : public ::testing::Test {
     return path;
   }
 
+  // The multiple-choice head on RACE's format: the shipped small file, questions of four
+  // sequences (micro batch 4: one question; global batch 8).
+  static std::string ChoiceSpecJson(const std::string& placement, int t, int p, int d,
+                                    const std::string& init_from) {
+    return absl::StrFormat(
+        R"({"name": "bert-choice-parity",
+            "model": {"family": "MODEL_FAMILY_BERT", "num_layers": 2, "num_heads": 4,
+                      "hidden_size": 64, "ffn_hidden_size": 96, "seq_length": 64,
+                      "vocab_size": 2048, "layernorm_placement": "LAYERNORM_PLACEMENT_%s",
+                      "bert_head": "BERT_HEAD_MULTIPLE_CHOICE"},
+            "parallel": {"tensor": %d, "pipeline": %d, "data": %d, "micro_batch_size": 4,
+                         "global_batch_size": %d},
+            "data": {"path": "tests/data/race_small.jsonl", "format": "DATA_FORMAT_RACE",
+                     "tokenizer": "TOKENIZER_WORDPIECE",
+                     "vocab_file": "tests/data/bert_vocab.txt"},
+            "train": {"steps": 1, "dropout": 0, "init_from": "%s"},
+            "device": "DEVICE_CPU"})",
+        placement, t, p, d, kChoiceGlobalBatch, init_from);
+  }
+
+  // The first global batch of the RACE job, as the trainer draws it.
+  static std::string WriteFirstChoiceBatch(const std::string& spec_json, const std::string& path) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<BertSplitSamples> samples = OpenBertSplitSamples(*spec);
+    EXPECT_TRUE(samples.ok()) << samples.status();
+    if (!samples.ok()) return path;
+    std::vector<std::string> tokens, types, lengths, answers;
+    BertSample sample;
+    for (int i = 0; i < kChoiceGlobalBatch; ++i) {
+      EXPECT_TRUE(samples->train->Fill(i, &sample).ok());
+      tokens.push_back(absl::StrCat("[", absl::StrJoin(sample.tokens, ","), "]"));
+      types.push_back(absl::StrCat("[", absl::StrJoin(sample.token_types, ","), "]"));
+      lengths.push_back(absl::StrCat(sample.length));
+      if (i % 4 == 0) answers.push_back(absl::StrCat(sample.answer));
+    }
+    auto list = [](const std::vector<std::string>& items) {
+      return absl::StrCat("[", absl::StrJoin(items, ","), "]");
+    };
+    std::ofstream(path) << absl::StrCat(R"({"tokens": )", list(tokens), R"(, "token_types": )",
+                                        list(types), R"(, "lengths": )", list(lengths),
+                                        R"(, "answers": )", list(answers), "}");
+    return path;
+  }
+
+  // Runs `launch` on `spec_json`; the metrics line of the rank that computes the loss.
+  static MetricsLine LaunchOneStep(const std::string& name, const std::string& spec_json,
+                                   int world) {
+    const std::string dir = Path(name);
+    std::ofstream(dir + ".json") << spec_json;
+    auto launch = ChildProcess::Start(
+        {"worker/launch", "--spec=" + dir + ".json", "--out_dir=" + dir, "--threads_per_rank=1"},
+        dir + ".log");
+    EXPECT_TRUE(launch.ok()) << launch.status();
+    if (!launch.ok()) return {};
+    absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(3));
+    EXPECT_TRUE(code.ok() && *code == 0) << name << ":\n" << (*launch)->Log();
+    absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(dir + "/metrics.jsonl");
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    if (!lines.ok()) return {};
+    for (const MetricsLine& line : *lines) {
+      // The last rank is on the last stage: it computes the loss.
+      if (line.count("rank") > 0 && line.at("rank") == world - 1 && line.count("loss") > 0) {
+        return line;
+      }
+    }
+    ADD_FAILURE() << name << ": no loss from rank " << world - 1;
+    return {};
+  }
+
   // transformers' loss, its parts and the gradient norm for `model_dir` on `batch`.
   static Struct ReferenceOf(const std::string& model_dir, const std::string& batch,
-                            const std::string& log) {
-    const auto [code, output] = RunReference({"loss", model_dir, batch}, log);
+                            const std::string& log, const std::string& mode = "loss") {
+    const auto [code, output] = RunReference({mode, model_dir, batch}, log);
     EXPECT_EQ(code, 0) << output;
     Struct result;
     const std::string last_line = output.substr(output.rfind('{'));
@@ -227,6 +299,73 @@ TEST_F(BertHfParityTest, ExportGivesBackTheTensorsAndTransformersLoadsIt) {
     EXPECT_EQ(Number(got, "loss"), Number(want, "loss")) << placement;
     EXPECT_EQ(Number(got, "grad_norm"), Number(want, "grad_norm")) << placement;
   }
+}
+
+// The multiple-choice head (RACE fine-tuning): BertForMultipleChoice (post) and
+// MegatronBertForMultipleChoice (pre) imported, one step on the RACE file's first global
+// batch: the loss (the mean cross-entropy over its questions), the share right and the
+// gradient norm equal transformers' under every layout; the export loads into transformers
+// with no warning and computes the same.
+TEST_F(BertHfParityTest, MultipleChoiceGivesTransformersLossUnderEveryLayoutAndExportsBack) {
+  for (const char* placement : {"PRE", "POST"}) {
+    const std::string model_dir = Path(placement[1] == 'R' ? "hf/pre-choice" : "hf/post-choice");
+    const std::string spec_json = ChoiceSpecJson(placement, 1, 1, 1, model_dir);
+    const std::string batch =
+        WriteFirstChoiceBatch(spec_json, Path(absl::StrCat("choice-batch-", placement, ".json")));
+    const Struct want =
+        ReferenceOf(model_dir, batch, Path(absl::StrCat("choice-ref-", placement)), "choice_loss");
+    const double loss = Number(want, "loss"), norm = Number(want, "grad_norm");
+    for (const auto& [t, p, d] : std::vector<std::tuple<int, int, int>>{
+             {1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 1}, {1, 1, 2}}) {
+      const std::string name = absl::StrCat("choice-", placement, "-t", t, "p", p, "d", d);
+      const MetricsLine line =
+          LaunchOneStep(name, ChoiceSpecJson(placement, t, p, d, model_dir), t * p * d);
+      if (line.count("loss") == 0) continue;
+      EXPECT_NEAR(line.at("loss"), loss, 1e-5 * loss) << name;
+      EXPECT_EQ(line.at("choice_accuracy"), Number(want, "accuracy")) << name;
+      EXPECT_NEAR(line.at("grad_norm"), norm, 1e-4 * norm) << name;
+      std::printf("%s: loss %.9f (transformers %.9f), gradient norm %.7f (transformers %.7f)\n",
+                  name.c_str(), line.at("loss"), loss, line.at("grad_norm"), norm);
+    }
+    absl::StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<std::map<std::string, FullTensor>> ours =
+        ImportHuggingFace(model_dir, spec->model());
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    EXPECT_EQ(ours->count("choice.weight"), 1u);
+    const std::string exported = Path(absl::StrCat("exported-choice-", placement));
+    const absl::Status exported_status = ExportHuggingFace(*ours, *spec, exported);
+    ASSERT_TRUE(exported_status.ok()) << exported_status;
+    const Struct got = ReferenceOf(exported, batch, Path(absl::StrCat("choice-export-", placement)),
+                                   "choice_loss");
+    EXPECT_EQ(Number(got, "loss"), loss) << placement;
+    EXPECT_EQ(Number(got, "grad_norm"), norm) << placement;
+  }
+}
+
+// Fine-tuning starts from a pretrained BERT: its pretraining heads are left out, the
+// classifier starts from the seeded initialisation, and the job trains from there.
+TEST_F(BertHfParityTest, MultipleChoiceFineTunesFromAPretrainedBert) {
+  const std::string pretrained = Path("hf/pre");
+  // The pretrained model has 40 positions: a 32-token RACE job fits them.
+  std::string spec_json = ChoiceSpecJson("PRE", 2, 1, 1, pretrained);
+  const std::string positions = "\"seq_length\": 64";
+  spec_json.replace(spec_json.find(positions), positions.size(), "\"seq_length\": 32");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::map<std::string, FullTensor>> ours =
+      ImportHuggingFace(pretrained, spec->model());
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  EXPECT_EQ(ours->count("choice.weight"), 0u) << "the pretrained file has no classifier";
+  EXPECT_EQ(ours->count("pooler.weight"), 1u);
+  for (const auto& [name, tensor] : *ours) {
+    EXPECT_NE(name.rfind("mlm.", 0), 0u) << name;
+    EXPECT_NE(name.rfind("sop.", 0), 0u) << name;
+  }
+  const MetricsLine line = LaunchOneStep("choice-from-pretrained", spec_json, 2);
+  ASSERT_EQ(line.count("loss"), 1u);
+  // A fresh classifier scores the options alike: about log 4.
+  EXPECT_NEAR(line.at("loss"), std::log(4.0), 0.05);
 }
 
 }  // namespace

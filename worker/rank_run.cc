@@ -26,6 +26,7 @@
 #include "common/scratch_dir.h"
 #include "common/status_macros.h"
 #include "common/step_metrics_format.h"
+#include "data/bert_split_samples.h"
 #include "data/data_roots.h"
 #include "data/data_source.h"
 #include "kernels/cpu_gemm_library.h"
@@ -262,6 +263,21 @@ absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec, const
   if (task.data().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(data_flag, ": required with the task"));
   }
+  if (task.task() == "race") {
+    // BERT's multiple-choice head scores each question's options (race_dataset.h).
+    ASSIGN_OR_RETURN(std::unique_ptr<RaceSamples> questions,
+                     OpenRaceFile(spec, task.data(), data_flag));
+    ASSIGN_OR_RETURN(const Trainer::ChoiceEvaluation evaluation,
+                     trainer.EvaluateMultipleChoice(*questions));
+    if (evaluation.questions == 0) return EvalResult{};  // not a loss rank of replica 0
+    EvalResult result;
+    result.task = "race";
+    result.examples = evaluation.questions;
+    result.loss = evaluation.loss_sum / static_cast<double>(evaluation.questions);
+    result.accuracy =
+        static_cast<double>(evaluation.correct) / static_cast<double>(evaluation.questions);
+    return result;
+  }
   std::ifstream in(task.data(), std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(data_flag, ": ", task.data(), ": cannot read"));
@@ -281,8 +297,8 @@ absl::StatusOr<EvalResult> Evaluate(Trainer& trainer, const JobSpec& spec, const
   } else if (task.task() == "choice") {
     ASSIGN_OR_RETURN(sequences, ChoiceSequences(raw, task.data(), encode, seq_length, &labels));
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--evaluate=", task.task(), ": not a task (perplexity, cloze or choice)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--evaluate=", task.task(), ": not a task (perplexity, cloze, choice or race)"));
   }
   std::vector<std::vector<int32_t>> tokens;
   tokens.reserve(sequences.size());

@@ -293,7 +293,7 @@ absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& 
 absl::StatusOr<std::vector<Microbatch>> Trainer::LoadSplit(bool validation, int64_t first_sample,
                                                            long long step, bool evaluation) {
   if (is_bert()) {
-    BertSamples& samples = validation ? *bert_samples_.validation : *bert_samples_.train;
+    BertSampleSource& samples = validation ? *bert_samples_.validation : *bert_samples_.train;
     return LoadBertMicrobatches(samples, first_sample, step, evaluation);
   }
   SampleSource& source = validation ? *samples_.validation : *samples_.train;
@@ -361,7 +361,7 @@ absl::StatusOr<std::vector<TokenOutputs>> Trainer::ForwardSequences(
 absl::StatusOr<double> Trainer::Validate(StepMetrics* metrics) {
   const ParallelSpec& par = assignment_.spec().parallel();
   const int iters = assignment_.spec().train().eval_iters();
-  // BERT: the heads' totals and the masked positions.
+  // BERT: the heads' totals and the masked positions (the multiple-choice head: the questions).
   double loss_sum = 0;
   BertHeadTotals totals;
   double masked = 0;
@@ -379,6 +379,12 @@ absl::StatusOr<double> Trainer::Validate(StepMetrics* metrics) {
     loss_sum += sum;
   }
   if (!computes_loss()) return 0.0;
+  if (is_multiple_choice()) {
+    double sums[2] = {loss_sum, static_cast<double>(totals.choice_correct)};
+    RETURN_IF_ERROR(groups_.data->AllReduce(sums, 2, ReduceOp::kSum));
+    metrics->set_validation_choice_accuracy(sums[1] / masked);
+    return sums[0] / masked;
+  }
   if (is_bert()) {
     double sums[4] = {loss_sum, totals.sentence_order_loss,
                       static_cast<double>(totals.masked_correct),
@@ -433,7 +439,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   // What the per-token losses average over: every token, or BERT's masked positions (its
   // sentence-order losses then average over the sequences, in sums[1]).
   double loss_tokens = global_tokens;
-  double sums[2] = {0, 0};
+  double sums[2] = {0, 0};  // the losses; BERT: the sentence-order losses or choices right
   BertHeadTotals totals;
   if (is_bert()) {
     ASSIGN_OR_RETURN(loss_tokens, PrepareBertLoss(&microbatches, loss_scale, &totals));
@@ -444,10 +450,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
 
   StepMetrics metrics;
   if (computes_loss()) {
-    sums[1] = totals.sentence_order_loss;
+    sums[1] = is_multiple_choice() ? static_cast<double>(totals.choice_correct)
+                                   : totals.sentence_order_loss;
     RETURN_IF_ERROR(groups_.data->AllReduce(sums, is_bert() ? 2 : 1, ReduceOp::kSum));
     metrics.set_loss(sums[0] / loss_tokens);
-    if (is_bert()) {
+    if (is_multiple_choice()) {
+      // loss_tokens: the global batch's questions.
+      metrics.set_choice_accuracy(sums[1] / loss_tokens);
+    } else if (is_bert()) {
       metrics.set_mlm_loss(sums[0] / loss_tokens);
       metrics.set_sop_loss(sums[1] / par.global_batch_size());
       metrics.set_loss(metrics.mlm_loss() + metrics.sop_loss());
@@ -740,7 +750,16 @@ absl::Status Trainer::LoadCheckpoint(const std::string& dir, bool subset) {
           dir, " has no optimizer moments but is at step ", state.step(),
           " [rule: only step-0 checkpoints (initial weights) may be parameters only]"));
     }
-    RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(tensors), params, nullptr, nullptr));
+    // Fine-tuning a pretrained BERT: initial weights without the multiple-choice classifier
+    // leave it at its seeded initialisation (every layout draws the same).
+    std::vector<ParamTensor> present;
+    for (const ParamTensor& tensor : tensors) {
+      const bool fine_tuning_head =
+          tensor.role == ParameterRole::kChoiceWeight || tensor.role == ParameterRole::kChoiceBias;
+      if (fine_tuning_head && checkpoint.Find(tensor.name) == nullptr) continue;
+      present.push_back(tensor);
+    }
+    RETURN_IF_ERROR(LoadRankTensors(checkpoint, ShardsOf(present), params, nullptr, nullptr));
     step_ = 0;
     return engine_->SyncFromHost();
   }

@@ -106,6 +106,18 @@ class Trainer {
   absl::StatusOr<std::vector<TokenOutputs>> ForwardSequences(
       const std::vector<std::vector<int32_t>>& sequences);
 
+  // BERT's multiple-choice head over every question of `questions` (race_dataset.h, file
+  // order), forward only (collective, as ForwardSequences: data-parallel replica 0 runs
+  // them, the last batch padded with questions that count nothing). On the ranks that
+  // compute the loss of replica 0: the questions, their summed cross-entropy and how many
+  // were answered right; zeros elsewhere. FAILED_PRECONDITION without that head.
+  struct ChoiceEvaluation {
+    int64_t questions = 0;
+    double loss_sum = 0;
+    int64_t correct = 0;
+  };
+  absl::StatusOr<ChoiceEvaluation> EvaluateMultipleChoice(RaceSamples& questions);
+
   // Whether this rank holds the last virtual stage (and so reports the loss).
   bool computes_loss() const;
   long long completed_steps() const { return step_; }
@@ -134,8 +146,9 @@ class Trainer {
   // saved run was. INVALID_ARGUMENT if it was trained with another seed or holds a tensor
   // this model lacks (a deeper model, say: it is refused, not truncated). A
   // parameters-only checkpoint (initial weights, train.init_from) sets the parameters and
-  // leaves the optimizer fresh. `subset`: the directory holds only the files this rank's
-  // tensors overlap (FilesOverlapping), as a resuming rank downloads them.
+  // leaves the optimizer fresh (one without BERT's multiple-choice classifier, a pretrained
+  // BERT's, leaves the classifier as initialised). `subset`: the directory holds only the files
+  // this rank's tensors overlap (FilesOverlapping), as a resuming rank downloads them.
   absl::Status LoadCheckpoint(const std::string& dir, bool subset = false);
   // Initial weights written straight into this rank's parameters (train.init_from read
   // without a checkpoint in between): `fill` gets the host copy of the flat parameter
@@ -180,12 +193,17 @@ class Trainer {
   // the sentence-order mean over its sequences. Sets each microbatch's sentence-order seed
   // (loss_scale / global batch) and where its heads' totals add up (`totals`),
   // and returns the global batch's masked positions (collective over the data group).
-  absl::StatusOr<std::vector<Microbatch>> LoadBertMicrobatches(BertSamples& samples,
+  absl::StatusOr<std::vector<Microbatch>> LoadBertMicrobatches(BertSampleSource& samples,
                                                                int64_t first_sample, long long step,
                                                                bool evaluation) const;
+  // The multiple-choice head: the loss is the mean over the global batch's questions (the
+  // count returned; padding questions excluded).
   absl::StatusOr<double> PrepareBertLoss(std::vector<Microbatch>* microbatches, double loss_scale,
                                          BertHeadTotals* totals);
   bool is_bert() const { return shape_.family == ArchitectureFamily::kBert; }
+  bool is_multiple_choice() const {
+    return is_bert() && shape_.bert_head == BertHeadKind::kMultipleChoice;
+  }
   // The validation loss: train.eval_iters global batches of the validation split, forward
   // only (collective). The mean per-token loss (BERT: the masked-LM mean plus the
   // sentence-order mean, each with its accuracy in `metrics`) on ranks that compute the

@@ -56,6 +56,11 @@ JobWatcher::Update JobWatcher::Observe(const JobStatus& status) {
           prefix, m.step(), m.validation_loss(), m.validation_mlm_loss(),
           100.0 * m.validation_mlm_accuracy(), m.validation_sop_loss(),
           100.0 * m.validation_sop_accuracy()));
+    } else if (status.latest().has_validation_choice_accuracy()) {
+      const StepMetrics& m = status.latest();
+      update.notices.push_back(
+          absl::StrFormat("%sstep %d: validation loss %.4f, %.1f%% of questions right", prefix,
+                          m.step(), m.validation_loss(), 100.0 * m.validation_choice_accuracy()));
     } else if (status.latest().has_validation_loss()) {
       const double loss = status.latest().validation_loss();
       update.notices.push_back(absl::StrFormat("%sstep %d: validation loss %.4f, perplexity %.2f",

@@ -274,6 +274,12 @@
             {task: 'sentence_order', data: 'validation', accuracy: step.validation_sop_accuracy},
           ]);
         }
+        // BERT's multiple-choice head (RACE fine-tuning): the share of questions right.
+        if (typeof step.validation_choice_accuracy === 'number') {
+          showEvals(step.step, [
+            {task: 'multiple_choice', data: 'validation', accuracy: step.validation_choice_accuracy},
+          ]);
+        }
         if (Array.isArray(step.generations) && step.generations.length > 0) {
           showSamples(step.step, step.generations);
         }

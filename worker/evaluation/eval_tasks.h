@@ -20,6 +20,11 @@
 //               {"ctx": ..., "endings": [...], "label": k}; each ending (" " + ending) is
 //               scored after the context; the prediction is the ending with the lowest
 //               summed loss (accuracy) and with the lowest mean loss (accuracy_norm).
+//   race        BERT's multiple-choice head (model.bert_head BERT_HEAD_MULTIPLE_CHOICE) on a
+//               RACE-format file (data/race_dataset.h): examples are the questions, loss
+//               the mean cross-entropy over each question's options, accuracy the share
+//               whose answer scored highest. Its sequences and scores are BERT's, not a
+//               decoder's: Trainer::EvaluateMultipleChoice runs it, not the functions here.
 //
 // Sequences longer than seq_length + 1 keep their end (the context is cut from the left).
 #ifndef MTRAIN_WORKER_EVALUATION_EVAL_TASKS_H_

@@ -9,6 +9,9 @@
       layers, hidden 64, 4 heads, intermediate 96, the shipped WordPiece vocabulary's 2,048
       entries, 40 positions, exact GeLU, layer_norm_eps 1e-12, no dropout; transformers'
       initialisation, then every weight moved at a larger scale so that every path matters.
+      Also OUT/pre-choice (MegatronBertForMultipleChoice) and OUT/post-choice
+      (BertForMultipleChoice): the same sizes with 72 positions (RACE's sequences are
+      longer), for the multiple-choice head.
   bert_reference.py loss MODEL_DIR BATCH_JSON
       Loads MODEL_DIR (refusing missing or unexpected tensors, and any warning transformers
       logs while loading) and prints, as JSON, what it
@@ -16,6 +19,10 @@
       nothing is masked, sentence_order): the pretraining loss (the masked-LM mean over the
       batch's masked positions plus the sentence-order mean over its sequences), both parts,
       and the gradient norm of that loss over every parameter.
+  bert_reference.py choice_loss MODEL_DIR BATCH_JSON
+      The same for a multiple-choice model on a batch of questions (tokens, token_types,
+      lengths of each question's four option sequences in turn, answers): the mean
+      cross-entropy over the questions, the share answered right, the gradient norm.
 
 Exit status 3 when torch or transformers is missing (the test says so and skips).
 """
@@ -26,8 +33,9 @@ import sys
 
 try:
     import torch
-    from transformers import (AutoModelForPreTraining, BertConfig, BertForPreTraining,
-                              MegatronBertConfig, MegatronBertForPreTraining)
+    from transformers import (AutoModelForMultipleChoice, AutoModelForPreTraining, BertConfig,
+                              BertForMultipleChoice, BertForPreTraining, MegatronBertConfig,
+                              MegatronBertForMultipleChoice, MegatronBertForPreTraining)
 except ImportError as error:  # pragma: no cover
     print(f"needs torch and transformers: {error}", file=sys.stderr)
     sys.exit(3)
@@ -47,6 +55,14 @@ def make(out):
             for parameter in model.parameters():
                 parameter.add_(torch.randn_like(parameter) * 0.1)
         model.save_pretrained(pathlib.Path(out) / name)
+    for name, model_class, config_class in (
+            ("pre-choice", MegatronBertForMultipleChoice, MegatronBertConfig),
+            ("post-choice", BertForMultipleChoice, BertConfig)):
+        model = model_class(config_class(**dict(SIZES, max_position_embeddings=72)))
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+        model.save_pretrained(pathlib.Path(out) / name)
 
 
 class Warnings(logging.Handler):
@@ -60,17 +76,44 @@ class Warnings(logging.Handler):
         self.records.append(record.getMessage())
 
 
-def loss(model_dir, batch_json):
+def load(auto_class, model_dir):
+    """The model in float64, refusing missing or unexpected tensors and any warning."""
     warnings = Warnings()
     logger = logging.getLogger("transformers")
     logger.addHandler(warnings)
-    model, info = AutoModelForPreTraining.from_pretrained(model_dir, output_loading_info=True)
+    model, info = auto_class.from_pretrained(model_dir, output_loading_info=True)
     logger.removeHandler(warnings)
     problems = {k: v for k, v in info.items() if v}
     if problems or warnings.records:
         print(f"{model_dir}: transformers reports {problems} {warnings.records}", file=sys.stderr)
         sys.exit(4)
-    model = model.double().eval()
+    return model.double().eval()
+
+
+def gradient_norm(model):
+    return torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None))
+
+
+def choice_loss(model_dir, batch_json):
+    model = load(AutoModelForMultipleChoice, model_dir)
+    batch = json.loads(pathlib.Path(batch_json).read_text())
+    tokens = torch.tensor(batch["tokens"])
+    seq = tokens.shape[1]
+    lengths = torch.tensor(batch["lengths"])
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    answers = torch.tensor(batch["answers"])
+    questions = answers.shape[0]
+    out = model(input_ids=tokens.reshape(questions, 4, seq),
+                token_type_ids=torch.tensor(batch["token_types"]).reshape(questions, 4, seq),
+                attention_mask=mask.reshape(questions, 4, seq), labels=answers)
+    out.loss.backward()
+    right = (out.logits.argmax(dim=1) == answers).double().mean()
+    print(json.dumps({"loss": out.loss.item(), "accuracy": right.item(),
+                      "grad_norm": gradient_norm(model).item()}))
+
+
+def loss(model_dir, batch_json):
+    model = load(AutoModelForPreTraining, model_dir)
     batch = json.loads(pathlib.Path(batch_json).read_text())
     tokens = torch.tensor(batch["tokens"])
     seq = tokens.shape[1]
@@ -87,9 +130,8 @@ def loss(model_dir, batch_json):
     sop = torch.nn.functional.cross_entropy(out.seq_relationship_logits, order)
     total = mlm + sop
     total.backward()
-    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None))
     print(json.dumps({"loss": total.item(), "mlm_loss": mlm.item(), "sop_loss": sop.item(),
-                      "grad_norm": norm.item()}))
+                      "grad_norm": gradient_norm(model).item()}))
 
 
 def main():
@@ -97,6 +139,8 @@ def main():
         make(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "loss":
         loss(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "choice_loss":
+        choice_loss(sys.argv[2], sys.argv[3])
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
