@@ -465,7 +465,7 @@ TEST(JobSpecValidationTest, EvalTasksNameATaskAndAFile) {
       "eval_tasks": [{"task": "cloze", "data": "/d/l.jsonl"}]}})")
                   .ok());
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "bleu", "data": "/d/x"}]}})",
-                 "train.eval_tasks: entry 0 has task \"bleu\"", "perplexity, cloze or choice");
+                 "train.eval_tasks: entry 0 has task \"bleu\"", "perplexity, cloze, choice or race");
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze"}]}})",
                  "train.eval_tasks: entry 0 has no data", "");
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze", "data": "/d/x",

@@ -3,7 +3,10 @@
 // vocabulary, tensor 2 x pipeline 2), cut to a few steps, submitted with trainctl to four CPU
 // workers; it learns, its validation masked-LM and sentence-order accuracies reach trainctl's
 // step lines and Prometheus (promtool-clean), and `trainctl export` writes a
-// MegatronBertForPreTraining directory that the engine imports again.
+// MegatronBertForPreTraining directory that the engine imports again. And RACE fine-tuning:
+// deploy/local/race_job.json (the multiple-choice head on the shipped RACE-format file) in
+// the same layout, its accuracies shown, and `trainctl eval --task race` on the held-out file
+// giving what transformers computes with the exported MegatronBertForMultipleChoice.
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -20,6 +23,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec_validation.h"
+#include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/metrics_scrape.h"
 
@@ -46,6 +50,18 @@ std::vector<google::protobuf::Struct> StepLines(const std::string& output) {
     lines.push_back(parsed);
   }
   return lines;
+}
+
+// The last one-line JSON object in `text` that starts with `start` (a log may hold progress
+// bars after it on the same line).
+google::protobuf::Struct JsonObjectAt(const std::string& text, const std::string& start) {
+  google::protobuf::Struct parsed;
+  const size_t at = text.rfind(start);
+  EXPECT_NE(at, std::string::npos) << text;
+  if (at == std::string::npos) return parsed;
+  const std::string object = text.substr(at, text.find('}', at) - at + 1);
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(object, &parsed).ok()) << object;
+  return parsed;
 }
 
 double Field(const google::protobuf::Struct& line, const std::string& key) {
@@ -119,6 +135,88 @@ TEST_F(BertClusterTest, TheDemoSpecTrainsInTwoByTwoWithValidationAccuracyShown) 
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->count("sop.weight"), 1u);
   EXPECT_EQ(back->count("layers.3.attn.k.bias"), 1u);
+}
+
+TEST_F(BertClusterTest, RaceFineTuningShowsAccuracyAndTrainctlEvalMatchesTransformers) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpecFile("deploy/local/race_job.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->model().bert_head(), BERT_HEAD_MULTIPLE_CHOICE);
+  ASSERT_EQ(spec->parallel().tensor(), 2);
+  ASSERT_EQ(spec->parallel().pipeline(), 2);
+  spec->mutable_train()->set_steps(6);
+  spec->mutable_train()->set_checkpoint_every(6);
+  spec->mutable_train()->set_eval_interval(3);
+  spec->mutable_train()->set_eval_iters(1);
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(*spec, &json).ok());
+  const std::string spec_path = WriteSpec("race.json", json);
+
+  StartCoordinator();
+  StartWorkers(4);
+  auto [code, output] = Trainctl({"submit", "--wait", "--json", spec_path}, absl::Minutes(6));
+  ASSERT_EQ(code, 0) << output;
+  int trained = 0, evaluations = 0;
+  for (const google::protobuf::Struct& line : StepLines(output)) {
+    if (line.fields().count("choice_accuracy") > 0) {
+      ++trained;
+      // A quarter of a question at a time: 4 questions a step.
+      const double right = Field(line, "choice_accuracy") * 4;
+      EXPECT_NEAR(right, std::round(right), 1e-9);
+      EXPECT_GT(Field(line, "loss"), 0.0);
+    }
+    if (line.fields().count("validation_choice_accuracy") == 0) continue;
+    ++evaluations;
+    EXPECT_GE(Field(line, "validation_choice_accuracy"), 0.0);
+    EXPECT_LE(Field(line, "validation_choice_accuracy"), 1.0);
+    EXPECT_GT(Field(line, "validation_loss"), 0.0);
+  }
+  EXPECT_EQ(trained, 6) << output;
+  EXPECT_EQ(evaluations, 2) << output;
+  absl::StatusOr<HttpResponse> scrape = HttpGet(metrics_port_, "/metrics");
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  EXPECT_THAT(scrape->body,
+              HasSubstr(R"(mtrain_job_validation_accuracy{head="multiple_choice",job="job-1"} )"));
+  std::string lint;
+  EXPECT_EQ(RunPromtool(scrape->body, &lint), 0) << lint;
+
+  // trainctl eval on the held-out file: its questions, loss and accuracy.
+  auto [eval_code, eval_output] =
+      Trainctl({"eval", "job-1", "--task=race", "--data=tests/data/race_small_dev.jsonl", "--json"},
+               absl::Minutes(4));
+  ASSERT_EQ(eval_code, 0) << eval_output;
+  const google::protobuf::Struct result = JsonObjectAt(eval_output, "{\"task\"");
+  EXPECT_EQ(Field(result, "examples"), 120);
+  std::printf("trainctl eval --task race: %d questions, loss %.9f, accuracy %.4f\n",
+              static_cast<int>(Field(result, "examples")), Field(result, "loss"),
+              Field(result, "accuracy"));
+
+  // The export is MegatronBertForMultipleChoice's; transformers, with sequences and
+  // WordPiece ids built by the reference script itself, computes the same loss and accuracy.
+  const std::string exported = Path("exported-race");
+  auto [export_code, export_output] = Trainctl({"export", "job-1", exported});
+  ASSERT_EQ(export_code, 0) << export_output;
+  EXPECT_THAT(ReadFile(exported + "/config.json"), HasSubstr("MegatronBertForMultipleChoice"));
+  auto reference =
+      ChildProcess::Start({"/usr/bin/env", "python3", "tests/parity/bert/bert_reference.py",
+                           "race_eval", exported, "tests/data/race_small_dev.jsonl",
+                           "tests/data/bert_vocab.txt", std::to_string(spec->model().seq_length())},
+                          Path("race_reference.log"));
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  absl::StatusOr<int> reference_code = (*reference)->Wait(absl::Minutes(3));
+  ASSERT_TRUE(reference_code.ok()) << reference_code.status();
+  if (*reference_code == 3) {
+    GTEST_SKIP() << "torch or transformers is not installed (`make deps` installs them): the "
+                    "race evaluation was not compared with transformers";
+  }
+  ASSERT_EQ(*reference_code, 0) << (*reference)->Log();
+  const google::protobuf::Struct want = JsonObjectAt((*reference)->Log(), "{\"questions\"");
+  EXPECT_EQ(Field(want, "questions"), Field(result, "examples"));
+  EXPECT_NEAR(Field(result, "loss"), Field(want, "loss"), 1e-5 * Field(want, "loss"));
+  // Equal, but for the questions whose scores tie within float32's rounding.
+  EXPECT_NEAR(Field(result, "accuracy"), Field(want, "accuracy"),
+              Field(want, "near_ties") / Field(want, "questions") + 1e-9);
+  std::printf("transformers on the export: loss %.9f, accuracy %.4f (%.0f near ties)\n",
+              Field(want, "loss"), Field(want, "accuracy"), Field(want, "near_ties"));
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ ABSL_FLAG(std::string, data_root, "",
           "not confined; with --assignment the directory of the shipped corpus and "
           "$MTRAIN_DATA_DIR (the worker daemon passes its own --data_root)");
 ABSL_FLAG(std::string, evaluate, "",
-          "evaluate instead of training: perplexity, cloze or choice on --eval_data, with the "
+          "evaluate instead of training: perplexity, cloze, choice or race on --eval_data, with the "
           "weights --resume_from or train.init_from give (worker/evaluation/eval_tasks.h); "
           "prints `evaluation: {JSON}`; data-parallel replica 0 runs it");
 ABSL_FLAG(std::string, eval_data, "",

@@ -66,7 +66,7 @@ ABSL_FLAG(std::string, init_from, "",
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
           "export: the checkpoint's step (default: the newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
-ABSL_FLAG(std::string, task, "", "eval: perplexity, cloze or choice");
+ABSL_FLAG(std::string, task, "", "eval: perplexity, cloze, choice (decoders) or race (BERT's multiple-choice head)");
 ABSL_FLAG(std::string, data, "",
           "eval: the task's file, as the workers see it (inside their --data_root)");
 ABSL_FLAG(int, overlapping_eval, 0, "eval --task=perplexity: Megatron's --overlapping-eval");
@@ -847,7 +847,7 @@ int Eval(Client& client, const std::string& job_id) {
   task.set_overlapping_eval(absl::GetFlag(FLAGS_overlapping_eval));
   task.set_wikitext_detokenize(absl::GetFlag(FLAGS_wikitext_detokenize));
   if (task.task().empty() || task.data().empty()) {
-    return UsageError("eval", "--task (perplexity, cloze or choice) and --data are required");
+    return UsageError("eval", "--task (perplexity, cloze, choice or race) and --data are required");
   }
   absl::StatusOr<CheckpointRun> run =
       RunOnCheckpoint(client, "eval", job_id, {task}, {}, "evaluation");

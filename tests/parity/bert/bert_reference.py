@@ -23,6 +23,13 @@
       The same for a multiple-choice model on a batch of questions (tokens, token_types,
       lengths of each question's four option sequences in turn, answers): the mean
       cross-entropy over the questions, the share answered right, the gradient norm.
+  bert_reference.py race_eval MODEL_DIR RACE_JSONL VOCAB_TXT SEQ_LENGTH
+      A multiple-choice model on every question of a RACE-format file, with sequences built
+      here from the format's rule (data/race_dataset.h: [CLS] question-with-option [SEP]
+      passage [SEP], the passage cut first) and `tokenizers`' WordPiece over VOCAB_TXT: the
+      questions, the mean cross-entropy and the share answered right, as `trainctl eval
+      --task race` reports them, and the questions whose answer's score is within 1e-4 of
+      the best other option's (which float32 rounding may decide either way).
 
 Exit status 3 when torch or transformers is missing (the test says so and skips).
 """
@@ -112,6 +119,49 @@ def choice_loss(model_dir, batch_json):
                       "grad_norm": gradient_norm(model).item()}))
 
 
+def race_eval(model_dir, race_jsonl, vocab_txt, seq_length):
+    from tokenizers import BertWordPieceTokenizer
+    tokenizer = BertWordPieceTokenizer(vocab_txt, lowercase=True)
+    vocab = tokenizer.get_vocab()
+    cls, sep, pad = vocab["[CLS]"], vocab["[SEP]"], vocab["[PAD]"]
+
+    def ids(text):
+        return tokenizer.encode(text, add_special_tokens=False).ids
+
+    model = load(AutoModelForMultipleChoice, model_dir)
+    total, right, questions, near_ties = 0.0, 0, 0, 0
+    for line in pathlib.Path(race_jsonl).read_text().splitlines():
+        if not line.strip():
+            continue
+        passage = json.loads(line)
+        article = ids(passage["article"])
+        for question, options, answer in zip(passage["questions"], passage["options"],
+                                             passage["answers"]):
+            tokens, types, masks = [], [], []
+            for option in options:
+                qa = question.replace("_", option, 1) if "_" in question else question + " " + option
+                qa = ids(qa)[:seq_length - 3]
+                text = article[:seq_length - 3 - len(qa)]
+                sequence = [cls] + qa + [sep] + text + [sep]
+                tokens.append(sequence + [pad] * (seq_length - len(sequence)))
+                types.append([0] * (len(qa) + 2) + [1] * (len(text) + 1) +
+                             [0] * (seq_length - len(sequence)))
+                masks.append([1] * len(sequence) + [0] * (seq_length - len(sequence)))
+            label = torch.tensor(["ABCD".index(answer)])
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([tokens]), token_type_ids=torch.tensor([types]),
+                            attention_mask=torch.tensor([masks]), labels=label)
+            total += out.loss.item()
+            scores = out.logits[0]
+            right += int(scores[label.item()] >= scores.max())
+            # Whether fp32 rounding could decide this question the other way.
+            others = torch.cat([scores[:label.item()], scores[label.item() + 1:]])
+            near_ties += int(abs(scores[label.item()] - others.max()) < 1e-4)
+            questions += 1
+    print(json.dumps({"questions": questions, "loss": total / questions,
+                      "accuracy": right / questions, "near_ties": near_ties}))
+
+
 def loss(model_dir, batch_json):
     model = load(AutoModelForPreTraining, model_dir)
     batch = json.loads(pathlib.Path(batch_json).read_text())
@@ -141,6 +191,8 @@ def main():
         loss(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "choice_loss":
         choice_loss(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "race_eval":
+        race_eval(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
