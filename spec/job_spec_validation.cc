@@ -714,7 +714,7 @@ void ValidateBertHead(const JobSpec& spec, Violations* v) {
     } else if (task != "race") {
       v->Add(absl::StrCat("train.eval_tasks: entry ", i, " is ", task,
                           " with MODEL_FAMILY_BERT [rule: BERT runs race (with the "
-                          "multiple-choice head); perplexity, cloze and choice score causal "
+                          "multiple-choice head), while perplexity, cloze and choice score causal "
                           "decoders, and BERT's validation metrics come with "
                           "train.eval_interval]"));
     }

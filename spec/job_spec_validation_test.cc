@@ -229,6 +229,62 @@ TEST(JobSpecValidationTest, WhatBertCannotRunIsRefusedByField) {
                  "WordPiece is BERT's tokenizer");
 }
 
+// RACE fine-tuning: the multiple-choice head on RACE's format, whole questions a microbatch.
+constexpr char kRaceData[] = R"("data": {"format": "DATA_FORMAT_RACE", "path": "/d/race.jsonl",
+                                         "tokenizer": "TOKENIZER_WORDPIECE",
+                                         "vocab_file": "/d/vocab.txt"})";
+
+std::string RaceSpec(const std::string& rest) {
+  return absl::StrCat(
+      R"({"model": {"family": "MODEL_FAMILY_BERT", "bert_head": "BERT_HEAD_MULTIPLE_CHOICE"}, )",
+      kRaceData, rest.empty() ? "" : ", ", rest, "}");
+}
+
+TEST(JobSpecValidationTest, TheMultipleChoiceHeadTrainsOnRaceInWholeQuestions) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecJson(RaceSpec(
+      R"("parallel": {"micro_batch_size": 8}, "train": {"eval_tasks": [{"task": "race",
+          "data": "/d/dev.jsonl"}]})"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().bert_head(), BERT_HEAD_MULTIPLE_CHOICE);
+  // Pretraining is BERT's default head; a decoder's spec gains none.
+  spec = ParseJobSpecJson(BertSpec(""));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().bert_head(), BERT_HEAD_PRETRAINING);
+  spec = ParseJobSpecJson("{}");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->model().bert_head(), BERT_HEAD_UNSPECIFIED);
+
+  ExpectRejected(RaceSpec(R"("parallel": {"micro_batch_size": 6, "global_batch_size": 12})"),
+                 "parallel.micro_batch_size: 6 is not a multiple of 4", "whole questions");
+  ExpectRejected(BertSpec(R"("bert_head": "BERT_HEAD_MULTIPLE_CHOICE")"),
+                 "data.format: DATA_FORMAT_MMIDIDX with model.bert_head BERT_HEAD_MULTIPLE_CHOICE",
+                 "trains on DATA_FORMAT_RACE");
+  ExpectRejected(absl::StrCat(R"({"model": {"family": "MODEL_FAMILY_BERT"}, )", kRaceData, "}"),
+                 "data.format: DATA_FORMAT_RACE with model.bert_head BERT_HEAD_PRETRAINING",
+                 "BERT_HEAD_MULTIPLE_CHOICE");
+  ExpectRejected(
+      R"({"model": {"family": "MODEL_FAMILY_BERT", "bert_head": "BERT_HEAD_MULTIPLE_CHOICE"},
+          "data": {"format": "DATA_FORMAT_RACE", "tokenizer": "TOKENIZER_WORDPIECE",
+                   "vocab_file": "/d/vocab.txt"}})",
+      "data.path: required with DATA_FORMAT_RACE", "RACE-format file");
+  ExpectRejected(BertSpec("", R"("train": {"eval_tasks": [{"task": "race", "data": "/d/x"}]})"),
+                 "train.eval_tasks: entry 0 is race with model.bert_head BERT_HEAD_PRETRAINING",
+                 "multiple-choice head");
+  ExpectRejected(BertSpec("", R"("train": {"eval_tasks": [{"task": "cloze", "data": "/d/x"}]})"),
+                 "train.eval_tasks: entry 0 is cloze with MODEL_FAMILY_BERT",
+                 "score causal decoders");
+  ExpectRejected(R"({"model": {"bert_head": 9, "family": "MODEL_FAMILY_BERT"}})",
+                 "model.bert_head: 9", "BERT_HEAD_MULTIPLE_CHOICE");
+  // The decoders have neither the head nor RACE.
+  ExpectRejected(R"({"model": {"bert_head": "BERT_HEAD_MULTIPLE_CHOICE"}})",
+                 "model.bert_head: set with MODEL_FAMILY_GPT2", "only MODEL_FAMILY_BERT");
+  ExpectRejected(R"({"data": {"format": "DATA_FORMAT_RACE", "path": "/d/race.jsonl"}})",
+                 "data.format: DATA_FORMAT_RACE with MODEL_FAMILY_GPT2", "multiple-choice head");
+  ExpectRejected(R"({"train": {"eval_tasks": [{"task": "race", "data": "/d/x"}]}})",
+                 "train.eval_tasks: entry 0 is race with MODEL_FAMILY_GPT2",
+                 "BERT's multiple-choice head");
+}
+
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {
   ExpectRejected(R"({"model": {"normalization": "NORMALIZATION_RMSNORM"}})",
                  "model.normalization: NORMALIZATION_RMSNORM",
@@ -465,7 +521,8 @@ TEST(JobSpecValidationTest, EvalTasksNameATaskAndAFile) {
       "eval_tasks": [{"task": "cloze", "data": "/d/l.jsonl"}]}})")
                   .ok());
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "bleu", "data": "/d/x"}]}})",
-                 "train.eval_tasks: entry 0 has task \"bleu\"", "perplexity, cloze, choice or race");
+                 "train.eval_tasks: entry 0 has task \"bleu\"",
+                 "perplexity, cloze, choice or race");
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze"}]}})",
                  "train.eval_tasks: entry 0 has no data", "");
   ExpectRejected(R"({"train": {"eval_tasks": [{"task": "cloze", "data": "/d/x",
