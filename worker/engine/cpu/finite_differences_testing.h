@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "worker/engine/parameter_layout.h"
 
 namespace mtrain {
@@ -42,6 +43,27 @@ inline std::vector<std::pair<std::string, double>> WorstFiniteDifferenceErrors(
     worst_per_tensor.emplace_back(tensor.name, worst);
   }
   return worst_per_tensor;
+}
+
+// The whole check on one model: `loss(true)` runs forward and backward (gradients into
+// `grads`), `loss(false)` the forward only; every tensor's worst error must stay below
+// `tolerance`, and every tensor must get some gradient (a part of the model the loss never
+// reaches would pass the comparison trivially).
+inline void ExpectGradientsMatchFiniteDifferences(const ParameterLayout& layout, double* params,
+                                                  const double* grads, size_t num_params,
+                                                  const std::function<double(bool)>& loss,
+                                                  double tolerance = 1e-5) {
+  loss(/*backward=*/true);
+  const std::vector<double> analytic(grads, grads + num_params);
+  const auto worst =
+      WorstFiniteDifferenceErrors(layout, params, analytic, [&] { return loss(false); });
+  ASSERT_EQ(worst.size(), layout.tensors().size());
+  for (const auto& [name, error] : worst) EXPECT_LT(error, tolerance) << name;
+  for (const ParamTensor& tensor : layout.tensors()) {
+    double sum = 0;
+    for (size_t i = 0; i < tensor.size; ++i) sum += std::abs(analytic[tensor.offset + i]);
+    EXPECT_GT(sum, 0) << tensor.name;
+  }
 }
 
 }  // namespace mtrain
