@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "plan/pipeline_placement.h"
+#include "plan/zero_bubble_schedule.h"
 
 namespace mtrain {
 namespace {
@@ -16,10 +18,13 @@ constexpr int64_t kVirtualStageTagRange = int64_t{1} << 20;
 
 // One computation of a stage's order; AppendCompute adds the messages around it.
 struct Compute {
-  bool forward;
+  enum Kind { kForward, kBackward, kBackwardInput, kBackwardWeight };
+  Kind kind;
   int microbatch;
   int chunk;
 };
+
+bool IsVShaped(const ScheduleConfig& config) { return config.schedule == SCHEDULE_ZB_V; }
 
 absl::Status ValidateConfig(const ScheduleConfig& config, int stage, size_t num_stage_ranks) {
   const int p = config.pipeline;
@@ -34,6 +39,8 @@ absl::Status ValidateConfig(const ScheduleConfig& config, int stage, size_t num_
     case SCHEDULE_GPIPE:
     case SCHEDULE_1F1B:
     case SCHEDULE_INTERLEAVED_1F1B:
+    case SCHEDULE_ZB_H1:
+    case SCHEDULE_ZB_V:
       break;
     default:
       return invalid(absl::StrCat("unknown schedule ", static_cast<int>(config.schedule)));
@@ -45,8 +52,10 @@ absl::Status ValidateConfig(const ScheduleConfig& config, int stage, size_t num_
     return invalid(absl::StrCat("needs pipeline * virtual_stages < ", kVirtualStageTagRange));
   }
   const bool interleaved = config.schedule == SCHEDULE_INTERLEAVED_1F1B;
-  if (v > 1 && !interleaved) {
-    return invalid("virtual_stages > 1 needs the interleaved schedule");
+  if (config.schedule == SCHEDULE_ZB_V) {
+    if (v != 2) return invalid("the ZB-V schedule places exactly 2 chunks per stage");
+  } else if (v > 1 && !interleaved) {
+    return invalid("virtual_stages > 1 needs the interleaved or the ZB-V schedule");
   }
   if (interleaved && p < 2) return invalid("interleaved schedule needs pipeline >= 2");
   if (interleaved && m % p != 0) {
@@ -62,8 +71,8 @@ absl::Status ValidateConfig(const ScheduleConfig& config, int stage, size_t num_
 
 std::vector<Compute> GPipeOrder(int m) {
   std::vector<Compute> order;
-  for (int mb = 0; mb < m; ++mb) order.push_back({true, mb, 0});
-  for (int mb = 0; mb < m; ++mb) order.push_back({false, mb, 0});
+  for (int mb = 0; mb < m; ++mb) order.push_back({Compute::kForward, mb, 0});
+  for (int mb = 0; mb < m; ++mb) order.push_back({Compute::kBackward, mb, 0});
   return order;
 }
 
@@ -73,12 +82,12 @@ std::vector<Compute> OneFOneBOrder(int p, int m, int stage) {
   const int warmup = std::min(p - stage - 1, m);
   const int steady = m - warmup;
   std::vector<Compute> order;
-  for (int mb = 0; mb < warmup; ++mb) order.push_back({true, mb, 0});
+  for (int mb = 0; mb < warmup; ++mb) order.push_back({Compute::kForward, mb, 0});
   for (int i = 0; i < steady; ++i) {
-    order.push_back({true, warmup + i, 0});
-    order.push_back({false, i, 0});
+    order.push_back({Compute::kForward, warmup + i, 0});
+    order.push_back({Compute::kBackward, i, 0});
   }
-  for (int mb = steady; mb < m; ++mb) order.push_back({false, mb, 0});
+  for (int mb = steady; mb < m; ++mb) order.push_back({Compute::kBackward, mb, 0});
   return order;
 }
 
@@ -89,7 +98,8 @@ Compute InterleavedCompute(int p, int v, int k, bool forward) {
   const int in_group = k % (p * v);
   const int chunk = in_group / p;
   const int microbatch = (k / (p * v)) * p + k % p;
-  return {forward, microbatch, forward ? chunk : v - 1 - chunk};
+  return {forward ? Compute::kForward : Compute::kBackward, microbatch,
+          forward ? chunk : v - 1 - chunk};
 }
 
 std::vector<Compute> InterleavedOrder(int p, int v, int m, int stage) {
@@ -117,26 +127,52 @@ void AddAction(PipelineAction::Kind kind, const Compute& compute, int peer_rank,
   action->set_peer_rank(peer_rank);
 }
 
+// The zero-bubble orders (zero_bubble_schedule.h) of stage `stage`.
+std::vector<Compute> ZeroBubbleOrder(const ScheduleConfig& config, int stage) {
+  std::vector<Compute> order;
+  const std::vector<std::vector<ZeroBubbleCompute>> orders =
+      ZeroBubbleOrders(config.pipeline, config.microbatches, IsVShaped(config));
+  for (const ZeroBubbleCompute& c : orders[stage]) {
+    const Compute::Kind kind = c.kind == ZeroBubbleCompute::kForward ? Compute::kForward
+                               : c.kind == ZeroBubbleCompute::kBackwardInput
+                                   ? Compute::kBackwardInput
+                                   : Compute::kBackwardWeight;
+    order.push_back({kind, c.microbatch, c.chunk});
+  }
+  return order;
+}
+
 // Each receive goes immediately before the compute that needs it and each send right
 // after the compute that produced it: receives block as late as possible and sends are
 // posted as early as possible, so the lists deadlock only if the compute order itself
-// has a cycle (schedule_checker proves it has none).
+// has a cycle (schedule_checker proves it has none). The peers are the ranks of the
+// adjacent virtual stages (pipeline_placement.h): this rank itself at ZB-V's turn.
 void AppendCompute(const Compute& compute, int stage, const ScheduleConfig& config,
                    const std::vector<int>& stage_ranks, PipelineSchedule* schedule) {
   const int p = config.pipeline;
-  const int virtual_stage = compute.chunk * p + stage;
+  const bool v_shape = IsVShaped(config);
+  const int virtual_stage = VirtualStageOf(stage, compute.chunk, p, v_shape);
   const bool first = virtual_stage == 0;
   const bool last = virtual_stage == p * config.virtual_stages - 1;
-  const int prev_rank = stage_ranks[(stage + p - 1) % p];
-  const int next_rank = stage_ranks[(stage + 1) % p];
-  if (compute.forward) {
-    if (!first) AddAction(PipelineAction::RECV_FORWARD, compute, prev_rank, schedule);
-    AddAction(PipelineAction::FORWARD, compute, 0, schedule);
-    if (!last) AddAction(PipelineAction::SEND_FORWARD, compute, next_rank, schedule);
-  } else {
-    if (!last) AddAction(PipelineAction::RECV_BACKWARD, compute, next_rank, schedule);
-    AddAction(PipelineAction::BACKWARD, compute, 0, schedule);
-    if (!first) AddAction(PipelineAction::SEND_BACKWARD, compute, prev_rank, schedule);
+  const int prev_rank = first ? 0 : stage_ranks[StageChunkOf(virtual_stage - 1, p, v_shape).stage];
+  const int next_rank = last ? 0 : stage_ranks[StageChunkOf(virtual_stage + 1, p, v_shape).stage];
+  switch (compute.kind) {
+    case Compute::kForward:
+      if (!first) AddAction(PipelineAction::RECV_FORWARD, compute, prev_rank, schedule);
+      AddAction(PipelineAction::FORWARD, compute, 0, schedule);
+      if (!last) AddAction(PipelineAction::SEND_FORWARD, compute, next_rank, schedule);
+      break;
+    case Compute::kBackward:
+    case Compute::kBackwardInput:
+      if (!last) AddAction(PipelineAction::RECV_BACKWARD, compute, next_rank, schedule);
+      AddAction(compute.kind == Compute::kBackward ? PipelineAction::BACKWARD
+                                                   : PipelineAction::BACKWARD_INPUT,
+                compute, 0, schedule);
+      if (!first) AddAction(PipelineAction::SEND_BACKWARD, compute, prev_rank, schedule);
+      break;
+    case Compute::kBackwardWeight:
+      AddAction(PipelineAction::BACKWARD_WEIGHT, compute, 0, schedule);
+      break;
   }
 }
 
@@ -156,12 +192,17 @@ absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const ScheduleConfig& con
     case SCHEDULE_INTERLEAVED_1F1B:
       order = InterleavedOrder(p, config.virtual_stages, m, stage);
       break;
+    case SCHEDULE_ZB_H1:
+    case SCHEDULE_ZB_V:
+      order = ZeroBubbleOrder(config, stage);
+      break;
     default:  // SCHEDULE_1F1B, and SCHEDULE_UNSPECIFIED which means it (job_spec.proto).
       order = OneFOneBOrder(p, m, stage);
       break;
   }
   PipelineSchedule schedule;
   schedule.set_num_microbatches(m);
+  schedule.set_v_shape(IsVShaped(config));
   for (const Compute& compute : order) {
     AppendCompute(compute, stage, config, stage_ranks, &schedule);
   }
@@ -170,11 +211,12 @@ absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const ScheduleConfig& con
 
 // Compute actions get the tag of the message they consume (the same as their RECV_*); the
 // value is only meaningful for actions that pass the checker's structural rules.
-uint64_t PipelineMessageTag(const PipelineAction& action, int stage, int pipeline) {
-  int64_t receiver = int64_t{action.chunk()} * pipeline + stage;
+uint64_t PipelineMessageTag(const PipelineAction& action, int stage, int pipeline, bool v_shape) {
+  int64_t receiver = VirtualStageOf(stage, action.chunk(), pipeline, v_shape);
   if (action.kind() == PipelineAction::SEND_FORWARD) ++receiver;
   if (action.kind() == PipelineAction::SEND_BACKWARD) --receiver;
   const bool backward = action.kind() == PipelineAction::BACKWARD ||
+                        action.kind() == PipelineAction::BACKWARD_INPUT ||
                         action.kind() == PipelineAction::SEND_BACKWARD ||
                         action.kind() == PipelineAction::RECV_BACKWARD;
   const uint64_t key = static_cast<uint64_t>(action.microbatch()) * kVirtualStageTagRange +

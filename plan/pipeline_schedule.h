@@ -9,6 +9,9 @@
 //   BACKWARD(mb, c)      runs chunk c's backward on mb (after FORWARD(mb, c)). Its output
 //                        gradient is the loss on the last virtual stage, else what an
 //                        earlier RECV_BACKWARD(mb, c) received.
+//   BACKWARD_INPUT(mb, c)  its first part: the gradient of the chunk's input (what
+//                        SEND_BACKWARD sends), keeping what the weights' gradients need;
+//   BACKWARD_WEIGHT(mb, c) its second part, later: the weights' gradients.
 //   SEND_FORWARD(mb, c)  sends chunk c's output of mb (after FORWARD(mb, c)) to the rank of
 //                        the next virtual stage. NON-BLOCKING: posted, completes later.
 //   RECV_FORWARD(mb, c)  receives chunk c's input of mb from the previous virtual stage.
@@ -19,7 +22,9 @@
 //                        virtual stage. Blocks.
 // A message is matched by (sender, receiver, PipelineMessageTag). Virtual stage k =
 // chunk * p + stage (layer_partition.h); the next virtual stage of (stage p-1, chunk c) is
-// (stage 0, chunk c+1).
+// (stage 0, chunk c+1). Under ZB-V's V placement (pipeline_placement.h) chunk 1 of stage s
+// is virtual stage 2p - 1 - s, and stage p - 1 passes its chunk 0's output to its own chunk 1
+// (a message to itself).
 //
 // Schedules (m microbatches per step, p stages, v chunks per stage):
 //   GPipe                 all forwards, then all backwards; up to m microbatches in flight.
@@ -28,6 +33,12 @@
 //                        microbatches in flight. Bubble (p-1)/m as GPipe, less memory.
 //   Interleaved 1F1B      Megatron's schedule over v chunks per stage; needs m % p == 0
 //                        and p >= 2; bubble (p-1)/(v m).
+//   ZB-H1, ZB-V           zero-bubble schedules (zero_bubble_schedule.h): BACKWARD split
+//                        into BACKWARD_INPUT(mb, c), which the previous virtual stage
+//                        waits for (SEND_BACKWARD follows it), and BACKWARD_WEIGHT(mb, c),
+//                        the weights' gradients, any time after it on the same rank.
+//                        ZB-V needs v = 2 and places the chunks in a V
+//                        (pipeline_placement.h): the schedule says so (v_shape).
 //
 //   ASSIGN_OR_RETURN(PipelineSchedule s, BuildPipelineSchedule(config, stage, stage_ranks));
 #ifndef MTRAIN_PLAN_PIPELINE_SCHEDULE_H_
@@ -59,7 +70,9 @@ absl::StatusOr<PipelineSchedule> BuildPipelineSchedule(const ScheduleConfig& con
 
 // The tag that matches a SEND_* action to its RECV_*: unique per (direction, microbatch,
 // receiving virtual stage). `stage` is the stage of the rank executing `action`.
-uint64_t PipelineMessageTag(const PipelineAction& action, int stage, int pipeline);
+// `v_shape`: the schedule's (PipelineSchedule.v_shape), which places the virtual stages.
+uint64_t PipelineMessageTag(const PipelineAction& action, int stage, int pipeline,
+                            bool v_shape = false);
 
 }  // namespace mtrain
 

@@ -11,14 +11,18 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "plan/pipeline_placement.h"
 
 namespace mtrain {
 namespace {
 
 // The timed simulation's cost model: a backward costs about twice a forward (two GEMMs per
-// forward GEMM), as in the Megatron papers' bubble analysis.
+// forward GEMM), as in the Megatron papers' bubble analysis; split, each of its parts (the
+// input's gradient, the weights') costs one forward, the zero-bubble paper's equal case.
 constexpr double kForwardCost = 1;
 constexpr double kBackwardCost = 2;
+constexpr double kBackwardInputCost = 1;
+constexpr double kBackwardWeightCost = 1;
 
 // Per (microbatch, chunk) progress bits of one stage, for the structural rules.
 enum Progress : uint8_t {
@@ -26,8 +30,10 @@ enum Progress : uint8_t {
   kForwarded = 1 << 1,
   kSentOutput = 1 << 2,
   kReceivedGrad = 1 << 3,
-  kBackwarded = 1 << 4,
+  kBackwarded = 1 << 4,  // BACKWARD, or BACKWARD_INPUT
   kSentGrad = 1 << 5,
+  kSplit = 1 << 6,     // by BACKWARD_INPUT: a BACKWARD_WEIGHT is owed
+  kWeighted = 1 << 7,  // BACKWARD_WEIGHT
 };
 
 // (sender rank, receiver rank, PipelineMessageTag): how the executor matches messages.
@@ -69,26 +75,31 @@ class Topology {
       : p_(config.pipeline),
         v_(config.virtual_stages),
         m_(config.microbatches),
+        v_shape_(config.schedule == SCHEDULE_ZB_V),
         stage_ranks_(stage_ranks) {}
 
   int p() const { return p_; }
   int v() const { return v_; }
   int m() const { return m_; }
+  bool v_shape() const { return v_shape_; }
   int rank(int stage) const { return stage_ranks_[stage]; }
-  bool IsFirst(int stage, int chunk) const { return chunk == 0 && stage == 0; }
-  bool IsLast(int stage, int chunk) const { return chunk == v_ - 1 && stage == p_ - 1; }
-  int PrevStage(int stage) const { return (stage + p_ - 1) % p_; }
-  int NextStage(int stage) const { return (stage + 1) % p_; }
+  int VirtualStage(int stage, int chunk) const {
+    return VirtualStageOf(stage, chunk, p_, v_shape_);
+  }
+  bool IsFirst(int stage, int chunk) const { return VirtualStage(stage, chunk) == 0; }
+  bool IsLast(int stage, int chunk) const { return VirtualStage(stage, chunk) == p_ * v_ - 1; }
 
-  // The stage a message action on `stage` talks to.
+  // The stage a message action on `stage` talks to: the one holding the adjacent virtual
+  // stage (itself, at ZB-V's turn).
   int PeerStage(const PipelineAction& action, int stage) const {
     const bool to_next = action.kind() == PipelineAction::SEND_FORWARD ||
                          action.kind() == PipelineAction::RECV_BACKWARD;
-    return to_next ? NextStage(stage) : PrevStage(stage);
+    const int k = VirtualStage(stage, action.chunk()) + (to_next ? 1 : -1);
+    return StageChunkOf(k, p_, v_shape_).stage;
   }
 
   MessageKey Key(const PipelineAction& action, int stage) const {
-    const uint64_t tag = PipelineMessageTag(action, stage, p_);
+    const uint64_t tag = PipelineMessageTag(action, stage, p_, v_shape_);
     if (IsSend(action.kind())) return {rank(stage), action.peer_rank(), tag};
     return {action.peer_rank(), rank(stage), tag};
   }
@@ -97,6 +108,7 @@ class Topology {
   int p_;
   int v_;
   int m_;
+  bool v_shape_;
   const std::vector<int>& stage_ranks_;
 };
 
@@ -129,6 +141,11 @@ absl::Status CheckArguments(const ScheduleConfig& config,
 
 // The rules one stage's list must satisfy on its own (see schedule_checker.h).
 absl::Status CheckStage(const Topology& topo, int stage, const PipelineSchedule& schedule) {
+  if (schedule.v_shape() != topo.v_shape()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", stage, ": v_shape is ", schedule.v_shape() ? "true" : "false",
+        ", the config's schedule places its stages ", topo.v_shape() ? "in a V" : "in a loop"));
+  }
   if (schedule.num_microbatches() != topo.m()) {
     return absl::FailedPreconditionError(absl::StrCat("stage ", stage, ": num_microbatches is ",
                                                       schedule.num_microbatches(),
@@ -138,7 +155,7 @@ absl::Status CheckStage(const Topology& topo, int stage, const PipelineSchedule&
   for (int i = 0; i < schedule.actions_size(); ++i) {
     const PipelineAction& a = schedule.actions(i);
     const PipelineAction::Kind kind = a.kind();
-    if (kind < PipelineAction::FORWARD || kind > PipelineAction::RECV_BACKWARD) {
+    if (kind < PipelineAction::FORWARD || kind > PipelineAction::BACKWARD_WEIGHT) {
       return Violation(stage, i, a, "unknown action kind");
     }
     if (a.microbatch() < 0 || a.microbatch() >= topo.m()) {
@@ -192,11 +209,17 @@ absl::Status CheckStage(const Topology& topo, int stage, const PipelineSchedule&
         status = once(kReceivedGrad);
         break;
       case PipelineAction::BACKWARD:
-        status = require(kForwarded, "BACKWARD before its FORWARD");
+      case PipelineAction::BACKWARD_INPUT:
+        status = require(kForwarded, "backward before its FORWARD");
         if (status.ok() && !last) {
           status = require(kReceivedGrad, "output gradient used before its RECV_BACKWARD");
         }
         if (status.ok()) status = once(kBackwarded);
+        if (status.ok() && kind == PipelineAction::BACKWARD_INPUT) done |= kSplit;
+        break;
+      case PipelineAction::BACKWARD_WEIGHT:
+        status = require(kSplit, "BACKWARD_WEIGHT without its BACKWARD_INPUT before it");
+        if (status.ok()) status = once(kWeighted);
         break;
       case PipelineAction::SEND_BACKWARD:
         status = require(kBackwarded, "sends a gradient before the BACKWARD that computes it");
@@ -210,9 +233,10 @@ absl::Status CheckStage(const Topology& topo, int stage, const PipelineSchedule&
   for (int mb = 0; mb < topo.m(); ++mb) {
     for (int c = 0; c < topo.v(); ++c) {
       const uint8_t done = progress[static_cast<size_t>(mb) * topo.v() + c];
-      const char* missing = (done & kForwarded) == 0    ? "FORWARD"
-                            : (done & kBackwarded) == 0 ? "BACKWARD"
-                                                        : nullptr;
+      const char* missing = (done & kForwarded) == 0                          ? "FORWARD"
+                            : (done & kBackwarded) == 0                       ? "BACKWARD"
+                            : (done & kSplit) != 0 && (done & kWeighted) == 0 ? "BACKWARD_WEIGHT"
+                                                                              : nullptr;
       if (missing != nullptr) {
         return absl::FailedPreconditionError(absl::StrCat("stage ", stage, ": microbatch ", mb,
                                                           ", chunk ", c, " never runs ", missing));
@@ -273,6 +297,10 @@ absl::StatusOr<double> SimulateMakespan(const Topology& topo,
           clock[s] += kForwardCost;
         } else if (a.kind() == PipelineAction::BACKWARD) {
           clock[s] += kBackwardCost;
+        } else if (a.kind() == PipelineAction::BACKWARD_INPUT) {
+          clock[s] += kBackwardInputCost;
+        } else if (a.kind() == PipelineAction::BACKWARD_WEIGHT) {
+          clock[s] += kBackwardWeightCost;
         } else if (IsSend(a.kind())) {
           posted[topo.Key(a, s)] = clock[s];
         } else {
@@ -302,12 +330,16 @@ absl::StatusOr<double> SimulateMakespan(const Topology& topo,
 }
 
 // (microbatch, chunk) pairs forwarded and not yet backwarded: the activations kept alive.
+// A split backward keeps them until its BACKWARD_WEIGHT (the weights' gradients read the
+// layers' inputs).
 int MaxInFlight(const PipelineSchedule& schedule) {
   int in_flight = 0;
   int max_in_flight = 0;
   for (const PipelineAction& a : schedule.actions()) {
     if (a.kind() == PipelineAction::FORWARD) max_in_flight = std::max(max_in_flight, ++in_flight);
-    if (a.kind() == PipelineAction::BACKWARD) --in_flight;
+    if (a.kind() == PipelineAction::BACKWARD || a.kind() == PipelineAction::BACKWARD_WEIGHT) {
+      --in_flight;
+    }
   }
   return max_in_flight;
 }
@@ -341,6 +373,12 @@ absl::StatusOr<ScheduleReport> CheckPipelineSchedules(
 
 double IdealBubbleFraction(const ScheduleConfig& config) {
   if (config.pipeline < 1 || config.microbatches < 1) return 0;  // No pipeline to idle.
+  // The zero-bubble paper's, with F = B = W: ZB-H1 idles (p - 1)(F + B - W) = p - 1 units
+  // a stage against 3 m busy ones; ZB-V none.
+  if (config.schedule == SCHEDULE_ZB_H1) {
+    return (config.pipeline - 1) / (3.0 * config.microbatches);
+  }
+  if (config.schedule == SCHEDULE_ZB_V) return 0;
   const double v =
       config.schedule == SCHEDULE_INTERLEAVED_1F1B ? std::max(config.virtual_stages, 1) : 1;
   return (config.pipeline - 1) / (v * config.microbatches);

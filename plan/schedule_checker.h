@@ -8,9 +8,14 @@
 //   - executing all lists together under the semantics of pipeline_schedule.h (sends
 //     non-blocking, receives blocking) finishes: no deadlock. On a deadlock the error
 //     names each stage's blocked action;
-//   - the most microbatches in flight per stage (forwarded, not yet backwarded; a
-//     microbatch counts once per chunk), bounding activation memory;
-//   - the bubble: a timed simulation where a chunk's forward costs 1 and its backward 2,
+//   - the most microbatches in flight per stage (forwarded, not yet backwarded, or not yet
+//     through BACKWARD_WEIGHT; a microbatch counts once per chunk), bounding activation
+//     memory;
+//   - a split backward (BACKWARD_INPUT, then BACKWARD_WEIGHT) counts as the backward, and
+//     its BACKWARD_WEIGHT comes after it, once; peers and tags follow the schedule's
+//     placement of virtual stages (pipeline_placement.h: ZB-V's V);
+//   - the bubble: a timed simulation where a chunk's forward costs 1 and its backward 2
+//     (each half of a split one 1),
 //     messages are free, each action starts as soon as its stage and inputs allow. With
 //     busy = 3 m v per stage and makespan T, bubble_fraction = (T - busy) / busy.
 //
@@ -39,7 +44,8 @@ absl::StatusOr<ScheduleReport> CheckPipelineSchedules(
     const ScheduleConfig& config, const std::vector<PipelineSchedule>& schedules,
     const std::vector<int>& stage_ranks);
 
-// Megatron's analytic bubble: (p-1)/m, or (p-1)/(v m) for the interleaved schedule.
+// Megatron's analytic bubble: (p-1)/m, or (p-1)/(v m) for the interleaved schedule; the
+// zero-bubble paper's with equal F, B and W: (p-1)/(3m) for ZB-H1, 0 for ZB-V.
 double IdealBubbleFraction(const ScheduleConfig& config);
 
 }  // namespace mtrain

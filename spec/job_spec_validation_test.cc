@@ -285,6 +285,14 @@ TEST(JobSpecValidationTest, TheMultipleChoiceHeadTrainsOnRaceInWholeQuestions) {
                  "BERT's multiple-choice head");
 }
 
+TEST(JobSpecValidationTest, ZeroBubbleSchedulesAreRefusedUntilTheEnginesSplitTheBackward) {
+  ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"}})",
+                 "parallel.schedule: SCHEDULE_ZB_H1 is not run by the engines yet",
+                 "SCHEDULE_INTERLEAVED_1F1B");
+  ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_V"}})",
+                 "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet", "SCHEDULE_1F1B");
+}
+
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {
   ExpectRejected(R"({"model": {"normalization": "NORMALIZATION_RMSNORM"}})",
                  "model.normalization: NORMALIZATION_RMSNORM",
