@@ -88,7 +88,9 @@ void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_
     if (d_in != nullptr) {
       RowSlicedGemm(CblasNoTrans, CblasNoTrans, M, K, N, d_out, N, weight, K, d_in, K);
     }
-    RowSlicedGemm(CblasTrans, CblasNoTrans, N, K, M, d_out, N, in, K, d_weight, K);
+    if (d_weight != nullptr) {
+      RowSlicedGemm(CblasTrans, CblasNoTrans, N, K, M, d_out, N, in, K, d_weight, K);
+    }
   }
   if (d_bias != nullptr) {
     // Column sums row by row (a contiguous, vectorisable inner loop), summed apart from

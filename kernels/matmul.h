@@ -21,8 +21,11 @@ void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, i
 
 // Given d_out[M, N]:
 //   d_in[M, K]     += d_out @ weight        (skipped when d_in is null)
-//   d_weight[N, K] += d_out^T @ in
+//   d_weight[N, K] += d_out^T @ in          (skipped when d_weight is null)
 //   d_bias[N]      += column sums of d_out  (skipped when d_bias is null)
+// Each part is the same computation whether or not the others run, so a backward split in
+// two calls (the input's gradient now, the weights' later: zero-bubble schedules) gives
+// the combined call's sums bit for bit.
 template <typename T>
 void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight, T* d_bias,
                     int M, int K, int N);

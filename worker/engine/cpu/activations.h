@@ -55,6 +55,19 @@ struct LayerActivations {
 };
 
 // The activations of one microbatch in flight through this rank's layers.
+// A linear layer's weight gradient left for later by a split backward (zero-bubble
+// schedules): d_weight[out, in] += d_out^T @ input, d_bias[out] += column sums of d_out.
+// The output gradient and the input are copies: the backward's scratch and a recomputed
+// layer's activations do not live until the weights' turn.
+template <typename T>
+struct DeferredWeightGradient {
+  std::vector<T> d_out;  // [rows, out_features]
+  std::vector<T> in;     // [rows, in_features]
+  T* d_weight = nullptr;
+  T* d_bias = nullptr;  // may be null
+  int rows = 0, in_features = 0, out_features = 0;
+};
+
 template <typename T>
 struct Activations {
   MicrobatchId id;
@@ -85,12 +98,19 @@ struct Activations {
   // dropout [B, C], each sequence's score [B] and its softmax over the question's options.
   std::vector<int32_t> choice_answers;
   std::vector<T> choice_in, choice_scores, choice_probs;
+
+  // A split backward (BackwardInput): the layers' weight gradients BackwardWeight computes.
+  std::vector<DeferredWeightGradient<T>> deferred;
 };
 
 // The bytes `acts` holds (every vector's elements): what a microbatch in flight keeps for
 // its backward.
 template <typename T>
 int64_t ActivationBytes(const Activations<T>& acts) {
+  size_t deferred = 0;
+  for (const DeferredWeightGradient<T>& job : acts.deferred) {
+    deferred += job.d_out.size() + job.in.size();
+  }
   size_t elements = acts.lnf.size() + acts.lnf_mean.size() + acts.lnf_rstd.size() +
                     acts.logits.size() + acts.ce_max.size() + acts.ce_sum_exp.size() +
                     acts.ce_target.size();
@@ -114,7 +134,7 @@ int64_t ActivationBytes(const Activations<T>& acts) {
                      acts.token_types.size() + acts.lengths.size() + acts.mlm_rows.size() +
                      acts.mlm_targets.size() + acts.sentence_order.size() +
                      acts.choice_answers.size();
-  return static_cast<int64_t>(elements * sizeof(T) + ids * sizeof(int32_t));
+  return static_cast<int64_t>((elements + deferred) * sizeof(T) + ids * sizeof(int32_t));
 }
 
 }  // namespace mtrain

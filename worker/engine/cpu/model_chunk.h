@@ -105,6 +105,17 @@ class ModelChunk {
                                 T* d_hidden_in = nullptr,
                                 const GradReadyHook* on_grad_ready = nullptr) = 0;
 
+  // A split backward (zero-bubble schedules, plan/zero_bubble_schedule.h): BackwardInput is
+  // Backward with the layers' linear weight gradients left in `acts` (everything else,
+  // d_hidden_in included, as Backward); BackwardWeight later adds them. `acts` lives until
+  // then. The two give Backward's gradients bit for bit; `on_grad_ready` sees each tensor
+  // once, when its part is done.
+  virtual absl::Status BackwardInput(Activations<T>* acts, const T* d_hidden_out,
+                                     T d_loss_per_token, T* d_hidden_in = nullptr,
+                                     const GradReadyHook* on_grad_ready = nullptr) = 0;
+  virtual absl::Status BackwardWeight(Activations<T>* acts,
+                                      const GradReadyHook* on_grad_ready = nullptr) = 0;
+
   // The logits of the last Forward (last stage): [B*S, V_local], padded columns included.
   virtual const T* logits(const Activations<T>& acts) const = 0;
 

@@ -259,8 +259,9 @@ absl::Status TransformerModel<T>::AttentionBranchBackward(int layer, const Micro
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   Zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, placement_.local_query(shape_),
-                                   C);
+                                   nullptr, nullptr, N, placement_.local_query(shape_), C);
+  LinearWeightGradient(d_branch_.data(), attn_y, g.proj_weight, g.proj_bias, N,
+                       placement_.local_query(shape_), C);
   Zero(d_qkv_);
   layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
                                          lengths_, d_qkv_.data(), shape, att_dropout);
@@ -268,9 +269,12 @@ absl::Status TransformerModel<T>::AttentionBranchBackward(int layer, const Micro
                                         shape_.seq_length, 0, /*inverse=*/true);
   // Only this layer's contribution in d_in when the tensor group sums it.
   std::fill(d_in, d_in + NC, T(0));
-  return tp::ColumnParallelLinearBackward<T>(
-      tp_, d_qkv_.data(), in, layer_blocks::QkvWeight(w), d_in, layer_blocks::QkvWeight(g),
-      layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), in,
+                                                      layer_blocks::QkvWeight(w), d_in, nullptr,
+                                                      nullptr, N, C, placement_.local_qkv(shape_)));
+  LinearWeightGradient(d_qkv_.data(), in, layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N,
+                       C, placement_.local_qkv(shape_));
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -289,13 +293,17 @@ absl::Status TransformerModel<T>::MlpBranchBackward(int layer, const MicrobatchI
                           DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
   Zero(d_gelu_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+                                   d_gelu_.data(), nullptr, nullptr, N, Fl, C);
+  LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   Zero(d_fc_);
   layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
   std::fill(d_in, d_in + NC, T(0));
-  return tp::ColumnParallelLinearBackward<T>(
-      tp_, d_fc_.data(), in, layer_blocks::MlpInWeight(w), d_in, layer_blocks::MlpInWeight(g),
-      layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
+  RETURN_IF_ERROR(
+      tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), in, layer_blocks::MlpInWeight(w), d_in,
+                                          nullptr, nullptr, N, C, placement_.local_mlp_in(shape_)));
+  LinearWeightGradient(d_fc_.data(), in, layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g),
+                       N, C, placement_.local_mlp_in(shape_));
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -461,7 +469,10 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
   std::vector<T>& d_below = d_residual_below_;
   Zero(d_x);
   auto report = [&](const ParamTensor* tensor) {
-    if (on_grad_ready != nullptr && tensor != nullptr) (*on_grad_ready)(*tensor);
+    if (on_grad_ready == nullptr || tensor == nullptr) return;
+    // A BackwardInput's linear weight gradients are not final: BackwardWeight reports them.
+    if (deferring_ != nullptr && DeferredByBackwardInput(*tensor)) return;
+    (*on_grad_ready)(*tensor);
   };
   if (placement_.has_head && bert) {
     RETURN_IF_ERROR(BertHeadBackward(acts, d_loss_per_token, d_ln_.data()));

@@ -83,6 +83,14 @@ class TransformerModel final : public ModelChunk<T> {
   absl::Status Backward(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
                         T* d_hidden_in = nullptr,
                         const GradReadyHook* on_grad_ready = nullptr) override;
+  // Zero-bubble schedules (transformer_model_split_backward.cc): Backward with the layers'
+  // linear weight gradients left in acts->deferred, then those alone. Together they give
+  // Backward's gradients bit for bit.
+  absl::Status BackwardInput(Activations<T>* acts, const T* d_hidden_out, T d_loss_per_token,
+                             T* d_hidden_in = nullptr,
+                             const GradReadyHook* on_grad_ready = nullptr) override;
+  absl::Status BackwardWeight(Activations<T>* acts,
+                              const GradReadyHook* on_grad_ready = nullptr) override;
   const T* logits(const Activations<T>& acts) const override;
   // Generation (transformer_model_decode.cc): each local layer keeps its key-value heads' keys
   // and values, so a new token costs one row through the model instead of the context.
@@ -160,6 +168,13 @@ class TransformerModel final : public ModelChunk<T> {
   // This rank's heads (and key-value heads) for the attention core.
   cpu::AttentionShape LocalAttentionShape() const;
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
+  // A linear layer's weight gradient (d_weight += d_out^T @ in, d_bias += column sums):
+  // now, or kept in deferring_->deferred during a BackwardInput.
+  void LinearWeightGradient(const T* d_out, const T* in, T* d_weight, T* d_bias, int rows,
+                            int in_features, int out_features);
+  // Whether a BackwardInput leaves `tensor`'s gradient to BackwardWeight (the layers'
+  // linear weights and biases).
+  bool DeferredByBackwardInput(const ParamTensor& tensor) const;
   void AllocateScratch();
   // Whether local layer l keeps no activations (full recomputation), and whether the
   // residual stream's input of layer l (l == num_layers: the chunk's output) is kept.
@@ -216,6 +231,9 @@ class TransformerModel final : public ModelChunk<T> {
   std::vector<T> d_residual_, d_residual_below_, d_logits_;
   // BERT's heads' backward temporaries.
   std::vector<T> d_mlm_a_, d_mlm_b_, d_pooled_, d_sop_logits_;
+  // The activations of the BackwardInput running (its weight gradients go there); null in
+  // a whole Backward.
+  Activations<T>* deferring_ = nullptr;
 };
 
 }  // namespace mtrain

@@ -115,14 +115,16 @@ absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
   zero(d_gelu_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+                                   d_gelu_.data(), nullptr, nullptr, N, Fl, C);
+  LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   zero(d_fc_);
   layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
   zero(d_ln_);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln2.data(), sp_full_.data(), R, C));
   cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
-                         layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g), N, C,
-                         placement_.local_mlp_in(shape_));
+                         nullptr, nullptr, N, C, placement_.local_mlp_in(shape_));
+  LinearWeightGradient(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(g),
+                       layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
   layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), s.h1.data(), w.ln2_gamma,
                                 s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta,
@@ -140,7 +142,8 @@ absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   zero(d_attn_y_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   g.proj_weight, g.proj_bias, N, Ql, C);
+                                   nullptr, nullptr, N, Ql, C);
+  LinearWeightGradient(d_branch_.data(), attn_y, g.proj_weight, g.proj_bias, N, Ql, C);
   zero(d_qkv_);
   layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
                                          lengths_, d_qkv_.data(), shape, att_dropout);
@@ -149,8 +152,9 @@ absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const
   zero(d_ln_);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln1.data(), sp_full_.data(), R, C));
   cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
-                         layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N, C,
-                         placement_.local_qkv(shape_));
+                         nullptr, nullptr, N, C, placement_.local_qkv(shape_));
+  LinearWeightGradient(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(g),
+                       layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_));
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
   layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
                                 s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, R);
