@@ -15,6 +15,8 @@ std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
   if (spec.model().family() == MODEL_FAMILY_LLAMA || spec.model().family() == MODEL_FAMILY_BERT) {
     return {DEVICE_KIND_CPU};
   }
+  // So does the split backward of the zero-bubble schedules.
+  if (spec.parallel().schedule() == SCHEDULE_ZB_H1) return {DEVICE_KIND_CPU};
   if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
     return {DEVICE_KIND_CUDA};
   }

@@ -148,6 +148,10 @@ int64_t ChunksInFlightAtOnce(const Shape& s, int64_t stage) {
       const int64_t warmup_plus_one = Sum({Mul(2, p - stage - 1), Mul(v - 1, p), 1});
       return m == p ? all : std::min(warmup_plus_one, all);
     }
+    case SCHEDULE_ZB_H1:
+      // Every stage keeps up to p: p - s forwarded ahead and s weight halves owed
+      // (plan/zero_bubble_schedule.h).
+      return std::min(p, m);
     default:  // SCHEDULE_1F1B
       return std::min(p - stage, m);
   }
@@ -171,7 +175,7 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
   InFlight closed_form;
   closed_form.chunks = ChunksInFlightAtOnce(s, stage);
   closed_form.last_chunk = s.schedule == SCHEDULE_GPIPE ? s.microbatches
-                           : s.schedule == SCHEDULE_INTERLEAVED_1F1B
+                           : s.schedule == SCHEDULE_INTERLEAVED_1F1B || s.schedule == SCHEDULE_ZB_H1
                                ? std::min(s.microbatches, s.pipeline)
                                : 1;
   if (s.schedule != SCHEDULE_INTERLEAVED_1F1B ||

@@ -161,12 +161,18 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
       "parallel.schedule", spec.parallel().schedule(), Schedule_IsValid, Schedule_Name,
       {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}, v);
   const Schedule schedule = spec.parallel().schedule();
-  if (ok.schedule && (schedule == SCHEDULE_ZB_H1 || schedule == SCHEDULE_ZB_V)) {
-    // plan/ builds and proves them; the engines' split backward is still to come.
-    v->Add(absl::StrCat("parallel.schedule: ", Schedule_Name(schedule),
-                        " is not run by the engines yet [rule: SCHEDULE_GPIPE, SCHEDULE_1F1B or "
-                        "SCHEDULE_INTERLEAVED_1F1B]"));
+  if (ok.schedule && schedule == SCHEDULE_ZB_V) {
+    // plan/ builds and proves it; the engines' V placement of the chunks is still to come.
+    v->Add(
+        "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet [rule: SCHEDULE_GPIPE, "
+        "SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B or SCHEDULE_ZB_H1]");
     ok.schedule = false;
+  }
+  const bool fp32 = spec.precision() == PRECISION_FP32 || spec.precision() == PRECISION_UNSPECIFIED;
+  if (ok.schedule && schedule == SCHEDULE_ZB_H1 && (spec.device() == DEVICE_CUDA || !fp32)) {
+    v->Add(
+        "parallel.schedule: SCHEDULE_ZB_H1 with device DEVICE_CUDA or a 16-bit precision [rule: "
+        "the split backward runs on the CPU engine, in PRECISION_FP32, so far]");
   }
   ok.format = ValidateEnum<DataFormat>(
       "data.format", spec.data().format(), DataFormat_IsValid, DataFormat_Name,

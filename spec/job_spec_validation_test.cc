@@ -285,12 +285,19 @@ TEST(JobSpecValidationTest, TheMultipleChoiceHeadTrainsOnRaceInWholeQuestions) {
                  "BERT's multiple-choice head");
 }
 
-TEST(JobSpecValidationTest, ZeroBubbleSchedulesAreRefusedUntilTheEnginesSplitTheBackward) {
-  ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"}})",
-                 "parallel.schedule: SCHEDULE_ZB_H1 is not run by the engines yet",
-                 "SCHEDULE_INTERLEAVED_1F1B");
+TEST(JobSpecValidationTest, ZeroBubbleH1RunsOnTheCpuAndZeroBubbleVIsRefusedForNow) {
+  EXPECT_TRUE(
+      ParseJobSpecJson(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"}})").ok());
+  ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"},
+                     "device": "DEVICE_CUDA"})",
+                 "parallel.schedule: SCHEDULE_ZB_H1 with device DEVICE_CUDA", "CPU engine");
+  ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"},
+                     "precision": "PRECISION_BF16"})",
+                 "parallel.schedule: SCHEDULE_ZB_H1 with device DEVICE_CUDA or a 16-bit",
+                 "PRECISION_FP32");
   ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_V"}})",
-                 "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet", "SCHEDULE_1F1B");
+                 "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet",
+                 "SCHEDULE_ZB_H1");
 }
 
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {

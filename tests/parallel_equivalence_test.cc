@@ -131,6 +131,12 @@ const std::string& BertDataPrefix() {
   return *prefix;
 }
 
+// `l` under the zero-bubble schedule ZB-H1.
+Layout ZeroBubbleH1(Layout l) {
+  l.schedule = "SCHEDULE_ZB_H1";
+  return l;
+}
+
 // gtest names a failing parameter by this instead of its bytes.
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 
@@ -393,6 +399,16 @@ INSTANTIATE_TEST_SUITE_P(
         BertLayout("bert_post_t4_full_block_1", 4, 1, 1, kBertPost, 1, 0, "",
                    R"(, "recompute_granularity": "full", "recompute_method": "block",
                                       "recompute_num_layers": 1)"),
+        // The zero-bubble schedule ZB-H1 (issue 36): the backward split into the input's
+        // and the weights' gradients, the weights' run later (plan/zero_bubble_schedule.h).
+        Layout{"zb_h1_p2", 1, 2, 1, 1, "SCHEDULE_ZB_H1"},
+        Layout{"zb_h1_p4_full_uniform_2", 1, 4, 1, 1, "SCHEDULE_ZB_H1", 0, "",
+               R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+        Layout{"zb_h1_t2p2_sequence_parallel_selective", 2, 2, 1, 1, "SCHEDULE_ZB_H1", 0,
+               R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"},
+        Layout{"zb_h1_p2d2_zero1", 1, 2, 2, 1, "SCHEDULE_ZB_H1", 1},
+        ZeroBubbleH1(LlamaLayout("llama_zb_h1_t2p2", 2, 2, 1, kLlamaGqa)),
+        ZeroBubbleH1(BertLayout("bert_post_zb_h1_p2d2_zero1", 1, 2, 2, kBertPost, 1, 1)),
         // BERT's multiple-choice head (RACE fine-tuning), both placements.
         BertLayout("race_t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, kRacePre, 1, 1,
                    R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"),

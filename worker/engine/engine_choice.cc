@@ -29,6 +29,12 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
         "model.family: MODEL_FAMILY_BERT: the CUDA engine has no BERT layers yet (the CPU "
         "engine trains it: device DEVICE_CPU)");
   }
+  if (spec.parallel().schedule() == SCHEDULE_ZB_H1 || spec.parallel().schedule() == SCHEDULE_ZB_V) {
+    return absl::UnimplementedError(
+        absl::StrCat("parallel.schedule: ", Schedule_Name(spec.parallel().schedule()),
+                     ": the CUDA engine does not split the backward yet (the CPU engine runs "
+                     "SCHEDULE_ZB_H1: device DEVICE_CPU)"));
+  }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;
   if (head_dim != 32 && head_dim != 64 && head_dim != 128) {

@@ -7,13 +7,13 @@
 //
 // Rendezvous: group rank 0 creates the NCCL unique id and publishes it under
 // "<spec.name>/nccl-id"; the others wait for it. Further groups are split off such a
-// world communicator (SplitNcclGroup, ncclCommSplit) instead of bootstrapping again. The communicator is non-blocking
-// (ncclConfig_t::blocking = 0): initialisation and every operation are polled
-// (ncclCommGetAsyncError, cudaStreamQuery) until done, so nothing can hang past the
-// timeout; on timeout the communicator is aborted (ncclCommAbort) and the call returns
-// DEADLINE_EXCEEDED naming the members that did not arrive, as the Gloo backend does: the
-// members report to the store through the group's watchdog (group_watchdog.h). Abort()
-// calls ncclCommAbort (from any thread), which also stops kernels in flight.
+// world communicator (SplitNcclGroup, ncclCommSplit) instead of bootstrapping again. The
+// communicator is non-blocking (ncclConfig_t::blocking = 0): initialisation and every operation are
+// polled (ncclCommGetAsyncError, cudaStreamQuery) until done, so nothing can hang past the timeout;
+// on timeout the communicator is aborted (ncclCommAbort) and the call returns DEADLINE_EXCEEDED
+// naming the members that did not arrive, as the Gloo backend does: the members report to the store
+// through the group's watchdog (group_watchdog.h). Abort() calls ncclCommAbort (from any thread),
+// which also stops kernels in flight.
 //
 // Buffers are device memory on `cuda_device`. Every operation runs on the communicator's
 // own CUDA stream and returns when it has completed there, so: finish (synchronize) the

@@ -168,8 +168,7 @@ TEST_F(NcclCommunicatorTest, GroupsSplitOffTheWorld) {
   ASSERT_TRUE((*data)->AllReduce(device, values.size(), ReduceOp::kSum).ok());
   EXPECT_EQ(ToHost(device, values.size()), values);
 
-  absl::StatusOr<std::unique_ptr<Communicator>> none =
-      SplitNcclGroup(*store_, *group_, nullptr, 0);
+  absl::StatusOr<std::unique_ptr<Communicator>> none = SplitNcclGroup(*store_, *group_, nullptr, 0);
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(*none, nullptr);
   // The world still works after the splits.

@@ -67,11 +67,15 @@ PipelineExecutor::PipelineExecutor(PipelineStages* stages, PipelineSchedule sche
       seq_length_(stages->seq_length()),
       activation_elements_(static_cast<size_t>(stages->seq_length()) * stages->hidden_size()),
       sequence_parallel_(static_cast<size_t>(std::max(1, sequence_parallel))),
-      last_backward_(stages->num_chunks(), 0) {
+      last_backward_(stages->num_chunks(), 0),
+      last_weight_(stages->num_chunks(), 0) {
   for (int i = 0; i < schedule_.actions_size(); ++i) {
     const PipelineAction& a = schedule_.actions(i);
-    if (a.kind() == PipelineAction::BACKWARD && a.chunk() >= 0 && a.chunk() < num_chunks_) {
-      last_backward_[a.chunk()] = i;
+    const bool backward =
+        a.kind() == PipelineAction::BACKWARD || a.kind() == PipelineAction::BACKWARD_INPUT;
+    if (backward && a.chunk() >= 0 && a.chunk() < num_chunks_) last_backward_[a.chunk()] = i;
+    if (a.kind() == PipelineAction::BACKWARD_WEIGHT && a.chunk() >= 0 && a.chunk() < num_chunks_) {
+      last_weight_[a.chunk()] = i;
     }
     if (a.kind() == PipelineAction::RECV_FORWARD || a.kind() == PipelineAction::SEND_BACKWARD) {
       previous_peer_ = a.peer_rank();
@@ -170,16 +174,21 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
     case PipelineAction::RECV_BACKWARD:
       RETURN_IF_ERROR(Allocate(elements, &slot->d_output));
       return Receive(action, slot->d_output.get());
-    case PipelineAction::BACKWARD: {
+    case PipelineAction::BACKWARD:
+    case PipelineAction::BACKWARD_INPUT: {
       if (!slot->forward_done) return absl::FailedPreconditionError("backward before forward");
       if (!ends.has_head && !has(slot->d_output)) {
         return absl::FailedPreconditionError("backward before its output gradient arrived");
       }
       if (!ends.has_embedding) RETURN_IF_ERROR(Allocate(elements, &slot->d_input));
       const auto start = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(stages_->Backward(
-          c, mb, ends.has_head ? nullptr : slot->d_output->data(), d_loss_per_token,
-          ends.has_embedding ? nullptr : slot->d_input->data(), index == last_backward_[c]));
+      const float* d_output = ends.has_head ? nullptr : slot->d_output->data();
+      float* d_input = ends.has_embedding ? nullptr : slot->d_input->data();
+      const bool last = index == last_backward_[c];
+      RETURN_IF_ERROR(
+          action.kind() == PipelineAction::BACKWARD
+              ? stages_->Backward(c, mb, d_output, d_loss_per_token, d_input, last)
+              : stages_->BackwardInput(c, mb, d_output, d_loss_per_token, d_input, last));
       timings_.compute_seconds += SecondsSince(start);
       slot->forward_done = false;
       slot->d_output.reset();
@@ -187,12 +196,12 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
     }
     case PipelineAction::SEND_BACKWARD:
       return StartSend(action, &slot->d_input);
-    case PipelineAction::BACKWARD_INPUT:
-    case PipelineAction::BACKWARD_WEIGHT:
-      // The zero-bubble schedules (plan/zero_bubble_schedule.h): planned and proven, but the
-      // engines have no split backward yet (the spec refuses those schedules).
-      return absl::UnimplementedError(absl::StrCat(PipelineAction::Kind_Name(action.kind()),
-                                                   ": the engines do not split the backward yet"));
+    case PipelineAction::BACKWARD_WEIGHT: {
+      const auto start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(stages_->BackwardWeight(c, mb, index == last_weight_[c]));
+      timings_.compute_seconds += SecondsSince(start);
+      return absl::OkStatus();
+    }
     default:
       return absl::InvalidArgumentError("unknown action kind");
   }

@@ -121,7 +121,8 @@ class PipelineExecutor {
   const size_t seq_length_;            // S
   const size_t activation_elements_;   // S * C: one sequence's hidden state
   const size_t sequence_parallel_;     // t under sequence parallelism, else 1
-  std::vector<size_t> last_backward_;  // per chunk: index of its last BACKWARD action
+  std::vector<size_t> last_backward_;  // per chunk: its last BACKWARD or BACKWARD_INPUT
+  std::vector<size_t> last_weight_;    // per chunk: its last BACKWARD_WEIGHT
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;
   int previous_peer_ = -1;  // the previous stage's rank (-1 on the first stage)

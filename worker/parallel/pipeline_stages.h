@@ -91,6 +91,20 @@ class PipelineStages {
   // (its gradients are final afterwards).
   virtual absl::Status Backward(int chunk, int index, const float* d_hidden_out,
                                 float d_loss_per_token, float* d_hidden_in, bool last_of_step) = 0;
+
+  // The backward in two parts (PipelineAction BACKWARD_INPUT, BACKWARD_WEIGHT: zero-bubble
+  // schedules): BackwardInput is Backward with the weights' gradients left for a later
+  // BackwardWeight of the same (chunk, index), which keeps the activations until then.
+  // `last_of_step`: the chunk's last of that kind in the step. An engine without a split
+  // backward says UNIMPLEMENTED (the spec keeps such schedules off it).
+  virtual absl::Status BackwardInput(int chunk, int index, const float* d_hidden_out,
+                                     float d_loss_per_token, float* d_hidden_in,
+                                     bool last_of_step) {
+    return absl::UnimplementedError("this engine does not split the backward (zero-bubble)");
+  }
+  virtual absl::Status BackwardWeight(int chunk, int index, bool last_of_step) {
+    return absl::UnimplementedError("this engine does not split the backward (zero-bubble)");
+  }
 };
 
 }  // namespace mtrain

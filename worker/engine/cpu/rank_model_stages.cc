@@ -68,4 +68,39 @@ absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidd
   return status;
 }
 
+absl::Status RankModelStages::BackwardInput(int chunk, int index, const float* d_hidden_out,
+                                            float d_loss_per_token, float* d_hidden_in,
+                                            bool last_of_step) {
+  auto it = in_flight_.find({chunk, index});
+  if (it == in_flight_.end()) return absl::FailedPreconditionError("backward before forward");
+  std::unique_ptr<Activations<float>> acts = std::move(it->second);
+  in_flight_.erase(it);
+  activation_bytes_ -= ActivationBytes(*acts);
+  const absl::Status status =
+      model_->chunk(chunk).BackwardInput(acts.get(), d_hidden_out, d_loss_per_token, d_hidden_in,
+                                         last_of_step ? final_grads_hook_ : nullptr);
+  // The set, with the weight gradients' inputs it now holds, waits for BackwardWeight.
+  activation_bytes_ += ActivationBytes(*acts);
+  activation_peak_bytes_ = std::max(activation_peak_bytes_, activation_bytes_);
+  weights_owed_[{chunk, index}] = std::move(acts);
+  heap_peak_.Sample();
+  return status;
+}
+
+absl::Status RankModelStages::BackwardWeight(int chunk, int index, bool last_of_step) {
+  auto it = weights_owed_.find({chunk, index});
+  if (it == weights_owed_.end()) {
+    return absl::FailedPreconditionError("BACKWARD_WEIGHT before its BACKWARD_INPUT");
+  }
+  std::unique_ptr<Activations<float>> acts = std::move(it->second);
+  weights_owed_.erase(it);
+  activation_bytes_ -= ActivationBytes(*acts);
+  const absl::Status status =
+      model_->chunk(chunk).BackwardWeight(acts.get(), last_of_step ? final_grads_hook_ : nullptr);
+  acts->has_forward = false;
+  free_[chunk].push_back(std::move(acts));
+  heap_peak_.Sample();
+  return status;
+}
+
 }  // namespace mtrain

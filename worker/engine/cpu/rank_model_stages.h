@@ -41,6 +41,10 @@ class RankModelStages : public PipelineStages {
                                  const float* hidden_in, float* hidden_out) override;
   absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
                         float* d_hidden_in, bool last_of_step) override;
+  absl::Status BackwardInput(int chunk, int index, const float* d_hidden_out,
+                             float d_loss_per_token, float* d_hidden_in,
+                             bool last_of_step) override;
+  absl::Status BackwardWeight(int chunk, int index, bool last_of_step) override;
 
   // The most heap in use after any microbatch's forward or backward so far.
   int64_t heap_peak_bytes() const { return heap_peak_.peak_bytes(); }
@@ -52,6 +56,8 @@ class RankModelStages : public PipelineStages {
   RankModel* const model_;
   const GradReadyHook* final_grads_hook_ = nullptr;
   std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> in_flight_;
+  // Sets whose BackwardInput ran and BackwardWeight has not: still counted as in flight.
+  std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> weights_owed_;
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_;  // per chunk
   HeapPeak heap_peak_;
   int64_t activation_bytes_ = 0;  // of the sets in in_flight_
