@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Measures the pipeline bubble: per stage, the time spent waiting for neighbours against
-the time spent computing, next to Megatron's analytic bubble (p-1)/m ((p-1)/(v m)
-interleaved). A benchmark, not a test: it prints a table (and --markdown a table for
-docs/PERFORMANCE.md).
+the time spent computing, next to the analytic bubble: Megatron's (p-1)/m ((p-1)/(v m)
+interleaved), the zero-bubble paper's (p-1)/(3m) for ZB-H1 (equal forward, input-gradient
+and weight-gradient costs). A benchmark, not a test: it prints a table (and --markdown a
+table for docs/PERFORMANCE.md).
 
     bazel build //worker:launch //worker:train
-    python3 tests/bench/pipeline_bubble.py [--steps 8] [--markdown]
+    python3 tests/bench/pipeline_bubble.py [--steps 8] [--markdown] [--only zb_h1,1f1b]
 
 Each configuration runs as real `train` processes (one per stage, one thread each) started
 by `launch`; every rank appends its per-step timings (--stage_timings). The bubble of a
@@ -30,7 +31,16 @@ CONFIGS = [  # (pipeline, microbatches, virtual stages, schedule)
     (2, 8, 2, "SCHEDULE_INTERLEAVED_1F1B"),
     (4, 4, 1, "SCHEDULE_1F1B"),
     (4, 8, 1, "SCHEDULE_1F1B"),
+    (2, 4, 1, "SCHEDULE_ZB_H1"),
+    (2, 8, 1, "SCHEDULE_ZB_H1"),
+    (4, 8, 1, "SCHEDULE_ZB_H1"),
 ]
+
+
+def ideal_bubble(p, m, v, schedule):
+    if schedule == "SCHEDULE_ZB_H1":
+        return (p - 1) / (3 * m)
+    return (p - 1) / (v * m)
 
 
 def run(p, m, v, schedule, steps, bin_dir, work):
@@ -66,7 +76,7 @@ def run(p, m, v, schedule, steps, bin_dir, work):
         compute = statistics.median(r["compute_seconds"] for r in rows)
         bubbles.append(wait / compute)
     step_ms = 1000 * statistics.median(r["step_seconds"] for r in per_stage[0])
-    ideal = (p - 1) / (v * m)
+    ideal = ideal_bubble(p, m, v, schedule)
     return name, p, m, v, ideal, bubbles, step_ms
 
 
@@ -77,6 +87,9 @@ def main():
     parser.add_argument("--bin-dir", default=None,
                         help="where the binaries are (default: `bazel info bazel-bin`)")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--only", default="",
+                        help="comma-separated schedules to run (1f1b, gpipe, interleaved_1f1b, "
+                             "zb_h1); default all")
     args = parser.parse_args()
     if args.bin_dir is None:
         # Not the bazel-bin symlink: it follows whichever configuration built last.
@@ -84,11 +97,14 @@ def main():
                                       capture_output=True, text=True).stdout.strip()
     results = []
     with tempfile.TemporaryDirectory() as work:
+        only = {name.strip().lower() for name in args.only.split(",") if name.strip()}
         for p, m, v, schedule in CONFIGS:
+            if only and schedule.split("_", 1)[1].lower() not in only:
+                continue
             print(f"running p={p} m={m} v={v} {schedule} ...", file=sys.stderr, flush=True)
             results.append(run(p, m, v, schedule, args.steps, args.bin_dir, work))
     if args.markdown:
-        print("| schedule | p | m | v | ideal (p-1)/(v m) | measured wait/compute per stage | step ms |")
+        print("| schedule | p | m | v | ideal bubble | measured wait/compute per stage | step ms |")
         print("|---|---|---|---|---|---|---|")
         for name, p, m, v, ideal, bubbles, step_ms in results:
             stages = " / ".join(f"{b:.2f}" for b in bubbles)
