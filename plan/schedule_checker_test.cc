@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "plan/pipeline_schedule.h"
+#include "plan/schedule_testing.h"
 
 namespace mtrain {
 namespace {
@@ -15,22 +16,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Ranks that differ from stage indices, so a peer filled with a stage is caught.
-std::vector<int> Ranks(int p) {
-  std::vector<int> ranks;
-  for (int s = 0; s < p; ++s) ranks.push_back(100 + 7 * s);
-  return ranks;
-}
-
+std::vector<int> Ranks(int p) { return TestStageRanks(p); }
 std::vector<PipelineSchedule> BuildAll(const ScheduleConfig& config) {
-  std::vector<PipelineSchedule> schedules;
-  for (int s = 0; s < config.pipeline; ++s) {
-    absl::StatusOr<PipelineSchedule> schedule =
-        BuildPipelineSchedule(config, s, Ranks(config.pipeline));
-    EXPECT_TRUE(schedule.ok()) << schedule.status();
-    schedules.push_back(schedule.ok() ? *schedule : PipelineSchedule());
-  }
-  return schedules;
+  return BuildAllStages(config);
 }
 
 const char* ScheduleName(Schedule schedule) {

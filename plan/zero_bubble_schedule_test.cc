@@ -16,27 +16,16 @@
 #include "plan/pipeline_placement.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/schedule_checker.h"
+#include "plan/schedule_testing.h"
 
 namespace mtrain {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<int> Ranks(int p) {
-  std::vector<int> ranks;
-  for (int s = 0; s < p; ++s) ranks.push_back(40 + 3 * s);
-  return ranks;
-}
-
+std::vector<int> Ranks(int p) { return TestStageRanks(p); }
 std::vector<PipelineSchedule> BuildAll(const ScheduleConfig& config) {
-  std::vector<PipelineSchedule> schedules;
-  for (int s = 0; s < config.pipeline; ++s) {
-    absl::StatusOr<PipelineSchedule> schedule =
-        BuildPipelineSchedule(config, s, Ranks(config.pipeline));
-    EXPECT_TRUE(schedule.ok()) << schedule.status();
-    schedules.push_back(schedule.ok() ? *schedule : PipelineSchedule());
-  }
-  return schedules;
+  return BuildAllStages(config);
 }
 
 TEST(ZeroBubbleScheduleTest, EveryPipelineUpToSixteenStagesAndSixtyFourMicrobatchesIsProven) {

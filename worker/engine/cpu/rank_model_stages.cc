@@ -51,14 +51,22 @@ absl::StatusOr<double> RankModelStages::Forward(int chunk, int index, const Micr
   return loss;
 }
 
+absl::StatusOr<std::unique_ptr<Activations<float>>> RankModelStages::Take(SetsByMicrobatch* sets,
+                                                                          int chunk, int index,
+                                                                          const char* missing) {
+  auto it = sets->find({chunk, index});
+  if (it == sets->end()) return absl::FailedPreconditionError(missing);
+  std::unique_ptr<Activations<float>> acts = std::move(it->second);
+  sets->erase(it);
+  activation_bytes_ -= ActivationBytes(*acts);
+  return acts;
+}
+
 absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidden_out,
                                        float d_loss_per_token, float* d_hidden_in,
                                        bool last_of_step) {
-  auto it = in_flight_.find({chunk, index});
-  if (it == in_flight_.end()) return absl::FailedPreconditionError("backward before forward");
-  std::unique_ptr<Activations<float>> acts = std::move(it->second);
-  in_flight_.erase(it);
-  activation_bytes_ -= ActivationBytes(*acts);
+  ASSIGN_OR_RETURN(std::unique_ptr<Activations<float>> acts,
+                   Take(&in_flight_, chunk, index, "backward before forward"));
   const absl::Status status =
       model_->chunk(chunk).Backward(acts.get(), d_hidden_out, d_loss_per_token, d_hidden_in,
                                     last_of_step ? final_grads_hook_ : nullptr);
@@ -71,11 +79,8 @@ absl::Status RankModelStages::Backward(int chunk, int index, const float* d_hidd
 absl::Status RankModelStages::BackwardInput(int chunk, int index, const float* d_hidden_out,
                                             float d_loss_per_token, float* d_hidden_in,
                                             bool last_of_step) {
-  auto it = in_flight_.find({chunk, index});
-  if (it == in_flight_.end()) return absl::FailedPreconditionError("backward before forward");
-  std::unique_ptr<Activations<float>> acts = std::move(it->second);
-  in_flight_.erase(it);
-  activation_bytes_ -= ActivationBytes(*acts);
+  ASSIGN_OR_RETURN(std::unique_ptr<Activations<float>> acts,
+                   Take(&in_flight_, chunk, index, "backward before forward"));
   const absl::Status status =
       model_->chunk(chunk).BackwardInput(acts.get(), d_hidden_out, d_loss_per_token, d_hidden_in,
                                          last_of_step ? final_grads_hook_ : nullptr);
@@ -88,13 +93,8 @@ absl::Status RankModelStages::BackwardInput(int chunk, int index, const float* d
 }
 
 absl::Status RankModelStages::BackwardWeight(int chunk, int index, bool last_of_step) {
-  auto it = weights_owed_.find({chunk, index});
-  if (it == weights_owed_.end()) {
-    return absl::FailedPreconditionError("BACKWARD_WEIGHT before its BACKWARD_INPUT");
-  }
-  std::unique_ptr<Activations<float>> acts = std::move(it->second);
-  weights_owed_.erase(it);
-  activation_bytes_ -= ActivationBytes(*acts);
+  ASSIGN_OR_RETURN(std::unique_ptr<Activations<float>> acts,
+                   Take(&weights_owed_, chunk, index, "BACKWARD_WEIGHT before its BACKWARD_INPUT"));
   const absl::Status status =
       model_->chunk(chunk).BackwardWeight(acts.get(), last_of_step ? final_grads_hook_ : nullptr);
   acts->has_forward = false;

@@ -55,9 +55,15 @@ class RankModelStages : public PipelineStages {
  private:
   RankModel* const model_;
   const GradReadyHook* final_grads_hook_ = nullptr;
-  std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> in_flight_;
+  using SetsByMicrobatch = std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>>;
+  // The set of (chunk, index) out of `sets`, no longer counted in activation_bytes_;
+  // FAILED_PRECONDITION `missing` if it is not there.
+  absl::StatusOr<std::unique_ptr<Activations<float>>> Take(SetsByMicrobatch* sets, int chunk,
+                                                           int index, const char* missing);
+
+  SetsByMicrobatch in_flight_;
   // Sets whose BackwardInput ran and BackwardWeight has not: still counted as in flight.
-  std::map<std::pair<int, int>, std::unique_ptr<Activations<float>>> weights_owed_;
+  SetsByMicrobatch weights_owed_;
   std::vector<std::vector<std::unique_ptr<Activations<float>>>> free_;  // per chunk
   HeapPeak heap_peak_;
   int64_t activation_bytes_ = 0;  // of the sets in in_flight_
