@@ -1,8 +1,8 @@
 // The config.json of a HuggingFace BERT, both ways: MegatronBertForPreTraining for
 // model.layernorm_placement LAYERNORM_PLACEMENT_PRE (Megatron's rearranged LayerNorm) and
 // BertForPreTraining for LAYERNORM_PLACEMENT_POST (the original); with model.bert_head
-// BERT_HEAD_MULTIPLE_CHOICE, MegatronBertForMultipleChoice and BertForMultipleChoice. hf_interchange.h and
-// hf_import.h call these for model.family MODEL_FAMILY_BERT.
+// BERT_HEAD_MULTIPLE_CHOICE, MegatronBertForMultipleChoice and BertForMultipleChoice.
+// hf_interchange.h and hf_import.h call these for model.family MODEL_FAMILY_BERT.
 #ifndef MTRAIN_CHECKPOINT_HF_BERT_CONFIG_H_
 #define MTRAIN_CHECKPOINT_HF_BERT_CONFIG_H_
 

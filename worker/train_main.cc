@@ -93,10 +93,11 @@ ABSL_FLAG(std::string, data_root, "",
           "mode reads) must resolve inside (realpath, symlinks followed). Empty: with --spec "
           "not confined; with --assignment the directory of the shipped corpus and "
           "$MTRAIN_DATA_DIR (the worker daemon passes its own --data_root)");
-ABSL_FLAG(std::string, evaluate, "",
-          "evaluate instead of training: perplexity, cloze, choice or race on --eval_data, with the "
-          "weights --resume_from or train.init_from give (worker/evaluation/eval_tasks.h); "
-          "prints `evaluation: {JSON}`; data-parallel replica 0 runs it");
+ABSL_FLAG(
+    std::string, evaluate, "",
+    "evaluate instead of training: perplexity, cloze, choice or race on --eval_data, with the "
+    "weights --resume_from or train.init_from give (worker/evaluation/eval_tasks.h); "
+    "prints `evaluation: {JSON}`; data-parallel replica 0 runs it");
 ABSL_FLAG(std::string, eval_data, "",
           "--evaluate's input: text (perplexity) or JSON lines ({\"text\"} for cloze, "
           "{\"ctx\", \"endings\", \"label\"} for choice)");

@@ -66,7 +66,8 @@ ABSL_FLAG(std::string, init_from, "",
 ABSL_FLAG(std::optional<int64_t>, step, std::nullopt,
           "export: the checkpoint's step (default: the newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: output format (safetensors)");
-ABSL_FLAG(std::string, task, "", "eval: perplexity, cloze, choice (decoders) or race (BERT's multiple-choice head)");
+ABSL_FLAG(std::string, task, "",
+          "eval: perplexity, cloze, choice (decoders) or race (BERT's multiple-choice head)");
 ABSL_FLAG(std::string, data, "",
           "eval: the task's file, as the workers see it (inside their --data_root)");
 ABSL_FLAG(int, overlapping_eval, 0, "eval --task=perplexity: Megatron's --overlapping-eval");
