@@ -16,6 +16,7 @@
 #include "common/step_metrics_format.h"
 #include "plan/assignment_plan.h"
 #include "plan/cluster_description.h"
+#include "plan/pipeline_placement.h"
 #include "plan/placement.h"
 #include "plan/rank_memory_estimate.h"
 #include "plan/step_cost_model.h"
@@ -29,10 +30,11 @@ int WorldSize(const JobSpec& spec) {
   return spec.parallel().tensor() * spec.parallel().pipeline() * spec.parallel().data();
 }
 
-// The rank whose metrics stand for the job: the first rank of the last pipeline stage
-// (it computes the loss; its tensor and data peers report the same numbers).
+// The rank whose metrics stand for the job: the first rank of the stage that computes the
+// loss (the last; stage 0 under ZB-V); its tensor and data peers report the same numbers.
 int ReportingRank(const JobSpec& spec) {
-  return spec.parallel().tensor() * spec.parallel().data() * (spec.parallel().pipeline() - 1);
+  const ParallelSpec& par = spec.parallel();
+  return par.tensor() * par.data() * LossStage(par.pipeline(), par.schedule() == SCHEDULE_ZB_V);
 }
 
 WorkerCommand AbortOf(const std::string& job_id, int64_t generation, const std::string& why) {

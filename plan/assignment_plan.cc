@@ -74,9 +74,10 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
     coords->set_tp_rank(c.tp);
     coords->set_pp_rank(c.pp);
     coords->set_dp_rank(c.dp);
-    ASSIGN_OR_RETURN(std::vector<LayerRange> chunks,
-                     PartitionLayers(spec.model().num_layers(), parallel.pipeline(),
-                                     parallel.virtual_stages(), c.pp));
+    ASSIGN_OR_RETURN(
+        std::vector<LayerRange> chunks,
+        PartitionLayers(spec.model().num_layers(), parallel.pipeline(), parallel.virtual_stages(),
+                        c.pp, parallel.schedule() == SCHEDULE_ZB_V));
     for (LayerRange& chunk : chunks) *a.add_layers() = std::move(chunk);
     ASSIGN_OR_RETURN(*a.mutable_schedule(), BuildPipelineSchedule(config, c.pp, stage_ranks));
     for (int r = 0; r < world; ++r) {

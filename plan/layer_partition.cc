@@ -2,11 +2,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "plan/pipeline_placement.h"
 
 namespace mtrain {
 
 absl::StatusOr<std::vector<LayerRange>> PartitionLayers(int num_layers, int pipeline,
-                                                        int virtual_stages, int stage) {
+                                                        int virtual_stages, int stage,
+                                                        bool v_shape) {
   if (pipeline <= 0 || virtual_stages <= 0 || num_layers <= 0 ||
       num_layers % (pipeline * virtual_stages) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -18,12 +20,17 @@ absl::StatusOr<std::vector<LayerRange>> PartitionLayers(int num_layers, int pipe
     return absl::InvalidArgumentError(
         absl::StrCat("stage ", stage, " is outside [0, ", pipeline, ")"));
   }
+  if (v_shape && virtual_stages != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the V placement holds 2 chunks a stage, not ", virtual_stages,
+                     " [rule: virtual_stages == 2 with SCHEDULE_ZB_V]"));
+  }
   const int per_chunk = num_layers / (pipeline * virtual_stages);
   std::vector<LayerRange> chunks;
   for (int chunk = 0; chunk < virtual_stages; ++chunk) {
     LayerRange range;
     range.set_chunk(chunk);
-    range.set_first_layer(VirtualStage(pipeline, stage, chunk) * per_chunk);
+    range.set_first_layer(VirtualStageOf(stage, chunk, pipeline, v_shape) * per_chunk);
     range.set_num_layers(per_chunk);
     chunks.push_back(range);
   }

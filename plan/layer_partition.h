@@ -8,6 +8,13 @@
 //
 //   p = 2, v = 2, L = 8:  stage 0: chunk 0 = layers 0-1, chunk 1 = layers 4-5
 //                         stage 1: chunk 0 = layers 2-3, chunk 1 = layers 6-7
+//
+// ZB-V's V placement (`v_shape`, v = 2, pipeline_placement.h) puts virtual stage 2p - 1 - s
+// in chunk 1 of stage s: the model runs down the stages and back up, and stage 0 holds the
+// first and the last layers, with the embedding and the head:
+//
+//   p = 2, V, L = 8:      stage 0: chunk 0 = layers 0-1, chunk 1 = layers 6-7
+//                         stage 1: chunk 0 = layers 2-3, chunk 1 = layers 4-5
 #ifndef MTRAIN_PLAN_LAYER_PARTITION_H_
 #define MTRAIN_PLAN_LAYER_PARTITION_H_
 
@@ -19,12 +26,11 @@
 namespace mtrain {
 
 // The chunks of `stage`, in chunk order. INVALID_ARGUMENT unless num_layers is a positive
-// multiple of pipeline * virtual_stages and 0 <= stage < pipeline.
+// multiple of pipeline * virtual_stages, 0 <= stage < pipeline, and virtual_stages == 2
+// under the V placement.
 absl::StatusOr<std::vector<LayerRange>> PartitionLayers(int num_layers, int pipeline,
-                                                        int virtual_stages, int stage);
-
-// Virtual stage index of (stage, chunk): chunk * pipeline + stage.
-inline int VirtualStage(int pipeline, int stage, int chunk) { return chunk * pipeline + stage; }
+                                                        int virtual_stages, int stage,
+                                                        bool v_shape = false);
 
 }  // namespace mtrain
 

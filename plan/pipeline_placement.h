@@ -31,6 +31,10 @@ inline StageChunk StageChunkOf(int virtual_stage, int pipeline, bool v_shape) {
   return {virtual_stage % pipeline, virtual_stage / pipeline};
 }
 
+// The stage whose last virtual stage computes the loss: the last stage in the loop, stage 0
+// in the V.
+inline int LossStage(int pipeline, bool v_shape) { return v_shape ? 0 : pipeline - 1; }
+
 }  // namespace mtrain
 
 #endif  // MTRAIN_PLAN_PIPELINE_PLACEMENT_H_

@@ -16,7 +16,9 @@ std::vector<DeviceKind> EligibleDeviceKinds(const JobSpec& spec) {
     return {DEVICE_KIND_CPU};
   }
   // So does the split backward of the zero-bubble schedules.
-  if (spec.parallel().schedule() == SCHEDULE_ZB_H1) return {DEVICE_KIND_CPU};
+  if (spec.parallel().schedule() == SCHEDULE_ZB_H1 || spec.parallel().schedule() == SCHEDULE_ZB_V) {
+    return {DEVICE_KIND_CPU};
+  }
   if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED) {
     return {DEVICE_KIND_CUDA};
   }

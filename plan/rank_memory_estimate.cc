@@ -11,6 +11,7 @@
 #include "model/parameter_table.h"
 #include "model/transformer_config.h"
 #include "plan/megatron_activation_memory.h"
+#include "plan/pipeline_placement.h"
 #include "plan/pipeline_schedule.h"
 #include "spec/job_spec_arithmetic.h"
 
@@ -122,9 +123,15 @@ int64_t SaturatedCount(double count) {
   return count > 0 ? static_cast<int64_t>(count) : 0;
 }
 
+// The stage with the head (the loss and the logits): the last, or stage 0 in ZB-V's V
+// (plan/pipeline_placement.h).
+int64_t HeadStage(const Shape& s) {
+  return LossStage(static_cast<int>(s.pipeline), s.schedule == SCHEDULE_ZB_V);
+}
+
 int64_t StageParameters(const Shape& s, int64_t stage) {
   const bool first = stage == 0;
-  const bool last = stage == s.pipeline - 1;
+  const bool last = stage == HeadStage(s);
   // Exact: validated sizes keep every count far below 2^53 (job_spec_limits.h).
   int64_t count = Mul(SaturatedCount(s.parameters.per_layer), s.layers / s.pipeline);
   // The tied word embedding: once on a stage that embeds, predicts, or both.
@@ -152,6 +159,9 @@ int64_t ChunksInFlightAtOnce(const Shape& s, int64_t stage) {
       // Every stage keeps up to p: p - s forwarded ahead and s weight halves owed
       // (plan/zero_bubble_schedule.h).
       return std::min(p, m);
+    case SCHEDULE_ZB_V:
+      // Up to 2p chunk sets (half a stage's layers each) whose W has not run.
+      return std::min(Mul(2, p), Mul(2, m));
     default:  // SCHEDULE_1F1B
       return std::min(p - stage, m);
   }
@@ -175,11 +185,15 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
   InFlight closed_form;
   closed_form.chunks = ChunksInFlightAtOnce(s, stage);
   closed_form.last_chunk = s.schedule == SCHEDULE_GPIPE ? s.microbatches
-                           : s.schedule == SCHEDULE_INTERLEAVED_1F1B || s.schedule == SCHEDULE_ZB_H1
+                           : s.schedule == SCHEDULE_INTERLEAVED_1F1B ||
+                                   s.schedule == SCHEDULE_ZB_H1 || s.schedule == SCHEDULE_ZB_V
                                ? std::min(s.microbatches, s.pipeline)
                                : 1;
-  if (s.schedule != SCHEDULE_INTERLEAVED_1F1B ||
-      options.activations == ActivationModel::kMegatronLm ||
+  // Walked: the schedules whose peak the closed form only bounds (the split backward
+  // keeps each set until its weight half).
+  const bool walk = s.schedule == SCHEDULE_INTERLEAVED_1F1B || s.schedule == SCHEDULE_ZB_H1 ||
+                    s.schedule == SCHEDULE_ZB_V;
+  if (!walk || options.activations == ActivationModel::kMegatronLm ||
       Mul(s.microbatches, s.virtual_stages) > kMaxWalkedChunkMicrobatches) {
     return closed_form;
   }
@@ -196,7 +210,10 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
     const int c = action.chunk();
     if (c < 0 || c >= s.virtual_stages) continue;
     if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
-    if (action.kind() == PipelineAction::BACKWARD) --now[c];
+    if (action.kind() == PipelineAction::BACKWARD ||
+        action.kind() == PipelineAction::BACKWARD_WEIGHT) {
+      --now[c];
+    }
   }
   InFlight walked;
   for (int64_t p : peak) walked.chunks += p;
@@ -276,7 +293,7 @@ int64_t ActivationBytes(const Shape& s, const InFlight& in_flight,
 // The head on the last stage: LayerNorm output [N, C], its statistics and the logits
 // [N, Vl] with the cross-entropy's three statistics, per microbatch in flight on it.
 int64_t LogitsBytes(const Shape& s, int64_t stage, const InFlight& in_flight) {
-  if (stage != s.pipeline - 1) return 0;
+  if (stage != HeadStage(s)) return 0;
   const int64_t held = in_flight.last_chunk;
   const int64_t n = s.tokens();
   const int64_t per_microbatch = Sum({Mul(n, s.vocab_local), Mul(n, s.hidden), Mul(5, n)});
@@ -297,7 +314,7 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
     // Megatron-LM frees a stage's output once sent and keeps no separate pipeline
     // buffers: one recomputed layer's set and the head's fp32 logits gradient remain.
     int64_t bytes = s.recompute ? LayerSavedBytes(s, options) : 0;
-    if (stage == s.pipeline - 1) bytes = Add(bytes, Mul(kFp32Bytes, Mul(n, s.vocab_local)));
+    if (stage == HeadStage(s)) bytes = Add(bytes, Mul(kFp32Bytes, Mul(n, s.vocab_local)));
     return bytes;
   }
   const int64_t nc = Mul(n, s.hidden);
@@ -318,7 +335,7 @@ int64_t WorkspaceBytes(const Shape& s, int64_t stage, const InFlight& in_flight,
   }
   if (s.selective) scratch = Add(scratch, AttentionCoreElements(s));
   elements = Add(elements, Mul(s.virtual_stages, scratch));
-  if (stage == s.pipeline - 1) {
+  if (stage == HeadStage(s)) {
     elements = Sum({elements, Mul(n, s.vocab_local), Mul(3, nc), n});
   }
   elements = Add(elements, Mul(s.microbatches, Mul(2, n)));

@@ -159,20 +159,15 @@ ValidEnums ValidateEnums(const JobSpec& spec, Violations* v) {
                                    {DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA}, v);
   ok.schedule = ValidateEnum<Schedule>(
       "parallel.schedule", spec.parallel().schedule(), Schedule_IsValid, Schedule_Name,
-      {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B}, v);
+      {SCHEDULE_GPIPE, SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B, SCHEDULE_ZB_H1, SCHEDULE_ZB_V}, v);
   const Schedule schedule = spec.parallel().schedule();
-  if (ok.schedule && schedule == SCHEDULE_ZB_V) {
-    // plan/ builds and proves it; the engines' V placement of the chunks is still to come.
-    v->Add(
-        "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet [rule: SCHEDULE_GPIPE, "
-        "SCHEDULE_1F1B, SCHEDULE_INTERLEAVED_1F1B or SCHEDULE_ZB_H1]");
-    ok.schedule = false;
-  }
   const bool fp32 = spec.precision() == PRECISION_FP32 || spec.precision() == PRECISION_UNSPECIFIED;
-  if (ok.schedule && schedule == SCHEDULE_ZB_H1 && (spec.device() == DEVICE_CUDA || !fp32)) {
-    v->Add(
-        "parallel.schedule: SCHEDULE_ZB_H1 with device DEVICE_CUDA or a 16-bit precision [rule: "
-        "the split backward runs on the CPU engine, in PRECISION_FP32, so far]");
+  const bool zero_bubble = schedule == SCHEDULE_ZB_H1 || schedule == SCHEDULE_ZB_V;
+  if (ok.schedule && zero_bubble && (spec.device() == DEVICE_CUDA || !fp32)) {
+    v->Add(absl::StrCat(
+        "parallel.schedule: ", Schedule_Name(schedule),
+        " with device DEVICE_CUDA or a 16-bit precision [rule: the split backward runs on the "
+        "CPU engine, in PRECISION_FP32, so far]"));
   }
   ok.format = ValidateEnum<DataFormat>(
       "data.format", spec.data().format(), DataFormat_IsValid, DataFormat_Name,
@@ -308,17 +303,22 @@ bool ValidateParallel(const JobSpec& spec, bool schedule_known, Violations* v) {
                         chunks, ") [rule: num_layers % (pipeline * virtual_stages) == 0]"));
   }
   const bool interleaved = p.schedule() == SCHEDULE_INTERLEAVED_1F1B;
-  if (schedule_known && !interleaved && p.virtual_stages() > 1) {
+  const bool v_shape = p.schedule() == SCHEDULE_ZB_V;
+  if (schedule_known && !interleaved && !v_shape && p.virtual_stages() > 1) {
     v->Add(absl::StrCat("parallel.virtual_stages: ", p.virtual_stages(),
-                        " needs parallel.schedule SCHEDULE_INTERLEAVED_1F1B [rule: "
-                        "virtual_stages > 1 only with interleaving]"));
+                        " needs parallel.schedule SCHEDULE_INTERLEAVED_1F1B or SCHEDULE_ZB_V "
+                        "[rule: virtual_stages > 1 only with interleaving or the V]"));
   }
-  if (interleaved && p.pipeline() < 2) {
-    // One stage would hold the first and the last chunk, and with them the tied embedding
-    // twice; and there is no bubble to shrink.
-    v->Add(absl::StrCat("parallel.pipeline: ", p.pipeline(),
-                        " is too small for SCHEDULE_INTERLEAVED_1F1B [rule: interleaving "
-                        "needs pipeline >= 2]"));
+  if (v_shape && p.virtual_stages() != 2) {
+    v->Add(absl::StrCat("parallel.virtual_stages: ", p.virtual_stages(),
+                        " with SCHEDULE_ZB_V [rule: the V places exactly 2 chunks per stage: "
+                        "virtual_stages == 2]"));
+  }
+  if ((interleaved || v_shape) && p.pipeline() < 2) {
+    // Nothing to interleave with, and no bubble to shrink.
+    v->Add(absl::StrCat(
+        "parallel.pipeline: ", p.pipeline(), " is too small for ", Schedule_Name(p.schedule()),
+        " [rule: ", interleaved ? "interleaving" : "the V", " needs pipeline >= 2]"));
   }
   const int64_t per_microbatch_step = int64_t{p.micro_batch_size()} * p.data();
   bool batch_ok = true;

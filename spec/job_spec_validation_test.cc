@@ -285,7 +285,7 @@ TEST(JobSpecValidationTest, TheMultipleChoiceHeadTrainsOnRaceInWholeQuestions) {
                  "BERT's multiple-choice head");
 }
 
-TEST(JobSpecValidationTest, ZeroBubbleH1RunsOnTheCpuAndZeroBubbleVIsRefusedForNow) {
+TEST(JobSpecValidationTest, ZeroBubbleSchedulesRunOnTheCpuInFp32) {
   EXPECT_TRUE(
       ParseJobSpecJson(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"}})").ok());
   ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_H1"},
@@ -295,9 +295,24 @@ TEST(JobSpecValidationTest, ZeroBubbleH1RunsOnTheCpuAndZeroBubbleVIsRefusedForNo
                      "precision": "PRECISION_BF16"})",
                  "parallel.schedule: SCHEDULE_ZB_H1 with device DEVICE_CUDA or a 16-bit",
                  "PRECISION_FP32");
+  absl::StatusOr<JobSpec> v = ParseJobSpecJson(
+      R"({"model": {"num_layers": 8},
+          "parallel": {"pipeline": 2, "virtual_stages": 2, "schedule": "SCHEDULE_ZB_V"}})");
+  EXPECT_TRUE(v.ok()) << v.status();
   ExpectRejected(R"({"parallel": {"pipeline": 2, "schedule": "SCHEDULE_ZB_V"}})",
-                 "parallel.schedule: SCHEDULE_ZB_V is not run by the engines yet",
-                 "SCHEDULE_ZB_H1");
+                 "parallel.virtual_stages: 1 with SCHEDULE_ZB_V", "virtual_stages == 2");
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 1, "virtual_stages": 2,
+                                  "schedule": "SCHEDULE_ZB_V"}})",
+                 "parallel.pipeline: 1 is too small for SCHEDULE_ZB_V", "pipeline >= 2");
+  ExpectRejected(R"({"model": {"num_layers": 6},
+                     "parallel": {"pipeline": 2, "virtual_stages": 2,
+                                  "schedule": "SCHEDULE_ZB_V"}})",
+                 "model.num_layers: 6 is not divisible", "pipeline * virtual_stages");
+  ExpectRejected(R"({"model": {"num_layers": 8},
+                     "parallel": {"pipeline": 2, "virtual_stages": 2,
+                                  "schedule": "SCHEDULE_ZB_V"}, "device": "DEVICE_CUDA"})",
+                 "parallel.schedule: SCHEDULE_ZB_V with device DEVICE_CUDA", "CPU engine");
 }
 
 TEST(JobSpecValidationTest, WhatTheEnginesDoNotTrainYetIsRefusedByField) {

@@ -137,6 +137,13 @@ Layout ZeroBubbleH1(Layout l) {
   return l;
 }
 
+// `l` under ZB-V: two chunks a stage in a V (plan/pipeline_placement.h).
+Layout ZeroBubbleV(Layout l) {
+  l.schedule = "SCHEDULE_ZB_V";
+  l.virtual_stages = 2;
+  return l;
+}
+
 // gtest names a failing parameter by this instead of its bytes.
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
 
@@ -190,9 +197,11 @@ RunResult RunLayout(const Layout& layout) {
   absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(dir + "/metrics.jsonl");
   EXPECT_TRUE(lines.ok()) << lines.status();
   if (!lines.ok()) return result;
-  // The last stage's ranks compute the loss: t * d of them.
-  const int world = layout.tensor * layout.pipeline * layout.data;
-  for (int rank = world - layout.tensor * layout.data; rank < world; ++rank) {
+  // The ranks of the stage with the head compute the loss: t * d of them, on the last stage
+  // (stage 0 under ZB-V's V placement).
+  const int per_stage = layout.tensor * layout.data;
+  const int loss_stage = layout.schedule == "SCHEDULE_ZB_V" ? 0 : layout.pipeline - 1;
+  for (int rank = loss_stage * per_stage; rank < (loss_stage + 1) * per_stage; ++rank) {
     absl::StatusOr<std::vector<double>> losses = LossesOfRank(*lines, rank);
     EXPECT_TRUE(losses.ok()) << layout.name << ": " << losses.status();
     if (losses.ok()) result.losses_per_rank.push_back(*losses);
@@ -409,6 +418,16 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"zb_h1_p2d2_zero1", 1, 2, 2, 1, "SCHEDULE_ZB_H1", 1},
         ZeroBubbleH1(LlamaLayout("llama_zb_h1_t2p2", 2, 2, 1, kLlamaGqa)),
         ZeroBubbleH1(BertLayout("bert_post_zb_h1_p2d2_zero1", 1, 2, 2, kBertPost, 1, 1)),
+        // ZB-V: stage 0 holds the first and the last layers, the embedding and the head (one
+        // copy of the tied embedding); stage p - 1 hands chunk 0's output to its chunk 1.
+        Layout{"zb_v_p2", 1, 2, 1, 2, "SCHEDULE_ZB_V"},
+        Layout{"zb_v_p4_full_uniform_2", 1, 4, 1, 2, "SCHEDULE_ZB_V", 0, "",
+               R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"},
+        Layout{"zb_v_t2p2_sequence_parallel_selective", 2, 2, 1, 2, "SCHEDULE_ZB_V", 0,
+               R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"},
+        Layout{"zb_v_p2d2_zero1", 1, 2, 2, 2, "SCHEDULE_ZB_V", 1},
+        ZeroBubbleV(LlamaLayout("llama_zb_v_t2p2", 2, 2, 1, kLlamaGqa)),
+        ZeroBubbleV(BertLayout("bert_zb_v_p2d2_zero1", 1, 2, 2, kBertPre, 1, 1)),
         // BERT's multiple-choice head (RACE fine-tuning), both placements.
         BertLayout("race_t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, kRacePre, 1, 1,
                    R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"),

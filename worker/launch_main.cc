@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "kernels/cpu_threads.h"
+#include "plan/pipeline_placement.h"
 #include "spec/job_spec_validation.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec JSON file (required)");
@@ -136,8 +137,9 @@ int Run(const std::vector<std::string>& extra_flags) {
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     pids[rank] = Spawn(argv, absl::StrCat(out_dir, "/rank-", rank, ".log"));
   }
-  // The narrating rank: first rank of the last stage.
-  const int narrator = par.tensor() * par.data() * (par.pipeline() - 1);
+  // The narrating rank: the first of the stage that computes the loss.
+  const int narrator =
+      par.tensor() * par.data() * LossStage(par.pipeline(), par.schedule() == SCHEDULE_ZB_V);
   const std::string narrator_log = absl::StrCat(out_dir, "/rank-", narrator, ".log");
   std::ifstream narration;
   std::string pending_line;

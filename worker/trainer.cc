@@ -17,6 +17,7 @@
 #include "kernels/grad_norm.h"
 #include "model/model_flops.h"
 #include "model/transformer_config.h"
+#include "plan/pipeline_placement.h"
 #include "plan/rank_grid.h"
 #include "spec/job_spec_validation.h"
 #include "worker/engine/cpu/cpu_engine.h"
@@ -178,8 +179,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   const bool zero = par.zero_stage() == 1 && par.data() > 1;
   TrainingEngineConfig config;
   config.shape = t->shape_;
-  config.chunks =
-      ChunkPlacements(layers, rank.pp_rank(), par.pipeline(), par.tensor(), rank.tp_rank());
+  config.chunks = ChunkPlacements(layers, spec.model().num_layers(), par.tensor(), rank.tp_rank());
   config.micro_batch = t->micro_batch_;
   config.model.dropout = spec.train().dropout();
   ApplyRecompute(spec.train(), &config.model);
@@ -188,6 +188,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   config.optimizer = spec.optimizer();
   config.precision = spec.precision() == PRECISION_UNSPECIFIED ? PRECISION_FP32 : spec.precision();
   config.pipeline = par.pipeline();
+  config.v_shape = par.schedule() == SCHEDULE_ZB_V;
   config.zero_shards = zero ? par.data() : 1;
   config.zero_rank = rank.dp_rank();
   config.seed = spec.train().seed();
@@ -263,7 +264,8 @@ std::string Trainer::data_note() const {
 }
 
 bool Trainer::computes_loss() const {
-  return assignment_.rank().pp_rank() == assignment_.spec().parallel().pipeline() - 1;
+  const ParallelSpec& par = assignment_.spec().parallel();
+  return assignment_.rank().pp_rank() == LossStage(par.pipeline(), par.schedule() == SCHEDULE_ZB_V);
 }
 
 absl::StatusOr<std::vector<Microbatch>> Trainer::LoadMicrobatches(SampleSource& source,

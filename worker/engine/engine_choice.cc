@@ -33,7 +33,7 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
     return absl::UnimplementedError(
         absl::StrCat("parallel.schedule: ", Schedule_Name(spec.parallel().schedule()),
                      ": the CUDA engine does not split the backward yet (the CPU engine runs "
-                     "SCHEDULE_ZB_H1: device DEVICE_CPU)"));
+                     "the zero-bubble schedules: device DEVICE_CPU)"));
   }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;

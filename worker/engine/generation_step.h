@@ -1,8 +1,9 @@
 // One generation step of a rank's model chunks, whatever the engine (CPU or CUDA): the new
-// positions' hidden states go through the chunks in the model's order, chunk 0 of stages
-// 0..p-1, then chunk 1 of each stage, and so on (one chunk per stage unless the pipeline is
-// interleaved), over the pipeline group; the last chunk's logits are gathered over the
-// tensor group and broadcast to every stage, so every rank samples the same token.
+// positions' hidden states go through the chunks in the model's order, the virtual stages
+// of plan/pipeline_placement.h (in the loop: chunk 0 of stages 0..p-1, then chunk 1 of
+// each stage, and so on; in ZB-V's V: chunk 0 down the stages, chunk 1 back up), over the
+// pipeline group; the last chunk's logits are gathered over the tensor group and broadcast
+// to every stage, so every rank samples the same token.
 //
 //   ASSIGN_OR_RETURN(std::vector<float> logits,
 //                    RunGenerationStep(groups, chunks, count, hidden, vocab, position,
@@ -32,12 +33,13 @@ struct GenerationChunk {
 // [local_vocab].
 using DecodeChunkFn = std::function<absl::Status(int chunk, const float* hidden_in, float* out)>;
 
-// `count` new positions, the first of them at `first_position` of the sequence (it keeps
-// the pipeline messages' tags apart). Returns the logits over the real vocabulary
-// [vocab], the same on every rank of the tensor and pipeline groups. Collective.
+// `v_shape`: the chunks sit in ZB-V's V. `count` new positions, the first of them at
+// `first_position` of the sequence (it keeps the pipeline messages' tags apart). Returns the logits
+// over the real vocabulary [vocab], the same on every rank of the tensor and pipeline groups.
+// Collective.
 absl::StatusOr<std::vector<float>> RunGenerationStep(const RankGroups& groups,
                                                      const std::vector<GenerationChunk>& chunks,
-                                                     int count, int hidden, int vocab,
+                                                     bool v_shape, int count, int hidden, int vocab,
                                                      int64_t first_position,
                                                      const DecodeChunkFn& decode);
 

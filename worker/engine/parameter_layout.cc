@@ -4,10 +4,10 @@
 
 namespace mtrain {
 
-void ParameterLayout::Add(const ParameterEntry& entry) {
+void ParameterLayout::Add(const ParameterEntry& entry, const ParamTensor* shared) {
   ParamTensor tensor;
   tensor.name = entry.name;
-  tensor.offset = end_offset_;
+  tensor.offset = shared != nullptr ? shared->offset : end_offset_;
   tensor.global_shape = entry.global_shape;
   tensor.local_shape = entry.global_shape;
   tensor.global_offset.assign(entry.global_shape.size(), 0);
@@ -25,12 +25,13 @@ void ParameterLayout::Add(const ParameterEntry& entry) {
   tensor.init = entry.init;
   tensor.weight_decay = entry.weight_decay;
   tensor.copy_on_first_and_last_stage = entry.holder == ParameterHolder::kFirstAndLastStage;
-  end_offset_ += size;
+  tensor.shared_with_earlier_chunk = shared != nullptr;
+  if (shared == nullptr) end_offset_ += size;
   tensors_.push_back(std::move(tensor));
 }
 
 ParameterLayout::ParameterLayout(const ModelShape& shape, const ModelPlacement& placement,
-                                 size_t base_offset)
+                                 size_t base_offset, const ParameterLayout* earlier)
     : shape_(shape), placement_(placement), begin_offset_(base_offset), end_offset_(base_offset) {
   const int last_layer = placement.first_layer + placement.num_layers;
   for (const ParameterEntry& entry : ParameterTable(shape)) {
@@ -49,7 +50,12 @@ ParameterLayout::ParameterLayout(const ModelShape& shape, const ModelPlacement& 
         held = entry.layer >= placement.first_layer && entry.layer < last_layer;
         break;
     }
-    if (held) Add(entry);
+    if (!held) continue;
+    const ParamTensor* shared = nullptr;
+    if (earlier != nullptr && entry.holder == ParameterHolder::kFirstAndLastStage) {
+      shared = earlier->Find(entry.name);
+    }
+    Add(entry, shared);
   }
 }
 

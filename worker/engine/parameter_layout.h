@@ -35,6 +35,9 @@ struct ParamTensor : ShardedTensor {
   // The first and the last pipeline stage each hold a copy (the token embedding as the tied
   // output layer): their gradients are summed between the stages.
   bool copy_on_first_and_last_stage = false;
+  // Held by an earlier chunk of the same rank, whose elements this chunk reads and whose
+  // gradient it adds to (ZB-V's stage 0 holds the embedding and the head: one copy).
+  bool shared_with_earlier_chunk = false;
 };
 
 // Typed views into a flat buffer (parameters or gradients); shapes are local.
@@ -113,8 +116,12 @@ T* OutputWeight(const ModelView<T>& v) {
 class ParameterLayout {
  public:
   // Tensor offsets start at `base_offset`: a rank holding several model chunks
-  // (interleaved pipeline) lays them out one after another in one buffer.
-  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement, size_t base_offset = 0);
+  // (interleaved pipeline) lays them out one after another in one buffer. A tensor both
+  // held by `earlier` (a chunk before this one on the rank) and by this chunk as the tied
+  // copy of the first and the last stage is not laid out again: this chunk's entry points
+  // at the earlier one's elements (shared_with_earlier_chunk).
+  ParameterLayout(const ModelShape& shape, const ModelPlacement& placement, size_t base_offset = 0,
+                  const ParameterLayout* earlier = nullptr);
 
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   // Elements of this layout, which occupy [begin_offset(), end_offset()) of the buffer.
@@ -131,7 +138,7 @@ class ParameterLayout {
   ModelView<T> View(T* base) const;
 
  private:
-  void Add(const ParameterEntry& entry);
+  void Add(const ParameterEntry& entry, const ParamTensor* shared = nullptr);
 
   ModelShape shape_;
   ModelPlacement placement_;

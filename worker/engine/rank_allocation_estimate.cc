@@ -28,7 +28,11 @@ std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, const Par
     const int c = action.chunk();
     if (c < 0 || c >= chunks) continue;  // the executor refuses it later
     if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
-    if (action.kind() == PipelineAction::BACKWARD) --now[c];
+    // A split backward frees the set at its weight half (RankModelStages keeps it between).
+    if (action.kind() == PipelineAction::BACKWARD ||
+        action.kind() == PipelineAction::BACKWARD_WEIGHT) {
+      --now[c];
+    }
   }
   // A schedule given without its actions: the schedule's own bound. GPipe runs every
   // forward first; 1F1B keeps at most `pipeline` microbatches in flight, interleaving
@@ -112,16 +116,26 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
   const RankParameterCounts counts = ParameterCountsPerTensorRank(config, par.tensor());
   const double per_layer = counts.per_layer;
   const int chunks = assignment.layers_size();
-  const int stage = assignment.rank().pp_rank();
+  const int total_layers = spec.model().num_layers();
+  // The chunks that hold the embedding and the head (rank_layout.h: by their layers; ZB-V's
+  // stage 0 holds both, and the tied embedding once).
+  const auto is_embedding = [&](int c) { return assignment.layers(c).first_layer() == 0; };
+  const auto is_head = [&](int c) {
+    return assignment.layers(c).first_layer() + assignment.layers(c).num_layers() == total_layers;
+  };
   double params = 0;
+  bool tied_counted = false;
   std::vector<double> chunk_layers;
   for (int c = 0; c < chunks; ++c) {
     const double layers = assignment.layers(c).num_layers();
     chunk_layers.push_back(layers);
-    const bool embedding = stage == 0 && c == 0;
-    const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
+    const bool embedding = is_embedding(c);
+    const bool head = is_head(c);
     params += layers * per_layer;
-    if (embedding || head) params += counts.first_and_last_stage;
+    if ((embedding || head) && !tied_counted) {
+      params += counts.first_and_last_stage;
+      tied_counted = true;
+    }
     if (embedding) params += counts.first_stage;
     if (head) params += counts.last_stage;
   }
@@ -161,7 +175,7 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
         InFlightPerChunk(assignment.schedule(), par, chunks, microbatches);
     double activations = 0;
     for (int c = 0; c < chunks; ++c) {
-      const bool head = stage == par.pipeline() - 1 && c == chunks - 1;
+      const bool head = is_head(c);
       // TransformerModel::NewActivations: the kept inputs (full recomputation in groups: the first
       // of each) and the chunk's output, and the saved sets of the layers not recomputed.
       const double layers = chunk_layers[c];

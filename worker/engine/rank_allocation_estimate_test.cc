@@ -34,7 +34,7 @@ double RealParameterBytes(const Assignment& a) {
   const bool zero = par.zero_stage() == 1 && par.data() > 1;
   absl::StatusOr<std::unique_ptr<RankModel>> model = RankModel::Create(
       shape,
-      ChunkPlacements(layers, a.rank().pp_rank(), par.pipeline(), par.tensor(), a.rank().tp_rank()),
+      ChunkPlacements(layers, a.spec().model().num_layers(), par.tensor(), a.rank().tp_rank()),
       par.micro_batch_size(), ModelOptions{}, tp, zero ? par.data() : 1);
   EXPECT_TRUE(model.ok()) << model.status();
   return static_cast<double>((*model)->buffer_size()) * 4;

@@ -21,20 +21,22 @@
 
 namespace mtrain {
 
-// The placements of a rank's chunks: chunk c holds `layers[c]` (first layer, count); the
-// first chunk of stage 0 holds the embeddings, the last chunk of the last stage the head.
+// The placements of a rank's chunks: chunk c holds `layers[c]` (first layer, count) of the
+// model's `total_layers`; the chunk that starts at layer 0 holds the embeddings, the one
+// that ends at the last layer the head (under ZB-V's V placement both sit on stage 0).
 struct ChunkLayers {
   int first_layer = 0;
   int num_layers = 0;
 };
-std::vector<ModelPlacement> ChunkPlacements(const std::vector<ChunkLayers>& layers, int stage,
-                                            int pipeline, int tensor_size, int tensor_rank);
+std::vector<ModelPlacement> ChunkPlacements(const std::vector<ChunkLayers>& layers,
+                                            int total_layers, int tensor_size, int tensor_rank);
 
 class RankLayout {
  public:
   // The buffer is padded to a multiple of `pad_to_multiple` elements (the data-parallel
-  // degree under ZeRO-1, so that the shards are equal). INVALID_ARGUMENT for no chunks or
-  // a tied embedding held twice on one rank.
+  // degree under ZeRO-1, so that the shards are equal). INVALID_ARGUMENT for no chunks. A
+  // tied embedding two chunks hold (the embedding's and the head's) is laid out once and
+  // shared by both (ParameterLayout).
   static absl::StatusOr<RankLayout> Create(const ModelShape& shape,
                                            const std::vector<ModelPlacement>& chunks,
                                            size_t pad_to_multiple);
@@ -53,6 +55,9 @@ class RankLayout {
   // The tensor the first and the last pipeline stage each hold a copy of (the tied token
   // embedding), whose gradients the two stages sum; null if this rank holds none.
   const ParamTensor* FindCopyOnFirstAndLastStage() const;
+  // Whether two chunks of this rank share that tensor (its whole gradient is summed here,
+  // with nothing to exchange between stages).
+  bool SharesTiedCopy() const;
   // Elements that hold parameters; the padded size of the flat buffers.
   size_t num_params() const { return num_params_; }
   size_t buffer_size() const { return buffer_size_; }

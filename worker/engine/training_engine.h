@@ -67,8 +67,10 @@ struct TrainingEngineConfig {
   OptimizerSpec optimizer;
   Precision precision = PRECISION_FP32;  // resolved: never PRECISION_UNSPECIFIED
   // Pipeline stages of the job: above one, the tied embedding has a copy on the first and
-  // on the last stage whose gradients are summed over groups->embedding.
+  // on the last stage whose gradients are summed over groups->embedding, except under
+  // ZB-V's V placement (`v_shape`), where stage 0 holds both ends in one copy.
   int pipeline = 1;
+  bool v_shape = false;
   // ZeRO-1: the data-parallel degree the optimizer state is sharded over (1: none) and
   // this replica's data-parallel rank.
   int zero_shards = 1;

@@ -10,7 +10,7 @@ RankLayout Layout(size_t pad) {
   const ModelShape shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/8,
                                       /*seq_length=*/4, /*vocab=*/100, /*padded_vocab=*/128);
   absl::StatusOr<RankLayout> layout =
-      RankLayout::Create(shape, ChunkPlacements({{0, 2}}, 0, 1, 1, 0), pad);
+      RankLayout::Create(shape, ChunkPlacements({{0, 2}}, 2, 1, 0), pad);
   EXPECT_TRUE(layout.ok()) << layout.status();
   return std::move(*layout);
 }
@@ -43,16 +43,19 @@ TEST(OptimizerSliceTest, ZeroSharesTileThePaddedBufferAndClipToTheParameters) {
   }
 }
 
-TEST(RankLayoutTest, PadsToTheShardCountAndRefusesATiedEmbeddingHeldTwice) {
+TEST(RankLayoutTest, PadsToTheShardCountAndSharesATiedEmbeddingHeldTwice) {
   const RankLayout layout = Layout(7);
   EXPECT_EQ(layout.buffer_size() % 7, 0u);
   EXPECT_GE(layout.buffer_size(), layout.num_params());
   EXPECT_LT(layout.buffer_size() - layout.num_params(), 7u);
   ASSERT_NE(layout.Find("wte"), nullptr);
   EXPECT_EQ(layout.tensors().back().offset + layout.tensors().back().size, layout.num_params());
+  // Two chunks with the embedding and the head share one copy of the tied embedding.
   absl::StatusOr<RankLayout> twice =
-      RankLayout::Create(layout.shape(), ChunkPlacements({{0, 1}, {1, 1}}, 0, 1, 1, 0), 1);
-  EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+      RankLayout::Create(layout.shape(), ChunkPlacements({{0, 1}, {1, 1}}, 2, 1, 0), 1);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_TRUE(twice->SharesTiedCopy());
+  EXPECT_EQ(twice->num_params(), Layout(1).num_params());
 }
 
 }  // namespace

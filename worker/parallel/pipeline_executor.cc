@@ -103,6 +103,7 @@ absl::StatusOr<double> PipelineExecutor::Run(const std::vector<Microbatch>& micr
                                              float d_loss_per_token, bool forward_only) {
   in_flight_.clear();
   in_flight_.resize(microbatches.size() * num_chunks_);
+  self_messages_.clear();
   if (!peers_connected_ && stages_->messages_on_device()) {
     absl::Status connected = ConnectPeers();
     if (!connected.ok()) {
@@ -151,6 +152,7 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
   };
   switch (action.kind()) {
     case PipelineAction::RECV_FORWARD:
+      if (IsSelf(action)) return ReceiveFromSelf(action, elements, &slot->input);
       RETURN_IF_ERROR(Allocate(elements, &slot->input));
       return Receive(action, slot->input.get());
     case PipelineAction::FORWARD: {
@@ -172,6 +174,7 @@ absl::Status PipelineExecutor::Execute(size_t index, const std::vector<Microbatc
     case PipelineAction::SEND_FORWARD:
       return StartSend(action, &slot->output);
     case PipelineAction::RECV_BACKWARD:
+      if (IsSelf(action)) return ReceiveFromSelf(action, elements, &slot->d_output);
       RETURN_IF_ERROR(Allocate(elements, &slot->d_output));
       return Receive(action, slot->d_output.get());
     case PipelineAction::BACKWARD:
@@ -229,6 +232,14 @@ size_t PipelineExecutor::SliceSize(size_t elements) const {
 absl::Status PipelineExecutor::StartSend(const PipelineAction& action,
                                          std::unique_ptr<MessageBuffer>* data) {
   if (*data == nullptr) return absl::FailedPreconditionError("send before its data was computed");
+  if (IsSelf(action)) {
+    // Whole, as computed: the receiving chunk is on this rank (and this tensor rank).
+    const uint64_t tag = PipelineMessageTag(action, stage_, pipeline_, schedule_.v_shape());
+    if (!self_messages_.try_emplace(tag, std::move(*data)).second) {
+      return absl::FailedPreconditionError("the same message sent to this rank twice");
+    }
+    return absl::OkStatus();
+  }
   if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
   const size_t elements = (*data)->size();
   if (scatter_gather_ != nullptr && elements % scatter_gather_->size() != 0) {
@@ -243,6 +254,26 @@ absl::Status PipelineExecutor::StartSend(const PipelineAction& action,
   // The pending send points into the buffer: it moves along and lives until the send
   // completes.
   sends_.push_back(Send{std::move(pending), std::move(*data)});
+  return absl::OkStatus();
+}
+
+bool PipelineExecutor::IsSelf(const PipelineAction& action) const {
+  return p2p_ != nullptr && action.peer_rank() == p2p_->rank();
+}
+
+absl::Status PipelineExecutor::ReceiveFromSelf(const PipelineAction& action, size_t elements,
+                                               std::unique_ptr<MessageBuffer>* data) {
+  // The receive's tag is the send's: both name the receiving virtual stage.
+  auto it = self_messages_.find(PipelineMessageTag(action, stage_, pipeline_, schedule_.v_shape()));
+  if (it == self_messages_.end()) {
+    return absl::FailedPreconditionError("a message from this rank before this rank sent it");
+  }
+  if (it->second->size() != elements) {
+    return absl::InternalError(absl::StrCat("a message to this rank of ", it->second->size(),
+                                            " floats where ", elements, " were expected"));
+  }
+  *data = std::move(it->second);
+  self_messages_.erase(it);
   return absl::OkStatus();
 }
 
@@ -271,7 +302,7 @@ absl::Status PipelineExecutor::ConnectPeers() {
   // Above every PipelineMessageTag (NCCL ignores tags; a tagged transport keeps them apart).
   constexpr uint64_t kConnectTag = ~uint64_t{0};
   for (const int peer : {previous_peer_, next_peer_}) {
-    if (peer < 0) continue;
+    if (peer < 0 || (p2p_ != nullptr && peer == p2p_->rank())) continue;
     if (p2p_ == nullptr) return absl::FailedPreconditionError("no point-to-point group");
     std::unique_ptr<MessageBuffer> out, in;
     RETURN_IF_ERROR(Allocate(1, &out));

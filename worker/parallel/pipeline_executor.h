@@ -26,6 +26,7 @@
 #define MTRAIN_WORKER_PARALLEL_PIPELINE_EXECUTOR_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -102,6 +103,12 @@ class PipelineExecutor {
   absl::Status Allocate(size_t elements, std::unique_ptr<MessageBuffer>* buffer);
   absl::Status StartSend(const PipelineAction& action, std::unique_ptr<MessageBuffer>* data);
   absl::Status Receive(const PipelineAction& action, MessageBuffer* data);
+  // ZB-V's turn at stage p - 1 hands chunk 0's output (and chunk 1's input gradient) to
+  // this rank itself: the buffer moves into self_messages_ under the message's tag, and
+  // the receive takes it back, without the transport (which has no channel to itself).
+  bool IsSelf(const PipelineAction& action) const;
+  absl::Status ReceiveFromSelf(const PipelineAction& action, size_t elements,
+                               std::unique_ptr<MessageBuffer>* data);
   absl::Status CompleteSends();
   // Once, before the first messages on the device: one tiny exchange both ways with the
   // previous stage, then with the next. NCCL sets up a pair's connections in the group
@@ -125,6 +132,7 @@ class PipelineExecutor {
   std::vector<size_t> last_weight_;    // per chunk: its last BACKWARD_WEIGHT
   std::vector<std::unique_ptr<InFlight>> in_flight_;  // by microbatch * chunks + chunk
   std::vector<Send> sends_;
+  std::map<uint64_t, std::unique_ptr<MessageBuffer>> self_messages_;  // by message tag
   int previous_peer_ = -1;  // the previous stage's rank (-1 on the first stage)
   int next_peer_ = -1;      // the next stage's rank (-1 on the last stage)
   bool peers_connected_ = false;

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngin
   std::unique_ptr<CpuEngine> engine(new CpuEngine);
   engine->groups_ = config.groups;
   engine->pipeline_ = config.pipeline;
+  engine->v_shape_ = config.v_shape;
   ASSIGN_OR_RETURN(engine->model_,
                    RankModel::Create(config.shape, config.chunks, config.micro_batch, config.model,
                                      TensorGroupOf(config.groups->tensor.get()),
@@ -80,7 +81,9 @@ absl::StatusOr<double> CpuEngine::ComputeGradients(PipelineExecutor& executor,
   buckets_->StartStep();
   const bool tied_elsewhere = pipeline_ > 1;
   const GradReadyHook hook = [&](const ParamTensor& tensor) {
-    // The tied embedding is final only after the exchange between the stages below.
+    // The tied embedding is final only after the exchange between the stages below, or,
+    // where two chunks of this rank share it (ZB-V), after both chunks' last backwards:
+    // each chunk reports it at its own.
     if (tied_elsewhere && tensor.copy_on_first_and_last_stage) return;
     buckets_->MarkReady(tensor.offset);
   };
@@ -90,10 +93,12 @@ absl::StatusOr<double> CpuEngine::ComputeGradients(PipelineExecutor& executor,
   ASSIGN_OR_RETURN(const double loss_sum, std::move(run));
   if (const ParamTensor* wte = model_->FindCopyOnFirstAndLastStage();
       wte != nullptr && tied_elsewhere) {
-    // The first and the last stage sum their copies' gradients, then the buckets sum the
-    // result over the replicas.
-    RETURN_IF_ERROR(
-        groups_->embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
+    // The first and the last stage sum their copies' gradients (one shared copy already
+    // holds the sum), then the buckets sum the result over the replicas.
+    if (!model_->layout().SharesTiedCopy()) {
+      RETURN_IF_ERROR(
+          groups_->embedding->AllReduce(model_->grads() + wte->offset, wte->size, ReduceOp::kSum));
+    }
     buckets_->MarkReady(wte->offset);
   }
   RETURN_IF_ERROR(buckets_->Finish());
@@ -178,7 +183,7 @@ absl::StatusOr<std::vector<float>> CpuEngine::GenerateStep(const std::vector<int
   }
   const int64_t first = generated_positions_;
   generated_positions_ += count;
-  return RunGenerationStep(*groups_, chunks, count, shape.hidden, shape.vocab, first,
+  return RunGenerationStep(*groups_, chunks, v_shape_, count, shape.hidden, shape.vocab, first,
                            [&](int c, const float* hidden_in, float* out) {
                              return model_->chunk(c).Decode(&kv_caches_[c], tokens.data(),
                                                             hidden_in, count, out);

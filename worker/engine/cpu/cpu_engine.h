@@ -77,6 +77,7 @@ class CpuEngine : public TrainingEngine {
   std::vector<KvCache<float>> kv_caches_;
   int64_t generated_positions_ = 0;  // of the sequence, for the pipeline messages' tags
   int pipeline_ = 1;
+  bool v_shape_ = false;
   OptimizerSlice slice_;
   std::unique_ptr<RankModel> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;

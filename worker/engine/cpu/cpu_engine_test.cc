@@ -26,7 +26,7 @@ TrainingEngineConfig Config(const RankGroups* groups) {
   TrainingEngineConfig config;
   config.shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/16,
                             /*seq_length=*/8, /*vocab=*/100, /*padded_vocab=*/128);
-  config.chunks = ChunkPlacements({{0, 2}}, 0, 1, 1, 0);
+  config.chunks = ChunkPlacements({{0, 2}}, 2, 1, 0);
   config.micro_batch = kMicroBatch;
   config.model.dropout = 0.1f;
   config.model.seed = 7;

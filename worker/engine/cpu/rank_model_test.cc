@@ -11,11 +11,11 @@ ModelShape Shape() {
   return s;
 }
 
-std::unique_ptr<RankModel> Make(const std::vector<ChunkLayers>& layers, int stage, int pipeline,
-                                int t, int tp_rank, size_t pad = 1) {
+std::unique_ptr<RankModel> Make(const std::vector<ChunkLayers>& layers, int t, int tp_rank,
+                                size_t pad = 1) {
   const ModelShape shape = Shape();
   absl::StatusOr<std::unique_ptr<RankModel>> model = RankModel::Create(
-      shape, ChunkPlacements(layers, stage, pipeline, t, tp_rank), 2, ModelOptions{},
+      shape, ChunkPlacements(layers, shape.num_layers, t, tp_rank), 2, ModelOptions{},
       TensorParallelGroup<float>{t, tp_rank, nullptr, nullptr, nullptr}, pad);
   EXPECT_TRUE(model.ok()) << model.status();
   (*model)->Initialize(42);
@@ -24,12 +24,12 @@ std::unique_ptr<RankModel> Make(const std::vector<ChunkLayers>& layers, int stag
 
 // For the same seed, every shard of every layout holds exactly the single-rank values.
 TEST(RankModelTest, EveryShardStartsFromTheSingleRankWeights) {
-  const auto whole = Make({{0, 4}}, 0, 1, 1, 0);
+  const auto whole = Make({{0, 4}}, 1, 0);
   int checked = 0;
   for (int t : {2, 4}) {
     for (int tp_rank = 0; tp_rank < t; ++tp_rank) {
       // Interleaved stage 1 of 2 with two chunks: layers 1 and 3.
-      const auto shard = Make({{1, 1}, {3, 1}}, 1, 2, t, tp_rank);
+      const auto shard = Make({{1, 1}, {3, 1}}, t, tp_rank);
       for (const ParamTensor& s : shard->tensors()) {
         const ParamTensor* w = whole->Find(s.name);
         ASSERT_NE(w, nullptr) << s.name;
@@ -46,7 +46,7 @@ TEST(RankModelTest, EveryShardStartsFromTheSingleRankWeights) {
 }
 
 TEST(RankModelTest, ChunksShareOneBufferPaddedForZeroShards) {
-  const auto model = Make({{1, 1}, {3, 1}}, 1, 2, 1, 0, /*pad=*/3);
+  const auto model = Make({{1, 1}, {3, 1}}, 1, 0, /*pad=*/3);
   EXPECT_EQ(model->num_chunks(), 2);
   EXPECT_EQ(model->buffer_size() % 3, 0u);
   EXPECT_GE(model->buffer_size(), model->num_params());
@@ -57,13 +57,29 @@ TEST(RankModelTest, ChunksShareOneBufferPaddedForZeroShards) {
   EXPECT_EQ(model->Find("wpe"), nullptr);
 }
 
-TEST(RankModelTest, RefusesTheTiedEmbeddingTwiceOnOneRank) {
-  const ModelShape shape = Shape();
-  // One stage with two chunks: chunk 0 would hold the embedding, chunk 1 the head.
-  absl::StatusOr<std::unique_ptr<RankModel>> model =
-      RankModel::Create(shape, ChunkPlacements({{0, 2}, {2, 2}}, 0, 1, 1, 0), 2, ModelOptions{},
-                        TensorParallelGroup<float>{}, 1);
-  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+TEST(RankModelTest, TwoChunksOfOneRankShareTheTiedEmbedding) {
+  // ZB-V's stage 0 of 2: chunk 0 = layer 0 with the embedding, chunk 1 = layer 3 with the
+  // head; the tied embedding is laid out once and both chunks point at it.
+  const auto model = Make({{0, 1}, {3, 1}}, 1, 0);
+  int copies = 0;
+  for (const ParamTensor& t : model->tensors()) copies += t.name == "wte" ? 1 : 0;
+  EXPECT_EQ(copies, 1);
+  const RankLayout& layout = model->layout();
+  ASSERT_EQ(layout.num_chunks(), 2);
+  const ParamTensor* embedding = layout.chunk(0).Find("wte");
+  const ParamTensor* head = layout.chunk(1).Find("wte");
+  ASSERT_NE(embedding, nullptr);
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->offset, embedding->offset);
+  EXPECT_TRUE(head->shared_with_earlier_chunk);
+  EXPECT_FALSE(embedding->shared_with_earlier_chunk);
+  EXPECT_TRUE(layout.SharesTiedCopy());
+  // The buffer holds each tensor once: the whole model's count.
+  const auto whole = Make({{0, 4}}, 1, 0);
+  size_t parts = 0;
+  for (const ParamTensor& t : model->tensors()) parts += t.size;
+  EXPECT_EQ(parts, model->layout().num_params());
+  EXPECT_FALSE(whole->layout().SharesTiedCopy());
 }
 
 }  // namespace

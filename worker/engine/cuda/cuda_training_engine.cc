@@ -48,6 +48,7 @@ absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> CudaTrainingEngine::Create(
   t->slice_ = OptimizerSliceOf(t->layout_, config.zero_shards, config.zero_rank);
   t->groups_ = config.groups;
   t->pipeline_ = config.pipeline;
+  t->v_shape_ = config.v_shape;
   t->whole_model_ =
       t->layout_.num_chunks() == 1 && config.chunks[0].tensor_size == 1 && config.pipeline == 1;
   t->device_ = config.cuda_device;
@@ -236,7 +237,7 @@ absl::StatusOr<std::vector<float>> CudaTrainingEngine::GenerateStep(
   }
   const int64_t first = generated_positions_;
   generated_positions_ += count;
-  return RunGenerationStep(*groups_, chunks, count, shape.hidden, shape.vocab, first,
+  return RunGenerationStep(*groups_, chunks, v_shape_, count, shape.hidden, shape.vocab, first,
                            [&](int c, const float* hidden_in, float* out) {
                              return engine_->GenerateChunk(c, tokens.data(), hidden_in, count, out);
                            });

@@ -73,6 +73,7 @@ class CudaTrainingEngine : public TrainingEngine {
   OptimizerSlice slice_;
   const RankGroups* groups_ = nullptr;
   int pipeline_ = 1;
+  bool v_shape_ = false;
   bool whole_model_ = false;
   bool sharded_sums_ = false;  // ZeRO-1 with replicas
   int device_ = 0;

@@ -26,7 +26,7 @@ TrainingEngineConfig Config(const RankGroups* groups) {
   // Head dimension 32: the flash kernels take 32, 64 and 128.
   config.shape = Gpt2Config(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64,
                             /*seq_length=*/kSeq, /*vocab=*/100, /*padded_vocab=*/128);
-  config.chunks = ChunkPlacements({{0, 2}}, 0, 1, 1, 0);
+  config.chunks = ChunkPlacements({{0, 2}}, 2, 1, 0);
   config.micro_batch = kMicroBatch;
   config.model.seed = 3;
   config.optimizer.set_lr(1e-3);
