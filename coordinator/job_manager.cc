@@ -26,6 +26,10 @@
 namespace mtrain {
 namespace {
 
+bool IsFp32(const JobSpec& spec) {
+  return spec.precision() == PRECISION_FP32 || spec.precision() == PRECISION_UNSPECIFIED;
+}
+
 int WorldSize(const JobSpec& spec) {
   return spec.parallel().tensor() * spec.parallel().pipeline() * spec.parallel().data();
 }
@@ -254,6 +258,8 @@ absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
     // The CPU engine has selective recomputation and sequence parallelism; the CUDA engine
     // refuses both so far.
     options.try_selective_recompute = options.try_sequence_parallel = kind == DEVICE_KIND_CPU;
+    // So do the zero-bubble schedules, in fp32.
+    options.try_zero_bubble = kind == DEVICE_KIND_CPU && IsFp32(spec);
     return SearchLayouts(spec, cluster, options);
   }
   return absl::FailedPreconditionError("no live worker of a kind this job can run on to plan for");

@@ -73,7 +73,7 @@ std::string LayoutProblem(const JobSpec& spec) {
                         " divisible by tensor ", par.tensor());
   }
   const int64_t microbatches = par.global_batch_size() / replicas_batch;
-  if (par.virtual_stages() > 1 && microbatches % par.pipeline() != 0) {
+  if (par.schedule() == SCHEDULE_INTERLEAVED_1F1B && microbatches % par.pipeline() != 0) {
     return absl::StrCat("the interleaved schedule needs microbatches (", microbatches,
                         ") divisible by pipeline ", par.pipeline());
   }
@@ -110,8 +110,11 @@ std::optional<double> PredictedStepSeconds(absl::string_view text) {
 std::string LayoutName(const JobSpec& spec) {
   const ParallelSpec& par = spec.parallel();
   const RecomputeChoice recompute = RecomputeChoiceOf(spec.train());
+  const char* zero_bubble = par.schedule() == SCHEDULE_ZB_H1  ? " zb-h1"
+                            : par.schedule() == SCHEDULE_ZB_V ? " zb-v"
+                                                              : "";
   return absl::StrCat("t=", par.tensor(), " p=", par.pipeline(), " d=", par.data(),
-                      " v=", par.virtual_stages(), " b=", par.micro_batch_size(),
+                      " v=", par.virtual_stages(), zero_bubble, " b=", par.micro_batch_size(),
                       par.sequence_parallel() && par.tensor() > 1 ? " sp" : "",
                       recompute.full ? " recompute" : "", recompute.selective ? " selective" : "");
 }
@@ -196,10 +199,18 @@ void SearchDeviceCount(const JobSpec& spec, const ClusterDescription& cluster,
               split = candidate;
               split->mutable_parallel()->set_sequence_parallel(true);
             }
+            // The same layout under the zero-bubble schedule of its chunk count.
+            std::optional<JobSpec> zero_bubble;
+            if (options.try_zero_bubble && p > 1 && v <= 2) {
+              zero_bubble = candidate;
+              zero_bubble->mutable_parallel()->set_schedule(v == 1 ? SCHEDULE_ZB_H1
+                                                                   : SCHEDULE_ZB_V);
+            }
             // Sequence parallelism as a memory technique: tried where the layout does not
             // fit without it (its step time on this project's CPU engine is higher than
             // the cost model's, docs/PERFORMANCE.md).
             if (consider(std::move(candidate)) && split.has_value()) consider(std::move(*split));
+            if (zero_bubble.has_value()) consider(std::move(*zero_bubble));
           }
         }
       }

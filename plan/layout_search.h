@@ -41,6 +41,10 @@ struct LayoutSearchOptions {
   // fit without it.
   bool try_selective_recompute = false;
   bool try_sequence_parallel = false;
+  // The zero-bubble schedules beside the others for every pipelined layout: ZB-H1 where
+  // v = 1, ZB-V where v = 2 (this project's CPU engine runs both in fp32; its CUDA engine
+  // neither yet). Priced at cost.backward_input_share / backward_weight_share.
+  bool try_zero_bubble = false;
   // Largest interleaving tried (v <= this and v divides layers / p).
   int max_virtual_stages = 8;
   StepCostOptions cost;
@@ -69,7 +73,8 @@ struct LayoutSearch {
 };
 
 // "t=8 p=4 d=32 v=5 b=1 recompute" for a spec's layout ("sp" after b=N under sequence
-// parallelism, "selective" at the end under selective recomputation).
+// parallelism, "selective" at the end under selective recomputation, "zb-h1" or "zb-v"
+// after v=N under a zero-bubble schedule).
 std::string LayoutName(const JobSpec& spec);
 
 // "t=2 p=1 d=2 v=1 b=1: predicted 0.31 s a step, 1650 tokens/s, MFU 41.2%, 210 MiB a rank":

@@ -1,5 +1,6 @@
 #include "plan/layout_search.h"
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -53,6 +54,64 @@ TEST(LayoutSearchTest, EveryFeasibleLayoutUsesTheDevicesAndTheFastestComesFirst)
   EXPECT_TRUE(names.count("t=2 p=2 d=1 v=1 b=4 recompute"));
   EXPECT_TRUE(names.count("t=1 p=1 d=4 v=1 b=1"));
   EXPECT_TRUE(names.count("t=1 p=2 d=2 v=2 b=1"));
+}
+
+// With the zero-bubble schedules allowed, every pipelined layout of one or two chunks is
+// also priced under ZB-H1 or ZB-V (and ZB-V where interleaving's microbatches % pipeline
+// rule refuses v = 2); at the paper's equal split costs they idle less than their Megatron
+// counterparts, so the fastest pipelined layout is one of them.
+TEST(LayoutSearchTest, ZeroBubbleSchedulesAreCandidatesBesideTheOthers) {
+  const JobSpec spec = ResolvedSpecForTest(kSpec);
+  const ClusterDescription cluster = Cluster(1e9, int64_t{1} << 33);
+  LayoutSearchOptions options = Devices(4);
+  options.try_recompute = false;
+  options.cost.backward_input_share = options.cost.backward_weight_share = 0.5;
+  const LayoutSearch plain = SearchLayouts(spec, cluster, options);
+  options.try_zero_bubble = true;
+  const LayoutSearch search = SearchLayouts(spec, cluster, options);
+  std::map<std::string, const PricedLayout*> by_name;
+  for (const PricedLayout& layout : search.feasible) by_name[LayoutName(layout.spec)] = &layout;
+  int zero_bubble_layouts = 0;
+  for (const PricedLayout& layout : search.feasible) {
+    const Schedule schedule = layout.spec.parallel().schedule();
+    if (schedule == SCHEDULE_ZB_H1 || schedule == SCHEDULE_ZB_V) ++zero_bubble_layouts;
+  }
+  for (const PricedLayout& layout : plain.feasible) {
+    const ParallelSpec& par = layout.spec.parallel();
+    const std::string name = LayoutName(layout.spec);
+    ASSERT_TRUE(by_name.count(name)) << name;
+    if (par.pipeline() > 1 && par.virtual_stages() <= 2) {
+      std::string twin = name;
+      twin.insert(twin.find(" b="), par.virtual_stages() == 1 ? " zb-h1" : " zb-v");
+      EXPECT_TRUE(by_name.count(twin)) << twin;
+    }
+  }
+  EXPECT_EQ(search.feasible.size(), plain.feasible.size() + zero_bubble_layouts);
+  // p = 2, d = 2, b = 8: one microbatch a step, which the interleaved schedule refuses
+  // (microbatches % pipeline) and ZB-V runs.
+  EXPECT_TRUE(by_name.count("t=1 p=2 d=2 v=2 zb-v b=8"));
+  bool interleaved_refused = false;
+  for (const RejectedLayout& r : search.rejected) {
+    if (LayoutName(r.spec) == "t=1 p=2 d=2 v=2 b=8") {
+      interleaved_refused = r.reason.find("interleaved schedule needs") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(interleaved_refused);
+  ASSERT_TRUE(by_name.count("t=1 p=4 d=1 v=1 zb-h1 b=1"));
+  ASSERT_TRUE(by_name.count("t=1 p=2 d=2 v=2 zb-v b=1"));
+  EXPECT_LT(by_name["t=1 p=4 d=1 v=1 zb-h1 b=1"]->cost.bubble_fraction,
+            by_name["t=1 p=4 d=1 v=1 b=1"]->cost.bubble_fraction);
+  EXPECT_LT(by_name["t=1 p=2 d=2 v=2 zb-v b=1"]->cost.bubble_fraction,
+            by_name["t=1 p=2 d=2 v=2 b=1"]->cost.bubble_fraction);
+  EXPECT_EQ(by_name["t=1 p=2 d=2 v=2 zb-v b=1"]->spec.parallel().schedule(), SCHEDULE_ZB_V);
+  for (const PricedLayout& layout : search.feasible) {
+    if (layout.spec.parallel().pipeline() > 1) {
+      const Schedule schedule = layout.spec.parallel().schedule();
+      EXPECT_TRUE(schedule == SCHEDULE_ZB_H1 || schedule == SCHEDULE_ZB_V)
+          << "fastest pipelined: " << LayoutName(layout.spec);
+      break;
+    }
+  }
 }
 
 TEST(LayoutSearchTest, SequenceParallelismRescuesLayoutsThatDoNotFitAndSelectiveIsAChoice) {

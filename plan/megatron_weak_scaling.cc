@@ -97,6 +97,13 @@ MegatronPrediction PredictMegatronRow(const MegatronRow& row, const ClusterDescr
     prediction.has_choice = true;
     prediction.choice = std::move(search.feasible.front());
   }
+  search_options.try_zero_bubble = true;
+  search_options.cost.backward_input_share = search_options.cost.backward_weight_share = 0.5;
+  LayoutSearch zero_bubble = SearchLayouts(MegatronRowSpec(row, 1), cluster, search_options);
+  if (!zero_bubble.feasible.empty()) {
+    prediction.has_zero_bubble_choice = true;
+    prediction.zero_bubble_choice = std::move(zero_bubble.feasible.front());
+  }
   return prediction;
 }
 

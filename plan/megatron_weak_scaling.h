@@ -45,6 +45,11 @@ struct MegatronPrediction {
   // the memory needs, with Megatron-LM's activations), or none when nothing fits.
   bool has_choice = false;
   PricedLayout choice;
+  // The same search with the zero-bubble schedules allowed (ZB-H1, ZB-V), their split
+  // backward at the paper's equal costs (its GPU implementation measures F, B and W
+  // about equal): what the planner would pick if the engines ran them on these GPUs.
+  bool has_zero_bubble_choice = false;
+  PricedLayout zero_bubble_choice;
 };
 
 // `max_virtual_stages` bounds the interleaving tried for the published layout (0: any v

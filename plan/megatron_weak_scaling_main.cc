@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
   std::printf("cluster: %s\nsource: %s\n\n", cluster->name().c_str(), cluster->source().c_str());
   std::printf(
       "| params | t | p | GPUs | batch | v | bubble | TF/s published | TF/s predicted | error | "
-      "planner's choice | its step vs published layout |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "planner's choice | its step vs published layout | with zero-bubble schedules | its "
+      "step vs published layout |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double worst = 0;
   for (const mtrain::MegatronRow& row : mtrain::MegatronWeakScalingRows()) {
     const mtrain::MegatronPrediction p =
@@ -66,11 +67,21 @@ int main(int argc, char** argv) {
                     100 * (p.choice.cost.step_seconds / p.cost.step_seconds - 1));
       gain = text;
     }
-    std::printf("| %s | %d | %d | %d | %d | %d | %.1f%% | %.0f | %.1f | %+.1f%% | %s | %s |\n",
-                row.parameters.c_str(), row.tensor, row.pipeline, row.gpus, row.batch,
-                p.spec.parallel().virtual_stages(), 100 * p.cost.bubble_fraction,
-                row.published_tflops_per_gpu, p.cost.hardware_flops_per_device / 1e12,
-                100 * p.error, choice.c_str(), gain.c_str());
+    std::string zero_bubble = "none fits";
+    std::string zero_bubble_gain = "";
+    if (p.has_zero_bubble_choice) {
+      zero_bubble = mtrain::LayoutName(p.zero_bubble_choice.spec);
+      char text[64];
+      std::snprintf(text, sizeof(text), "%+.1f%%",
+                    100 * (p.zero_bubble_choice.cost.step_seconds / p.cost.step_seconds - 1));
+      zero_bubble_gain = text;
+    }
+    std::printf(
+        "| %s | %d | %d | %d | %d | %d | %.1f%% | %.0f | %.1f | %+.1f%% | %s | %s | %s | %s |\n",
+        row.parameters.c_str(), row.tensor, row.pipeline, row.gpus, row.batch,
+        p.spec.parallel().virtual_stages(), 100 * p.cost.bubble_fraction,
+        row.published_tflops_per_gpu, p.cost.hardware_flops_per_device / 1e12, 100 * p.error,
+        choice.c_str(), gain.c_str(), zero_bubble.c_str(), zero_bubble_gain.c_str());
   }
   std::printf("\nworst error %.1f%%\n", 100 * worst);
   return 0;

@@ -46,6 +46,12 @@ TEST(MegatronWeakScalingTest, EveryRowIsPredictedWithinTheDocumentedError) {
     ASSERT_TRUE(prediction.has_choice) << row.parameters;
     EXPECT_LE(prediction.choice.cost.step_seconds, prediction.cost.step_seconds * (1 + 1e-9))
         << row.parameters << ": " << LayoutName(prediction.choice.spec);
+    // With the zero-bubble schedules allowed the search has every layout it had before, so
+    // its choice is never slower.
+    ASSERT_TRUE(prediction.has_zero_bubble_choice) << row.parameters;
+    EXPECT_LE(prediction.zero_bubble_choice.cost.step_seconds,
+              prediction.choice.cost.step_seconds * (1 + 1e-9))
+        << row.parameters << ": " << LayoutName(prediction.zero_bubble_choice.spec);
   }
 }
 

@@ -16,13 +16,21 @@
 namespace mtrain {
 namespace {
 
-// The timed simulation's cost model: a backward costs about twice a forward (two GEMMs per
-// forward GEMM), as in the Megatron papers' bubble analysis; split, each of its parts (the
-// input's gradient, the weights') costs one forward, the zero-bubble paper's equal case.
-constexpr double kForwardCost = 1;
-constexpr double kBackwardCost = 2;
-constexpr double kBackwardInputCost = 1;
-constexpr double kBackwardWeightCost = 1;
+// What a compute action costs in the timed simulation (0 for messages).
+double CostOf(PipelineAction::Kind kind, const ComputeCosts& costs) {
+  switch (kind) {
+    case PipelineAction::FORWARD:
+      return costs.forward;
+    case PipelineAction::BACKWARD:
+      return costs.backward;
+    case PipelineAction::BACKWARD_INPUT:
+      return costs.backward_input;
+    case PipelineAction::BACKWARD_WEIGHT:
+      return costs.backward_weight;
+    default:
+      return 0;
+  }
+}
 
 // Per (microbatch, chunk) progress bits of one stage, for the structural rules.
 enum Progress : uint8_t {
@@ -50,6 +58,10 @@ bool IsSend(PipelineAction::Kind kind) {
 }
 bool IsRecv(PipelineAction::Kind kind) {
   return kind == PipelineAction::RECV_FORWARD || kind == PipelineAction::RECV_BACKWARD;
+}
+bool IsCompute(PipelineAction::Kind kind) {
+  return kind == PipelineAction::FORWARD || kind == PipelineAction::BACKWARD ||
+         kind == PipelineAction::BACKWARD_INPUT || kind == PipelineAction::BACKWARD_WEIGHT;
 }
 
 std::string KindName(PipelineAction::Kind kind) {
@@ -283,7 +295,8 @@ absl::Status CheckMatching(const Topology& topo, const std::vector<PipelineSched
 // resumes no earlier than that. The result (and whether it deadlocks) does not depend on
 // the order stages are advanced in, so a round-robin sweep is enough.
 absl::StatusOr<double> SimulateMakespan(const Topology& topo,
-                                        const std::vector<PipelineSchedule>& schedules) {
+                                        const std::vector<PipelineSchedule>& schedules,
+                                        const ComputeCosts& costs) {
   std::vector<int> next(topo.p(), 0);
   std::vector<double> clock(topo.p(), 0);
   std::map<MessageKey, double> posted;
@@ -293,14 +306,8 @@ absl::StatusOr<double> SimulateMakespan(const Topology& topo,
     for (int s = 0; s < topo.p(); ++s) {
       for (; next[s] < schedules[s].actions_size(); ++next[s], progress = true) {
         const PipelineAction& a = schedules[s].actions(next[s]);
-        if (a.kind() == PipelineAction::FORWARD) {
-          clock[s] += kForwardCost;
-        } else if (a.kind() == PipelineAction::BACKWARD) {
-          clock[s] += kBackwardCost;
-        } else if (a.kind() == PipelineAction::BACKWARD_INPUT) {
-          clock[s] += kBackwardInputCost;
-        } else if (a.kind() == PipelineAction::BACKWARD_WEIGHT) {
-          clock[s] += kBackwardWeightCost;
+        if (IsCompute(a.kind())) {
+          clock[s] += CostOf(a.kind(), costs);
         } else if (IsSend(a.kind())) {
           posted[topo.Key(a, s)] = clock[s];
         } else {
@@ -348,7 +355,7 @@ int MaxInFlight(const PipelineSchedule& schedule) {
 
 absl::StatusOr<ScheduleReport> CheckPipelineSchedules(
     const ScheduleConfig& config, const std::vector<PipelineSchedule>& schedules,
-    const std::vector<int>& stage_ranks) {
+    const std::vector<int>& stage_ranks, const ComputeCosts& costs) {
   absl::Status status = CheckArguments(config, schedules, stage_ranks);
   if (!status.ok()) return status;
   const Topology topo(config, stage_ranks);
@@ -358,17 +365,34 @@ absl::StatusOr<ScheduleReport> CheckPipelineSchedules(
   }
   status = CheckMatching(topo, schedules);
   if (!status.ok()) return status;
-  absl::StatusOr<double> makespan = SimulateMakespan(topo, schedules);
+  absl::StatusOr<double> makespan = SimulateMakespan(topo, schedules, costs);
   if (!makespan.ok()) return makespan.status();
 
   ScheduleReport report;
   for (const PipelineSchedule& schedule : schedules) {
     report.max_in_flight.push_back(MaxInFlight(schedule));
   }
-  const double busy = (kForwardCost + kBackwardCost) * topo.m() * topo.v();
+  // Every stage computes the same: m v forwards and backwards (split or not).
+  double busy = 0;
+  for (const PipelineAction& a : schedules[0].actions()) busy += CostOf(a.kind(), costs);
   report.makespan = *makespan;
-  report.bubble_fraction = (*makespan - busy) / busy;
+  report.bubble_fraction = busy > 0 ? (*makespan - busy) / busy : 0;
   return report;
+}
+
+absl::StatusOr<double> SimulatedBubbleFraction(const ScheduleConfig& config,
+                                               const ComputeCosts& costs) {
+  std::vector<int> ranks(std::max(config.pipeline, 0));
+  for (int s = 0; s < config.pipeline; ++s) ranks[s] = s;
+  std::vector<PipelineSchedule> schedules;
+  for (int s = 0; s < config.pipeline; ++s) {
+    absl::StatusOr<PipelineSchedule> schedule = BuildPipelineSchedule(config, s, ranks);
+    if (!schedule.ok()) return schedule.status();
+    schedules.push_back(*std::move(schedule));
+  }
+  absl::StatusOr<ScheduleReport> report = CheckPipelineSchedules(config, schedules, ranks, costs);
+  if (!report.ok()) return report.status();
+  return report->bubble_fraction;
 }
 
 double IdealBubbleFraction(const ScheduleConfig& config) {

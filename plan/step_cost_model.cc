@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
+#include "absl/base/const_init.h"
+#include "absl/synchronization/mutex.h"
 #include "model/model_flops.h"
 #include "model/transformer_config.h"
+#include "plan/schedule_checker.h"
 #include "spec/job_spec_arithmetic.h"
 
 namespace mtrain {
@@ -207,6 +212,39 @@ LayerTimes LayerForwardBackward(const Sizes& s, double e, const DeviceClock& clo
 
 }  // namespace
 
+double ZeroBubbleFraction(Schedule schedule, int p, int m, const ComputeCosts& costs) {
+  if (p <= 1) return 0;
+  ScheduleConfig config;
+  config.schedule = schedule;
+  config.pipeline = p;
+  config.virtual_stages = schedule == SCHEDULE_ZB_V ? 2 : 1;
+  config.microbatches = m;
+  // The simulation walks every action of every stage; beyond this many the paper's closed
+  // forms stand in: ZB-H1 idles (p - 1)(F + B - W) a stage; ZB-V about none.
+  constexpr int64_t kMaxSimulatedActions = 1 << 20;
+  if (int64_t{p} * m * config.virtual_stages * 6 > kMaxSimulatedActions) {
+    const double busy = m * (costs.forward + costs.backward_input + costs.backward_weight);
+    if (schedule == SCHEDULE_ZB_V) return 0;
+    return (p - 1) * std::max(0.0, costs.forward + costs.backward_input - costs.backward_weight) /
+           busy;
+  }
+  // Layout searches price the same (schedule, p, m) again and again.
+  static absl::Mutex mutex(absl::kConstInit);
+  static auto* cache = new std::map<std::tuple<int, int, int, double, double>, double>();
+  const auto key = std::make_tuple(static_cast<int>(schedule), p, m, costs.backward_input,
+                                   costs.backward_weight);
+  {
+    absl::MutexLock lock(&mutex);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+  }
+  absl::StatusOr<double> fraction = SimulatedBubbleFraction(config, costs);
+  // A (p, m) the builder refuses has no schedule to run: price it like 1F1B.
+  const double result = fraction.ok() ? *fraction : (p - 1.0) / m;
+  absl::MutexLock lock(&mutex);
+  cache->emplace(key, result);
+  return result;
+}
+
 StepCostOptions ProjectEngineOptions(const JobSpec& spec) {
   StepCostOptions options;
   options.attention = AttentionKernel::kFused;
@@ -301,10 +339,30 @@ StepCost PredictStepCost(const JobSpec& spec, const ClusterDescription& cluster,
       m * (stage_layers * layer.elementwise + head_elementwise + accumulation);
   cost.tensor_comm_seconds = m * (stage_layers * layer.tensor_comm + head_tensor_comm);
   cost.pipeline_comm_seconds = m * pipeline_per_microbatch;
-  const bool interleaved = spec.parallel().schedule() == SCHEDULE_INTERLEAVED_1F1B;
-  cost.bubble_seconds = (s.p - 1) * per_microbatch / (interleaved ? s.v : 1.0) /
-                        std::max(1, options.ranks_per_device);
-  cost.bubble_fraction = cost.bubble_seconds / (m * per_microbatch);
+  const Schedule schedule = spec.parallel().schedule();
+  const bool interleaved = schedule == SCHEDULE_INTERLEAVED_1F1B;
+  const int sharing = std::max(1, options.ranks_per_device);
+  if (schedule == SCHEDULE_ZB_H1 || schedule == SCHEDULE_ZB_V) {
+    // The split backward costs its halves' shares of the combined one (two thirds of a
+    // microbatch's compute, the forward one third); the overhead is extra passes.
+    const double compute = per_microbatch - pipeline_per_microbatch;
+    const double split =
+        (1 + 2 * (options.backward_input_share + options.backward_weight_share)) / 3;
+    const double overhead = compute * (split - 1);
+    cost.elementwise_seconds += m * overhead;
+    ComputeCosts costs;
+    costs.forward = 1;
+    costs.backward = 2;
+    costs.backward_input = 2 * options.backward_input_share;
+    costs.backward_weight = 2 * options.backward_weight_share;
+    const double fraction =
+        ZeroBubbleFraction(schedule, static_cast<int>(s.p), static_cast<int>(m), costs);
+    cost.bubble_seconds = fraction * m * (per_microbatch + overhead) / sharing;
+    cost.bubble_fraction = cost.bubble_seconds / (m * (per_microbatch + overhead));
+  } else {
+    cost.bubble_seconds = (s.p - 1) * per_microbatch / (interleaved ? s.v : 1.0) / sharing;
+    cost.bubble_fraction = cost.bubble_seconds / (m * per_microbatch);
+  }
 
   const double gradient_reduction =
       AllReduceSeconds(rank_parameters * options.gradient_bytes, s.d, data_link);

@@ -29,7 +29,11 @@
 //                between stages, then an all-gather of the slices in the tensor group;
 //                sequence parallelism: the rank's n h e / t rows, nothing gathered).
 //   bubble       (p - 1) microbatch-times for GPipe and 1F1B, (p - 1)/v interleaved;
-//                divided by the ranks time-sharing a device (their idle time is not lost).
+//                the zero-bubble schedules' (ZB-H1, ZB-V) from plan/schedule_checker's
+//                timed simulation of their own action lists at the split backward's
+//                measured costs (StepCostOptions), its overhead priced as elementwise
+//                time; divided by the ranks time-sharing a device (their idle time is
+//                not lost).
 //   data comm    ring all-reduce (or reduce-scatter + all-gather under ZeRO-1: the same
 //                bytes) of the rank's gradients, minus the overlapped fraction.
 //   optimizer    AdamW over the rank's parameter slice (ZeRO-1: 1/d), bytes / bandwidth.
@@ -50,6 +54,7 @@
 #ifndef MTRAIN_PLAN_STEP_COST_MODEL_H_
 #define MTRAIN_PLAN_STEP_COST_MODEL_H_
 
+#include "plan/schedule_checker.h"
 #include "proto/cluster.pb.h"
 #include "proto/job_spec.pb.h"
 
@@ -61,6 +66,13 @@ enum class AttentionKernel {
 };
 
 // How the implementation being priced behaves, beyond what the spec says.
+// The CPU engine's split backward, measured (see StepCostOptions): stage 0's compute under
+// ZB-H1 against 1F1B at p = 2, m = 4 and 8 (hidden 256, two ranks on two cores) was 0.99
+// and 0.98 of it, no overhead within the noise, so the halves are priced at the paper's
+// equal split.
+inline constexpr double kMeasuredBackwardInputShare = 0.5;
+inline constexpr double kMeasuredBackwardWeightShare = 0.5;
+
 struct StepCostOptions {
   AttentionKernel attention = AttentionKernel::kFused;
   // Bytes per gradient element in the data-parallel reduction: 4 for this project's fp32
@@ -81,6 +93,14 @@ struct StepCostOptions {
   // ShareDevices): a rank idle in the pipeline bubble leaves its share to the others, so
   // the bubble costs 1/this of what it costs ranks on devices of their own.
   int ranks_per_device = 1;
+  // The zero-bubble schedules' split backward: its input half and its weight half, each
+  // as a fraction of the combined backward's time. A sum above 1 is the split's overhead
+  // (the CPU engine's weight half copies each linear layer's output gradient and input
+  // when the input half runs, and its GEMMs run apart from the input half's). Defaults:
+  // this project's CPU engine as tests/bench/pipeline_bubble.py measured it
+  // (docs/PERFORMANCE.md).
+  double backward_input_share = kMeasuredBackwardInputShare;
+  double backward_weight_share = kMeasuredBackwardWeightShare;
 };
 
 struct StepCost {
@@ -106,6 +126,11 @@ struct StepCost {
   double hardware_flops_per_device = 0;  // hardware FLOP/s of one device
   double mfu = 0;                        // model FLOP/s / peak of the spec's precision
 };
+
+// The bubble fraction (idle over one stage's compute) of SCHEDULE_ZB_H1 or SCHEDULE_ZB_V at
+// p stages and m microbatches with `costs`, from the checker's simulation of their
+// schedules (cached; the paper's closed forms beyond a million actions).
+double ZeroBubbleFraction(Schedule schedule, int p, int m, const ComputeCosts& costs);
 
 // How this project's engines run `spec`: flash attention, fp32 gradients whose data-parallel
 // buckets are reduced during the backward (about half of that time hidden), dropout as the

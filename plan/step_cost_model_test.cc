@@ -65,6 +65,49 @@ TEST(StepCostModelTest, BubbleFollowsEachSchedule) {
   EXPECT_NEAR(interleaved.pipeline_comm_seconds, 2 * one_f_one_b.pipeline_comm_seconds, 1e-15);
 }
 
+// The zero-bubble schedules: their bubble from the checker's simulation of their own
+// schedules at the split's costs; at the paper's equal costs (no overhead) ZB-H1 idles a
+// third of 1F1B and ZB-V less than interleaved 1F1B; an overhead of the split is priced.
+TEST(StepCostModelTest, ZeroBubbleSchedulesPriceTheirSimulatedBubbleAndTheSplitsOverhead) {
+  const std::string base = R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,
+      "global_batch_size": 8, )";
+  const ClusterDescription cluster = Cluster(1, 8);
+  StepCostOptions equal;
+  equal.backward_input_share = equal.backward_weight_share = 0.5;
+  const JobSpec one_f_one_b = ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_1F1B"}})");
+  const JobSpec h1 = ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_ZB_H1"}})");
+  const JobSpec v = ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_ZB_V",
+                                                   "virtual_stages": 2}})");
+  const JobSpec interleaved = ResolvedSpecForTest(
+      base + R"("schedule": "SCHEDULE_INTERLEAVED_1F1B", "virtual_stages": 2}})");
+  const StepCost base_cost = PredictStepCost(one_f_one_b, cluster, equal);
+  const StepCost h1_cost = PredictStepCost(h1, cluster, equal);
+  EXPECT_NEAR(h1_cost.bubble_fraction, 3.0 / (3 * 8), 1e-12);  // (p - 1) / (3m)
+  EXPECT_NEAR(h1_cost.elementwise_seconds, base_cost.elementwise_seconds, 1e-15);
+  EXPECT_LT(h1_cost.step_seconds, base_cost.step_seconds);
+  const StepCost v_cost = PredictStepCost(v, cluster, equal);
+  EXPECT_LT(v_cost.bubble_fraction, PredictStepCost(interleaved, cluster, equal).bubble_fraction);
+  EXPECT_LE(v_cost.bubble_fraction, h1_cost.bubble_fraction);
+  // A split that costs 20% more than the combined backward: its time is added (two thirds
+  // of the compute is backward), and the weight halves fill more of the bubble.
+  StepCostOptions costly;
+  costly.backward_input_share = costly.backward_weight_share = 0.6;
+  const StepCost costly_h1 = PredictStepCost(h1, cluster, costly);
+  const double compute = base_cost.step_seconds - base_cost.bubble_seconds -
+                         base_cost.pipeline_comm_seconds - base_cost.data_comm_seconds -
+                         base_cost.optimizer_seconds;
+  EXPECT_NEAR(costly_h1.elementwise_seconds - base_cost.elementwise_seconds,
+              compute * (1 + 2 * 1.2) / 3 - compute, 1e-9 * compute);
+  EXPECT_GT(costly_h1.step_seconds - costly_h1.bubble_seconds,
+            h1_cost.step_seconds - h1_cost.bubble_seconds);
+  // The simulation of ZB-H1's fixed order at F = 1, B = W = 1.2: its idle time follows the
+  // costs (p - 1 input halves, 3.6 units against 8 x 3.4 busy), above the equal case's
+  // third of 1F1B's and far below 1F1B's.
+  EXPECT_NEAR(costly_h1.bubble_fraction, 3 * 1.2 / (8 * 3.4), 1e-12);
+  EXPECT_GT(costly_h1.bubble_fraction, h1_cost.bubble_fraction);
+  EXPECT_LT(costly_h1.bubble_fraction, base_cost.bubble_fraction / 2);
+}
+
 TEST(StepCostModelTest, RanksSharingADeviceLoseLessToTheBubble) {
   const JobSpec spec =
       ResolvedSpecForTest(R"({"model": {"num_layers": 8}, "parallel": {"pipeline": 4,

@@ -224,16 +224,18 @@ void StdoutAndFileSinks::StepMetricsDone(const StepMetrics& metrics) {
 
 void StdoutAndFileSinks::StageTimings(const StageTimingsRecord& record) {
   const PipelineTimings& timings = record.timings;
-  AppendLine("--stage_timings", timings_fd_,
-             JsonObject(JsonNumberFormat::Fixed(6))
-                 .Int("step", record.step)
-                 .Int("rank", record.rank)
-                 .Int("pp_stage", record.pp_stage)
-                 .Number("step_seconds", record.step_seconds)
-                 .Number("pipeline_seconds", timings.compute_seconds + timings.wait_seconds)
-                 .Number("compute_seconds", timings.compute_seconds)
-                 .Number("wait_seconds", timings.wait_seconds)
-                 .Close());
+  JsonObject json(JsonNumberFormat::Fixed(6));
+  json.Int("step", record.step)
+      .Int("rank", record.rank)
+      .Int("pp_stage", record.pp_stage)
+      .Number("step_seconds", record.step_seconds)
+      .Number("pipeline_seconds", timings.compute_seconds + timings.wait_seconds)
+      .Number("compute_seconds", timings.compute_seconds)
+      .Number("wait_seconds", timings.wait_seconds);
+  if (record.activation_peak_bytes >= 0) {
+    json.Int("activation_peak_bytes", record.activation_peak_bytes);
+  }
+  AppendLine("--stage_timings", timings_fd_, json.Close());
 }
 
 void RankAbort::Abort() {
@@ -672,6 +674,9 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
     timings.pp_stage = coords.pp_rank();
     timings.step_seconds = metrics.step_seconds();
     timings.timings = trainer->last_pipeline_timings();
+    if (metrics.has_activation_memory_peak_bytes()) {
+      timings.activation_peak_bytes = metrics.activation_memory_peak_bytes();
+    }
     sinks.StageTimings(timings);
     if (setup.coordinator != nullptr) RETURN_IF_ERROR(setup.coordinator->ReportStep(metrics));
     if (!checkpoint_dir.empty() && checkpoint_every > 0 && metrics.step() % checkpoint_every == 0) {

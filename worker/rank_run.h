@@ -113,6 +113,8 @@ struct StageTimingsRecord {
   int pp_stage = 0;
   double step_seconds = 0;
   PipelineTimings timings;
+  // The engine's activation peak so far (bytes), where it measures one; -1 otherwise.
+  int64_t activation_peak_bytes = -1;
 };
 
 // What a run reports locally as it goes (the coordinator's metrics stream is RunRank's

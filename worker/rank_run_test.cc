@@ -252,11 +252,15 @@ TEST(RankRunTest, FileSinksAppendOneJsonLinePerCall) {
   record.step_seconds = 0.5;
   record.timings.compute_seconds = 0.25;
   record.timings.wait_seconds = 0.125;
+  StageTimingsRecord measured = record;
+  measured.step = 8;
+  measured.activation_peak_bytes = 4096;
   {
     StdoutAndFileSinks sinks(options);
     ASSERT_TRUE(sinks.Open(/*computes_loss=*/true).ok());
     sinks.StepMetricsDone(metrics);
     sinks.StageTimings(record);
+    sinks.StageTimings(measured);
   }
   auto read = [](const std::string& path) {
     std::stringstream text;
@@ -267,7 +271,10 @@ TEST(RankRunTest, FileSinksAppendOneJsonLinePerCall) {
   EXPECT_EQ(read(options.stage_timings),
             "{\"step\":7,\"rank\":3,\"pp_stage\":1,\"step_seconds\":0.500000,"
             "\"pipeline_seconds\":0.375000,\"compute_seconds\":0.250000,"
-            "\"wait_seconds\":0.125000}\n");
+            "\"wait_seconds\":0.125000}\n"
+            "{\"step\":8,\"rank\":3,\"pp_stage\":1,\"step_seconds\":0.500000,"
+            "\"pipeline_seconds\":0.375000,\"compute_seconds\":0.250000,"
+            "\"wait_seconds\":0.125000,\"activation_peak_bytes\":4096}\n");
 
   // A rank without the loss has no metrics to write: the file is not even created.
   std::filesystem::remove(options.metrics_jsonl);

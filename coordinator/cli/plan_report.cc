@@ -1,10 +1,16 @@
 #include "coordinator/cli/plan_report.h"
 
+#include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "model/parameter_table.h"
 #include "model/transformer_config.h"
 
@@ -32,6 +38,47 @@ double ModelParameters(const JobSpec& spec) {
   return ModelParameterCount(config);
 }
 
+// Why #1 runs its pipeline schedule: the fastest layout of each schedule with #1's tensor,
+// pipeline and data degrees and micro batch, each with its bubble (and the zero-bubble
+// schedules' split-backward overhead, priced as elementwise time); empty without a
+// pipeline or without a second schedule to compare.
+namespace {
+
+std::string ScheduleComparison(const LayoutSearch& search) {
+  const ParallelSpec& best = search.feasible.front().spec.parallel();
+  if (best.pipeline() < 2) return "";
+  std::map<std::string, const PricedLayout*> fastest;   // by schedule (and v)
+  for (const PricedLayout& layout : search.feasible) {  // fastest first
+    const ParallelSpec& par = layout.spec.parallel();
+    if (par.tensor() != best.tensor() || par.pipeline() != best.pipeline() ||
+        par.data() != best.data() || par.micro_batch_size() != best.micro_batch_size()) {
+      continue;
+    }
+    const Schedule schedule =
+        par.schedule() == SCHEDULE_UNSPECIFIED ? SCHEDULE_1F1B : par.schedule();
+    std::string name =
+        absl::AsciiStrToLower(absl::StripPrefix(Schedule_Name(schedule), "SCHEDULE_"));
+    if (par.virtual_stages() > 1) absl::StrAppend(&name, " v=", par.virtual_stages());
+    fastest.try_emplace(name, &layout);
+  }
+  if (fastest.size() < 2) return "";
+  std::vector<std::pair<std::string, const PricedLayout*>> sorted(fastest.begin(), fastest.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second->cost.step_seconds < b.second->cost.step_seconds;
+  });
+  std::vector<std::string> parts;
+  for (const auto& [name, layout] : sorted) {
+    parts.push_back(absl::StrFormat("%s %.4g s (bubble %.1f%%)", name, layout->cost.step_seconds,
+                                    100 * layout->cost.bubble_fraction));
+  }
+  return absl::StrCat("schedules at t=", best.tensor(), " p=", best.pipeline(), " d=", best.data(),
+                      " b=", best.micro_batch_size(), ": ", absl::StrJoin(parts, ", "),
+                      " (zero-bubble schedules pay for their split backward in elementwise "
+                      "time)\n");
+}
+
+}  // namespace
+
 std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& cluster,
                              const LayoutSearch& search, const PlanReportOptions& options) {
   std::string out = absl::StrFormat("cluster: %s: %d node(s) x %d device(s), %s\nsource: %s\n",
@@ -47,7 +94,7 @@ std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& clus
   if (search.feasible.empty()) {
     absl::StrAppend(&out, "no layout fits\n");
   } else {
-    constexpr const char* kRow = "%-3s %-34s %10s %11s %12s %6s %12s %7s\n";
+    constexpr const char* kRow = "%-3s %-40s %10s %11s %12s %6s %12s %7s\n";
     absl::StrAppend(&out, "\n",
                     absl::StrFormat(kRow, "#", "LAYOUT", "STEP", "TOKENS/S", "TFLOP/S/DEV", "MFU",
                                     "MEMORY/DEV", "BUBBLE"));
@@ -70,6 +117,7 @@ std::string FormatPlanReport(const JobSpec& spec, const ClusterDescription& clus
         best.cost.matmul_seconds, best.cost.attention_seconds, best.cost.elementwise_seconds,
         best.cost.tensor_comm_seconds, best.cost.pipeline_comm_seconds, best.cost.bubble_seconds,
         best.cost.data_comm_seconds, best.cost.optimizer_seconds);
+    absl::StrAppend(&out, ScheduleComparison(search));
     if (options.tokens > 0 && best.cost.tokens_per_second > 0) {
       // Megatron-LM's estimate: 8 T P / (n X), X the FLOP/s each device achieves (with
       // recompute counted as it runs).

@@ -1,6 +1,8 @@
 #include "coordinator/cli/plan_report.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "plan/cluster_description.h"
@@ -38,6 +40,30 @@ TEST(PlanReportTest, ListsTheFastestLayoutsTheTermsAndTheTimeToTrain) {
   EXPECT_NE(report.find("#1 step: matmuls"), std::string::npos) << report;
   EXPECT_NE(report.find("time to train 1e+09 tokens with #1"), std::string::npos) << report;
   EXPECT_NE(report.find("Megatron's 8 T P / (n X)"), std::string::npos) << report;
+}
+
+// Where #1 is pipelined and other schedules were priced for its degrees, the report says
+// which schedule won and by how much, with each one's bubble.
+TEST(PlanReportTest, ComparesThePipelineSchedulesOfTheBestLayout) {
+  const ClusterDescription cluster = TwoDevices(int64_t{1} << 33);
+  LayoutSearchOptions options;
+  options.try_zero_bubble = true;
+  options.try_recompute = false;
+  LayoutSearch search = SearchLayouts(Spec(), cluster, options);
+  // Only the pipelined layouts, to compare their schedules.
+  std::vector<PricedLayout> pipelined;
+  for (PricedLayout& layout : search.feasible) {
+    if (layout.spec.parallel().pipeline() == 2) pipelined.push_back(std::move(layout));
+  }
+  search.feasible = std::move(pipelined);
+  ASSERT_GE(search.feasible.size(), 2u);
+  const std::string report = FormatPlanReport(Spec(), cluster, search, {});
+  const size_t line = report.find("schedules at t=1 p=2 d=1 b=");
+  ASSERT_NE(line, std::string::npos) << report;
+  const std::string comparison = report.substr(line, report.find('\n', line) - line);
+  EXPECT_NE(comparison.find("1f1b "), std::string::npos) << comparison;
+  EXPECT_NE(comparison.find("zb_h1 "), std::string::npos) << comparison;
+  EXPECT_NE(comparison.find("(bubble "), std::string::npos) << comparison;
 }
 
 TEST(PlanReportTest, GroupsRejectionsByReason) {

@@ -425,6 +425,9 @@ int Plan(const std::string& path) {
   options.cost = ProjectEngineOptions(*spec);
   // Techniques of the CPU engine only (the CUDA engine refuses them so far).
   options.try_selective_recompute = options.try_sequence_parallel = spec->device() == DEVICE_CPU;
+  options.try_zero_bubble =
+      spec->device() == DEVICE_CPU &&
+      (spec->precision() == PRECISION_FP32 || spec->precision() == PRECISION_UNSPECIFIED);
   options.devices = absl::GetFlag(FLAGS_workers);
   // Without --workers, any number of the devices up to all of them.
   if (options.devices == 0) options.min_devices = 1;
