@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -68,8 +69,14 @@ std::string ScheduleComparison(const LayoutSearch& search) {
   });
   std::vector<std::string> parts;
   for (const auto& [name, layout] : sorted) {
-    parts.push_back(absl::StrFormat("%s %.4g s (bubble %.1f%%)", name, layout->cost.step_seconds,
-                                    100 * layout->cost.bubble_fraction));
+    // What else the schedule's fastest layout needed to fit (LayoutName's suffixes).
+    const std::string full = LayoutName(layout->spec);
+    std::string needs;
+    if (absl::StrContains(full, " sp")) absl::StrAppend(&needs, " with sequence parallelism");
+    if (absl::EndsWith(full, " recompute")) absl::StrAppend(&needs, " with full recompute");
+    if (absl::EndsWith(full, " selective")) absl::StrAppend(&needs, " with selective recompute");
+    parts.push_back(absl::StrFormat("%s%s %.4g s (bubble %.1f%%)", name, needs,
+                                    layout->cost.step_seconds, 100 * layout->cost.bubble_fraction));
   }
   return absl::StrCat("schedules at t=", best.tensor(), " p=", best.pipeline(), " d=", best.data(),
                       " b=", best.micro_batch_size(), ": ", absl::StrJoin(parts, ", "),
