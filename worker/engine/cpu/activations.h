@@ -57,15 +57,19 @@ struct LayerActivations {
 // The activations of one microbatch in flight through this rank's layers.
 // A linear layer's weight gradient left for later by a split backward (zero-bubble
 // schedules): d_weight[out, in] += d_out^T @ input, d_bias[out] += column sums of d_out.
-// The output gradient and the input are copies: the backward's scratch and a recomputed
-// layer's activations do not live until the weights' turn.
+// The output gradient is a copy (the backward's scratch is reused by the next layer); the
+// input is read where the microbatch's own activations keep it (they live until the
+// weights' turn), and copied only from a recomputed layer's or a gathered scratch buffer.
 template <typename T>
 struct DeferredWeightGradient {
-  std::vector<T> d_out;  // [rows, out_features]
-  std::vector<T> in;     // [rows, in_features]
+  std::vector<T> d_out;        // [rows, out_features]
+  std::vector<T> in;           // [rows, in_features]; empty when in_held is set
+  const T* in_held = nullptr;  // the input inside the Activations that own this job
   T* d_weight = nullptr;
   T* d_bias = nullptr;  // may be null
   int rows = 0, in_features = 0, out_features = 0;
+
+  const T* input() const { return in_held != nullptr ? in_held : in.data(); }
 };
 
 template <typename T>
@@ -101,6 +105,28 @@ struct Activations {
 
   // A split backward (BackwardInput): the layers' weight gradients BackwardWeight computes.
   std::vector<DeferredWeightGradient<T>> deferred;
+
+  // Whether [data, data + count) lies inside the residual stream or a layer's saved
+  // activations of this set (which a deferred weight gradient may then read in place).
+  bool Holds(const T* data, size_t count) const {
+    const auto inside = [&](const std::vector<T>& v) {
+      // Integer addresses: comparing pointers into different arrays is unspecified.
+      const auto begin = reinterpret_cast<std::uintptr_t>(v.data());
+      const auto at = reinterpret_cast<std::uintptr_t>(data);
+      return !v.empty() && at >= begin && at + count * sizeof(T) <= begin + v.size() * sizeof(T);
+    };
+    for (const std::vector<T>& v : layer_io) {
+      if (inside(v)) return true;
+    }
+    for (const auto& layer : saved) {
+      if (layer == nullptr) continue;
+      for (const std::vector<T>* v : {&layer->ln1, &layer->qkv, &layer->attn_y, &layer->h1,
+                                      &layer->ln2, &layer->fc, &layer->gelu}) {
+        if (inside(*v)) return true;
+      }
+    }
+    return false;
+  }
 };
 
 // The bytes `acts` holds (every vector's elements): what a microbatch in flight keeps for

@@ -101,6 +101,22 @@ TEST_P(SplitBackwardTest, GivesTheWholeBackwardsGradientsBitForBit) {
                     .ok());
     EXPECT_FALSE(acts[k]->deferred.empty());
     EXPECT_EQ(split_d_in[k], whole_d_in[k]) << "microbatch " << k;
+    // Inputs the set keeps are read in place; a recomputed layer's are copied: full
+    // recomputation keeps none of the four (pre-LN), selective all but the recomputed
+    // attention output.
+    size_t held = 0;
+    for (const DeferredWeightGradient<float>& job : acts[k]->deferred) {
+      held += job.in_held != nullptr ? 1 : 0;
+      EXPECT_EQ(job.in_held != nullptr, job.in.empty());
+    }
+    const size_t jobs = acts[k]->deferred.size();
+    if (GetParam().recompute) {
+      EXPECT_EQ(held, 0u);
+    } else if (GetParam().selective) {
+      EXPECT_EQ(held, jobs * 3 / 4);
+    } else {
+      EXPECT_EQ(held, jobs);
+    }
   }
   const size_t before_weights = split_reports.size();
   for (int k = 0; k < kMicrobatches; ++k) {

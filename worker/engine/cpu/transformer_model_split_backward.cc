@@ -1,8 +1,9 @@
 // The backward in two parts for the zero-bubble schedules (plan/zero_bubble_schedule.h):
 // BackwardInput runs Backward with each layer's four linear weight gradients (QKV or Q/K/V,
 // the attention's output projection, the MLP's input and output projections, with their
-// biases) recorded instead of summed; BackwardWeight sums them later. Everything else (the
-// normalisations', the embeddings', the head's) stays in BackwardInput: it is cheap, and
+// biases) recorded instead of summed (each output gradient copied, each input read in the
+// microbatch's saved activations where they hold it); BackwardWeight sums them later. Everything
+// else (the normalisations', the embeddings', the head's) stays in BackwardInput: it is cheap, and
 // the head's and the embedding's feed the pipeline's tied-embedding exchange. The GEMMs are
 // the same calls in the same order per tensor (kernels/matmul.h), so the gradients equal
 // Backward's bit for bit.
@@ -50,7 +51,12 @@ void TransformerModel<T>::LinearWeightGradient(const T* d_out, const T* in, T* d
   }
   DeferredWeightGradient<T> job;
   job.d_out.assign(d_out, d_out + static_cast<size_t>(rows) * out_features);
-  job.in.assign(in, in + static_cast<size_t>(rows) * in_features);
+  const size_t in_elements = static_cast<size_t>(rows) * in_features;
+  if (deferring_->Holds(in, in_elements)) {
+    job.in_held = in;  // the set keeps it until BackwardWeight
+  } else {
+    job.in.assign(in, in + in_elements);
+  }
   job.d_weight = d_weight;
   job.d_bias = d_bias;
   job.rows = rows;
@@ -75,7 +81,7 @@ template <typename T>
 absl::Status TransformerModel<T>::BackwardWeight(Activations<T>* acts,
                                                  const GradReadyHook* on_grad_ready) {
   for (const DeferredWeightGradient<T>& job : acts->deferred) {
-    cpu::MatmulBackward<T>(job.d_out.data(), job.in.data(), nullptr, nullptr, job.d_weight,
+    cpu::MatmulBackward<T>(job.d_out.data(), job.input(), nullptr, nullptr, job.d_weight,
                            job.d_bias, job.rows, job.in_features, job.out_features);
   }
   acts->deferred.clear();
