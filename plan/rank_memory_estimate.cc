@@ -179,6 +179,9 @@ constexpr int64_t kMaxWalkedChunkMicrobatches = 1 << 16;
 struct InFlight {
   int64_t chunks = 0;      // chunk-microbatches, all chunks
   int64_t last_chunk = 0;  // of the last chunk
+  // Split backward: the most chunk-microbatches at once whose input half ran and whose
+  // weight half has not, each keeping its linear layers' output gradients.
+  int64_t owed = 0;
 };
 
 InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& options) {
@@ -189,6 +192,9 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
                                    s.schedule == SCHEDULE_ZB_H1 || s.schedule == SCHEDULE_ZB_V
                                ? std::min(s.microbatches, s.pipeline)
                                : 1;
+  // ZB-H1's stage s owes up to s weight halves; ZB-V's stages up to all their sets.
+  if (s.schedule == SCHEDULE_ZB_H1) closed_form.owed = std::min(stage, s.microbatches);
+  if (s.schedule == SCHEDULE_ZB_V) closed_form.owed = closed_form.chunks;
   // Walked: the schedules whose peak the closed form only bounds (the split backward
   // keeps each set until its weight half).
   const bool walk = s.schedule == SCHEDULE_INTERLEAVED_1F1B || s.schedule == SCHEDULE_ZB_H1 ||
@@ -206,16 +212,20 @@ InFlight ChunksInFlight(const Shape& s, int64_t stage, const RankMemoryOptions& 
       BuildPipelineSchedule(config, static_cast<int>(stage), std::vector<int>(s.pipeline, 0));
   if (!schedule.ok()) return closed_form;  // validation reports the spec
   std::vector<int64_t> now(s.virtual_stages, 0), peak(s.virtual_stages, 0);
+  int64_t owed = 0, owed_peak = 0;
   for (const PipelineAction& action : schedule->actions()) {
     const int c = action.chunk();
     if (c < 0 || c >= s.virtual_stages) continue;
     if (action.kind() == PipelineAction::FORWARD) peak[c] = std::max(peak[c], ++now[c]);
+    if (action.kind() == PipelineAction::BACKWARD_INPUT) owed_peak = std::max(owed_peak, ++owed);
     if (action.kind() == PipelineAction::BACKWARD ||
         action.kind() == PipelineAction::BACKWARD_WEIGHT) {
       --now[c];
     }
+    if (action.kind() == PipelineAction::BACKWARD_WEIGHT) --owed;
   }
   InFlight walked;
+  walked.owed = owed_peak;
   for (int64_t p : peak) walked.chunks += p;
   walked.last_chunk = peak.back();
   return walked;
@@ -290,6 +300,27 @@ int64_t ActivationBytes(const Shape& s, const InFlight& in_flight,
   return Mul(in_flight.chunks, per_microbatch);
 }
 
+// What a chunk-microbatch whose weight half is owed keeps besides its set (the CPU
+// engine's DeferredWeightGradient): each linear layer's output gradient, [N, qkv / t],
+// [N, C], [N, mlp_in / t], [N, C], and the inputs its set does not hold: a recomputed
+// layer's ln1, attention output, ln2 and activation (selective: the attention output);
+// under sequence parallelism the gathered inputs of the two column-parallel layers.
+int64_t OwedWeightGradientBytes(const Shape& s, const RankMemoryOptions& options) {
+  const int64_t n = s.tokens();
+  const int64_t per_chunk = s.layers / s.pipeline / s.virtual_stages;
+  int64_t per_layer = Mul(n, Sum({s.qkv_local, s.hidden, s.mlp_in_local, s.hidden}));
+  if (s.recompute) {
+    per_layer = Add(per_layer, Mul(n, Sum({s.hidden, s.query_local, s.hidden, s.ffn_local})));
+  } else if (s.selective) {
+    per_layer = Add(per_layer, Mul(n, s.query_local));
+  }
+  if (s.sequence_parallel && !s.recompute) per_layer = Add(per_layer, Mul(2, Mul(n, s.hidden)));
+  const int64_t bytes = options.activations == ActivationModel::kMegatronLm && s.half_precision
+                            ? kHalfBytes
+                            : kFp32Bytes;
+  return Mul(bytes, Mul(per_chunk, per_layer));
+}
+
 // The head on the last stage: LayerNorm output [N, C], its statistics and the logits
 // [N, Vl] with the cross-entropy's three statistics, per microbatch in flight on it.
 int64_t LogitsBytes(const Shape& s, int64_t stage, const InFlight& in_flight) {
@@ -355,7 +386,8 @@ RankMemoryEstimate EstimateStage(const Shape& s, int64_t stage, const RankMemory
                           : moments;
   // The schedule is walked once a stage (interleaving: its whole action list).
   const InFlight in_flight = ChunksInFlight(s, stage, options);
-  e.activation_bytes = ActivationBytes(s, in_flight, options);
+  e.activation_bytes = Add(ActivationBytes(s, in_flight, options),
+                           Mul(in_flight.owed, OwedWeightGradientBytes(s, options)));
   e.logits_bytes = LogitsBytes(s, stage, in_flight);
   e.workspace_bytes = WorkspaceBytes(s, stage, in_flight, options);
   e.total_bytes = Sum({e.weight_bytes, e.gradient_bytes, e.optimizer_bytes, e.activation_bytes,

@@ -79,6 +79,32 @@ TEST(RankMemoryEstimateTest, GPipeHoldsEveryMicrobatchAnd1F1BAtMostPipeline) {
   EXPECT_EQ(gpipe.pipeline_stage, 1);
 }
 
+// The split backward (zero-bubble schedules): as many activation sets as 1F1B's first
+// stage, plus the owed weight halves' output gradients, [N, 3C] + [N, C] + [N, 4C] +
+// [N, C] per layer (N = 2 x 32 tokens, C = 64, two layers a stage, fp32). ZB-H1's stage s
+// runs a W once more than s are owed: s + 1 halves at its peak.
+TEST(RankMemoryEstimateTest, ZeroBubbleStagesKeepTheirOwedWeightHalvesOutputGradients) {
+  const std::string base = R"({"model": {"num_layers": 4, "hidden_size": 64, "num_heads": 4,
+      "seq_length": 32, "vocab_size": 256}, "parallel": {"pipeline": 2,
+      "micro_batch_size": 2, "global_batch_size": 16, )";
+  const JobSpec one_f_one_b = ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_1F1B"}})");
+  const JobSpec h1 = ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_ZB_H1"}})");
+  const int64_t owed = 4 * 64 * (3 * 64 + 64 + 4 * 64 + 64) * 2;
+  EXPECT_EQ(EstimateStageMemory(h1, 0).activation_bytes,
+            EstimateStageMemory(one_f_one_b, 0).activation_bytes + owed);
+  EXPECT_EQ(EstimateStageMemory(h1, 1).activation_bytes,
+            EstimateStageMemory(one_f_one_b, 0).activation_bytes + 2 * owed);
+  const JobSpec v =
+      ResolvedSpecForTest(base + R"("schedule": "SCHEDULE_ZB_V", "virtual_stages": 2}})");
+  const JobSpec interleaved = ResolvedSpecForTest(
+      base + R"("schedule": "SCHEDULE_INTERLEAVED_1F1B", "virtual_stages": 2}})");
+  EXPECT_GT(EstimateStageMemory(v, 1).activation_bytes, 0);
+  // ZB-V's head is on stage 0: its logits are counted there.
+  EXPECT_GT(EstimateStageMemory(v, 0).logits_bytes, 0);
+  EXPECT_EQ(EstimateStageMemory(v, 1).logits_bytes, 0);
+  EXPECT_EQ(EstimateStageMemory(interleaved, 0).logits_bytes, 0);
+}
+
 TEST(RankMemoryEstimateTest, RecomputeKeepsOnlyLayerInputs) {
   const RankMemoryEstimate saved = EstimateRankMemory(ResolvedSpecForTest("{}"));
   const RankMemoryEstimate recomputed =

@@ -47,6 +47,17 @@ std::vector<double> InFlightPerChunk(const PipelineSchedule& schedule, const Par
   return peak;
 }
 
+// The most chunk-microbatches at once whose input half ran and whose weight half has not
+// (split backward: 0 for the other schedules).
+double OwedWeightHalves(const PipelineSchedule& schedule) {
+  double owed = 0, peak = 0;
+  for (const PipelineAction& action : schedule.actions()) {
+    if (action.kind() == PipelineAction::BACKWARD_INPUT) peak = std::max(peak, ++owed);
+    if (action.kind() == PipelineAction::BACKWARD_WEIGHT) --owed;
+  }
+  return peak;
+}
+
 }  // namespace
 
 std::string RankAllocationEstimate::Describe() const {
@@ -206,6 +217,19 @@ absl::StatusOr<RankAllocationEstimate> EstimateRankAllocation(const Assignment& 
       if (head) scratch += n * Vl + 3 * n * C + n;
       activations += in_flight[c] * per_microbatch + scratch;
     }
+    // The split backward's owed weight halves (DeferredWeightGradient): each linear layer's
+    // output gradient, and the inputs the set does not hold (a recomputed layer's; the
+    // gathered ones under sequence parallelism), per layer of a chunk.
+    double owed_layer = n * (qkv_l + C + mlp_in_l + C);
+    if (recompute.recompute) {
+      owed_layer += n * (C + Ql + C + Fl);
+    } else if (recompute.selective_recompute) {
+      owed_layer += n * Ql;
+    }
+    if (sequence_parallel && !recompute.recompute) owed_layer += 2 * n * C;
+    const double chunk_layers_max =
+        chunks > 0 ? *std::max_element(chunk_layers.begin(), chunk_layers.end()) : 0;
+    activations += OwedWeightHalves(assignment.schedule()) * chunk_layers_max * owed_layer;
     // Every microbatch's tokens and targets are loaded at the start of a step.
     activations += microbatches * 2 * n;
     estimate.activations = activations * kFloat;
