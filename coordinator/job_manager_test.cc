@@ -323,8 +323,12 @@ TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
   std::map<int, Assignment> ranks = Deliver({"w0", "w1", "w2", "w3"});
   ASSERT_EQ(ranks.size(), 4u);
   for (int r = 0; r < 4; r += 2) {
-    EXPECT_EQ(ranks[r].peers(r).host(), ranks[r].peers(r + 1).host()) << "tensor group " << r;
+    EXPECT_EQ(ranks[r].self().host(), ranks[r + 1].self().host()) << "tensor group " << r;
+    EXPECT_EQ(ranks[r].self().global_rank(), r);
   }
+  // Each assignment names its own worker and counts the ranks of each host.
+  EXPECT_EQ(ranks[0].ranks_per_host().at("hostA"), 2);
+  EXPECT_EQ(ranks[3].ranks_per_host().at("hostB"), 2);
   EXPECT_EQ(ranks[0].generation(), 1);
   ASSERT_TRUE(manager_->OnMetrics(Step(ranks[2], 1, 5.5)).ok());  // rank 2: loss rank
   EXPECT_EQ(State(*id), JOB_STATE_RUNNING);

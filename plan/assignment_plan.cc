@@ -59,6 +59,10 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
   config.virtual_stages = parallel.virtual_stages();
   config.microbatches = NumMicrobatches(parallel);
 
+  // Each Assignment names its own peer entry and how many ranks each host runs (a map of
+  // hosts, not of ranks), never every peer: its size does not grow with the world.
+  google::protobuf::Map<std::string, int32_t> ranks_per_host;
+  for (const Peer& peer : peers) ++ranks_per_host[peer.host().empty() ? "127.0.0.1" : peer.host()];
   // Schedules depend only on the stage; peers are the ranks of one pipeline group.
   std::vector<Assignment> plan(world);
   for (int rank = 0; rank < world; ++rank) {
@@ -80,12 +84,11 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
                         c.pp, parallel.schedule() == SCHEDULE_ZB_V));
     for (LayerRange& chunk : chunks) *a.add_layers() = std::move(chunk);
     ASSIGN_OR_RETURN(*a.mutable_schedule(), BuildPipelineSchedule(config, c.pp, stage_ranks));
-    for (int r = 0; r < world; ++r) {
-      Peer* peer = a.add_peers();
-      if (!peers.empty()) *peer = peers[r];
-      peer->set_global_rank(r);
-      if (peer->host().empty()) peer->set_host("127.0.0.1");
-    }
+    Peer* self = a.mutable_self();
+    if (!peers.empty()) *self = peers[rank];
+    self->set_global_rank(rank);
+    if (self->host().empty()) self->set_host("127.0.0.1");
+    *a.mutable_ranks_per_host() = ranks_per_host;
     a.set_rendezvous_prefix(absl::StrCat(job_id, "/gen-", generation, "/"));
   }
   // Prove every pipeline group's schedules before anyone runs them.

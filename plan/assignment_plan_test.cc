@@ -40,7 +40,9 @@ TEST(AssignmentPlanTest, EveryRankGetsCoordinatesLayersAndSchedule) {
       EXPECT_EQ(action.peer_rank(), 1);
     }
   }
-  EXPECT_EQ(a.peers_size(), 8);
+  EXPECT_EQ(a.self().global_rank(), 5);
+  EXPECT_EQ(a.self().host(), "127.0.0.1");  // no peers given: static mode
+  EXPECT_TRUE(a.ranks_per_host().empty());
   EXPECT_EQ(a.rendezvous_prefix(), "job-7/gen-3/");
   EXPECT_EQ(a.generation(), 3);
 }
@@ -84,14 +86,20 @@ TEST(AssignmentPlanTest, TheLargestAcceptedScheduleKeepsAssignmentsSmall) {
 }
 
 TEST(AssignmentPlanTest, ManyRanksKeepAssignmentsSmall) {
-  // 1024 ranks, each listing every peer, at the plan-wide bound (1024 x 256 microbatches).
-  // Peers grow linearly: 4096 ranks would add ~220 KB more.
+  // 1024 ranks at the plan-wide bound (1024 x 256 microbatches): each assignment names its
+  // own peer and the 128 hosts' rank counts, never every peer, so it does not grow with
+  // the ranks of a host.
   const JobSpec spec = Spec(R"({"parallel": {"data": 1024, "global_batch_size": 262144}})");
   absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-1", 1, Peers(1024));
   ASSERT_TRUE(plan.ok()) << plan.status();
   const size_t largest = LargestAssignmentBytes(*plan);
   std::printf("largest assignment, 1024 ranks x 256 microbatches: %zu bytes\n", largest);
-  EXPECT_LT(largest, size_t{1} << 20);
+  EXPECT_LT(largest, size_t{16} << 10);
+  const Assignment& a = (*plan)[517];
+  EXPECT_EQ(a.self().global_rank(), 517);
+  EXPECT_EQ(a.self().worker_id(), Peers(1024)[517].worker_id());
+  EXPECT_EQ(a.ranks_per_host().size(), 128u);
+  EXPECT_EQ(a.ranks_per_host().at(a.self().host()), 8);
 }
 
 TEST(AssignmentPlanTest, SpecsBeyondTheScheduleBoundsAreRefusedNotBuilt) {

@@ -184,8 +184,7 @@ absl::StatusOr<RankSetup> CoordinatorSetup(const RankRunOptions& options) {
   setup.coordinator = std::make_unique<CoordinatorClient>(options.coordinator, std::move(token));
   setup.store = std::make_unique<CoordinatorKeyValueStore>(setup.coordinator.get(),
                                                            setup.assignment.rendezvous_prefix());
-  const int rank = setup.assignment.rank().global_rank();
-  setup.host = rank < setup.assignment.peers_size() ? setup.assignment.peers(rank).host() : "";
+  setup.host = setup.assignment.self().host();
   if (setup.host.empty()) setup.host = "127.0.0.1";
   return setup;
 }

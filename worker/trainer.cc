@@ -31,11 +31,11 @@
 namespace mtrain {
 namespace {
 
-// How many of the assignment's ranks each host runs (static mode: every peer on
-// 127.0.0.1). An assignment without peers counts as one rank on one host.
+// How many of the assignment's ranks each host runs; static mode (no map) runs every rank
+// on one host.
 std::map<std::string, int> RanksPerHost(const Assignment& assignment) {
-  std::map<std::string, int> ranks;
-  for (const Peer& peer : assignment.peers()) ++ranks[peer.host()];
+  std::map<std::string, int> ranks(assignment.ranks_per_host().begin(),
+                                   assignment.ranks_per_host().end());
   if (ranks.empty()) ranks[""] = std::max(1, assignment.rank().world_size());
   return ranks;
 }
