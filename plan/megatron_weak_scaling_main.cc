@@ -8,9 +8,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "plan/cluster_description.h"
 #include "plan/megatron_weak_scaling.h"
 
@@ -58,24 +60,16 @@ int main(int argc, char** argv) {
     const mtrain::MegatronPrediction p =
         mtrain::PredictMegatronRow(row, *cluster, absl::GetFlag(FLAGS_max_virtual_stages));
     worst = std::max(worst, std::fabs(p.error));
-    std::string choice = "none fits";
-    std::string gain = "";
-    if (p.has_choice) {
-      choice = mtrain::LayoutName(p.choice.spec);
-      char text[64];
-      std::snprintf(text, sizeof(text), "%+.1f%%",
-                    100 * (p.choice.cost.step_seconds / p.cost.step_seconds - 1));
-      gain = text;
-    }
-    std::string zero_bubble = "none fits";
-    std::string zero_bubble_gain = "";
-    if (p.has_zero_bubble_choice) {
-      zero_bubble = mtrain::LayoutName(p.zero_bubble_choice.spec);
-      char text[64];
-      std::snprintf(text, sizeof(text), "%+.1f%%",
-                    100 * (p.zero_bubble_choice.cost.step_seconds / p.cost.step_seconds - 1));
-      zero_bubble_gain = text;
-    }
+    // A planner's choice as two cells: its layout, and its step against the published one.
+    const auto cells = [&](bool has, const mtrain::PricedLayout& layout) {
+      if (!has) return std::make_pair(std::string("none fits"), std::string());
+      return std::make_pair(
+          mtrain::LayoutName(layout.spec),
+          absl::StrFormat("%+.1f%%", 100 * (layout.cost.step_seconds / p.cost.step_seconds - 1)));
+    };
+    const auto [choice, gain] = cells(p.has_choice, p.choice);
+    const auto [zero_bubble, zero_bubble_gain] =
+        cells(p.has_zero_bubble_choice, p.zero_bubble_choice);
     std::printf(
         "| %s | %d | %d | %d | %d | %d | %.1f%% | %.0f | %.1f | %+.1f%% | %s | %s | %s | %s |\n",
         row.parameters.c_str(), row.tensor, row.pipeline, row.gpus, row.batch,
