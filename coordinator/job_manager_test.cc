@@ -326,9 +326,9 @@ TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
     EXPECT_EQ(ranks[r].self().host(), ranks[r + 1].self().host()) << "tensor group " << r;
     EXPECT_EQ(ranks[r].self().global_rank(), r);
   }
-  // Each assignment names its own worker and counts the ranks of each host.
-  EXPECT_EQ(ranks[0].ranks_per_host().at("hostA"), 2);
-  EXPECT_EQ(ranks[3].ranks_per_host().at("hostB"), 2);
+  // Each assignment names its own worker and how the ranks share hosts: two hosts of two.
+  EXPECT_EQ(ranks[0].hosts_by_rank_count().size(), 1u);
+  EXPECT_EQ(ranks[3].hosts_by_rank_count().at(2), 2);
   EXPECT_EQ(ranks[0].generation(), 1);
   ASSERT_TRUE(manager_->OnMetrics(Step(ranks[2], 1, 5.5)).ok());  // rank 2: loss rank
   EXPECT_EQ(State(*id), JOB_STATE_RUNNING);

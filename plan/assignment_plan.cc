@@ -1,6 +1,8 @@
 #include "plan/assignment_plan.h"
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -59,10 +61,12 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
   config.virtual_stages = parallel.virtual_stages();
   config.microbatches = NumMicrobatches(parallel);
 
-  // Each Assignment names its own peer entry and how many ranks each host runs (a map of
-  // hosts, not of ranks), never every peer: its size does not grow with the world.
-  google::protobuf::Map<std::string, int32_t> ranks_per_host;
+  // Each Assignment names its own peer entry and how many hosts run each number of ranks,
+  // never every peer or host: its size grows with neither.
+  std::map<std::string, int> ranks_per_host;
   for (const Peer& peer : peers) ++ranks_per_host[peer.host().empty() ? "127.0.0.1" : peer.host()];
+  google::protobuf::Map<int32_t, int32_t> hosts_by_rank_count;
+  for (const auto& [host, ranks] : ranks_per_host) ++hosts_by_rank_count[ranks];
   // Schedules depend only on the stage; peers are the ranks of one pipeline group.
   std::vector<Assignment> plan(world);
   for (int rank = 0; rank < world; ++rank) {
@@ -88,7 +92,7 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
     if (!peers.empty()) *self = peers[rank];
     self->set_global_rank(rank);
     if (self->host().empty()) self->set_host("127.0.0.1");
-    *a.mutable_ranks_per_host() = ranks_per_host;
+    *a.mutable_hosts_by_rank_count() = hosts_by_rank_count;
     a.set_rendezvous_prefix(absl::StrCat(job_id, "/gen-", generation, "/"));
   }
   // Prove every pipeline group's schedules before anyone runs them.

@@ -42,7 +42,7 @@ TEST(AssignmentPlanTest, EveryRankGetsCoordinatesLayersAndSchedule) {
   }
   EXPECT_EQ(a.self().global_rank(), 5);
   EXPECT_EQ(a.self().host(), "127.0.0.1");  // no peers given: static mode
-  EXPECT_TRUE(a.ranks_per_host().empty());
+  EXPECT_TRUE(a.hosts_by_rank_count().empty());
   EXPECT_EQ(a.rendezvous_prefix(), "job-7/gen-3/");
   EXPECT_EQ(a.generation(), 3);
 }
@@ -87,19 +87,19 @@ TEST(AssignmentPlanTest, TheLargestAcceptedScheduleKeepsAssignmentsSmall) {
 
 TEST(AssignmentPlanTest, ManyRanksKeepAssignmentsSmall) {
   // 1024 ranks at the plan-wide bound (1024 x 256 microbatches): each assignment names its
-  // own peer and the 128 hosts' rank counts, never every peer, so it does not grow with
-  // the ranks of a host.
+  // own peer and how many hosts run how many ranks (128 hosts of 8), never every peer or
+  // host.
   const JobSpec spec = Spec(R"({"parallel": {"data": 1024, "global_batch_size": 262144}})");
   absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-1", 1, Peers(1024));
   ASSERT_TRUE(plan.ok()) << plan.status();
   const size_t largest = LargestAssignmentBytes(*plan);
   std::printf("largest assignment, 1024 ranks x 256 microbatches: %zu bytes\n", largest);
-  EXPECT_LT(largest, size_t{16} << 10);
+  EXPECT_LT(largest, size_t{8} << 10);
   const Assignment& a = (*plan)[517];
   EXPECT_EQ(a.self().global_rank(), 517);
   EXPECT_EQ(a.self().worker_id(), Peers(1024)[517].worker_id());
-  EXPECT_EQ(a.ranks_per_host().size(), 128u);
-  EXPECT_EQ(a.ranks_per_host().at(a.self().host()), 8);
+  ASSERT_EQ(a.hosts_by_rank_count().size(), 1u);
+  EXPECT_EQ(a.hosts_by_rank_count().at(8), 128);
 }
 
 TEST(AssignmentPlanTest, SpecsBeyondTheScheduleBoundsAreRefusedNotBuilt) {

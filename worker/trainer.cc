@@ -31,13 +31,13 @@
 namespace mtrain {
 namespace {
 
-// How many of the assignment's ranks each host runs; static mode (no map) runs every rank
-// on one host.
-std::map<std::string, int> RanksPerHost(const Assignment& assignment) {
-  std::map<std::string, int> ranks(assignment.ranks_per_host().begin(),
-                                   assignment.ranks_per_host().end());
-  if (ranks.empty()) ranks[""] = std::max(1, assignment.rank().world_size());
-  return ranks;
+// Ranks on a host -> hosts that run that many; static mode (no map) runs every rank on one
+// host.
+std::map<int, int> HostsByRankCount(const Assignment& assignment) {
+  std::map<int, int> hosts(assignment.hosts_by_rank_count().begin(),
+                           assignment.hosts_by_rank_count().end());
+  if (hosts.empty()) hosts[std::max(1, assignment.rank().world_size())] = 1;
+  return hosts;
 }
 
 // Tags of the weight-gather and checkpoint-record messages on the world group: above every
@@ -240,8 +240,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
   } else {
     // The job's peak: each rank's share of its host (hosts taken to be like this one).
     t->peak_flops_ = 0;
-    for (const auto& [host, ranks] : RanksPerHost(assignment)) {
-      t->peak_flops_ += ranks * CpuRankPeakFlops(options.cpu_threads, ranks);
+    for (const auto& [ranks, hosts] : HostsByRankCount(assignment)) {
+      t->peak_flops_ += hosts * ranks * CpuRankPeakFlops(options.cpu_threads, ranks);
     }
   }
   return t;

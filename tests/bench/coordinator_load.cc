@@ -903,10 +903,8 @@ int Run() {
       static_cast<long long>(max_lag));
   std::printf(
       "assign commands: %d received, the last %.3f s after SubmitJob returned; the "
-      "largest %.1f KiB (each names its own peer and the rank count of each of the %d "
-      "hosts)\n",
-      tallies.assigns, Seconds(tallies.last_assign - submitted), tallies.assign_bytes / 1024.0,
-      (num_workers + per_host - 1) / per_host);
+      "largest %.1f KiB (each names its own peer, not the others)\n",
+      tallies.assigns, Seconds(tallies.last_assign - submitted), tallies.assign_bytes / 1024.0);
   std::printf(
       "step ticks skipped because the previous Write was still in flight: %lld; "
       "re-registrations: %d\n",
