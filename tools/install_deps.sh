@@ -56,3 +56,20 @@ if ! python3 -c "import tokenizers, sys; sys.exit(tokenizers.__version__ != '$TO
   python3 -c "import tokenizers" || { echo "deps: tokenizers did not install" >&2; exit 1; }
 fi
 python3 "$(dirname "$0")/fetch_gpt2_files.py"
+
+# cuDNN's frontend (header-only C++ graph API, from PyPI's nvidia-cudnn-frontend) for the
+# CUDA engine's fused attention; Bazel reads it as the local repository @cudnn_frontend.
+# libcudnn itself comes from /usr/local/cuda here and from PyTorch's wheel on a GPU machine.
+CUDNN_FRONTEND_VERSION=1.32.0
+CUDNN_FRONTEND_DIR=/opt/mtrain/cudnn_frontend
+if [[ "$(cat "$CUDNN_FRONTEND_DIR/VERSION" 2>/dev/null)" != "$CUDNN_FRONTEND_VERSION" ]]; then
+  echo "deps: pip install nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION (headers, into $CUDNN_FRONTEND_DIR)"
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  $SUDO rm -rf "$CUDNN_FRONTEND_DIR"
+  $SUDO python3 -m pip install -q --no-deps --target "$CUDNN_FRONTEND_DIR" \
+    "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >/dev/null
+  [[ -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ]] ||
+    { echo "deps: nvidia-cudnn-frontend did not install its headers" >&2; exit 1; }
+  echo "$CUDNN_FRONTEND_VERSION" | $SUDO tee "$CUDNN_FRONTEND_DIR/VERSION" >/dev/null
+fi

@@ -21,6 +21,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "kernels/attention.h"
 
@@ -29,20 +31,35 @@ namespace mtrain::cuda {
 using cpu::AttentionDropout;
 using cpu::AttentionShape;
 
+// Which implementation runs bf16/fp16 attention. kAuto: cuDNN's fused flash attention
+// (kernels/cuda/cudnn_attention.h) where it can (no attention dropout, a shape its graphs
+// build for), the kernels above otherwise; kHandWritten: always the kernels above (their
+// dropout masks equal the CPU's, which cuDNN's cannot). Process-wide; the default comes from
+// MTRAIN_ATTENTION=auto|handwritten (auto).
+enum class AttentionImplementation { kAuto, kHandWritten };
+void SetAttentionImplementation(AttentionImplementation implementation);
+
+// The path a job's attention takes and why, for the engine's start line: "cuDNN 9.19.0
+// fused attention", or "hand-written flash kernels (attention dropout 0.1: ...)".
+template <typename T>
+std::string AttentionPathFor(const AttentionShape& shape, float dropout);
+
 // out[B, S, H*D] (overwritten) and lse[B, H, S] (log-sum-exp of each row's scaled scores,
 // for the backward). INVALID_ARGUMENT for an unsupported head dim.
 template <typename T>
 absl::Status FlashAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
                                    const AttentionDropout& dropout, cudaStream_t stream);
 
-// Accumulates d_qkv[B, S, (H + 2 Hkv) * D] (+=) from d_out, with the forward's out and lse. Uses
+// Accumulates d_qkv[B, S, (H + 2 Hkv) * D] (+=) from d_out, with the forward's out and lse, or
+// overwrites it when `accumulate` is false (no zeroing needed beforehand). Uses
 // stream-ordered scratch for the per-row sums of d_out * out. The tensor-core path
 // computes dK/dV per key block and dQ per query block in separate kernels (dQ recomputes
 // the probabilities rather than summing partial dQ across blocks with atomics).
 template <typename T>
 absl::Status FlashAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
                                     T* d_qkv, const AttentionShape& shape,
-                                    const AttentionDropout& dropout, cudaStream_t stream);
+                                    const AttentionDropout& dropout, cudaStream_t stream,
+                                    bool accumulate = true);
 
 }  // namespace mtrain::cuda
 

@@ -1,5 +1,7 @@
-// Times the CUDA flash attention (bf16: the tensor-core kernels) at GPT-2-small training
-// shapes and prints one table row per pass: median milliseconds per call and TFLOP/s.
+// Times the CUDA attention in bf16 at GPT-2-small training shapes, both implementations
+// (the hand-written tensor-core kernels, and cuDNN's fused attention where it runs: without
+// attention dropout), and prints one table row per pass: median milliseconds per call and
+// TFLOP/s. The backward overwrites d_qkv, as the engine calls it.
 //   bazel run -c opt //kernels/cuda:attention_bench
 // Compare with PyTorch on the same GPU, e.g. for B=16, H=12, S=1024, D=64:
 //   q, k, v = (torch.randn(16, 12, 1024, 64, device="cuda", dtype=torch.bfloat16,
@@ -91,9 +93,17 @@ double MedianMilliseconds(const std::function<bool()>& call) {
   return (times[kTimed / 2 - 1] + times[kTimed / 2]) / 2;
 }
 
-bool Bench(const AttentionShape& shape, float dropout_p) {
-  const size_t qkv_size = size_t(shape.batch) * shape.seq * 3 * shape.heads * shape.head_dim;
-  const size_t out_size = qkv_size / 3;
+bool Bench(const AttentionShape& shape, float dropout_p, AttentionImplementation implementation) {
+  SetAttentionImplementation(implementation);
+  const std::string path = AttentionPathFor<__nv_bfloat16>(shape, dropout_p);
+  if (implementation == AttentionImplementation::kAuto && path.rfind("cuDNN", 0) != 0) {
+    std::printf("| B%d H%d S%d D%d p%.1f: cuDNN does not run it: %s |\n", shape.batch, shape.heads,
+                shape.seq, shape.head_dim, dropout_p, path.c_str());
+    return true;
+  }
+  const size_t qkv_size =
+      size_t(shape.batch) * shape.seq * (shape.heads + 2 * shape.kv_head_count()) * shape.head_dim;
+  const size_t out_size = size_t(shape.batch) * shape.seq * shape.heads * shape.head_dim;
   Bf16Buffer qkv(qkv_size, 1), out(out_size, 2), d_out(out_size, 3), d_qkv(qkv_size, 4);
   float* lse = nullptr;
   if (!qkv.ok() || !out.ok() || !d_out.ok() || !d_qkv.ok() ||
@@ -111,15 +121,17 @@ bool Bench(const AttentionShape& shape, float dropout_p) {
   });
   const double backward_ms = MedianMilliseconds([&] {
     return Check(FlashAttentionBackward<__nv_bfloat16>(d_out.get(), qkv.get(), out.get(), lse,
-                                                       d_qkv.get(), shape, dropout, nullptr));
+                                                       d_qkv.get(), shape, dropout, nullptr,
+                                                       /*accumulate=*/false));
   });
   cudaFree(lse);
   if (forward_ms < 0 || backward_ms < 0) return false;
   const double forward_flops =
       4.0 * shape.batch * shape.heads * double(shape.seq) * shape.seq * shape.head_dim / 2;
   char label[96];
-  std::snprintf(label, sizeof(label), "B%d H%d S%d D%d p%.1f", shape.batch, shape.heads, shape.seq,
-                shape.head_dim, dropout_p);
+  std::snprintf(label, sizeof(label), "%s B%d H%d S%d D%d p%.1f",
+                implementation == AttentionImplementation::kAuto ? "cuDNN" : "ours", shape.batch,
+                shape.heads, shape.seq, shape.head_dim, dropout_p);
   std::printf("| %-26s | forward  | %8.3f | %7.1f |\n", label, forward_ms,
               forward_flops / (forward_ms * 1e-3) * 1e-12);
   std::printf("| %-26s | backward | %8.3f | %7.1f |\n", label, backward_ms,
@@ -135,16 +147,27 @@ int Main() {
   }
   cudaDeviceProp prop;
   if (!Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) return 1;
-  std::printf("flash attention, bf16 (tensor cores), causal, on %s\n", prop.name);
+  std::printf("attention, bf16, causal, on %s\n", prop.name);
   std::printf("| %-26s | pass     | %8s | %7s |\n", "shape", "ms", "TFLOP/s");
   std::printf("|%s|----------|----------|---------|\n", std::string(28, '-').c_str());
   // GPT-2 124M training: B=16, S=1024, 12 heads of 64; then the same width as 6 heads of
   // 128; each without and with attention dropout (which hashes every probability).
-  for (float p : {0.0f, 0.1f}) {
-    if (!Bench({16, 1024, 12, 64}, p)) return 1;
-  }
-  for (float p : {0.0f, 0.1f}) {
-    if (!Bench({16, 1024, 6, 128}, p)) return 1;
+  // GPT 1.3B's (B=4, S=2048, 16 heads of 128) and a Llama-style GQA shape follow.
+  const AttentionShape shapes[] = {
+      {16, 1024, 12, 64}, {16, 1024, 6, 128}, {4, 2048, 16, 128}, {4, 2048, 32, 64, 8}};
+  for (const AttentionShape& shape : shapes) {
+    for (float p : {0.0f, 0.1f}) {
+      if (shape.kv_heads > 0 && p > 0) continue;
+      for (auto implementation :
+           {AttentionImplementation::kHandWritten, AttentionImplementation::kAuto}) {
+        if (p > 0 && implementation == AttentionImplementation::kAuto) continue;
+        // Ours runs grouped-query heads on the scalar kernels: too slow to time here.
+        if (shape.kv_heads > 0 && implementation == AttentionImplementation::kHandWritten) {
+          continue;
+        }
+        if (!Bench(shape, p, implementation)) return 1;
+      }
+    }
   }
   return 0;
 }

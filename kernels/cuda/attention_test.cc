@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/cuda/test_support.h"
@@ -81,9 +82,13 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 // `repeat`, the forward and the backward run a second time on fresh outputs, which must
 // match the first bit for bit (fixed summation orders, no atomics). d_out is uniform in
 // [-d_out_scale, d_out_scale].
+//
+// With `overwrite`, the backward runs with accumulate = false into a d_qkv full of NaNs,
+// which must all be replaced (the reference then starts from zero).
 template <typename T>
 void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout, double tolerance,
-                    double lse_tolerance, bool repeat = false, float d_out_scale = 1.0f) {
+                    double lse_tolerance, bool repeat = false, float d_out_scale = 1.0f,
+                    bool overwrite = false) {
   const size_t qkv_size = QkvSize(shape);
   const size_t out_size = OutSize(shape);
   const size_t lse_size = size_t(shape.batch) * shape.heads * shape.seq;
@@ -92,14 +97,18 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   const std::vector<float> qkv = round(testing::RandomFloats(qkv_size, 91, -2, 2));
   const std::vector<float> d_out =
       round(testing::RandomFloats(out_size, 92, -d_out_scale, d_out_scale));
-  const std::vector<float> d_qkv0 = round(testing::RandomFloats(qkv_size, 93, -0.1, 0.1));
-  DeviceArray<T> dqkv(qkv), dout(out_size), ddout(d_out), ddqkv(d_qkv0);
+  const std::vector<float> d_qkv0 = overwrite
+                                        ? std::vector<float>(qkv_size, 0.0f)
+                                        : round(testing::RandomFloats(qkv_size, 93, -0.1, 0.1));
+  const std::vector<float> d_qkv_start =
+      overwrite ? std::vector<float>(qkv_size, std::nanf("")) : d_qkv0;
+  DeviceArray<T> dqkv(qkv), dout(out_size), ddout(d_out), ddqkv(d_qkv_start);
   DeviceArray<float> dlse(lse_size);
   absl::Status s =
       FlashAttentionForward<T>(dqkv.get(), dout.get(), dlse.get(), shape, dropout, nullptr);
   ASSERT_TRUE(s.ok()) << s;
   s = FlashAttentionBackward<T>(ddout.get(), dqkv.get(), dout.get(), dlse.get(), ddqkv.get(), shape,
-                                dropout, nullptr);
+                                dropout, nullptr, /*accumulate=*/!overwrite);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -115,8 +124,9 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   const double lse_error = MaxAbsError(got_lse, ReferenceLse(qd, shape));
   const double grad_error = testing::RelativeError(got_d_qkv, d_qkv);
   std::printf(
-      "flash attention %s B%d S%d H%d Hkv%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
+      "%s%s attention %s B%d S%d H%d Hkv%d D%d dropout %.2f (heads from %d of %d): out %.2e, "
       "lse %.2e (abs), d_qkv %.2e\n",
+      AttentionPathFor<T>(shape, dropout.p).c_str(), overwrite ? " (gradient overwritten)" : "",
       testing::TypeName<T>(), shape.batch, shape.seq, shape.heads, shape.kv_head_count(),
       shape.head_dim, dropout.p, dropout.head_offset,
       dropout.total_heads > 0 ? dropout.total_heads : shape.heads, out_error, lse_error,
@@ -129,13 +139,13 @@ void CheckAttention(const AttentionShape& shape, const AttentionDropout& dropout
   EXPECT_LT(grad_error, tolerance);
 
   if (!repeat) return;
-  DeviceArray<T> dout2(out_size), ddqkv2(d_qkv0);
+  DeviceArray<T> dout2(out_size), ddqkv2(d_qkv_start);
   DeviceArray<float> dlse2(lse_size);
   s = FlashAttentionForward<T>(dqkv.get(), dout2.get(), dlse2.get(), shape, dropout, nullptr);
   ASSERT_TRUE(s.ok()) << s;
   // The second backward uses the first forward's out and lse: only the backward varies.
   s = FlashAttentionBackward<T>(ddout.get(), dqkv.get(), dout.get(), dlse.get(), ddqkv2.get(),
-                                shape, dropout, nullptr);
+                                shape, dropout, nullptr, /*accumulate=*/!overwrite);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_TRUE(SameBits(dout2.Download(), got_out)) << "forward out differs between runs";
@@ -151,6 +161,17 @@ AttentionDropout Dropout(float p, int head_offset, int total_heads) {
   dropout.total_heads = total_heads;
   return dropout;
 }
+
+// The tests below hold the hand-written kernels to the CPU; the cuDNN tests at the end
+// switch to cuDNN's fused attention for their scope.
+const bool kHandWrittenByDefault =
+    (SetAttentionImplementation(AttentionImplementation::kHandWritten), true);
+
+class PreferCudnn {
+ public:
+  PreferCudnn() { SetAttentionImplementation(AttentionImplementation::kAuto); }
+  ~PreferCudnn() { SetAttentionImplementation(AttentionImplementation::kHandWritten); }
+};
 
 TEST(CudaFlashAttentionTest, Fp32MatchesTheCpu) {
   MTRAIN_SKIP_WITHOUT_GPU();
@@ -290,6 +311,49 @@ TEST(CudaFlashAttentionTest, RefusesUnsupportedHeadDims) {
                                                   {1, 4, 1, 256}, {}, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// cuDNN's fused attention (bf16/fp16 without attention dropout), at GPT-2's head size and
+// Llama's, off the tile sizes, with grouped-query heads; twice for the bits (the backward
+// uses cuDNN's deterministic algorithm), accumulating and overwriting the gradient.
+TEST(CudnnAttentionTest, RunsWhereItCanAndSaysWhyNot) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  ASSERT_TRUE(kHandWrittenByDefault);
+  PreferCudnn prefer;
+  const std::string path = AttentionPathFor<__nv_bfloat16>({2, 256, 4, 64}, 0.0f);
+  std::printf("bf16 B2 S256 H4 D64: %s\n", path.c_str());
+  EXPECT_EQ(path.rfind("cuDNN ", 0), 0u) << path;
+  EXPECT_NE(AttentionPathFor<__nv_bfloat16>({2, 256, 4, 64}, 0.1f).find("attention dropout"),
+            std::string::npos);
+  EXPECT_NE(AttentionPathFor<float>({2, 256, 4, 64}, 0.0f).find("fp32"), std::string::npos);
+  SetAttentionImplementation(AttentionImplementation::kHandWritten);
+  EXPECT_NE(AttentionPathFor<__nv_bfloat16>({2, 256, 4, 64}, 0.0f).find("handwritten"),
+            std::string::npos);
+}
+
+TEST(CudnnAttentionTest, Bf16MatchesTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  PreferCudnn prefer;
+  for (int head_dim : {64, 128}) {
+    for (int seq : {1, 17, 100, 257}) {
+      CheckAttention<__nv_bfloat16>({2, seq, 3, head_dim}, {}, testing::kBf16Tolerance,
+                                    kLseTolerance, /*repeat=*/seq == 257);
+    }
+  }
+  CheckAttention<__nv_bfloat16>({2, 256, 4, 64}, {}, testing::kBf16Tolerance, kLseTolerance,
+                                /*repeat=*/true, 1.0f, /*overwrite=*/true);
+}
+
+TEST(CudnnAttentionTest, Fp16AndGroupedQueryHeadsMatchTheCpu) {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  PreferCudnn prefer;
+  CheckAttention<__half>({2, 130, 3, 64}, {}, testing::kFp16Tolerance, kLseTolerance,
+                         /*repeat=*/true);
+  for (int kv_heads : {2, 1}) {
+    CheckAttention<__nv_bfloat16>({2, 129, 4, 64, kv_heads}, {}, testing::kBf16Tolerance,
+                                  kLseTolerance, /*repeat=*/true, 1.0f, /*overwrite=*/true);
+    CheckAttention<__half>({1, 100, 4, 128, kv_heads}, {}, testing::kFp16Tolerance, kLseTolerance);
+  }
 }
 
 }  // namespace

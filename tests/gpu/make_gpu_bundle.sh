@@ -36,7 +36,7 @@ for target in "${TARGETS[@]}"; do
   ldd "$binary" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libcuda.so*) ;;
-      libcublas*|libnccl*|libcudart*) ;;
+      libcublas*|libnccl*|libcudart*|libcudnn*|libnvrtc*) ;;
       # Debian 12's C++ runtime needs glibc 2.36: run_on_gpu.sh uses it only where the
       # machine's glibc is that new, and the machine's own C++ runtime otherwise.
       libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$OUT/lib/cxx/" ;;

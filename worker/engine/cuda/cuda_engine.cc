@@ -48,6 +48,8 @@ class CudaEngine::Chunk {
   // Device bytes of the activation sets of microbatches in flight (forward done, backward
   // not yet), now.
   virtual size_t in_flight_activation_bytes() const = 0;
+  // Which attention implementation this chunk's layers run, and why.
+  virtual std::string attention_path() const = 0;
 };
 
 template <typename T>
@@ -57,6 +59,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       : model_(std::move(model)), batch_(micro_batch), stream_(stream) {}
 
   const ParameterLayout& layout() const override { return model_->layout(); }
+  std::string attention_path() const override { return model_->attention_path(); }
 
   absl::Status Forward(int index, const Microbatch& mb, const float* hidden_in, float* hidden_out,
                        float* losses) override {
@@ -801,6 +804,10 @@ absl::Status CudaEngine::AllGatherParameters(Communicator* group, bool on_device
   }
   RETURN_IF_ERROR(RefreshModelCopy());
   return CudaStatus(cudaStreamSynchronize(stream_), "the ZeRO parameter gather");
+}
+
+std::string CudaEngine::attention_path() const {
+  return chunks_.empty() ? std::string() : chunks_.front()->attention_path();
 }
 
 }  // namespace mtrain::cuda

@@ -177,6 +177,9 @@ class CudaEngine : public PipelineStages {
   void EndGeneration();
 
   const std::string& device_name() const { return device_name_; }
+  // Which attention implementation the layers run and why (kernels/cuda/attention.h's
+  // AttentionPathFor), e.g. "cuDNN 9.19.0 fused attention".
+  std::string attention_path() const;
   // The most device bytes the activation sets of microbatches in flight have held
   // together so far (sampled after each forward).
   size_t activation_peak_bytes() const { return activation_peak_bytes_; }

@@ -262,6 +262,11 @@ AttentionShape CudaGptModel<T>::LocalAttentionShape() const {
 }
 
 template <typename T>
+std::string CudaGptModel<T>::attention_path() const {
+  return AttentionPathFor<T>(LocalAttentionShape(), options_.dropout);
+}
+
+template <typename T>
 uint64_t CudaGptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const {
   // The CPU model's keys (model_numerics.h): the same masks on either engine.
   return DropoutKeyOf(options_.seed, id, global_layer, site);
@@ -339,10 +344,14 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   T* d_h1 = d_out;
   // The temporaries below hold one contribution each: the kernels overwrite them
   // (kOverwrite) rather than accumulate into zeroed buffers, saving a memset and a read.
-  RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
-                                     DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
-                                     kOverwrite));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.gelu.get(), w.fc_proj_weight,
+  // Without dropout the branch's gradient is d_out itself: no kernel, no copy.
+  const T* d_mlp_out = p > 0 ? d_branch_.get() : d_out;
+  if (p > 0) {
+    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
+                                       DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
+                                       kOverwrite));
+  }
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_mlp_out, s.gelu.get(), w.fc_proj_weight,
                                     d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
                                     stream_, kOverwrite));
   RETURN_IF_ERROR(layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.get(), s.fc.get(),
@@ -359,19 +368,21 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   RETURN_IF_ERROR(
       CudaStatus(cudaMemcpyAsync(d_x, d_h1, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
                  "copying the residual gradient"));
-  RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
-                                     DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_,
-                                     kOverwrite));
+  const T* d_attention_out = p > 0 ? d_branch_.get() : d_h1;
+  if (p > 0) {
+    RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
+                                       DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
+                                       stream_, kOverwrite));
+  }
   const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * shape.heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
   const auto [attn_y, lse] = core;
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_attention_out, attn_y, w.proj_weight, d_attn_y_.get(),
                                     g.proj_weight, g.proj_bias, N, Ql, C, stream_, kOverwrite));
-  RETURN_IF_ERROR(Zero(d_qkv_, stream_));  // the attention backward accumulates
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
-                                            shape, att_dropout, stream_));
+                                            shape, att_dropout, stream_, /*accumulate=*/false));
   // The gradients of the rotated q and k, rotated back: those of the projection's output.
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
@@ -602,11 +613,13 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
         d_x_.get(), sp_rows_.get(), RC, options_.dropout, DropoutKeyFor(id, -1, kEmbeddingSite),
         static_cast<uint64_t>(row_offset_) * C, stream_, kOverwrite));
     RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
-  } else {
+  } else if (options_.dropout > 0) {
     RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
                                        DropoutKeyFor(id, -1, kEmbeddingSite), 0, stream_,
                                        kOverwrite));
   }
+  // Without dropout (and sequence parallelism) the embeddings' gradient is d_x_ itself.
+  const T* d_embedded = sequence_parallel_ || options_.dropout > 0 ? d_branch_.get() : d_x_.get();
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
   const int num_rows = static_cast<int>(plan_.rows.size());
@@ -622,11 +635,11 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
       cudaMemcpyAsync(plan_positions_.get(), plan_.positions.data(),
                       plan_.positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
       "uploading the embedding gradient's plan"));
-  RETURN_IF_ERROR(TokenEmbeddingBackward<T>(d_branch_.get(), plan_rows_.get(), plan_starts_.get(),
+  RETURN_IF_ERROR(TokenEmbeddingBackward<T>(d_embedded, plan_rows_.get(), plan_starts_.get(),
                                             plan_positions_.get(), num_rows, C, g_.wte, stream_));
   if (g_.wpe != nullptr) {
-    RETURN_IF_ERROR(PositionEmbeddingBackward<T>(d_branch_.get(), batch_, shape_.seq_length, C,
-                                                 g_.wpe, stream_));
+    RETURN_IF_ERROR(
+        PositionEmbeddingBackward<T>(d_embedded, batch_, shape_.seq_length, C, g_.wpe, stream_));
   }
   if (on_layer_done != nullptr) RETURN_IF_ERROR((*on_layer_done)(-1));
   // No synchronisation: the host can prepare the next microbatch while the GPU works (the

@@ -127,6 +127,10 @@ class CudaGptModel {
 
   const ParameterLayout& layout() const { return layout_; }
 
+  // Which attention implementation a training step's layers run, and why
+  // (kernels/cuda/attention.h's AttentionPathFor).
+  std::string attention_path() const;
+
   // A set of activations for one microbatch in flight (RESOURCE_EXHAUSTED if it does not
   // fit); reusable once its backward is done.
   absl::StatusOr<std::unique_ptr<CudaActivations<T>>> NewActivations() const;

@@ -211,10 +211,8 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
   const auto [attn_y, lse] = core;
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
                                     g.proj_weight, g.proj_bias, N, Ql, C, stream_, kOverwrite));
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(d_qkv_.get(), 0, d_qkv_.bytes(), stream_),
-                             "zeroing a backward buffer"));  // the attention backward accumulates
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
-                                            shape, att_dropout, stream_));
+                                            shape, att_dropout, stream_, /*accumulate=*/false));
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));

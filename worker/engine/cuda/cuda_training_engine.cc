@@ -109,7 +109,8 @@ absl::StatusOr<std::unique_ptr<CudaTrainingEngine>> CudaTrainingEngine::Create(
 }
 
 std::string CudaTrainingEngine::device_description() const {
-  return absl::StrCat(engine_->device_name(), " #", device_, ", ", Precision_Name(precision_));
+  return absl::StrCat(engine_->device_name(), " #", device_, ", ", Precision_Name(precision_),
+                      ", attention: ", engine_->attention_path());
 }
 
 absl::StatusOr<double> CudaTrainingEngine::ComputeGradients(
