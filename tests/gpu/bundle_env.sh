@@ -19,4 +19,13 @@ else
   echo "glibc $glibc: using this machine's libstdc++ (the bundle's needs glibc 2.36)"
 fi
 export LD_LIBRARY_PATH="$BUNDLE/lib$cxx_libs$cuda_libs"
+# cuDNN 9 and NVRTC 13 (the fused attention) where the loader still misses them: PyTorch's
+# wheels keep them under nvidia/*/lib, found above; otherwise look in the usual places.
+for lib in libcudnn.so.9 libnvrtc.so.13; do
+  if ldd "$BUNDLE/bin/train" 2>/dev/null | grep -q "$lib => not found"; then
+    found=$(find / -xdev -name "$lib" -not -path '*/proc/*' 2>/dev/null | head -1)
+    [[ -n "$found" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+    echo "bundle_env: $lib from ${found:-nowhere (not found)}"
+  fi
+done
 export MTRAIN_DATA_DIR="$BUNDLE/data"

@@ -20,7 +20,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test
          //worker/engine/cuda:cuda_device_probe_test
          //tests:gpu_parallel_training_test //worker:launch
-         //kernels/cuda:attention_bench
+         //kernels/cuda:attention_bench //kernels/cuda:layernorm_bench
          //worker //worker:train "$@")
 bazel build "${TARGETS[@]}" >/dev/null
 BIN=$(bazel info bazel-bin 2>/dev/null)

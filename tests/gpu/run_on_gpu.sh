@@ -4,7 +4,8 @@
 # NVIDIA wheels PyTorch installed. Each check's full output goes to $LOG_DIR/<check>.log
 # (default /tmp/gpu_logs; on the device tool, LOG_DIR=$OUT brings them back even when the
 # command runs out of time), and the table so far to $LOG_DIR/table.txt after each check.
-# CHECK_TIMEOUT (seconds, default 300) bounds each check.
+# CHECK_TIMEOUT (seconds, default 300) bounds each check; ONLY (a regex of check names)
+# picks some.
 set -uo pipefail
 BUNDLE=${1:-/tmp/gpu_bundle}
 source "$(dirname "$0")/bundle_env.sh" "$BUNDLE"
@@ -24,6 +25,8 @@ table() {
 check() {
   local name=$1
   shift
+  # ONLY="a|b|c": run just these checks (a short device call), in this file's order.
+  if [[ -n "${ONLY:-}" && ! "$name" =~ ^(${ONLY})$ ]]; then return; fi
   local log="$LOG_DIR/$name.log" result=FAIL start=$SECONDS
   # A hung check (a deadlocked collective, say) must not eat the device time of the rest.
   timeout "${CHECK_TIMEOUT:-300}" "$@" >"$log" 2>&1
@@ -60,8 +63,11 @@ check cuda_parity_test "$BUNDLE/bin/cuda_parity_test"
 check gpu_parallel_training_test env MTRAIN_BIN_DIR="$BUNDLE/bin" "$BUNDLE/bin/gpu_parallel_training_test"
 # Whole training runs with `train`: CUDA vs CPU, d=2 on one GPU vs d=1, bf16 vs fp32.
 check cuda_training_check python3 "$(dirname "$0")/cuda_training_check.py" --train "$BUNDLE/bin/train"
-# Tensor-core attention speed (ms, TFLOP/s) at GPT-2 124M's shapes; compare with SDPA.
+# Attention speed (ms, TFLOP/s): the hand-written tensor-core kernels and cuDNN's fused
+# attention at GPT-2 124M's, GPT 1.3B's and a grouped-query shape.
 check attention_bench "$BUNDLE/bin/attention_bench"
+# LayerNorm forward and backward (bf16) in GB/s against the card's copy bandwidth.
+check layernorm_bench "$BUNDLE/bin/layernorm_bench"
 # The planner's GPU measurement (GEMM rates, copy bandwidth, free memory), and the worker
 # reporting it on its start line ("measured N TFLOP/s bf16 GEMM ...").
 check cuda_device_probe_test "$BUNDLE/bin/cuda_device_probe_test"

@@ -361,13 +361,11 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
                                     placement_.local_mlp_in(shape_), stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
   RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, d_ln_.get(), s.h1.get(), w.ln2_gamma,
-                                                s.ln2_mean.get(), s.ln2_rstd.get(), d_h1,
+                                                s.ln2_mean.get(), s.ln2_rstd.get(), nullptr, d_h1,
                                                 g.ln2_gamma, g.ln2_beta, N, stream_));
 
-  // Attention block: d_x = d_h1 + (through the attention branch).
-  RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(d_x, d_h1, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
-                 "copying the residual gradient"));
+  // Attention block: d_x = d_h1 + (through the attention branch), the sum made by the
+  // first norm's backward.
   const T* d_attention_out = p > 0 ? d_branch_.get() : d_h1;
   if (p > 0) {
     RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
@@ -391,7 +389,8 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
                                     stream_, kOverwrite));
   RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
   return layer_blocks::NormBackward<T>(shape_, d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
-                                       s.ln1_rstd.get(), d_x, g.ln1_gamma, g.ln1_beta, N, stream_);
+                                       s.ln1_rstd.get(), d_h1, d_x, g.ln1_gamma, g.ln1_beta, N,
+                                       stream_);
 }
 
 template <typename T>
@@ -551,12 +550,12 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
       RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
       RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
           shape_, sp_rows_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
-          d_x_.get(), g_.lnf_gamma, g_.lnf_beta, local_rows_, stream_));
+          nullptr, d_x_.get(), g_.lnf_gamma, g_.lnf_beta, local_rows_, stream_));
     } else {
       RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));
       RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
           shape_, d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
-          d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, stream_));
+          nullptr, d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, stream_));
     }
   } else {
     if (d_hidden_out == nullptr) {

@@ -193,13 +193,11 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                     placement_.local_mlp_in(shape_), stream_, kOverwrite));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
   RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), s.h1.get(), w.ln2_gamma,
-                                                s.ln2_mean.get(), s.ln2_rstd.get(), d_h1,
+                                                s.ln2_mean.get(), s.ln2_rstd.get(), nullptr, d_h1,
                                                 g.ln2_gamma, g.ln2_beta, R, stream_));
 
-  // Attention block: d_x = d_h1 + (through the attention branch).
-  RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(d_x, d_h1, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
-                 "copying the residual gradient"));
+  // Attention block: d_x = d_h1 + (through the attention branch), the sum made by the
+  // first norm's backward.
   RETURN_IF_ERROR(DropoutBackward<T>(d_h1, sp_rows_.get(), RC, p,
                                      DropoutKeyFor(id, global_layer, kAttentionOutSite), first,
                                      stream_, kOverwrite));
@@ -221,7 +219,8 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                     stream_, kOverwrite));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
   return layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
-                                       s.ln1_rstd.get(), d_x, g.ln1_gamma, g.ln1_beta, R, stream_);
+                                       s.ln1_rstd.get(), d_h1, d_x, g.ln1_gamma, g.ln1_beta, R,
+                                       stream_);
 }
 
 // Only the members defined here: the class itself is instantiated in cuda_gpt_model.cc.

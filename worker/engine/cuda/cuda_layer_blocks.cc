@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/rms_norm.h"
@@ -26,13 +27,19 @@ absl::Status NormForward(const ModelShape& shape, const T* x, const T* gamma, co
 
 template <typename T>
 absl::Status NormBackward(const ModelShape& shape, const T* d_y, const T* x, const T* gamma,
-                          const float* mean, const float* rstd, T* d_x, float* d_gamma,
-                          float* d_beta, int rows, cudaStream_t stream) {
+                          const float* mean, const float* rstd, const T* d_residual, T* d_x,
+                          float* d_gamma, float* d_beta, int rows, cudaStream_t stream) {
   if (shape.normalization == NormKind::kRmsNorm) {
+    if (d_residual != nullptr && d_residual != d_x) {
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(d_x, d_residual, static_cast<size_t>(rows) * shape.hidden * sizeof(T),
+                          cudaMemcpyDeviceToDevice, stream),
+          "copying the residual gradient"));
+    }
     return RmsNormBackward<T>(d_y, x, gamma, rstd, d_x, d_gamma, rows, shape.hidden, stream);
   }
-  return LayerNormBackward<T>(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, shape.hidden,
-                              stream);
+  return LayerNormBackward<T>(d_y, x, gamma, mean, rstd, d_residual, d_x, d_gamma, d_beta, rows,
+                              shape.hidden, stream);
 }
 
 template <typename T>
@@ -74,8 +81,8 @@ absl::Status RotateQueriesAndKeys(const ModelShape& shape, const ModelPlacement&
   template absl::Status NormForward<T>(const ModelShape&, const T*, const T*, const T*, T*,        \
                                        float*, float*, int, cudaStream_t);                         \
   template absl::Status NormBackward<T>(const ModelShape&, const T*, const T*, const T*,           \
-                                        const float*, const float*, T*, float*, float*, int,       \
-                                        cudaStream_t);                                             \
+                                        const float*, const float*, const T*, T*, float*, float*,  \
+                                        int, cudaStream_t);                                        \
   template absl::Status MlpInForward<T>(CublasLt&, const ModelShape&, const T*, const T*,          \
                                         const T*, T*, T*, int, int, cudaStream_t);                 \
   template absl::Status MlpActivationBackward<T>(const ModelShape&, const T*, const T*, T*, int,   \

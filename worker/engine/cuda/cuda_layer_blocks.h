@@ -23,11 +23,13 @@ template <typename T>
 absl::Status NormForward(const ModelShape& shape, const T* x, const T* gamma, const T* beta, T* y,
                          float* mean, float* rstd, int rows, cudaStream_t stream);
 
-// Accumulates d_x (+=), d_gamma (and d_beta under LayerNorm) from d_y.
+// d_x = (d_residual, or d_x itself when null) + the norm's input gradient from d_y; d_gamma
+// (and d_beta under LayerNorm) accumulate. LayerNorm adds the residual gradient in the same
+// pass; RMSNorm copies it first.
 template <typename T>
 absl::Status NormBackward(const ModelShape& shape, const T* d_y, const T* x, const T* gamma,
-                          const float* mean, const float* rstd, T* d_x, float* d_gamma,
-                          float* d_beta, int rows, cudaStream_t stream);
+                          const float* mean, const float* rstd, const T* d_residual, T* d_x,
+                          float* d_gamma, float* d_beta, int rows, cudaStream_t stream);
 
 // The MLP's input: GeLU families run one GEMM whose epilogue adds the bias and applies GeLU
 // (fc [rows, Fl] keeps the pre-activation, act [rows, Fl] the activation); SwiGLU runs the

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A short device call in stages, for when little device time is left: the new kernels'
+# checks first, then the GPT-2 124M benchmark beside PyTorch, then the whole-model checks,
+# then the parallel layouts, each stage skipped once DEADLINE seconds (default 200) are
+# near. Every stage writes its output straight into $OUT (stage*.txt) and the checks' full
+# logs are re-packed into $OUT/logs.tar.gz after each stage, so a call cut off by the
+# device tool's limit still brings back what ran.
+#
+#   device run, carry build/gpu_bundle.tar.xz:  DEADLINE=200 bash tests/gpu/staged_session.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/gpu_out}
+DEADLINE=${DEADLINE:-200}
+mkdir -p "$OUT" /tmp/gpu_logs
+tar -xJf build/gpu_bundle.tar.xz -C /tmp
+BUNDLE=/tmp/gpu_bundle
+source tests/gpu/bundle_env.sh "$BUNDLE" >"$OUT/stage0_env.txt" 2>&1
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd "$BUNDLE/bin/train" | grep -E "not found|cudnn|nvrtc|cublas|nccl"
+} >>"$OUT/stage0_env.txt" 2>&1
+
+pack() { tar -czf "$OUT/logs.tar.gz" -C /tmp gpu_logs 2>/dev/null; }
+# stage NAME SECONDS_NEEDED COMMAND...: runs COMMAND if SECONDS_NEEDED fit before DEADLINE,
+# bounded by the time left.
+stage() {
+  local name=$1 need=$2
+  shift 2
+  local left=$((DEADLINE - SECONDS))
+  if ((left < need)); then
+    echo "skipped: $left s left, needs $need" >"$OUT/$name.txt"
+    return
+  fi
+  PYTHONUNBUFFERED=1 LOG_DIR=/tmp/gpu_logs timeout "$left" "$@" >"$OUT/$name.txt" 2>&1
+  echo "exit $? after $SECONDS s" >>"$OUT/$name.txt"
+  pack
+}
+stage stage1_kernels 20 env CHECK_TIMEOUT=30 \
+  ONLY="cuda_attention_test|cuda_cross_entropy_test|cuda_gelu_test|cuda_layernorm_test" \
+  bash tests/gpu/run_on_gpu.sh "$BUNDLE"
+stage stage2_bench 60 python3 tests/bench/gpu_vs_pytorch.py --configs gpt2-124m --steps 10 \
+  --warmup 3 --engine "$BUNDLE/bin/train"
+stage stage3_model 20 env CHECK_TIMEOUT=40 \
+  ONLY="cuda_engine_test|cuda_parity_test|attention_bench|cuda_training_engine_test|layernorm_bench" \
+  bash tests/gpu/run_on_gpu.sh "$BUNDLE"
+stage stage4_layouts 20 env CHECK_TIMEOUT=60 ONLY="gpu_parallel_training_test|cuda_training_check" \
+  bash tests/gpu/run_on_gpu.sh "$BUNDLE"
