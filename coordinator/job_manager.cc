@@ -255,10 +255,10 @@ absl::StatusOr<LayoutSearch> JobManager::PlanOnWorkers(const JobSpec& spec,
     options.min_devices = 1;  // fewer workers when that is faster, or all that divides
     if (keep_micro_batch) options.micro_batch_sizes = {spec.parallel().micro_batch_size()};
     options.cost = ProjectEngineOptions(spec);
-    // The CPU engine has selective recomputation and sequence parallelism; the CUDA engine
-    // refuses both so far.
-    options.try_selective_recompute = options.try_sequence_parallel = kind == DEVICE_KIND_CPU;
-    // So do the zero-bubble schedules, in fp32.
+    // Both engines have selective recomputation and sequence parallelism (the CUDA
+    // engine's passed the GPU bundle's checks on an H200, docs/GPU_ENGINE.md).
+    options.try_selective_recompute = options.try_sequence_parallel = true;
+    // The zero-bubble schedules are the CPU engine's only, in fp32.
     options.try_zero_bubble = kind == DEVICE_KIND_CPU && IsFp32(spec);
     return SearchLayouts(spec, cluster, options);
   }

@@ -54,6 +54,9 @@ TEST_F(AutoPlanTest, WorkersReportProfilesThePlanIsPrintedAndAnAutoJobRunsUnderI
   EXPECT_THAT(llama, HasSubstr("cannot be submitted yet: device: DEVICE_CUDA with model.family "
                                "MODEL_FAMILY_LLAMA"));
   EXPECT_THAT(llama, HasSubstr("#1 step: matmuls"));
+  // Sequence parallelism and selective recomputation are offered on GPUs too (the CUDA
+  // engine's passed the GPU bundle's checks): the best layout here uses sequence parallelism.
+  EXPECT_THAT(llama, HasSubstr("b=2 sp "));
 
   const std::string job = Submit(spec);
   ASSERT_TRUE(WaitFor([&] { return StateOf(job) == JOB_STATE_SUCCEEDED; }, absl::Minutes(3)))

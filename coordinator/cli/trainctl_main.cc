@@ -423,8 +423,9 @@ int Plan(const std::string& path) {
   if (!cluster.ok()) return Fail("plan", cluster.status());
   LayoutSearchOptions options;
   options.cost = ProjectEngineOptions(*spec);
-  // Techniques of the CPU engine only (the CUDA engine refuses them so far).
-  options.try_selective_recompute = options.try_sequence_parallel = spec->device() == DEVICE_CPU;
+  // Both engines run selective recomputation and sequence parallelism; the zero-bubble
+  // schedules are the CPU engine's only (the CUDA engine does not split the backward).
+  options.try_selective_recompute = options.try_sequence_parallel = true;
   options.try_zero_bubble =
       spec->device() == DEVICE_CPU &&
       (spec->precision() == PRECISION_FP32 || spec->precision() == PRECISION_UNSPECIFIED);
