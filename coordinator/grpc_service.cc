@@ -96,18 +96,22 @@ grpc::Status CoordinatorGrpcService::RegisterWorker(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorGrpcService::Heartbeat(grpc::ServerContext* context,
-                                               const HeartbeatRequest* request,
-                                               HeartbeatResponse* response) {
-  MTRAIN_AUTHORIZE("Heartbeat");
-  absl::Status status = workers_->Heartbeat(*request);
-  if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
-  if (jobs_ != nullptr) {
-    for (WorkerCommand& command : jobs_->OnHeartbeat(*request)) {
-      *response->add_commands() = std::move(command);
+grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServerContext* context,
+                                                            const HeartbeatRequest* request,
+                                                            HeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish([&]() -> grpc::Status {
+    MTRAIN_AUTHORIZE("Heartbeat");
+    absl::Status status = workers_->Heartbeat(*request);
+    if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
+    if (jobs_ != nullptr) {
+      for (WorkerCommand& command : jobs_->OnHeartbeat(*request)) {
+        *response->add_commands() = std::move(command);
+      }
     }
-  }
-  return grpc::Status::OK;
+    return grpc::Status::OK;
+  }());
+  return reactor;
 }
 
 grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,
@@ -319,18 +323,48 @@ grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                     keys, timeout, [context] { return context->IsCancelled(); })));
 }
 
-grpc::Status CoordinatorGrpcService::ReportMetrics(grpc::ServerContext* context,
-                                                   grpc::ServerReader<StepMetrics>* reader,
-                                                   ReportMetricsResponse* response) {
-  MTRAIN_AUTHORIZE("ReportMetrics");
-  if (jobs_ == nullptr) return Answer("ReportMetrics", NoJobs());
-  StepMetrics metrics;
-  while (reader->Read(&metrics)) {
-    absl::Status status = jobs_->OnMetrics(metrics);
-    // A stale generation ends the stream: the rank learns it must stop.
-    if (!status.ok()) return Answer("ReportMetrics", ToGrpcStatus(status));
+// One rank's metrics stream: each message is handed to the job manager as it arrives (on a
+// gRPC callback thread), and the next read starts only after that, so at most one message
+// per stream is in the coordinator's memory.
+class CoordinatorGrpcService::MetricsStream : public grpc::ServerReadReactor<StepMetrics> {
+ public:
+  // Refused streams (`refusal` not OK) end at once with it.
+  MetricsStream(const CoordinatorGrpcService* service, const grpc::Status& refusal)
+      : service_(service) {
+    if (!refusal.ok()) {
+      Finish(service_->Answer("ReportMetrics", refusal));
+      return;
+    }
+    StartRead(&metrics_);
   }
-  return grpc::Status::OK;
+
+  void OnReadDone(bool ok) override {
+    // Not ok: the rank closed its side (its run ended) or the call was cancelled.
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const absl::Status status = service_->jobs_->OnMetrics(metrics_);
+    // A stale generation ends the stream: the rank learns it must stop.
+    if (!status.ok()) {
+      Finish(service_->Answer("ReportMetrics", ToGrpcStatus(status)));
+      return;
+    }
+    StartRead(&metrics_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const CoordinatorGrpcService* const service_;
+  StepMetrics metrics_;
+};
+
+grpc::ServerReadReactor<StepMetrics>* CoordinatorGrpcService::ReportMetrics(
+    grpc::CallbackServerContext* context, ReportMetricsResponse* response) {
+  grpc::Status refusal = Authorize(*context);
+  if (refusal.ok() && jobs_ == nullptr) refusal = NoJobs();
+  return new MetricsStream(this, refusal);
 }
 
 grpc::Status CoordinatorGrpcService::ReportRankResult(grpc::ServerContext* context,

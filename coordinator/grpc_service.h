@@ -25,8 +25,20 @@ namespace mtrain {
 // SubmitJob is served from the request's bytes (a raw callback method): proto3 refuses a
 // spec whose strings are not UTF-8 before any typed handler runs, and gRPC would answer
 // INTERNAL; parsing here answers INVALID_ARGUMENT naming the field.
+//
+// ReportMetrics is a callback (reactor) method: every training rank keeps one such stream
+// open for its whole run, and the synchronous API parks a thread on each (1,044 threads at
+// 1,024 ranks); a reactor holds no thread between messages, and reads the next message
+// only once the last is stored, so a fast sender waits in gRPC's flow control instead of
+// growing the coordinator's memory.
+//
+// Heartbeat is a callback method too: every worker sends one a second, its work is a few
+// map lookups under two mutexes, and answering on gRPC's callback threads saves the sync
+// server's hand-off between its polling and handler threads (the coordinator's CPU is the
+// limit at 4,096 workers).
 class CoordinatorGrpcService final
-    : public Coordinator::WithRawCallbackMethod_SubmitJob<Coordinator::Service> {
+    : public Coordinator::WithRawCallbackMethod_SubmitJob<Coordinator::WithCallbackMethod_Heartbeat<
+          Coordinator::WithCallbackMethod_ReportMetrics<Coordinator::Service>>> {
  public:
   // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
   // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
@@ -37,8 +49,9 @@ class CoordinatorGrpcService final
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
-                         HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const ListWorkersRequest* request,
                            ListWorkersResponse* response) override;
   grpc::Status RemoveWorker(grpc::ServerContext* context, const RemoveWorkerRequest* request,
@@ -71,8 +84,8 @@ class CoordinatorGrpcService final
   grpc::Status KeyValueWait(grpc::ServerContext* context, const KeyValueWaitRequest* request,
                             KeyValueWaitResponse* response) override;
 
-  grpc::Status ReportMetrics(grpc::ServerContext* context, grpc::ServerReader<StepMetrics>* reader,
-                             ReportMetricsResponse* response) override;
+  grpc::ServerReadReactor<StepMetrics>* ReportMetrics(grpc::CallbackServerContext* context,
+                                                      ReportMetricsResponse* response) override;
   grpc::Status ReportRankResult(grpc::ServerContext* context, const RankResult* request,
                                 ReportRankResultResponse* response) override;
 
@@ -86,6 +99,7 @@ class CoordinatorGrpcService final
                                   grpc::ServerWriter<CheckpointChunk>* writer) override;
 
  private:
+  class MetricsStream;  // the reactor of one ReportMetrics stream
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
   grpc::Status Authorize(const grpc::ServerContextBase& context) const;
   grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,
