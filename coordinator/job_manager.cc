@@ -544,7 +544,37 @@ void JobManager::OnWorkerRestarted(const std::string& worker_id) {
 constexpr size_t kMaxEngineNoteLength = 500;
 
 absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
+  {
+    MutexLock lock(&mutex_);
+    ASSIGN_OR_RETURN(const bool reporting, ObserveMetricsLocked(metrics));
+    if (!reporting) return absl::OkStatus();
+  }
+  // The reporting rank's row is written outside the manager's mutex, so heartbeats,
+  // assignments and other jobs' metrics never wait for its fsync. Durability is as before:
+  // one stream carries a rank's steps in order and reads the next only once this returns,
+  // so a job's steps are stored in order and a step acknowledged is a step stored (the
+  // store refuses a row for a job deleted meanwhile).
+  if (absl::Status recorded = store_->RecordStep(metrics.job_id(), metrics, NowMs());
+      !recorded.ok()) {
+    NoteStoreWriteFailure("step", metrics.job_id(), recorded);
+    return recorded;
+  }
   MutexLock lock(&mutex_);
+  // train.eval_tasks' results: kept as the job's events (`trainctl evals` lists them).
+  for (const EvalTaskResult& eval : metrics.evals()) {
+    AppendEventLocked(metrics.job_id(), "evaluation",
+                      absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
+  }
+  // train.generate's texts likewise.
+  for (const GeneratedText& text : metrics.generations()) {
+    AppendEventLocked(metrics.job_id(), "generation",
+                      absl::StrCat("step ", metrics.step(), ": ", GeneratedTextJson(text)));
+  }
+  BumpLocked(metrics.job_id());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobManager::ObserveMetricsLocked(const StepMetrics& metrics) {
   const auto it = active_.find(metrics.job_id());
   if (it == active_.end() || it->second.generation != metrics.generation()) {
     ASSIGN_OR_RETURN(const JobStatus job, store_->GetJob(metrics.job_id()));
@@ -570,25 +600,7 @@ absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
                                    metrics.engine().substr(0, kMaxEngineNoteLength)));
   }
   if (metrics_ != nullptr) metrics_->ObserveStep(metrics.job_id(), metrics, job.plan[rank].rank());
-  if (rank == ReportingRank(job.spec)) {
-    if (absl::Status recorded = store_->RecordStep(metrics.job_id(), metrics, NowMs());
-        !recorded.ok()) {
-      NoteStoreWriteFailure("step", metrics.job_id(), recorded);
-      return recorded;
-    }
-    // train.eval_tasks' results: kept as the job's events (`trainctl evals` lists them).
-    for (const EvalTaskResult& eval : metrics.evals()) {
-      AppendEventLocked(metrics.job_id(), "evaluation",
-                        absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
-    }
-    // train.generate's texts likewise.
-    for (const GeneratedText& text : metrics.generations()) {
-      AppendEventLocked(metrics.job_id(), "generation",
-                        absl::StrCat("step ", metrics.step(), ": ", GeneratedTextJson(text)));
-    }
-    BumpLocked(metrics.job_id());
-  }
-  return absl::OkStatus();
+  return rank == ReportingRank(job.spec);
 }
 
 absl::Status JobManager::OnRankResult(const RankResult& result) {

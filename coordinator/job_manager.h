@@ -261,6 +261,11 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::vector<std::string> FreeWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void BumpLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // OnMetrics' checks and bookkeeping under the mutex (generation, rank, the RUNNING
+  // transition, the engine event, Prometheus); true if this rank's steps are the job's
+  // stored ones.
+  absl::StatusOr<bool> ObserveMetricsLocked(const StepMetrics& metrics)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   int64_t NowMs() const;
 
   const Clock* const clock_;
