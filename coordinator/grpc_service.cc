@@ -100,18 +100,28 @@ grpc::ServerUnaryReactor* CoordinatorGrpcService::Heartbeat(grpc::CallbackServer
                                                             const HeartbeatRequest* request,
                                                             HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish([&]() -> grpc::Status {
-    MTRAIN_AUTHORIZE("Heartbeat");
-    absl::Status status = workers_->Heartbeat(*request);
-    if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
-    if (jobs_ != nullptr) {
-      for (WorkerCommand& command : jobs_->OnHeartbeat(*request)) {
-        *response->add_commands() = std::move(command);
-      }
-    }
-    return grpc::Status::OK;
-  }());
+  reactor->Finish(HeartbeatOf(*context, *request, response));
   return reactor;
+}
+
+grpc::Status CoordinatorGrpcService::Heartbeat(grpc::ServerContext* context,
+                                               const HeartbeatRequest* request,
+                                               HeartbeatResponse* response) {
+  return HeartbeatOf(*context, *request, response);
+}
+
+grpc::Status CoordinatorGrpcService::HeartbeatOf(const grpc::ServerContextBase& context,
+                                                 const HeartbeatRequest& request,
+                                                 HeartbeatResponse* response) {
+  if (grpc::Status auth = Authorize(context); !auth.ok()) return Answer("Heartbeat", auth);
+  absl::Status status = workers_->Heartbeat(request);
+  if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
+  if (jobs_ != nullptr) {
+    for (WorkerCommand& command : jobs_->OnHeartbeat(request)) {
+      *response->add_commands() = std::move(command);
+    }
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,

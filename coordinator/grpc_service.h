@@ -49,9 +49,13 @@ class CoordinatorGrpcService final
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
+  // What gRPC calls; answers as the synchronous overload below (which tests and the
+  // fuzzer call directly).
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const HeartbeatRequest* request,
                                       HeartbeatResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const ListWorkersRequest* request,
                            ListWorkersResponse* response) override;
   grpc::Status RemoveWorker(grpc::ServerContext* context, const RemoveWorkerRequest* request,
@@ -104,6 +108,8 @@ class CoordinatorGrpcService final
   grpc::Status Authorize(const grpc::ServerContextBase& context) const;
   grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,
                             SubmitJobResponse* response);
+  grpc::Status HeartbeatOf(const grpc::ServerContextBase& context, const HeartbeatRequest& request,
+                           HeartbeatResponse* response);
   grpc::Status SubmitBytes(const grpc::ServerContextBase& context, const grpc::ByteBuffer& request,
                            grpc::ByteBuffer* response);
   // Counts an error answer in the metrics and passes it through.
