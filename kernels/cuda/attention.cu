@@ -103,12 +103,12 @@ absl::Status CudnnBackward(const T* d_out, const T* qkv, const T* out, const flo
   if (!accumulate) {
     return CudnnAttentionBackward(d_out, qkv, out, lse, d_qkv, shape, CudnnTypeOf<T>(), stream);
   }
-  const size_t n = size_t(shape.batch) * shape.seq * (shape.heads + 2 * shape.kv_head_count()) *
-                   shape.head_dim;
+  const size_t n =
+      size_t(shape.batch) * shape.seq * (shape.heads + 2 * shape.kv_head_count()) * shape.head_dim;
   T* scratch = nullptr;
-  if (absl::Status s = CudaStatus(
-          cudaMallocAsync(reinterpret_cast<void**>(&scratch), n * sizeof(T), stream),
-          "FlashAttentionBackward scratch");
+  if (absl::Status s =
+          CudaStatus(cudaMallocAsync(reinterpret_cast<void**>(&scratch), n * sizeof(T), stream),
+                     "FlashAttentionBackward scratch");
       !s.ok()) {
     return s;
   }
@@ -196,11 +196,9 @@ template absl::Status FlashAttentionForward<__nv_bfloat16>(const __nv_bfloat16*,
 template absl::Status FlashAttentionBackward<float>(const float*, const float*, const float*,
                                                     const float*, float*, const AttentionShape&,
                                                     const AttentionDropout&, cudaStream_t, bool);
-template absl::Status FlashAttentionBackward<__nv_bfloat16>(const __nv_bfloat16*,
-                                                            const __nv_bfloat16*,
-                                                            const __nv_bfloat16*, const float*,
-                                                            __nv_bfloat16*, const AttentionShape&,
-                                                            const AttentionDropout&, cudaStream_t, bool);
+template absl::Status FlashAttentionBackward<__nv_bfloat16>(
+    const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, __nv_bfloat16*,
+    const AttentionShape&, const AttentionDropout&, cudaStream_t, bool);
 template absl::Status FlashAttentionForward<__half>(const __half*, __half*, float*,
                                                     const AttentionShape&, const AttentionDropout&,
                                                     cudaStream_t);

@@ -181,9 +181,9 @@ absl::Status CrossEntropyLocalStats(const T* logits, const int32_t* targets,
                                     const VocabShard& shard, float* local_max, float* local_sum_exp,
                                     float* target_logit, cudaStream_t stream) {
   if (absl::Status s = CheckShard(shard); !s.ok() || shard.rows == 0) return s;
-  LocalStatsKernel<T><<<shard.rows, kThreads, 0, stream>>>(
-      logits, targets, shard, local_max, local_sum_exp, target_logit,
-      RowsAligned(shard, logits, logits));
+  LocalStatsKernel<T><<<shard.rows, kThreads, 0, stream>>>(logits, targets, shard, local_max,
+                                                           local_sum_exp, target_logit,
+                                                           RowsAligned(shard, logits, logits));
   return LastLaunchStatus("CrossEntropyLocalStats");
 }
 

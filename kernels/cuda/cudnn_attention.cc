@@ -9,13 +9,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "cudnn_frontend.h"
 
 namespace mtrain::cuda {
@@ -46,10 +47,10 @@ struct Workspace {
 // Process-wide state: cuDNN handles are per device, graphs per shape, workspaces per
 // stream (two streams never share one). One mutex: the calls under it only enqueue work.
 struct State {
-  std::mutex mu;
-  std::map<int, cudnnHandle_t> handles;
-  std::map<ShapeKey, Graphs> graphs;
-  std::map<std::pair<int, cudaStream_t>, Workspace> workspaces;
+  Mutex mu;
+  std::map<int, cudnnHandle_t> handles ABSL_GUARDED_BY(mu);
+  std::map<ShapeKey, Graphs> graphs ABSL_GUARDED_BY(mu);
+  std::map<std::pair<int, cudaStream_t>, Workspace> workspaces ABSL_GUARDED_BY(mu);
 };
 
 State& GlobalState() {
@@ -75,7 +76,8 @@ absl::Status CudaStatusOf(cudaError_t error, const char* what) {
       absl::StrCat("cuDNN attention: ", what, ": ", cudaGetErrorString(error)));
 }
 
-absl::StatusOr<cudnnHandle_t> HandleFor(State& state, int device) {
+absl::StatusOr<cudnnHandle_t> HandleFor(State& state, int device)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
   auto it = state.handles.find(device);
   if (it != state.handles.end()) return it->second;
   cudnnHandle_t handle = nullptr;
@@ -195,7 +197,8 @@ absl::Status BuildGraphs(const cpu::AttentionShape& shape, CudnnAttentionType ty
 
 // The graphs of a shape, built on first use. Caller holds state.mu.
 absl::StatusOr<Graphs*> GraphsFor(State& state, const cpu::AttentionShape& shape,
-                                  CudnnAttentionType type, int device) {
+                                  CudnnAttentionType type, int device)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
   const ShapeKey key{device,      static_cast<int>(type), shape.batch,   shape.seq,
                      shape.heads, shape.kv_head_count(),  shape.head_dim};
   auto it = state.graphs.find(key);
@@ -210,7 +213,8 @@ absl::StatusOr<Graphs*> GraphsFor(State& state, const cpu::AttentionShape& shape
   return &it->second;
 }
 
-absl::StatusOr<void*> WorkspaceFor(State& state, int device, cudaStream_t stream, int64_t bytes) {
+absl::StatusOr<void*> WorkspaceFor(State& state, int device, cudaStream_t stream, int64_t bytes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
   Workspace& w = state.workspaces[{device, stream}];
   if (w.bytes >= bytes) return w.data;
   if (w.data != nullptr) {
@@ -242,7 +246,7 @@ absl::Status Execute(const cpu::AttentionShape& shape, CudnnAttentionType type, 
   absl::StatusOr<int> device = CurrentDevice();
   if (!device.ok()) return device.status();
   State& state = GlobalState();
-  std::lock_guard<std::mutex> lock(state.mu);
+  MutexLock lock(&state.mu);
   absl::StatusOr<Graphs*> graphs = GraphsFor(state, shape, type, *device);
   if (!graphs.ok()) return graphs.status();
   const fe::graph::Graph& graph = backward ? *(*graphs)->backward : *(*graphs)->forward;
@@ -267,7 +271,7 @@ absl::Status CudnnAttentionSupports(const cpu::AttentionShape& shape, CudnnAtten
   absl::StatusOr<int> device = CurrentDevice();
   if (!device.ok()) return device.status();
   State& state = GlobalState();
-  std::lock_guard<std::mutex> lock(state.mu);
+  MutexLock lock(&state.mu);
   absl::StatusOr<Graphs*> graphs = GraphsFor(state, shape, type, *device);
   return graphs.status();
 }

@@ -33,6 +33,8 @@ cd "$(dirname "$0")/../.."
 CXX="${CXX:-clang++}"
 BAZEL="${BAZEL:-bazel}"
 CUDA_INCLUDE="${CUDA_INCLUDE:-/usr/local/cuda/include}"
+# The cuDNN frontend's headers (kernels/cuda/cudnn_attention.cc), where make deps puts them.
+CUDNN_FRONTEND_INCLUDE="${CUDNN_FRONTEND_INCLUDE:-/opt/mtrain/cudnn_frontend/include}"
 PROBE=tools/checks/testdata/thread_safety_violation.cc
 # The project's own code (bazel-* output trees and third-party folders excluded).
 ROOTS=(checkpoint common coordinator kernels plan spec tests worker)
@@ -76,7 +78,7 @@ PKGS="grpc++ protobuf sqlite3 prometheus-cpp-pull prometheus-cpp-core absl_statu
 # own warnings are not ours. Gloo's are Debian's, in /usr/include.
 # shellcheck disable=SC2086
 FLAGS="-std=c++17 -fsyntax-only -Wthread-safety -Werror=thread-safety -I. -Ibazel-bin
-  -idirafter $CUDA_INCLUDE $(pkg-config --cflags $PKGS)"
+  -idirafter $CUDA_INCLUDE -isystem $CUDNN_FRONTEND_INCLUDE $(pkg-config --cflags $PKGS)"
 export CXX FLAGS
 
 # 1. The check must catch a violation, or a pass below means nothing.
