@@ -1,6 +1,12 @@
 // Benchmarks the CPU matmul and attention kernels at GPT-2-small-like shapes (scaled down
 // in batch) and prints one table row per kernel: milliseconds per call and GFLOP/s.
 //
+// The element-wise kernels (GeLU, SwiGLU) are timed on normally distributed inputs, as a
+// layer's activations are, and reported in GB/s of the bytes they must move (the last
+// column then reads GB/s, not GFLOP/s): they are bandwidth-bound when nothing goes wrong.
+// Run on an Intel processor, these rows are what caught GCC's partial-redundancy
+// elimination turning the exp clamp into denormal products (kernels/BUILD, FAST_EXP_COPTS).
+//
 // FLOP counts: a multiply-add is 2 FLOPs. Matmul forward 2 M K N, backward 4 M K N (d_in and
 // d_weight). Attention counts only the causal half of the S x S scores it computes: forward
 // 4 D per (query, key) pair (q.k and p v), backward 8 D (dP, dV, dQ, dK).
@@ -17,7 +23,9 @@
 
 #include "kernels/attention.h"
 #include "kernels/dropout.h"
+#include "kernels/gelu.h"
 #include "kernels/matmul.h"
+#include "kernels/swiglu.h"
 
 namespace mtrain::cpu {
 namespace {
@@ -52,6 +60,38 @@ double SecondsPerCall(const std::function<void()>& call) {
 void PrintRow(const std::string& kernel, const std::string& shape, double flops, double seconds) {
   std::printf("| %-22s | %-26s | %9.3f | %8.1f |\n", kernel.c_str(), shape.c_str(), seconds * 1e3,
               flops / seconds * 1e-9);
+}
+
+std::vector<float> NormalFloats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+// GeLU on the FFN's activations of 2,048 tokens at h768 (2,048 x 3,072), and SwiGLU on a
+// Llama FFN of the same width; bytes are every element read and written once.
+void BenchElementwise() {
+  const int rows = 2048, width = 3072;
+  const size_t n = static_cast<size_t>(rows) * width;
+  const std::vector<float> x = NormalFloats(2 * n, 7);
+  const std::vector<float> d_y = NormalFloats(n, 8);
+  std::vector<float> y(n), d_x(2 * n, 0.0f);
+  const std::string shape = "2048 x 3072, N(0,1)";
+  const double bytes = 4.0 * n;
+  PrintRow("gelu forward (GB/s)", shape, 2 * bytes, SecondsPerCall([&] {
+             GeluForward(x.data(), y.data(), n);
+           }));
+  PrintRow("gelu backward (GB/s)", shape, 4 * bytes, SecondsPerCall([&] {
+             GeluBackward(d_y.data(), x.data(), d_x.data(), n);
+           }));
+  PrintRow("swiglu forward (GB/s)", shape, 3 * bytes, SecondsPerCall([&] {
+             SwiGluForward(x.data(), y.data(), rows, width);
+           }));
+  PrintRow("swiglu backward (GB/s)", shape, 6 * bytes, SecondsPerCall([&] {
+             SwiGluBackward(d_y.data(), x.data(), d_x.data(), rows, width);
+           }));
 }
 
 void BenchMatmul() {
@@ -107,6 +147,7 @@ int main() {
   std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
               std::string(11, '-').c_str(), std::string(10, '-').c_str());
   mtrain::cpu::BenchMatmul();
+  mtrain::cpu::BenchElementwise();
   // The h768 model's heads at two sequence lengths (issue 17's small and large shapes).
   for (const mtrain::cpu::AttentionShape shape : {mtrain::cpu::AttentionShape{4, 256, 12, 64},
                                                   mtrain::cpu::AttentionShape{2, 1024, 12, 64}}) {
