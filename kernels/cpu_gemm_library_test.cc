@@ -1,4 +1,4 @@
-// The GEMM kernel the engine runs fits the processor it runs on (issue 32): on a machine
+// The GEMM library and kernel the engine runs fit the processor it runs on (issue 32): on a machine
 // with AVX-512, a Prescott (SSE3) or Haswell (AVX2) kernel fails here, and a kernel that
 // reaches less than half of one core's peak fails too. Run alone (tag "exclusive"), so that
 // the rate is measured on an otherwise idle machine.
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -79,8 +80,61 @@ TEST(CpuGemmLibraryTest, KernelMatchesThisProcessor) {
   EXPECT_EQ(choice.cpu_isa, BestFp32Isa(cpu));
   EXPECT_FALSE(choice.WeakerThanCpu()) << choice.Warning();
   EXPECT_TRUE(choice.Warning().empty());
-  // The library really runs the reported kernel.
-  EXPECT_EQ(choice.kernel, openblas_get_corename());
+  // OpenBLAS really runs the reported kernel, and the fp32 library is the one the
+  // processor's features call for (unless the environment says otherwise).
+  EXPECT_EQ(choice.openblas_kernel, openblas_get_corename());
+  if (std::getenv("MTRAIN_CPU_GEMM") == nullptr) {
+    EXPECT_EQ(choice.fp32_library, Fp32GemmLibraryFor(cpu));
+  }
+  if (choice.fp32_library == Fp32GemmLibrary::kOneDnn) {
+    EXPECT_EQ(choice.library.rfind("oneDNN ", 0), 0u) << choice.library;
+    EXPECT_GE(OneDnnIsa(choice.kernel), choice.cpu_isa) << choice.kernel;
+  } else {
+    EXPECT_EQ(choice.kernel, choice.openblas_kernel);
+  }
+}
+
+TEST(CpuGemmLibraryTest, LibraryFollowsFeatures) {
+  EXPECT_EQ(Fp32GemmLibraryFor(WithIsa(VectorIsa::kAvx512Bf16, "GenuineIntel")),
+            Fp32GemmLibrary::kOneDnn);
+  EXPECT_EQ(Fp32GemmLibraryFor(WithIsa(VectorIsa::kAvx512, "GenuineIntel")),
+            Fp32GemmLibrary::kOneDnn);
+  EXPECT_EQ(Fp32GemmLibraryFor(WithIsa(VectorIsa::kAvx2, "AuthenticAMD")),
+            Fp32GemmLibrary::kOpenBlas);
+  EXPECT_EQ(Fp32GemmLibraryFor(WithIsa(VectorIsa::kSse, "GenuineIntel")),
+            Fp32GemmLibrary::kOpenBlas);
+  EXPECT_EQ(OneDnnIsa("avx512_core_bf16"), VectorIsa::kAvx512Bf16);
+  EXPECT_EQ(OneDnnIsa("avx512_core"), VectorIsa::kAvx512);
+  EXPECT_EQ(OneDnnIsa("avx2"), VectorIsa::kAvx2);
+  EXPECT_EQ(OneDnnIsa("avx512_mic"), VectorIsa::kSse);
+}
+
+// Both libraries compute the same products (to rounding) at every transpose, with alpha and
+// beta, at sizes that are not multiples of any block; each gives the same bits when called
+// again.
+TEST(CpuGemmLibraryTest, BothLibrariesAgree) {
+  const int m = 67, n = 129, k = 333;
+  std::mt19937_64 rng(11);
+  const std::vector<float> a = kernel_testing::RandomFloatVector(m * k, rng);
+  const std::vector<float> b = kernel_testing::RandomFloatVector(k * n, rng);
+  const std::vector<float> c0 = kernel_testing::RandomFloatVector(m * n, rng);
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      auto product = [&](Fp32GemmLibrary library) {
+        UseFp32GemmLibraryForTesting(library);
+        std::vector<float> c = c0;
+        Sgemm(ta, tb, m, n, k, 0.5f, a.data(), ta ? m : k, b.data(), tb ? k : n, 2.0f, c.data(), n);
+        return c;
+      };
+      const std::vector<float> openblas = product(Fp32GemmLibrary::kOpenBlas);
+      const std::vector<float> onednn = product(Fp32GemmLibrary::kOneDnn);
+      EXPECT_EQ(onednn, product(Fp32GemmLibrary::kOneDnn));
+      for (int i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(openblas[i], onednn[i], 1e-4) << "ta " << ta << " tb " << tb << " at " << i;
+      }
+    }
+  }
+  UseFp32GemmLibraryForTesting(EnsureBestGemmKernel().fp32_library);
 }
 
 double OneCoreSgemmRate(int n) {
@@ -117,6 +171,7 @@ TEST(CpuGemmLibraryTest, OneCoreSgemmReachesHalfOfTheIsaPeak) {
 TEST(CpuGemmLibraryTest, KernelCanBeReselectedAndComputesTheSameProducts) {
   SetCpuThreads(1);
   const GemmKernelChoice& choice = EnsureBestGemmKernel();
+  UseFp32GemmLibraryForTesting(Fp32GemmLibrary::kOpenBlas);  // the library being switched
   const int M = 67, K = 333, N = 129;
   std::mt19937_64 rng(3);
   const std::vector<float> in = kernel_testing::RandomFloatVector(M * K, rng);
@@ -132,14 +187,15 @@ TEST(CpuGemmLibraryTest, KernelCanBeReselectedAndComputesTheSameProducts) {
   EXPECT_STREQ(openblas_get_corename(), "Prescott");
   const std::vector<float> prescott = product();
   const double prescott_rate = OneCoreSgemmRate(512);
-  ASSERT_TRUE(ReselectGemmKernelForTesting(choice.kernel));
-  EXPECT_EQ(choice.kernel, openblas_get_corename());
+  ASSERT_TRUE(ReselectGemmKernelForTesting(choice.openblas_kernel));
+  EXPECT_EQ(choice.openblas_kernel, openblas_get_corename());
   for (size_t i = 0; i < best.size(); ++i) EXPECT_NEAR(best[i], prescott[i], 1e-4) << i;
-  std::printf("one core, 512^3: %s %.1f GFLOP/s, Prescott %.1f GFLOP/s\n", choice.kernel.c_str(),
-              best_rate / 1e9, prescott_rate / 1e9);
-  if (choice.kernel_isa > VectorIsa::kSse) {
+  std::printf("one core, 512^3: OpenBLAS %s %.1f GFLOP/s, Prescott %.1f GFLOP/s\n",
+              choice.openblas_kernel.c_str(), best_rate / 1e9, prescott_rate / 1e9);
+  if (choice.openblas_kernel_isa > VectorIsa::kSse) {
     EXPECT_GT(best_rate, 1.5 * prescott_rate);
   }
+  UseFp32GemmLibraryForTesting(choice.fp32_library);
 }
 
 }  // namespace

@@ -8,14 +8,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu_gemm_library.h"
+
 namespace mtrain::cpu {
 namespace {
 
 // Row-major GEMM, C = alpha op(A) op(B) + beta C, dispatched on the element type so the
-// templates below stay type-agnostic.
+// templates below stay type-agnostic: fp32 through the library cpu_gemm_library.h chose,
+// fp64 (finite-difference tests) through OpenBLAS.
 void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, float alpha,
           const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  Sgemm(trans_a == CblasTrans, trans_b == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, double alpha,
@@ -24,7 +27,7 @@ void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
 }
 
 // The rows of C in contiguous slices, one a thread, each a single-threaded GEMM (OpenBLAS
-// runs one thread inside a parallel region). OpenBLAS's own threading of one GEMM makes
+// and oneDNN run one thread inside a parallel region). OpenBLAS's own threading of one GEMM makes
 // its threads wait for each other's packed panels; at the small models' shapes (K = 256)
 // that cost 5-25% on Zen 3, and slices are never slower at the larger ones
 // (docs/PERFORMANCE.md, issue 32). A thread count gives the same bits every run; another

@@ -13,7 +13,7 @@ PACKAGES=(
   prometheus-cpp-dev
   libgtest-dev libgmock-dev
   libgloo-dev
-  libopenblas-dev libopenblas0-openmp
+  libopenblas-dev libopenblas0-openmp libdnnl-dev
   libsqlite3-dev
   libicu-dev                 # tokenizer/bert_normalizer.cc: NFD, case mapping, categories (ICU)
   nlohmann-json3-dev         # spec/json_syntax.cc: where a job spec's JSON breaks (header-only)

@@ -44,7 +44,9 @@ TEST(DeviceProbeTest, MeasuresThisMachine) {
   // What the matrix multiplies run on, named.
   EXPECT_FALSE(profile.processor().empty());
   EXPECT_FALSE(profile.isa().empty());
-  EXPECT_THAT(profile.gemm_library(), ::testing::StartsWith("OpenBLAS"));
+  // OpenBLAS, or oneDNN on processors with AVX-512 (kernels/cpu_gemm_library.h).
+  EXPECT_THAT(profile.gemm_library(), ::testing::AnyOf(::testing::StartsWith("OpenBLAS "),
+                                                       ::testing::StartsWith("oneDNN ")));
   EXPECT_FALSE(profile.gemm_kernel().empty());
   EXPECT_GE(profile.matmul_half_size(), 0);
   EXPECT_TRUE(std::isfinite(profile.matmul_half_size()));

@@ -80,18 +80,14 @@ void BenchElementwise() {
   std::vector<float> y(n), d_x(2 * n, 0.0f);
   const std::string shape = "2048 x 3072, N(0,1)";
   const double bytes = 4.0 * n;
-  PrintRow("gelu forward (GB/s)", shape, 2 * bytes, SecondsPerCall([&] {
-             GeluForward(x.data(), y.data(), n);
-           }));
-  PrintRow("gelu backward (GB/s)", shape, 4 * bytes, SecondsPerCall([&] {
-             GeluBackward(d_y.data(), x.data(), d_x.data(), n);
-           }));
-  PrintRow("swiglu forward (GB/s)", shape, 3 * bytes, SecondsPerCall([&] {
-             SwiGluForward(x.data(), y.data(), rows, width);
-           }));
-  PrintRow("swiglu backward (GB/s)", shape, 6 * bytes, SecondsPerCall([&] {
-             SwiGluBackward(d_y.data(), x.data(), d_x.data(), rows, width);
-           }));
+  PrintRow("gelu forward (GB/s)", shape, 2 * bytes,
+           SecondsPerCall([&] { GeluForward(x.data(), y.data(), n); }));
+  PrintRow("gelu backward (GB/s)", shape, 4 * bytes,
+           SecondsPerCall([&] { GeluBackward(d_y.data(), x.data(), d_x.data(), n); }));
+  PrintRow("swiglu forward (GB/s)", shape, 3 * bytes,
+           SecondsPerCall([&] { SwiGluForward(x.data(), y.data(), rows, width); }));
+  PrintRow("swiglu backward (GB/s)", shape, 6 * bytes,
+           SecondsPerCall([&] { SwiGluBackward(d_y.data(), x.data(), d_x.data(), rows, width); }));
 }
 
 void BenchMatmul() {
