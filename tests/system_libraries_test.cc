@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <cublasLt.h>
 #include <nccl.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <sqlite3.h>
 
 #include <exception>
@@ -30,6 +31,14 @@ TEST(SystemLibrariesTest, OpenBlasMultipliesMatrices) {
   const float b[] = {5, 6, 7, 8};
   float c[4] = {0};
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+  EXPECT_THAT(c, testing::ElementsAre(19, 22, 43, 50));
+}
+
+TEST(SystemLibrariesTest, OneDnnMultipliesMatrices) {
+  const float a[] = {1, 2, 3, 4};
+  const float b[] = {5, 6, 7, 8};
+  float c[4] = {0};
+  ASSERT_EQ(dnnl_sgemm('N', 'N', 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2), dnnl_success);
   EXPECT_THAT(c, testing::ElementsAre(19, 22, 43, 50));
 }
 
