@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/array_ops.h"
+
 namespace mtrain::cpu {
 namespace {
 
@@ -50,7 +52,7 @@ bool DropoutKeep(uint64_t key, uint64_t index, float p) {
 template <typename T>
 void DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, uint64_t index_base) {
   if (p == 0.0f) {
-    if (y != x) std::copy(x, x + n, y);
+    if (y != x) CopyArray(x, y, n);
     return;
   }
   const uint32_t threshold = DropThreshold(p);
@@ -64,7 +66,7 @@ void DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, uint64_t 
 template <typename T>
 void DropoutBackward(const T* d_y, T* d_x, size_t n, float p, uint64_t key, uint64_t index_base) {
   if (p == 0.0f) {
-    for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i];
+    AddToArray(d_y, d_x, n);
     return;
   }
   const uint32_t threshold = DropThreshold(p);

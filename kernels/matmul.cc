@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
+#include "kernels/array_ops.h"
 #include "kernels/cpu_gemm_library.h"
 
 namespace mtrain::cpu {
@@ -40,9 +40,24 @@ void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
 constexpr int kMinRowsPerThread = 64;
 constexpr double kMinMultiplyAddsPerThread = 2e6;
 
+//
+// C = op(A) op(B) + beta C; with `bias` (C's width), each slice first sets its rows of C to
+// the bias and adds to it, so that seeding C is spread over the threads as the GEMM is.
 template <typename T>
 void RowSlicedGemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
-                   const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
+                   const T* a, int lda, const T* b, int ldb, T beta, const T* bias, T* c, int ldc) {
+  const auto gemm_rows = [&](int first, int rows) {
+    T* c_rows = c + static_cast<size_t>(first) * ldc;
+    if (bias != nullptr) {
+      for (int row = 0; row < rows; ++row) {
+        std::copy(bias, bias + n, c_rows + static_cast<size_t>(row) * ldc);
+      }
+    }
+    // Row r of op(A) is row r of A, or column r of A when A is transposed.
+    const T* a_rows = trans_a == CblasNoTrans ? a + static_cast<size_t>(first) * lda : a + first;
+    Gemm(trans_a, trans_b, rows, n, k, T(1), a_rows, lda, b, ldb, bias != nullptr ? T(1) : beta,
+         c_rows, ldc);
+  };
   const double multiply_adds = static_cast<double>(m) * n * k;
   const int threads =
       omp_in_parallel()
@@ -50,17 +65,14 @@ void RowSlicedGemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int 
           : std::min({omp_get_max_threads(), m / kMinRowsPerThread,
                       static_cast<int>(std::min(1e6, multiply_adds / kMinMultiplyAddsPerThread))});
   if (threads <= 1) {
-    Gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, T(1), c, ldc);
+    gemm_rows(0, m);
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int slice = 0; slice < threads; ++slice) {
     const int first = static_cast<int>(static_cast<int64_t>(m) * slice / threads);
     const int rows = static_cast<int>(static_cast<int64_t>(m) * (slice + 1) / threads) - first;
-    // Row r of op(A) is row r of A, or column r of A when A is transposed.
-    const T* a_rows = trans_a == CblasNoTrans ? a + static_cast<size_t>(first) * lda : a + first;
-    Gemm(trans_a, trans_b, rows, n, k, T(1), a_rows, lda, b, ldb, T(1),
-         c + static_cast<size_t>(first) * ldc, ldc);
+    gemm_rows(first, rows);
   }
 }
 
@@ -69,50 +81,54 @@ void RowSlicedGemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int 
 template <typename T>
 void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, int K, int N) {
   if (M <= 0 || N <= 0) return;
-  // Seeding `out` with the bias lets the GEMM add it for free (beta = 1).
-  for (int row = 0; row < M; ++row) {
-    T* out_row = out + static_cast<size_t>(row) * N;
-    if (bias != nullptr) {
-      std::copy(bias, bias + N, out_row);
-    } else {
-      std::fill(out_row, out_row + N, T(0));
-    }
-  }
   // BLAS rejects a zero leading dimension, and there is nothing to multiply anyway.
-  if (K <= 0) return;
-  RowSlicedGemm(CblasNoTrans, CblasTrans, M, N, K, in, K, weight, K, out, N);
+  if (K <= 0) {
+    for (int row = 0; row < M; ++row) {
+      T* out_row = out + static_cast<size_t>(row) * N;
+      if (bias != nullptr) {
+        std::copy(bias, bias + N, out_row);
+      } else {
+        std::fill(out_row, out_row + N, T(0));
+      }
+    }
+    return;
+  }
+  // Seeding `out` with the bias lets the GEMM add it for free (beta = 1); without one the
+  // GEMM overwrites `out` (beta = 0).
+  RowSlicedGemm(CblasNoTrans, CblasTrans, M, N, K, in, K, weight, K, T(0), bias, out, N);
 }
 
 template <typename T>
 void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight, T* d_bias,
-                    int M, int K, int N) {
-  if (M <= 0 || N <= 0) return;
+                    int M, int K, int N, InputGradient input_gradient) {
+  if (M <= 0 || N <= 0) {
+    if (d_in != nullptr && input_gradient == InputGradient::kOverwrite && M > 0 && K > 0) {
+      std::fill(d_in, d_in + static_cast<size_t>(M) * K, T(0));
+    }
+    return;
+  }
   if (K > 0) {
     if (d_in != nullptr) {
-      RowSlicedGemm(CblasNoTrans, CblasNoTrans, M, K, N, d_out, N, weight, K, d_in, K);
+      const T beta = input_gradient == InputGradient::kOverwrite ? T(0) : T(1);
+      RowSlicedGemm(CblasNoTrans, CblasNoTrans, M, K, N, d_out, N, weight, K, beta,
+                    static_cast<const T*>(nullptr), d_in, K);
     }
     if (d_weight != nullptr) {
-      RowSlicedGemm(CblasTrans, CblasNoTrans, N, K, M, d_out, N, in, K, d_weight, K);
+      RowSlicedGemm(CblasTrans, CblasNoTrans, N, K, M, d_out, N, in, K, T(1),
+                    static_cast<const T*>(nullptr), d_weight, K);
     }
   }
-  if (d_bias != nullptr) {
-    // Column sums row by row (a contiguous, vectorisable inner loop), summed apart from
-    // d_bias so that a second call adds exactly the same amount.
-    std::vector<T> column_sums(static_cast<size_t>(N), T(0));
-    for (int row = 0; row < M; ++row) {
-      const T* d_out_row = d_out + static_cast<size_t>(row) * N;
-      for (int col = 0; col < N; ++col) column_sums[col] += d_out_row[col];
-    }
-    for (int col = 0; col < N; ++col) d_bias[col] += column_sums[col];
-  }
+  // Each column summed in row order apart from d_bias, then added: a second call adds
+  // exactly the same amount.
+  if (d_bias != nullptr) AccumulateColumnSums(d_out, d_bias, M, N);
 }
 
 template void MatmulForward<float>(const float*, const float*, const float*, float*, int, int, int);
 template void MatmulForward<double>(const double*, const double*, const double*, double*, int, int,
                                     int);
 template void MatmulBackward<float>(const float*, const float*, const float*, float*, float*,
-                                    float*, int, int, int);
+                                    float*, int, int, int, InputGradient);
 template void MatmulBackward<double>(const double*, const double*, const double*, double*, double*,
-                                     double*, int, int, int);
+                                     double*, int, int, int, InputGradient);
 
 }  // namespace mtrain::cpu

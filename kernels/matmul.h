@@ -19,8 +19,12 @@ namespace mtrain::cpu {
 template <typename T>
 void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, int K, int N);
 
+// Whether a backward adds the input's gradient to d_in (the convention above) or
+// overwrites it: a caller that would zero d_in just to accumulate into it saves a pass.
+enum class InputGradient { kAccumulate, kOverwrite };
+
 // Given d_out[M, N]:
-//   d_in[M, K]     += d_out @ weight        (skipped when d_in is null)
+//   d_in[M, K]     += d_out @ weight        (skipped when d_in is null; `=` with kOverwrite)
 //   d_weight[N, K] += d_out^T @ in          (skipped when d_weight is null)
 //   d_bias[N]      += column sums of d_out  (skipped when d_bias is null)
 // Each part is the same computation whether or not the others run, so a backward split in
@@ -28,7 +32,7 @@ void MatmulForward(const T* in, const T* weight, const T* bias, T* out, int M, i
 // the combined call's sums bit for bit.
 template <typename T>
 void MatmulBackward(const T* d_out, const T* in, const T* weight, T* d_in, T* d_weight, T* d_bias,
-                    int M, int K, int N);
+                    int M, int K, int N, InputGradient input_gradient = InputGradient::kAccumulate);
 
 }  // namespace mtrain::cpu
 

@@ -171,6 +171,33 @@ TEST(MatmulTest, BackwardAccumulates) {
   for (size_t i = 0; i < d_bias.size(); ++i) EXPECT_EQ(d_bias[i], 2 * once_bias[i]);
 }
 
+// kOverwrite replaces what d_in held with the same bits accumulating into zeros gives, in
+// float at a sliced shape (the engine's layers) and in double.
+TEST(MatmulTest, OverwrittenInputGradientEqualsOneAccumulatedIntoZeros) {
+  std::mt19937_64 rng(11);
+  const int M = 2048, K = 256, N = 768;
+  const std::vector<float> in = RandomFloatVector(static_cast<size_t>(M) * K, rng);
+  const std::vector<float> weight = RandomFloatVector(static_cast<size_t>(N) * K, rng);
+  const std::vector<float> d_out = RandomFloatVector(static_cast<size_t>(M) * N, rng);
+  std::vector<float> accumulated(in.size(), 0.0f);
+  MatmulBackward<float>(d_out.data(), in.data(), weight.data(), accumulated.data(), nullptr,
+                        nullptr, M, K, N);
+  std::vector<float> overwritten(in.size(), 7.0f);  // stale values, as a reused buffer holds
+  MatmulBackward<float>(d_out.data(), in.data(), weight.data(), overwritten.data(), nullptr,
+                        nullptr, M, K, N, InputGradient::kOverwrite);
+  EXPECT_EQ(0, std::memcmp(accumulated.data(), overwritten.data(), in.size() * sizeof(float)));
+
+  LinearProblem problem(7);
+  std::vector<double> d_in(problem.M * problem.K, -3.0);
+  MatmulBackward<double>(problem.r.data(), problem.in.data(), problem.weight.data(), d_in.data(),
+                         nullptr, nullptr, problem.M, problem.K, problem.N,
+                         InputGradient::kOverwrite);
+  std::vector<double> expected(problem.M * problem.K, 0.0);
+  MatmulBackward<double>(problem.r.data(), problem.in.data(), problem.weight.data(),
+                         expected.data(), nullptr, nullptr, problem.M, problem.K, problem.N);
+  EXPECT_EQ(d_in, expected);
+}
+
 TEST(MatmulTest, BackwardSkipsNullInputAndBiasGradients) {
   LinearProblem problem(5);
   std::vector<double> d_weight(problem.N * problem.K, 0.0);

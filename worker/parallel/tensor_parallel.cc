@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "kernels/array_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 
@@ -17,14 +18,6 @@ absl::Status Reduce(const TensorParallelGroup<T>& group, T* data, size_t count, 
     return absl::FailedPreconditionError("tensor-parallel group of size > 1 without an all-reduce");
   }
   return group.all_reduce(data, count, op);
-}
-
-template <typename T>
-void AddBias(const T* bias, T* out, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) {
-    T* row = out + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) row[c] += bias[c];
-  }
 }
 
 }  // namespace
@@ -105,8 +98,9 @@ void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* 
 template <typename T>
 absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>& group, const T* d_y,
                                           const T* x, const T* weight, T* d_x, T* d_weight,
-                                          T* d_bias, int N, int in, int out_local) {
-  cpu::MatmulBackward<T>(d_y, x, weight, d_x, d_weight, d_bias, N, in, out_local);
+                                          T* d_bias, int N, int in, int out_local,
+                                          cpu::InputGradient input_gradient) {
+  cpu::MatmulBackward<T>(d_y, x, weight, d_x, d_weight, d_bias, N, in, out_local, input_gradient);
   return Reduce(group, d_x, static_cast<size_t>(N) * in, ReduceOp::kSum);
 }
 
@@ -118,14 +112,16 @@ absl::Status RowParallelLinearForward(const TensorParallelGroup<T>& group, const
   // count it `size` times.
   cpu::MatmulForward<T>(x_local, weight, nullptr, y, N, in_local, out);
   RETURN_IF_ERROR(Reduce(group, y, static_cast<size_t>(N) * out, ReduceOp::kSum));
-  if (bias != nullptr) AddBias(bias, y, N, out);
+  if (bias != nullptr) cpu::AddRowVector(bias, y, N, out);
   return absl::OkStatus();
 }
 
 template <typename T>
 void RowParallelLinearBackward(const T* d_y, const T* x_local, const T* weight, T* d_x_local,
-                               T* d_weight, T* d_bias, int N, int in_local, int out) {
-  cpu::MatmulBackward<T>(d_y, x_local, weight, d_x_local, d_weight, d_bias, N, in_local, out);
+                               T* d_weight, T* d_bias, int N, int in_local, int out,
+                               cpu::InputGradient input_gradient) {
+  cpu::MatmulBackward<T>(d_y, x_local, weight, d_x_local, d_weight, d_bias, N, in_local, out,
+                         input_gradient);
 }
 
 template <typename T>
@@ -167,27 +163,28 @@ void VocabParallelCrossEntropyBackward(const T* logits, const int32_t* targets,
                                d_logits);
 }
 
-#define MTRAIN_INSTANTIATE_TP(T)                                                                  \
-  template absl::Status AllReduceSum(const TensorParallelGroup<T>&, T*, size_t);                  \
-  template absl::Status GatherLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int);     \
-  template void SplitLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int, bool);        \
-  template absl::Status GatherSequence(const TensorParallelGroup<T>&, const T*, T*, int, int);    \
-  template absl::Status ReduceScatterSequence(const TensorParallelGroup<T>&, const T*, T*, int,   \
-                                              int);                                               \
-  template void ColumnParallelLinearForward(const T*, const T*, const T*, T*, int, int, int);     \
-  template absl::Status ColumnParallelLinearBackward(                                             \
-      const TensorParallelGroup<T>&, const T*, const T*, const T*, T*, T*, T*, int, int, int);    \
-  template absl::Status RowParallelLinearForward(const TensorParallelGroup<T>&, const T*,         \
-                                                 const T*, const T*, T*, int, int, int);          \
-  template void RowParallelLinearBackward(const T*, const T*, const T*, T*, T*, T*, int, int,     \
-                                          int);                                                   \
-  template absl::Status VocabParallelEmbeddingForward(                                            \
-      const TensorParallelGroup<T>&, const int32_t*, const T*, T*, int, int, int, int);           \
-  template void VocabParallelEmbeddingBackward(const int32_t*, const T*, T*, int, int, int, int); \
-  template absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>&, const T*, \
-                                                         const int32_t*, const cpu::VocabShard&,  \
-                                                         const CrossEntropyStats<T>&, T*);        \
-  template void VocabParallelCrossEntropyBackward(                                                \
+#define MTRAIN_INSTANTIATE_TP(T)                                                                   \
+  template absl::Status AllReduceSum(const TensorParallelGroup<T>&, T*, size_t);                   \
+  template absl::Status GatherLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int);      \
+  template void SplitLastDim(const TensorParallelGroup<T>&, const T*, T*, int, int, bool);         \
+  template absl::Status GatherSequence(const TensorParallelGroup<T>&, const T*, T*, int, int);     \
+  template absl::Status ReduceScatterSequence(const TensorParallelGroup<T>&, const T*, T*, int,    \
+                                              int);                                                \
+  template void ColumnParallelLinearForward(const T*, const T*, const T*, T*, int, int, int);      \
+  template absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>&, const T*,      \
+                                                     const T*, const T*, T*, T*, T*, int, int,     \
+                                                     int, cpu::InputGradient);                     \
+  template absl::Status RowParallelLinearForward(const TensorParallelGroup<T>&, const T*,          \
+                                                 const T*, const T*, T*, int, int, int);           \
+  template void RowParallelLinearBackward(const T*, const T*, const T*, T*, T*, T*, int, int, int, \
+                                          cpu::InputGradient);                                     \
+  template absl::Status VocabParallelEmbeddingForward(                                             \
+      const TensorParallelGroup<T>&, const int32_t*, const T*, T*, int, int, int, int);            \
+  template void VocabParallelEmbeddingBackward(const int32_t*, const T*, T*, int, int, int, int);  \
+  template absl::Status VocabParallelCrossEntropyForward(const TensorParallelGroup<T>&, const T*,  \
+                                                         const int32_t*, const cpu::VocabShard&,   \
+                                                         const CrossEntropyStats<T>&, T*);         \
+  template void VocabParallelCrossEntropyBackward(                                                 \
       const T*, const int32_t*, const cpu::VocabShard&, const CrossEntropyStats<T>&, T, T*);
 
 MTRAIN_INSTANTIATE_TP(float)

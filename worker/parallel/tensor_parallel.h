@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/matmul.h"
 #include "worker/parallel/reduce_op.h"
 
 namespace mtrain {
@@ -86,13 +87,15 @@ template <typename T>
 void ColumnParallelLinearForward(const T* x, const T* weight, const T* bias, T* y, int N, int in,
                                  int out_local);
 
-// Accumulates d_weight, d_bias and d_x[N, in], then all-reduces d_x (f's conjugate):
-// every rank ends with the full input gradient. `d_x` must hold only this layer's
-// contribution when it is reduced (callers pass a zeroed buffer).
+// Accumulates d_weight, d_bias and d_x[N, in] (overwrites d_x with kOverwrite), then
+// all-reduces d_x (f's conjugate): every rank ends with the full input gradient. `d_x` must
+// hold only this layer's contribution when it is reduced (callers pass a zeroed buffer, or
+// kOverwrite).
 template <typename T>
-absl::Status ColumnParallelLinearBackward(const TensorParallelGroup<T>& group, const T* d_y,
-                                          const T* x, const T* weight, T* d_x, T* d_weight,
-                                          T* d_bias, int N, int in, int out_local);
+absl::Status ColumnParallelLinearBackward(
+    const TensorParallelGroup<T>& group, const T* d_y, const T* x, const T* weight, T* d_x,
+    T* d_weight, T* d_bias, int N, int in, int out_local,
+    cpu::InputGradient input_gradient = cpu::InputGradient::kAccumulate);
 
 // y[N, out] = all-reduce(x_local[N, in_local] @ weight[out, in_local]^T) + bias[out].
 template <typename T>
@@ -101,10 +104,12 @@ absl::Status RowParallelLinearForward(const TensorParallelGroup<T>& group, const
                                       int out);
 
 // d_y is the same on every rank (g's conjugate is the identity): accumulates d_weight,
-// d_bias (identical on every rank, as the replicated bias must be) and d_x_local.
+// d_bias (identical on every rank, as the replicated bias must be) and d_x_local (or
+// overwrites it with kOverwrite).
 template <typename T>
 void RowParallelLinearBackward(const T* d_y, const T* x_local, const T* weight, T* d_x_local,
-                               T* d_weight, T* d_bias, int N, int in_local, int out);
+                               T* d_weight, T* d_bias, int N, int in_local, int out,
+                               cpu::InputGradient input_gradient = cpu::InputGradient::kAccumulate);
 
 // out[N, C] = the rows of `ids` in the full table, from this rank's rows
 // [vocab_start, vocab_start + vocab_local) of it and an all-reduce.

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status_macros.h"
+#include "kernels/array_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
@@ -18,7 +19,17 @@ namespace {
 
 template <typename T>
 void Zero(std::vector<T>& v) {
-  std::fill(v.begin(), v.end(), T(0));
+  cpu::ZeroArray(v.data(), v.size());
+}
+
+// The gradient of a branch's input to its output dropout: d_out itself when nothing is
+// dropped (no pass over it), else the masked and rescaled copy in `scratch`.
+template <typename T>
+const T* ThroughDropout(const T* d_out, std::vector<T>& scratch, size_t n, float p, uint64_t key) {
+  if (p == 0.0f) return d_out;
+  cpu::ZeroArray(scratch.data(), n);
+  cpu::DropoutBackward<T>(d_out, scratch.data(), n, p, key, 0);
+  return scratch.data();
 }
 
 }  // namespace
@@ -250,28 +261,26 @@ absl::Status TransformerModel<T>::AttentionBranchBackward(int layer, const Micro
   const int C = shape_.hidden;
   const size_t NC = static_cast<size_t>(N) * C;
   const float p = options_.dropout;
-  Zero(d_branch_);
-  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, p,
-                          DropoutKeyFor(id, global_layer, kAttentionOutSite), 0);
+  const T* d_branch =
+      ThroughDropout(d_out, d_branch_, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite));
   const cpu::AttentionShape shape = LocalAttentionShape();
   cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
-  Zero(d_attn_y_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), attn_y, w.proj_weight, d_attn_y_.data(),
-                                   nullptr, nullptr, N, placement_.local_query(shape_), C);
-  LinearWeightGradient(d_branch_.data(), attn_y, g.proj_weight, g.proj_bias, N,
+  tp::RowParallelLinearBackward<T>(d_branch, attn_y, w.proj_weight, d_attn_y_.data(), nullptr,
+                                   nullptr, N, placement_.local_query(shape_), C,
+                                   cpu::InputGradient::kOverwrite);
+  LinearWeightGradient(d_branch, attn_y, g.proj_weight, g.proj_bias, N,
                        placement_.local_query(shape_), C);
   Zero(d_qkv_);
   layer_blocks::AttentionCoreBackward<T>(shape_, d_attn_y_.data(), s.qkv.data(), attn_y, lse,
                                          lengths_, d_qkv_.data(), shape, att_dropout);
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/true);
-  // Only this layer's contribution in d_in when the tensor group sums it.
-  std::fill(d_in, d_in + NC, T(0));
-  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_qkv_.data(), in,
-                                                      layer_blocks::QkvWeight(w), d_in, nullptr,
-                                                      nullptr, N, C, placement_.local_qkv(shape_)));
+  // Only this layer's contribution in d_in when the tensor group sums it (overwritten).
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_qkv_.data(), in, layer_blocks::QkvWeight(w), d_in, nullptr, nullptr, N, C,
+      placement_.local_qkv(shape_), cpu::InputGradient::kOverwrite));
   LinearWeightGradient(d_qkv_.data(), in, layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g), N,
                        C, placement_.local_qkv(shape_));
   return absl::OkStatus();
@@ -288,19 +297,16 @@ absl::Status TransformerModel<T>::MlpBranchBackward(int layer, const MicrobatchI
   const int C = shape_.hidden;
   const int Fl = placement_.local_ffn(shape_);
   const size_t NC = static_cast<size_t>(N) * C;
-  Zero(d_branch_);
-  cpu::DropoutBackward<T>(d_out, d_branch_.data(), NC, options_.dropout,
-                          DropoutKeyFor(id, global_layer, kMlpOutSite), 0);
-  Zero(d_gelu_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), nullptr, nullptr, N, Fl, C);
-  LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  const T* d_branch = ThroughDropout(d_out, d_branch_, NC, options_.dropout,
+                                     DropoutKeyFor(id, global_layer, kMlpOutSite));
+  tp::RowParallelLinearBackward<T>(d_branch, s.gelu.data(), w.fc_proj_weight, d_gelu_.data(),
+                                   nullptr, nullptr, N, Fl, C, cpu::InputGradient::kOverwrite);
+  LinearWeightGradient(d_branch, s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   Zero(d_fc_);
   layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
-  std::fill(d_in, d_in + NC, T(0));
-  RETURN_IF_ERROR(
-      tp::ColumnParallelLinearBackward<T>(tp_, d_fc_.data(), in, layer_blocks::MlpInWeight(w), d_in,
-                                          nullptr, nullptr, N, C, placement_.local_mlp_in(shape_)));
+  RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+      tp_, d_fc_.data(), in, layer_blocks::MlpInWeight(w), d_in, nullptr, nullptr, N, C,
+      placement_.local_mlp_in(shape_), cpu::InputGradient::kOverwrite));
   LinearWeightGradient(d_fc_.data(), in, layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g),
                        N, C, placement_.local_mlp_in(shape_));
   return absl::OkStatus();
@@ -319,11 +325,11 @@ absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id
   layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
                                s->ln1_mean.data(), s->ln1_rstd.data(), N);
   RETURN_IF_ERROR(AttentionBranchForward(layer, id, s->ln1.data(), out, s));
-  for (size_t i = 0; i < NC; ++i) s->h1[i] = x[i] + out[i];
+  cpu::AddArrays(x, out, s->h1.data(), NC);
   layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
                                s->ln2_mean.data(), s->ln2_rstd.data(), N);
   RETURN_IF_ERROR(MlpBranchForward(layer, id, s->ln2.data(), out, s));
-  for (size_t i = 0; i < NC; ++i) out[i] += s->h1[i];
+  cpu::AddToArray(s->h1.data(), out, NC);
   return absl::OkStatus();
 }
 
@@ -344,7 +350,7 @@ absl::Status TransformerModel<T>::LayerBackward(int layer, const MicrobatchId& i
   layer_blocks::NormBackward<T>(shape_, d_ln_.data(), s.h1.data(), w.ln2_gamma, s.ln2_mean.data(),
                                 s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta, N);
   // d_x = d_h1 + (through the attention branch).
-  std::copy(d_h1, d_h1 + NC, d_x);
+  cpu::CopyArray(d_h1, d_x, NC);
   RETURN_IF_ERROR(AttentionBranchBackward(layer, id, s.ln1.data(), s, d_h1, d_ln_.data()));
   layer_blocks::NormBackward<T>(shape_, d_ln_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
                                 s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, N);
@@ -500,8 +506,8 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
         acts->logits.data(), acts->targets.data(), VocabShardOf(N),
         {acts->ce_max.data(), acts->ce_sum_exp.data(), acts->ce_target.data()}, d_loss_per_token,
         d_logits.data());
-    Zero(d_ln_);
     if (sequence_parallel_) {
+      Zero(d_ln_);
       // The head's input gradient reduce-scattered to this rank's rows (the conjugate of
       // the forward's gather), then the final LayerNorm on them.
       cpu::MatmulBackward<T>(d_logits.data(), acts->lnf.data(), OutputWeight(p_), d_ln_.data(),
@@ -515,9 +521,9 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
       // Final for the step once the last backward reports it: the ranks' rows summed.
       if (on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(-1));
     } else {
-      RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(tp_, d_logits.data(), acts->lnf.data(),
-                                                          OutputWeight(p_), d_ln_.data(),
-                                                          OutputWeight(g_), nullptr, N, C, Vl));
+      RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
+          tp_, d_logits.data(), acts->lnf.data(), OutputWeight(p_), d_ln_.data(), OutputWeight(g_),
+          nullptr, N, C, Vl, cpu::InputGradient::kOverwrite));
       layer_blocks::NormBackward<T>(
           shape_, d_ln_.data(), acts->layer_io[placement_.num_layers].data(), p_.lnf_gamma,
           acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(), g_.lnf_gamma, g_.lnf_beta, N);
