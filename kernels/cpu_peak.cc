@@ -179,10 +179,17 @@ int MeasureFmaUnits(VectorIsa isa, double clock_hz) {
   return best_per_cycle >= 1.25 ? 2 : 1;
 }
 
+int CpuPeak::Bf16FlopsPerCycle() const {
+  if (bf16_isa >= VectorIsa::kAmxBf16) return 1024;
+  if (bf16_isa >= VectorIsa::kAvx512Bf16) return 2 * FlopsPerCycle();
+  return FlopsPerCycle();
+}
+
 const CpuPeak& CpuPeakOfThisMachine() {
   static const CpuPeak* const peak = [] {
     auto* p = new CpuPeak;
     p->isa = BestFp32Isa(CpuFeaturesOfThisMachine());
+    p->bf16_isa = BestVectorIsa(CpuFeaturesOfThisMachine());
     p->fp32_lanes = Fp32Lanes(p->isa);
     p->clock_hz = MeasureClockHz();
     p->fma_units = MeasureFmaUnits(p->isa, p->clock_hz);

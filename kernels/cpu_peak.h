@@ -29,6 +29,13 @@ struct CpuPeak {
 
   int FlopsPerCycle() const { return 2 * fp32_lanes * fma_units; }
   double FlopsPerCore() const { return FlopsPerCycle() * clock_hz; }
+  // The nominal bf16 peak, for the MFU of a job whose GEMMs run in bf16: AMX-BF16 tiles
+  // multiply 16 x 32 by 32 x 16 in 16 cycles (1,024 FLOP a cycle); AVX512_BF16's dot
+  // product does two multiply-adds a lane where an FMA does one (twice the fp32 rate);
+  // without either, the fp32 peak. What a core reaches can be far below (PERFORMANCE.md).
+  VectorIsa bf16_isa = VectorIsa::kSse;  // BestVectorIsa
+  int Bf16FlopsPerCycle() const;
+  double Bf16FlopsPerCore() const { return Bf16FlopsPerCycle() * clock_hz; }
   // "32 FLOP/cycle (avx2: 8 lanes x 2 FMA units x 2) x 3.49 GHz = 111.7 GFLOP/s a core"
   std::string Describe() const;
 };

@@ -8,16 +8,23 @@
 #include <cstdint>
 
 #include "kernels/array_ops.h"
+#include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cpu_gemm_library.h"
 
 namespace mtrain::cpu {
 namespace {
 
 // Row-major GEMM, C = alpha op(A) op(B) + beta C, dispatched on the element type so the
-// templates below stay type-agnostic: fp32 through the library cpu_gemm_library.h chose,
-// fp64 (finite-difference tests) through OpenBLAS.
+// templates below stay type-agnostic: fp32 through the library cpu_gemm_library.h chose
+// (or in bf16 when the process trains in PRECISION_BF16, cpu_bf16_gemm.h), fp64
+// (finite-difference tests) through OpenBLAS.
 void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k, float alpha,
           const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  if (CurrentGemmPrecision() == GemmPrecision::kBf16) {
+    Bf16Gemm(trans_a == CblasTrans, trans_b == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+             ldc);
+    return;
+  }
   Sgemm(trans_a == CblasTrans, trans_b == CblasTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

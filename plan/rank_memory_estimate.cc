@@ -111,7 +111,9 @@ Shape ShapeOf(const JobSpec& spec) {
   s.recompute_block = recompute.block >= 0 ? std::min<int64_t>(recompute.block, s.layers) : -1;
   s.sequence_parallel = p.sequence_parallel();
   s.dropout = spec.train().dropout() > 0;
-  s.half_precision = spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
+  // The CPU engine's bf16 is its GEMMs' operands only: what it keeps stays fp32.
+  s.half_precision = (spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16) &&
+                     spec.device() != DEVICE_CPU;
   s.zero1 = p.zero_stage() == 1;
   s.schedule = p.schedule();
   return s;

@@ -70,8 +70,11 @@ Sizes SizesOf(const JobSpec& spec) {
   return s;
 }
 
+// 16-bit activations, messages and GEMMs. The CPU engine's bf16 rounds its GEMMs' operands
+// only: what it keeps and sends stays fp32, at its fp32 GEMM rate or below.
 bool HalfPrecision(const JobSpec& spec) {
-  return spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16;
+  return (spec.precision() == PRECISION_BF16 || spec.precision() == PRECISION_FP16) &&
+         spec.device() != DEVICE_CPU;
 }
 
 // Prices work on one device of the cluster.

@@ -611,11 +611,13 @@ void ValidateDataSources(const JobSpec& spec, const ValidEnums& enums, Violation
 }
 
 void ValidatePrecisionAndDevice(const JobSpec& spec, const ValidEnums& enums, Violations* v) {
+  // bf16 on CPUs is the worker's to check: only it knows its processor (AVX512_BF16 or AMX).
   if (enums.device && enums.precision && spec.device() == DEVICE_CPU &&
-      spec.precision() != PRECISION_FP32) {
+      spec.precision() == PRECISION_FP16) {
     v->Add(absl::StrCat("precision: ", Precision_Name(spec.precision()),
                         " needs a GPU but device is DEVICE_CPU [rule: CPU ranks train in "
-                        "PRECISION_FP32]"));
+                        "PRECISION_FP32, or PRECISION_BF16 on processors with AVX512_BF16 or "
+                        "AMX]"));
   }
   if (spec.data().has_path()) ValidatePath("data.path", spec.data().path(), v);
   const DataSpec& data = spec.data();

@@ -577,9 +577,11 @@ TEST(JobSpecValidationTest, OptimizerRanges) {
                  "optimizer.decay_steps", "decay_steps >= warmup_steps");
 }
 
-TEST(JobSpecValidationTest, LowPrecisionNeedsAGpu) {
-  ExpectRejected(R"({"precision": "PRECISION_BF16", "device": "DEVICE_CPU"})", "precision",
-                 "PRECISION_FP32");
+// fp16 needs a GPU; bf16 on a CPU is the worker's to check (its processor's features).
+TEST(JobSpecValidationTest, Fp16NeedsAGpuAndBf16IsLeftToTheCpuWorker) {
+  ExpectRejected(R"({"precision": "PRECISION_FP16", "device": "DEVICE_CPU"})", "precision",
+                 "PRECISION_FP32, or PRECISION_BF16 on processors with AVX512_BF16 or AMX");
+  EXPECT_TRUE(ParseJobSpecJson(R"({"precision": "PRECISION_BF16", "device": "DEVICE_CPU"})").ok());
 }
 
 TEST(JobSpecValidationTest, ByteTokenizerNeedsVocabOf256) {

@@ -29,6 +29,7 @@
 #include "data/bert_split_samples.h"
 #include "data/data_roots.h"
 #include "data/data_source.h"
+#include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cpu_gemm_library.h"
 #include "kernels/cuda_device_query.h"
 #include "plan/assignment_plan.h"
@@ -426,7 +427,9 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
         absl::StrCat("--gpu_collectives=", gpu_collectives, ": must be nccl or gloo"));
   }
   const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
-  ASSIGN_OR_RETURN(const EngineChoice engine, ChooseEngine(spec, gpus.status()));
+  ASSIGN_OR_RETURN(
+      const EngineChoice engine,
+      ChooseEngine(spec, gpus.status(), cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine())));
   TrainerOptions trainer_options;
   trainer_options.engine = engine;
   if (engine.kind == EngineKind::kCuda) {

@@ -241,7 +241,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Assignment& assig
     // The job's peak: each rank's share of its host (hosts taken to be like this one).
     t->peak_flops_ = 0;
     for (const auto& [ranks, hosts] : HostsByRankCount(assignment)) {
-      t->peak_flops_ += hosts * ranks * CpuRankPeakFlops(options.cpu_threads, ranks);
+      t->peak_flops_ += hosts * ranks *
+                        CpuRankPeakFlops(options.cpu_threads, ranks,
+                                         /*bf16_gemms=*/config.precision == PRECISION_BF16);
     }
   }
   return t;

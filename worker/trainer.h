@@ -20,7 +20,8 @@
 //
 //   ASSIGN_OR_RETURN(RankGroups groups, ConnectRankGroups(grid, rank, transport));
 //   TrainerOptions options;
-//   ASSIGN_OR_RETURN(options.engine, ChooseEngine(spec, QueryCudaDevices().status()));
+//   ASSIGN_OR_RETURN(options.engine, ChooseEngine(spec, QueryCudaDevices().status(),
+//                                             cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine())));
 //   ASSIGN_OR_RETURN(auto trainer, Trainer::Create(assignment, std::move(groups), options));
 //   while (trainer->completed_steps() < steps) ASSIGN_OR_RETURN(auto m, trainer->Step());
 #ifndef MTRAIN_WORKER_TRAINER_H_

@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cuda_device_query.h"
 #include "plan/assignment_plan.h"
 #include "plan/rank_grid.h"
@@ -31,7 +32,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> SingleRankTrainer(const JobSpec& spec) 
   if (!groups.ok()) return groups.status();
   // The engine is chosen by the caller, as train_main does.
   const absl::StatusOr<std::vector<CudaDeviceInfo>> gpus = QueryCudaDevices();
-  absl::StatusOr<EngineChoice> engine = ChooseEngine(spec, gpus.status());
+  absl::StatusOr<EngineChoice> engine =
+      ChooseEngine(spec, gpus.status(), cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine()));
   if (!engine.ok()) return engine.status();
   TrainerOptions options;
   options.engine = *engine;
@@ -149,12 +151,24 @@ TEST(TrainerTest, RefusesTheGpuAndReducedPrecisionWithoutAGpu) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = SingleRankTrainer(cuda);
   EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(trainer.status().message().find("DEVICE_CUDA"), std::string::npos) << trainer.status();
+  JobSpec fp16 = TinySpec("");
+  fp16.set_precision(PRECISION_FP16);
+  trainer = SingleRankTrainer(fp16);
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(trainer.status().message().find("PRECISION_FP16"), std::string::npos)
+      << trainer.status();
+  // bf16 trains on the CPU where the processor has bf16 instructions, else is refused.
   JobSpec bf16 = TinySpec("");
   bf16.set_precision(PRECISION_BF16);
   trainer = SingleRankTrainer(bf16);
-  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(trainer.status().message().find("PRECISION_BF16"), std::string::npos)
-      << trainer.status();
+  if (cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine()).ok()) {
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_FALSE((*trainer)->uses_cuda());
+  } else {
+    EXPECT_EQ(trainer.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(trainer.status().message().find("PRECISION_BF16"), std::string::npos)
+        << trainer.status();
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> cpu = SingleRankTrainer(TinySpec(""));
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_FALSE((*cpu)->uses_cuda());

@@ -10,6 +10,8 @@ spec reads):
     for the Llama shape, transformers' LlamaForCausalLM (SDPA attention, the same
     optimizer and clipping, the loss over the same targets);
   - the same under torch.compile.
+With --precision bf16: the engine's PRECISION_BF16 (its GEMMs' operands in bf16, issue 32),
+its own fp32 run beside it, and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16).
 Each runs in its own process, so its peak resident memory (max RSS) is its own. Prints
 the processor (model name, family/model, the vector flags that matter to a GEMM), the
 engine's GEMM library and kernel and PyTorch's CPU capability first, then tokens/s and step
@@ -19,7 +21,7 @@ faster of eager and compile: one table per processor in docs/PERFORMANCE.md.
   bazel build //worker:train
   pip install torch            # PyPI; the GPU machine has it already
   python3 tests/bench/cpu_vs_pytorch.py [--threads 2] [--steps 10] [--warmup 3]
-      [--shapes small,medium,large,llama_small] [--no-compile]
+      [--shapes small,medium,large,llama_small] [--no-compile] [--precision bf16]
 """
 import argparse
 import json
@@ -49,7 +51,7 @@ SHAPES = {
 }
 
 
-def engine_spec(cfg, steps):
+def engine_spec(cfg, steps, precision="fp32"):
     model = {"num_layers": cfg["layers"], "num_heads": cfg["heads"],
              "hidden_size": cfg["hidden"], "seq_length": cfg["seq"], "vocab_size": cfg["vocab"]}
     if cfg.get("family") == "llama":
@@ -61,6 +63,7 @@ def engine_spec(cfg, steps):
         "parallel": {"micro_batch_size": cfg["batch"], "global_batch_size": cfg["batch"]},
         "train": {"dropout": 0.0, "seed": 1, "steps": steps},
         "device": "DEVICE_CPU",
+        "precision": "PRECISION_BF16" if precision == "bf16" else "PRECISION_FP32",
     }
 
 
@@ -68,7 +71,8 @@ def run_engine(cfg, args):
     """In this (child) process: runs `train`; step times from its metrics lines."""
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = pathlib.Path(tmp, "spec.json")
-        spec_path.write_text(json.dumps(engine_spec(cfg, args.warmup + args.steps)))
+        spec_path.write_text(json.dumps(engine_spec(cfg, args.warmup + args.steps,
+                                                    args.precision)))
         metrics = pathlib.Path(tmp, "metrics.jsonl")
         run = subprocess.run([str(ROOT / "bazel-bin/worker/train"), f"--spec={spec_path}",
                               f"--metrics_jsonl={metrics}", f"--threads={args.threads}"],
@@ -129,7 +133,12 @@ def run_torch(cfg, args, compiled):
         starts = torch.randint(0, corpus.numel() - S - 1, (B,), generator=generator)
         windows = torch.stack([corpus[s:s + S + 1] for s in starts.tolist()])
         t0 = time.perf_counter()
-        loss = step_fn(windows[:, :-1], windows[:, 1:])
+        if args.precision == "bf16":
+            # CPU autocast as users write it: matmuls (and SDPA) in bf16, the rest fp32.
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                loss = step_fn(windows[:, :-1], windows[:, 1:])
+        else:
+            loss = step_fn(windows[:, :-1], windows[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -163,9 +172,12 @@ def processor():
 
 def measure(kind, shape, args):
     """Runs one measurement in a fresh process (its own max RSS); returns its JSON."""
+    precision = args.precision
+    if kind == "engine_fp32":
+        kind, precision = "engine", "fp32"
     command = [sys.executable, __file__, "--child", kind, "--shapes", shape,
                "--threads", str(args.threads), "--steps", str(args.steps),
-               "--warmup", str(args.warmup)]
+               "--warmup", str(args.warmup), "--precision", precision]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         return {"error": (run.stderr.strip().splitlines() or ["no output"])[-1]}
@@ -182,6 +194,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every implementation this many times, interleaved, and "
                              "keep each one's fastest run (a shared machine's speed drifts)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: the engine's PRECISION_BF16 and PyTorch's CPU autocast, "
+                             "with the engine's own fp32 beside them")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -191,10 +206,12 @@ def main():
         print(json.dumps(result))
         return 0
 
-    kinds = ["engine", "eager"] + ([] if args.no_compile else ["compile"])
+    kinds = (["engine"] + (["engine_fp32"] if args.precision == "bf16" else []) + ["eager"] +
+             ([] if args.no_compile else ["compile"]))
     print(f"processor: {processor()}")
-    labels = {"engine": "mtrain engine", "eager": "PyTorch eager", "compile": "PyTorch compile"}
-    print(f"fp32, {args.threads} threads, median of {args.steps} steps after {args.warmup}, "
+    labels = {"engine": "mtrain engine", "engine_fp32": "engine in fp32",
+              "eager": "PyTorch eager", "compile": "PyTorch compile"}
+    print(f"{args.precision}, {args.threads} threads, median of {args.steps} steps after {args.warmup}, "
           f"fastest of {args.repeats} interleaved run(s); peak = max RSS of the process; heap = "
           f"the engine's own report (host_memory_peak_bytes: parameters, gradients, moments, "
           f"activations, workspace)")
@@ -227,7 +244,12 @@ def main():
             print(f"{shape:<7} {labels[kind]:<16} {tokens / r['step_seconds']:>9.0f} "
                   f"{r['step_seconds'] * 1e3:>9.1f} {r['peak_bytes'] / 2**20:>9.0f} {heap} "
                   f"{r['loss']:>7.3f}")
-        torch_rows = [results[k] for k in kinds if k != "engine" and "error" not in results[k]]
+        torch_rows = [results[k] for k in kinds
+                      if k in ("eager", "compile") and "error" not in results[k]]
+        own = results.get("engine_fp32", {})
+        if "step_seconds" in own and "error" not in results["engine"]:
+            print(f"{shape:<7} engine bf16 / engine fp32: "
+                  f"{own['step_seconds'] / results['engine']['step_seconds']:.2f}x tokens/s")
         if "error" not in results["engine"] and torch_rows:
             fastest = min(r["step_seconds"] for r in torch_rows)
             leanest = min(r["peak_bytes"] for r in torch_rows)

@@ -9,11 +9,13 @@ bool IsFp32(Precision precision) {
   return precision == PRECISION_FP32 || precision == PRECISION_UNSPECIFIED;
 }
 
-absl::Status CpuSupports(const JobSpec& spec) {
+absl::Status CpuSupports(const JobSpec& spec, const absl::Status& cpu_bf16) {
   if (IsFp32(spec.precision())) return absl::OkStatus();
+  if (spec.precision() == PRECISION_BF16) return cpu_bf16;
   return absl::UnimplementedError(
       absl::StrCat("precision: ", Precision_Name(spec.precision()),
-                   " needs the CUDA engine (the CPU engine trains in PRECISION_FP32)"));
+                   " needs the CUDA engine (the CPU engine trains in PRECISION_FP32, or "
+                   "PRECISION_BF16 on processors with AVX512_BF16 or AMX)"));
 }
 
 }  // namespace
@@ -45,7 +47,8 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu) {
+absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu,
+                                          const absl::Status& cpu_bf16) {
   // Protobuf keeps enum numbers it does not know; a rank must not read `device` -5 as
   // "auto" (or precision 99 as fp32) and train anyway.
   if (!Device_IsValid(spec.device())) {
@@ -60,7 +63,7 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
   EngineChoice choice;
   switch (spec.device()) {
     case DEVICE_CPU: {
-      if (absl::Status s = CpuSupports(spec); !s.ok()) return s;
+      if (absl::Status s = CpuSupports(spec, cpu_bf16); !s.ok()) return s;
       choice.note = "engine: CPU (device: DEVICE_CPU)";
       return choice;
     }
@@ -76,7 +79,7 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
     }
     default: {  // DEVICE_AUTO, DEVICE_UNSPECIFIED
       if (!gpu.ok()) {
-        if (absl::Status s = CpuSupports(spec); !s.ok()) {
+        if (absl::Status s = CpuSupports(spec, cpu_bf16); !s.ok()) {
           return absl::Status(s.code(),
                               absl::StrCat(s.message(), "; no usable GPU here: ", gpu.message()));
         }
@@ -90,7 +93,7 @@ absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Statu
         choice.note = "engine: CUDA (device: auto; a GPU is present)";
         return choice;
       }
-      if (absl::Status s = CpuSupports(spec); !s.ok()) return supported;
+      if (absl::Status s = CpuSupports(spec, cpu_bf16); !s.ok()) return supported;
       choice.note = absl::StrCat(
           "engine: CPU (device: auto; the GPU is not used: ", supported.message(), ")");
       return choice;

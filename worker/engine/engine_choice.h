@@ -3,12 +3,14 @@
 // logic (the caller asks CUDA), so every rule is tested on machines without a GPU.
 //
 // Rules:
-//   DEVICE_CPU   -> CPU; precision must be FP32 (bf16/fp16 are CUDA-only).
+//   DEVICE_CPU   -> CPU; precision FP32, or BF16 where the processor multiplies bf16 in
+//                   hardware (AVX512_BF16 or AMX; otherwise the CPU's reason); FP16 is
+//                   CUDA-only.
 //   DEVICE_CUDA  -> CUDA; FAILED_PRECONDITION without a GPU (with CUDA's reason),
 //                   UNIMPLEMENTED for what the CUDA engine cannot run yet (below).
 //   DEVICE_AUTO  -> CUDA when a GPU is usable and the CUDA engine runs the job; otherwise
-//                   the CPU, with a note saying why (a reduced-precision job still needs
-//                   the GPU: UNIMPLEMENTED on the CPU, as for DEVICE_CPU).
+//                   the CPU, with a note saying why (where the CPU can run its precision,
+//                   as for DEVICE_CPU).
 // The CUDA engine (worker/engine/cuda) runs any tensor, pipeline (interleaved or not) and
 // data degree (collectives on NCCL or staged through the host's Gloo groups), with or
 // without ZeRO-1, at head dimensions 32, 64 and 128, in FP32, BF16 or FP16 (with dynamic
@@ -32,9 +34,12 @@ struct EngineChoice {
   std::string note;
 };
 
-// `gpu` is OK when this machine has a usable GPU, else CUDA's reason. INVALID_ARGUMENT
-// naming the field for a `device` or `precision` number that is no value of its enum.
-absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu);
+// `gpu` is OK when this machine has a usable GPU, else CUDA's reason; `cpu_bf16` is OK when
+// its processor multiplies bf16 in hardware, else the reason (cpu::CpuBf16Support).
+// INVALID_ARGUMENT naming the field for a `device` or `precision` number that is no value
+// of its enum.
+absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu,
+                                          const absl::Status& cpu_bf16);
 
 // The GPU a rank uses: ranks take the machine's GPUs in turn (one worker per GPU gives
 // each its own; more ranks than GPUs share them, as tests on one GPU do).

@@ -20,18 +20,22 @@ JobSpec Spec(Device device, Precision precision, int tensor = 1, int pipeline = 
 }
 
 const absl::Status kNoGpu = absl::UnavailableError("no CUDA-capable device is detected");
+const absl::Status kCpuBf16 = absl::OkStatus();
+const absl::Status kNoCpuBf16 = absl::FailedPreconditionError(
+    "precision: PRECISION_BF16 on the CPU engine needs a processor with AVX512_BF16 or AMX-BF16");
 
 TEST(EngineChoiceTest, AutoUsesTheGpuWhenPresentAndTheCpuOtherwise) {
   absl::StatusOr<EngineChoice> with_gpu =
-      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), absl::OkStatus());
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(with_gpu.ok()) << with_gpu.status();
   EXPECT_EQ(with_gpu->kind, EngineKind::kCuda);
   absl::StatusOr<EngineChoice> unspecified =
-      ChooseEngine(Spec(DEVICE_UNSPECIFIED, PRECISION_UNSPECIFIED), absl::OkStatus());
+      ChooseEngine(Spec(DEVICE_UNSPECIFIED, PRECISION_UNSPECIFIED), absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(unspecified.ok());
   EXPECT_EQ(unspecified->kind, EngineKind::kCuda);
 
-  absl::StatusOr<EngineChoice> without = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32), kNoGpu);
+  absl::StatusOr<EngineChoice> without =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_FP32), kNoGpu, kNoCpuBf16);
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ(without->kind, EngineKind::kCpu);
   EXPECT_NE(without->note.find("no CUDA-capable device"), std::string::npos) << without->note;
@@ -39,8 +43,8 @@ TEST(EngineChoiceTest, AutoUsesTheGpuWhenPresentAndTheCpuOtherwise) {
 
 TEST(EngineChoiceTest, TheCudaEngineRunsTensorAndPipelineParallelism) {
   for (const auto& [tensor, pipeline] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-    absl::StatusOr<EngineChoice> choice =
-        ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16, tensor, pipeline), absl::OkStatus());
+    absl::StatusOr<EngineChoice> choice = ChooseEngine(
+        Spec(DEVICE_AUTO, PRECISION_BF16, tensor, pipeline), absl::OkStatus(), kNoCpuBf16);
     ASSERT_TRUE(choice.ok()) << choice.status();
     EXPECT_EQ(choice->kind, EngineKind::kCuda) << "tensor " << tensor << " pipeline " << pipeline;
   }
@@ -49,77 +53,98 @@ TEST(EngineChoiceTest, TheCudaEngineRunsTensorAndPipelineParallelism) {
 TEST(EngineChoiceTest, AutoFallsBackToTheCpuForJobsTheCudaEngineDoesNotRunYet) {
   JobSpec odd_heads = Spec(DEVICE_AUTO, PRECISION_FP32, /*tensor=*/2);
   odd_heads.mutable_model()->set_hidden_size(12 * 48);
-  absl::StatusOr<EngineChoice> choice = ChooseEngine(odd_heads, absl::OkStatus());
+  absl::StatusOr<EngineChoice> choice = ChooseEngine(odd_heads, absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(choice.ok()) << choice.status();
   EXPECT_EQ(choice->kind, EngineKind::kCpu);
   EXPECT_NE(choice->note.find("head dimensions"), std::string::npos) << choice->note;
-  // bf16 cannot fall back: the CPU trains in fp32 only, and the reason is the head size.
+  // bf16 cannot fall back where the CPU has no bf16 instructions: the reason is the head
+  // size.
   odd_heads.set_precision(PRECISION_BF16);
-  absl::StatusOr<EngineChoice> bf16 = ChooseEngine(odd_heads, absl::OkStatus());
+  absl::StatusOr<EngineChoice> bf16 = ChooseEngine(odd_heads, absl::OkStatus(), kNoCpuBf16);
   EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(bf16.status().message().find("48"), std::string::npos) << bf16.status();
 
   // Llama-style layers: CPU kernels only so far.
   JobSpec llama = Spec(DEVICE_AUTO, PRECISION_FP32);
   llama.mutable_model()->set_family(MODEL_FAMILY_LLAMA);
-  absl::StatusOr<EngineChoice> llama_choice = ChooseEngine(llama, absl::OkStatus());
+  absl::StatusOr<EngineChoice> llama_choice = ChooseEngine(llama, absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(llama_choice.ok()) << llama_choice.status();
   EXPECT_EQ(llama_choice->kind, EngineKind::kCpu);
   EXPECT_NE(llama_choice->note.find("MODEL_FAMILY_LLAMA"), std::string::npos) << llama_choice->note;
   llama.set_device(DEVICE_CUDA);
-  EXPECT_EQ(ChooseEngine(llama, absl::OkStatus()).status().code(),
+  EXPECT_EQ(ChooseEngine(llama, absl::OkStatus(), kNoCpuBf16).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 
 TEST(EngineChoiceTest, ExplicitCudaNeedsAGpuAndASupportedJob) {
-  absl::StatusOr<EngineChoice> no_gpu = ChooseEngine(Spec(DEVICE_CUDA, PRECISION_BF16), kNoGpu);
+  absl::StatusOr<EngineChoice> no_gpu =
+      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_BF16), kNoGpu, kNoCpuBf16);
   EXPECT_EQ(no_gpu.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(no_gpu.status().message().find("no CUDA-capable device"), std::string::npos);
 
   absl::StatusOr<EngineChoice> fp16 =
-      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP16), absl::OkStatus());
+      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP16), absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   EXPECT_EQ(fp16->kind, EngineKind::kCuda);
   JobSpec zero = Spec(DEVICE_CUDA, PRECISION_BF16);
   zero.mutable_parallel()->set_zero_stage(1);
-  absl::StatusOr<EngineChoice> zero_choice = ChooseEngine(zero, absl::OkStatus());
+  absl::StatusOr<EngineChoice> zero_choice = ChooseEngine(zero, absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(zero_choice.ok()) << zero_choice.status();
   EXPECT_EQ(zero_choice->kind, EngineKind::kCuda);
   JobSpec odd_heads = Spec(DEVICE_CUDA, PRECISION_BF16);
   odd_heads.mutable_model()->set_hidden_size(12 * 48);
-  absl::StatusOr<EngineChoice> refused = ChooseEngine(odd_heads, absl::OkStatus());
+  absl::StatusOr<EngineChoice> refused = ChooseEngine(odd_heads, absl::OkStatus(), kNoCpuBf16);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(refused.status().message().find("48"), std::string::npos) << refused.status();
 
   absl::StatusOr<EngineChoice> ok =
-      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP32), absl::OkStatus());
+      ChooseEngine(Spec(DEVICE_CUDA, PRECISION_FP32), absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->kind, EngineKind::kCuda);
 }
 
-TEST(EngineChoiceTest, CpuTrainsInFp32Only) {
+TEST(EngineChoiceTest, CpuTrainsInFp32AndInBf16WhereTheProcessorHasIt) {
   absl::StatusOr<EngineChoice> cpu =
-      ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP32), absl::OkStatus());
+      ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP32), absl::OkStatus(), kNoCpuBf16);
   ASSERT_TRUE(cpu.ok());
   EXPECT_EQ(cpu->kind, EngineKind::kCpu);
-  absl::StatusOr<EngineChoice> bf16 = ChooseEngine(Spec(DEVICE_CPU, PRECISION_BF16), kNoGpu);
-  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kUnimplemented);
+  // bf16 on a processor without bf16 instructions: the CPU's reason.
+  absl::StatusOr<EngineChoice> bf16 =
+      ChooseEngine(Spec(DEVICE_CPU, PRECISION_BF16), kNoGpu, kNoCpuBf16);
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(bf16.status().message().find("PRECISION_BF16"), std::string::npos);
-  absl::StatusOr<EngineChoice> auto_bf16 = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), kNoGpu);
-  EXPECT_EQ(auto_bf16.status().code(), absl::StatusCode::kUnimplemented);
+  absl::StatusOr<EngineChoice> auto_bf16 =
+      ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), kNoGpu, kNoCpuBf16);
+  EXPECT_EQ(auto_bf16.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(auto_bf16.status().message().find("no usable GPU"), std::string::npos);
+  // ... and on one with them.
+  bf16 = ChooseEngine(Spec(DEVICE_CPU, PRECISION_BF16), kNoGpu, kCpuBf16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->kind, EngineKind::kCpu);
+  auto_bf16 = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), kNoGpu, kCpuBf16);
+  ASSERT_TRUE(auto_bf16.ok()) << auto_bf16.status();
+  EXPECT_EQ(auto_bf16->kind, EngineKind::kCpu);
+  // A GPU that runs the job still takes it.
+  auto_bf16 = ChooseEngine(Spec(DEVICE_AUTO, PRECISION_BF16), absl::OkStatus(), kCpuBf16);
+  ASSERT_TRUE(auto_bf16.ok());
+  EXPECT_EQ(auto_bf16->kind, EngineKind::kCuda);
+  // fp16 is the CUDA engine's only.
+  absl::StatusOr<EngineChoice> fp16 =
+      ChooseEngine(Spec(DEVICE_CPU, PRECISION_FP16), kNoGpu, kCpuBf16);
+  EXPECT_EQ(fp16.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(fp16.status().message().find("PRECISION_FP16"), std::string::npos);
 }
 
 TEST(EngineChoiceTest, EnumNumbersThatAreNoValueAreRefusedByField) {
   JobSpec spec = Spec(DEVICE_AUTO, PRECISION_FP32);
   spec.set_device(static_cast<Device>(-5));
-  absl::StatusOr<EngineChoice> choice = ChooseEngine(spec, kNoGpu);
+  absl::StatusOr<EngineChoice> choice = ChooseEngine(spec, kNoGpu, kNoCpuBf16);
   EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(choice.status().message().find("device: -5 is not a Device"), std::string::npos)
       << choice.status();
   spec = Spec(DEVICE_CPU, PRECISION_FP32);
   spec.set_precision(static_cast<Precision>(99));
-  choice = ChooseEngine(spec, kNoGpu);
+  choice = ChooseEngine(spec, kNoGpu, kNoCpuBf16);
   EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(choice.status().message().find("precision: 99 is not a Precision"), std::string::npos)
       << choice.status();

@@ -25,11 +25,12 @@ double GpuPeakFlops() {
   return forced > 0 ? forced : 989e12;
 }
 
-double CpuRankPeakFlops(int threads, int ranks_on_host) {
+double CpuRankPeakFlops(int threads, int ranks_on_host, bool bf16_gemms) {
   const int cores = cpu::AvailableCores();
   const double rank_cores = CpuCoresPerRank(cores, threads, ranks_on_host);
   if (const double forced = PeakFromEnvironment(); forced > 0) return forced * rank_cores / cores;
-  return cpu::CpuPeakOfThisMachine().FlopsPerCore() * rank_cores;
+  const cpu::CpuPeak& peak = cpu::CpuPeakOfThisMachine();
+  return (bf16_gemms ? peak.Bf16FlopsPerCore() : peak.FlopsPerCore()) * rank_cores;
 }
 
 }  // namespace mtrain

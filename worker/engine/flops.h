@@ -13,7 +13,9 @@ double GpuPeakFlops();
 // CpuCoresPerRank: its threads, at most its share of the host among `ranks_on_host`) x
 // FLOPs a cycle a core x the measured clock. MTRAIN_PEAK_TFLOPS, when set, is the peak of
 // one whole machine and is shared the same way.
-double CpuRankPeakFlops(int threads, int ranks_on_host);
+// With `bf16_gemms` (PRECISION_BF16 on the CPU engine) the cores' nominal bf16 peak
+// (CpuPeak::Bf16FlopsPerCore) instead of fp32's.
+double CpuRankPeakFlops(int threads, int ranks_on_host, bool bf16_gemms = false);
 
 }  // namespace mtrain
 

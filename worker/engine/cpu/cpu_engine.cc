@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cpu_gemm_library.h"
 #include "kernels/cpu_peak.h"
 #include "kernels/grad_norm.h"
@@ -35,15 +36,27 @@ TensorParallelGroup<float> TensorGroupOf(Communicator* group) {
 CpuEngine::~CpuEngine() = default;
 
 std::string CpuEngine::device_description() const {
-  return absl::StrCat("GEMM ", cpu::EnsureBestGemmKernel().Describe(), "; peak ",
+  const std::string bf16 =
+      cpu::CurrentGemmPrecision() == cpu::GemmPrecision::kBf16
+          ? absl::StrCat("linear layers' GEMMs in bf16 (oneDNN matmul ",
+                         cpu::Bf16GemmImplementation(256, 256, 256), ", fp32 sums); ")
+          : "";
+  return absl::StrCat(bf16, "GEMM ", cpu::EnsureBestGemmKernel().Describe(), "; peak ",
                       cpu::CpuPeakOfThisMachine().Describe());
 }
 
 absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainingEngineConfig& config) {
-  if (config.precision != PRECISION_FP32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the CPU engine trains in PRECISION_FP32 only, not ", Precision_Name(config.precision)));
+  // fp32 throughout, or bf16 GEMMs (fp32 sums, master weights and everything else) on a
+  // processor that multiplies bf16 in hardware (kernels/cpu_bf16_gemm.h).
+  if (config.precision == PRECISION_BF16) {
+    RETURN_IF_ERROR(cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine()));
+  } else if (config.precision != PRECISION_FP32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("precision: the CPU engine trains in PRECISION_FP32 or PRECISION_BF16, not ",
+                     Precision_Name(config.precision)));
   }
+  cpu::SetGemmPrecision(config.precision == PRECISION_BF16 ? cpu::GemmPrecision::kBf16
+                                                           : cpu::GemmPrecision::kFp32);
   if (config.groups == nullptr || config.groups->tensor == nullptr ||
       config.groups->data == nullptr) {
     return absl::InvalidArgumentError("the CPU engine needs the tensor and data groups");

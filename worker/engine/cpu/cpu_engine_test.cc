@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu_bf16_gemm.h"
 #include "kernels/grad_norm.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/rank_grid.h"
@@ -171,13 +172,32 @@ TEST(CpuEngineTest, UnscalingReportsAnOverflow) {
   EXPECT_TRUE(*overflow);
 }
 
-TEST(CpuEngineTest, ReducedPrecisionIsRefused) {
+// fp16 is the CUDA engine's; bf16 needs bf16 instructions, and sets the process's GEMM
+// precision for as long as the engine trains (an fp32 engine sets it back).
+TEST(CpuEngineTest, Fp16IsRefusedAndBf16NeedsTheProcessorsBf16) {
   RankGroups groups = SoloGroups();
   TrainingEngineConfig config = Config(&groups);
-  config.precision = PRECISION_BF16;
+  config.precision = PRECISION_FP16;
   absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(config);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(engine.status().message().find("PRECISION_BF16"), std::string::npos) << engine.status();
+  EXPECT_NE(engine.status().message().find("PRECISION_FP16"), std::string::npos) << engine.status();
+
+  config.precision = PRECISION_BF16;
+  engine = CpuEngine::Create(config);
+  const absl::Status support = cpu::CpuBf16Support(cpu::CpuFeaturesOfThisMachine());
+  if (!support.ok()) {
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(engine.status().message().find("PRECISION_BF16"), std::string::npos)
+        << engine.status();
+    return;
+  }
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ(cpu::CurrentGemmPrecision(), cpu::GemmPrecision::kBf16);
+  EXPECT_NE((*engine)->device_description().find("GEMMs in bf16"), std::string::npos);
+  config.precision = PRECISION_FP32;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> fp32 = CpuEngine::Create(config);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ(cpu::CurrentGemmPrecision(), cpu::GemmPrecision::kFp32);
 }
 
 }  // namespace
