@@ -8,20 +8,26 @@ namespace mtrain::cpu {
 template <typename T>
 void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout) {
-  if (CpuKernelsUseAvx2()) {
-    avx2::Forward(qkv, out, lse, shape, dropout);
-  } else {
-    generic::Forward(qkv, out, lse, shape, dropout);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return avx512::Forward(qkv, out, lse, shape, dropout);
+    case KernelIsa::kAvx2:
+      return avx2::Forward(qkv, out, lse, shape, dropout);
+    case KernelIsa::kGeneric:
+      return generic::Forward(qkv, out, lse, shape, dropout);
   }
 }
 
 template <typename T>
 void AttentionBackward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout) {
-  if (CpuKernelsUseAvx2()) {
-    avx2::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
-  } else {
-    generic::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return avx512::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+    case KernelIsa::kAvx2:
+      return avx2::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+    case KernelIsa::kGeneric:
+      return generic::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
   }
 }
 

@@ -1,6 +1,6 @@
 // The attention core's builds per instruction set (attention_core.inc); attention.cc picks
-// one with CpuKernelsUseAvx2 (cpu_isa.h). Both give bit-identical results; the AVX2 build
-// runs the softmax and its gradient on 256-bit vectors.
+// one with CpuKernelIsa (cpu_isa.h). All give bit-identical results; the AVX2 and AVX-512
+// builds run the softmax and its gradient on 256- and 512-bit vectors.
 #ifndef MTRAIN_KERNELS_ATTENTION_ISA_H_
 #define MTRAIN_KERNELS_ATTENTION_ISA_H_
 
@@ -19,6 +19,7 @@ namespace mtrain::cpu {
   }
 MTRAIN_DECLARE_ATTENTION_CORE(generic)
 MTRAIN_DECLARE_ATTENTION_CORE(avx2)
+MTRAIN_DECLARE_ATTENTION_CORE(avx512)
 #undef MTRAIN_DECLARE_ATTENTION_CORE
 
 }  // namespace mtrain::cpu

@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/attention_isa.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/dropout.h"
 #include "kernels/test_util.h"
 
@@ -298,7 +300,7 @@ struct AttentionRun {
 };
 
 // `isa`: which build of the core runs (kChosen: the one AttentionForward picks).
-enum class Isa { kChosen, kGeneric, kAvx2 };
+enum class Isa { kChosen, kGeneric, kAvx2, kAvx512 };
 
 AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
                           const AttentionShape& shape = {2, 48, 3, 16}) {
@@ -326,6 +328,11 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
       avx2::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
                      shape, dropout);
       break;
+    case Isa::kAvx512:
+      avx512::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
+      avx512::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
+                       shape, dropout);
+      break;
   }
   omp_set_num_threads(previous_threads);
   return run;
@@ -344,20 +351,27 @@ TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
   }
 }
 
-// The SSE and AVX2 builds of the core must agree bit for bit (attention_core.inc says why),
-// on shapes whose sequence is and is not a multiple of either tile width.
-TEST(AttentionTest, Avx2BuildIsBitIdenticalToTheGenericOne) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2")) {
+// The SSE, AVX2 and AVX-512 builds of the core must agree bit for bit (attention_core.inc
+// says why), on shapes whose sequence is and is not a multiple of any tile width.
+TEST(AttentionTest, VectorBuildsAreBitIdenticalToTheGenericOne) {
+  const KernelIsa supported = CpuSupportedKernelIsa();
+  if (supported == KernelIsa::kGeneric) {
     GTEST_SKIP() << "this CPU has no AVX2: only the generic build can run here";
+  }
+  if (supported < KernelIsa::kAvx512) {
+    std::printf("this CPU has no AVX-512: comparing the AVX2 build only\n");
   }
   for (const AttentionShape shape :
        {AttentionShape{2, 48, 3, 16}, AttentionShape{1, 37, 2, 64}, AttentionShape{2, 70, 1, 24}}) {
     const AttentionRun generic_run = RunAttention(2, Isa::kGeneric, shape);
-    const AttentionRun avx2_run = RunAttention(2, Isa::kAvx2, shape);
-    EXPECT_TRUE(BitIdentical(generic_run.out, avx2_run.out)) << shape.seq;
-    EXPECT_TRUE(BitIdentical(generic_run.lse, avx2_run.lse)) << shape.seq;
-    EXPECT_TRUE(BitIdentical(generic_run.d_qkv, avx2_run.d_qkv)) << shape.seq;
+    for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+      if (isa == Isa::kAvx512 && supported < KernelIsa::kAvx512) continue;
+      const AttentionRun run = RunAttention(2, isa, shape);
+      const int width = isa == Isa::kAvx2 ? 256 : 512;
+      EXPECT_TRUE(BitIdentical(generic_run.out, run.out)) << width << " seq " << shape.seq;
+      EXPECT_TRUE(BitIdentical(generic_run.lse, run.lse)) << width << " seq " << shape.seq;
+      EXPECT_TRUE(BitIdentical(generic_run.d_qkv, run.d_qkv)) << width << " seq " << shape.seq;
+    }
   }
 }
 

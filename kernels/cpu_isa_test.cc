@@ -1,8 +1,9 @@
-// The x86-64-v2 and AVX2 builds of every dispatched kernel (cpu_isa.h) give the same bits,
-// on sizes that are and are not multiples of either vector width, with and without the
-// OpenMP split.
+// The x86-64-v2, AVX2 and AVX-512 builds of every dispatched kernel (cpu_isa.h) give the
+// same bits, on sizes that are and are not multiples of any vector width, with and without
+// the OpenMP split.
 #include "kernels/cpu_isa.h"
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -12,6 +13,7 @@
 #include "kernels/adamw.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
+#include "kernels/swiglu.h"
 #include "kernels/test_util.h"
 
 namespace mtrain::cpu {
@@ -19,31 +21,37 @@ namespace {
 
 using kernel_testing::RandomFloatVector;
 
-bool HasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;
-}
-
-// Runs `kernel` (which fills its outputs) under each build and compares the outputs.
+// Runs `kernel` (which fills its outputs) under each build this CPU runs and compares the
+// outputs with the generic build's.
 void ExpectSameBitsUnderBothBuilds(const std::function<std::vector<std::vector<float>>()>& kernel,
                                    const char* what) {
-  OverrideCpuKernelsIsaForTesting(false);
+  OverrideCpuKernelIsaForTesting(KernelIsa::kGeneric);
   const std::vector<std::vector<float>> generic = kernel();
-  OverrideCpuKernelsIsaForTesting(true);
-  const std::vector<std::vector<float>> avx2 = kernel();
-  OverrideCpuKernelsIsaForTesting(std::nullopt);
-  ASSERT_EQ(generic.size(), avx2.size());
-  for (size_t i = 0; i < generic.size(); ++i) {
-    ASSERT_EQ(generic[i].size(), avx2[i].size());
-    EXPECT_EQ(std::memcmp(generic[i].data(), avx2[i].data(), generic[i].size() * sizeof(float)), 0)
-        << what << ", output " << i;
+  for (const KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512}) {
+    if (isa > CpuSupportedKernelIsa()) continue;
+    OverrideCpuKernelIsaForTesting(isa);
+    ASSERT_EQ(CpuKernelIsa(), isa);
+    const std::vector<std::vector<float>> vector = kernel();
+    ASSERT_EQ(generic.size(), vector.size());
+    for (size_t i = 0; i < generic.size(); ++i) {
+      ASSERT_EQ(generic[i].size(), vector[i].size());
+      EXPECT_EQ(std::memcmp(generic[i].data(), vector[i].data(), generic[i].size() * sizeof(float)),
+                0)
+          << what << ", output " << i << ", " << KernelIsaName(isa) << " build";
+    }
   }
+  OverrideCpuKernelIsaForTesting(std::nullopt);
 }
 
 class CpuIsaTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    if (!HasAvx2()) GTEST_SKIP() << "this CPU has no AVX2: only the generic build can run here";
+    if (CpuSupportedKernelIsa() == KernelIsa::kGeneric) {
+      GTEST_SKIP() << "this CPU has no AVX2: only the generic build can run here";
+    }
+    if (CpuSupportedKernelIsa() < KernelIsa::kAvx512) {
+      std::printf("this CPU has no AVX-512: comparing the AVX2 builds only\n");
+    }
   }
 };
 
@@ -102,6 +110,24 @@ TEST_P(CpuIsaTest, AdamWBuildsAgree) {
         return std::vector<std::vector<float>>{p, m, v};
       },
       "AdamW");
+}
+
+TEST_P(CpuIsaTest, SwiGluBuildsAgree) {
+  const int rows = GetParam();
+  for (int F : {5, 96, 203}) {
+    std::mt19937_64 rng(4);
+    const std::vector<float> gate_up =
+        RandomFloatVector(static_cast<size_t>(rows) * 2 * F, rng, -6.0, 6.0);
+    const std::vector<float> d_y = RandomFloatVector(static_cast<size_t>(rows) * F, rng);
+    ExpectSameBitsUnderBothBuilds(
+        [&] {
+          std::vector<float> y(static_cast<size_t>(rows) * F), d_gate_up(gate_up.size(), 0.5f);
+          SwiGluForward(gate_up.data(), y.data(), rows, F);
+          SwiGluBackward(d_y.data(), gate_up.data(), d_gate_up.data(), rows, F);
+          return std::vector<std::vector<float>>{y, d_gate_up};
+        },
+        "SwiGLU");
+  }
 }
 
 // 3: below every OpenMP threshold; 257: above them (several threads split the work).

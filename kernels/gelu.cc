@@ -44,7 +44,7 @@ MTRAIN_ALWAYS_INLINE T GeluDerivativeOf(T v) {
   return s + T(2) * v * s * one_minus_s * d_inner;
 }
 
-// Each loop twice: for the project's baseline and for AVX2 (cpu_isa.h).
+// Each loop three times: for the project's baseline, AVX2 and AVX-512 (cpu_isa.h).
 template <typename T>
 void ForwardLoop(const T* x, T* y, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
@@ -53,6 +53,11 @@ void ForwardLoop(const T* x, T* y, size_t n) {
 
 template <typename T>
 MTRAIN_TARGET_AVX2 void ForwardLoopAvx2(const T* x, T* y, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
+}
+template <typename T>
+MTRAIN_TARGET_AVX512 void ForwardLoopAvx512(const T* x, T* y, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
   for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
 }
@@ -68,24 +73,35 @@ MTRAIN_TARGET_AVX2 void BackwardLoopAvx2(const T* d_y, const T* x, T* d_x, size_
 #pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
   for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
 }
+template <typename T>
+MTRAIN_TARGET_AVX512 void BackwardLoopAvx512(const T* d_y, const T* x, T* d_x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
+  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
+}
 
 }  // namespace
 
 template <typename T>
 void GeluForward(const T* x, T* y, size_t n) {
-  if (CpuKernelsUseAvx2()) {
-    ForwardLoopAvx2(x, y, n);
-  } else {
-    ForwardLoop(x, y, n);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return ForwardLoopAvx512(x, y, n);
+    case KernelIsa::kAvx2:
+      return ForwardLoopAvx2(x, y, n);
+    case KernelIsa::kGeneric:
+      return ForwardLoop(x, y, n);
   }
 }
 
 template <typename T>
 void GeluBackward(const T* d_y, const T* x, T* d_x, size_t n) {
-  if (CpuKernelsUseAvx2()) {
-    BackwardLoopAvx2(d_y, x, d_x, n);
-  } else {
-    BackwardLoop(d_y, x, d_x, n);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return BackwardLoopAvx512(d_y, x, d_x, n);
+    case KernelIsa::kAvx2:
+      return BackwardLoopAvx2(d_y, x, d_x, n);
+    case KernelIsa::kGeneric:
+      return BackwardLoop(d_y, x, d_x, n);
   }
 }
 

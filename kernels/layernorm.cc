@@ -79,8 +79,8 @@ MTRAIN_ALWAYS_INLINE void ParameterGradientBlock(const T* d_y, const T* x, const
   }
 }
 
-// Each function twice: for the project's baseline and for AVX2 (cpu_isa.h). `parallel` is
-// read only by OpenMP pragmas, which a build without OpenMP ignores (see BUILD).
+// Each function three times: for the project's baseline, AVX2 and AVX-512 (cpu_isa.h). `parallel`
+// is read only by OpenMP pragmas, which a build without OpenMP ignores (see BUILD).
 #define MTRAIN_LAYERNORM_LOOPS(Forward, Backward, ATTRIBUTES)                                      \
   template <typename T>                                                                            \
   ATTRIBUTES void Forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,       \
@@ -112,6 +112,7 @@ MTRAIN_ALWAYS_INLINE void ParameterGradientBlock(const T* d_y, const T* x, const
 
 MTRAIN_LAYERNORM_LOOPS(ForwardGeneric, BackwardGeneric, )
 MTRAIN_LAYERNORM_LOOPS(ForwardAvx2, BackwardAvx2, MTRAIN_TARGET_AVX2)
+MTRAIN_LAYERNORM_LOOPS(ForwardAvx512, BackwardAvx512, MTRAIN_TARGET_AVX512)
 #undef MTRAIN_LAYERNORM_LOOPS
 
 }  // namespace
@@ -119,20 +120,26 @@ MTRAIN_LAYERNORM_LOOPS(ForwardAvx2, BackwardAvx2, MTRAIN_TARGET_AVX2)
 template <typename T>
 void LayerNormForward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int rows,
                       int C, T eps) {
-  if (CpuKernelsUseAvx2()) {
-    ForwardAvx2(x, gamma, beta, y, mean, rstd, rows, C, eps);
-  } else {
-    ForwardGeneric(x, gamma, beta, y, mean, rstd, rows, C, eps);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return ForwardAvx512(x, gamma, beta, y, mean, rstd, rows, C, eps);
+    case KernelIsa::kAvx2:
+      return ForwardAvx2(x, gamma, beta, y, mean, rstd, rows, C, eps);
+    case KernelIsa::kGeneric:
+      return ForwardGeneric(x, gamma, beta, y, mean, rstd, rows, C, eps);
   }
 }
 
 template <typename T>
 void LayerNormBackward(const T* d_y, const T* x, const T* gamma, const T* mean, const T* rstd,
                        T* d_x, T* d_gamma, T* d_beta, int rows, int C) {
-  if (CpuKernelsUseAvx2()) {
-    BackwardAvx2(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, C);
-  } else {
-    BackwardGeneric(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, C);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return BackwardAvx512(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, C);
+    case KernelIsa::kAvx2:
+      return BackwardAvx2(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, C);
+    case KernelIsa::kGeneric:
+      return BackwardGeneric(d_y, x, gamma, mean, rstd, d_x, d_gamma, d_beta, rows, C);
   }
 }
 

@@ -64,6 +64,11 @@ MTRAIN_TARGET_AVX2 void ForwardAvx2(const T* gate_up, T* y, int rows, int F) {
   for (int row = 0; row < rows; ++row) ForwardRow(gate_up, y, row, F);
 }
 template <typename T>
+MTRAIN_TARGET_AVX512 void ForwardAvx512(const T* gate_up, T* y, int rows, int F) {
+#pragma omp parallel for schedule(static) if (Parallel(rows, F))
+  for (int row = 0; row < rows; ++row) ForwardRow(gate_up, y, row, F);
+}
+template <typename T>
 void BackwardBaseline(const T* d_y, const T* gate_up, T* d_gate_up, int rows, int F) {
 #pragma omp parallel for schedule(static) if (Parallel(rows, F))
   for (int row = 0; row < rows; ++row) BackwardRow(d_y, gate_up, d_gate_up, row, F);
@@ -74,24 +79,36 @@ MTRAIN_TARGET_AVX2 void BackwardAvx2(const T* d_y, const T* gate_up, T* d_gate_u
 #pragma omp parallel for schedule(static) if (Parallel(rows, F))
   for (int row = 0; row < rows; ++row) BackwardRow(d_y, gate_up, d_gate_up, row, F);
 }
+template <typename T>
+MTRAIN_TARGET_AVX512 void BackwardAvx512(const T* d_y, const T* gate_up, T* d_gate_up, int rows,
+                                         int F) {
+#pragma omp parallel for schedule(static) if (Parallel(rows, F))
+  for (int row = 0; row < rows; ++row) BackwardRow(d_y, gate_up, d_gate_up, row, F);
+}
 
 }  // namespace
 
 template <typename T>
 void SwiGluForward(const T* gate_up, T* y, int rows, int F) {
-  if (CpuKernelsUseAvx2()) {
-    ForwardAvx2(gate_up, y, rows, F);
-  } else {
-    ForwardBaseline(gate_up, y, rows, F);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return ForwardAvx512(gate_up, y, rows, F);
+    case KernelIsa::kAvx2:
+      return ForwardAvx2(gate_up, y, rows, F);
+    case KernelIsa::kGeneric:
+      return ForwardBaseline(gate_up, y, rows, F);
   }
 }
 
 template <typename T>
 void SwiGluBackward(const T* d_y, const T* gate_up, T* d_gate_up, int rows, int F) {
-  if (CpuKernelsUseAvx2()) {
-    BackwardAvx2(d_y, gate_up, d_gate_up, rows, F);
-  } else {
-    BackwardBaseline(d_y, gate_up, d_gate_up, rows, F);
+  switch (CpuKernelIsa()) {
+    case KernelIsa::kAvx512:
+      return BackwardAvx512(d_y, gate_up, d_gate_up, rows, F);
+    case KernelIsa::kAvx2:
+      return BackwardAvx2(d_y, gate_up, d_gate_up, rows, F);
+    case KernelIsa::kGeneric:
+      return BackwardBaseline(d_y, gate_up, d_gate_up, rows, F);
   }
 }
 
