@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cpu_gemm_library.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/cpu_peak.h"
 #include "kernels/grad_norm.h"
 #include "worker/engine/generation_step.h"
@@ -41,7 +42,8 @@ std::string CpuEngine::device_description() const {
           ? absl::StrCat("linear layers' GEMMs in bf16 (oneDNN matmul ",
                          cpu::Bf16GemmImplementation(256, 256, 256), ", fp32 sums); ")
           : "";
-  return absl::StrCat(bf16, "GEMM ", cpu::EnsureBestGemmKernel().Describe(), "; peak ",
+  return absl::StrCat(bf16, "GEMM ", cpu::EnsureBestGemmKernel().Describe(),
+                      "; element-wise kernels ", cpu::KernelIsaName(cpu::CpuKernelIsa()), "; peak ",
                       cpu::CpuPeakOfThisMachine().Describe());
 }
 

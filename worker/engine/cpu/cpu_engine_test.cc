@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu_bf16_gemm.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/grad_norm.h"
 #include "plan/pipeline_schedule.h"
 #include "plan/rank_grid.h"
@@ -170,6 +172,19 @@ TEST(CpuEngineTest, UnscalingReportsAnOverflow) {
   overflow = (*engine)->UnscaleGradients(std::numeric_limits<float>::infinity());
   ASSERT_TRUE(overflow.ok());
   EXPECT_TRUE(*overflow);
+}
+
+// The start line names the GEMM library and the element-wise kernels' build.
+TEST(CpuEngineTest, DescriptionNamesTheKernelsItRuns) {
+  RankGroups groups = SoloGroups();
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(Config(&groups));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::string description = (*engine)->device_description();
+  EXPECT_NE(description.find(std::string("element-wise kernels ") +
+                             cpu::KernelIsaName(cpu::CpuKernelIsa())),
+            std::string::npos)
+      << description;
+  EXPECT_NE(description.find("GEMM "), std::string::npos) << description;
 }
 
 // fp16 is the CUDA engine's; bf16 needs bf16 instructions, and sets the process's GEMM
