@@ -12,25 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu_bf16_gemm.h"
 #include "kernels/cpu_features.h"
 #include "tests/child_process.h"
+#include "tests/metrics_jsonl.h"
 
 namespace mtrain {
 namespace {
-
-double JsonField(const std::string& line, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const size_t at = line.find(needle);
-  if (at == std::string::npos) return NAN;
-  const size_t begin = at + needle.size();
-  const size_t end = line.find_first_of(",}", begin);
-  double value = NAN;
-  if (!absl::SimpleAtod(line.substr(begin, end - begin), &value)) return NAN;
-  return value;
-}
 
 struct TrainRun {
   int exit_code = -1;
@@ -63,9 +52,10 @@ TrainRun Train(const std::string& precision) {
   absl::StatusOr<int> code = (*train)->Wait(absl::Minutes(5));
   run.exit_code = code.ok() ? *code : -1;
   run.log = (*train)->Log();
-  std::ifstream metrics(metrics_path);
-  for (std::string line; std::getline(metrics, line);) {
-    run.losses.push_back(JsonField(line, "loss"));
+  absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(metrics_path);
+  if (lines.ok()) {
+    absl::StatusOr<std::vector<double>> losses = LossesOfRank(*lines, 0);
+    if (losses.ok()) run.losses = *losses;
   }
   return run;
 }
