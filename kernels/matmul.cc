@@ -47,7 +47,6 @@ void Gemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
 constexpr int kMinRowsPerThread = 64;
 constexpr double kMinMultiplyAddsPerThread = 2e6;
 
-//
 // C = op(A) op(B) + beta C; with `bias` (C's width), each slice first sets its rows of C to
 // the bias and adds to it, so that seeding C is spread over the threads as the GEMM is.
 template <typename T>
