@@ -48,30 +48,21 @@ MTRAIN_ALWAYS_INLINE void UpdateRange(T* __restrict param, const T* __restrict g
 constexpr size_t kChunk = 4096;
 
 // The loop three times: for the project's baseline, AVX2 and AVX-512 (cpu_isa.h).
-template <typename T>
-void UpdateLoop(T* param, const T* grad, T* m, T* v, size_t n, AdamWFactors<T> f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-  for (size_t begin = 0; begin < n; begin += kChunk) {
-    UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);
+#define MTRAIN_ADAMW_LOOP(Name, ATTRIBUTES)                                                       \
+  template <typename T>                                                                           \
+  ATTRIBUTES void Name(T* param, const T* grad, T* m, T* v, size_t n, AdamWFactors<T> f) {        \
+    _Pragma(                                                                                      \
+        "omp parallel for schedule(static) if (n >= kParallelThreshold)") for (size_t begin = 0;  \
+                                                                               begin < n;         \
+                                                                               begin += kChunk) { \
+      UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);                      \
+    }                                                                                             \
   }
-}
 
-template <typename T>
-MTRAIN_TARGET_AVX2 void UpdateLoopAvx2(T* param, const T* grad, T* m, T* v, size_t n,
-                                       AdamWFactors<T> f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-  for (size_t begin = 0; begin < n; begin += kChunk) {
-    UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);
-  }
-}
-template <typename T>
-MTRAIN_TARGET_AVX512 void UpdateLoopAvx512(T* param, const T* grad, T* m, T* v, size_t n,
-                                           AdamWFactors<T> f) {
-#pragma omp parallel for schedule(static) if (n >= kParallelThreshold)
-  for (size_t begin = 0; begin < n; begin += kChunk) {
-    UpdateRange(param, grad, m, v, begin, std::min(begin + kChunk, n), f);
-  }
-}
+MTRAIN_ADAMW_LOOP(UpdateLoop, )
+MTRAIN_ADAMW_LOOP(UpdateLoopAvx2, MTRAIN_TARGET_AVX2)
+MTRAIN_ADAMW_LOOP(UpdateLoopAvx512, MTRAIN_TARGET_AVX512)
+#undef MTRAIN_ADAMW_LOOP
 
 }  // namespace
 

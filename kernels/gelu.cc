@@ -45,39 +45,28 @@ MTRAIN_ALWAYS_INLINE T GeluDerivativeOf(T v) {
 }
 
 // Each loop three times: for the project's baseline, AVX2 and AVX-512 (cpu_isa.h).
-template <typename T>
-void ForwardLoop(const T* x, T* y, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
-}
+#define MTRAIN_GELU_LOOPS(Forward, Backward, ATTRIBUTES)                                          \
+  template <typename T>                                                                           \
+  ATTRIBUTES void Forward(const T* x, T* y, size_t n) {                                           \
+    _Pragma(                                                                                      \
+        "omp parallel for simd schedule(static) if (n >= kParallelThreshold)") for (size_t i = 0; \
+                                                                                    i < n; ++i) { \
+      y[i] = GeluOf(x[i]);                                                                        \
+    }                                                                                             \
+  }                                                                                               \
+  template <typename T>                                                                           \
+  ATTRIBUTES void Backward(const T* d_y, const T* x, T* d_x, size_t n) {                          \
+    _Pragma(                                                                                      \
+        "omp parallel for simd schedule(static) if (n >= kParallelThreshold)") for (size_t i = 0; \
+                                                                                    i < n; ++i) { \
+      d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);                                                  \
+    }                                                                                             \
+  }
 
-template <typename T>
-MTRAIN_TARGET_AVX2 void ForwardLoopAvx2(const T* x, T* y, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
-}
-template <typename T>
-MTRAIN_TARGET_AVX512 void ForwardLoopAvx512(const T* x, T* y, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) y[i] = GeluOf(x[i]);
-}
-
-template <typename T>
-void BackwardLoop(const T* d_y, const T* x, T* d_x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
-}
-
-template <typename T>
-MTRAIN_TARGET_AVX2 void BackwardLoopAvx2(const T* d_y, const T* x, T* d_x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
-}
-template <typename T>
-MTRAIN_TARGET_AVX512 void BackwardLoopAvx512(const T* d_y, const T* x, T* d_x, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelThreshold)
-  for (size_t i = 0; i < n; ++i) d_x[i] += d_y[i] * GeluDerivativeOf(x[i]);
-}
+MTRAIN_GELU_LOOPS(ForwardLoop, BackwardLoop, )
+MTRAIN_GELU_LOOPS(ForwardLoopAvx2, BackwardLoopAvx2, MTRAIN_TARGET_AVX2)
+MTRAIN_GELU_LOOPS(ForwardLoopAvx512, BackwardLoopAvx512, MTRAIN_TARGET_AVX512)
+#undef MTRAIN_GELU_LOOPS
 
 }  // namespace
 
