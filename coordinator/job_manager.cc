@@ -499,29 +499,48 @@ void JobManager::FailStoppedRankLocked(const HeartbeatRequest& request) {
 }
 
 std::vector<WorkerCommand> JobManager::OnHeartbeat(const HeartbeatRequest& request) {
-  MutexLock lock(&mutex_);
-  // First, so that the abort it queues for this worker goes out with this heartbeat.
-  FailStoppedRankLocked(request);
-  const std::string& worker = request.worker_id();
-  std::vector<WorkerCommand> commands;
-  commands.swap(outbox_[worker]);
-  const auto assigned = worker_job_.find(worker);
-  if (request.state() == WORKER_STATE_BUSY) {
-    idle_since_.erase(worker);
-    const auto active = active_.find(request.job_id());
-    const bool current = assigned != worker_job_.end() && assigned->second == request.job_id() &&
-                         active != active_.end() &&
-                         active->second.generation == request.generation();
-    const bool abort_queued =
-        std::any_of(commands.begin(), commands.end(), [](const auto& c) { return c.has_abort(); });
-    if (!current && !abort_queued) {
-      // A rank of a generation this coordinator does not run (ended, or from before a
-      // coordinator restart): stop it so the worker is free.
-      commands.push_back(AbortOf(request.job_id(), request.generation(),
-                                 "not part of a live generation of this coordinator"));
+  std::vector<QueuedCommand> queued;
+  {
+    MutexLock lock(&mutex_);
+    // First, so that the abort it queues for this worker goes out with this heartbeat.
+    FailStoppedRankLocked(request);
+    const std::string& worker = request.worker_id();
+    if (const auto box = outbox_.find(worker); box != outbox_.end()) {
+      queued.swap(box->second);
+      outbox_.erase(box);
     }
-  } else if (assigned != worker_job_.end() && commands.empty()) {
-    idle_since_.emplace(worker, clock_->Now());
+    const auto assigned = worker_job_.find(worker);
+    if (request.state() == WORKER_STATE_BUSY) {
+      idle_since_.erase(worker);
+      const auto active = active_.find(request.job_id());
+      const bool current = assigned != worker_job_.end() && assigned->second == request.job_id() &&
+                           active != active_.end() &&
+                           active->second.generation == request.generation();
+      const bool abort_queued = std::any_of(queued.begin(), queued.end(), [](const auto& c) {
+        return c.plan == nullptr && c.command.has_abort();
+      });
+      if (!current && !abort_queued) {
+        // A rank of a generation this coordinator does not run (ended, or from before a
+        // coordinator restart): stop it so the worker is free.
+        queued.push_back({AbortOf(request.job_id(), request.generation(),
+                                  "not part of a live generation of this coordinator"),
+                          nullptr, -1});
+      }
+    } else if (assigned != worker_job_.end() && queued.empty()) {
+      idle_since_.emplace(worker, clock_->Now());
+    }
+  }
+  // Assignments are made from their generation's shared plan here, outside the mutex: the
+  // plan is immutable, and the generation's end (which withdraws undelivered assignments)
+  // can no longer reach these, as a delivered rank it would abort.
+  std::vector<WorkerCommand> commands;
+  commands.reserve(queued.size());
+  for (QueuedCommand& entry : queued) {
+    if (entry.plan == nullptr) {
+      commands.push_back(std::move(entry.command));
+    } else {
+      *commands.emplace_back().mutable_assign() = entry.plan->AssignmentFor(entry.rank);
+    }
   }
   return commands;
 }
@@ -584,7 +603,7 @@ absl::StatusOr<bool> JobManager::ObserveMetricsLocked(const StepMetrics& metrics
   }
   ActiveJob& job = it->second;
   const int rank = metrics.global_rank();
-  if (rank < 0 || rank >= static_cast<int>(job.plan.size())) {
+  if (rank < 0 || rank >= job.plan->world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("global_rank ", rank, " is outside the job"));
   }
   if (!job.running) {
@@ -599,7 +618,8 @@ absl::StatusOr<bool> JobManager::ObserveMetricsLocked(const StepMetrics& metrics
                       absl::StrCat("generation ", job.generation, ", rank ", rank, ": ",
                                    metrics.engine().substr(0, kMaxEngineNoteLength)));
   }
-  if (metrics_ != nullptr) metrics_->ObserveStep(metrics.job_id(), metrics, job.plan[rank].rank());
+  if (metrics_ != nullptr)
+    metrics_->ObserveStep(metrics.job_id(), metrics, job.plan->Coordinates(rank));
   return rank == ReportingRank(job.spec);
 }
 
@@ -770,19 +790,20 @@ void JobManager::EndGenerationLocked(const std::string& job_id, const std::strin
     const std::string& worker = job.workers[rank];
     // An assignment not yet delivered is simply withdrawn; a delivered rank is stopped
     // (a finished one has exited already, and the abort is a no-op for it).
-    std::vector<WorkerCommand>& queued = outbox_[worker];
+    std::vector<QueuedCommand>& queued = outbox_[worker];
     queued.erase(std::remove_if(queued.begin(), queued.end(),
-                                [&](const WorkerCommand& c) {
-                                  return c.has_assign() && c.assign().job_id() == job_id;
+                                [&](const QueuedCommand& c) {
+                                  return c.plan != nullptr && c.plan->job_id() == job_id;
                                 }),
                  queued.end());
     if (!reason.empty() && job.finished.count(static_cast<int>(rank)) == 0) {
-      queued.push_back(AbortOf(job_id, job.generation, reason));
+      queued.push_back({AbortOf(job_id, job.generation, reason), nullptr, -1});
     }
+    if (queued.empty()) outbox_.erase(worker);
     worker_job_.erase(worker);
     idle_since_.erase(worker);
   }
-  if (!job.plan.empty()) rendezvous_->CloseGeneration(job.plan[0].rendezvous_prefix());
+  if (job.plan != nullptr) rendezvous_->CloseGeneration(job.plan->rendezvous_prefix());
   active_.erase(it);
 }
 
@@ -920,6 +941,20 @@ absl::StatusOr<bool> JobManager::TryPlaceLocked(const std::string& job_id, const
   return false;
 }
 
+namespace {
+
+// The workers of a placement for an event: every one for a small job, the first few and a
+// count for a large one (a 4,096-rank list is 40 KB in every event and status; the full
+// list is the job's `workers`).
+constexpr size_t kWorkersNamedInEvents = 16;
+std::string WorkerListText(const std::vector<std::string>& ranks) {
+  if (ranks.size() <= kWorkersNamedInEvents) return absl::StrJoin(ranks, ",");
+  return absl::StrCat(absl::StrJoin(ranks.begin(), ranks.begin() + kWorkersNamedInEvents, ","),
+                      ",... (", ranks.size() - kWorkersNamedInEvents, " more)");
+}
+
+}  // namespace
+
 absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec,
                                              int64_t generation, int restarts) {
   std::map<std::string, WorkerInfo> info;
@@ -934,13 +969,14 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
   if (!packed.has_value()) return false;
   const std::vector<std::string>& ranks = *packed;
   std::vector<Peer> peers;
+  peers.reserve(ranks.size());
   for (const std::string& id : ranks) {
-    Peer peer;
+    Peer& peer = peers.emplace_back();
     peer.set_worker_id(id);
     peer.set_host(info[id].host());
-    peers.push_back(peer);
   }
-  absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, job_id, generation, peers);
+  absl::StatusOr<std::unique_ptr<GenerationPlan>> plan =
+      GenerationPlan::Create(spec, job_id, generation, std::move(peers));
   if (!plan.ok()) {
     RETURN_IF_ERROR(TransitionLocked(
         job_id, JOB_STATE_FAILED, absl::StrCat("cannot plan the job: ", plan.status().message())));
@@ -953,10 +989,8 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
                                      "train.init_from: cannot start"));
     return true;
   }
-  for (Assignment& assignment : *plan) {
-    if (resume.has_value()) assignment.set_resume_step(resume->step());
-    assignment.set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
-  }
+  if (resume.has_value()) (*plan)->set_resume_step(resume->step());
+  (*plan)->set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
   if (resume.has_value()) {
     AppendEventLocked(job_id, "resume",
                       absl::StrCat("generation ", generation, " resumes from checkpoint step ",
@@ -965,9 +999,9 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
   }
   // Ranks may rendezvous only under the prefix of a generation placed here, within a
   // budget for its size; the prefix closes (its keys deleted) when the generation ends.
-  const std::string& prefix = (*plan)[0].rendezvous_prefix();
-  if (absl::Status opened = rendezvous_->OpenGeneration(
-          prefix, RendezvousGenerationByteLimit(static_cast<int>(plan->size())));
+  const std::string prefix = (*plan)->rendezvous_prefix();
+  if (absl::Status opened =
+          rendezvous_->OpenGeneration(prefix, RendezvousGenerationByteLimit((*plan)->world_size()));
       !opened.ok()) {
     RETURN_IF_ERROR(TransitionLocked(
         job_id, JOB_STATE_FAILED, absl::StrCat("cannot open the rendezvous: ", opened.message())));
@@ -990,14 +1024,14 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
     if (absl::Status moved =
             TransitionLocked(job_id, JOB_STATE_PLACING,
                              absl::StrCat("generation ", generation, " on ", ranks.size(),
-                                          " workers: ", absl::StrJoin(ranks, ",")));
+                                          " workers: ", WorkerListText(ranks)));
         !moved.ok()) {
       rendezvous_->CloseGeneration(prefix);
       return moved;
     }
   } else {
     AppendEventLocked(job_id, "placed",
-                      absl::StrCat("generation ", generation, " on ", absl::StrJoin(ranks, ",")));
+                      absl::StrCat("generation ", generation, " on ", WorkerListText(ranks)));
     BumpLocked(job_id);
   }
   ActiveJob job;
@@ -1008,9 +1042,7 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
   job.workers = ranks;
   job.placed_at = clock_->Now();
   for (size_t r = 0; r < ranks.size(); ++r) {
-    WorkerCommand command;
-    *command.mutable_assign() = job.plan[r];
-    outbox_[ranks[r]].push_back(std::move(command));
+    outbox_[ranks[r]].push_back({WorkerCommand(), job.plan, static_cast<int>(r)});
     worker_job_[ranks[r]] = job_id;
   }
   active_[job_id] = std::move(job);
@@ -1083,13 +1115,17 @@ void JobManager::AdmitLocked() {
 }
 
 void JobManager::DetectLostRanksLocked() {
-  std::map<std::string, bool> alive;
-  int registered = 0, live = 0;
-  for (const WorkerStatus& w : workers_->List()) {
-    alive[w.worker().worker_id()] = w.alive();
-    ++registered;
-    live += w.alive() ? 1 : 0;
-  }
+  // By id (Liveness is ordered by id), found by binary search: this runs every tick.
+  const std::vector<std::pair<std::string, bool>> liveness = workers_->Liveness();
+  const int registered = static_cast<int>(liveness.size());
+  int live = 0;
+  for (const auto& [id, alive] : liveness) live += alive ? 1 : 0;
+  const auto is_alive = [&liveness](const std::string& worker) {
+    const auto it = std::lower_bound(liveness.begin(), liveness.end(), worker,
+                                     [](const std::pair<std::string, bool>& entry,
+                                        const std::string& id) { return entry.first < id; });
+    return it != liveness.end() && it->first == worker && it->second;
+  };
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
   // After a pause of this process the registry did not count the gap as any worker's
   // silence (worker_registry.h); the jobs it might have hit say so.
@@ -1114,7 +1150,7 @@ void JobManager::DetectLostRanksLocked() {
     for (size_t rank = 0; rank < job.workers.size(); ++rank) {
       const std::string& worker = job.workers[rank];
       if (job.finished.count(static_cast<int>(rank)) > 0) continue;
-      if (!alive[worker]) {
+      if (!is_alive(worker)) {
         if (metrics_ != nullptr) metrics_->AddMissedHeartbeat();
         failures.emplace_back(
             job_id, absl::StrCat("worker ", worker, " (rank ", rank, ") stopped heartbeating"));

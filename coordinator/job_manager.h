@@ -61,6 +61,7 @@
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/retrying_job_store.h"
 #include "coordinator/worker_registry.h"
+#include "plan/assignment_plan.h"
 #include "plan/layout_search.h"
 #include "proto/assignment.pb.h"
 #include "proto/coordinator.pb.h"
@@ -169,7 +170,10 @@ class JobManager {
     JobSpec spec;
     int64_t generation = 0;
     int restarts = 0;
-    std::vector<Assignment> plan;      // by global rank
+    // The generation's shared plan: every rank's Assignment comes out of it when the
+    // rank's worker collects it, so a generation costs O(pipeline stages) here, not
+    // O(world) Assignments.
+    std::shared_ptr<const GenerationPlan> plan;
     std::vector<std::string> workers;  // by global rank
     std::set<int> finished;            // ranks that reported OK
     bool running = false;              // a step was reported
@@ -281,8 +285,15 @@ class JobManager {
   mutable Mutex mutex_;
   CondVar changed_;  // signalled by BumpLocked and when a job is deleted
   std::map<std::string, ActiveJob> active_ ABSL_GUARDED_BY(mutex_);
+  // A command waiting for a worker's next heartbeat. An assignment is kept as its plan and
+  // rank and made into an Assignment only then, outside the mutex (OnHeartbeat).
+  struct QueuedCommand {
+    WorkerCommand command;                       // when plan is null
+    std::shared_ptr<const GenerationPlan> plan;  // an assignment of rank `rank`
+    int rank = -1;
+  };
   // By worker.
-  std::map<std::string, std::vector<WorkerCommand>> outbox_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, std::vector<QueuedCommand>> outbox_ ABSL_GUARDED_BY(mutex_);
   // Busy worker -> job.
   std::map<std::string, std::string> worker_job_ ABSL_GUARDED_BY(mutex_);
   // Assigned worker -> when it was first seen idle.

@@ -209,6 +209,16 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
   return absl::OkStatus();
 }
 
+std::vector<std::pair<std::string, bool>> WorkerRegistry::Liveness() const {
+  const absl::Time now = clock_->Now();
+  MutexLock lock(&mutex_);
+  LookLocked(now);
+  std::vector<std::pair<std::string, bool>> result;
+  result.reserve(workers_.size());
+  for (const auto& [id, record] : workers_) result.emplace_back(id, IsAlive(record, now));
+  return result;
+}
+
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
   MutexLock lock(&mutex_);

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -87,6 +88,10 @@ class WorkerRegistry {
 
   // Number of workers registered and alive now.
   int CountAlive() const;
+
+  // Every known worker's id with its liveness as of now, ordered by id: what the job
+  // manager's tick needs, without copying every worker's description as List() does.
+  std::vector<std::pair<std::string, bool>> Liveness() const;
 
   // Forgets a worker that is not alive. INVALID_ARGUMENT for an empty id, NOT_FOUND for an
   // unknown one, FAILED_PRECONDITION (saying when it was last heard from) for a live one:

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -16,10 +18,10 @@
 
 namespace mtrain {
 
-absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
-                                                        const std::string& job_id,
-                                                        int64_t generation,
-                                                        const std::vector<Peer>& peers) {
+absl::StatusOr<std::unique_ptr<GenerationPlan>> GenerationPlan::Create(const JobSpec& spec,
+                                                                       const std::string& job_id,
+                                                                       int64_t generation,
+                                                                       std::vector<Peer> peers) {
   const ParallelSpec& parallel = spec.parallel();
   ASSIGN_OR_RETURN(const RankGrid grid,
                    RankGrid::Create(parallel.tensor(), parallel.pipeline(), parallel.data()));
@@ -61,51 +63,98 @@ absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
   config.virtual_stages = parallel.virtual_stages();
   config.microbatches = NumMicrobatches(parallel);
 
+  std::unique_ptr<GenerationPlan> plan(new GenerationPlan(grid));
+  plan->spec_ = spec;
+  plan->job_id_ = job_id;
+  plan->generation_ = generation;
+  plan->rendezvous_prefix_ = absl::StrCat(job_id, "/gen-", generation, "/");
   // Each Assignment names its own peer entry and how many hosts run each number of ranks,
   // never every peer or host: its size grows with neither.
   std::map<std::string, int> ranks_per_host;
   for (const Peer& peer : peers) ++ranks_per_host[peer.host().empty() ? "127.0.0.1" : peer.host()];
-  google::protobuf::Map<int32_t, int32_t> hosts_by_rank_count;
-  for (const auto& [host, ranks] : ranks_per_host) ++hosts_by_rank_count[ranks];
-  // Schedules depend only on the stage; peers are the ranks of one pipeline group.
-  std::vector<Assignment> plan(world);
-  for (int rank = 0; rank < world; ++rank) {
-    const GridCoordinates c = grid.Coordinates(rank);
-    const std::vector<int> stage_ranks = grid.GroupMembers(GroupKind::kPipeline, rank);
-    Assignment& a = plan[rank];
-    a.set_job_id(job_id);
-    a.set_generation(generation);
-    *a.mutable_spec() = spec;
-    RankCoordinates* coords = a.mutable_rank();
-    coords->set_global_rank(rank);
-    coords->set_world_size(world);
-    coords->set_tp_rank(c.tp);
-    coords->set_pp_rank(c.pp);
-    coords->set_dp_rank(c.dp);
-    ASSIGN_OR_RETURN(
-        std::vector<LayerRange> chunks,
-        PartitionLayers(spec.model().num_layers(), parallel.pipeline(), parallel.virtual_stages(),
-                        c.pp, parallel.schedule() == SCHEDULE_ZB_V));
-    for (LayerRange& chunk : chunks) *a.add_layers() = std::move(chunk);
-    ASSIGN_OR_RETURN(*a.mutable_schedule(), BuildPipelineSchedule(config, c.pp, stage_ranks));
-    Peer* self = a.mutable_self();
-    if (!peers.empty()) *self = peers[rank];
-    self->set_global_rank(rank);
-    if (self->host().empty()) self->set_host("127.0.0.1");
-    *a.mutable_hosts_by_rank_count() = hosts_by_rank_count;
-    a.set_rendezvous_prefix(absl::StrCat(job_id, "/gen-", generation, "/"));
+  for (const auto& [host, ranks] : ranks_per_host) ++plan->hosts_by_rank_count_[ranks];
+  plan->peers_ = std::move(peers);
+  // What a stage's ranks share, built once: the layers and the schedule, with the stage
+  // indices where the peers' ranks go (AssignmentFor puts in the ranks of each group).
+  const int p = parallel.pipeline();
+  std::vector<int> stages(p);
+  for (int stage = 0; stage < p; ++stage) stages[stage] = stage;
+  for (int stage = 0; stage < p; ++stage) {
+    ASSIGN_OR_RETURN(std::vector<LayerRange> chunks,
+                     PartitionLayers(spec.model().num_layers(), p, parallel.virtual_stages(), stage,
+                                     parallel.schedule() == SCHEDULE_ZB_V));
+    plan->stage_layers_.push_back(std::move(chunks));
+    ASSIGN_OR_RETURN(PipelineSchedule schedule, BuildPipelineSchedule(config, stage, stages));
+    plan->stage_schedules_.push_back(std::move(schedule));
   }
-  // Prove every pipeline group's schedules before anyone runs them.
-  for (const std::vector<int>& group : grid.AllGroups(GroupKind::kPipeline)) {
-    std::vector<PipelineSchedule> schedules;
-    for (int rank : group) schedules.push_back(plan[rank].schedule());
-    absl::StatusOr<ScheduleReport> report = CheckPipelineSchedules(config, schedules, group);
-    if (!report.ok()) {
-      return absl::InternalError(absl::StrCat("generated pipeline schedule failed its check: ",
-                                              report.status().message()));
-    }
+  // Prove the schedules before anyone runs them. Every pipeline group runs them with its
+  // own ranks in the stages' places (a one-to-one renaming), so one proof covers all.
+  absl::StatusOr<ScheduleReport> report =
+      CheckPipelineSchedules(config, plan->stage_schedules_, stages);
+  if (!report.ok()) {
+    return absl::InternalError(
+        absl::StrCat("generated pipeline schedule failed its check: ", report.status().message()));
   }
   return plan;
+}
+
+RankCoordinates GenerationPlan::Coordinates(int rank) const {
+  const GridCoordinates c = grid_.Coordinates(rank);
+  RankCoordinates coords;
+  coords.set_global_rank(rank);
+  coords.set_world_size(grid_.world_size());
+  coords.set_tp_rank(c.tp);
+  coords.set_pp_rank(c.pp);
+  coords.set_dp_rank(c.dp);
+  return coords;
+}
+
+Assignment GenerationPlan::AssignmentFor(int rank) const {
+  const GridCoordinates c = grid_.Coordinates(rank);
+  Assignment a;
+  a.set_job_id(job_id_);
+  a.set_generation(generation_);
+  *a.mutable_spec() = spec_;
+  *a.mutable_rank() = Coordinates(rank);
+  for (const LayerRange& chunk : stage_layers_[c.pp]) *a.add_layers() = chunk;
+  PipelineSchedule* schedule = a.mutable_schedule();
+  *schedule = stage_schedules_[c.pp];
+  const std::vector<int> stage_ranks = grid_.GroupMembers(GroupKind::kPipeline, rank);
+  for (PipelineAction& action : *schedule->mutable_actions()) {
+    switch (action.kind()) {
+      case PipelineAction::SEND_FORWARD:
+      case PipelineAction::RECV_FORWARD:
+      case PipelineAction::SEND_BACKWARD:
+      case PipelineAction::RECV_BACKWARD:
+        action.set_peer_rank(stage_ranks[action.peer_rank()]);
+        break;
+      default:
+        break;
+    }
+  }
+  Peer* self = a.mutable_self();
+  if (!peers_.empty()) *self = peers_[rank];
+  self->set_global_rank(rank);
+  if (self->host().empty()) self->set_host("127.0.0.1");
+  a.mutable_hosts_by_rank_count()->insert(hosts_by_rank_count_.begin(), hosts_by_rank_count_.end());
+  a.set_rendezvous_prefix(rendezvous_prefix_);
+  if (resume_step_.has_value()) a.set_resume_step(*resume_step_);
+  a.set_collective_timeout_ms(collective_timeout_ms_);
+  return a;
+}
+
+absl::StatusOr<std::vector<Assignment>> PlanAssignments(const JobSpec& spec,
+                                                        const std::string& job_id,
+                                                        int64_t generation,
+                                                        const std::vector<Peer>& peers) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GenerationPlan> plan,
+                   GenerationPlan::Create(spec, job_id, generation, peers));
+  std::vector<Assignment> assignments;
+  assignments.reserve(plan->world_size());
+  for (int rank = 0; rank < plan->world_size(); ++rank) {
+    assignments.push_back(plan->AssignmentFor(rank));
+  }
+  return assignments;
 }
 
 }  // namespace mtrain

@@ -5,7 +5,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "plan/pipeline_schedule.h"
+#include "plan/rank_grid.h"
+#include "spec/job_spec_arithmetic.h"
 #include "spec/job_spec_validation.h"
 
 namespace mtrain {
@@ -45,6 +49,79 @@ TEST(AssignmentPlanTest, EveryRankGetsCoordinatesLayersAndSchedule) {
   EXPECT_TRUE(a.hosts_by_rank_count().empty());
   EXPECT_EQ(a.rendezvous_prefix(), "job-7/gen-3/");
   EXPECT_EQ(a.generation(), 3);
+}
+
+TEST(AssignmentPlanTest, EachRanksScheduleIsItsGroupsOwn) {
+  // The shared plan keeps one schedule per stage with stages where the peers go; each
+  // rank's must equal the schedule built for its own pipeline group's ranks.
+  for (const char* parallel :
+       {R"({"tensor": 2, "pipeline": 2, "data": 3, "global_batch_size": 12})",
+        R"({"pipeline": 4, "data": 2, "virtual_stages": 2, "global_batch_size": 16,
+               "schedule": "SCHEDULE_INTERLEAVED_1F1B"})",
+        R"({"tensor": 2, "pipeline": 4, "global_batch_size": 8,
+               "schedule": "SCHEDULE_ZB_V", "virtual_stages": 2})",
+        R"({"pipeline": 4, "data": 2, "global_batch_size": 16,
+               "schedule": "SCHEDULE_ZB_H1"})"}) {
+    SCOPED_TRACE(parallel);
+    const JobSpec spec =
+        Spec(absl::StrCat(R"({"model": {"num_layers": 8}, "parallel": )", parallel, "}"));
+    absl::StatusOr<std::vector<Assignment>> plan = PlanAssignments(spec, "job-1", 2, {});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const ParallelSpec& p = spec.parallel();
+    absl::StatusOr<RankGrid> grid = RankGrid::Create(p.tensor(), p.pipeline(), p.data());
+    ASSERT_TRUE(grid.ok());
+    ASSERT_EQ(plan->size(), static_cast<size_t>(grid->world_size()));
+    ScheduleConfig config;
+    config.schedule = p.schedule();
+    config.pipeline = p.pipeline();
+    config.virtual_stages = p.virtual_stages();
+    config.microbatches = NumMicrobatches(p);
+    int messages = 0;
+    for (int rank = 0; rank < grid->world_size(); ++rank) {
+      const Assignment& a = (*plan)[rank];
+      EXPECT_EQ(a.rank().global_rank(), rank);
+      EXPECT_EQ(a.rank().pp_rank(), grid->Coordinates(rank).pp);
+      absl::StatusOr<PipelineSchedule> own = BuildPipelineSchedule(
+          config, a.rank().pp_rank(), grid->GroupMembers(GroupKind::kPipeline, rank));
+      ASSERT_TRUE(own.ok()) << own.status();
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(a.schedule(), *own))
+          << "rank " << rank;
+      for (const PipelineAction& action : a.schedule().actions()) {
+        if (action.kind() >= PipelineAction::SEND_FORWARD &&
+            action.kind() <= PipelineAction::RECV_BACKWARD) {
+          ++messages;
+        }
+      }
+    }
+    EXPECT_GT(messages, 0);
+  }
+}
+
+TEST(AssignmentPlanTest, TheSharedPlanDoesNotGrowWithTheWorld) {
+  // 4096 ranks: the plan keeps one schedule and one layer list per stage, and a rank's
+  // Assignment comes out of it on demand with its own coordinates and peer.
+  const JobSpec spec = Spec(R"({"parallel": {"data": 4096, "global_batch_size": 4096}})");
+  std::vector<Peer> peers(4096);
+  for (int r = 0; r < 4096; ++r) {
+    peers[r].set_worker_id(absl::StrCat("w-", r));
+    peers[r].set_host(absl::StrCat("host-", r / 8));
+  }
+  absl::StatusOr<std::unique_ptr<GenerationPlan>> plan =
+      GenerationPlan::Create(spec, "job-9", 4, peers);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  (*plan)->set_resume_step(40);
+  (*plan)->set_collective_timeout_ms(5000);
+  EXPECT_EQ((*plan)->world_size(), 4096);
+  EXPECT_EQ((*plan)->rendezvous_prefix(), "job-9/gen-4/");
+  const Assignment a = (*plan)->AssignmentFor(4095);
+  EXPECT_EQ(a.rank().global_rank(), 4095);
+  EXPECT_EQ(a.rank().dp_rank(), 4095);
+  EXPECT_EQ(a.self().worker_id(), "w-4095");
+  EXPECT_EQ(a.self().host(), "host-511");
+  EXPECT_EQ(a.hosts_by_rank_count().at(8), 512);
+  EXPECT_EQ(a.resume_step(), 40);
+  EXPECT_EQ(a.collective_timeout_ms(), 5000);
+  EXPECT_EQ((*plan)->Coordinates(17).dp_rank(), 17);
 }
 
 TEST(AssignmentPlanTest, PeersMustCoverTheWorld) {
