@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -308,6 +309,63 @@ TEST_F(JobManagerTest, RejectsJobsLargerThanTheLiveWorkersWithTheRule) {
   absl::StatusOr<std::string> rejected = manager_->Submit(bad);
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("model.num_heads"), absl::string_view::npos);
+}
+
+TEST_F(JobManagerTest, PlacesFourThousandRanksAndDeliversEachItsOwnAssignment) {
+  // 4096 workers on 512 hosts, one data-parallel job over all of them: each worker's next
+  // heartbeat carries its own rank, made from the generation's shared plan, with a
+  // pipeline schedule of its group's ranks; the placement event names a few workers and
+  // a count, not 4096 ids.
+  constexpr int kWorkers = 4096;
+  std::vector<std::string> ids;
+  for (int w = 0; w < kWorkers; ++w) {
+    ids.push_back(absl::StrCat("w", w));
+    AddWorker(ids.back(), absl::StrCat("host", w / 8));
+  }
+  const auto start = absl::Now();
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"pipeline": 2, "data": 2048, "global_batch_size": 4096})"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::printf("Submit + placement of %d ranks: %.1f ms\n", kWorkers,
+              absl::ToDoubleMilliseconds(absl::Now() - start));
+  EXPECT_EQ(State(*id), JOB_STATE_PLACING);
+  std::map<int, std::string> worker_of_rank;
+  for (const std::string& w : ids) {
+    int assigns = 0;
+    for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+      if (!c.has_assign()) continue;
+      ++assigns;
+      const Assignment& a = c.assign();
+      EXPECT_EQ(a.self().worker_id(), w);
+      EXPECT_EQ(a.rank().world_size(), kWorkers);
+      EXPECT_EQ(a.hosts_by_rank_count().at(8), kWorkers / 8);
+      worker_of_rank[a.rank().global_rank()] = w;
+      // Stage 0 sends forward to its own group's stage 1: rank + tensor * data.
+      for (const PipelineAction& action : a.schedule().actions()) {
+        if (action.kind() == PipelineAction::SEND_FORWARD) {
+          EXPECT_EQ(action.peer_rank(), a.rank().global_rank() + 2048);
+        }
+        if (action.kind() == PipelineAction::RECV_FORWARD) {
+          EXPECT_EQ(action.peer_rank(), a.rank().global_rank() - 2048);
+        }
+      }
+    }
+    EXPECT_EQ(assigns, 1) << w;
+    // Delivered once: the next heartbeat has nothing more.
+    EXPECT_TRUE(Beat(w, WORKER_STATE_BUSY, *id, 1).empty()) << w;
+  }
+  EXPECT_EQ(worker_of_rank.size(), static_cast<size_t>(kWorkers));
+  absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(*id);
+  ASSERT_TRUE(events.ok());
+  bool named = false;
+  for (const JobEvent& event : *events) {
+    EXPECT_LT(event.message().size(), 1000u) << event.kind();
+    if (event.message().find("on 4096 workers: w") != std::string::npos) {
+      named = true;
+      EXPECT_NE(event.message().find("(4080 more)"), std::string::npos) << event.message();
+    }
+  }
+  EXPECT_TRUE(named);
 }
 
 TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
