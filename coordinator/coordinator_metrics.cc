@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/mutex.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
@@ -68,6 +70,17 @@ void AdvanceCounterTo(prometheus::Counter& counter, double total) {
   if (delta > 0) counter.Increment(delta);
 }
 
+// What the Exposer scrapes: the registry, after the aggregates were refreshed.
+class RefreshingCollectable : public prometheus::Collectable {
+ public:
+  explicit RefreshingCollectable(std::function<std::vector<prometheus::MetricFamily>()> collect)
+      : collect_(std::move(collect)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return collect_(); }
+
+ private:
+  const std::function<std::vector<prometheus::MetricFamily>()> collect_;
+};
+
 }  // namespace
 
 struct CoordinatorMetrics::Impl {
@@ -107,19 +120,31 @@ struct CoordinatorMetrics::Impl {
     int64_t gauge_generation = -1;
   };
 
-  // (job, global rank, tp_rank, pp_stage, dp_rank).
-  using RankKey = std::tuple<std::string, int, int, int, int>;
+  // What the newest generation's ranks of one job last reported, by global rank: the
+  // source of the per-stage aggregates and of the stragglers' series, which Refresh()
+  // computes at scrape time (O(ranks) once per scrape, not per step), and of the per-rank
+  // detail the status page and /api show (RankDetails).
+  struct RankTable {
+    int64_t generation = -1;
+    std::vector<RankReport> ranks;  // by global rank; step < 0: not reported yet
+  };
 
-  // One rank's series. The histogram is cumulative and stays; the gauges hold the last
-  // step only and are dropped when a newer generation of the job starts reporting, so a
-  // rank that a shrink or a new layout removed does not stand out as a straggler forever.
-  struct RankSeries {
+  // The series of one pipeline stage of one job. The histogram and the counters are
+  // cumulative and stay with the job; the gauges describe the newest generation and go
+  // when a newer one reports (its layout may have other stages).
+  struct StageSeries {
     prometheus::Histogram* step_duration = nullptr;
+    std::array<prometheus::Counter*, 3> sent{};  // tensor, pipeline, data
+    prometheus::Gauge* median_step = nullptr;
+    prometheus::Gauge* max_step = nullptr;
+    prometheus::Gauge* bubble = nullptr;
+    prometheus::Gauge* activation_peak = nullptr;
+  };
+
+  // One straggler's two gauges (mtrain_rank_last_step_seconds, mtrain_pipeline_bubble_ratio).
+  struct StragglerSeries {
     prometheus::Gauge* last_step_seconds = nullptr;
     prometheus::Gauge* bubble = nullptr;
-    // Cumulative, like the histogram: bytes sent on the tensor, pipeline and data links.
-    std::array<prometheus::Counter*, 3> sent{};
-    prometheus::Gauge* activation_peak = nullptr;  // dropped with the other gauges
   };
 
   Impl()
@@ -209,28 +234,49 @@ struct CoordinatorMetrics::Impl {
                                   .Register(*registry)),
         step_duration(prometheus::BuildHistogram()
                           .Name("mtrain_step_duration_seconds")
-                          .Help("Duration of one training step on one rank.")
+                          .Help("Duration of one training step on one rank, every rank of "
+                                "the pipeline stage observed.")
                           .Register(*registry)),
+        stage_last_step_seconds(
+            prometheus::BuildGauge()
+                .Name("mtrain_stage_last_step_seconds")
+                .Help("Over the last step of each rank of a pipeline stage (the job's newest "
+                      "generation): stat=\"median\" or \"max\"; max / median is the stage's "
+                      "straggler ratio.")
+                .Register(*registry)),
+        stage_bubble(prometheus::BuildGauge()
+                         .Name("mtrain_stage_pipeline_bubble_ratio")
+                         .Help("Share of the last step spent waiting on pipeline peers, the "
+                               "mean over the stage's ranks, 0..1.")
+                         .Register(*registry)),
+        stage_sent_bytes(prometheus::BuildCounter()
+                             .Name("mtrain_stage_sent_bytes_total")
+                             .Help("Bytes the ranks of a pipeline stage sent on a kind of link "
+                                   "(link: tensor, pipeline, data), as ring algorithms move "
+                                   "them.")
+                             .Register(*registry)),
+        stage_activation_peak(prometheus::BuildGauge()
+                                  .Name("mtrain_stage_activation_memory_peak_bytes")
+                                  .Help("The most bytes the activations one rank of the stage "
+                                        "kept for backwards have held together, the largest "
+                                        "over the stage's ranks.")
+                                  .Register(*registry)),
+        job_ranks_reporting(prometheus::BuildGauge()
+                                .Name("mtrain_job_ranks_reporting")
+                                .Help("Ranks of the job's newest generation that have reported "
+                                      "a step.")
+                                .Register(*registry)),
         rank_last_step_seconds(prometheus::BuildGauge()
                                    .Name("mtrain_rank_last_step_seconds")
-                                   .Help("Duration of the last training step on one rank of "
-                                         "the job's newest generation.")
+                                   .Help("Duration of the last training step of one of the "
+                                         "job's slowest ranks (its newest generation; at most "
+                                         "16 ranks a job, so every rank of a small job).")
                                    .Register(*registry)),
         pipeline_bubble(prometheus::BuildGauge()
                             .Name("mtrain_pipeline_bubble_ratio")
-                            .Help("Share of the rank's last step spent waiting on its "
-                                  "pipeline peers, 0..1.")
+                            .Help("Share of the last step one of the job's slowest ranks "
+                                  "spent waiting on its pipeline peers, 0..1.")
                             .Register(*registry)),
-        rank_sent_bytes(prometheus::BuildCounter()
-                            .Name("mtrain_rank_sent_bytes_total")
-                            .Help("Bytes one rank sent on a kind of link (link: tensor, "
-                                  "pipeline, data), as ring algorithms move them.")
-                            .Register(*registry)),
-        rank_activation_peak(prometheus::BuildGauge()
-                                 .Name("mtrain_rank_activation_memory_peak_bytes")
-                                 .Help("The most bytes one rank's activations kept for "
-                                       "backwards have held together.")
-                                 .Register(*registry)),
         workers_registered(prometheus::BuildGauge()
                                .Name("mtrain_workers_registered")
                                .Help("Workers registered with the coordinator.")
@@ -279,19 +325,137 @@ struct CoordinatorMetrics::Impl {
                              "gRPC code.")
                        .Register(*registry)) {}
 
-  // Removes the job's per-rank gauges (the histograms stay).
-  void DropRankGauges(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
-    for (auto it = ranks.lower_bound(RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
-         it != ranks.end() && std::get<0>(it->first) == job_id; ++it) {
-      RankSeries& series = it->second;
-      if (series.last_step_seconds == nullptr) continue;
+  // Removes the gauges of the job's generation (stages and stragglers); the histograms
+  // and counters stay.
+  void DropGenerationGauges(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
+    for (auto it = stages.lower_bound({job_id, INT_MIN});
+         it != stages.end() && it->first.first == job_id; ++it) {
+      StageSeries& series = it->second;
+      for (auto [family, gauge] : {std::pair{&stage_last_step_seconds, &series.median_step},
+                                   std::pair{&stage_last_step_seconds, &series.max_step},
+                                   std::pair{&stage_bubble, &series.bubble},
+                                   std::pair{&stage_activation_peak, &series.activation_peak}}) {
+        if (*gauge != nullptr) family->Remove(*gauge);
+        *gauge = nullptr;
+      }
+    }
+    DropStragglers(job_id);
+    if (const auto reporting = ranks_reporting.find(job_id); reporting != ranks_reporting.end()) {
+      job_ranks_reporting.Remove(reporting->second);
+      ranks_reporting.erase(reporting);
+    }
+  }
+
+  void DropStragglers(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
+    const auto shown = stragglers.find(job_id);
+    if (shown == stragglers.end()) return;
+    for (auto& [rank, series] : shown->second) {
       rank_last_step_seconds.Remove(series.last_step_seconds);
       pipeline_bubble.Remove(series.bubble);
-      series.last_step_seconds = nullptr;
-      series.bubble = nullptr;
-      if (series.activation_peak != nullptr) rank_activation_peak.Remove(series.activation_peak);
-      series.activation_peak = nullptr;
     }
+    stragglers.erase(shown);
+  }
+
+  StageSeries& Stage(const std::string& job_id, int stage) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
+    StageSeries& series = stages[{job_id, stage}];
+    if (series.step_duration == nullptr) {
+      series.step_duration =
+          &step_duration.Add({{"job", job_id}, {"pp_stage", absl::StrCat(stage)}}, step_buckets);
+    }
+    return series;
+  }
+
+  // Sets the job's aggregate gauges and its stragglers' series from its rank table.
+  void Refresh(const std::string& job_id, const RankTable& table)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) {
+    std::map<int, std::vector<const RankReport*>> by_stage;
+    std::vector<const RankReport*> reported;
+    for (const RankReport& rank : table.ranks) {
+      if (rank.step < 0) continue;
+      reported.push_back(&rank);
+      by_stage[rank.coordinates.pp_rank()].push_back(&rank);
+    }
+    prometheus::Gauge*& reporting = ranks_reporting[job_id];
+    if (reporting == nullptr) reporting = &job_ranks_reporting.Add({{"job", job_id}});
+    reporting->Set(static_cast<double>(reported.size()));
+    for (auto& [stage, ranks] : by_stage) {
+      StageSeries& series = Stage(job_id, stage);
+      const std::string stage_label = absl::StrCat(stage);
+      if (series.median_step == nullptr) {
+        series.median_step = &stage_last_step_seconds.Add(
+            {{"job", job_id}, {"pp_stage", stage_label}, {"stat", "median"}});
+        series.max_step = &stage_last_step_seconds.Add(
+            {{"job", job_id}, {"pp_stage", stage_label}, {"stat", "max"}});
+        series.bubble = &stage_bubble.Add({{"job", job_id}, {"pp_stage", stage_label}});
+      }
+      std::vector<double> seconds;
+      double bubble_sum = 0;
+      int64_t activation_peak = -1;
+      for (const RankReport* rank : ranks) {
+        seconds.push_back(rank->last_step_seconds);
+        bubble_sum += rank->pipeline_bubble;
+        activation_peak = std::max(activation_peak, rank->activation_peak_bytes);
+      }
+      // The lower median for an even count: a value some rank really reported.
+      const auto middle = seconds.begin() + (seconds.size() - 1) / 2;
+      std::nth_element(seconds.begin(), middle, seconds.end());
+      series.median_step->Set(*middle);
+      series.max_step->Set(*std::max_element(seconds.begin(), seconds.end()));
+      series.bubble->Set(bubble_sum / static_cast<double>(ranks.size()));
+      if (activation_peak >= 0) {
+        if (series.activation_peak == nullptr) {
+          series.activation_peak =
+              &stage_activation_peak.Add({{"job", job_id}, {"pp_stage", stage_label}});
+        }
+        series.activation_peak->Set(static_cast<double>(activation_peak));
+      }
+    }
+    // The slowest ranks, slowest first (ties: the lower rank), as their own series; ranks
+    // that left the set lose theirs, so at most kStragglerRanks series a job exist.
+    const size_t shown = std::min(reported.size(), static_cast<size_t>(kStragglerRanks));
+    std::partial_sort(reported.begin(), reported.begin() + shown, reported.end(),
+                      [](const RankReport* a, const RankReport* b) {
+                        if (a->last_step_seconds != b->last_step_seconds) {
+                          return a->last_step_seconds > b->last_step_seconds;
+                        }
+                        return a->coordinates.global_rank() < b->coordinates.global_rank();
+                      });
+    std::map<int, StragglerSeries>& series = stragglers[job_id];
+    std::map<int, StragglerSeries> kept;
+    for (size_t i = 0; i < shown; ++i) {
+      const RankReport& rank = *reported[i];
+      const int global_rank = rank.coordinates.global_rank();
+      StragglerSeries entry;
+      if (const auto existing = series.find(global_rank); existing != series.end()) {
+        entry = existing->second;
+        series.erase(existing);
+      } else {
+        const prometheus::Labels labels{{"job", job_id},
+                                        {"rank", absl::StrCat(global_rank)},
+                                        {"tp_rank", absl::StrCat(rank.coordinates.tp_rank())},
+                                        {"pp_stage", absl::StrCat(rank.coordinates.pp_rank())},
+                                        {"dp_rank", absl::StrCat(rank.coordinates.dp_rank())}};
+        entry.last_step_seconds = &rank_last_step_seconds.Add(labels);
+        entry.bubble = &pipeline_bubble.Add(labels);
+      }
+      entry.last_step_seconds->Set(rank.last_step_seconds);
+      entry.bubble->Set(rank.pipeline_bubble);
+      kept[global_rank] = entry;
+    }
+    for (auto& [rank, gone] : series) {
+      rank_last_step_seconds.Remove(gone.last_step_seconds);
+      pipeline_bubble.Remove(gone.bubble);
+    }
+    series = std::move(kept);
+  }
+
+  // Refreshes every job's aggregates, then collects: what a scrape serves.
+  std::vector<prometheus::MetricFamily> Collect() {
+    {
+      MutexLock lock(&mutex);
+      for (const auto& [job_id, table] : tables) Refresh(job_id, table);
+    }
+    return registry->Collect();
   }
 
   // The job's series, created on first use.
@@ -332,10 +496,13 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Gauge>& job_checkpoint_step;
   prometheus::Family<prometheus::Counter>& job_checkpoints_saved;
   prometheus::Family<prometheus::Histogram>& step_duration;
+  prometheus::Family<prometheus::Gauge>& stage_last_step_seconds;
+  prometheus::Family<prometheus::Gauge>& stage_bubble;
+  prometheus::Family<prometheus::Counter>& stage_sent_bytes;
+  prometheus::Family<prometheus::Gauge>& stage_activation_peak;
+  prometheus::Family<prometheus::Gauge>& job_ranks_reporting;
   prometheus::Family<prometheus::Gauge>& rank_last_step_seconds;
   prometheus::Family<prometheus::Gauge>& pipeline_bubble;
-  prometheus::Family<prometheus::Counter>& rank_sent_bytes;
-  prometheus::Family<prometheus::Gauge>& rank_activation_peak;
   prometheus::Gauge& workers_registered;
   prometheus::Gauge& workers_alive;
   prometheus::Counter& heartbeats_missed;
@@ -350,10 +517,16 @@ struct CoordinatorMetrics::Impl {
   // step) consistent.
   Mutex mutex;
   std::map<std::string, JobSeries> jobs ABSL_GUARDED_BY(mutex);
+  std::map<std::string, RankTable> tables ABSL_GUARDED_BY(mutex);
   // Family::Add builds a histogram (and copies the buckets) before it finds the existing
-  // one, so each rank's series are looked up here instead, once per step.
-  std::map<RankKey, RankSeries> ranks ABSL_GUARDED_BY(mutex);
+  // one, so each stage's series are looked up here instead, once per step.
+  std::map<std::pair<std::string, int>, StageSeries> stages ABSL_GUARDED_BY(mutex);
+  // Job -> its stragglers' series by global rank.
+  std::map<std::string, std::map<int, StragglerSeries>> stragglers ABSL_GUARDED_BY(mutex);
+  std::map<std::string, prometheus::Gauge*> ranks_reporting ABSL_GUARDED_BY(mutex);
 
+  // Set by Start, before anything can scrape.
+  std::shared_ptr<prometheus::Collectable> collectable;
   int port = 0;
   // Last member: destroyed first, so no scrape runs while the rest is torn down.
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -362,6 +535,8 @@ struct CoordinatorMetrics::Impl {
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
     const std::string& http_address) {
   auto impl = std::make_unique<Impl>();
+  impl->collectable =
+      std::make_shared<RefreshingCollectable>([raw = impl.get()] { return raw->Collect(); });
   // Present from the start at 0, so rate() and increase() see the first failure.
   for (const char* operation : kStoreWriteOperations) {
     impl->store_write_failures.Add({{"operation", operation}});
@@ -375,7 +550,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Start(
       return absl::UnavailableError(
           absl::StrCat("cannot serve metrics on ", http_address, ": ", e.what()));
     }
-    impl->exposer->RegisterCollectable(impl->registry);
+    impl->exposer->RegisterCollectable(impl->collectable);
     const std::vector<int> ports = impl->exposer->GetListeningPorts();
     if (ports.empty()) {
       return absl::UnavailableError(
@@ -401,16 +576,16 @@ void CoordinatorMetrics::SetJobState(const std::string& job_id, JobState state) 
 
 void CoordinatorMetrics::ForgetJob(const std::string& job_id) {
   MutexLock lock(&impl_->mutex);
-  impl_->DropRankGauges(job_id);
-  auto& ranks = impl_->ranks;
-  for (auto it = ranks.lower_bound(Impl::RankKey{job_id, INT_MIN, INT_MIN, INT_MIN, INT_MIN});
-       it != ranks.end() && std::get<0>(it->first) == job_id;) {
-    if (it->second.step_duration != nullptr) impl_->step_duration.Remove(it->second.step_duration);
+  impl_->DropGenerationGauges(job_id);
+  for (auto it = impl_->stages.lower_bound({job_id, INT_MIN});
+       it != impl_->stages.end() && it->first.first == job_id;) {
+    impl_->step_duration.Remove(it->second.step_duration);
     for (prometheus::Counter* counter : it->second.sent) {
-      if (counter != nullptr) impl_->rank_sent_bytes.Remove(counter);
+      if (counter != nullptr) impl_->stage_sent_bytes.Remove(counter);
     }
-    it = ranks.erase(it);
+    it = impl_->stages.erase(it);
   }
+  impl_->tables.erase(job_id);
   const auto job = impl_->jobs.find(job_id);
   if (job == impl_->jobs.end()) return;
   Impl::JobSeries& series = job->second;
@@ -452,45 +627,39 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
 
   if (metrics.generation() > job.gauge_generation) {
     // A new generation: the previous one's ranks are gone (perhaps with another layout).
-    impl_->DropRankGauges(job_id);
+    impl_->DropGenerationGauges(job_id);
     job.gauge_generation = metrics.generation();
   }
   const bool newest_generation = metrics.generation() == job.gauge_generation;
-
-  const Impl::RankKey key{job_id, coordinates.global_rank(), coordinates.tp_rank(),
-                          coordinates.pp_rank(), coordinates.dp_rank()};
-  Impl::RankSeries& rank = impl_->ranks[key];
-  // Built only when a series is created, not on every step.
-  const auto labels = [&] {
-    return prometheus::Labels{{"job", job_id},
-                              {"rank", absl::StrCat(coordinates.global_rank())},
-                              {"tp_rank", absl::StrCat(coordinates.tp_rank())},
-                              {"pp_stage", absl::StrCat(coordinates.pp_rank())},
-                              {"dp_rank", absl::StrCat(coordinates.dp_rank())}};
-  };
-  if (rank.step_duration == nullptr) {
-    rank.step_duration = &impl_->step_duration.Add(labels(), impl_->step_buckets);
-  }
+  const int stage = coordinates.pp_rank();
+  Impl::StageSeries& series = impl_->Stage(job_id, stage);
   // A NaN or negative duration (a broken clock on a worker) would poison the histogram's
   // _sum for good; leave it out.
   const double seconds = metrics.step_seconds();
   const bool valid_seconds = std::isfinite(seconds) && seconds >= 0;
-  if (valid_seconds) rank.step_duration->Observe(seconds);
-  if (valid_seconds && newest_generation) {
-    if (rank.last_step_seconds == nullptr) {
-      rank.last_step_seconds = &impl_->rank_last_step_seconds.Add(labels());
-      rank.bubble = &impl_->pipeline_bubble.Add(labels());
+  if (valid_seconds) series.step_duration->Observe(seconds);
+  // The job manager checked the rank against its generation's world; a world the plan's
+  // bounds do not allow is not tabled (the histogram above still counts the step).
+  const int world = coordinates.world_size();
+  const int global_rank = coordinates.global_rank();
+  if (valid_seconds && newest_generation && world > 0 && world <= kMaxTabledRanks &&
+      global_rank >= 0 && global_rank < world) {
+    Impl::RankTable& table = impl_->tables[job_id];
+    if (table.generation != metrics.generation() ||
+        table.ranks.size() != static_cast<size_t>(world)) {
+      table.generation = metrics.generation();
+      table.ranks.assign(world, RankReport{});
     }
-    rank.last_step_seconds->Set(seconds);
+    RankReport& rank = table.ranks[global_rank];
+    rank.coordinates = coordinates;
+    rank.step = metrics.step();
+    rank.last_step_seconds = seconds;
     // Waiting happens inside the step, so the share is within 0..1 but for clock noise.
     const double wait = metrics.pipeline_wait_seconds();
     const double share = seconds > 0 && std::isfinite(wait) ? wait / seconds : 0;
-    rank.bubble->Set(std::clamp(share, 0.0, 1.0));
+    rank.pipeline_bubble = std::clamp(share, 0.0, 1.0);
     if (metrics.has_activation_memory_peak_bytes()) {
-      if (rank.activation_peak == nullptr) {
-        rank.activation_peak = &impl_->rank_activation_peak.Add(labels());
-      }
-      rank.activation_peak->Set(static_cast<double>(metrics.activation_memory_peak_bytes()));
+      rank.activation_peak_bytes = metrics.activation_memory_peak_bytes();
     }
   }
   const std::array<int64_t, 3> sent = {metrics.tensor_bytes_sent(), metrics.pipeline_bytes_sent(),
@@ -498,12 +667,11 @@ void CoordinatorMetrics::ObserveStep(const std::string& job_id, const StepMetric
   static constexpr std::array<const char*, 3> kLinks = {"tensor", "pipeline", "data"};
   for (size_t link = 0; link < sent.size(); ++link) {
     if (sent[link] <= 0) continue;  // a counter only moves up; none until a link is used
-    if (rank.sent[link] == nullptr) {
-      prometheus::Labels with_link = labels();
-      with_link["link"] = kLinks[link];
-      rank.sent[link] = &impl_->rank_sent_bytes.Add(with_link);
+    if (series.sent[link] == nullptr) {
+      series.sent[link] = &impl_->stage_sent_bytes.Add(
+          {{"job", job_id}, {"pp_stage", absl::StrCat(stage)}, {"link", kLinks[link]}});
     }
-    rank.sent[link]->Increment(static_cast<double>(sent[link]));
+    series.sent[link]->Increment(static_cast<double>(sent[link]));
   }
 
   // train.eval_tasks' results come from one rank (the first of the last stage of replica
@@ -630,7 +798,18 @@ void CoordinatorMetrics::AddRpcError(const std::string& method, const std::strin
 }
 
 std::string CoordinatorMetrics::Scrape() const {
-  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+  return prometheus::TextSerializer().Serialize(impl_->Collect());
+}
+
+std::vector<RankReport> CoordinatorMetrics::RankDetails(const std::string& job_id) const {
+  MutexLock lock(&impl_->mutex);
+  const auto table = impl_->tables.find(job_id);
+  if (table == impl_->tables.end()) return {};
+  std::vector<RankReport> reported;
+  for (const RankReport& rank : table->second.ranks) {
+    if (rank.step >= 0) reported.push_back(rank);
+  }
+  return reported;
 }
 
 }  // namespace mtrain

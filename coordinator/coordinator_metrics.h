@@ -20,12 +20,23 @@
 //                                               or, with the budget spent, fails it
 //   mtrain_job_checkpoint_step{job}             step of the newest committed checkpoint
 //   mtrain_job_checkpoints_saved_total{job}     checkpoints committed to the store
-//   mtrain_step_duration_seconds{job,rank,tp_rank,pp_stage,dp_rank}   histogram
+//   Per pipeline stage (bounded by the pipeline depth, not the world size; issue 37):
+//   mtrain_step_duration_seconds{job,pp_stage}  histogram of every rank's steps
+//   mtrain_stage_last_step_seconds{job,pp_stage,stat}   median and max (stat) over the
+//                                               last step of each of the stage's ranks
+//   mtrain_stage_pipeline_bubble_ratio{job,pp_stage}     mean over the stage's ranks of the
+//                                               share of the last step spent waiting on
+//                                               pipeline peers
+//   mtrain_stage_activation_memory_peak_bytes{job,pp_stage}   the largest rank's
+//   mtrain_stage_sent_bytes_total{job,pp_stage,link}     bytes sent (link: tensor,
+//                                               pipeline, data)
+//   mtrain_job_ranks_reporting{job}             ranks of the newest generation heard from
+//   Per rank, for the job's kStragglerRanks slowest ranks only (every rank of a small job):
 //   mtrain_rank_last_step_seconds{job,rank,tp_rank,pp_stage,dp_rank}  the rank's last step
-//   mtrain_pipeline_bubble_ratio{job,rank,tp_rank,pp_stage,dp_rank}   share of the rank's
-//                                               last step spent waiting on pipeline peers
-//   (the two per-rank gauges show the job's newest generation only: a restart with
-//   another layout drops the ranks that no longer exist)
+//   mtrain_pipeline_bubble_ratio{job,rank,tp_rank,pp_stage,dp_rank}   its bubble share
+//   (the gauges show the job's newest generation only: a restart with another layout
+//   drops the stages and ranks that no longer exist; every rank's detail is RankDetails,
+//   served at /api/jobs/JOB/ranks and on the status page)
 //   mtrain_workers_registered, mtrain_workers_alive
 //   mtrain_heartbeats_missed_total              workers declared dead for silence
 //   mtrain_rpc_errors_total{method,code}        RPCs answered with an error
@@ -43,13 +54,15 @@
 //   ASSIGN_OR_RETURN(auto metrics, CoordinatorMetrics::Start("127.0.0.1:0"));
 //   metrics->ObserveStep("job-1", step_metrics, coordinates);
 //
-// Thread-safe.
+// Thread-safe. The aggregates and the stragglers are computed when scraped (once per
+// scrape, O(ranks)), so a step costs O(1) whatever the world size.
 #ifndef MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
 #define MTRAIN_COORDINATOR_COORDINATOR_METRICS_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/assignment.pb.h"
@@ -60,6 +73,20 @@ namespace mtrain {
 // The `operation` label values of mtrain_coordinator_store_write_failures_total.
 inline constexpr const char* kStoreWriteOperations[] = {"transition", "placement", "event", "step",
                                                         "delete"};
+
+// The slowest ranks of a job that get their own series.
+inline constexpr int kStragglerRanks = 16;
+// Ranks a job's table holds at most (above the spec's bound on the world size, 4,096).
+inline constexpr int kMaxTabledRanks = 16384;
+
+// One rank's last report in the job's newest generation.
+struct RankReport {
+  RankCoordinates coordinates;
+  int64_t step = -1;  // -1: not reported yet
+  double last_step_seconds = 0;
+  double pipeline_bubble = 0;          // 0..1
+  int64_t activation_peak_bytes = -1;  // -1: not reported
+};
 
 class CoordinatorMetrics {
  public:
@@ -100,6 +127,10 @@ class CoordinatorMetrics {
 
   // The current exposition text (what /metrics serves).
   std::string Scrape() const;
+
+  // Every rank of the job's newest generation that has reported, by global rank (empty
+  // for a job not seen or forgotten).
+  std::vector<RankReport> RankDetails(const std::string& job_id) const;
 
  private:
   struct Impl;

@@ -44,10 +44,14 @@ std::optional<double> SampleValue(const std::string& text, const std::string& se
   return std::nullopt;
 }
 
-std::string StepSeries(int rank, int tp, int pp, int dp, const std::string& suffix) {
-  return absl::StrCat("mtrain_step_duration_seconds", suffix, "{dp_rank=\"", dp,
-                      "\",job=\"job-1\",pp_stage=\"", pp, "\",rank=\"", rank, "\",tp_rank=\"", tp,
+// The step histogram of one pipeline stage of job-1.
+std::string StepSeries(int pp, const std::string& suffix) {
+  return absl::StrCat("mtrain_step_duration_seconds", suffix, "{job=\"job-1\",pp_stage=\"", pp,
                       "\"}");
+}
+
+std::string StageSeries(const std::string& name, int pp, const std::string& extra = "") {
+  return absl::StrCat(name, "{job=\"job-1\",pp_stage=\"", pp, "\"", extra, "}");
 }
 
 RankCoordinates Coordinates(int rank, int tp, int pp, int dp) {
@@ -158,24 +162,33 @@ TEST(CoordinatorMetricsTest, ServesJobMetricsOverHttpOnAPickedPort) {
   EXPECT_EQ(SampleValue(text, "mtrain_rpc_errors_total{code=\"NOT_FOUND\",method=\"Heartbeat\"}"),
             1);
 
-  // One histogram per rank, labelled with its coordinates.
-  EXPECT_EQ(SampleValue(text, StepSeries(0, 0, 0, 0, "_count")), 3);
-  EXPECT_EQ(SampleValue(text, StepSeries(1, 1, 0, 0, "_count")), 3);
-  EXPECT_EQ(SampleValue(text, StepSeries(2, 0, 1, 0, "_count")), 3);
-  EXPECT_EQ(SampleValue(text, StepSeries(3, 1, 1, 0, "_count")), 4);
-  EXPECT_NEAR(*SampleValue(text, StepSeries(3, 1, 1, 0, "_sum")), 3 * 0.3 + 7.0, 1e-9);
-  EXPECT_EQ(SampleValue(text, StepSeries(3, 1, 1, 0, "_bucket")), std::nullopt);
+  // One histogram per pipeline stage: every rank of the stage observes into it.
+  EXPECT_EQ(SampleValue(text, StepSeries(0, "_count")), 6);
+  EXPECT_EQ(SampleValue(text, StepSeries(1, "_count")), 7);
+  EXPECT_NEAR(*SampleValue(text, StepSeries(1, "_sum")), 6 * 0.3 + 7.0, 1e-9);
+  EXPECT_EQ(SampleValue(text, StepSeries(1, "_bucket")), std::nullopt);
   // Buckets are cumulative: the 7 s step is above 5 s and within 10 s.
-  const std::string rank3_labels = "dp_rank=\"0\",job=\"job-1\",pp_stage=\"1\",rank=\"3\"";
-  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
-                                           ",tp_rank=\"1\",le=\"5\"}")),
-            3);
-  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
-                                           ",tp_rank=\"1\",le=\"10\"}")),
-            4);
-  EXPECT_EQ(SampleValue(text, absl::StrCat("mtrain_step_duration_seconds_bucket{", rank3_labels,
-                                           ",tp_rank=\"1\",le=\"+Inf\"}")),
-            4);
+  EXPECT_EQ(SampleValue(text,
+                        "mtrain_step_duration_seconds_bucket{job=\"job-1\",pp_stage=\"1\","
+                        "le=\"5\"}"),
+            6);
+  EXPECT_EQ(SampleValue(text,
+                        "mtrain_step_duration_seconds_bucket{job=\"job-1\",pp_stage=\"1\","
+                        "le=\"10\"}"),
+            7);
+  EXPECT_EQ(SampleValue(text,
+                        "mtrain_step_duration_seconds_bucket{job=\"job-1\",pp_stage=\"1\","
+                        "le=\"+Inf\"}"),
+            7);
+  // Each stage's last steps: stage 1's ranks last took 0.3 and 7 s (lower median 0.3).
+  EXPECT_EQ(SampleValue(text, StageSeries("mtrain_stage_last_step_seconds", 1, ",stat=\"max\"")),
+            7.0);
+  EXPECT_EQ(SampleValue(text, StageSeries("mtrain_stage_last_step_seconds", 1, ",stat=\"median\"")),
+            0.3);
+  EXPECT_NEAR(*SampleValue(text, StageSeries("mtrain_stage_pipeline_bubble_ratio", 0)), 0.5, 1e-12);
+  EXPECT_NEAR(*SampleValue(text, StageSeries("mtrain_stage_pipeline_bubble_ratio", 1)),
+              (0.2 + 0.1) / 2, 1e-12);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_ranks_reporting{job=\"job-1\"}"), 4);
 }
 
 std::string RankSeries(const std::string& name, int rank, int tp, int pp, int dp) {
@@ -225,13 +238,13 @@ TEST(CoordinatorMetricsTest, RankGaugesFollowTheNewestGeneration) {
   EXPECT_EQ(SampleValue(text, RankSeries(last, 1, 0, 0, 1)), std::nullopt);
   EXPECT_EQ(SampleValue(text, RankSeries("mtrain_pipeline_bubble_ratio", 1, 0, 0, 1)),
             std::nullopt);
-  EXPECT_EQ(SampleValue(text, StepSeries(1, 0, 0, 1, "_count")), 1);
+  EXPECT_EQ(SampleValue(text, StepSeries(0, "_count")), 3);
 
   // A late report of the old generation does not bring the rank back.
   metrics->ObserveStep("job-1", Step(2, 0.9, 3.0), Coordinates(1, 0, 0, 1));
   text = metrics->Scrape();
   EXPECT_EQ(SampleValue(text, RankSeries(last, 1, 0, 0, 1)), std::nullopt);
-  EXPECT_EQ(SampleValue(text, StepSeries(1, 0, 0, 1, "_count")), 2);
+  EXPECT_EQ(SampleValue(text, StepSeries(0, "_count")), 4);
   // Another job's ranks are untouched by this job's generations.
   metrics->ObserveStep("job-2", Step(1, 0.25), Coordinates(0, 0, 0, 0));
   StepMetrics third = Step(2, 0.3, 3.0);
@@ -243,8 +256,8 @@ TEST(CoordinatorMetricsTest, RankGaugesFollowTheNewestGeneration) {
             0.25);
 }
 
-// Bytes sent accumulate per link (a counter per rank and link, none before a link is
-// used); the activation peak is the last step's, and both go with the job.
+// Bytes sent accumulate per stage and link (none before a link is used); the activation
+// peak is the last step's, and both go with the job.
 TEST(CoordinatorMetricsTest, RankBytesSentAddUpByLinkAndActivationPeaksShow) {
   std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
   ASSERT_NE(metrics, nullptr);
@@ -257,16 +270,93 @@ TEST(CoordinatorMetricsTest, RankBytesSentAddUpByLinkAndActivationPeaksShow) {
   }
   const std::string text = metrics->Scrape();
   const auto sent = [](const char* link) {
-    return absl::StrCat("mtrain_rank_sent_bytes_total{dp_rank=\"0\",job=\"job-1\",link=\"", link,
-                        "\",pp_stage=\"1\",rank=\"2\",tp_rank=\"0\"}");
+    return absl::StrCat("mtrain_stage_sent_bytes_total{job=\"job-1\",link=\"", link,
+                        "\",pp_stage=\"1\"}");
   };
   EXPECT_EQ(SampleValue(text, sent("tensor")), 3000);
   EXPECT_EQ(SampleValue(text, sent("pipeline")), 750);
   EXPECT_EQ(text.find(sent("data")), std::string::npos) << "no data link used";
-  EXPECT_EQ(SampleValue(text, RankSeries("mtrain_rank_activation_memory_peak_bytes", 2, 0, 1, 0)),
+  EXPECT_EQ(SampleValue(text, StageSeries("mtrain_stage_activation_memory_peak_bytes", 1)),
             3 * 4096);
   metrics->ForgetJob("job-1");
   EXPECT_EQ(metrics->Scrape().find("job=\"job-1\""), std::string::npos);
+}
+
+TEST(CoordinatorMetricsTest, AJobOfFourThousandRanksStaysSmallAndShowsItsStragglers) {
+  // (t, p, d) = (2, 4, 512): 4096 ranks reporting every step. The exposition keeps the
+  // per-stage aggregates and the kStragglerRanks slowest ranks, under 1 MB and lint-clean;
+  // RankDetails keeps every rank.
+  ASSERT_EQ(access(kPromtool, X_OK), 0)
+      << kPromtool << " not found: run `make deps` (installs Debian's prometheus package)";
+  std::unique_ptr<CoordinatorMetrics> metrics = StartOnLoopback();
+  ASSERT_NE(metrics, nullptr);
+  constexpr int kTensor = 2, kPipeline = 4, kData = 512, kWorld = kTensor * kPipeline * kData;
+  const auto coordinates = [&](int rank) {
+    RankCoordinates c;
+    c.set_global_rank(rank);
+    c.set_world_size(kWorld);
+    c.set_tp_rank(rank % kTensor);
+    c.set_dp_rank(rank / kTensor % kData);
+    c.set_pp_rank(rank / (kTensor * kData));
+    return c;
+  };
+  // Rank r takes 1 + r / 10000 s: the slowest are the last 16 ranks, all on stage 3.
+  for (int64_t step = 1; step <= 2; ++step) {
+    for (int rank = 0; rank < kWorld; ++rank) {
+      StepMetrics m = Step(step, 1.0 + rank / 10000.0, std::nullopt, 0.1);
+      m.set_data_bytes_sent(100);
+      metrics->ObserveStep("job-1", m, coordinates(rank));
+    }
+  }
+  std::string text = metrics->Scrape();
+  std::printf("exposition of a %d-rank job: %zu bytes\n", kWorld, text.size());
+  EXPECT_LT(text.size(), size_t{1} << 20);
+  const auto count = [](const std::string& text, const std::string& prefix) {
+    int n = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      n += absl::StartsWith(line, prefix) ? 1 : 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(text, "mtrain_rank_last_step_seconds{"), kStragglerRanks);
+  EXPECT_EQ(count(text, "mtrain_pipeline_bubble_ratio{"), kStragglerRanks);
+  const auto straggler = [&](int rank) {
+    const RankCoordinates c = coordinates(rank);
+    return RankSeries("mtrain_rank_last_step_seconds", rank, c.tp_rank(), c.pp_rank(), c.dp_rank());
+  };
+  EXPECT_NEAR(*SampleValue(text, straggler(kWorld - 1)), 1.0 + (kWorld - 1) / 10000.0, 1e-12);
+  EXPECT_NEAR(*SampleValue(text, straggler(kWorld - kStragglerRanks)),
+              1.0 + (kWorld - kStragglerRanks) / 10000.0, 1e-12);
+  EXPECT_EQ(SampleValue(text, straggler(kWorld - kStragglerRanks - 1)), std::nullopt);
+  EXPECT_EQ(SampleValue(text, "mtrain_job_ranks_reporting{job=\"job-1\"}"), kWorld);
+  EXPECT_EQ(SampleValue(text, StepSeries(2, "_count")), 2 * kTensor * kData);
+  EXPECT_EQ(SampleValue(text,
+                        "mtrain_stage_sent_bytes_total{job=\"job-1\",link=\"data\","
+                        "pp_stage=\"0\"}"),
+            2 * 100 * kTensor * kData);
+  // Stage 0 holds ranks 0..1023: max 1.1023 s, lower median rank 511's 1.0511 s.
+  EXPECT_NEAR(*SampleValue(text, StageSeries("mtrain_stage_last_step_seconds", 0, ",stat=\"max\"")),
+              1.1023, 1e-12);
+  EXPECT_NEAR(
+      *SampleValue(text, StageSeries("mtrain_stage_last_step_seconds", 0, ",stat=\"median\"")),
+      1.0511, 1e-12);
+  std::string output;
+  EXPECT_EQ(RunPromtool(text, &output), 0) << output;
+  EXPECT_EQ(output, "");
+
+  // Rank 7 turns slow: it becomes the slowest straggler and the sixteenth drops out.
+  metrics->ObserveStep("job-1", Step(3, 9.0, std::nullopt, 0.1), coordinates(7));
+  text = metrics->Scrape();
+  EXPECT_EQ(count(text, "mtrain_rank_last_step_seconds{"), kStragglerRanks);
+  EXPECT_EQ(SampleValue(text, straggler(7)), 9.0);
+  EXPECT_EQ(SampleValue(text, straggler(kWorld - kStragglerRanks)), std::nullopt);
+
+  const std::vector<RankReport> details = metrics->RankDetails("job-1");
+  ASSERT_EQ(details.size(), static_cast<size_t>(kWorld));
+  EXPECT_EQ(details[7].step, 3);
+  EXPECT_EQ(details[7].last_step_seconds, 9.0);
+  EXPECT_EQ(details[4095].coordinates.pp_rank(), 3);
+  EXPECT_TRUE(metrics->RankDetails("job-2").empty());
 }
 
 TEST(CoordinatorMetricsTest, ForgetJobRemovesEverySeriesOfTheJobOnly) {
@@ -283,7 +373,7 @@ TEST(CoordinatorMetricsTest, ForgetJobRemovesEverySeriesOfTheJobOnly) {
   const std::string text = metrics->Scrape();
   EXPECT_EQ(text.find("job=\"job-1\""), std::string::npos) << text;
   EXPECT_NE(text.find("mtrain_job_step{job=\"job-2\"}"), std::string::npos) << text;
-  EXPECT_NE(text.find("mtrain_step_duration_seconds_count{dp_rank=\"0\",job=\"job-2\""),
+  EXPECT_NE(text.find("mtrain_step_duration_seconds_count{job=\"job-2\",pp_stage=\"0\"}"),
             std::string::npos)
       << text;
   // The job may come back (a new series from zero), as after a restart of the coordinator.
@@ -389,7 +479,7 @@ TEST(CoordinatorMetricsTest, JobGaugesFollowTheNewestStepCarryingTheLoss) {
   // A rank without the loss adds to its histogram but makes up no job loss.
   metrics->ObserveStep("job-1", Step(1, 0.2), Coordinates(0, 0, 0, 0));
   EXPECT_EQ(SampleValue(metrics->Scrape(), loss), std::nullopt);
-  EXPECT_EQ(SampleValue(metrics->Scrape(), StepSeries(0, 0, 0, 0, "_count")), 1);
+  EXPECT_EQ(SampleValue(metrics->Scrape(), StepSeries(0, "_count")), 1);
 
   metrics->ObserveStep("job-1", Step(5, 0.2, 4.0), Coordinates(1, 0, 1, 0));
   EXPECT_EQ(SampleValue(metrics->Scrape(), loss), 4.0);
@@ -491,9 +581,10 @@ TEST(CoordinatorMetricsTest, ConcurrentUpdatesAndScrapesAddUp) {
   for (std::thread& thread : threads) thread.join();
 
   const std::string text = metrics->Scrape();
-  for (int rank = 0; rank < kRanks; ++rank) {
-    EXPECT_EQ(SampleValue(text, StepSeries(rank, rank, 0, 0, "_count")), kSteps) << rank;
-  }
+  // Every rank is on stage 0: one histogram counts them all.
+  EXPECT_EQ(SampleValue(text, StepSeries(0, "_count")), kRanks * kSteps);
+  for (const RankReport& rank : metrics->RankDetails("job-1")) EXPECT_EQ(rank.step, kSteps);
+  EXPECT_EQ(metrics->RankDetails("job-1").size(), static_cast<size_t>(kRanks));
   EXPECT_EQ(SampleValue(text, "mtrain_job_restarts_total{job=\"job-1\"}"), kSteps);
   EXPECT_EQ(SampleValue(text, "mtrain_job_step{job=\"job-1\"}"), kSteps);
   EXPECT_EQ(SampleValue(text, "mtrain_rpc_errors_total{code=\"ABORTED\",method=\"ReportMetrics\"}"),
