@@ -36,6 +36,8 @@ absl::StatusOr<std::set<std::string>> CoordinatorSeriesNames() {
     step.set_model_tflops(1);
     step.set_mfu(0.1);
     step.set_loss_scale(1);
+    step.set_pipeline_bytes_sent(1024);
+    step.set_activation_memory_peak_bytes(4096);
     if (rank == 1) {
       step.set_loss(5.5);
       step.set_validation_loss(5.75);
