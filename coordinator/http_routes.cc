@@ -209,6 +209,7 @@ HttpResponse CoordinatorHttpRoutes::Handle(const HttpRequest& request) const {
         absl::StrSplit(absl::string_view(path).substr(kJobPrefix.size()), '/');
     if (parts.size() == 1) return Job(parts[0]);
     if (parts.size() == 2 && parts[1] == "steps") return Steps(parts[0], request.query);
+    if (parts.size() == 2 && parts[1] == "ranks") return Ranks(parts[0]);
   }
   if (absl::StartsWith(path, "/api/")) {
     return JsonError(absl::NotFoundError(absl::StrCat("no API endpoint ", path)));
@@ -261,6 +262,14 @@ HttpResponse CoordinatorHttpRoutes::Steps(const std::string& job_id,
   if (more) steps->resize(page);
   const std::string next = more ? EncodePageToken(steps->back().step()) : "";
   return Respond(200, kJson, StepsJson(job_id, *steps, more, next) + "\n");
+}
+
+HttpResponse CoordinatorHttpRoutes::Ranks(const std::string& job_id) const {
+  absl::StatusOr<JobStatus> job = jobs_->Get(job_id);
+  if (!job.ok()) return JsonError(job.status());
+  const std::vector<RankReport> ranks =
+      metrics_ != nullptr ? metrics_->RankDetails(job_id) : std::vector<RankReport>{};
+  return Respond(200, kJson, RanksJson(job_id, ranks) + "\n");
 }
 
 HttpResponse CoordinatorHttpRoutes::Workers() const {

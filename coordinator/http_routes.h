@@ -18,6 +18,10 @@
 //                                 the job's per-step loss and throughput after step N
 //                                 (default 0; or where T says), at most M (default and cap
 //                                 kMaxStepsPerRequest), with next_page_token when more follow
+//   GET /api/jobs/JOB/ranks       every rank of the job's newest generation that has
+//                                 reported: coordinates, last step and its time, pipeline
+//                                 bubble, activation peak (the per-rank detail Prometheus
+//                                 gets only for the 16 slowest ranks)
 //   GET /api/workers              every worker and its health
 //
 // Errors: unknown paths 404 (JSON under /api/); an unknown job 404 with
@@ -71,6 +75,7 @@ class CoordinatorHttpRoutes {
   HttpResponse Jobs(const std::string& query) const;
   HttpResponse Job(const std::string& job_id) const;
   HttpResponse Steps(const std::string& job_id, const std::string& query) const;
+  HttpResponse Ranks(const std::string& job_id) const;
   HttpResponse Workers() const;
 
   const JobManager* const jobs_;

@@ -170,6 +170,49 @@ TEST_F(HttpRoutesTest, ListsJobsAndOneJob) {
   EXPECT_EQ(Parse(one.body).fields().at("job_id").string_value(), job_);
 }
 
+TEST_F(HttpRoutesTest, RanksListEveryReportedRankOfTheNewestGeneration) {
+  // Two ranks of a (1,2,1) job report; the route lists both with their coordinates and
+  // last steps, even though Prometheus would show only the slowest 16 of a large job.
+  for (int rank = 0; rank < 2; ++rank) {
+    RankCoordinates c;
+    c.set_global_rank(rank);
+    c.set_world_size(2);
+    c.set_pp_rank(rank);
+    StepMetrics m;
+    m.set_job_id(job_);
+    m.set_generation(1);
+    m.set_step(7);
+    m.set_step_seconds(0.5 + rank);
+    m.set_pipeline_wait_seconds(0.25);
+    if (rank == 1) m.set_activation_memory_peak_bytes(4096);
+    metrics_->ObserveStep(job_, m, c);
+  }
+  const HttpResponse response = Get("/api/jobs/" + job_ + "/ranks");
+  EXPECT_EQ(response.status, 200) << response.body;
+  const google::protobuf::Struct body = Parse(response.body);
+  EXPECT_EQ(body.fields().at("job_id").string_value(), job_);
+  const auto& ranks = body.fields().at("ranks").list_value().values();
+  ASSERT_EQ(ranks.size(), 2);
+  const auto& second = ranks[1].struct_value().fields();
+  EXPECT_EQ(second.at("rank").number_value(), 1);
+  EXPECT_EQ(second.at("pp_stage").number_value(), 1);
+  EXPECT_EQ(second.at("step").number_value(), 7);
+  EXPECT_EQ(second.at("last_step_seconds").number_value(), 1.5);
+  EXPECT_NEAR(second.at("pipeline_bubble").number_value(), 0.25 / 1.5, 1e-9);
+  EXPECT_EQ(second.at("activation_memory_peak_bytes").number_value(), 4096);
+  EXPECT_TRUE(ranks[0].struct_value().fields().at("activation_memory_peak_bytes").has_null_value());
+  // A job not seen yet has none; an unknown one is 404.
+  absl::StatusOr<std::string> other = store_->CreateJob(JobSpec(), 1000);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(Parse(Get("/api/jobs/" + *other + "/ranks").body)
+                  .fields()
+                  .at("ranks")
+                  .list_value()
+                  .values()
+                  .empty());
+  EXPECT_EQ(Get("/api/jobs/job-999/ranks").status, 404);
+}
+
 TEST_F(HttpRoutesTest, StepsComeAfterAStepAPageAtATime) {
   google::protobuf::Struct all = Parse(Get("/api/jobs/" + job_ + "/steps").body);
   EXPECT_EQ(all.fields().at("steps").list_value().values_size(), 5);

@@ -125,6 +125,29 @@ std::string WorkersJson(const std::vector<WorkerStatus>& workers, int64_t heartb
       .Close();
 }
 
+std::string RanksJson(absl::string_view job_id, const std::vector<RankReport>& ranks) {
+  const auto rank_json = [](const RankReport& r) {
+    JsonObject object(kApiNumbers);
+    object.Int("rank", r.coordinates.global_rank())
+        .Int("tp_rank", r.coordinates.tp_rank())
+        .Int("pp_stage", r.coordinates.pp_rank())
+        .Int("dp_rank", r.coordinates.dp_rank())
+        .Int("step", r.step)
+        .Number("last_step_seconds", r.last_step_seconds)
+        .Number("pipeline_bubble", r.pipeline_bubble);
+    if (r.activation_peak_bytes >= 0) {
+      object.Int("activation_memory_peak_bytes", r.activation_peak_bytes);
+    } else {
+      object.Null("activation_memory_peak_bytes");
+    }
+    return object.Close();
+  };
+  return JsonObject(kApiNumbers)
+      .String("job_id", job_id)
+      .Raw("ranks", JsonArray(ranks, rank_json))
+      .Close();
+}
+
 std::string ErrorJson(const absl::Status& status) {
   return JsonObject(kApiNumbers)
       .String("code", absl::StatusCodeToString(status.code()))

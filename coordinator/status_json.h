@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/coordinator_metrics.h"
 #include "proto/coordinator.pb.h"
 
 namespace mtrain {
@@ -51,6 +52,12 @@ std::string WorkersJson(const std::vector<WorkerStatus>& workers, int64_t heartb
 
 // {"code": "NOT_FOUND", "error": MESSAGE}
 std::string ErrorJson(const absl::Status& status);
+
+// {"job_id":..,"ranks":[{"rank","tp_rank","pp_stage","dp_rank","step","last_step_seconds",
+// "pipeline_bubble","activation_memory_peak_bytes" (null when not reported)}, ...]}: every
+// rank of the job's newest generation that has reported, by global rank
+// (/api/jobs/JOB/ranks).
+std::string RanksJson(absl::string_view job_id, const std::vector<RankReport>& ranks);
 
 }  // namespace mtrain
 
