@@ -1054,6 +1054,7 @@ void JobManager::AdmitLocked() {
   // Waiting jobs only, through the state index: ended jobs may number tens of thousands.
   JobListQuery pending;
   pending.states = {JOB_STATE_PENDING};
+  pending.with_workers = false;
   absl::StatusOr<JobListPage> page = store_->ListJobs(pending);
   if (!page.ok()) {  // the next Tick tries again
     LogStoreReadFailure("admission", page.status());
@@ -1189,6 +1190,7 @@ void JobManager::Tick() {
       MutexLock lock(&mutex_);
       JobListQuery query;
       query.states = {JOB_STATE_PENDING, JOB_STATE_PLACING, JOB_STATE_RUNNING};
+      query.with_workers = false;  // ids only
       absl::StatusOr<JobListPage> page = store_->ListJobs(query);
       if (page.ok()) {
         for (const JobStatus& job : page->jobs) unfinished.push_back(job.job_id());

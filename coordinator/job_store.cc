@@ -811,7 +811,7 @@ absl::StatusOr<JobListPage> JobStore::ListJobs(const JobListQuery& list) const {
     }
     if (!read.ok()) return read.status();
     JobStatus job = *std::move(read);
-    {
+    if (list.with_workers) {
       Query workers(impl_->select_workers);
       workers.Bind(n);
       while (true) {

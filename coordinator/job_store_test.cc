@@ -453,6 +453,15 @@ TEST(JobStoreTest, SetPlacementRecordsGenerationRestartsAndWorkersByRank) {
   ASSERT_OK_AND_ASSIGN(const std::vector<JobStatus> jobs, store->ListJobs());
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(Bytes(jobs[0]), Bytes(job));
+  // A listing without workers (the job manager's periodic reads) has everything else.
+  JobListQuery without_workers;
+  without_workers.with_workers = false;
+  ASSERT_OK_AND_ASSIGN(const JobListPage lean, store->ListJobs(without_workers));
+  ASSERT_EQ(lean.jobs.size(), 1u);
+  EXPECT_EQ(lean.jobs[0].workers_size(), 0);
+  JobStatus expected = job;
+  expected.clear_workers();
+  EXPECT_EQ(Bytes(lean.jobs[0]), Bytes(expected));
 
   EXPECT_EQ(store->SetPlacement(id, -1, 0, {}, 70).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->SetPlacement(id, 3, -1, {}, 70).code(), absl::StatusCode::kInvalidArgument);
