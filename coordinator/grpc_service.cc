@@ -354,13 +354,18 @@ class CoordinatorGrpcService::MetricsStream : public grpc::ServerReadReactor<Ste
       Finish(grpc::Status::OK);
       return;
     }
-    const absl::Status status = service_->jobs_->OnMetrics(metrics_);
-    // A stale generation ends the stream: the rank learns it must stop.
-    if (!status.ok()) {
-      Finish(service_->Answer("ReportMetrics", ToGrpcStatus(status)));
-      return;
-    }
-    StartRead(&metrics_);
+    // The next message is read only once this one is stored (the reporting rank's row
+    // is written by the job manager's step writer, which calls back from its own thread):
+    // a step acknowledged is a step stored, and a rank that outruns the disk is held back
+    // by gRPC's flow control rather than by memory here. No thread waits meanwhile.
+    service_->jobs_->OnMetrics(metrics_, [this](absl::Status status) {
+      // A stale generation ends the stream: the rank learns it must stop.
+      if (!status.ok()) {
+        Finish(service_->Answer("ReportMetrics", ToGrpcStatus(status)));
+        return;
+      }
+      StartRead(&metrics_);
+    });
   }
 
   void OnDone() override { delete this; }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/notification.h"
 #include "common/status_macros.h"
 #include "common/step_metrics_format.h"
 #include "plan/assignment_plan.h"
@@ -61,7 +62,10 @@ JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* st
       rendezvous_(rendezvous),
       metrics_(metrics),
       options_(options),
-      checkpoints_(checkpoints) {}
+      checkpoints_(checkpoints),
+      step_writer_(std::make_unique<StepWriter>([this](const std::vector<StepRow>& rows) {
+        return store_->RecordSteps(rows, NowMs());
+      })) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,
@@ -563,34 +567,53 @@ void JobManager::OnWorkerRestarted(const std::string& worker_id) {
 constexpr size_t kMaxEngineNoteLength = 500;
 
 absl::Status JobManager::OnMetrics(const StepMetrics& metrics) {
+  Notification stored;
+  absl::Status outcome;
+  OnMetrics(metrics, [&](absl::Status status) {
+    outcome = std::move(status);
+    stored.Notify();
+  });
+  stored.WaitForNotification();
+  return outcome;
+}
+
+void JobManager::OnMetrics(const StepMetrics& metrics, std::function<void(absl::Status)> done) {
   {
     MutexLock lock(&mutex_);
-    ASSIGN_OR_RETURN(const bool reporting, ObserveMetricsLocked(metrics));
-    if (!reporting) return absl::OkStatus();
+    absl::StatusOr<bool> reporting = ObserveMetricsLocked(metrics);
+    if (!reporting.ok() || !*reporting) {
+      done(reporting.status());
+      return;
+    }
   }
-  // The reporting rank's row is written outside the manager's mutex, so heartbeats,
-  // assignments and other jobs' metrics never wait for its fsync. Durability is as before:
-  // one stream carries a rank's steps in order and reads the next only once this returns,
-  // so a job's steps are stored in order and a step acknowledged is a step stored (the
-  // store refuses a row for a job deleted meanwhile).
-  if (absl::Status recorded = store_->RecordStep(metrics.job_id(), metrics, NowMs());
-      !recorded.ok()) {
-    NoteStoreWriteFailure("step", metrics.job_id(), recorded);
-    return recorded;
-  }
-  MutexLock lock(&mutex_);
-  // train.eval_tasks' results: kept as the job's events (`trainctl evals` lists them).
-  for (const EvalTaskResult& eval : metrics.evals()) {
-    AppendEventLocked(metrics.job_id(), "evaluation",
-                      absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
-  }
-  // train.generate's texts likewise.
-  for (const GeneratedText& text : metrics.generations()) {
-    AppendEventLocked(metrics.job_id(), "generation",
-                      absl::StrCat("step ", metrics.step(), ": ", GeneratedTextJson(text)));
-  }
-  BumpLocked(metrics.job_id());
-  return absl::OkStatus();
+  // The reporting rank's row goes to the step writer: stored outside the manager's mutex
+  // and off the caller's (gRPC's) thread, in one transaction with the rows that arrive
+  // meanwhile. Durability is as before: one stream carries a rank's steps in order and
+  // reads the next only once `done` ran, so a job's steps are stored in order and a step
+  // acknowledged is a step stored (the store refuses a row for a job deleted meanwhile).
+  step_writer_->Write(StepRow{metrics.job_id(), metrics}, [this, metrics, done = std::move(done)](
+                                                              absl::Status recorded) {
+    if (!recorded.ok()) {
+      NoteStoreWriteFailure("step", metrics.job_id(), recorded);
+      done(recorded);
+      return;
+    }
+    {
+      MutexLock lock(&mutex_);
+      // train.eval_tasks' results: kept as the job's events (`trainctl evals` lists them).
+      for (const EvalTaskResult& eval : metrics.evals()) {
+        AppendEventLocked(metrics.job_id(), "evaluation",
+                          absl::StrCat("step ", metrics.step(), ": ", EvalTaskResultJson(eval)));
+      }
+      // train.generate's texts likewise.
+      for (const GeneratedText& text : metrics.generations()) {
+        AppendEventLocked(metrics.job_id(), "generation",
+                          absl::StrCat("step ", metrics.step(), ": ", GeneratedTextJson(text)));
+      }
+      BumpLocked(metrics.job_id());
+    }
+    done(absl::OkStatus());
+  });
 }
 
 absl::StatusOr<bool> JobManager::ObserveMetricsLocked(const StepMetrics& metrics) {

@@ -42,6 +42,7 @@
 #define MTRAIN_COORDINATOR_JOB_MANAGER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +61,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/retrying_job_store.h"
+#include "coordinator/step_writer.h"
 #include "coordinator/worker_registry.h"
 #include "plan/assignment_plan.h"
 #include "plan/layout_search.h"
@@ -147,8 +149,15 @@ class JobManager {
   // A worker registered again under a new incarnation: what it ran is lost.
   void OnWorkerRestarted(const std::string& worker_id);
   // A rank's step. NOT_FOUND (unknown job); FAILED_PRECONDITION (stale generation: the
-  // rank should stop).
+  // rank should stop). The loss-reporting rank's row is stored by the step writer, in a
+  // batch with other jobs' rows (step_writer.h), off the manager's mutex and the caller's
+  // thread: `done` gets the outcome once the row is stored (at once for other ranks and
+  // refusals), on the writer's thread or the caller's.
+  void OnMetrics(const StepMetrics& metrics, std::function<void(absl::Status)> done);
+  // The same, waiting for the outcome.
   absl::Status OnMetrics(const StepMetrics& metrics);
+  // Step rows stored so far, and in how many transactions.
+  StepWriter::Counts StepWrites() const { return step_writer_->counts(); }
   // A rank's end. Same errors as OnMetrics.
   absl::Status OnRankResult(const RankResult& result);
 
@@ -319,6 +328,9 @@ class JobManager {
     absl::Time since;
   };
   std::map<std::string, Growth> growth_ ABSL_GUARDED_BY(mutex_);
+  // Last member: destroyed first, storing what is queued while everything its callbacks
+  // touch still exists.
+  std::unique_ptr<StepWriter> step_writer_;
 };
 
 }  // namespace mtrain

@@ -973,6 +973,58 @@ absl::Status JobStore::RecordStep(const std::string& job_id, const StepMetrics& 
   return txn.Commit();
 }
 
+std::vector<absl::Status> JobStore::RecordSteps(const std::vector<StepRow>& rows, int64_t now_ms) {
+  std::vector<absl::Status> results(rows.size());
+  if (impl_ == nullptr) {  // a test double: its own RecordStep, row by row
+    for (size_t i = 0; i < rows.size(); ++i) {
+      results[i] = RecordStep(rows[i].job_id, rows[i].metrics, now_ms);
+    }
+    return results;
+  }
+  std::vector<std::string> bytes(rows.size());
+  std::vector<int64_t> ids(rows.size(), -1);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].metrics.SerializeToString(&bytes[i])) {
+      results[i] = absl::InvalidArgumentError("metrics: cannot be serialized");
+    } else if (const std::optional<int64_t> n = ParseJobId(rows[i].job_id); n.has_value()) {
+      ids[i] = *n;
+    } else {
+      results[i] = JobNotFound(rows[i].job_id);
+    }
+  }
+  MutexLock lock(&impl_->mutex);
+  Impl::Transaction txn(impl_.get());
+  absl::Status failed = txn.Begin();
+  for (size_t i = 0; i < rows.size() && failed.ok(); ++i) {
+    if (!results[i].ok()) continue;
+    const StepMetrics& metrics = rows[i].metrics;
+    Query progress(impl_->update_progress);
+    progress.Bind(metrics.step());
+    if (metrics.has_loss()) {
+      progress.Bind(metrics.loss());
+    } else {
+      progress.BindNull();
+    }
+    progress.Bind(metrics.tokens_per_second()).BindBlob(bytes[i]).Bind(now_ms).Bind(ids[i]);
+    failed = progress.Run();
+    if (!failed.ok()) break;
+    if (sqlite3_changes(impl_->db.get()) == 0) {
+      results[i] = JobNotFound(rows[i].job_id);
+      continue;
+    }
+    Query step(impl_->upsert_step);
+    step.Bind(ids[i]).Bind(metrics.step()).BindBlob(bytes[i]);
+    failed = step.Run();
+  }
+  if (failed.ok()) failed = txn.Commit();
+  if (!failed.ok()) {
+    for (absl::Status& result : results) {
+      if (result.ok()) result = failed;
+    }
+  }
+  return results;
+}
+
 absl::StatusOr<std::vector<StepMetrics>> JobStore::Steps(const std::string& job_id,
                                                          int64_t after_step, int64_t limit) const {
   const std::optional<int64_t> n = ParseJobId(job_id);

@@ -99,6 +99,12 @@ struct JobListPage {
   int64_t next_after_job = 0;
 };
 
+// One row of JobStore::RecordSteps.
+struct StepRow {
+  std::string job_id;
+  StepMetrics metrics;
+};
+
 class JobStore {
  public:
   // Opens or creates the database (schema created or checked; a newer schema version is
@@ -143,6 +149,11 @@ class JobStore {
   // restart, replaces its row).
   virtual absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics,
                                   int64_t now_ms);
+  // RecordStep for many rows in one transaction, so one fsync stores them all: their
+  // statuses by row. A row of an unknown job is NOT_FOUND and the others are stored; a
+  // failure of the database itself (a full disk) fails every row, none stored. A test
+  // double without a database gets one RecordStep call per row instead.
+  std::vector<absl::Status> RecordSteps(const std::vector<StepRow>& rows, int64_t now_ms);
   // The per-step rows with step > `after_step`, in step order, at most `limit` of them
   // (all when limit < 0). Steps are numbered from 1, so the defaults give every row.
   virtual absl::StatusOr<std::vector<StepMetrics>> Steps(const std::string& job_id,

@@ -225,6 +225,13 @@ absl::Status RetryingJobStore::WriteLocked(
   }
   const absl::Status written = write.apply(store_);
   if (written.ok() || IsRequestError(written)) return written;
+  return QueueRefusedLocked(job_id, std::move(write), written, check, mutate);
+}
+
+absl::Status RetryingJobStore::QueueRefusedLocked(
+    const std::string& job_id, QueuedWrite write, const absl::Status& written,
+    const std::function<absl::Status(const JobStatus&)>& check,
+    const std::function<void(JobStatus*, QueuedWrite*)>& mutate) {
   // The store refused it: about the request (a forbidden transition), or the storage?
   absl::StatusOr<JobStatus> row = store_->GetJob(job_id);
   if (!row.ok()) return written;
@@ -301,22 +308,82 @@ absl::Status RetryingJobStore::SetPlacement(const std::string& job_id, int64_t g
   return WriteLocked(job_id, std::move(write), check, mutate);
 }
 
-absl::Status RetryingJobStore::RecordStep(const std::string& job_id, const StepMetrics& metrics,
-                                          int64_t now_ms) {
-  MutexLock lock(&mutex_);
-  QueuedWrite write;
+namespace {
+
+// A step row as a queued write and how it changes the job's row.
+struct StepWrite {
+  std::function<absl::Status(JobStore*)> apply;
+  std::function<void(JobStatus*)> mutate;
+};
+
+StepWrite StepWriteOf(const std::string& job_id, const StepMetrics& metrics, int64_t now_ms) {
+  StepWrite write;
   write.apply = [=](JobStore* store) { return store->RecordStep(job_id, metrics, now_ms); };
-  write.record = true;
-  write.has_step = true;
-  write.step = metrics;
-  auto mutate = [&](JobStatus* row, QueuedWrite*) {
+  write.mutate = [metrics, now_ms](JobStatus* row) {
     row->set_step(metrics.step());
     row->set_loss(metrics.has_loss() ? metrics.loss() : 0);
     row->set_tokens_per_second(metrics.tokens_per_second());
     *row->mutable_latest() = metrics;
     row->set_updated_unix_ms(now_ms);
   };
-  return WriteLocked(job_id, std::move(write), nullptr, mutate);
+  return write;
+}
+
+}  // namespace
+
+absl::Status RetryingJobStore::RecordStep(const std::string& job_id, const StepMetrics& metrics,
+                                          int64_t now_ms) {
+  MutexLock lock(&mutex_);
+  StepWrite step = StepWriteOf(job_id, metrics, now_ms);
+  QueuedWrite write;
+  write.apply = std::move(step.apply);
+  write.record = true;
+  write.has_step = true;
+  write.step = metrics;
+  return WriteLocked(job_id, std::move(write), nullptr,
+                     [&](JobStatus* row, QueuedWrite*) { step.mutate(row); });
+}
+
+std::vector<absl::Status> RetryingJobStore::RecordSteps(const std::vector<StepRow>& rows,
+                                                        int64_t now_ms) {
+  MutexLock lock(&mutex_);
+  std::vector<absl::Status> results(rows.size());
+  // Rows of jobs with queued writes queue behind them, in order; the others go to the
+  // store together, in one transaction.
+  std::vector<size_t> direct;
+  std::vector<StepRow> batch;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (backlogs_.count(rows[i].job_id) > 0) {
+      results[i] = RecordStepLocked(rows[i], now_ms, nullptr);
+    } else {
+      direct.push_back(i);
+      batch.push_back(rows[i]);
+    }
+  }
+  if (batch.empty()) return results;
+  const std::vector<absl::Status> written = store_->RecordSteps(batch, now_ms);
+  for (size_t k = 0; k < direct.size(); ++k) {
+    const size_t i = direct[k];
+    results[i] = written[k].ok() || IsRequestError(written[k])
+                     ? written[k]
+                     : RecordStepLocked(rows[i], now_ms, &written[k]);
+  }
+  return results;
+}
+
+absl::Status RetryingJobStore::RecordStepLocked(const StepRow& row, int64_t now_ms,
+                                                const absl::Status* refused) {
+  StepWrite step = StepWriteOf(row.job_id, row.metrics, now_ms);
+  QueuedWrite write;
+  write.apply = std::move(step.apply);
+  write.record = true;
+  write.has_step = true;
+  write.step = row.metrics;
+  const auto mutate = [&](JobStatus* job, QueuedWrite*) { step.mutate(job); };
+  if (refused != nullptr) {
+    return QueueRefusedLocked(row.job_id, std::move(write), *refused, nullptr, mutate);
+  }
+  return WriteLocked(row.job_id, std::move(write), nullptr, mutate);
 }
 
 absl::Status RetryingJobStore::AppendEvent(const std::string& job_id, const std::string& kind,

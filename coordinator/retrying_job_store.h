@@ -100,6 +100,10 @@ class RetryingJobStore {
   absl::Status SetPlacement(const std::string& job_id, int64_t generation, int32_t restarts,
                             const std::vector<std::string>& workers, int64_t now_ms);
   absl::Status RecordStep(const std::string& job_id, const StepMetrics& metrics, int64_t now_ms);
+  // RecordStep for many rows, by row: the rows of jobs without queued writes go to the
+  // store in one transaction (JobStore::RecordSteps), and a row the storage refused is
+  // queued as RecordStep would queue it.
+  std::vector<absl::Status> RecordSteps(const std::vector<StepRow>& rows, int64_t now_ms);
   absl::Status AppendEvent(const std::string& job_id, const std::string& kind,
                            const std::string& message, int64_t now_ms);
 
@@ -142,6 +146,17 @@ class RetryingJobStore {
   absl::Status WriteLocked(const std::string& job_id, QueuedWrite write,
                            const std::function<absl::Status(const JobStatus&)>& check,
                            const std::function<void(JobStatus*, QueuedWrite*)>& mutate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // WriteLocked's second half: `write`, which the store refused with `written`, becomes the
+  // first of a new backlog of its job.
+  absl::Status QueueRefusedLocked(const std::string& job_id, QueuedWrite write,
+                                  const absl::Status& written,
+                                  const std::function<absl::Status(const JobStatus&)>& check,
+                                  const std::function<void(JobStatus*, QueuedWrite*)>& mutate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // One step row: queued behind its job's backlog, written alone, or (`refused` set: the
+  // store refused it in a batch) queued as a new backlog.
+  absl::Status RecordStepLocked(const StepRow& row, int64_t now_ms, const absl::Status* refused)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void NoteFailureLocked(Backlog* backlog, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

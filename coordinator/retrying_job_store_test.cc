@@ -189,6 +189,51 @@ TEST_F(RetryingJobStoreTest, QueuedStepsReadBackAndLandInOrder) {
   EXPECT_EQ(sqlite_->GetJob(job_)->step(), 3);
 }
 
+TEST_F(RetryingJobStoreTest, BatchedStepsQueueOnAFullDiskAndUnknownJobsAreRefused) {
+  absl::StatusOr<std::string> other = store_->CreateJob(JobSpec(), 4);
+  ASSERT_TRUE(other.ok());
+  const auto rows = [&](int64_t step) {
+    std::vector<StepRow> batch(3);
+    batch[0].job_id = job_;
+    batch[1].job_id = "job-99";
+    batch[2].job_id = *other;
+    for (StepRow& row : batch) {
+      row.metrics.set_step(step);
+      row.metrics.set_loss(10.0 - step);
+    }
+    return batch;
+  };
+  // A healthy store: both jobs' rows in one transaction, the unknown one refused.
+  std::vector<absl::Status> stored = store_->RecordSteps(rows(1), 30);
+  ASSERT_EQ(stored.size(), 3u);
+  EXPECT_TRUE(stored[0].ok()) << stored[0];
+  EXPECT_EQ(stored[1].code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(stored[2].ok()) << stored[2];
+  EXPECT_EQ(sqlite_->GetJob(job_)->step(), 1);
+  EXPECT_EQ(sqlite_->GetJob(*other)->step(), 1);
+  {
+    // A full disk: the batch's transaction fails, each known job's row is queued (and
+    // acknowledged), the unknown one is still refused.
+    FileSizeLimit full(1024);
+    stored = store_->RecordSteps(rows(2), 31);
+    EXPECT_TRUE(stored[0].ok()) << stored[0];
+    EXPECT_TRUE(stored[2].ok()) << stored[2];
+    EXPECT_GT(store_->QueuedWrites(), 0);
+    EXPECT_EQ(store_->GetJob(job_)->step(), 2);
+    // Behind the queue: the next batch's row of the job queues in order.
+    stored = store_->RecordSteps(rows(3), 32);
+    EXPECT_TRUE(stored[0].ok()) << stored[0];
+    EXPECT_EQ(sqlite_->GetJob(job_)->step(), 1);
+  }
+  FlushUntilDrained();
+  EXPECT_EQ(store_->QueuedWrites(), 0);
+  EXPECT_EQ(sqlite_->GetJob(job_)->step(), 3);
+  EXPECT_EQ(sqlite_->GetJob(*other)->step(), 3);
+  absl::StatusOr<std::vector<StepMetrics>> steps = sqlite_->Steps(job_);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->size(), 3u);
+}
+
 TEST_F(RetryingJobStoreTest, RequestErrorsAreNotQueued) {
   EXPECT_EQ(store_->Transition("job-99", JOB_STATE_FAILED, "", 5).code(),
             absl::StatusCode::kNotFound);
