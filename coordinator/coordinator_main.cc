@@ -67,6 +67,10 @@ ABSL_FLAG(uint64_t, rendezvous_max_bytes, mtrain::kDefaultRendezvousTotalBytes,
           "answers RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, lost_rank_grace, absl::Seconds(10),
           "an assigned worker reporting idle this long lost its rank");
+ABSL_FLAG(absl::Duration, backfill_window, absl::Minutes(5),
+          "admission: a job that fits the free workers starts ahead of the oldest waiting job "
+          "of its kind of worker until that job has waited this long; then nothing overtakes "
+          "it (0: strict first come, first served)");
 ABSL_FLAG(absl::Duration, shrink_grace, absl::Seconds(30),
           "a failed job waits this long for a replacement worker before running with fewer "
           "data-parallel replicas (down to parallel.min_data)");
@@ -163,6 +167,11 @@ int Run() {
   JobManagerOptions job_options;
   job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
   job_options.shrink_grace = absl::GetFlag(FLAGS_shrink_grace);
+  job_options.backfill_window = absl::GetFlag(FLAGS_backfill_window);
+  if (job_options.backfill_window < absl::ZeroDuration()) {
+    std::fprintf(stderr, "coordinator: --backfill_window: must not be negative\n");
+    return 1;
+  }
   job_options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   if (job_options.collective_timeout <= absl::ZeroDuration()) {
     std::fprintf(stderr, "coordinator: --collective_timeout must be > 0\n");

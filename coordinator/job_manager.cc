@@ -1084,9 +1084,32 @@ void JobManager::AdmitLocked() {
     return;
   }
   const std::vector<JobStatus>* jobs = &page->jobs;
-  // Oldest first; a job that does not fit holds back the ones behind it that want the
-  // same kind of worker (a CUDA job waiting for GPUs does not hold back CPU jobs).
-  std::set<DeviceKind> held_back;
+  // First come, first served, with backfill (README, "Admission"). Oldest first; the
+  // oldest job of a kind of worker that does not fit is that kind's head. Jobs behind the
+  // head that fit the free workers start ahead of it (backfill) until the head has waited
+  // options_.backfill_window; from then on the kind is reserved: nothing behind the head
+  // starts, so the workers that running jobs free stay free until the head fits. A job
+  // restarting after a failure, or stopped to grow, reserves its kind at once: backfill
+  // must not take the workers it just had. Kinds are separate (a CUDA job waiting for GPUs
+  // holds back no CPU job).
+  const absl::Time now = clock_->Now();
+  std::set<DeviceKind> reserved;            // nothing behind the head starts
+  std::map<DeviceKind, std::string> heads;  // kind -> its waiting head this tick
+  std::set<std::string> still_heads;
+  const auto any_of_kinds = [](const std::vector<DeviceKind>& kinds, const auto& set) {
+    return std::any_of(kinds.begin(), kinds.end(), [&](DeviceKind k) { return set.count(k) > 0; });
+  };
+  const auto become_head = [&](const JobStatus& job, const std::vector<DeviceKind>& kinds,
+                               bool reserve_now) {
+    if (any_of_kinds(kinds, heads)) return;  // behind a head already: just waits
+    const absl::Time since = head_since_.try_emplace(job.job_id(), now).first->second;
+    still_heads.insert(job.job_id());
+    for (DeviceKind kind : kinds) heads.emplace(kind, job.job_id());
+    if (reserve_now || options_.backfill_window <= absl::ZeroDuration() ||
+        now - since >= options_.backfill_window) {
+      reserved.insert(kinds.begin(), kinds.end());
+    }
+  };
   for (const JobStatus& job : *jobs) {
     if (job.state() != JOB_STATE_PENDING) continue;
     // Waiting for an upload, not for workers: it must not hold back the jobs behind it.
@@ -1097,10 +1120,11 @@ void JobManager::AdmitLocked() {
       if (free.has_value() && *free < room->second.bytes) continue;
     }
     const std::vector<DeviceKind> kinds = EligibleDeviceKinds(job.spec());
-    if (std::any_of(kinds.begin(), kinds.end(),
-                    [&](DeviceKind k) { return held_back.count(k) > 0; })) {
-      held_back.insert(kinds.begin(), kinds.end());
-      continue;
+    if (any_of_kinds(kinds, reserved)) continue;
+    // The head it would overtake, if any: named in the "backfilled" event.
+    std::string overtaken;
+    for (DeviceKind kind : kinds) {
+      if (const auto head = heads.find(kind); head != heads.end()) overtaken = head->second;
     }
     if (const auto grow = growth_.find(job.job_id()); grow != growth_.end()) {
       absl::StatusOr<bool> placed =
@@ -1110,8 +1134,8 @@ void JobManager::AdmitLocked() {
         growth_.erase(grow);
         continue;
       }
-      if (clock_->Now() - grow->second.since < options_.shrink_grace) {
-        held_back.insert(kinds.begin(), kinds.end());
+      if (now - grow->second.since < options_.shrink_grace) {
+        become_head(job, kinds, /*reserve_now=*/true);
         continue;
       }
       // The workers went away meanwhile: placed as it was.
@@ -1122,8 +1146,8 @@ void JobManager::AdmitLocked() {
       growth_.erase(grow);
     }
     const auto waiting = restart_waiting_since_.find(job.job_id());
-    const bool allow_shrink = waiting != restart_waiting_since_.end() &&
-                              clock_->Now() - waiting->second >= options_.shrink_grace;
+    const bool restarting = waiting != restart_waiting_since_.end();
+    const bool allow_shrink = restarting && now - waiting->second >= options_.shrink_grace;
     absl::StatusOr<bool> placed = TryPlaceLocked(job.job_id(), job.spec(), job.generation() + 1,
                                                  job.restarts(), allow_shrink);
     // A store that refused the placement (logged and counted where it failed): the job
@@ -1131,10 +1155,26 @@ void JobManager::AdmitLocked() {
     // not hold back the jobs behind it.
     if (!placed.ok()) continue;
     if (!*placed) {
-      held_back.insert(kinds.begin(), kinds.end());
+      become_head(job, kinds, /*reserve_now=*/restarting);
       continue;
     }
     restart_waiting_since_.erase(job.job_id());
+    if (!overtaken.empty()) {
+      const auto head_since = head_since_.find(overtaken);
+      AppendEventLocked(
+          job.job_id(), "backfilled",
+          absl::StrCat("started ahead of ", overtaken, ", which has waited ",
+                       absl::FormatDuration(absl::Trunc(
+                           now - (head_since != head_since_.end() ? head_since->second : now),
+                           absl::Seconds(1))),
+                       " for workers (backfill until it has waited ",
+                       absl::FormatDuration(options_.backfill_window), ")"));
+    }
+  }
+  // A job placed, cancelled or behind another head is no head any more: its wait as head
+  // starts again from zero if it becomes one later.
+  for (auto it = head_since_.begin(); it != head_since_.end();) {
+    it = still_heads.count(it->first) > 0 ? std::next(it) : head_since_.erase(it);
   }
 }
 

@@ -94,6 +94,11 @@ struct JobManagerOptions {
   // ended this long ago. Infinite (the default) keeps every job until `trainctl delete`:
   // a job's history and trained weights are the user's, not ours to drop unasked.
   absl::Duration job_retention = absl::InfiniteDuration();
+  // Admission is first come, first served with backfill: a job behind the oldest waiting
+  // job of its kind of worker (the head) starts ahead of it if it fits, until the head has
+  // waited this long; then nothing behind the head starts until it fits (so it cannot
+  // starve). Zero: strict first come, first served.
+  absl::Duration backfill_window = absl::Minutes(5);
 };
 
 // Ended jobs Tick deletes for retention at most per call, so that a backlog (a retention
@@ -328,6 +333,8 @@ class JobManager {
     absl::Time since;
   };
   std::map<std::string, Growth> growth_ ABSL_GUARDED_BY(mutex_);
+  // Each kind's waiting head job (AdmitLocked) -> since when it has been the head.
+  std::map<std::string, absl::Time> head_since_ ABSL_GUARDED_BY(mutex_);
   // Last member: destroyed first, storing what is queued while everything its callbacks
   // touch still exists.
   std::unique_ptr<StepWriter> step_writer_;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -917,11 +918,95 @@ TEST_F(JobManagerTest, AJobWaitingForGpusDoesNotHoldBackCpuJobs) {
   EXPECT_EQ(State(*first), JOB_STATE_PLACING);
   EXPECT_EQ(State(*second), JOB_STATE_PENDING);
   EXPECT_EQ(State(*third), JOB_STATE_PLACING);
-  // A DEVICE_AUTO job may want the GPU too: it waits behind the CUDA job.
+  // A DEVICE_AUTO job may want the GPU too: it queues behind the CUDA job, and starts on
+  // a free CPU worker ahead of it only as a backfill (here, before the CUDA job has
+  // waited the backfill window).
   AddWorker("cpu1", "h");
   absl::StatusOr<std::string> fourth = manager_->Submit(Spec("{}"));
   ASSERT_TRUE(fourth.ok());
-  EXPECT_EQ(State(*fourth), JOB_STATE_PENDING);
+  EXPECT_EQ(State(*fourth), JOB_STATE_PLACING);
+  absl::StatusOr<std::vector<JobEvent>> events = manager_->Events(*fourth);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(std::any_of(events->begin(), events->end(), [&](const JobEvent& e) {
+    return e.kind() == "backfilled" && absl::StrContains(e.message(), *second);
+  }));
+}
+
+TEST_F(JobManagerTest, StrictFirstComeFirstServedWithoutABackfillWindow) {
+  options_.backfill_window = absl::ZeroDuration();
+  Reopen();
+  for (int i = 0; i < 3; ++i) AddWorker(absl::StrCat("w", i), "h");
+  absl::StatusOr<std::string> running =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  absl::StatusOr<std::string> big =
+      manager_->Submit(Spec(R"({"data": 3, "global_batch_size": 3})"));
+  absl::StatusOr<std::string> small = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(running.ok() && big.ok() && small.ok());
+  EXPECT_EQ(State(*running), JOB_STATE_PLACING);
+  EXPECT_EQ(State(*big), JOB_STATE_PENDING);
+  EXPECT_EQ(State(*small), JOB_STATE_PENDING) << "a free worker, but the big job came first";
+}
+
+TEST_F(JobManagerTest, BackfillStartsJobsThatFitUntilTheHeadHasWaitedItsWindow) {
+  // Four workers; a 2-rank job runs, a 4-rank job waits (the head), 1-rank jobs behind it
+  // backfill the two free workers until the head has waited the window; then they wait,
+  // and the workers the running jobs free go to the head first.
+  for (int i = 0; i < 4; ++i) AddWorker(absl::StrCat("w", i), "h");
+  absl::StatusOr<std::string> running =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})"));
+  ASSERT_TRUE(running.ok());
+  std::map<int, Assignment> running_ranks = Deliver({"w0", "w1", "w2", "w3"});
+  ASSERT_EQ(running_ranks.size(), 2u);
+  absl::StatusOr<std::string> big =
+      manager_->Submit(Spec(R"({"data": 4, "global_batch_size": 4})"));
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(State(*big), JOB_STATE_PENDING);
+  absl::StatusOr<std::string> first_small = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(first_small.ok());
+  EXPECT_EQ(State(*first_small), JOB_STATE_PLACING) << "backfilled on a free worker";
+  std::map<int, Assignment> small_ranks;
+  for (const std::string w : {"w0", "w1", "w2", "w3"}) {
+    for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+      if (c.has_assign()) small_ranks[0] = c.assign();
+    }
+  }
+  ASSERT_EQ(small_ranks.size(), 1u);
+
+  // The head has now waited past the window (the workers kept heartbeating): a second
+  // small job no longer overtakes it, though a worker is free.
+  const std::string busy_small = small_ranks[0].self().worker_id();
+  for (int second = 0; second < 301; second += 5) {
+    clock_.Advance(absl::Seconds(5));
+    for (const std::string w : {"w0", "w1", "w2", "w3"}) {
+      if (w == running_ranks[0].self().worker_id() || w == running_ranks[1].self().worker_id()) {
+        Beat(w, WORKER_STATE_BUSY, *running, 1);
+      } else if (w == busy_small) {
+        Beat(w, WORKER_STATE_BUSY, *first_small, 1);
+      } else {
+        Beat(w, WORKER_STATE_IDLE);
+      }
+    }
+    manager_->Tick();
+  }
+  absl::StatusOr<std::string> second_small = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(second_small.ok());
+  EXPECT_EQ(State(*second_small), JOB_STATE_PENDING) << "the head is reserved";
+  EXPECT_EQ(State(*big), JOB_STATE_PENDING);
+
+  // The running jobs end: the head gets all four workers, the later job still waits.
+  for (auto& [r, a] : running_ranks) {
+    ASSERT_TRUE(manager_->OnRankResult(Result(a, absl::StatusCode::kOk)).ok());
+  }
+  for (auto& [r, a] : running_ranks) Beat(a.self().worker_id(), WORKER_STATE_IDLE);
+  manager_->Tick();
+  EXPECT_EQ(State(*big), JOB_STATE_PENDING) << "three workers free, four needed";
+  EXPECT_EQ(State(*second_small), JOB_STATE_PENDING);
+  ASSERT_TRUE(manager_->OnRankResult(Result(small_ranks[0], absl::StatusCode::kOk)).ok());
+  // Their workers report IDLE once their processes have exited.
+  for (const std::string w : {"w0", "w1", "w2", "w3"}) Beat(w, WORKER_STATE_IDLE);
+  manager_->Tick();
+  EXPECT_EQ(State(*big), JOB_STATE_PLACING);
+  EXPECT_EQ(State(*second_small), JOB_STATE_PENDING);
 }
 
 TEST_F(JobManagerTest, ARankRefusingItsSpecFailsTheJobWithoutRestarts) {
