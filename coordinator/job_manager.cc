@@ -905,13 +905,24 @@ absl::Status JobManager::FailGenerationLocked(const std::string& job_id, const s
   return absl::OkStatus();
 }
 
+const std::vector<WorkerStatus>& JobManager::WorkersLocked(
+    std::vector<WorkerStatus>* fetched) const {
+  if (admission_workers_ != nullptr) return *admission_workers_;
+  *fetched = workers_->List();
+  return *fetched;
+}
+
+bool JobManager::IsFreeLocked(const WorkerStatus& w) const {
+  if (!w.alive() || worker_job_.count(w.worker().worker_id()) > 0) return false;
+  // A worker still running an aborted rank reports BUSY until it has stopped it.
+  return w.state() != WORKER_STATE_BUSY;
+}
+
 std::vector<std::string> JobManager::FreeWorkersLocked() const {
+  std::vector<WorkerStatus> fetched;
   std::vector<std::string> free;
-  for (const WorkerStatus& w : workers_->List()) {
-    if (!w.alive() || worker_job_.count(w.worker().worker_id()) > 0) continue;
-    // A worker still running an aborted rank reports BUSY until it has stopped it.
-    if (w.state() == WORKER_STATE_BUSY) continue;
-    free.push_back(w.worker().worker_id());
+  for (const WorkerStatus& w : WorkersLocked(&fetched)) {
+    if (IsFreeLocked(w)) free.push_back(w.worker().worker_id());
   }
   return free;
 }
@@ -980,11 +991,13 @@ std::string WorkerListText(const std::vector<std::string>& ranks) {
 
 absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const JobSpec& spec,
                                              int64_t generation, int restarts) {
-  std::map<std::string, WorkerInfo> info;
-  for (const WorkerStatus& w : workers_->List()) info[w.worker().worker_id()] = w.worker();
+  std::vector<WorkerStatus> fetched;
   std::vector<FreeWorker> free;
-  for (const std::string& id : FreeWorkersLocked()) {
-    free.push_back(FreeWorker{id, info[id].host(), info[id].device_kind()});
+  std::map<std::string, std::string> host_of;
+  for (const WorkerStatus& w : WorkersLocked(&fetched)) {
+    if (!IsFreeLocked(w)) continue;
+    free.push_back(FreeWorker{w.worker().worker_id(), w.worker().host(), w.worker().device_kind()});
+    host_of[w.worker().worker_id()] = w.worker().host();
   }
   // The policy (plan/placement.h): the first eligible kind with room, tensor-parallel
   // groups each on one host.
@@ -996,7 +1009,7 @@ absl::StatusOr<bool> JobManager::PlaceLocked(const std::string& job_id, const Jo
   for (const std::string& id : ranks) {
     Peer& peer = peers.emplace_back();
     peer.set_worker_id(id);
-    peer.set_host(info[id].host());
+    peer.set_host(host_of[id]);
   }
   absl::StatusOr<std::unique_ptr<GenerationPlan>> plan =
       GenerationPlan::Create(spec, job_id, generation, std::move(peers));
@@ -1084,6 +1097,14 @@ void JobManager::AdmitLocked() {
     return;
   }
   const std::vector<JobStatus>* jobs = &page->jobs;
+  // One look at the registry for the whole pass: with many jobs waiting, each placement
+  // attempt used to copy every worker's description twice.
+  const std::vector<WorkerStatus> workers = workers_->List();
+  admission_workers_ = &workers;
+  struct ForgetSnapshot {
+    JobManager* manager;
+    ~ForgetSnapshot() ABSL_NO_THREAD_SAFETY_ANALYSIS { manager->admission_workers_ = nullptr; }
+  } forget{this};
   // First come, first served, with backfill (README, "Admission"). Oldest first; the
   // oldest job of a kind of worker that does not fit is that kind's head. Jobs behind the
   // head that fit the free workers start ahead of it (backfill) until the head has waited
@@ -1099,8 +1120,9 @@ void JobManager::AdmitLocked() {
   const auto any_of_kinds = [](const std::vector<DeviceKind>& kinds, const auto& set) {
     return std::any_of(kinds.begin(), kinds.end(), [&](DeviceKind k) { return set.count(k) > 0; });
   };
+  // Called only here, with the lock held (clang's analysis cannot see that into a lambda).
   const auto become_head = [&](const JobStatus& job, const std::vector<DeviceKind>& kinds,
-                               bool reserve_now) {
+                               bool reserve_now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (any_of_kinds(kinds, heads)) return;  // behind a head already: just waits
     const absl::Time since = head_since_.try_emplace(job.job_id(), now).first->second;
     still_heads.insert(job.job_id());

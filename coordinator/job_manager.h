@@ -278,6 +278,12 @@ class JobManager {
   std::optional<CheckpointInfo> ResumePointLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::vector<std::string> FreeWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Idle, alive and not holding a rank.
+  bool IsFreeLocked(const WorkerStatus& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The registry's workers: AdmitLocked's snapshot during admission, else read into
+  // `fetched`.
+  const std::vector<WorkerStatus>& WorkersLocked(std::vector<WorkerStatus>* fetched) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void BumpLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // OnMetrics' checks and bookkeeping under the mutex (generation, rank, the RUNNING
   // transition, the engine event, Prometheus); true if this rank's steps are the job's
@@ -335,6 +341,8 @@ class JobManager {
   std::map<std::string, Growth> growth_ ABSL_GUARDED_BY(mutex_);
   // Each kind's waiting head job (AdmitLocked) -> since when it has been the head.
   std::map<std::string, absl::Time> head_since_ ABSL_GUARDED_BY(mutex_);
+  // Set while AdmitLocked runs: its one snapshot of the registry.
+  const std::vector<WorkerStatus>* admission_workers_ ABSL_GUARDED_BY(mutex_) = nullptr;
   // Last member: destroyed first, storing what is queued while everything its callbacks
   // touch still exists.
   std::unique_ptr<StepWriter> step_writer_;
