@@ -319,6 +319,17 @@ struct CoordinatorMetrics::Impl {
                                      "any worker's silence.")
                                .Register(*registry)
                                .Add({})),
+        step_rows(prometheus::BuildCounter()
+                      .Name("mtrain_coordinator_step_rows_total")
+                      .Help("Step rows of the loss-reporting ranks stored in the job store.")
+                      .Register(*registry)
+                      .Add({})),
+        step_transactions(prometheus::BuildCounter()
+                              .Name("mtrain_coordinator_step_transactions_total")
+                              .Help("Transactions (one fsync each) that stored the step rows: "
+                                    "rows that arrive while one is written share the next.")
+                              .Register(*registry)
+                              .Add({})),
         rpc_errors(prometheus::BuildCounter()
                        .Name("mtrain_rpc_errors_total")
                        .Help("RPCs the coordinator answered with an error, by method and "
@@ -510,6 +521,8 @@ struct CoordinatorMetrics::Impl {
   prometheus::Family<prometheus::Counter>& store_write_failures;
   prometheus::Gauge& state_dir_writes_queued;
   prometheus::Counter& coordinator_pauses;
+  prometheus::Counter& step_rows;
+  prometheus::Counter& step_transactions;
   prometheus::Family<prometheus::Counter>& rpc_errors;
 
   // prometheus-cpp's metrics are thread-safe on their own; the mutex keeps the maps and
@@ -790,6 +803,11 @@ void CoordinatorMetrics::SetStateDirWritesQueued(int64_t queued) {
 }
 
 void CoordinatorMetrics::AddCoordinatorPause() { impl_->coordinator_pauses.Increment(); }
+
+void CoordinatorMetrics::AddStepWrites(int64_t rows) {
+  impl_->step_rows.Increment(static_cast<double>(rows));
+  impl_->step_transactions.Increment();
+}
 
 void CoordinatorMetrics::AddRpcError(const std::string& method, const std::string& code) {
   // Family::Add finds the existing series under the family's own lock; errors are rare

@@ -48,6 +48,8 @@
 //                                               manager lost: refused outright, not held
 //                                               for a retry (operation: transition,
 //                                               placement, event, step, delete)
+//   mtrain_coordinator_step_rows_total          loss-reporting ranks' step rows stored
+//   mtrain_coordinator_step_transactions_total  the transactions (fsyncs) that stored them
 //   mtrain_coordinator_pauses_total             times the coordinator found itself paused
 //                                               and did not count the gap as silence
 //
@@ -121,6 +123,8 @@ class CoordinatorMetrics {
   // kStoreWriteOperations.
   void AddStoreWriteFailure(const std::string& operation);
   void AddCoordinatorPause();
+  // A batch of `rows` step rows was written in one transaction (coordinator/step_writer.h).
+  void AddStepWrites(int64_t rows);
   // `method` is the RPC's name ("SubmitJob"), `code` the gRPC code's name
   // ("INVALID_ARGUMENT").
   void AddRpcError(const std::string& method, const std::string& code);

@@ -64,7 +64,9 @@ JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* st
       options_(options),
       checkpoints_(checkpoints),
       step_writer_(std::make_unique<StepWriter>([this](const std::vector<StepRow>& rows) {
-        return store_->RecordSteps(rows, NowMs());
+        std::vector<absl::Status> stored = store_->RecordSteps(rows, NowMs());
+        if (metrics_ != nullptr) metrics_->AddStepWrites(static_cast<int64_t>(rows.size()));
+        return stored;
       })) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(

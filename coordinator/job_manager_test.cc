@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
@@ -408,6 +409,47 @@ TEST_F(JobManagerTest, PlacesTensorGroupsOnOneHostRunsAndSucceeds) {
   // A late report of the finished generation is refused as stale.
   EXPECT_EQ(manager_->OnMetrics(Step(ranks[2], 2, 5.0)).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(JobManagerTest, ReportedStepsAreStoredByTheStepWriterAndCounted) {
+  // Two single-rank jobs report steps from threads of their own: each acknowledged step is
+  // stored, and the writer's transactions never outnumber the rows.
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> a = manager_->Submit(Spec("{}"));
+  absl::StatusOr<std::string> b = manager_->Submit(Spec("{}"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::map<std::string, Assignment> by_job;
+  for (const std::string w : {"w0", "w1"}) {
+    for (const WorkerCommand& c : Beat(w, WORKER_STATE_IDLE)) {
+      if (c.has_assign()) by_job[c.assign().job_id()] = c.assign();
+    }
+  }
+  ASSERT_EQ(by_job.size(), 2u);
+  constexpr int kSteps = 50;
+  std::vector<std::thread> ranks;
+  for (auto& [job, assignment] : by_job) {
+    ranks.emplace_back([&, assignment = assignment] {
+      for (int step = 1; step <= kSteps; ++step) {
+        ASSERT_TRUE(manager_->OnMetrics(Step(assignment, step, 3.0)).ok());
+        // Acknowledged means stored.
+        absl::StatusOr<JobStatus> job = manager_->Get(assignment.job_id());
+        ASSERT_TRUE(job.ok());
+        EXPECT_GE(job->step(), step);
+      }
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  const StepWriter::Counts counts = manager_->StepWrites();
+  EXPECT_EQ(counts.rows, 2 * kSteps);
+  EXPECT_GE(counts.batches, 1);
+  EXPECT_LE(counts.batches, 2 * kSteps);
+  const std::string text = metrics_->Scrape();
+  EXPECT_NE(text.find(absl::StrCat("mtrain_coordinator_step_rows_total ", 2 * kSteps)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(absl::StrCat("mtrain_coordinator_step_transactions_total ", counts.batches)),
+            std::string::npos);
 }
 
 TEST_F(JobManagerTest, SecondJobWaitsForWorkersThenRuns) {
