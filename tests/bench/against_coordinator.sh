@@ -55,9 +55,25 @@ if [[ -z "$address" ]]; then
   exit 1
 fi
 
+# And "coordinator metrics on http://HOST:PORT/metrics": benchmarks that take
+# --coordinator_http read the coordinator's counters there.
+# (printed just after the gRPC line).
+http_args=()
+http=""
+for _ in $(seq 20); do
+  http=$(sed -n 's|^coordinator metrics on http://\([^/]*\)/metrics$|\1|p' "$state/coordinator.log" || true)
+  [[ -n "$http" ]] && break
+  sleep 0.1
+done
+# (--helpfull exits 1, which pipefail would take for the pipeline's status.)
+if [[ -n "$http" ]] && { "$bin/tests/bench/$bench" --helpfull 2>/dev/null || true; } |
+  grep -q -- '-coordinator_http'; then
+  http_args=(--coordinator_http="$http")
+fi
+
 rc=0
 "$bin/tests/bench/$bench" --coordinator="$address" \
-  --coordinator_pid="$coordinator_pid" "$@" || rc=$?
+  --coordinator_pid="$coordinator_pid" "${http_args[@]}" "$@" || rc=$?
 if ((rc != 0)); then
   echo "$bench: benchmark failed ($rc); coordinator log:" >&2
   tail -n 20 "$state/coordinator.log" >&2

@@ -14,8 +14,15 @@
 //   separate process) with one StepMetrics every 1 / --steps_per_second -> on an `abort`,
 //   the stream is closed and the heartbeats say IDLE again.
 // The program itself plays the user: it submits one data-parallel job exactly as wide as
-// the fleet, measures a window of --seconds once every rank streams (polling GetJob once a
-// second), then cancels the job.
+// the fleet (or --jobs equal ones that share it), measures a window of --seconds once
+// every rank streams (polling GetJob once a second), then cancels the jobs. With
+// --job_steps each rank stops after that many steps, closes its stream and reports its
+// result, as a finished rank does, and the window lasts until every job has ended. With
+// --kill_worker, after the window one worker holding a rank of the first job dies (no
+// more heartbeats, its stream broken) and the time until the other ranks of its
+// generation are told to abort is measured. With --coordinator_http the coordinator's
+// step-row counters are read from its /metrics before and after the window (the SQLite
+// write rate).
 //
 // Threads: --threads client threads, each with a completion queue, a share of the
 // simulated workers and their timers. Every worker RPC is asynchronous, so a couple of
@@ -38,7 +45,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <queue>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,9 +62,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "tests/metrics_scrape.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of a running coordinator (required)");
 ABSL_FLAG(int, workers, 256, "simulated workers; the job's world size");
@@ -69,6 +81,17 @@ ABSL_FLAG(double, steps_per_second, 20, "StepMetrics each rank writes per second
 ABSL_FLAG(int, threads, 2,
           "client threads; each multiplexes its share of the simulated workers, so a few "
           "suffice and the client does not take the cores from the coordinator");
+ABSL_FLAG(int, jobs, 1,
+          "data-parallel jobs that share the fleet equally (--workers must divide by it)");
+ABSL_FLAG(int64_t, job_steps, 0,
+          "steps each rank writes before it closes its stream and reports its result (the "
+          "window then lasts until every job has ended); 0: jobs run until cancelled");
+ABSL_FLAG(bool, kill_worker, false,
+          "after the window, one worker of the first job dies; measures the time until its "
+          "generation's other ranks are told to abort");
+ABSL_FLAG(std::string, coordinator_http, "",
+          "HOST:PORT of the coordinator's HTTP side, to read its step-row counters; empty: "
+          "not read");
 ABSL_FLAG(int, coordinator_pid, 0,
           "the coordinator's process id, to read its CPU time from /proc; 0: not measured");
 
@@ -93,9 +116,19 @@ double Seconds(TimePoint::duration d) { return std::chrono::duration<double>(d).
 
 // ---------------------------------------------------------------- measurements
 
-enum RpcKind { kRegister, kHeartbeat, kMetricsWrite, kSubmitJob, kGetJob, kCancelJob, kNumKinds };
-const char* const kRpcNames[kNumKinds] = {"RegisterWorker", "Heartbeat", "ReportMetrics Write",
-                                          "SubmitJob",      "GetJob",    "CancelJob"};
+enum RpcKind {
+  kRegister,
+  kHeartbeat,
+  kMetricsWrite,
+  kRankResult,
+  kSubmitJob,
+  kGetJob,
+  kCancelJob,
+  kNumKinds
+};
+const char* const kRpcNames[kNumKinds] = {"RegisterWorker",   "Heartbeat", "ReportMetrics Write",
+                                          "ReportRankResult", "SubmitJob", "GetJob",
+                                          "CancelJob"};
 
 struct Sample {
   TimePoint start;
@@ -121,6 +154,11 @@ struct Progress {
   std::atomic<int> aborted{0};     // ranks stopped by an `abort` command
   // Last step whose Write completed on the rank the coordinator records in its store.
   std::atomic<int64_t> reporting_rank_step{0};
+  std::atomic<int> streams_started{0};  // metric streams ever opened
+  // --kill_worker: when the worker died and the aborts its generation's ranks got since.
+  std::atomic<int64_t> killed_at_ns{0};
+  std::atomic<int> kill_job_aborts{0};
+  std::atomic<int64_t> last_kill_job_abort_ns{0};
 };
 
 // A thread's tallies beyond latencies, merged after the threads are joined.
@@ -156,6 +194,7 @@ enum Op {
   kWriteDone,
   kWritesDoneDone,
   kFinishDone,
+  kRankResultDone,
   kNumOps
 };
 
@@ -207,11 +246,21 @@ struct SimWorker {
   TimePoint write_start;
   // Step timers carry the epoch of their stream; a timer of an earlier stream is ignored.
   int64_t stream_epoch = 0;
+  // --job_steps: the rank wrote its last step; once its stream is finished it reports OK.
+  bool rank_done = false;
+  std::unique_ptr<grpc::ClientContext> result_context;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<ReportRankResultResponse>> result_call;
+  ReportRankResultResponse result_response;
+  grpc::Status result_status;
+  TimePoint result_start;
+  // --kill_worker: this worker died: it sends nothing more.
+  bool dead = false;
 };
 
 struct Options {
   std::chrono::microseconds heartbeat_period;
   std::chrono::microseconds step_period;
+  int64_t job_steps = 0;  // 0: until cancelled
 };
 
 // One client thread: a completion queue, its simulated workers and their timers, all
@@ -228,6 +277,15 @@ class ClientThread {
   void Start() {
     thread_ = std::thread([this] { Run(); });
   }
+  // --kill_worker: the job whose aborts are counted (Progress::kill_job_aborts) once a
+  // worker has been killed.
+  void WatchAbortsOf(const std::string& job_id) {
+    MutexLock lock(&kill_mutex_);
+    watched_job_ = job_id;
+  }
+  // Asks the thread to kill one of its workers that holds a rank of the watched job (if it
+  // has one): no more heartbeats, its calls cancelled, as a machine that died.
+  void RequestKill() { kill_requested_.store(true); }
   // Cancels what is in flight, closes the streams and returns once all is drained.
   void StopAndJoin() {
     stop_.store(true);
@@ -258,6 +316,7 @@ class ClientThread {
         if (!stopping_) OnTimer(timer);
       }
       if (!stopping_ && stop_.load()) BeginStopping();
+      if (!stopping_ && kill_requested_.exchange(false)) KillOne();
       if (stopping_ && outstanding_ == 0) break;
       // Wake for the next timer, and at least every 20 ms to notice a stop request.
       TimePoint wake = now + std::chrono::milliseconds(20);
@@ -289,8 +348,27 @@ class ClientThread {
                               random_, 0, std::max<int64_t>(1, period.count())));
   }
 
+  std::string WatchedJob() {
+    MutexLock lock(&kill_mutex_);
+    return watched_job_;
+  }
+
+  void KillOne() {
+    const std::string job = WatchedJob();
+    for (auto& worker : workers_) {
+      SimWorker* w = worker.get();
+      if (w->dead || w->state != SimWorker::State::kBusy || w->job_id != job) continue;
+      w->dead = true;
+      progress_->killed_at_ns.store(Clock::now().time_since_epoch().count());
+      if (w->unary_in_flight) w->unary_context->TryCancel();
+      if (w->stream != SimWorker::Stream::kNone) w->stream_context->TryCancel();
+      return;
+    }
+  }
+
   void OnTimer(const Timer& timer) {
     SimWorker* w = timer.worker;
+    if (w->dead) return;
     switch (timer.kind) {
       case TimerKind::kRegister:
         SendRegister(w);
@@ -332,6 +410,9 @@ class ClientThread {
         break;
       case kFinishDone:
         OnStreamFinished(w);
+        break;
+      case kRankResultDone:
+        OnRankResultDone(w);
         break;
       case kNumOps:
         break;
@@ -398,6 +479,7 @@ class ClientThread {
 
   void OnHeartbeat(SimWorker* w) {
     w->unary_in_flight = false;
+    if (w->dead) return;
     recorder_.Add(kHeartbeat, w->unary_start, w->unary_status.error_code());
     if (stopping_) return;
     const grpc::StatusCode code = w->unary_status.error_code();
@@ -436,12 +518,17 @@ class ClientThread {
     w->tokens_per_step =
         static_cast<double>(parallel.global_batch_size()) * assignment.spec().model().seq_length();
     w->step = 0;
+    w->rank_done = false;
     StartStream(w);
   }
 
   void OnAbort(SimWorker* w, const AbortCommand& abort) {
     tallies_.last_abort = Clock::now();
     ++tallies_.aborts;
+    if (progress_->killed_at_ns.load() != 0 && abort.job_id() == WatchedJob()) {
+      progress_->kill_job_aborts.fetch_add(1);
+      progress_->last_kill_job_abort_ns.store(tallies_.last_abort.time_since_epoch().count());
+    }
     if (w->state != SimWorker::State::kBusy || abort.job_id() != w->job_id ||
         abort.generation() != w->generation) {
       return;
@@ -466,13 +553,14 @@ class ClientThread {
   }
 
   void OnStreamStarted(SimWorker* w, bool ok) {
-    if (!ok || stopping_) {
+    if (!ok || stopping_ || w->dead) {
       FinishStream(w);
       return;
     }
     w->stream = SimWorker::Stream::kOpen;
     w->counted_streaming = true;
     progress_->streaming.fetch_add(1);
+    progress_->streams_started.fetch_add(1);
     if (w->close_requested) {
       CloseStream(w);
       return;
@@ -507,10 +595,14 @@ class ClientThread {
     w->write_in_flight = false;
     recorder_.Add(kMetricsWrite, w->write_start, ok ? 0 : kStreamClosed);
     if (ok && w->reporting) progress_->reporting_rank_step.store(w->step);
-    if (!ok || stopping_) {
+    if (!ok || stopping_ || w->dead) {
       // The coordinator ended the stream (a stale generation) or the run is over: Finish
       // collects the status.
       FinishStream(w);
+    } else if (options_.job_steps > 0 && w->step >= options_.job_steps) {
+      // Its last step: the rank closes its stream and then reports its result.
+      w->rank_done = true;
+      CloseStream(w);
     } else if (w->close_requested) {
       CloseStream(w);
     }
@@ -543,7 +635,33 @@ class ClientThread {
     w->writer.reset();
     w->stream_context.reset();
     w->stream = SimWorker::Stream::kNone;
+    if (w->rank_done && w->stream_status.ok() && !stopping_ && !w->dead &&
+        w->state == SimWorker::State::kBusy) {
+      SendRankResult(w);  // the worker stays BUSY until its result is in
+      return;
+    }
     // A rank whose stream the coordinator ended stops, and its worker goes idle.
+    if (w->state == SimWorker::State::kBusy) w->state = SimWorker::State::kIdle;
+  }
+
+  void SendRankResult(SimWorker* w) {
+    RankResult result;
+    result.set_job_id(w->job_id);
+    result.set_generation(w->generation);
+    result.set_global_rank(w->global_rank);
+    result.set_code(0);
+    w->result_context = UnaryContext();
+    w->result_response.Clear();
+    w->result_call = w->rank->PrepareAsyncReportRankResult(w->result_context.get(), result, &cq_);
+    w->result_start = Clock::now();
+    w->result_call->StartCall();
+    w->result_call->Finish(&w->result_response, &w->result_status, &w->tags[kRankResultDone]);
+    ++outstanding_;
+  }
+
+  void OnRankResultDone(SimWorker* w) {
+    recorder_.Add(kRankResult, w->result_start, w->result_status.error_code());
+    w->rank_done = false;
     if (w->state == SimWorker::State::kBusy) w->state = SimWorker::State::kIdle;
   }
 
@@ -562,6 +680,9 @@ class ClientThread {
 
   const Options options_;
   Progress* const progress_;
+  Mutex kill_mutex_;
+  std::string watched_job_ ABSL_GUARDED_BY(kill_mutex_);
+  std::atomic<bool> kill_requested_{false};
   absl::BitGen random_;
   grpc::CompletionQueue cq_;
   std::vector<std::unique_ptr<SimWorker>> workers_;
@@ -587,7 +708,7 @@ std::shared_ptr<grpc::Channel> NewConnection(const std::string& address) {
 // One data-parallel job exactly as wide as the fleet, so every simulated worker gets a
 // rank. The model is the smallest valid one: simulated ranks never build it, but the
 // coordinator validates and plans it like any other.
-JobSpec BenchJobSpec(int world_size) {
+JobSpec BenchJobSpec(int world_size, int64_t steps) {
   JobSpec spec;
   spec.set_name("coordinator-load");
   spec.mutable_model()->set_num_layers(1);
@@ -598,7 +719,7 @@ JobSpec BenchJobSpec(int world_size) {
   spec.mutable_parallel()->set_micro_batch_size(1);
   spec.mutable_parallel()->set_global_batch_size(world_size);
   spec.set_device(DEVICE_CPU);
-  spec.mutable_train()->set_steps(kJobSteps);
+  spec.mutable_train()->set_steps(steps > 0 ? steps : kJobSteps);
   // A rank lost because the client fell behind then shows as a FAILED job rather than as
   // a silent re-placement in the middle of the window.
   spec.mutable_train()->set_max_restarts(0);
@@ -687,6 +808,31 @@ void PrintRow(RpcKind kind, const std::vector<Sample>& all, TimePoint from, Time
               QuantileMs(micros, 0.99), micros.empty() ? 0.0 : micros.back() / 1e3);
 }
 
+// The coordinator's step-row counters (mtrain_coordinator_step_rows_total and
+// _transactions_total) from its /metrics; nullopt when unreadable.
+std::optional<std::pair<double, double>> StepWriteCounters(const std::string& http_address) {
+  const size_t colon = http_address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(http_address.substr(colon + 1), &port)) {
+    return std::nullopt;
+  }
+  absl::StatusOr<HttpResponse> response = HttpGet(port, "/metrics");
+  if (!response.ok() || response->status != 200) return std::nullopt;
+  std::optional<double> rows, transactions;
+  for (absl::string_view line : absl::StrSplit(response->body, '\n')) {
+    double value = 0;
+    if (absl::ConsumePrefix(&line, "mtrain_coordinator_step_rows_total ") &&
+        absl::SimpleAtod(line, &value)) {
+      rows = value;
+    } else if (absl::ConsumePrefix(&line, "mtrain_coordinator_step_transactions_total ") &&
+               absl::SimpleAtod(line, &value)) {
+      transactions = value;
+    }
+  }
+  if (!rows || !transactions) return std::nullopt;
+  return std::make_pair(*rows, *transactions);
+}
+
 bool WaitFor(const std::function<bool()>& done, Clock::duration timeout) {
   const TimePoint deadline = Clock::now() + timeout;
   while (!done()) {
@@ -708,17 +854,24 @@ int Run() {
   const int heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   const double steps_per_second = absl::GetFlag(FLAGS_steps_per_second);
   const int num_threads = absl::GetFlag(FLAGS_threads);
+  const int num_jobs = absl::GetFlag(FLAGS_jobs);
+  const int64_t job_steps = absl::GetFlag(FLAGS_job_steps);
+  const bool kill_worker = absl::GetFlag(FLAGS_kill_worker);
+  const std::string http = absl::GetFlag(FLAGS_coordinator_http);
   const int pid = absl::GetFlag(FLAGS_coordinator_pid);
   if (address.empty() || num_workers <= 0 || per_host <= 0 || seconds <= 0 || heartbeat_ms <= 0 ||
-      steps_per_second <= 0 || num_threads <= 0) {
+      steps_per_second <= 0 || num_threads <= 0 || num_jobs <= 0 || job_steps < 0 ||
+      num_workers % num_jobs != 0) {
     std::fprintf(stderr,
                  "coordinator_load: --coordinator is required; --workers, --workers_per_host, "
-                 "--seconds, --heartbeat_ms, --steps_per_second and --threads must be > 0\n");
+                 "--seconds, --heartbeat_ms, --steps_per_second, --threads and --jobs must be "
+                 "> 0, --workers divisible by --jobs, --job_steps >= 0\n");
     return 2;
   }
+  const int job_world = num_workers / num_jobs;
 
   const Options options{std::chrono::milliseconds(heartbeat_ms),
-                        std::chrono::microseconds(std::llround(1e6 / steps_per_second))};
+                        std::chrono::microseconds(std::llround(1e6 / steps_per_second)), job_steps};
   Progress progress;
   std::vector<std::unique_ptr<ClientThread>> threads;
   for (int t = 0; t < num_threads; ++t) {
@@ -745,19 +898,38 @@ int Run() {
 
   std::printf(
       "coordinator_load: %d simulated workers on %d hosts, %d client threads; "
-      "heartbeat every %d ms, %g steps/s per rank, against %s\n",
+      "heartbeat every %d ms, %g steps/s per rank; %d job%s of %d ranks%s, against %s\n",
       num_workers, (num_workers + per_host - 1) / per_host, num_threads, heartbeat_ms,
-      steps_per_second, address.c_str());
+      steps_per_second, num_jobs, num_jobs == 1 ? "" : "s", job_world,
+      job_steps > 0 ? absl::StrCat(", ", job_steps, " steps each").c_str() : "", address.c_str());
   std::fflush(stdout);
 
   const TimePoint begin = Clock::now();
   for (auto& thread : threads) thread->Start();
   int status = 0;
-  std::string job_id;
+  std::vector<std::string> job_ids;
   TimePoint submitted{}, streaming{}, window_begin{}, window_end{}, cancelled{};
   ProcessSample coordinator_before, coordinator_after, client_before, client_after;
+  std::optional<std::pair<double, double>> writes_before, writes_after;
   int64_t max_lag = 0, last_written = 0, last_recorded = 0;
+  std::map<JobState, int> job_ends;
+  double kill_to_last_abort = -1;
+  int kill_aborts = 0;
   const std::string pid_text = absl::StrCat(pid);
+
+  // GetJob as the user's polls; the job's status, or nullopt on an error (recorded).
+  const auto get_job = [&](const std::string& id) -> std::optional<JobStatus> {
+    GetJobRequest request;
+    request.set_job_id(id);
+    JobStatus job;
+    grpc::ClientContext context;
+    PrepareUserCall(&context);
+    const TimePoint start = Clock::now();
+    const grpc::Status get_status = user->GetJob(&context, request, &job);
+    user_calls.Add(kGetJob, start, get_status.error_code());
+    if (!get_status.ok()) return std::nullopt;
+    return job;
+  };
 
   // Everything after the threads start is one block so that every failure path still
   // stops and joins them.
@@ -771,61 +943,83 @@ int Run() {
     }
     const TimePoint registered = Clock::now();
 
-    SubmitJobRequest submit;
-    *submit.mutable_spec() = BenchJobSpec(num_workers);
-    SubmitJobResponse submit_response;
-    grpc::ClientContext submit_context;
-    PrepareUserCall(&submit_context);
-    const TimePoint submit_start = Clock::now();
-    const grpc::Status submit_status = user->SubmitJob(&submit_context, submit, &submit_response);
-    user_calls.Add(kSubmitJob, submit_start, submit_status.error_code());
-    if (!submit_status.ok()) {
-      std::fprintf(stderr, "coordinator_load: SubmitJob: %s\n",
-                   submit_status.error_message().c_str());
-      status = 1;
-      break;
+    for (int j = 0; j < num_jobs && status == 0; ++j) {
+      SubmitJobRequest submit;
+      *submit.mutable_spec() = BenchJobSpec(job_world, job_steps);
+      SubmitJobResponse submit_response;
+      grpc::ClientContext submit_context;
+      PrepareUserCall(&submit_context);
+      const TimePoint submit_start = Clock::now();
+      const grpc::Status submit_status = user->SubmitJob(&submit_context, submit, &submit_response);
+      user_calls.Add(kSubmitJob, submit_start, submit_status.error_code());
+      if (!submit_status.ok()) {
+        std::fprintf(stderr, "coordinator_load: SubmitJob: %s\n",
+                     submit_status.error_message().c_str());
+        status = 1;
+      }
+      job_ids.push_back(submit_response.job_id());
     }
-    job_id = submit_response.job_id();
+    if (status != 0) break;
     submitted = Clock::now();
-    if (!WaitFor([&] { return progress.streaming.load() == num_workers; }, kSetupTimeout)) {
+    // Every rank has opened its stream once (a finite job's ranks may be done already).
+    if (!WaitFor([&] { return progress.streams_started.load() >= num_workers; }, kSetupTimeout)) {
       std::fprintf(stderr, "coordinator_load: only %d of %d ranks opened a metrics stream\n",
-                   progress.streaming.load(), num_workers);
+                   progress.streams_started.load(), num_workers);
       status = 1;
       break;
     }
     streaming = Clock::now();
     std::printf(
-        "setup: %d workers registered in %.2f s; %s placed, every rank streaming "
-        "%.3f s after SubmitJob returned\n",
-        num_workers, Seconds(registered - begin), job_id.c_str(), Seconds(streaming - submitted));
+        "setup: %d workers registered in %.2f s; %d job%s placed, every rank streaming "
+        "%.3f s after the last SubmitJob returned\n",
+        num_workers, Seconds(registered - begin), num_jobs, num_jobs == 1 ? "" : "s",
+        Seconds(streaming - submitted));
     std::fflush(stdout);
 
-    // The measured window: a user polls GetJob once a second meanwhile.
+    // The measured window: a user polls GetJob once a second meanwhile (every unfinished
+    // job, with --job_steps, until all have ended).
     if (pid > 0) coordinator_before = SampleProcess(pid_text);
     client_before = SampleProcess("self");
+    if (!http.empty()) writes_before = StepWriteCounters(http);
     window_begin = Clock::now();
-    const TimePoint end = window_begin + std::chrono::microseconds(std::llround(seconds * 1e6));
+    const TimePoint end =
+        job_steps > 0
+            ? window_begin + std::chrono::microseconds(std::llround(
+                                 (job_steps / steps_per_second + 60 + 0.05 * num_jobs) * 1e6))
+            : window_begin + std::chrono::microseconds(std::llround(seconds * 1e6));
+    std::set<std::string> unfinished(job_ids.begin(), job_ids.end());
     for (TimePoint next = window_begin + std::chrono::seconds(1);;
          next += std::chrono::seconds(1)) {
       std::this_thread::sleep_until(std::min(next, end));
       if (Clock::now() >= end) break;
-      GetJobRequest request;
-      request.set_job_id(job_id);
-      JobStatus job;
-      grpc::ClientContext context;
-      PrepareUserCall(&context);
+      if (job_steps > 0) {
+        for (auto it = unfinished.begin(); it != unfinished.end();) {
+          const std::optional<JobStatus> job = get_job(*it);
+          if (job && (job->state() == JOB_STATE_SUCCEEDED || job->state() == JOB_STATE_FAILED ||
+                      job->state() == JOB_STATE_CANCELLED)) {
+            ++job_ends[job->state()];
+            it = unfinished.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        if (unfinished.empty()) break;
+        continue;
+      }
       const int64_t written = progress.reporting_rank_step.load();
-      const TimePoint start = Clock::now();
-      const grpc::Status get_status = user->GetJob(&context, request, &job);
-      user_calls.Add(kGetJob, start, get_status.error_code());
-      if (!get_status.ok()) continue;
-      // Steps written before the call but not yet stored when it was answered.
-      last_written = written;
-      last_recorded = job.step();
-      max_lag = std::max(max_lag, written - job.step());
-      if (job.state() != JOB_STATE_RUNNING) {
+      const std::optional<JobStatus> job = get_job(job_ids[0]);
+      if (!job) continue;
+      // Steps written before the call but not yet stored when it was answered (one job:
+      // the reporting rank is that job's).
+      if (num_jobs == 1) {
+        last_written = written;
+        last_recorded = job->step();
+        max_lag = std::max(max_lag, written - job->step());
+      }
+      if (job->state() != JOB_STATE_RUNNING) {
         std::fprintf(stderr, "coordinator_load: %s left RUNNING during the window: %s %s\n",
-                     job_id.c_str(), JobState_Name(job.state()).c_str(), job.message().c_str());
+                     job_ids[0].c_str(), JobState_Name(job->state()).c_str(),
+                     job->message().c_str());
         status = 1;
         break;
       }
@@ -833,20 +1027,55 @@ int Run() {
     window_end = Clock::now();
     if (pid > 0) coordinator_after = SampleProcess(pid_text);
     client_after = SampleProcess("self");
+    if (!http.empty()) writes_after = StepWriteCounters(http);
+    if (job_steps > 0 && !unfinished.empty()) {
+      std::fprintf(stderr, "coordinator_load: %zu of %d jobs had not ended by the deadline\n",
+                   unfinished.size(), num_jobs);
+      status = 1;
+    }
 
-    CancelJobRequest cancel;
-    cancel.set_job_id(job_id);
-    CancelJobResponse cancel_response;
-    grpc::ClientContext cancel_context;
-    PrepareUserCall(&cancel_context);
-    const TimePoint cancel_start = Clock::now();
-    const grpc::Status cancel_status = user->CancelJob(&cancel_context, cancel, &cancel_response);
-    user_calls.Add(kCancelJob, cancel_start, cancel_status.error_code());
+    if (kill_worker && job_steps == 0) {
+      // One worker of the first job dies; its generation's other ranks should be told to
+      // abort once the coordinator's heartbeat timeout has passed.
+      for (auto& thread : threads) thread->WatchAbortsOf(job_ids[0]);
+      for (auto& thread : threads) {
+        thread->RequestKill();
+        if (WaitFor([&] { return progress.killed_at_ns.load() != 0; }, std::chrono::seconds(1))) {
+          break;
+        }
+      }
+      if (progress.killed_at_ns.load() == 0) {
+        std::fprintf(stderr, "coordinator_load: no worker of %s could be killed\n",
+                     job_ids[0].c_str());
+        status = 1;
+      } else {
+        WaitFor([&] { return progress.kill_job_aborts.load() >= job_world - 1; },
+                std::chrono::seconds(60));
+        kill_aborts = progress.kill_job_aborts.load();
+        if (kill_aborts > 0) {
+          kill_to_last_abort =
+              (progress.last_kill_job_abort_ns.load() - progress.killed_at_ns.load()) / 1e9;
+        }
+      }
+    }
+
+    for (const std::string& id : job_ids) {
+      if (job_steps > 0) break;  // they ended by themselves
+      CancelJobRequest cancel;
+      cancel.set_job_id(id);
+      CancelJobResponse cancel_response;
+      grpc::ClientContext cancel_context;
+      PrepareUserCall(&cancel_context);
+      const TimePoint cancel_start = Clock::now();
+      const grpc::Status cancel_status = user->CancelJob(&cancel_context, cancel, &cancel_response);
+      user_calls.Add(kCancelJob, cancel_start, cancel_status.error_code());
+    }
     cancelled = Clock::now();
-    // The aborts travel with the next heartbeats; give them a few periods to arrive.
-    WaitFor(
-        [&] { return progress.aborted.load() == num_workers && progress.streaming.load() == 0; },
-        std::chrono::seconds(2) + 5 * options.heartbeat_period);
+    if (job_steps == 0) {
+      // The aborts travel with the next heartbeats; give them a few periods to arrive.
+      WaitFor([&] { return progress.streaming.load() == 0; },
+              std::chrono::seconds(2) + 5 * options.heartbeat_period);
+    }
   } while (false);
 
   for (auto& thread : threads) thread->StopAndJoin();
@@ -875,8 +1104,12 @@ int Run() {
            absl::StrFormat("%.0f", num_workers * 1000.0 / heartbeat_ms), &errors);
   PrintRow(kMetricsWrite, merged.samples[kMetricsWrite], window_begin, window_end, true,
            absl::StrFormat("%.0f", num_workers * steps_per_second), &errors);
+  if (job_steps > 0) {
+    PrintRow(kRankResult, merged.samples[kRankResult], {}, {}, false, "-", &errors);
+  }
   PrintRow(kSubmitJob, merged.samples[kSubmitJob], {}, {}, false, "-", &errors);
-  PrintRow(kGetJob, merged.samples[kGetJob], window_begin, window_end, true, "1", &errors);
+  PrintRow(kGetJob, merged.samples[kGetJob], window_begin, window_end, true,
+           job_steps > 0 ? "-" : "1", &errors);
   PrintRow(kCancelJob, merged.samples[kCancelJob], {}, {}, false, "-", &errors);
   std::printf("\n");
 
@@ -897,11 +1130,40 @@ int Run() {
     std::printf("this client: %.0f%% of one core; %d threads\n", 100 * cpu / window,
                 client_after.threads);
   }
-  std::printf(
-      "recorded steps: at the last poll the reporting rank had written step %lld and "
-      "GetJob said %lld; largest lag over the polls %lld steps\n",
-      static_cast<long long>(last_written), static_cast<long long>(last_recorded),
-      static_cast<long long>(max_lag));
+  if (num_jobs == 1 && job_steps == 0) {
+    std::printf(
+        "recorded steps: at the last poll the reporting rank had written step %lld and "
+        "GetJob said %lld; largest lag over the polls %lld steps\n",
+        static_cast<long long>(last_written), static_cast<long long>(last_recorded),
+        static_cast<long long>(max_lag));
+  }
+  if (job_steps > 0) {
+    std::vector<std::string> ends;
+    for (const auto& [state, n] : job_ends)
+      ends.push_back(absl::StrCat(n, " ", JobState_Name(state)));
+    std::printf("jobs: %s of %d; every job ended %.1f s after the last SubmitJob returned\n",
+                ends.empty() ? "none ended" : absl::StrJoin(ends, ", ").c_str(), num_jobs,
+                Seconds(window_end - submitted));
+  }
+  if (writes_before && writes_after) {
+    const double rows = writes_after->first - writes_before->first;
+    const double transactions = writes_after->second - writes_before->second;
+    std::printf(
+        "job store: %.0f step rows in %.0f transactions over the window (%.1f rows/s, %.1f "
+        "fsyncs/s)\n",
+        rows, transactions, rows / window, transactions / window);
+  }
+  if (kill_worker) {
+    if (kill_to_last_abort >= 0) {
+      std::printf(
+          "a dead worker: %d of the other %d ranks of its generation told to abort, the last "
+          "%.2f s after it died (the coordinator's --heartbeat_timeout, default 10 s, plus "
+          "its tick and one heartbeat)\n",
+          kill_aborts, job_world - 1, kill_to_last_abort);
+    } else {
+      std::printf("a dead worker: no abort reached its generation's other ranks in 60 s\n");
+    }
+  }
   std::printf(
       "assign commands: %d received, the last %.3f s after SubmitJob returned; the "
       "largest %.1f KiB (each names its own peer, not the others)\n",
@@ -910,7 +1172,7 @@ int Run() {
       "step ticks skipped because the previous Write was still in flight: %lld; "
       "re-registrations: %d\n",
       static_cast<long long>(tallies.skipped_steps), tallies.reregistrations);
-  if (tallies.last_abort > cancelled) {
+  if (job_steps == 0 && tallies.last_abort > cancelled) {
     std::printf("after CancelJob: %d aborts delivered, the last %.3f s after the call returned\n",
                 tallies.aborts, Seconds(tallies.last_abort - cancelled));
   }
@@ -928,8 +1190,8 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Load benchmark of a running coordinator: --coordinator=HOST:PORT [--workers=256 "
-      "--seconds=20 --heartbeat_ms=100 --steps_per_second=20 --threads=2 "
-      "--coordinator_pid=PID]");
+      "--seconds=20 --heartbeat_ms=100 --steps_per_second=20 --threads=2 --jobs=1 "
+      "--job_steps=0 --kill_worker --coordinator_http=HOST:PORT --coordinator_pid=PID]");
   absl::ParseCommandLine(argc, argv);
   // As in the coordinator (coordinator_main.cc): Debian's Abseil checks every absl::Mutex
   // acquisition for lock-order cycles, and gRPC locks one on every call; at 4,096 simulated
