@@ -1099,6 +1099,7 @@ void JobManager::AdmitLocked() {
     return;
   }
   const std::vector<JobStatus>* jobs = &page->jobs;
+  if (jobs->empty()) return;  // nothing waits (and the tick holds the lock for less)
   // One look at the registry for the whole pass: with many jobs waiting, each placement
   // attempt used to copy every worker's description twice.
   const std::vector<WorkerStatus> workers = workers_->List();
@@ -1203,16 +1204,15 @@ void JobManager::AdmitLocked() {
 }
 
 void JobManager::DetectLostRanksLocked() {
-  // By id (Liveness is ordered by id), found by binary search: this runs every tick.
-  const std::vector<std::pair<std::string, bool>> liveness = workers_->Liveness();
-  const int registered = static_cast<int>(liveness.size());
-  int live = 0;
-  for (const auto& [id, alive] : liveness) live += alive ? 1 : 0;
-  const auto is_alive = [&liveness](const std::string& worker) {
-    const auto it = std::lower_bound(liveness.begin(), liveness.end(), worker,
-                                     [](const std::pair<std::string, bool>& entry,
-                                        const std::string& id) { return entry.first < id; });
-    return it != liveness.end() && it->first == worker && it->second;
+  // This runs every tick under the manager's lock: the registry counts in one pass and
+  // names only the dead workers (usually none), rather than copying every id.
+  const WorkerRegistry::Census census = workers_->TakeCensus();
+  const int registered = census.registered;
+  const int live = census.alive;
+  // Workers that left the registry were dead first (only dead ones are removed or make
+  // room), so a rank's worker is alive unless the census names it dead or it is gone.
+  const auto is_alive = [&](const std::string& worker) {
+    return census.dead.count(worker) == 0 && workers_->IsRegistered(worker);
   };
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
   // After a pause of this process the registry did not count the gap as any worker's

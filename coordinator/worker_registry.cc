@@ -209,14 +209,25 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
   return absl::OkStatus();
 }
 
-std::vector<std::pair<std::string, bool>> WorkerRegistry::Liveness() const {
+WorkerRegistry::Census WorkerRegistry::TakeCensus() const {
   const absl::Time now = clock_->Now();
   MutexLock lock(&mutex_);
   LookLocked(now);
-  std::vector<std::pair<std::string, bool>> result;
-  result.reserve(workers_.size());
-  for (const auto& [id, record] : workers_) result.emplace_back(id, IsAlive(record, now));
-  return result;
+  Census census;
+  census.registered = static_cast<int>(workers_.size());
+  for (const auto& [id, record] : workers_) {
+    if (IsAlive(record, now)) {
+      ++census.alive;
+    } else {
+      census.dead.insert(id);
+    }
+  }
+  return census;
+}
+
+bool WorkerRegistry::IsRegistered(const std::string& worker_id) const {
+  MutexLock lock(&mutex_);
+  return workers_.count(worker_id) > 0;
 }
 
 int WorkerRegistry::CountAlive() const {

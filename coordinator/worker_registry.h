@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,9 +90,16 @@ class WorkerRegistry {
   // Number of workers registered and alive now.
   int CountAlive() const;
 
-  // Every known worker's id with its liveness as of now, ordered by id: what the job
-  // manager's tick needs, without copying every worker's description as List() does.
-  std::vector<std::pair<std::string, bool>> Liveness() const;
+  // The workers registered and alive now, and the ids of the dead ones: what the job
+  // manager's tick needs, in one pass that copies no live worker's id or description.
+  struct Census {
+    int registered = 0;
+    int alive = 0;
+    std::set<std::string> dead;
+  };
+  Census TakeCensus() const;
+  // Whether `worker_id` is registered (alive or not).
+  bool IsRegistered(const std::string& worker_id) const;
 
   // Forgets a worker that is not alive. INVALID_ARGUMENT for an empty id, NOT_FOUND for an
   // unknown one, FAILED_PRECONDITION (saying when it was last heard from) for a live one:

@@ -1,6 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,27 @@ TEST_F(WorkerRegistryTest, OnlyDeadWorkersAreRemovedAndMayRegisterAgain) {
   EXPECT_EQ(registry_.Heartbeat(MakeHeartbeat("w1", "a")).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(registry_.Register(MakeWorker("w1", "c"), &restarted).ok());
   EXPECT_EQ(registry_.CountAlive(), 2);
+}
+
+TEST_F(WorkerRegistryTest, TheCensusCountsAndNamesOnlyTheDead) {
+  bool restarted;
+  ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("w2", "b"), &restarted).ok());
+  ASSERT_TRUE(registry_.Register(MakeWorker("w3", "c"), &restarted).ok());
+  AdvanceTicking(absl::Seconds(6));
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+  ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w3", "c")).ok());
+  AdvanceTicking(absl::Seconds(5));  // w2 silent for 11 s
+  WorkerRegistry::Census census = registry_.TakeCensus();
+  EXPECT_EQ(census.registered, 3);
+  EXPECT_EQ(census.alive, 2);
+  EXPECT_EQ(census.dead, (std::set<std::string>{"w2"}));
+  EXPECT_TRUE(registry_.IsRegistered("w2"));
+  ASSERT_TRUE(registry_.Remove("w2").ok());
+  EXPECT_FALSE(registry_.IsRegistered("w2"));
+  census = registry_.TakeCensus();
+  EXPECT_EQ(census.registered, 2);
+  EXPECT_TRUE(census.dead.empty());
 }
 
 TEST_F(WorkerRegistryTest, HeartbeatsKeepWorkerAlive) {
