@@ -1,15 +1,11 @@
-// The HTTP/1.x wire format the coordinator's HTTP port speaks: a request head parsed into
-// an HttpRequest, an HttpResponse written out as bytes. Pure functions, no sockets
-// (coordinator/http_server.h owns those), so every rule here is tested and fuzzed without
-// a network.
+// What the coordinator's HTTP port hands its handler and takes back: a request already
+// parsed (by libmicrohttpd, see coordinator/http_server.h) and the response to send. Plain
+// values, no sockets, so routes (coordinator/http_routes.h) are tested without a network.
 //
-//   absl::StatusOr<HttpRequest> request =
-//       ParseHttpRequestHead("GET /api/jobs?limit=5 HTTP/1.1\r\nHost: x");
-//   // request->method == "GET", request->path == "/api/jobs", request->query == "limit=5"
-//   std::string bytes = FormatHttpResponse({200, "text/plain", "hi\n", {}}, true);
-//
-// Only what a GET needs is understood: header fields are skipped (bodies are never
-// read; the server answers and closes the connection).
+//   HttpResponse Hello(const HttpRequest& request) {
+//     // request.method == "GET", request.path == "/api/jobs", request.query == "limit=5"
+//     return HttpResponse{200, "text/plain; charset=utf-8", "hi\n", {}};
+//   }
 #ifndef MTRAIN_COORDINATOR_HTTP_MESSAGE_H_
 #define MTRAIN_COORDINATOR_HTTP_MESSAGE_H_
 
@@ -17,19 +13,15 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-
 namespace mtrain {
 
-// Longest request target accepted (browsers and Prometheus send a few dozen bytes).
-inline constexpr size_t kHttpMaxTargetBytes = 8 * 1024;
-
 struct HttpRequest {
-  std::string method;  // "GET", "HEAD", ... (upper-case letters)
-  // URL-decoded path with dot segments removed, e.g. "/api/jobs/job-1/steps".
+  std::string method;  // "GET" or "HEAD": the server answers other methods itself (405)
+  // The percent-decoded path, e.g. "/api/jobs/job-1/steps". Never empty, starts with '/',
+  // holds no control character. Dot segments are not resolved: nothing here is a file,
+  // and the routes match whole paths, so "/a/../metrics" is simply not found.
   std::string path;
-  // What follows '?', still URL-encoded ("" if none), e.g. "after=10&limit=500".
+  // What follows '?', still percent-encoded ("" if none), e.g. "after=10&limit=500".
   std::string query;
 };
 
@@ -37,30 +29,11 @@ struct HttpResponse {
   int status = 200;
   std::string content_type;
   std::string body;
-  // Extra headers, e.g. {"Cache-Control", "no-store"}. Content-Type, Content-Length and
-  // Connection are written by FormatHttpResponse.
+  // Extra headers, e.g. {"Cache-Control", "no-store"}. Content-Type, Content-Length, Date
+  // and Connection are written by the server; a header whose name or value holds a
+  // line break is dropped (libmicrohttpd refuses it).
   std::vector<std::pair<std::string, std::string>> headers;
 };
-
-// Parses a request head: the request line and header fields, without the blank line that
-// ends them. The request line must be `METHOD SP /TARGET SP HTTP/1.0|HTTP/1.1`; the
-// target's path is percent-decoded (a malformed escape or a decoded control character is
-// refused) and its "." and ".." segments resolved (RFC 3986 5.2.4), so "/a/../b" is "/b"
-// and nothing climbs above "/". INVALID_ARGUMENT (answered 400) naming what is wrong,
-// with the offending text escaped and cut to a few dozen bytes.
-absl::StatusOr<HttpRequest> ParseHttpRequestHead(absl::string_view head);
-
-// Where the head of the request in `received` ends: the offset of its blank line
-// ("\r\n\r\n", or "\n\n" from clients that send bare LFs), or npos if it has not arrived.
-size_t FindHttpRequestHeadEnd(absl::string_view received);
-
-// "OK", "Not Found", ...; "Unknown" for a code without a phrase here.
-const char* HttpReasonPhrase(int status);
-
-// The response as bytes: status line, Content-Type, Content-Length (of the body, also for
-// HEAD), "Connection: close" (one request per connection), the extra headers, then the
-// body unless `with_body` is false (HEAD).
-std::string FormatHttpResponse(const HttpResponse& response, bool with_body);
 
 }  // namespace mtrain
 

@@ -1,28 +1,25 @@
 #include "coordinator/http_server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <string>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,14 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Connections accepted per pass of the event loop: a flood of connects cannot starve the
-// connections already open (their requests are read first, each pass).
-constexpr int kAcceptsPerPass = 64;
-// After accept fails for lack of file descriptors, the listener rests this long instead of
-// waking the loop again at once (the pending connection stays in the kernel's queue).
-constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
-// Bytes discarded after the response before the connection is closed anyway.
-constexpr size_t kMaxLingerBytes = 64 * 1024;
+// The longest the head-deadline sweeper sleeps when no deadline is nearer.
+constexpr auto kSweepInterval = std::chrono::seconds(1);
 
 // HOST:PORT with a numeric port. A bare port, a list or a host name are refused, so
 // --http always means one address.
@@ -81,421 +72,10 @@ absl::StatusOr<sockaddr_storage> ParseAddress(const std::string& address, sockle
   return storage;
 }
 
-std::string ClientAddress(const sockaddr_storage& peer) {
-  char text[INET6_ADDRSTRLEN] = "";
-  if (peer.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, text, sizeof(text));
-  } else if (peer.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr, text,
-              sizeof(text));
-  }
-  return text;
-}
-
-std::string PlainResponse(int status, std::string body) {
-  return FormatHttpResponse({status, "text/plain; charset=utf-8", std::move(body), {}},
-                            /*with_body=*/true);
-}
-
-// For a connection about to be closed: one non-blocking try, no waiting for a client that
-// does not read.
-void SendBestEffort(int fd, const std::string& bytes) {
-  (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-}  // namespace
-
-class HttpServer::Impl {
- public:
-  Impl(Handler handler, HttpServerLimits limits, int listen_fd, int wake_fd, int port)
-      : handler_(std::move(handler)),
-        limits_(limits),
-        listen_fd_(listen_fd),
-        wake_fd_(wake_fd),
-        port_(port) {}
-
-  ~Impl() {
-    {
-      MutexLock lock(&mutex_);
-      stopping_ = true;
-    }
-    work_ready_.SignalAll();
-    Wake();
-    if (loop_thread_.joinable()) loop_thread_.join();
-    // Handlers in flight finish; the ones still queued never start.
-    for (std::thread& thread : handler_threads_) thread.join();
-    for (auto& [id, connection] : connections_) ::close(connection.fd);
-    ::close(listen_fd_);
-    ::close(wake_fd_);
-  }
-
-  void StartThreads() {
-    loop_thread_ = std::thread([this] { Loop(); });
-    for (int i = 0; i < kHttpServerThreads; ++i) {
-      handler_threads_.emplace_back([this] { ServeRequests(); });
-    }
-  }
-
-  int port() const { return port_; }
-
- private:
-  enum class State {
-    kReading,   // waiting for the request head; evictable
-    kHandling,  // the request is queued or with a handler; the socket is not polled
-    kWriting,   // sending the response
-    kLingering  // response sent and our side shut down; discarding input until EOF
-  };
-  struct Connection {
-    int fd = -1;
-    std::string client;  // peer IP address, the key of the per-client limit
-    State state = State::kReading;
-    Clock::time_point deadline;  // of the current state (none while kHandling)
-    std::string input;
-    std::string output;
-    size_t written = 0;
-    size_t discarded = 0;
-  };
-  // Ordered by id, which grows with each accept: the first kReading entry is the oldest.
-  using Connections = std::map<uint64_t, Connection>;
-
-  struct Request {
-    uint64_t connection_id;
-    HttpRequest request;
-  };
-  struct Answer {
-    uint64_t connection_id;
-    std::string bytes;
-  };
-
-  void Wake() {
-    const uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof(one));
-  }
-
-  // The handler threads: take a parsed request, answer it, hand the bytes to the loop.
-  void ServeRequests() {
-    for (;;) {
-      Request next;
-      {
-        MutexLock lock(&mutex_);
-        while (!stopping_ && requests_.empty()) work_ready_.Wait(&mutex_);
-        if (stopping_) return;
-        next = std::move(requests_.front());
-        requests_.pop_front();
-      }
-      const HttpResponse response = handler_(next.request);
-      std::string bytes = FormatHttpResponse(response, next.request.method != "HEAD");
-      {
-        MutexLock lock(&mutex_);
-        answers_.push_back({next.connection_id, std::move(bytes)});
-      }
-      Wake();
-    }
-  }
-
-  Connections::iterator Close(Connections::iterator it) {
-    ::close(it->second.fd);
-    auto count = per_client_.find(it->second.client);
-    if (count != per_client_.end() && --count->second == 0) per_client_.erase(count);
-    return connections_.erase(it);
-  }
-
-  void Respond(Connection& connection, std::string bytes) {
-    connection.state = State::kWriting;
-    connection.input.clear();
-    connection.output = std::move(bytes);
-    connection.written = 0;
-    connection.deadline = Clock::now() + std::chrono::milliseconds(limits_.write_timeout_ms);
-  }
-
-  // Reads what has arrived; once the head is complete, answers a bad request itself or
-  // queues a good one for the handler threads. Returns false if the connection is to be
-  // closed.
-  bool OnReadable(uint64_t id, Connection& connection) {
-    bool end_of_input = false;
-    char buffer[4096];
-    while (connection.input.size() <= static_cast<size_t>(kHttpMaxRequestHeadBytes) + 4) {
-      const ssize_t n = ::recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-      if (n > 0) {
-        connection.input.append(buffer, static_cast<size_t>(n));
-      } else if (n == 0) {
-        end_of_input = true;
-        break;
-      } else if (errno == EINTR) {
-        continue;
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        break;
-      } else {
-        return false;
-      }
-    }
-    const size_t end = FindHttpRequestHeadEnd(connection.input);
-    if ((end == std::string::npos &&
-         connection.input.size() > static_cast<size_t>(kHttpMaxRequestHeadBytes)) ||
-        (end != std::string::npos && end > static_cast<size_t>(kHttpMaxRequestHeadBytes))) {
-      Respond(connection, PlainResponse(431, absl::StrCat("request head longer than the limit of ",
-                                                          kHttpMaxRequestHeadBytes, " bytes\n")));
-      return true;
-    }
-    // A client that closed its side before completing the head gets nothing back.
-    if (end == std::string::npos) return !end_of_input;
-    absl::StatusOr<HttpRequest> request =
-        ParseHttpRequestHead(absl::string_view(connection.input).substr(0, end));
-    if (!request.ok()) {
-      Respond(connection, PlainResponse(400, absl::StrCat(request.status().message(), "\n")));
-      return true;
-    }
-    if (request->method != "GET" && request->method != "HEAD") {
-      HttpResponse refused{405, "text/plain; charset=utf-8", "only GET and HEAD\n", {}};
-      refused.headers.emplace_back("Allow", "GET, HEAD");
-      Respond(connection, FormatHttpResponse(refused, /*with_body=*/true));
-      return true;
-    }
-    connection.state = State::kHandling;
-    connection.input.clear();
-    {
-      MutexLock lock(&mutex_);
-      requests_.push_back({id, *std::move(request)});
-    }
-    work_ready_.Signal();
-    return true;
-  }
-
-  // Sends what the socket takes; when all is sent, shuts our side and lingers. Returns
-  // false if the connection is to be closed.
-  bool OnWritable(Connection& connection) {
-    while (connection.written < connection.output.size()) {
-      const ssize_t n =
-          ::send(connection.fd, connection.output.data() + connection.written,
-                 connection.output.size() - connection.written, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        connection.written += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return true;
-      } else {
-        return false;
-      }
-    }
-    ::shutdown(connection.fd, SHUT_WR);
-    connection.state = State::kLingering;
-    connection.output.clear();
-    connection.output.shrink_to_fit();
-    connection.deadline = Clock::now() + std::chrono::milliseconds(kHttpLingerMs);
-    return true;
-  }
-
-  bool OnLingerReadable(Connection& connection) {
-    char buffer[4096];
-    for (;;) {
-      const ssize_t n = ::recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-      if (n > 0) {
-        connection.discarded += static_cast<size_t>(n);
-        if (connection.discarded > kMaxLingerBytes) return false;
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        // EOF (the client closed too: done), an error, or nothing more for now.
-        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-      }
-    }
-  }
-
-  // The oldest connection still waiting for its request head, of `client` or of all
-  // ("" matches every client); end() if there is none.
-  Connections::iterator OldestIdle(const std::string& client) {
-    return absl::c_find_if(connections_, [&client](const auto& entry) {
-      return entry.second.state == State::kReading &&
-             (client.empty() || entry.second.client == client);
-    });
-  }
-
-  void AcceptConnections() {
-    for (int i = 0; i < kAcceptsPerPass; ++i) {
-      sockaddr_storage peer = {};
-      socklen_t peer_length = sizeof(peer);
-      const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_length,
-                               SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          accept_resume_ = Clock::now() + kAcceptBackoff;
-        }
-        // EAGAIN: all taken; ECONNABORTED and the like: that client is gone already.
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;
-      }
-      const std::string client = ClientAddress(peer);
-      // Make room: first within the client's own share, then in the whole table. Only
-      // connections that have not sent a complete request are closed, oldest first: a
-      // client that sends its request at once is never the one closed.
-      if (per_client_[client] >= limits_.max_connections_per_client) {
-        const auto oldest = OldestIdle(client);
-        if (oldest == connections_.end()) {
-          SendBestEffort(
-              fd, PlainResponse(503, absl::StrCat("too many connections from ", client, " (limit ",
-                                                  limits_.max_connections_per_client,
-                                                  " per client address)\n")));
-          ::close(fd);
-          continue;
-        }
-        Close(oldest);
-      }
-      if (connections_.size() >= static_cast<size_t>(limits_.max_connections)) {
-        const auto oldest = OldestIdle("");
-        if (oldest == connections_.end()) {
-          SendBestEffort(fd, PlainResponse(503, absl::StrCat("too many connections (limit ",
-                                                             limits_.max_connections, ")\n")));
-          ::close(fd);
-          if (per_client_[client] == 0) per_client_.erase(client);
-          continue;
-        }
-        Close(oldest);
-      }
-      const uint64_t id = next_id_++;
-      Connection& connection = connections_[id];
-      connection.fd = fd;
-      connection.client = client;
-      connection.deadline = Clock::now() + std::chrono::milliseconds(limits_.request_timeout_ms);
-      ++per_client_[client];
-      // The request usually arrives with the connection: read it now, before the next
-      // accept might need room.
-      if (!OnReadable(id, connection) ||
-          (connection.state == State::kWriting && !OnWritable(connection))) {
-        Close(connections_.find(id));
-      }
-    }
-  }
-
-  void Loop() {
-    std::vector<pollfd> polled;
-    std::vector<uint64_t> polled_ids;
-    for (;;) {
-      Clock::time_point now = Clock::now();
-      Clock::time_point next_deadline = now + std::chrono::seconds(60);
-      for (auto it = connections_.begin(); it != connections_.end();) {
-        Connection& connection = it->second;
-        if (connection.state == State::kHandling || now < connection.deadline) {
-          if (connection.state != State::kHandling) {
-            next_deadline = std::min(next_deadline, connection.deadline);
-          }
-          ++it;
-          continue;
-        }
-        // Out of time. Part of a request deserves an answer; silence gets none.
-        if (connection.state == State::kReading && !connection.input.empty()) {
-          SendBestEffort(connection.fd,
-                         PlainResponse(408, absl::StrCat("request head not received within ",
-                                                         limits_.request_timeout_ms, " ms\n")));
-        }
-        it = Close(it);
-      }
-      polled.clear();
-      polled_ids.clear();
-      polled.push_back({wake_fd_, POLLIN, 0});
-      polled_ids.push_back(0);
-      if (now >= accept_resume_) {
-        polled.push_back({listen_fd_, POLLIN, 0});
-        polled_ids.push_back(0);
-      } else {
-        next_deadline = std::min(next_deadline, accept_resume_);
-      }
-      for (const auto& [id, connection] : connections_) {
-        if (connection.state == State::kHandling) continue;
-        polled.push_back(
-            {connection.fd,
-             static_cast<short>(connection.state == State::kWriting ? POLLOUT : POLLIN), 0});
-        polled_ids.push_back(id);
-      }
-      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now);
-      const int ready = ::poll(polled.data(), polled.size(),
-                               static_cast<int>(std::max<int64_t>(0, wait.count())));
-      if (ready < 0 && errno != EINTR) {
-        // Not expected (EINVAL, ENOMEM); do not spin.
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-      std::vector<Answer> answers;
-      {
-        MutexLock lock(&mutex_);
-        if (stopping_) return;
-        answers.swap(answers_);
-      }
-      if (polled[0].revents != 0) {
-        uint64_t count = 0;
-        (void)!::read(wake_fd_, &count, sizeof(count));
-      }
-      for (Answer& answer : answers) {
-        auto it = connections_.find(answer.connection_id);
-        if (it == connections_.end()) continue;
-        Respond(it->second, std::move(answer.bytes));
-        if (!OnWritable(it->second)) Close(it);
-      }
-      // Open connections first, then new ones: requests that arrived are read before
-      // anything is closed to make room.
-      bool listener_ready = false;
-      for (size_t i = 1; i < polled.size(); ++i) {
-        if (polled[i].revents == 0) continue;
-        if (polled[i].fd == listen_fd_ && polled_ids[i] == 0) {
-          listener_ready = true;
-          continue;
-        }
-        auto it = connections_.find(polled_ids[i]);
-        if (it == connections_.end()) continue;
-        Connection& connection = it->second;
-        bool keep = true;
-        switch (connection.state) {
-          case State::kReading:
-            keep = OnReadable(it->first, connection) &&
-                   (connection.state != State::kWriting || OnWritable(connection));
-            break;
-          case State::kWriting:
-            keep = OnWritable(connection);
-            break;
-          case State::kLingering:
-            keep = OnLingerReadable(connection);
-            break;
-          case State::kHandling:
-            break;
-        }
-        if (!keep) Close(it);
-      }
-      if (listener_ready) AcceptConnections();
-    }
-  }
-
-  const Handler handler_;
-  const HttpServerLimits limits_;
-  const int listen_fd_;
-  const int wake_fd_;
-  const int port_;
-  std::thread loop_thread_;
-  std::vector<std::thread> handler_threads_;
-
-  // Owned by the loop thread alone (and by the destructor once it has joined).
-  Connections connections_;
-  absl::flat_hash_map<std::string, int> per_client_;
-  uint64_t next_id_ = 1;
-  Clock::time_point accept_resume_;
-
-  // Between the loop and the handler threads.
-  Mutex mutex_;
-  CondVar work_ready_;
-  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
-  std::deque<Request> requests_ ABSL_GUARDED_BY(mutex_);
-  std::vector<Answer> answers_ ABSL_GUARDED_BY(mutex_);
-};
-
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
-                                                              Handler handler,
-                                                              HttpServerLimits limits) {
-  if (limits.request_timeout_ms <= 0 || limits.write_timeout_ms <= 0 ||
-      limits.max_connections <= 0 || limits.max_connections_per_client <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("HTTP server limits must be positive: request_timeout_ms ",
-                     limits.request_timeout_ms, ", write_timeout_ms ", limits.write_timeout_ms,
-                     ", max_connections ", limits.max_connections, ", max_connections_per_client ",
-                     limits.max_connections_per_client));
-  }
+// A listening socket on `address`, bound here rather than by libmicrohttpd so that a
+// refusal names the address and the reason (errno) and so that "[::]:PORT" stays IPv6
+// only. Its owner is libmicrohttpd once the daemon starts.
+absl::StatusOr<int> Listen(const std::string& address, int* port) {
   socklen_t length = 0;
   absl::StatusOr<sockaddr_storage> bind_address = ParseAddress(address, &length);
   if (!bind_address.ok()) return bind_address.status();
@@ -526,17 +106,338 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   sockaddr_storage bound = {};
   socklen_t bound_length = sizeof(bound);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_length);
-  const int port =
+  *port =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
-  const int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd < 0) {
-    const absl::Status status = unavailable("eventfd");
-    ::close(fd);
-    return status;
+  return fd;
+}
+
+// A plain-text response owned by the caller (MHD_destroy_response).
+MHD_Response* TextResponse(const char* text) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      std::strlen(text), const_cast<char*>(text), MHD_RESPMEM_PERSISTENT);
+  if (response == nullptr) return nullptr;
+  MHD_add_response_header(response, "Content-Type", "text/plain; charset=utf-8");
+  MHD_add_response_header(response, "Connection", "close");
+  return response;
+}
+
+// The handler's answer as libmicrohttpd's response, the body moved, not copied; nullptr
+// if libmicrohttpd cannot allocate it.
+MHD_Response* ToMhdResponse(HttpResponse answer) {
+  auto* body = new std::string(std::move(answer.body));
+  MHD_Response* response = MHD_create_response_from_buffer_with_free_callback_cls(
+      body->size(), body->data(), [](void* text) { delete static_cast<std::string*>(text); }, body);
+  if (response == nullptr) {
+    delete body;
+    return nullptr;
   }
-  auto impl = std::make_unique<Impl>(std::move(handler), limits, fd, wake_fd, port);
-  impl->StartThreads();
+  MHD_add_response_header(response, "Content-Type", answer.content_type.c_str());
+  for (const auto& [name, value] : answer.headers) {
+    MHD_add_response_header(response, name.c_str(), value.c_str());
+  }
+  // One request per connection: nothing waits on an idle keep-alive connection.
+  MHD_add_response_header(response, "Connection", "close");
+  return response;
+}
+
+// libmicrohttpd's log, kept only while the daemon starts, to say why it did not: at run
+// time it logs each refused connection, which would let an attacker flood stderr.
+class StartLog {
+ public:
+  static void Append(void* cls, const char* format, va_list arguments) {
+    auto* log = static_cast<StartLog*>(cls);
+    MutexLock lock(&log->mutex_);
+    if (!log->capturing_) return;
+    char line[512];
+    std::vsnprintf(line, sizeof(line), format, arguments);
+    absl::StrAppend(&log->text_, absl::StripAsciiWhitespace(line), "; ");
+  }
+  // Stops capturing; returns what was captured.
+  std::string Close() {
+    MutexLock lock(&mutex_);
+    capturing_ = false;
+    return std::move(text_);
+  }
+
+ private:
+  Mutex mutex_;
+  bool capturing_ ABSL_GUARDED_BY(mutex_) = true;
+  std::string text_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(Handler handler, HttpServerLimits limits, int port)
+      : handler_(std::move(handler)),
+        limits_(limits),
+        port_(port),
+        method_not_allowed_(TextResponse("only GET and HEAD\n")),
+        bad_path_(
+            TextResponse("request target must be /path?query, without control characters\n")) {
+    if (method_not_allowed_ != nullptr) {
+      MHD_add_response_header(method_not_allowed_, "Allow", "GET, HEAD");
+    }
+  }
+
+  // Takes `listen_fd` (closed here on failure).
+  absl::Status Start(int listen_fd) {
+    if (method_not_allowed_ == nullptr || bad_path_ == nullptr) {
+      ::close(listen_fd);
+      return absl::UnavailableError("cannot serve HTTP: libmicrohttpd cannot allocate responses");
+    }
+    sweeper_ = std::thread([this] { Sweep(); });
+    daemon_ = MHD_start_daemon(
+        // kHttpServerThreads threads, each with its own epoll set, all accepting from the
+        // one listening socket; ITC so that MHD_quiesce_daemon can close the port first.
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+        /*port=*/0, /*apc=*/nullptr, /*apc_cls=*/nullptr, &Impl::OnRequest, this,
+        MHD_OPTION_EXTERNAL_LOGGER, &StartLog::Append, &start_log_,  //
+        MHD_OPTION_LISTEN_SOCKET, listen_fd,                         //
+        MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(kHttpServerThreads),
+        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned int>(limits_.idle_timeout_s),
+        // libmicrohttpd's hard limit, shared out among the threads (a thread at its share
+        // stops accepting); max_connections itself is kept by AdmitLocked().
+        MHD_OPTION_CONNECTION_LIMIT,
+        static_cast<unsigned int>(limits_.max_connections + kHttpConnectionHeadroom),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        static_cast<unsigned int>(limits_.max_connections_per_client),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, kHttpConnectionMemoryBytes,  //
+        MHD_OPTION_NOTIFY_CONNECTION, &Impl::OnConnection, this,         //
+        MHD_OPTION_URI_LOG_CALLBACK, &Impl::OnRequestLine, this,         //
+        MHD_OPTION_END);
+    const std::string log = start_log_.Close();
+    if (daemon_ == nullptr) {
+      ::close(listen_fd);
+      StopSweeper();
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve HTTP: libmicrohttpd did not start: ", log));
+    }
+    return absl::OkStatus();
+  }
+
+  ~Impl() {
+    if (daemon_ != nullptr) {
+      // The port closes now; then libmicrohttpd lets each thread finish the handler it is
+      // in, closes every connection and joins its threads.
+      const MHD_socket listener = MHD_quiesce_daemon(daemon_);
+      if (listener != MHD_INVALID_SOCKET) ::close(listener);
+      MHD_stop_daemon(daemon_);
+      StopSweeper();
+    }
+    if (method_not_allowed_ != nullptr) MHD_destroy_response(method_not_allowed_);
+    if (bad_path_ != nullptr) MHD_destroy_response(bad_path_);
+  }
+
+  int port() const { return port_; }
+
+ private:
+  // A connection as the head-deadline sweeper sees it, from libmicrohttpd's connection
+  // notifications; its socket context.
+  struct Connection {
+    int fd = -1;
+    Clock::time_point head_deadline;
+    bool head_complete = false;  // guarded by mutex_
+    bool cut = false;            // shut down by this server; guarded by mutex_
+    // The request target exactly as sent (path and query, not decoded): libmicrohttpd
+    // hands the handler only the decoded path. Only the connection's thread uses it.
+    std::string target;
+  };
+
+  // --- libmicrohttpd's threads ---
+
+  static void OnConnection(void* cls, MHD_Connection* connection, void** socket_context,
+                           MHD_ConnectionNotificationCode code) {
+    auto* self = static_cast<Impl*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      auto* tracked = new Connection;
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+      tracked->fd = info != nullptr ? info->connect_fd : -1;
+      tracked->head_deadline =
+          Clock::now() + std::chrono::milliseconds(self->limits_.head_timeout_ms);
+      *socket_context = tracked;
+      MutexLock lock(&self->mutex_);
+      self->connections_.insert(tracked);
+      ++self->open_;
+      self->AdmitLocked(tracked);
+      return;
+    }
+    auto* tracked = static_cast<Connection*>(*socket_context);
+    if (tracked == nullptr) return;
+    {
+      // libmicrohttpd closes the socket after this returns: once the entry is gone (under
+      // the lock the sweeper holds while it shuts a socket down), the sweeper cannot touch
+      // a descriptor number that is about to be reused.
+      MutexLock lock(&self->mutex_);
+      self->connections_.erase(tracked);
+      if (!tracked->cut) --self->open_;
+    }
+    delete tracked;
+    *socket_context = nullptr;
+  }
+
+  static Connection* TrackedOf(MHD_Connection* connection) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info != nullptr ? static_cast<Connection*>(info->socket_context) : nullptr;
+  }
+
+  // Called once the request line has arrived, with the target as sent.
+  static void* OnRequestLine(void* /*cls*/, const char* uri, MHD_Connection* connection) {
+    if (Connection* tracked = TrackedOf(connection); tracked != nullptr && uri != nullptr) {
+      tracked->target = uri;
+    }
+    return nullptr;  // the request's context (none needed)
+  }
+
+  static MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url,
+                              const char* method, const char* /*version*/,
+                              const char* /*upload_data*/, size_t* upload_data_size,
+                              void** request_context) {
+    return static_cast<Impl*>(cls)->Answer(connection, url, method, upload_data_size,
+                                           request_context);
+  }
+
+  // libmicrohttpd calls this once the head is complete (*context null), then for each
+  // piece of a body the client sends anyway, then once more with none: the answer goes
+  // with the first call for a refusal (libmicrohttpd then closes the connection without
+  // reading the body) and with the last for a GET or HEAD.
+  MHD_Result Answer(MHD_Connection* connection, const char* url, const char* method,
+                    size_t* upload_data_size, void** context) {
+    static int head_seen;  // its address marks "the head was seen"
+    if (*context == nullptr) {
+      *context = &head_seen;
+      if (Connection* tracked = TrackedOf(connection); tracked != nullptr) {
+        MutexLock lock(&mutex_);
+        tracked->head_complete = true;
+      }
+      const absl::string_view verb = method != nullptr ? method : "";
+      if (verb != "GET" && verb != "HEAD") {
+        return MHD_queue_response(connection, MHD_HTTP_METHOD_NOT_ALLOWED, method_not_allowed_);
+      }
+      const absl::string_view path = url != nullptr ? url : "";
+      if (path.empty() || path[0] != '/' || absl::c_any_of(path, absl::ascii_iscntrl)) {
+        return MHD_queue_response(connection, MHD_HTTP_BAD_REQUEST, bad_path_);
+      }
+      return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+      *upload_data_size = 0;  // a body with a GET: not needed, discarded
+      return MHD_YES;
+    }
+    HttpRequest request;
+    request.method = method;
+    request.path = url;
+    if (Connection* tracked = TrackedOf(connection); tracked != nullptr) {
+      const size_t question = tracked->target.find('?');
+      if (question != std::string::npos) request.query = tracked->target.substr(question + 1);
+    }
+    HttpResponse answer = handler_(request);
+    const auto status = static_cast<unsigned int>(answer.status);
+    MHD_Response* response = ToMhdResponse(std::move(answer));
+    if (response == nullptr) return MHD_NO;  // out of memory: close
+    const MHD_Result queued = MHD_queue_response(connection, status, response);
+    MHD_destroy_response(response);  // the connection holds its own reference
+    return queued;
+  }
+
+  // --- Head-deadline sweeper ---
+
+  // libmicrohttpd's timeout restarts with every byte received, so a client trickling its
+  // head a byte at a time would hold a connection for ever; this cuts one whose head is
+  // not complete by its deadline.
+  void Sweep() {
+    MutexLock lock(&mutex_);
+    while (!stopping_) {
+      const Clock::time_point now = Clock::now();
+      Clock::time_point next =
+          now + std::min<Clock::duration>(kSweepInterval,
+                                          std::chrono::milliseconds(limits_.head_timeout_ms));
+      for (Connection* connection : connections_) {
+        if (connection->head_complete || connection->cut) continue;
+        if (connection->head_deadline <= now) {
+          CutLocked(connection);
+        } else {
+          next = std::min(next, connection->head_deadline);
+        }
+      }
+      sweep_.WaitUntil(&mutex_, next);
+    }
+  }
+
+  // Shuts the connection's socket down; libmicrohttpd's loop then sees the end of input
+  // and closes it. The descriptor stays libmicrohttpd's: OnConnection removes the entry
+  // (under mutex_) before libmicrohttpd closes it, so it is never a reused number here.
+  void CutLocked(Connection* connection) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (connection->fd >= 0) ::shutdown(connection->fd, SHUT_RDWR);
+    connection->cut = true;
+    --open_;
+  }
+
+  // Keeps max_connections as `newcomer` arrives: beyond it, the oldest other connection
+  // that has not sent a whole request goes, so idle connections can never lock out a
+  // client that sends its request as it connects. (libmicrohttpd alone would stop
+  // accepting instead, and such a client would wait in the listen queue until an idle
+  // one timed out.) If every other connection has sent its request, nothing goes;
+  // libmicrohttpd's own limit, kHttpConnectionHeadroom higher, then stops accepting.
+  void AdmitLocked(const Connection* newcomer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (open_ <= limits_.max_connections) return;
+    Connection* oldest = nullptr;
+    for (Connection* connection : connections_) {
+      if (connection == newcomer || connection->head_complete || connection->cut) continue;
+      if (oldest == nullptr || connection->head_deadline < oldest->head_deadline) {
+        oldest = connection;
+      }
+    }
+    if (oldest != nullptr) CutLocked(oldest);
+  }
+
+  void StopSweeper() {
+    {
+      MutexLock lock(&mutex_);
+      stopping_ = true;
+    }
+    sweep_.SignalAll();
+    sweeper_.join();
+  }
+
+  const Handler handler_;
+  const HttpServerLimits limits_;
+  const int port_;
+  // Shared by every connection they answer.
+  MHD_Response* const method_not_allowed_;
+  MHD_Response* const bad_path_;
+  StartLog start_log_;  // outlives daemon_, which logs to it
+  MHD_Daemon* daemon_ = nullptr;
+  std::thread sweeper_;
+
+  Mutex mutex_;
+  CondVar sweep_;  // stopping_
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  // Open connections, for the sweeper and AdmitLocked.
+  absl::flat_hash_set<Connection*> connections_ ABSL_GUARDED_BY(mutex_);
+  // Those of them not cut: what max_connections counts.
+  int open_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
+                                                              Handler handler,
+                                                              HttpServerLimits limits) {
+  if (limits.head_timeout_ms <= 0 || limits.idle_timeout_s <= 0 || limits.max_connections <= 0 ||
+      limits.max_connections_per_client <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HTTP server limits must be positive: head_timeout_ms ", limits.head_timeout_ms,
+        ", idle_timeout_s ", limits.idle_timeout_s, ", max_connections ", limits.max_connections,
+        ", max_connections_per_client ", limits.max_connections_per_client));
+  }
+  int port = 0;
+  absl::StatusOr<int> listen_fd = Listen(address, &port);
+  if (!listen_fd.ok()) return listen_fd.status();
+  auto impl = std::make_unique<Impl>(std::move(handler), limits, port);
+  if (absl::Status started = impl->Start(*listen_fd); !started.ok()) return started;
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 

@@ -92,6 +92,16 @@ std::string ReadUntilClosed(int fd, absl::Duration limit = absl::Seconds(30)) {
   return received;
 }
 
+// True if the server closes the connection within `limit` without sending anything (a
+// reset counts: closing a socket with unread input sends one).
+bool ClosedSilently(int fd, absl::Duration limit = absl::Seconds(30)) {
+  pollfd polled = {fd, POLLIN, 0};
+  if (::poll(&polled, 1, static_cast<int>(absl::ToInt64Milliseconds(limit))) <= 0) return false;
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
 // True while the server keeps the connection open and has sent nothing on it.
 bool OpenAndQuiet(int fd) {
   char byte;
@@ -142,8 +152,12 @@ TEST(HttpServer, HandsGetsToTheHandlerOnAPickedPort) {
   EXPECT_EQ(body, "GET /api/jobs/job-1/steps ?after=3&limit=2");
   EXPECT_THAT(response, HasSubstr(absl::StrCat("Content-Length: ", body.size(), "\r\n")));
 
-  // Percent-escapes in the path are decoded and dot segments resolved; the query is not.
-  EXPECT_EQ(Body(Exchange(port, "GET /a%2Db/../c?x=%31 HTTP/1.0\r\n\r\n")), "GET /c ?x=%31");
+  // Percent-escapes in the path are decoded (by libmicrohttpd), the query is passed as
+  // sent; dot segments stay (the routes match whole paths).
+  EXPECT_EQ(Body(Exchange(port, "GET /a%2Db/../c?x=%31&y HTTP/1.0\r\n\r\n")),
+            "GET /a-b/../c ?x=%31&y");
+  // A control character, even escaped, never reaches the handler.
+  EXPECT_THAT(Exchange(port, "GET /a%01b HTTP/1.0\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
   EXPECT_THAT(Exchange(port, "GET /missing HTTP/1.0\r\n\r\n"), StartsWith("HTTP/1.1 404 "));
 }
 
@@ -175,7 +189,13 @@ TEST(HttpServer, AnswersHeadWithoutABodyAndRefusesOtherMethods) {
 }
 
 TEST(HttpServer, SurvivesGarbage) {
-  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1:0", Echo);
+  // libmicrohttpd 0.9.75 holds a connection that sent only blank lines until a timeout,
+  // even after the client shut its side: shrunk here so the test takes seconds.
+  HttpServerLimits limits;
+  limits.head_timeout_ms = 1000;
+  limits.idle_timeout_s = 1;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", Echo, limits);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
   for (const std::string& junk :
@@ -186,42 +206,51 @@ TEST(HttpServer, SurvivesGarbage) {
     Exchange(port, junk);  // whatever it answers, it must keep serving
   }
   EXPECT_THAT(Exchange(port, "GET /still-here HTTP/1.0\r\n\r\n"), StartsWith("HTTP/1.1 200 "));
+  // Only origin-form targets reach the handler: an absolute URL names another server.
+  EXPECT_THAT(Exchange(port, "GET http://elsewhere/x HTTP/1.1\r\n\r\n"),
+              StartsWith("HTTP/1.1 400 "));
 }
 
-TEST(HttpServer, ServesConcurrentRequests) {
-  // A handler that takes a while: requests must overlap on the server's threads.
-  std::atomic<int> in_flight{0}, most{0};
+// A handler that blocks (a page waiting for the job manager's lock) holds its thread; the
+// other threads take new connections meanwhile.
+TEST(HttpServer, ABlockedHandlerDoesNotStopOtherRequests) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> blocked{false};
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start("127.0.0.1:0", [&](const HttpRequest& request) {
-        const int now = ++in_flight;
-        for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+        if (request.path == "/slow") {
+          blocked = true;
+          released.wait();
         }
-        absl::SleepFor(absl::Milliseconds(200));
-        --in_flight;
         return Echo(request);
       });
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
-  std::vector<std::thread> clients;
-  std::atomic<int> ok{0};
-  for (int i = 0; i < kHttpServerThreads; ++i) {
-    clients.emplace_back([&, i] {
-      const std::string response = Exchange(port, absl::StrCat("GET /c", i, " HTTP/1.0\r\n\r\n"));
-      if (Body(response) == absl::StrCat("GET /c", i, " ?")) ++ok;
-    });
+  const int slow = ConnectFrom("127.0.0.1", port);
+  ASSERT_TRUE(SendAll(slow, "GET /slow HTTP/1.1\r\n\r\n"));
+  for (int i = 0; i < 500 && !blocked; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(blocked);
+  int answered = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::string response = GetFrom("127.0.0.1", port, absl::StrCat("/fast", i));
+    if (Body(response) == absl::StrCat("GET /fast", i, " ?")) ++answered;
   }
-  for (std::thread& t : clients) t.join();
-  EXPECT_EQ(ok, kHttpServerThreads);
-  EXPECT_GT(most, 1);
+  EXPECT_EQ(answered, 20);
+  release.set_value();
+  EXPECT_EQ(Body(ReadUntilClosed(slow)), "GET /slow ?");
+  ::close(slow);
 }
 
-// The outage this server was written for (issue 15): idle and half-sent connections held
-// open while Prometheus scrapes. civetweb answered 0 of 6 requests in 30 s with 8 of them.
+// The outage this port's server was chosen against (issue 15): idle and half-sent
+// connections held open while Prometheus scrapes. civetweb answered 0 of 6 requests in
+// 30 s with 8 of them.
 TEST(HttpServer, AnswersEveryRequestWhileTwoHundredIdleConnectionsAreOpen) {
   HttpServerLimits limits;
   // Long enough that none of the idle connections times out during the test, however
   // loaded the machine: they must be held, not dropped, while the requests are answered.
-  limits.request_timeout_ms = 10 * 60 * 1000;
+  limits.head_timeout_ms = 10 * 60 * 1000;
+  limits.idle_timeout_s = 10 * 60;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start("127.0.0.1:0", Echo, limits);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -262,46 +291,109 @@ TEST(HttpServer, AnswersEveryRequestWhileTwoHundredIdleConnectionsAreOpen) {
   EXPECT_EQ(still_open, 200);
 }
 
-TEST(HttpServer, SilentAndTricklingClientsTimeOut) {
+// libmicrohttpd's own timeout: no traffic either way for idle_timeout_s.
+TEST(HttpServer, TheIdleTimeoutClosesASilentConnection) {
   HttpServerLimits limits;
-  limits.request_timeout_ms = 300;
+  limits.idle_timeout_s = 1;
+  limits.head_timeout_ms = 60 * 1000;  // out of the way: this is the idle timeout's doing
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start("127.0.0.1:0", Echo, limits);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->port();
 
-  // Sends nothing: closed without a word.
+  const absl::Time start = absl::Now();
   const int silent = ConnectFrom("127.0.0.1", port);
   ASSERT_GE(silent, 0);
-  EXPECT_EQ(ReadUntilClosed(silent), "");
+  // Closed without a word, after the timeout and well before the 60 s head deadline.
+  EXPECT_EQ(ReadUntilClosed(silent, absl::Seconds(20)), "");
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(20));
+  EXPECT_FALSE(OpenAndQuiet(silent));
   ::close(silent);
+  EXPECT_THAT(GetFrom("127.0.0.1", port, "/after"), StartsWith("HTTP/1.1 200 "));
+}
 
-  // Half a request line: 408.
+// The head deadline: counted from the accept, whatever arrives meanwhile.
+TEST(HttpServer, TheHeadTimeoutCutsHalfSentAndTricklingHeads) {
+  HttpServerLimits limits;
+  limits.head_timeout_ms = 500;
+  limits.idle_timeout_s = 60;  // out of the way: this is the head deadline's doing
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", Echo, limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+
+  // Half a request line, then nothing: closed after the deadline, long before the idle
+  // timeout.
+  const absl::Time start = absl::Now();
   const int half = ConnectFrom("127.0.0.1", port);
   ASSERT_TRUE(SendAll(half, "GET /metr"));
-  EXPECT_THAT(ReadUntilClosed(half), StartsWith("HTTP/1.1 408 "));
+  EXPECT_EQ(ReadUntilClosed(half, absl::Seconds(20)), "");
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(450));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   ::close(half);
 
-  // A byte at a time, each well within the timeout: the limit is on the whole head, so
-  // trickling does not extend it.
+  // A byte every 50 ms, each one restarting libmicrohttpd's idle timer: the deadline is
+  // on the whole head, so trickling does not extend it.
   const int trickle = ConnectFrom("127.0.0.1", port);
   ASSERT_TRUE(SendAll(trickle, "GET /x HTTP/1.1\r\nX-Slow: "));
-  bool answered = false;
-  for (int i = 0; i < 200 && !answered; ++i) {
+  bool closed = false;
+  int sent = 0;
+  for (; sent < 200 && !closed; ++sent) {  // 10 s at most
     if (!SendAll(trickle, "a")) break;
     pollfd polled = {trickle, POLLIN, 0};
-    answered = ::poll(&polled, 1, 50) > 0;
+    closed = ::poll(&polled, 1, 50) > 0;
   }
-  EXPECT_TRUE(answered);
-  EXPECT_THAT(ReadUntilClosed(trickle), StartsWith("HTTP/1.1 408 "));
+  EXPECT_TRUE(closed || sent < 200) << "still open after " << sent << " bytes";
+  EXPECT_LT(sent, 100) << "the deadline is 500 ms: about 10 bytes";
+  EXPECT_EQ(ReadUntilClosed(trickle), "");
   ::close(trickle);
 
+  // A client that sends its request at once is not affected.
   EXPECT_THAT(GetFrom("127.0.0.1", port, "/after"), StartsWith("HTTP/1.1 200 "));
+}
+
+// A connection the head deadline cuts is gone for libmicrohttpd too, not only for the
+// client: it no longer counts against its address's limit.
+TEST(HttpServer, ACutConnectionNoLongerCountsAgainstItsAddress) {
+  HttpServerLimits limits;
+  limits.head_timeout_ms = 300;
+  limits.idle_timeout_s = 60;  // out of the way
+  limits.max_connections_per_client = 2;
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", Echo, limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  // Silent, a blank line, half a request line: what a client may leave behind.
+  std::vector<int> stalled;
+  for (const char* sent : {"", "\r\n", "GET /metr"}) {
+    const int fd = ConnectFrom("127.0.0.2", port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, sent) || *sent == '\0');
+    if (stalled.size() == 2) {
+      // The address's limit: refused at once.
+      EXPECT_TRUE(ClosedSilently(fd, absl::Milliseconds(200)));
+      ::close(fd);
+      continue;
+    }
+    stalled.push_back(fd);
+  }
+  for (int fd : stalled) EXPECT_TRUE(ClosedSilently(fd, absl::Seconds(20)));
+  // The two places are free again (within a moment: libmicrohttpd closes its side once
+  // its loop sees the cut).
+  std::string response;
+  for (int attempt = 0; attempt < 50 && response.empty(); ++attempt) {
+    response = GetFrom("127.0.0.2", port, "/after");
+    if (response.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200 "));
+  for (int fd : stalled) ::close(fd);
 }
 
 TEST(HttpServer, ClientsThatDoNotReadTheirResponseTimeOut) {
   HttpServerLimits limits;
-  limits.write_timeout_ms = 300;
+  limits.idle_timeout_s = 1;
   // Far more than the socket buffers hold.
   const std::string big(64 << 20, 'x');
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
@@ -317,7 +409,7 @@ TEST(HttpServer, ClientsThatDoNotReadTheirResponseTimeOut) {
   ASSERT_TRUE(SendAll(stalled, "GET /big HTTP/1.1\r\n\r\n"));
   // Served while the first client takes nothing.
   EXPECT_THAT(GetFrom("127.0.0.1", port, "/other"), StartsWith("HTTP/1.1 200 "));
-  absl::SleepFor(absl::Seconds(1));
+  absl::SleepFor(absl::Seconds(3));
   // Cut off: what arrives is what the buffers held, not the whole body.
   const std::string received = ReadUntilClosed(stalled);
   EXPECT_THAT(received, StartsWith("HTTP/1.1 200 "));
@@ -325,18 +417,46 @@ TEST(HttpServer, ClientsThatDoNotReadTheirResponseTimeOut) {
   ::close(stalled);
 }
 
-TEST(HttpServer, RefusesAnOverlongHead) {
-  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start("127.0.0.1:0", Echo);
+TEST(HttpServer, RefusesARequestLineOrHeadersOverTheSizeLimit) {
+  std::atomic<int> calls{0};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", [&](const HttpRequest& request) {
+        ++calls;
+        return Echo(request);
+      });
   ASSERT_TRUE(server.ok()) << server.status();
-  const int fd = ConnectFrom("127.0.0.1", (*server)->port());
-  ASSERT_TRUE(SendAll(fd, absl::StrCat("GET /", std::string(kHttpMaxRequestHeadBytes, 'a'))));
-  const std::string response = ReadUntilClosed(fd);
-  EXPECT_THAT(response, StartsWith("HTTP/1.1 431 "));
-  EXPECT_THAT(Body(response), HasSubstr(absl::StrCat("limit of ", kHttpMaxRequestHeadBytes)));
-  ::close(fd);
+  const int port = (*server)->port();
+
+  // A request line longer than the connection's memory: 414, whether or not the rest of
+  // the line ever comes.
+  const int line = ConnectFrom("127.0.0.1", port);
+  ASSERT_TRUE(SendAll(line, absl::StrCat("GET /", std::string(kHttpConnectionMemoryBytes, 'a'))));
+  EXPECT_THAT(ReadUntilClosed(line), StartsWith("HTTP/1.1 414 "));
+  ::close(line);
+
+  // Headers that do not fit: 431.
+  std::string headers;
+  for (int i = 0; headers.size() <= kHttpConnectionMemoryBytes; ++i) {
+    absl::StrAppend(&headers, "X-Filler-", i, ": ", std::string(100, 'b'), "\r\n");
+  }
+  EXPECT_THAT(Exchange(port, absl::StrCat("GET /x HTTP/1.1\r\n", headers, "\r\n")),
+              StartsWith("HTTP/1.1 431 "));
+  EXPECT_EQ(calls, 0);
+
+  // What browsers send, with room to spare (a quarter of the limit), is served.
+  const std::string target = absl::StrCat("/", std::string(kHttpConnectionMemoryBytes / 8, 'c'));
+  const std::string cookies =
+      absl::StrCat("Cookie: ", std::string(kHttpConnectionMemoryBytes / 8, 'd'));
+  const std::string response =
+      Exchange(port, absl::StrCat("GET ", target, " HTTP/1.1\r\n", cookies, "\r\n\r\n"));
+  EXPECT_THAT(response, StartsWith("HTTP/1.1 200 "));
+  EXPECT_EQ(Body(response), absl::StrCat("GET ", target, " ?"));
+  EXPECT_EQ(calls, 1);
 }
 
-TEST(HttpServer, AClientOverItsLimitLosesItsOwnOldestIdleConnection) {
+// libmicrohttpd refuses (accepts and closes at once) a connection beyond the per-client
+// limit; it does not close an idle one to make room. Other addresses are unaffected.
+TEST(HttpServer, AClientOverItsLimitIsRefusedAndOtherClientsAreServed) {
   HttpServerLimits limits;
   limits.max_connections_per_client = 4;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
@@ -348,55 +468,31 @@ TEST(HttpServer, AClientOverItsLimitLosesItsOwnOldestIdleConnection) {
     idle.push_back(ConnectFrom("127.0.0.2", port));
     ASSERT_GE(idle.back(), 0);
   }
-  const int other = ConnectFrom("127.0.0.3", port);
-  // A fifth from the same address: its request is served, and the first idle one closed.
-  EXPECT_THAT(GetFrom("127.0.0.2", port, "/fifth"), StartsWith("HTTP/1.1 200 "));
-  EXPECT_EQ(ReadUntilClosed(idle[0]), "");
-  for (int i = 1; i < 4; ++i) EXPECT_TRUE(OpenAndQuiet(idle[i])) << i;
-  EXPECT_TRUE(OpenAndQuiet(other));
-  for (int fd : idle) ::close(fd);
-  ::close(other);
+  // A fifth from the same address: closed without an answer.
+  EXPECT_EQ(GetFrom("127.0.0.2", port, "/fifth"), "");
+  // Its four idle ones are still held, and another address is served meanwhile.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(OpenAndQuiet(idle[i])) << i;
+  EXPECT_THAT(GetFrom("127.0.0.3", port, "/other"), StartsWith("HTTP/1.1 200 "));
+  // Room again once one of the four goes.
+  ::close(idle[0]);
+  std::string again;
+  for (int attempt = 0; attempt < 50 && again.empty(); ++attempt) {
+    again = GetFrom("127.0.0.2", port, "/again");
+    if (again.empty()) absl::SleepFor(absl::Milliseconds(20));  // until the server sees the close
+  }
+  EXPECT_THAT(again, StartsWith("HTTP/1.1 200 "));
+  for (int i = 1; i < 4; ++i) ::close(idle[i]);
 }
 
-TEST(HttpServer, AClientWhoseConnectionsAreAllBusyGets503NamingTheLimit) {
-  HttpServerLimits limits;
-  limits.max_connections_per_client = 4;
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
-      "127.0.0.1:0",
-      [&](const HttpRequest& request) {
-        if (request.path == "/slow") released.wait();
-        return Echo(request);
-      },
-      limits);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
-  std::vector<int> busy;
-  for (int i = 0; i < 4; ++i) {
-    busy.push_back(ConnectFrom("127.0.0.2", port));
-    ASSERT_TRUE(SendAll(busy.back(), "GET /slow HTTP/1.1\r\n\r\n"));
-  }
-  // Sent before this connects, so the server has read all four requests by the time it
-  // accepts this one: none is idle, none may be closed.
-  const std::string refused = GetFrom("127.0.0.2", port, "/fifth");
-  EXPECT_THAT(refused, StartsWith("HTTP/1.1 503 "));
-  EXPECT_THAT(Body(refused),
-              HasSubstr("too many connections from 127.0.0.2 (limit 4 per client address)"));
-  // Another address is served meanwhile (by the event loop: all handler threads wait).
-  const std::string other = Exchange(port, "POST / HTTP/1.1\r\n\r\n");
-  EXPECT_THAT(other, StartsWith("HTTP/1.1 405 "));
-  release.set_value();
-  for (int fd : busy) {
-    EXPECT_EQ(Body(ReadUntilClosed(fd)), "GET /slow ?");
-    ::close(fd);
-  }
-}
-
+// A connection beyond max_connections closes the oldest one that has not sent a whole
+// request, whatever its address: idle connections cannot lock a new client out.
 TEST(HttpServer, AFullTableClosesTheOldestIdleConnection) {
   HttpServerLimits limits;
   limits.max_connections = 6;
   limits.max_connections_per_client = 3;
+  // Out of the way: here the table, not a timeout, makes room.
+  limits.head_timeout_ms = 60 * 1000;
+  limits.idle_timeout_s = 60;
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start("127.0.0.1:0", Echo, limits);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -405,11 +501,68 @@ TEST(HttpServer, AFullTableClosesTheOldestIdleConnection) {
   for (int i = 0; i < 6; ++i) {
     idle.push_back(ConnectFrom(absl::StrCat("127.0.0.", 2 + i / 3), port));
     ASSERT_GE(idle.back(), 0);
+    // In order, so that "oldest" is well defined: the server has seen this one before
+    // the next connects.
+    absl::SleepFor(absl::Milliseconds(20));
   }
+  const absl::Time start = absl::Now();
   EXPECT_THAT(GetFrom("127.0.0.4", port, "/seventh"), StartsWith("HTTP/1.1 200 "));
-  EXPECT_EQ(ReadUntilClosed(idle[0]), "");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // not after a timeout
+  EXPECT_TRUE(ClosedSilently(idle[0]));
   for (int i = 1; i < 6; ++i) EXPECT_TRUE(OpenAndQuiet(idle[i])) << i;
+  // Full again with a newer idle one: the next request closes the next oldest.
+  idle.push_back(ConnectFrom("127.0.0.4", port));
+  ASSERT_GE(idle.back(), 0);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_THAT(GetFrom("127.0.0.5", port, "/eighth"), StartsWith("HTTP/1.1 200 "));
+  EXPECT_TRUE(ClosedSilently(idle[1]));
+  for (int i = 2; i < 7; ++i) EXPECT_TRUE(OpenAndQuiet(idle[i])) << i;
   for (int fd : idle) ::close(fd);
+}
+
+// Destruction with handlers in flight and more requests waiting: the handlers
+// in flight finish before the destructor returns, none starts after, every connection
+// is closed and so is the port.
+TEST(HttpServer, DestructionWaitsForHandlersInFlight) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> started{0}, finished{0};
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("127.0.0.1:0", [&](const HttpRequest& request) {
+        ++started;
+        released.wait();
+        absl::SleepFor(absl::Milliseconds(200));
+        ++finished;
+        return Echo(request);
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> clients;
+  for (int i = 0; i < 2 * kHttpServerThreads; ++i) {
+    clients.push_back(ConnectFrom("127.0.0.1", port));
+    ASSERT_TRUE(SendAll(clients.back(), "GET /slow HTTP/1.1\r\n\r\n"));
+  }
+  // A thread that accepted two of them handles one at a time, so not every thread need
+  // be busy; one in flight is what this is about. (No ASSERT before the release: the
+  // destructor would wait for ever for the handler.)
+  for (int i = 0; i < 500 && started == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_GE(started, 1);
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    release.set_value();
+  });
+  server->reset();
+  const int started_by_then = started;
+  EXPECT_EQ(finished, started_by_then);  // waited for every handler that started
+  releaser.join();
+  for (int fd : clients) {
+    ReadUntilClosed(fd);  // an answer or none; either way closed, not left hanging
+    ::close(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(started, started_by_then);  // none after
+  EXPECT_LT(ConnectFrom("127.0.0.1", port), 0);
 }
 
 TEST(HttpServer, RejectsBadAddressesAndPortsInUse) {

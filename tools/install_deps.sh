@@ -15,6 +15,7 @@ PACKAGES=(
   libgloo-dev
   libopenblas-dev libopenblas0-openmp libdnnl-dev
   libsqlite3-dev
+  libmicrohttpd-dev          # coordinator/http_server.cc: the HTTP port (epoll, connection limits)
   libicu-dev                 # tokenizer/bert_normalizer.cc: NFD, case mapping, categories (ICU)
   nlohmann-json3-dev         # spec/json_syntax.cc: where a job spec's JSON breaks (header-only)
   prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`

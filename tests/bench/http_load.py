@@ -17,10 +17,14 @@ over the scenario (one core = 100%), its threads and RSS:
 Each client comes from its own loopback address (127.1.0.1 and up), the idle
 connections from --idle_sources others (127.2.0.1 and up; default 8: 25 each, within the
 coordinator's limit of 32 per client address, so it holds them all; with 1 it keeps 32
-and closes the oldest idle one for each new one, and the reopening turns into a
-connection storm; 40 sources with --idle=1000 overflow its 512 connections in all). A request that gets
-no answer within --timeout seconds counts as failed. The last column: idle connections
-open at the end / reopened after the server closed them.
+and refuses the rest, which the holder reopens at once, a connection storm; 40 sources
+with --idle=1000 overflow its 512 connections in all). A request that gets no answer
+within --timeout seconds counts as failed. The last column: idle connections open at the
+end / reopened after the server closed them.
+
+--coordinator may name any program that takes --listen, --http and --state_dir and
+prints `coordinator metrics on URL`, e.g. a prototype server to compare HTTP libraries
+(docs/PERFORMANCE.md, issue 37).
 
   bazel build //coordinator
   python3 tests/bench/http_load.py [--seconds=10] [--idle=200] [--clients=50]
