@@ -426,7 +426,7 @@ TEST_F(JobManagerTest, ReportedStepsAreStoredByTheStepWriterAndCounted) {
     }
   }
   ASSERT_EQ(by_job.size(), 2u);
-  constexpr int kSteps = 50;
+  constexpr int kSteps = 20;  // each waits up to a step-writer tick (100 ms)
   std::vector<std::thread> ranks;
   for (auto& [job, assignment] : by_job) {
     ranks.emplace_back([&, assignment = assignment] {

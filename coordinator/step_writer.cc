@@ -1,10 +1,12 @@
 #include "coordinator/step_writer.h"
 
+#include <chrono>
 #include <utility>
 
 namespace mtrain {
 
-StepWriter::StepWriter(WriteBatch write) : write_(std::move(write)), thread_([this] { Run(); }) {}
+StepWriter::StepWriter(WriteBatch write, absl::Duration interval)
+    : write_(std::move(write)), interval_(interval), thread_([this] { Run(); }) {}
 
 StepWriter::~StepWriter() {
   {
@@ -27,15 +29,23 @@ StepWriter::Counts StepWriter::counts() const {
 }
 
 void StepWriter::Run() {
+  std::chrono::steady_clock::time_point next_start = std::chrono::steady_clock::now();
   while (true) {
     std::vector<std::pair<StepRow, Done>> batch;
     {
       MutexLock lock(&mutex_);
       while (queue_.empty() && !stopping_) queued_.Wait(&mutex_);
+      // A tick after the previous transaction began, so that the rows arriving meanwhile
+      // share the next one; stopping does not wait.
+      while (!stopping_ && std::chrono::steady_clock::now() < next_start) {
+        queued_.WaitUntil(&mutex_, next_start);
+      }
       // Stopping still writes what is queued: those ranks are waiting for their answer.
       if (queue_.empty()) return;
       batch.swap(queue_);
     }
+    next_start = std::chrono::steady_clock::now() +
+                 std::chrono::microseconds(absl::ToInt64Microseconds(interval_));
     std::vector<StepRow> rows;
     rows.reserve(batch.size());
     for (auto& [row, done] : batch) rows.push_back(std::move(row));

@@ -90,6 +90,28 @@ TEST(StepWriterTest, RowsThatArriveDuringAWriteShareTheNextTransaction) {
   EXPECT_EQ(writer.counts().rows, 4);
 }
 
+TEST(StepWriterTest, AtMostOneTransactionATick) {
+  // Rows written every millisecond for 600 ms with a 100 ms tick: about six transactions,
+  // never one per row, and each row acknowledged.
+  std::atomic<int> transactions{0};
+  std::atomic<int> acknowledged{0};
+  {
+    StepWriter writer(
+        [&](const std::vector<StepRow>& rows) {
+          ++transactions;
+          return std::vector<absl::Status>(rows.size());
+        },
+        absl::Milliseconds(100));
+    for (int step = 1; step <= 600; ++step) {
+      writer.Write(Row("job-1", step), [&](absl::Status) { ++acknowledged; });
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  EXPECT_EQ(acknowledged.load(), 600);
+  EXPECT_GE(transactions.load(), 3);
+  EXPECT_LE(transactions.load(), 12);
+}
+
 TEST(StepWriterTest, StoppingStoresWhatIsQueued) {
   std::atomic<int> stored{0};
   std::atomic<int> acknowledged{0};

@@ -191,6 +191,10 @@ TEST_F(StatusPageTest, ShowsTheRunningJobItsUpdatingChartAndTheWorkers) {
   // So is the text generated from the prompt.
   EXPECT_THAT(first.dom, HasSubstr("<table id=\"samples\">")) << first.dom;
   EXPECT_THAT(first.dom, HasSubstr("<td>ROMEO:</td><td class=\"sample\">")) << first.dom;
+  // Every rank of the job, from /api/jobs/JOB/ranks, in the table under the chart.
+  EXPECT_EQ(AttributeOf(first.dom, "<table id=\"ranks\"", "data-ranks"), "2") << first.dom;
+  EXPECT_THAT(first.dom, HasSubstr("<tr data-rank=\"0\">")) << first.dom;
+  EXPECT_THAT(first.dom, HasSubstr("<tr data-rank=\"1\">")) << first.dom;
   // Both workers, alive and busy with the job.
   for (const std::string worker : {"w0", "w1"}) {
     const std::string worker_row = absl::StrCat("<tr data-worker=\"", worker, "\"");

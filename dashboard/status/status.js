@@ -4,7 +4,8 @@
 // chart of loss and tokens/s.
 //
 // Tests read the DOM: rows carry data-job/data-state and data-worker/data-alive; the
-// canvas carries data-job, data-points (steps plotted) and data-last-step; <body>
+// canvas carries data-job, data-points (steps plotted) and data-last-step; the ranks
+// table's rows carry data-rank and the table data-ranks (how many); <body>
 // data-loaded turns "true" after the first successful poll. Text from the server is only
 // ever set as textContent, never parsed as HTML.
 'use strict';
@@ -296,6 +297,34 @@
     chartCanvas.dataset.lastStep = String(plotted.lastStep);
   }
 
+  // The charted job's ranks (/api/jobs/JOB/ranks): every rank of its newest generation
+  // that has reported, slowest last step first, with its coordinates. Prometheus keeps
+  // per-rank series for the 16 slowest only; this table has them all.
+  async function updateRanks(job) {
+    const table = document.getElementById('ranks');
+    const body = table.querySelector('tbody');
+    const doc = job ? await getJson('/api/jobs/' + encodeURIComponent(job.job_id) + '/ranks') :
+                      {ranks: []};
+    const ranks = doc.ranks.slice().sort((a, b) =>
+        b.last_step_seconds - a.last_step_seconds || a.rank - b.rank);
+    body.textContent = '';
+    for (const rank of ranks) {
+      const row = body.insertRow();
+      row.dataset.rank = String(rank.rank);
+      cell(row, String(rank.rank), 'num');
+      cell(row, String(rank.tp_rank), 'num');
+      cell(row, String(rank.pp_stage), 'num');
+      cell(row, String(rank.dp_rank), 'num');
+      cell(row, String(rank.step), 'num');
+      cell(row, fixed(rank.last_step_seconds, 3), 'num');
+      cell(row, fixed(rank.pipeline_bubble, 3), 'num');
+      cell(row, rank.activation_memory_peak_bytes === null ? '-' :
+                    thousands(rank.activation_memory_peak_bytes / 1048576) + ' MiB', 'num');
+    }
+    table.dataset.ranks = String(ranks.length);
+    table.hidden = ranks.length === 0;
+  }
+
   // Every job, page after page (/api/jobs pages like the ListJobs RPC): the table and the
   // summary count them all. The largest page keeps the number of requests small.
   async function getAllJobs() {
@@ -331,6 +360,7 @@
       document.getElementById('summary').textContent =
           jobs.length + (jobs.length === 1 ? ' job, ' : ' jobs, ') + active + ' active; ' + workers;
       await updateChart(charted);
+      await updateRanks(charted);
       document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
       errorBanner.hidden = true;
       document.body.dataset.loaded = 'true';

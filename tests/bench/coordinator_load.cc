@@ -171,6 +171,7 @@ struct Tallies {
   size_t assign_bytes = 0;         // the largest `assign` command (it lists every peer)
   int64_t skipped_steps = 0;       // step ticks that found the previous Write still in flight
   std::map<int, int> stream_ends;  // final status code of each metrics stream
+  std::vector<TimePoint> kill_job_aborts;  // --kill_worker: each abort of the watched job
 
   void MergeFrom(const Tallies& other) {
     last_assign = std::max(last_assign, other.last_assign);
@@ -181,6 +182,8 @@ struct Tallies {
     assign_bytes = std::max(assign_bytes, other.assign_bytes);
     skipped_steps += other.skipped_steps;
     for (const auto& [code, n] : other.stream_ends) stream_ends[code] += n;
+    kill_job_aborts.insert(kill_job_aborts.end(), other.kill_job_aborts.begin(),
+                           other.kill_job_aborts.end());
   }
 };
 
@@ -526,6 +529,7 @@ class ClientThread {
     tallies_.last_abort = Clock::now();
     ++tallies_.aborts;
     if (progress_->killed_at_ns.load() != 0 && abort.job_id() == WatchedJob()) {
+      tallies_.kill_job_aborts.push_back(tallies_.last_abort);
       progress_->kill_job_aborts.fetch_add(1);
       progress_->last_kill_job_abort_ns.store(tallies_.last_abort.time_since_epoch().count());
     }
@@ -914,6 +918,7 @@ int Run() {
   int64_t max_lag = 0, last_written = 0, last_recorded = 0;
   std::map<JobState, int> job_ends;
   double kill_to_last_abort = -1;
+  double generation_ended_after = -1;
   int kill_aborts = 0;
   const std::string pid_text = absl::StrCat(pid);
 
@@ -1049,6 +1054,17 @@ int Run() {
                      job_ids[0].c_str());
         status = 1;
       } else {
+        // When the coordinator ends the generation (the job leaves RUNNING: FAILED here,
+        // as the benchmark's job has no restarts), polled every 100 ms.
+        WaitFor(
+            [&] {
+              const std::optional<JobStatus> job = get_job(job_ids[0]);
+              if (!job || job->state() == JOB_STATE_RUNNING) return false;
+              generation_ended_after =
+                  Seconds(Clock::now().time_since_epoch()) - progress.killed_at_ns.load() / 1e9;
+              return true;
+            },
+            std::chrono::seconds(60));
         WaitFor([&] { return progress.kill_job_aborts.load() >= job_world - 1; },
                 std::chrono::seconds(60));
         kill_aborts = progress.kill_job_aborts.load();
@@ -1155,11 +1171,19 @@ int Run() {
   }
   if (kill_worker) {
     if (kill_to_last_abort >= 0) {
+      std::vector<double> delays;
+      const double killed = progress.killed_at_ns.load() / 1e9;
+      for (const TimePoint t : tallies.kill_job_aborts) {
+        delays.push_back(Seconds(t.time_since_epoch()) - killed);
+      }
+      std::sort(delays.begin(), delays.end());
       std::printf(
-          "a dead worker: %d of the other %d ranks of its generation told to abort, the last "
-          "%.2f s after it died (the coordinator's --heartbeat_timeout, default 10 s, plus "
-          "its tick and one heartbeat)\n",
-          kill_aborts, job_world - 1, kill_to_last_abort);
+          "a dead worker: its generation ended %.2f s after it died (the coordinator's "
+          "--heartbeat_timeout, default 10 s, plus up to a tick); %d of the other %d ranks "
+          "told to abort with their next heartbeat, p50 %.2f s, the last %.2f s after it "
+          "died\n",
+          generation_ended_after, kill_aborts, job_world - 1,
+          delays.empty() ? 0.0 : delays[delays.size() / 2], kill_to_last_abort);
     } else {
       std::printf("a dead worker: no abort reached its generation's other ranks in 60 s\n");
     }
