@@ -288,6 +288,9 @@ class JobManager {
   // OnMetrics' checks and bookkeeping under the mutex (generation, rank, the RUNNING
   // transition, the engine event, Prometheus); true if this rank's steps are the job's
   // stored ones.
+  // The job's status without its workers' list (for refusals that name its state).
+  absl::StatusOr<JobStatus> JobSummaryLocked(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<bool> ObserveMetricsLocked(const StepMetrics& metrics)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   int64_t NowMs() const;
