@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/grpc_status.h"
+#include "common/mutex.h"
 #include "common/proto_utf8.h"
 #include "coordinator/job_listing.h"
 
@@ -333,11 +334,19 @@ grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                     keys, timeout, [context] { return context->IsCancelled(); })));
 }
 
-// One rank's metrics stream: each message is handed to the job manager as it arrives (on a
-// gRPC callback thread), and the next read starts only after that, so at most one message
-// per stream is in the coordinator's memory.
+// One rank's metrics stream. Each message is handed to the job manager as it arrives (on a
+// gRPC callback thread); the loss-reporting rank's rows are then stored by the job
+// manager's step writer, a tick's worth in one transaction, which calls back from its own
+// thread. The stream reads ahead of the store by at most kMetricsReadAhead messages, so a
+// rank stepping faster than the writer's tick is not held to one step a tick, and memory
+// stays bounded (a rank that outruns the disk is held back by gRPC's flow control). The
+// stream ends, and the rank hears OK, only once every step it sent is stored: a step
+// acknowledged is a step stored. No thread waits meanwhile.
 class CoordinatorGrpcService::MetricsStream : public grpc::ServerReadReactor<StepMetrics> {
  public:
+  // Messages handed on but not yet stored, at most.
+  static constexpr int kMetricsReadAhead = 32;
+
   // Refused streams (`refusal` not OK) end at once with it.
   MetricsStream(const CoordinatorGrpcService* service, const grpc::Status& refusal)
       : service_(service) {
@@ -345,34 +354,84 @@ class CoordinatorGrpcService::MetricsStream : public grpc::ServerReadReactor<Ste
       Finish(service_->Answer("ReportMetrics", refusal));
       return;
     }
+    reading_ = true;
     StartRead(&metrics_);
   }
 
   void OnReadDone(bool ok) override {
-    // Not ok: the rank closed its side (its run ended) or the call was cancelled.
     if (!ok) {
-      Finish(grpc::Status::OK);
+      // The rank closed its side (its run ended) or the call was cancelled: end once what
+      // it sent is stored.
+      Act(Update(Event::kClosed));
       return;
     }
-    // The next message is read only once this one is stored (the reporting rank's row
-    // is written by the job manager's step writer, which calls back from its own thread):
-    // a step acknowledged is a step stored, and a rank that outruns the disk is held back
-    // by gRPC's flow control rather than by memory here. No thread waits meanwhile.
+    Update(Event::kRead);
+    // The job manager copies what it keeps, so the buffer can take the next message.
     service_->jobs_->OnMetrics(metrics_, [this](absl::Status status) {
-      // A stale generation ends the stream: the rank learns it must stop.
-      if (!status.ok()) {
-        Finish(service_->Answer("ReportMetrics", ToGrpcStatus(status)));
-        return;
-      }
-      StartRead(&metrics_);
+      Act(Update(Event::kStored, ToGrpcStatus(status)));
     });
+    Act(Update(Event::kHandedOn));
   }
 
   void OnDone() override { delete this; }
 
  private:
+  enum class Event { kRead, kClosed, kHandedOn, kStored };
+  enum class Next { kNothing, kRead, kFinish };
+
+  // Records `event` and decides what the stream does next; the reactor's operations are
+  // started by Act, after the lock is released (gRPC may run a reaction inline).
+  Next Update(Event event, const grpc::Status& stored = grpc::Status::OK) {
+    MutexLock lock(&mutex_);
+    switch (event) {
+      case Event::kRead:
+        // Nothing starts yet: the buffer holds this message until it is handed on.
+        reading_ = false;
+        ++pending_;
+        return Next::kNothing;
+      case Event::kClosed:
+        reading_ = false;
+        closed_ = true;
+        break;
+      case Event::kHandedOn:
+        break;
+      case Event::kStored:
+        --pending_;
+        // A stale generation ends the stream: the rank learns it must stop.
+        if (!stored.ok() && error_.ok()) error_ = stored;
+        break;
+    }
+    if (finished_) return Next::kNothing;
+    if ((closed_ || !error_.ok()) && pending_ == 0) {
+      finished_ = true;
+      return Next::kFinish;
+    }
+    if (!reading_ && !closed_ && error_.ok() && pending_ < kMetricsReadAhead) {
+      reading_ = true;
+      return Next::kRead;
+    }
+    return Next::kNothing;
+  }
+
+  void Act(Next next) {
+    if (next == Next::kRead) StartRead(&metrics_);
+    if (next != Next::kFinish) return;
+    grpc::Status status;
+    {
+      MutexLock lock(&mutex_);
+      status = error_;
+    }
+    Finish(status.ok() ? grpc::Status::OK : service_->Answer("ReportMetrics", status));
+  }
+
   const CoordinatorGrpcService* const service_;
-  StepMetrics metrics_;
+  StepMetrics metrics_;  // the read buffer: written by gRPC only while reading_
+  Mutex mutex_;
+  bool reading_ ABSL_GUARDED_BY(mutex_) = false;
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
+  int pending_ ABSL_GUARDED_BY(mutex_) = 0;
+  grpc::Status error_ ABSL_GUARDED_BY(mutex_);
 };
 
 grpc::ServerReadReactor<StepMetrics>* CoordinatorGrpcService::ReportMetrics(
