@@ -944,33 +944,9 @@ absl::Status JobStore::SetPlacement(const std::string& job_id, int64_t generatio
 
 absl::Status JobStore::RecordStep(const std::string& job_id, const StepMetrics& metrics,
                                   int64_t now_ms) {
-  std::string metrics_bytes;
-  if (!metrics.SerializeToString(&metrics_bytes)) {
-    return absl::InvalidArgumentError("metrics: cannot be serialized");
-  }
-  const std::optional<int64_t> n = ParseJobId(job_id);
-  if (!n) return JobNotFound(job_id);
-  MutexLock lock(&impl_->mutex);
-  Impl::Transaction txn(impl_.get());
-  RETURN_IF_ERROR(txn.Begin());
-  {
-    Query query(impl_->update_progress);
-    query.Bind(metrics.step());
-    if (metrics.has_loss()) {
-      query.Bind(metrics.loss());
-    } else {
-      query.BindNull();
-    }
-    query.Bind(metrics.tokens_per_second()).BindBlob(metrics_bytes).Bind(now_ms).Bind(*n);
-    RETURN_IF_ERROR(query.Run());
-    if (sqlite3_changes(impl_->db.get()) == 0) return JobNotFound(job_id);
-  }
-  {
-    Query query(impl_->upsert_step);
-    query.Bind(*n).Bind(metrics.step()).BindBlob(metrics_bytes);
-    RETURN_IF_ERROR(query.Run());
-  }
-  return txn.Commit();
+  // A batch of one (RecordSteps has the statements; a database always has impl_, so this
+  // does not come back here).
+  return RecordSteps({StepRow{job_id, metrics}}, now_ms)[0];
 }
 
 std::vector<absl::Status> JobStore::RecordSteps(const std::vector<StepRow>& rows, int64_t now_ms) {

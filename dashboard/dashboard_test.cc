@@ -99,16 +99,28 @@ TEST_F(DashboardTest, ShowsWhatTheIssueAsksFor) {
   std::set<std::string> used;
   ASSERT_THAT(Problems(json_, exported_, &used), IsEmpty());
   // tokens/s, model TFLOP/s, MFU, loss, loss scale and skipped steps, step time per stage
-  // and the slowest ranks (straggler view), pipeline bubble per stage and rank, workers alive, restarts and failures, checkpoints.
-  for (const std::string name :
-       {"mtrain_job_tokens_per_second", "mtrain_job_model_tflops", "mtrain_job_mfu_ratio",
-        "mtrain_job_loss", "mtrain_job_validation_loss", "mtrain_job_loss_scale",
-        "mtrain_job_skipped_steps_total", "mtrain_rank_last_step_seconds",
-        "mtrain_step_duration_seconds_sum", "mtrain_step_duration_seconds_count",
-        "mtrain_step_duration_seconds_bucket", "mtrain_pipeline_bubble_ratio",
-        "mtrain_stage_pipeline_bubble_ratio", "mtrain_stage_last_step_seconds",
-        "mtrain_workers_alive", "mtrain_workers_registered", "mtrain_job_restarts_total",
-        "mtrain_job_generation_failures_total", "mtrain_job_checkpoint_step", "mtrain_job_state"}) {
+  // and the slowest ranks (straggler view), pipeline bubble per stage and rank, workers alive,
+  // restarts and failures, checkpoints.
+  for (const std::string name : {"mtrain_job_tokens_per_second",
+                                 "mtrain_job_model_tflops",
+                                 "mtrain_job_mfu_ratio",
+                                 "mtrain_job_loss",
+                                 "mtrain_job_validation_loss",
+                                 "mtrain_job_loss_scale",
+                                 "mtrain_job_skipped_steps_total",
+                                 "mtrain_rank_last_step_seconds",
+                                 "mtrain_step_duration_seconds_sum",
+                                 "mtrain_step_duration_seconds_count",
+                                 "mtrain_step_duration_seconds_bucket",
+                                 "mtrain_pipeline_bubble_ratio",
+                                 "mtrain_stage_pipeline_bubble_ratio",
+                                 "mtrain_stage_last_step_seconds",
+                                 "mtrain_workers_alive",
+                                 "mtrain_workers_registered",
+                                 "mtrain_job_restarts_total",
+                                 "mtrain_job_generation_failures_total",
+                                 "mtrain_job_checkpoint_step",
+                                 "mtrain_job_state"}) {
     EXPECT_EQ(used.count(name), 1u) << "no panel shows " << name;
   }
 }
