@@ -71,6 +71,9 @@ ABSL_FLAG(absl::Duration, backfill_window, absl::Minutes(5),
           "admission: a job that fits the free workers starts ahead of the oldest waiting job "
           "of its kind of worker until that job has waited this long; then nothing overtakes "
           "it (0: strict first come, first served)");
+ABSL_FLAG(absl::Duration, step_write_interval, mtrain::kStepWriteInterval,
+          "the loss-reporting ranks' step rows are stored at most one transaction per this "
+          "interval, every row since the last in it (0: as soon as the previous one is done)");
 ABSL_FLAG(absl::Duration, shrink_grace, absl::Seconds(30),
           "a failed job waits this long for a replacement worker before running with fewer "
           "data-parallel replicas (down to parallel.min_data)");
@@ -168,6 +171,12 @@ int Run() {
   job_options.lost_rank_grace = absl::GetFlag(FLAGS_lost_rank_grace);
   job_options.shrink_grace = absl::GetFlag(FLAGS_shrink_grace);
   job_options.backfill_window = absl::GetFlag(FLAGS_backfill_window);
+  job_options.step_write_interval = absl::GetFlag(FLAGS_step_write_interval);
+  if (job_options.step_write_interval < absl::ZeroDuration() ||
+      job_options.step_write_interval > absl::Seconds(10)) {
+    std::fprintf(stderr, "coordinator: --step_write_interval: must be within 0 and 10s\n");
+    return 1;
+  }
   if (job_options.backfill_window < absl::ZeroDuration()) {
     std::fprintf(stderr, "coordinator: --backfill_window: must not be negative\n");
     return 1;

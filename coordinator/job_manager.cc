@@ -64,11 +64,13 @@ JobManager::JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* st
       metrics_(metrics),
       options_(options),
       checkpoints_(checkpoints),
-      step_writer_(std::make_unique<StepWriter>([this](const std::vector<StepRow>& rows) {
-        std::vector<absl::Status> stored = store_->RecordSteps(rows, NowMs());
-        if (metrics_ != nullptr) metrics_->AddStepWrites(static_cast<int64_t>(rows.size()));
-        return stored;
-      })) {}
+      step_writer_(std::make_unique<StepWriter>(
+          [this](const std::vector<StepRow>& rows) {
+            std::vector<absl::Status> stored = store_->RecordSteps(rows, NowMs());
+            if (metrics_ != nullptr) metrics_->AddStepWrites(static_cast<int64_t>(rows.size()));
+            return stored;
+          },
+          options.step_write_interval)) {}
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(
     const Clock* clock, WorkerRegistry* workers, JobStore* store, RendezvousStore* rendezvous,

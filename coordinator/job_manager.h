@@ -99,6 +99,9 @@ struct JobManagerOptions {
   // waited this long; then nothing behind the head starts until it fits (so it cannot
   // starve). Zero: strict first come, first served.
   absl::Duration backfill_window = absl::Minutes(5);
+  // The step writer's tick (step_writer.h): at most one transaction of step rows per tick.
+  // A job's stored step trails its ranks by up to this much.
+  absl::Duration step_write_interval = kStepWriteInterval;
 };
 
 // Ended jobs Tick deletes for retention at most per call, so that a backlog (a retention
