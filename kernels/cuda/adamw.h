@@ -12,6 +12,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/adamw.h"
@@ -25,6 +27,32 @@ namespace mtrain::cuda {
 template <typename G, typename P>
 absl::Status AdamWUpdate(float* master, const G* grad, float* m, float* v, P* model_copy, size_t n,
                          const cpu::AdamWHyperparameters& h, cudaStream_t stream);
+
+// One block's share of a whole-model update: elements [begin, begin + count) of the
+// master/gradient/copy buffers (moments at begin - moment_offset), with their tensors'
+// weight decay. MakeAdamWChunks cuts a model's ranges into these.
+struct AdamWChunk {
+  size_t begin = 0;
+  uint32_t count = 0;
+  float weight_decay = 0.0f;
+};
+inline constexpr uint32_t kAdamWChunkElements = 1u << 16;
+
+// Chunks of at most kAdamWChunkElements covering each [begin, end) range in order, with that
+// range's weight decay.
+struct AdamWRange {
+  size_t begin = 0, end = 0;
+  float weight_decay = 0.0f;
+};
+std::vector<AdamWChunk> MakeAdamWChunks(const std::vector<AdamWRange>& ranges);
+
+// AdamWUpdate over every chunk (a device array) in one launch: the same arithmetic per
+// element, so the same bits as one AdamWUpdate per range, without a launch (and a grid's
+// tail) per tensor. h.weight_decay is ignored (each chunk carries its own).
+template <typename G, typename P>
+absl::Status AdamWUpdateChunks(float* master, const G* grad, float* m, float* v, P* model_copy,
+                               size_t moment_offset, const AdamWChunk* chunks, int num_chunks,
+                               const cpu::AdamWHyperparameters& h, cudaStream_t stream);
 
 }  // namespace mtrain::cuda
 

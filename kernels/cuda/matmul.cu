@@ -1,6 +1,9 @@
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
@@ -59,11 +62,14 @@ uint32_t Alignment(const void* pointer) {
 // are AB_T, C and D are CD_T. fp32 inputs compute in strict fp32 (no TF32); 16-bit inputs
 // (bf16, fp16) use tensor cores accumulating in fp32 (CUBLAS_COMPUTE_32F, not the
 // _FAST_16F variants), with C/D either the inputs' type or fp32.
+// C (read when beta != 0) and D share one layout and may be one buffer. UNIMPLEMENTED,
+// before anything runs, where cuBLASLt has no algorithm for the combination (an epilogue
+// the library does not offer for these types, say): callers with another way fall back.
 template <typename AB_T, typename CD_T>
 absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int n, int k,
-                  const AB_T* a, int lda, const AB_T* b, int ldb, float beta, CD_T* c, int ldc,
-                  cublasLtEpilogue_t epilogue, const void* bias, void* aux, int ld_aux,
-                  cudaStream_t stream) {
+                  const AB_T* a, int lda, const AB_T* b, int ldb, float beta, const CD_T* c,
+                  CD_T* d, int ldc, cublasLtEpilogue_t epilogue, const void* bias, void* aux,
+                  int ld_aux, cudaStream_t stream) {
   Descriptors desc;
   MTRAIN_BLAS(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -108,7 +114,8 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
   // at arbitrary offsets into the flat parameter/gradient buffers; an algorithm needing more
   // alignment than they have fails (NOT_SUPPORTED) or faults. Bias and aux pointers are on
   // the matmul descriptor, which the heuristic already inspects.
-  const uint32_t align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c);
+  const uint32_t align_a = Alignment(a), align_b = Alignment(b), align_c = Alignment(c),
+                 align_d = Alignment(d);
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
@@ -116,32 +123,46 @@ absl::Status Gemm(CublasLt& blas, bool transpose_a, bool transpose_b, int m, int
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
       desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
   MTRAIN_BLAS(cublasLtMatmulPreferenceSetAttribute(
-      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+      desc.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
   // Everything the heuristic's choice depends on.
   char key[256];
-  std::snprintf(key, sizeof(key), "%d%d %d %d %d %d %d %d %d %d %d %u %u %u %u %u %d",
+  std::snprintf(key, sizeof(key), "%d%d %d %d %d %d %d %d %d %d %d %u %u %u %u %u %u %d %d",
                 int(transpose_a), int(transpose_b), m, n, k, lda, ldb, ldc, int(DataType<AB_T>()),
-                int(DataType<CD_T>()), int(epilogue), align_a, align_b, align_c,
+                int(DataType<CD_T>()), int(epilogue), align_a, align_b, align_c, align_d,
                 bias != nullptr ? Alignment(bias) : 0u, aux != nullptr ? Alignment(aux) : 0u,
-                ld_aux);
+                ld_aux, int(beta != 0.0f));
+  const auto unimplemented = [&] {
+    return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM (m " +
+                                    std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+                                    std::to_string(k) + ", epilogue " +
+                                    std::to_string(int(epilogue)) + ")");
+  };
+  if (blas.unsupported().count(key) != 0) return unimplemented();
   auto cached = blas.algorithms().find(key);
   if (cached == blas.algorithms().end()) {
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    MTRAIN_BLAS(cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c,
-                                               desc.d, desc.preference, 1, &heuristic, &found));
-    if (found == 0) {
-      return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM (m " +
-                                      std::to_string(m) + ", n " + std::to_string(n) + ", k " +
-                                      std::to_string(k) + ", epilogue " +
-                                      std::to_string(int(epilogue)) + ")");
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(blas.handle(), desc.op, desc.a, desc.b, desc.c, desc.d,
+                                       desc.preference, 1, &heuristic, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      blas.unsupported().insert(key);  // asked once, not on every step
+      return unimplemented();
     }
+    MTRAIN_BLAS(status);
     cached = blas.algorithms().emplace(key, heuristic.algo).first;
   }
   const float alpha = 1.0f;
   MTRAIN_BLAS(cublasLtMatmul(blas.handle(), desc.op, &alpha, a, desc.a, b, desc.b, &beta, c, desc.c,
-                             c, desc.d, &cached->second, blas.workspace(), workspace, stream));
+                             d, desc.d, &cached->second, blas.workspace(), workspace, stream));
   return absl::OkStatus();
+}
+
+// d_bias[i] += partial[i]: a bias gradient the GEMM's epilogue wrote (it overwrites),
+// added to the accumulated fp32 gradient.
+__global__ void AccumulateKernel(const float* partial, int n, float* d_bias) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) d_bias[i] += partial[i];
 }
 
 // d_bias[n] += sum over rows of d_out[M, N], in two passes so that the whole GPU works
@@ -184,13 +205,30 @@ __global__ void BiasGradFinishKernel(const float* partial, int chunks, int N, fl
   d_bias[col] += sum;
 }
 
+CublasLt::Fusions FusionsFromEnvironment() {
+  const char* value = std::getenv("MTRAIN_GEMM_FUSIONS");
+  if (value == nullptr || std::strcmp(value, "all") == 0) return CublasLt::Fusions{};
+  const std::string list = std::string(",") + value + ",";
+  const auto named = [&](const char* name) {
+    return list.find(std::string(",") + name + ",") != std::string::npos;
+  };
+  return CublasLt::Fusions{named("bias_grad"), named("dgelu"), named("residual")};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CublasLt>> CublasLt::Create() {
   std::unique_ptr<CublasLt> blas(new CublasLt());
+  blas->fusions_ = FusionsFromEnvironment();
   MTRAIN_BLAS(cublasLtCreate(&blas->handle_));
   if (absl::Status s =
           CudaStatus(cudaMalloc(&blas->workspace_, kWorkspaceBytes), "cuBLASLt workspace");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&blas->bias_gradient_),
+                                             kMaxFusedBiasGradient * sizeof(float)),
+                                  "cuBLASLt bias-gradient scratch");
       !s.ok()) {
     return s;
   }
@@ -198,24 +236,48 @@ absl::StatusOr<std::unique_ptr<CublasLt>> CublasLt::Create() {
 }
 
 CublasLt::~CublasLt() {
+  if (bias_gradient_ != nullptr) cudaFree(bias_gradient_);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
 template <typename T>
 absl::Status MatmulForward(CublasLt& blas, const T* in, const T* weight, const T* bias, T* out,
-                           int M, int K, int N, cudaStream_t stream, T* pre_gelu) {
+                           int M, int K, int N, cudaStream_t stream, T* pre_gelu,
+                           const T* residual) {
   if (M <= 0 || K <= 0 || N <= 0) return absl::InvalidArgumentError("MatmulForward: empty shape");
   if (pre_gelu != nullptr && bias == nullptr) {
     return absl::InvalidArgumentError("MatmulForward: the GeLU epilogue needs a bias");
+  }
+  if (pre_gelu != nullptr && residual != nullptr) {
+    return absl::InvalidArgumentError("MatmulForward: a residual cannot pass through the GeLU");
   }
   // Row-major out[M, N] is column-major out'[N, M] = weight'^T in', where weight' [K, N] and
   // in' [K, M] are the column-major views of the row-major weight and input.
   const cublasLtEpilogue_t epilogue = pre_gelu != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                       : bias != nullptr   ? CUBLASLT_EPILOGUE_BIAS
                                                           : CUBLASLT_EPILOGUE_DEFAULT;
+  // The residual is C (beta 1): added in the epilogue in fp32 with the bias, one rounding.
   return Gemm<T, T>(blas, /*transpose_a=*/true, /*transpose_b=*/false, N, M, K, weight, K, in, K,
-                    /*beta=*/0.0f, out, N, epilogue, bias, pre_gelu, N, stream);
+                    /*beta=*/residual != nullptr ? 1.0f : 0.0f,
+                    residual != nullptr ? residual : out, out, N, epilogue, bias, pre_gelu, N,
+                    stream);
+}
+
+template <typename T>
+absl::Status MatmulInputGradThroughGelu(CublasLt& blas, const T* d_out, const T* weight,
+                                        const T* pre_gelu, T* d_pre, int M, int K, int N,
+                                        cudaStream_t stream) {
+  if (M <= 0 || K <= 0 || N <= 0) {
+    return absl::InvalidArgumentError("MatmulInputGradThroughGelu: empty shape");
+  }
+  if (!blas.fusions().gelu_gradient) {
+    return absl::UnimplementedError("MTRAIN_GEMM_FUSIONS leaves out dgelu");
+  }
+  // d_pre'[K, M] = GeLU'(pre') * (weight'[K, N] d_out'[N, M]); the forward's pre-activation
+  // (its epilogue's aux output) has d_pre's layout.
+  return Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, /*beta=*/0.0f, d_pre, d_pre,
+                    K, CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<T*>(pre_gelu), K, stream);
 }
 
 template <typename T>
@@ -228,19 +290,38 @@ absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T
   if (d_in != nullptr) {
     // d_in'[K, M] (+)= weight'[K, N] d_out'[N, M]
     const float beta = accumulate_d_in ? 1.0f : 0.0f;
-    if (absl::Status s = Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, beta, d_in, K,
-                                    CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
+    if (absl::Status s =
+            Gemm<T, T>(blas, false, false, K, M, N, weight, K, d_out, N, beta, d_in, d_in, K,
+                       CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
         !s.ok()) {
       return s;
     }
   }
-  // d_weight'[K, N] += in'[K, M] d_out'^T[M, N], accumulated into fp32.
-  if (absl::Status s = Gemm<T, float>(blas, false, true, K, N, M, in, K, d_out, N, 1.0f, d_weight,
-                                      K, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
+  // d_weight'[K, N] += in'[K, M] d_out'^T[M, N], accumulated into fp32. With 16-bit inputs
+  // the bias gradient (d_out's column sums: a reduction over this GEMM's k) comes from the
+  // same GEMM's epilogue (BGRADB, fp32 as the output) where cuBLASLt offers it, saving a
+  // pass over d_out; fp32 (the reference precision) keeps the two-pass kernels below.
+  if constexpr (!std::is_same_v<T, float>) {
+    if (d_bias != nullptr && N <= CublasLt::kMaxFusedBiasGradient && blas.fusions().bias_gradient) {
+      const absl::Status fused =
+          Gemm<T, float>(blas, false, true, K, N, M, in, K, d_out, N, 1.0f, d_weight, d_weight, K,
+                         CUBLASLT_EPILOGUE_BGRADB, blas.bias_gradient(), nullptr, 0, stream);
+      if (fused.ok()) {
+        ++blas.counters().fused_bias_gradients;
+        AccumulateKernel<<<(N + 255) / 256, 256, 0, stream>>>(blas.bias_gradient(), N, d_bias);
+        return LastLaunchStatus("MatmulBackward (bias)");
+      }
+      if (!absl::IsUnimplemented(fused)) return fused;
+    }
+  }
+  if (absl::Status s =
+          Gemm<T, float>(blas, false, true, K, N, M, in, K, d_out, N, 1.0f, d_weight, d_weight, K,
+                         CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0, stream);
       !s.ok()) {
     return s;
   }
   if (d_bias != nullptr) {
+    ++blas.counters().kernel_bias_gradients;
     // The partials live in the cuBLASLt workspace: this stream's GEMMs above are done with
     // it by then, and the next ones start after the finishing pass.
     int rows_per_chunk = kBiasRowsPerChunk;
@@ -262,14 +343,15 @@ absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T
   return absl::OkStatus();
 }
 
-template absl::Status MatmulForward<float>(CublasLt&, const float*, const float*, const float*,
-                                           float*, int, int, int, cudaStream_t, float*);
-template absl::Status MatmulForward<__nv_bfloat16>(CublasLt&, const __nv_bfloat16*,
-                                                   const __nv_bfloat16*, const __nv_bfloat16*,
-                                                   __nv_bfloat16*, int, int, int, cudaStream_t,
-                                                   __nv_bfloat16*);
-template absl::Status MatmulForward<__half>(CublasLt&, const __half*, const __half*, const __half*,
-                                            __half*, int, int, int, cudaStream_t, __half*);
+#define MTRAIN_INSTANTIATE_MATMUL(T)                                                               \
+  template absl::Status MatmulForward<T>(CublasLt&, const T*, const T*, const T*, T*, int, int,    \
+                                         int, cudaStream_t, T*, const T*);                         \
+  template absl::Status MatmulInputGradThroughGelu<T>(CublasLt&, const T*, const T*, const T*, T*, \
+                                                      int, int, int, cudaStream_t);
+MTRAIN_INSTANTIATE_MATMUL(float)
+MTRAIN_INSTANTIATE_MATMUL(__nv_bfloat16)
+MTRAIN_INSTANTIATE_MATMUL(__half)
+#undef MTRAIN_INSTANTIATE_MATMUL
 template absl::Status MatmulBackward<float>(CublasLt&, const float*, const float*, const float*,
                                             float*, float*, float*, int, int, int, cudaStream_t,
                                             bool);

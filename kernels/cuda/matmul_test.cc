@@ -1,5 +1,7 @@
 #include "kernels/cuda/matmul.h"
 
+#include <type_traits>
+
 #include "kernels/cuda/test_support.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
@@ -26,13 +28,20 @@ void CheckMatmul(double tolerance, int M = 257, int K = 384, int N = 1152) {
       testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * K, 85, -1, 1));
   const std::vector<float> d_weight0 = testing::RandomFloats(size_t(N) * K, 86, -1, 1);
   const std::vector<float> d_bias0 = testing::RandomFloats(N, 87, -1, 1);
+  const std::vector<float> residual =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * N, 88, -2, 2));
+  // A pre-activation of the layer's input (M x K) for the GeLU-derivative epilogue.
+  const std::vector<float> pre_in =
+      testing::RoundedTo<T>(testing::RandomFloats(size_t(M) * K, 89, -3, 3));
 
   absl::StatusOr<std::unique_ptr<CublasLt>> blas = CublasLt::Create();
   ASSERT_TRUE(blas.ok()) << blas.status();
   DeviceArray<T> din(in), dweight(weight), dbias(bias), dout(size_t(M) * N),
       dout_bias(size_t(M) * N), dgelu(size_t(M) * N), dpre(size_t(M) * N), dd_out(d_out),
-      dd_in(d_in0);
+      dd_in(d_in0), dresidual(residual), dout_residual(size_t(M) * N), dpre_in(pre_in),
+      dd_pre(size_t(M) * K);
   DeviceArray<float> dd_weight(d_weight0), dd_bias(d_bias0);
+  const CublasLt::Counters before = (*blas)->counters();
   absl::Status s =
       MatmulForward<T>(**blas, din.get(), dweight.get(), nullptr, dout.get(), M, K, N, nullptr);
   ASSERT_TRUE(s.ok()) << s;
@@ -42,10 +51,28 @@ void CheckMatmul(double tolerance, int M = 257, int K = 384, int N = 1152) {
   s = MatmulForward<T>(**blas, din.get(), dweight.get(), dbias.get(), dgelu.get(), M, K, N, nullptr,
                        dpre.get());
   ASSERT_TRUE(s.ok()) << s;
+  s = MatmulForward<T>(**blas, din.get(), dweight.get(), dbias.get(), dout_residual.get(), M, K, N,
+                       nullptr, nullptr, dresidual.get());
+  ASSERT_TRUE(s.ok()) << s;
   s = MatmulBackward<T>(**blas, dd_out.get(), din.get(), dweight.get(), dd_in.get(),
                         dd_weight.get(), dd_bias.get(), M, K, N, nullptr);
   ASSERT_TRUE(s.ok()) << s;
+  const absl::Status through_gelu = MatmulInputGradThroughGelu<T>(
+      **blas, dd_out.get(), dweight.get(), dpre_in.get(), dd_pre.get(), M, K, N, nullptr);
+  ASSERT_TRUE(through_gelu.ok() || absl::IsUnimplemented(through_gelu)) << through_gelu;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const CublasLt::Counters& after = (*blas)->counters();
+  const long long fused = after.fused_bias_gradients - before.fused_bias_gradients;
+  const long long kernels = after.kernel_bias_gradients - before.kernel_bias_gradients;
+  // Visible in the log: which way this type's bias gradient and GeLU derivative ran.
+  std::printf("matmul %s: bias gradient %s; GeLU derivative %s\n", testing::TypeName<T>(),
+              fused == 1 ? "in the GEMM's epilogue (BGRADB)" : "by the two-pass kernels",
+              through_gelu.ok() ? "in the GEMM's epilogue (DGELU)"
+                                : "not offered by cuBLASLt here (the model falls back)");
+  EXPECT_EQ(fused + kernels, 1);
+  if (std::is_same_v<T, float>) {
+    EXPECT_EQ(fused, 0) << "fp32 keeps the reference passes";
+  }
 
   const std::vector<double> ind = testing::ToDouble(in), wd = testing::ToDouble(weight),
                             bd = testing::ToDouble(bias), dod = testing::ToDouble(d_out);
@@ -57,6 +84,21 @@ void CheckMatmul(double tolerance, int M = 257, int K = 384, int N = 1152) {
                       d_bias = testing::ToDouble(d_bias0);
   cpu::MatmulBackward<double>(dod.data(), ind.data(), wd.data(), d_in.data(), d_weight.data(),
                               d_bias.data(), M, K, N);
+  std::vector<double> with_residual = with_bias;
+  for (size_t i = 0; i < with_residual.size(); ++i) with_residual[i] += residual[i];
+  // d_pre = GeLU'(pre) * (d_out @ weight): the product into zeros, then the derivative.
+  std::vector<double> d_act(size_t(M) * K, 0.0), d_pre(size_t(M) * K, 0.0);
+  cpu::MatmulBackward<double>(dod.data(), ind.data(), wd.data(), d_act.data(), nullptr, nullptr, M,
+                              K, N);
+  const std::vector<double> pre_d = testing::ToDouble(pre_in);
+  cpu::GeluBackward<double>(d_act.data(), pre_d.data(), d_pre.data(), d_pre.size());
+  if (through_gelu.ok()) {
+    const double e = testing::RelativeError(dd_pre.Download(), d_pre);
+    std::printf("matmul %s %dx%dx%d: d_pre through GeLU %.2e\n", testing::TypeName<T>(), M, K, N,
+                e);
+    EXPECT_LT(e, tolerance);
+  }
+  EXPECT_LT(testing::RelativeError(dout_residual.Download(), with_residual), tolerance);
   const double errors[] = {
       testing::RelativeError(dout.Download(), plain),
       testing::RelativeError(dout_bias.Download(), with_bias),

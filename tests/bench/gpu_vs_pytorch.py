@@ -127,7 +127,7 @@ def bench_torch(cfg, compiled, args, torch):
     return {"step_seconds": step_seconds, "peak_bytes": peak, "loss": float(loss.detach())}
 
 
-def bench_engine(cfg, args, attention="auto"):
+def bench_engine(cfg, args, attention="auto", fusions="all"):
     spec = {
         "name": "gpu-bench",
         "model": {"num_layers": cfg["layers"], "num_heads": cfg["heads"],
@@ -142,7 +142,7 @@ def bench_engine(cfg, args, attention="auto"):
         spec_path = pathlib.Path(tmp, "spec.json")
         spec_path.write_text(json.dumps(spec))
         metrics = pathlib.Path(tmp, "metrics.jsonl")
-        env = dict(os.environ, MTRAIN_ATTENTION=attention)
+        env = dict(os.environ, MTRAIN_ATTENTION=attention, MTRAIN_GEMM_FUSIONS=fusions)
         run = subprocess.run([args.engine, f"--spec={spec_path}", f"--metrics_jsonl={metrics}"],
                              capture_output=True, text=True, env=env)
         # The engine's line names the attention path ("attention: cuDNN 9.x fused ...").
@@ -166,6 +166,13 @@ def main():
     parser.add_argument("--peak_tflops", type=float, default=989.0)
     parser.add_argument("--engine", default="", help="path to the engine's `train` binary")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--no-hand-attention", action="store_true",
+                        help="skip the engine's row with MTRAIN_ATTENTION=handwritten")
+    parser.add_argument("--fusion-variants", default="",
+                        help="more engine rows, one per MTRAIN_GEMM_FUSIONS value, '|'-separated, "
+                             "'+' for ',' (e.g. 'none|dgelu+residual'); first config only")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="the engine's rows only (no PyTorch), e.g. beside a kernel profile")
     args = parser.parse_args()
     import torch
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (not a benchmark)"
@@ -173,7 +180,7 @@ def main():
     print(f"device: {device}; torch {torch.__version__}; bf16 autocast; median of {args.steps} "
           f"steps after {args.warmup}; MFU against {args.peak_tflops:.0f} TFLOP/s (datasheet) "
           f"and {gemm:.0f} TFLOP/s (measured bf16 GEMM)", flush=True)
-    header = (f"{'config':<11} {'implementation':<16} {'tokens/s':>12} {'step ms':>9} "
+    header = (f"{'config':<11} {'implementation':<28} {'tokens/s':>12} {'step ms':>9} "
               f"{'MFU-Meg':>7} {'MFU-PaLM':>7} {'MFU-llmc':>7} {'PaLM/GEMM':>7} {'vs comp':>6} "
               f"{'peak mem':>9} {'loss':>8}")
     rows = []
@@ -186,10 +193,17 @@ def main():
         runs = []
         plan = []
         if args.engine:
-            plan += [("mtrain", lambda: bench_engine(cfg, args)),
-                     ("mtrain hand-att", lambda: bench_engine(cfg, args, "handwritten"))]
-        plan.append(("PyTorch eager", lambda: bench_torch(cfg, False, args, torch)))
-        if not args.no_compile:
+            plan.append(("mtrain", lambda: bench_engine(cfg, args)))
+            if not args.no_hand_attention:
+                plan.append(("mtrain hand-att", lambda: bench_engine(cfg, args, "handwritten")))
+            if args.fusion_variants and name == args.configs.split(",")[0]:
+                for variant in args.fusion_variants.split("|"):
+                    fusions = variant.replace("+", ",")
+                    plan.append((f"mtrain fuse={variant}",
+                                 lambda fusions=fusions: bench_engine(cfg, args, "auto", fusions)))
+        if not args.engine_only:
+            plan.append(("PyTorch eager", lambda: bench_torch(cfg, False, args, torch)))
+        if not args.no_compile and not args.engine_only:
             plan.append(("PyTorch compile", lambda: bench_torch(cfg, True, args, torch)))
         for label, measure in plan:
             r = measure()
@@ -217,7 +231,7 @@ def main():
                                       f"{ratio} {peak:>9} {r['loss']:8.4f}"))
         print(header)
         for row_name, label, text in rows:
-            print(f"{row_name:<11} {label:<16} {text}", flush=True)
+            print(f"{row_name:<11} {label:<28} {text}", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,10 @@ if [[ -n "${BENCH_ARGS:-}" ]]; then
 fi
 if [[ -n "${PROFILE_CONFIG:-}" ]]; then
   source tests/gpu/bundle_env.sh /tmp/gpu_bundle
-  PYTHONUNBUFFERED=1 timeout "${PROFILE_TIMEOUT:-120}" python3 tests/gpu/profile_kernels.py \
-    --train /tmp/gpu_bundle/bin/train --config "$PROFILE_CONFIG" --csv /tmp/gpu_logs/kernels.csv \
-    2>&1 | tee /tmp/gpu_logs/profile.log
+  # PROFILE_CONFIG may name several configs, comma-separated: one profile each.
+  for config in ${PROFILE_CONFIG//,/ }; do
+    PYTHONUNBUFFERED=1 timeout "${PROFILE_TIMEOUT:-120}" python3 tests/gpu/profile_kernels.py \
+      --train /tmp/gpu_bundle/bin/train --config "$config" --csv "/tmp/gpu_logs/kernels_$config.csv" \
+      --top 40 2>&1 | tee "/tmp/gpu_logs/profile_$config.log"
+  done
 fi

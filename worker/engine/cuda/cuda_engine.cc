@@ -738,39 +738,51 @@ absl::Status CudaEngine::Update(long long step, double lr, double grad_scale) {
   const bool fp16 = config_.precision == PRECISION_FP16;
   __nv_bfloat16* copy = fp16 ? nullptr : reinterpret_cast<__nv_bfloat16*>(bf16_copy_.get());
   __half* half_copy = fp16 ? reinterpret_cast<__half*>(bf16_copy_.get()) : nullptr;
-  // Consecutive tensors with the same decay setting are updated by one launch, clipped to
-  // the optimizer range (moments are indexed from its start).
-  const std::vector<ParamTensor>& tensors = tensors_;
-  const size_t range_begin = config_.optimizer_begin;
-  const size_t range_end = config_.optimizer_end;
-  size_t i = 0;
-  while (i < tensors.size()) {
-    size_t j = i + 1;
-    while (j < tensors.size() && tensors[j].weight_decay == tensors[i].weight_decay &&
-           tensors[j].offset == tensors[j - 1].offset + tensors[j - 1].size) {
-      ++j;
+  if (adamw_chunks_.size() == 0) {
+    // Consecutive tensors with the same decay setting make one range, clipped to the
+    // optimizer range (moments are indexed from its start); the ranges are cut into chunks
+    // once, and every step updates them all in one launch.
+    const std::vector<ParamTensor>& tensors = tensors_;
+    const size_t range_begin = config_.optimizer_begin;
+    const size_t range_end = config_.optimizer_end;
+    std::vector<AdamWRange> ranges;
+    size_t i = 0;
+    while (i < tensors.size()) {
+      size_t j = i + 1;
+      while (j < tensors.size() && tensors[j].weight_decay == tensors[i].weight_decay &&
+             tensors[j].offset == tensors[j - 1].offset + tensors[j - 1].size) {
+        ++j;
+      }
+      const size_t begin = std::max(tensors[i].offset, range_begin);
+      const size_t end = std::min(tensors[j - 1].offset + tensors[j - 1].size, range_end);
+      const float decay = tensors[i].weight_decay ? config_.optimizer.weight_decay() : 0.0f;
+      i = j;
+      if (begin < end) ranges.push_back(AdamWRange{begin, end, decay});
     }
-    const size_t begin = std::max(tensors[i].offset, range_begin);
-    const size_t end = std::min(tensors[j - 1].offset + tensors[j - 1].size, range_end);
-    h.weight_decay = tensors[i].weight_decay ? config_.optimizer.weight_decay() : 0.0f;
-    i = j;
-    if (begin >= end) continue;
-    const size_t count = end - begin;
-    float* m = m_.get() + (begin - range_begin);
-    float* v = v_.get() + (begin - range_begin);
-    if (half_copy != nullptr) {
-      const absl::Status updated = AdamWUpdate<float, __half>(
-          master_.get() + begin, grads_.get() + begin, m, v, half_copy + begin, count, h, stream_);
-      RETURN_IF_ERROR(updated);
-    } else if (copy != nullptr) {
-      const absl::Status updated = AdamWUpdate<float, __nv_bfloat16>(
-          master_.get() + begin, grads_.get() + begin, m, v, copy + begin, count, h, stream_);
-      RETURN_IF_ERROR(updated);
-    } else {
-      const absl::Status updated = AdamWUpdate<float, float>(
-          master_.get() + begin, grads_.get() + begin, m, v, nullptr, count, h, stream_);
-      RETURN_IF_ERROR(updated);
+    const std::vector<AdamWChunk> chunks = MakeAdamWChunks(ranges);
+    ASSIGN_OR_RETURN(adamw_chunks_,
+                     DeviceBuffer<AdamWChunk>::Create(chunks.size(), "AdamW chunks"));
+    if (!chunks.empty()) {
+      RETURN_IF_ERROR(Copy(adamw_chunks_.get(), chunks.data(), chunks.size() * sizeof(AdamWChunk),
+                           cudaMemcpyHostToDevice, stream_, "uploading the AdamW chunks"));
     }
+  }
+  const int num_chunks = static_cast<int>(adamw_chunks_.size());
+  const size_t moment_offset = config_.optimizer_begin;
+  if (num_chunks == 0) {
+    // Nothing of this rank's in the optimizer range.
+  } else if (half_copy != nullptr) {
+    RETURN_IF_ERROR((AdamWUpdateChunks<float, __half>(
+        master_.get(), grads_.get(), m_.get(), v_.get(), half_copy, moment_offset,
+        adamw_chunks_.get(), num_chunks, h, stream_)));
+  } else if (copy != nullptr) {
+    RETURN_IF_ERROR((AdamWUpdateChunks<float, __nv_bfloat16>(
+        master_.get(), grads_.get(), m_.get(), v_.get(), copy, moment_offset, adamw_chunks_.get(),
+        num_chunks, h, stream_)));
+  } else {
+    RETURN_IF_ERROR((AdamWUpdateChunks<float, float>(master_.get(), grads_.get(), m_.get(),
+                                                     v_.get(), nullptr, moment_offset,
+                                                     adamw_chunks_.get(), num_chunks, h, stream_)));
   }
   return CudaStatus(cudaStreamSynchronize(stream_), "the optimizer step");
 }

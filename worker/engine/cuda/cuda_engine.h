@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/matmul.h"
 #include "proto/job_spec.pb.h"
 #include "worker/engine/cpu/model_chunk.h"
@@ -208,6 +209,8 @@ class CudaEngine : public PipelineStages {
   DeviceBuffer<float> master_, grads_, m_, v_, losses_;
   DeviceBuffer<uint16_t> bf16_copy_;  // bf16 or fp16 bits; empty in fp32 training
   DeviceBuffer<double> sum_of_squares_;
+  // The optimizer range cut into AdamW chunks (one launch a step), built at the first update.
+  DeviceBuffer<AdamWChunk> adamw_chunks_;
   DeviceBuffer<int> nonfinite_;
   std::unique_ptr<CublasLt> blas_;
   DeviceCollectives tensor_group_;

@@ -286,6 +286,12 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   const float p = id.evaluation ? 0.0f : options_.dropout;
   // Row-parallel layers: the replicated bias enters the sum once.
   const bool adds_bias = placement_.tensor_rank == 0;
+  // In 16 bits, with no tensor-parallel sum and no dropout between a projection and its
+  // residual add, the add runs in the projection GEMM's epilogue (one rounding instead of
+  // two, one pass over the stream fewer). fp32, the reference precision, keeps the adds.
+  const bool residual_in_epilogue = !std::is_same_v<T, float> && p == 0.0f &&
+                                    (tp_ == nullptr || tp_->size() == 1) &&
+                                    blas_->fusions().residual;
 
   // Attention block: [q | k | v] column-parallel (this rank's query and key-value heads),
   // q and k rotated under rotary positions, output projection row-parallel.
@@ -302,12 +308,18 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
   float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
   RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, adds_bias ? w.proj_bias : nullptr,
-                                   out, N, Ql, C, stream_));
-  RETURN_IF_ERROR(TensorAllReduce(out, NC));
-  RETURN_IF_ERROR(DropoutForward<T>(
-      out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_));
-  RETURN_IF_ERROR(AddTensors<T>(x, out, s.h1.get(), NC, stream_));
+  if (residual_in_epilogue) {
+    // h1 = x + the projection, added in the GEMM's epilogue (nothing runs between them).
+    RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, w.proj_bias, s.h1.get(), N, Ql,
+                                     C, stream_, /*pre_gelu=*/nullptr, /*residual=*/x));
+  } else {
+    RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight,
+                                     adds_bias ? w.proj_bias : nullptr, out, N, Ql, C, stream_));
+    RETURN_IF_ERROR(TensorAllReduce(out, NC));
+    RETURN_IF_ERROR(DropoutForward<T>(
+        out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0, stream_));
+    RETURN_IF_ERROR(AddTensors<T>(x, out, s.h1.get(), NC, stream_));
+  }
 
   // MLP block: the input projection column-parallel with its activation (GeLU in the GEMM's
   // epilogue, or SwiGLU on [gate | up]); the output projection row-parallel.
@@ -317,6 +329,10 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   RETURN_IF_ERROR(layer_blocks::MlpInForward<T>(*blas_, shape_, s.ln2.get(), MlpInWeight(w),
                                                 MlpInBias(w), s.fc.get(), s.gelu.get(), N, Fl,
                                                 stream_));
+  if (residual_in_epilogue) {
+    return MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight, w.fc_proj_bias, out, N, Fl, C,
+                            stream_, /*pre_gelu=*/nullptr, /*residual=*/s.h1.get());
+  }
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight,
                                    adds_bias ? w.fc_proj_bias : nullptr, out, N, Fl, C, stream_));
   RETURN_IF_ERROR(TensorAllReduce(out, NC));
@@ -351,11 +367,9 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
                                        DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
                                        kOverwrite));
   }
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_mlp_out, s.gelu.get(), w.fc_proj_weight,
-                                    d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
-                                    stream_, kOverwrite));
-  RETURN_IF_ERROR(layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.get(), s.fc.get(),
-                                                         d_fc_.get(), N, Fl, stream_));
+  RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
+      *blas_, shape_, d_mlp_out, s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
+      d_fc_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, stream_));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), s.ln2.get(), MlpInWeight(w), d_ln_.get(),
                                     MlpInWeight(g), MlpInBias(g), N, C,
                                     placement_.local_mlp_in(shape_), stream_, kOverwrite));

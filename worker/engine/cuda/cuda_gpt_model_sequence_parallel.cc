@@ -182,11 +182,9 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                      DropoutKeyFor(id, global_layer, kMlpOutSite), first, stream_,
                                      kOverwrite));
   RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), s.gelu.get(), w.fc_proj_weight,
-                                    d_gelu_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C,
-                                    stream_, kOverwrite));
-  RETURN_IF_ERROR(layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.get(), s.fc.get(),
-                                                         d_fc_.get(), N, Fl, stream_));
+  RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
+      *blas_, shape_, d_branch_.get(), s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
+      d_fc_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln2.get(), sp_full_.get()));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), sp_full_.get(), MlpInWeight(w),
                                     d_ln_.get(), MlpInWeight(g), MlpInBias(g), N, C,

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cstddef>
+#include <type_traits>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
@@ -65,6 +66,27 @@ absl::Status MlpActivationBackward(const ModelShape& shape, const T* d_act, cons
 }
 
 template <typename T>
+absl::Status MlpOutBackward(CublasLt& blas, const ModelShape& shape, const T* d_out, const T* act,
+                            const T* fc, const T* weight, T* d_act_scratch, T* d_fc,
+                            float* d_weight, float* d_bias, int rows, int Fl, cudaStream_t stream) {
+  const int C = shape.hidden;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (shape.activation != ActivationKind::kSwiGlu) {
+      const absl::Status fused =
+          MatmulInputGradThroughGelu<T>(blas, d_out, weight, fc, d_fc, rows, Fl, C, stream);
+      if (fused.ok()) {
+        return MatmulBackward<T>(blas, d_out, act, weight, /*d_in=*/nullptr, d_weight, d_bias, rows,
+                                 Fl, C, stream);
+      }
+      if (!absl::IsUnimplemented(fused)) return fused;
+    }
+  }
+  RETURN_IF_ERROR(MatmulBackward<T>(blas, d_out, act, weight, d_act_scratch, d_weight, d_bias, rows,
+                                    Fl, C, stream, /*accumulate_d_in=*/false));
+  return MlpActivationBackward<T>(shape, d_act_scratch, fc, d_fc, rows, Fl, stream);
+}
+
+template <typename T>
 absl::Status RotateQueriesAndKeys(const ModelShape& shape, const ModelPlacement& placement,
                                   const RotaryDeviceTable& table, T* qkv, int rows, int seq_length,
                                   int first_position, bool inverse, cudaStream_t stream) {
@@ -87,6 +109,9 @@ absl::Status RotateQueriesAndKeys(const ModelShape& shape, const ModelPlacement&
                                         const T*, T*, T*, int, int, cudaStream_t);                 \
   template absl::Status MlpActivationBackward<T>(const ModelShape&, const T*, const T*, T*, int,   \
                                                  int, cudaStream_t);                               \
+  template absl::Status MlpOutBackward<T>(CublasLt&, const ModelShape&, const T*, const T*,        \
+                                          const T*, const T*, T*, T*, float*, float*, int, int,    \
+                                          cudaStream_t);                                           \
   template absl::Status RotateQueriesAndKeys<T>(const ModelShape&, const ModelPlacement&,          \
                                                 const RotaryDeviceTable&, T*, int, int, int, bool, \
                                                 cudaStream_t);

@@ -43,6 +43,16 @@ template <typename T>
 absl::Status MlpActivationBackward(const ModelShape& shape, const T* d_act, const T* fc, T* d_fc,
                                    int rows, int Fl, cudaStream_t stream);
 
+// The MLP's output projection and activation backward, given d_out [rows, C] of
+// out = act @ weight^T + bias: d_fc as MlpActivationBackward makes it, and the projection's
+// weight and bias gradients accumulated. With GeLU in 16 bits the derivative runs in the
+// input gradient's GEMM epilogue where cuBLASLt offers it (no d_act round trip through
+// memory); otherwise d_act_scratch [rows, Fl] holds the input gradient between the two.
+template <typename T>
+absl::Status MlpOutBackward(CublasLt& blas, const ModelShape& shape, const T* d_out, const T* act,
+                            const T* fc, const T* weight, T* d_act_scratch, T* d_fc,
+                            float* d_weight, float* d_bias, int rows, int Fl, cudaStream_t stream);
+
 // Rotates (inverse: back, the backward pass) the query and key heads of qkv [rows, Ql + 2
 // KVl] for positions first_position + row % seq_length. No-op with learned positions.
 template <typename T>
