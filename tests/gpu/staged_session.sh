@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A short device call in stages, for when little device time is left: the new kernels'
-# checks first, then the GPT-2 124M benchmark beside PyTorch, then the whole-model checks,
-# then the parallel layouts, each stage skipped once DEADLINE seconds (default 200) are
+# A short device call in stages, for when little device time is left: the changed kernels'
+# checks first, then the GPT-2 124M benchmark beside PyTorch (with the fusion variants), the
+# whole-model checks and layouts, the GPT 1.3B benchmark, the training runs; each stage skipped once DEADLINE seconds (default 200) are
 # near. Every stage writes its output straight into $OUT (stage*.txt) and the checks' full
 # logs are re-packed into $OUT/logs.tar.gz after each stage, so a call cut off by the
 # device tool's limit still brings back what ran.
@@ -37,12 +37,17 @@ stage() {
   pack
 }
 stage stage1_kernels 20 env CHECK_TIMEOUT=30 \
-  ONLY="cuda_attention_test|cuda_cross_entropy_test|cuda_gelu_test|cuda_layernorm_test" \
+  ONLY="cuda_matmul_test|cuda_layernorm_test|cuda_adamw_test|cuda_gelu_test" \
   bash tests/gpu/run_on_gpu.sh "$BUNDLE"
+# The 124M benchmark, with the engine once more per MTRAIN_GEMM_FUSIONS variant (none, and
+# each fusion left out) to measure what each epilogue fusion gives.
 stage stage2_bench 60 python3 tests/bench/gpu_vs_pytorch.py --configs gpt2-124m --steps 10 \
-  --warmup 3 --engine "$BUNDLE/bin/train"
-stage stage3_model 20 env CHECK_TIMEOUT=40 \
-  ONLY="cuda_engine_test|cuda_parity_test|attention_bench|cuda_training_engine_test|layernorm_bench" \
+  --warmup 3 --engine "$BUNDLE/bin/train" --no-hand-attention \
+  --fusion-variants "none|dgelu+residual|bias_grad+residual|bias_grad+dgelu"
+stage stage3_model 30 env CHECK_TIMEOUT=60 \
+  ONLY="cuda_engine_test|cuda_parity_test|cuda_training_engine_test|layernorm_bench|gpu_parallel_training_test" \
   bash tests/gpu/run_on_gpu.sh "$BUNDLE"
-stage stage4_layouts 20 env CHECK_TIMEOUT=60 ONLY="gpu_parallel_training_test|cuda_training_check" \
+stage stage4_bench_1_3b 120 python3 tests/bench/gpu_vs_pytorch.py --configs gpt-1.3b --steps 10 \
+  --warmup 3 --engine "$BUNDLE/bin/train" --no-hand-attention
+stage stage5_layouts 30 env CHECK_TIMEOUT=90 ONLY="cuda_training_check" \
   bash tests/gpu/run_on_gpu.sh "$BUNDLE"
