@@ -320,13 +320,72 @@ grpc::Status CoordinatorGrpcService::KeyValueGet(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+namespace {
+
+absl::Duration RendezvousTimeoutOf(const KeyValueWaitRequest& request) {
+  const absl::Duration timeout =
+      request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms()) : kDefaultRendezvousWait;
+  return std::min(timeout, kMaxRendezvousWait);
+}
+
+}  // namespace
+
+// One KeyValueWait in progress: registered with the store, answered by the store's
+// callback (exactly once), cancelled with the call. The callback may come before
+// WaitAsync returns, and OnCancel at any time before OnDone, hence the ticket under a lock.
+class CoordinatorGrpcService::KeyValueWaitCall : public grpc::ServerUnaryReactor {
+ public:
+  KeyValueWaitCall(CoordinatorGrpcService* service, const KeyValueWaitRequest& request)
+      : service_(service) {
+    const uint64_t ticket = service_->rendezvous_->WaitAsync(
+        std::vector<std::string>(request.keys().begin(), request.keys().end()),
+        RendezvousTimeoutOf(request), [this](absl::Status status) {
+          Finish(service_->Answer("KeyValueWait", ToGrpcStatus(status)));
+        });
+    bool cancel = false;
+    {
+      MutexLock lock(&mutex_);
+      ticket_ = ticket;
+      cancel = cancelled_;
+    }
+    if (cancel) service_->rendezvous_->CancelWait(ticket);
+  }
+
+  void OnCancel() override {
+    uint64_t ticket = 0;
+    {
+      MutexLock lock(&mutex_);
+      cancelled_ = true;
+      ticket = ticket_;
+    }
+    // Answers CANCELLED through the store's callback, unless it answered already.
+    service_->rendezvous_->CancelWait(ticket);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  CoordinatorGrpcService* const service_;
+  Mutex mutex_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+grpc::ServerUnaryReactor* CoordinatorGrpcService::KeyValueWait(grpc::CallbackServerContext* context,
+                                                               const KeyValueWaitRequest* request,
+                                                               KeyValueWaitResponse* response) {
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(Answer("KeyValueWait", auth));
+    return reactor;
+  }
+  return new KeyValueWaitCall(this, *request);
+}
+
 grpc::Status CoordinatorGrpcService::KeyValueWait(grpc::ServerContext* context,
                                                   const KeyValueWaitRequest* request,
                                                   KeyValueWaitResponse* response) {
   MTRAIN_AUTHORIZE("KeyValueWait");
-  absl::Duration timeout = request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms())
-                                                     : kDefaultRendezvousWait;
-  timeout = std::min(timeout, kMaxRendezvousWait);
+  const absl::Duration timeout = RendezvousTimeoutOf(*request);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   // A cancelled call (client gone, or the server shutting down) stops waiting at once:
   // otherwise a stopping coordinator would wait out every rendezvous in progress.

@@ -36,9 +36,15 @@ namespace mtrain {
 // map lookups under two mutexes, and answering on gRPC's callback threads saves the sync
 // server's hand-off between its polling and handler threads (the coordinator's CPU is the
 // limit at 4,096 workers).
+//
+// KeyValueWait is a callback method: at a generation's start every rank waits for its
+// peers' rendezvous keys, up to 30 s, and a thread parked per waiting rank would be 4,096
+// threads at 4,096 ranks. The store answers the call when the keys are set, the generation
+// ends, the wait times out or the client goes (RendezvousStore::WaitAsync).
 class CoordinatorGrpcService final
-    : public Coordinator::WithRawCallbackMethod_SubmitJob<Coordinator::WithCallbackMethod_Heartbeat<
-          Coordinator::WithCallbackMethod_ReportMetrics<Coordinator::Service>>> {
+    : public Coordinator::WithRawCallbackMethod_SubmitJob<
+          Coordinator::WithCallbackMethod_Heartbeat<Coordinator::WithCallbackMethod_ReportMetrics<
+              Coordinator::WithCallbackMethod_KeyValueWait<Coordinator::Service>>>> {
  public:
   // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
   // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
@@ -85,6 +91,11 @@ class CoordinatorGrpcService final
                            KeyValueSetResponse* response) override;
   grpc::Status KeyValueGet(grpc::ServerContext* context, const KeyValueGetRequest* request,
                            KeyValueGetResponse* response) override;
+  // What gRPC calls: answered by the rendezvous store without a waiting thread.
+  grpc::ServerUnaryReactor* KeyValueWait(grpc::CallbackServerContext* context,
+                                         const KeyValueWaitRequest* request,
+                                         KeyValueWaitResponse* response) override;
+  // The blocking form (tests call it directly).
   grpc::Status KeyValueWait(grpc::ServerContext* context, const KeyValueWaitRequest* request,
                             KeyValueWaitResponse* response) override;
 
@@ -103,7 +114,8 @@ class CoordinatorGrpcService final
                                   grpc::ServerWriter<CheckpointChunk>* writer) override;
 
  private:
-  class MetricsStream;  // the reactor of one ReportMetrics stream
+  class MetricsStream;     // the reactor of one ReportMetrics stream
+  class KeyValueWaitCall;  // the reactor of one KeyValueWait
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
   grpc::Status Authorize(const grpc::ServerContextBase& context) const;
   grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,

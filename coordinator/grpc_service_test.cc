@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -85,6 +87,49 @@ class GrpcServiceTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Coordinator::Stub> stub_;
 };
+
+// KeyValueWait runs on the callback API: 64 waits in flight at once hold no server thread
+// each, each ends with the Set of its key, and a client that gives up (its deadline)
+// leaves nothing pending in the store.
+TEST_F(GrpcServiceTest, RendezvousWaitsAreAnsweredWhenTheKeyIsSetOrTheClientGoes) {
+  Start("");
+  ASSERT_TRUE(rendezvous_.OpenGeneration(kLive, 1000000).ok());
+  constexpr int kWaits = 64;
+  std::vector<grpc::Status> results(kWaits);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaits; ++i) {
+    waiters.emplace_back([this, i, &results] {
+      KeyValueWaitRequest request;
+      request.add_keys(absl::StrCat(kLive, "rank-", i % 4));
+      request.set_timeout_ms(20000);
+      KeyValueWaitResponse response;
+      results[i] = stub_->KeyValueWait(Context().get(), request, &response);
+    });
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (rendezvous_.PendingWaits() < kWaits && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(rendezvous_.PendingWaits(), static_cast<size_t>(kWaits));
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(Set(absl::StrCat(kLive, "rank-", r), "addr").ok());
+  for (std::thread& t : waiters) t.join();
+  for (const grpc::Status& status : results) EXPECT_TRUE(status.ok()) << status.error_message();
+
+  // A client deadline well before the wait's own: the call is cancelled, and so is the wait.
+  KeyValueWaitRequest request;
+  request.add_keys(absl::StrCat(kLive, "never"));
+  request.set_timeout_ms(60000);
+  KeyValueWaitResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  EXPECT_EQ(stub_->KeyValueWait(&context, request, &response).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  const absl::Time gone = absl::Now() + absl::Seconds(10);
+  while (rendezvous_.PendingWaits() > 0 && absl::Now() < gone) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(rendezvous_.PendingWaits(), 0u) << "the cancelled call's wait was not dropped";
+}
 
 TEST_F(GrpcServiceTest, RendezvousKeysOutsideLiveGenerationsAreRefusedNamingKeyAndRule) {
   Start("");

@@ -19,14 +19,18 @@
 //   RETURN_IF_ERROR(store.Wait({"job-1/gen-2/rank-1"}, absl::Seconds(30)));
 //   store.CloseGeneration("job-1/gen-2/");
 //
-// Thread-safe; Wait blocks only its caller.
+// Thread-safe; Wait blocks only its caller. WaitAsync blocks nobody: the store indexes its
+// waiters by the keys they still miss, so a Set wakes only the waits on that key, and one
+// timer thread of the store ends the waits whose time is up.
 #ifndef MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 #define MTRAIN_COORDINATOR_RENDEZVOUS_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -69,6 +73,10 @@ uint64_t RendezvousGenerationByteLimit(int world_size);
 class RendezvousStore {
  public:
   explicit RendezvousStore(uint64_t total_byte_limit = kDefaultRendezvousTotalBytes);
+  // Ends the waits still pending (CANCELLED) and stops the timer thread.
+  ~RendezvousStore();
+  RendezvousStore(const RendezvousStore&) = delete;
+  RendezvousStore& operator=(const RendezvousStore&) = delete;
 
   // Lets keys under `prefix` ("JOB/gen-N/") be set, read and waited for, up to
   // `byte_limit` bytes of keys and values. INVALID_ARGUMENT for a prefix that is empty,
@@ -98,6 +106,20 @@ class RendezvousStore {
                     const std::function<bool()>& cancelled = nullptr) const;
   static constexpr absl::Duration kCancelCheck = absl::Milliseconds(100);
 
+  // Wait without a waiting thread, for callback RPCs: `done` runs exactly once with what
+  // Wait would answer. It runs on the calling thread when the answer is known at once (a bad
+  // key, a key outside every open generation, every key already set); otherwise on the
+  // thread of the Set that sets the last missing key, of the CloseGeneration that ends a
+  // key's generation, of the store's timer when `timeout` passes, or of CancelWait; never
+  // with the store's lock held. Returns a ticket for CancelWait (0 if `done` already ran).
+  using WaitDone = std::function<void(absl::Status)>;
+  uint64_t WaitAsync(const std::vector<std::string>& keys, absl::Duration timeout, WaitDone done);
+  // Ends the wait `ticket` with CANCELLED, `done` running on this thread; nothing if it
+  // already ended (or 0).
+  void CancelWait(uint64_t ticket);
+  // Waits pending in WaitAsync.
+  size_t PendingWaits() const;
+
   // Bytes (keys + values) held by the generation `prefix` (0 if not open), and by all.
   uint64_t GenerationBytes(const std::string& prefix) const;
   uint64_t TotalBytes() const;
@@ -107,6 +129,35 @@ class RendezvousStore {
     uint64_t byte_limit = 0;
     uint64_t bytes = 0;
   };
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  // One WaitAsync in progress.
+  struct Waiter {
+    std::vector<std::string> keys;         // as asked (for the DEADLINE_EXCEEDED message)
+    std::vector<std::string> generations;  // the prefixes of the keys' generations
+    size_t missing = 0;                    // distinct keys not yet set
+    absl::Duration timeout;
+    SteadyTime deadline;
+    WaitDone done;
+  };
+  // A waiter's answer, run after the lock is released.
+  struct Completion {
+    WaitDone done;
+    absl::Status status;
+  };
+
+  // Removes the waiter `ticket` (from every index) and returns its completion with
+  // `status`; requires that it exists.
+  Completion TakeWaiterLocked(uint64_t ticket, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Set's work (it takes the lock); the waits it completes are appended to `completions`,
+  // for Set to answer once the lock is released.
+  absl::Status SetAndCollect(const std::string& key, std::string value,
+                             std::vector<Completion>* completions) ABSL_LOCKS_EXCLUDED(mutex_);
+  // DEADLINE_EXCEEDED naming the keys still missing.
+  absl::Status MissingKeysLocked(const std::vector<std::string>& keys, absl::Duration timeout) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The timer thread: ends the waits whose deadline passed.
+  void ExpireWaits();
 
   // All require mutex_. The open generation `key` belongs to, or generations_.end().
   std::map<std::string, Generation>::const_iterator GenerationOfLocked(const std::string& key) const
@@ -126,6 +177,16 @@ class RendezvousStore {
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, Generation> generations_ ABSL_GUARDED_BY(mutex_);  // by prefix
   uint64_t total_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mutex_);  // by ticket
+  // Each key some waiter still misses -> those waiters' tickets.
+  std::map<std::string, std::vector<uint64_t>> waiting_on_ ABSL_GUARDED_BY(mutex_);
+  std::multimap<SteadyTime, uint64_t> deadlines_ ABSL_GUARDED_BY(mutex_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mutex_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  // Notified when the earliest deadline moves earlier, and on stopping.
+  CondVar timer_changed_;
+  std::thread timer_;  // last: starts once everything above exists
 };
 
 }  // namespace mtrain

@@ -1,10 +1,14 @@
 #include "coordinator/rendezvous_store.h"
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,6 +74,145 @@ TEST_F(RendezvousStoreTest, ACancelledWaitEndsWithinACheck) {
   });
   EXPECT_TRUE(store_.Wait({"job/gen-1/late"}, absl::Seconds(30), [] { return false; }).ok());
   setter.join();
+}
+
+// WaitAsync's answers, as the callbacks record them (any thread).
+class Answers {
+ public:
+  RendezvousStore::WaitDone Record() {
+    return [this](absl::Status status) {
+      MutexLock lock(&mutex_);
+      statuses_.push_back(std::move(status));
+    };
+  }
+  std::vector<absl::Status> Take() {
+    MutexLock lock(&mutex_);
+    return std::exchange(statuses_, {});
+  }
+  // Waits up to `timeout` for `n` answers in all.
+  bool AwaitCount(size_t n, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      {
+        MutexLock lock(&mutex_);
+        if (statuses_.size() >= n) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+
+ private:
+  Mutex mutex_;
+  std::vector<absl::Status> statuses_ ABSL_GUARDED_BY(mutex_);
+};
+
+TEST_F(RendezvousStoreTest, AnAsyncWaitEndsWithTheSetOfItsLastKeyAndHoldsNoThread) {
+  Answers answers;
+  ASSERT_TRUE(store_.Set("job/gen-1/rank0", "x").ok());
+  const uint64_t ticket =
+      store_.WaitAsync({"job/gen-1/rank0", "job/gen-1/rank1", "job/gen-1/rank1"}, absl::Seconds(30),
+                       answers.Record());
+  EXPECT_NE(ticket, 0u);
+  EXPECT_EQ(store_.PendingWaits(), 1u);
+  EXPECT_TRUE(answers.Take().empty()) << "nothing answered before the last key";
+  ASSERT_TRUE(store_.Set("job/gen-1/other", "z").ok());
+  EXPECT_TRUE(answers.Take().empty()) << "a key nobody waits for answers nobody";
+  ASSERT_TRUE(store_.Set("job/gen-1/rank1", "y").ok());
+  // The Set that completes the keys answers on its own thread, before it returns.
+  std::vector<absl::Status> got = answers.Take();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].ok()) << got[0];
+  EXPECT_EQ(store_.PendingWaits(), 0u);
+  store_.CancelWait(ticket);  // already answered: nothing more
+  EXPECT_TRUE(answers.Take().empty());
+}
+
+TEST_F(RendezvousStoreTest, AnAsyncWaitKnownAtOnceIsAnsweredOnTheCallersThread) {
+  Answers answers;
+  ASSERT_TRUE(store_.Set("job/gen-1/a", "1").ok());
+  EXPECT_EQ(store_.WaitAsync({"job/gen-1/a"}, absl::Seconds(30), answers.Record()), 0u);
+  EXPECT_EQ(store_.WaitAsync({}, absl::Seconds(30), answers.Record()), 0u);
+  EXPECT_EQ(store_.WaitAsync({"job/gen-9/a"}, absl::Seconds(30), answers.Record()), 0u);
+  std::vector<absl::Status> got = answers.Take();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].ok());
+  EXPECT_EQ(got[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got[2].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(got[2].message(), HasSubstr("job/gen-9/a"));
+  EXPECT_EQ(store_.PendingWaits(), 0u);
+}
+
+TEST_F(RendezvousStoreTest, AnAsyncWaitTimesOutNamingTheMissingKeys) {
+  Answers answers;
+  ASSERT_TRUE(store_.Set("job/gen-1/here", "1").ok());
+  store_.WaitAsync({"job/gen-1/here", "job/gen-1/absent"}, absl::Milliseconds(100),
+                   answers.Record());
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(answers.AwaitCount(1, absl::Seconds(10)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(80));
+  std::vector<absl::Status> got = answers.Take();
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(got[0].message(), HasSubstr("job/gen-1/absent"));
+  EXPECT_THAT(got[0].message(), ::testing::Not(HasSubstr("job/gen-1/here")));
+  EXPECT_EQ(store_.PendingWaits(), 0u);
+  // A later Set of the key answers nobody.
+  ASSERT_TRUE(store_.Set("job/gen-1/absent", "2").ok());
+  EXPECT_TRUE(answers.Take().empty());
+}
+
+TEST_F(RendezvousStoreTest, AnAsyncWaitEndsWhenCancelledOrItsGenerationCloses) {
+  Answers answers;
+  ASSERT_TRUE(store_.OpenGeneration("job/gen-2/", RendezvousGenerationByteLimit(2)).ok());
+  const uint64_t cancelled = store_.WaitAsync({"job/gen-1/x"}, absl::Minutes(5), answers.Record());
+  store_.WaitAsync({"job/gen-2/y"}, absl::Minutes(5), answers.Record());
+  const uint64_t left = store_.WaitAsync({"job/gen-1/z"}, absl::Minutes(5), answers.Record());
+  store_.CancelWait(cancelled);
+  std::vector<absl::Status> got = answers.Take();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kCancelled);
+  store_.CloseGeneration("job/gen-2/");
+  got = answers.Take();
+  ASSERT_EQ(got.size(), 1u) << "only the closed generation's wait ends";
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(got[0].message(), HasSubstr("job/gen-2/y"));
+  EXPECT_EQ(store_.PendingWaits(), 1u);
+  store_.CancelWait(left);  // before `answers` goes: the store outlives this body
+  EXPECT_EQ(answers.Take().size(), 1u);
+}
+
+TEST(RendezvousAsyncTest, StoppingTheStoreEndsItsPendingWaits) {
+  Answers answers;
+  {
+    RendezvousStore store;
+    ASSERT_TRUE(store.OpenGeneration("job/gen-1/", RendezvousGenerationByteLimit(2)).ok());
+    store.WaitAsync({"job/gen-1/never"}, absl::Minutes(5), answers.Record());
+  }
+  std::vector<absl::Status> got = answers.Take();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kCancelled);
+}
+
+// A large world's rendezvous: every rank waits for all the others' keys, with no thread
+// per wait; each Set looks only at the waits on its key.
+TEST(RendezvousAsyncTest, AThousandRanksWaitingOnEachOtherAllFinish) {
+  constexpr int kRanks = 1000;
+  RendezvousStore store;
+  ASSERT_TRUE(store.OpenGeneration("job/gen-1/", RendezvousGenerationByteLimit(kRanks)).ok());
+  std::vector<std::string> keys;
+  for (int r = 0; r < kRanks; ++r) keys.push_back(absl::StrCat("job/gen-1/rank-", r));
+  Answers answers;
+  for (int r = 0; r < kRanks; ++r) store.WaitAsync(keys, absl::Minutes(1), answers.Record());
+  EXPECT_EQ(store.PendingWaits(), static_cast<size_t>(kRanks));
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(store.Set(keys[r], "address").ok());
+  const absl::Duration took = absl::Now() - start;
+  std::vector<absl::Status> got = answers.Take();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kRanks));
+  for (const absl::Status& status : got) EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(store.PendingWaits(), 0u);
+  std::printf("%d ranks' async rendezvous: %d sets in %s\n", kRanks, kRanks,
+              absl::FormatDuration(took).c_str());
 }
 
 TEST_F(RendezvousStoreTest, BadKeysAndValuesAreRejected) {
