@@ -221,35 +221,47 @@ absl::StatusOr<std::unique_ptr<CheckpointFileUpload>> CheckpointStore::BeginFile
       new CheckpointFileUpload(this, job_id, generation, step, file, std::move(writer)));
 }
 
-absl::StatusOr<ReceivedCheckpointFile> CheckpointStore::ReceiveFile(
-    CheckpointChunk first, absl::FunctionRef<bool(CheckpointChunk*)> next) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CheckpointFileUpload> upload,
-                   BeginFile(first.job_id(), first.generation(), first.step(), first.file()));
-  RETURN_IF_ERROR(upload->Append(first.offset(), first.data()));
-  first.clear_data();  // kept for its header only
-  CheckpointChunk chunk;
-  for (bool last = first.last(); !last; last = chunk.last()) {
-    if (!next(&chunk)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          first.file(), ": the stream ended without a chunk with `last` set (upload cut off)"));
-    }
-    if (chunk.job_id() != first.job_id() || chunk.generation() != first.generation() ||
-        chunk.step() != first.step() || chunk.file() != first.file()) {
-      return absl::InvalidArgumentError(
-          "a chunk names another job, generation, step or file than the stream's first "
-          "[rule: one file per upload stream]");
-    }
-    RETURN_IF_ERROR(upload->Append(chunk.offset(), chunk.data()));
+absl::StatusOr<std::optional<ReceivedCheckpointFile>> CheckpointFileReceiver::Take(
+    CheckpointChunk chunk) {
+  if (upload_ == nullptr) {
+    ASSIGN_OR_RETURN(
+        upload_, store_->BeginFile(chunk.job_id(), chunk.generation(), chunk.step(), chunk.file()));
+    header_ = chunk;
+    header_.clear_data();  // kept for its header only
+  } else if (chunk.job_id() != header_.job_id() || chunk.generation() != header_.generation() ||
+             chunk.step() != header_.step() || chunk.file() != header_.file()) {
+    return absl::InvalidArgumentError(
+        "a chunk names another job, generation, step or file than the stream's first "
+        "[rule: one file per upload stream]");
   }
+  RETURN_IF_ERROR(upload_->Append(chunk.offset(), chunk.data()));
+  if (!chunk.last()) return std::nullopt;
   ReceivedCheckpointFile received;
-  ASSIGN_OR_RETURN(received.bytes_received, upload->Finish());
-  if (first.file() == kManifestFileName) {
+  ASSIGN_OR_RETURN(received.bytes_received, upload_->Finish());
+  if (header_.file() == kManifestFileName) {
     // Listed, not taken from the commit: retention may already have dropped it.
-    for (const CheckpointInfo& info : List(first.job_id())) {
-      if (info.step() == first.step()) received.committed = info;
+    for (const CheckpointInfo& info : store_->List(header_.job_id())) {
+      if (info.step() == header_.step()) received.committed = info;
     }
   }
   return received;
+}
+
+absl::Status CheckpointFileReceiver::EndedEarly() const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      header_.file(), ": the stream ended without a chunk with `last` set (upload cut off)"));
+}
+
+absl::StatusOr<ReceivedCheckpointFile> CheckpointStore::ReceiveFile(
+    CheckpointChunk first, absl::FunctionRef<bool(CheckpointChunk*)> next) {
+  CheckpointFileReceiver receiver(this);
+  ASSIGN_OR_RETURN(std::optional<ReceivedCheckpointFile> received, receiver.Take(std::move(first)));
+  CheckpointChunk chunk;
+  while (!received.has_value()) {
+    if (!next(&chunk)) return receiver.EndedEarly();
+    ASSIGN_OR_RETURN(received, receiver.Take(std::move(chunk)));
+  }
+  return *std::move(received);
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> CheckpointStore::OpenDownload(

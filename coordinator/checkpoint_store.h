@@ -89,6 +89,29 @@ struct ReceivedCheckpointFile {
   std::optional<CheckpointInfo> committed;
 };
 
+// ReceiveFile pushed one chunk at a time, for a callback (reactor) stream that holds no
+// thread between chunks: the same rules and errors. Not thread-safe (one stream's chunks
+// arrive one after another).
+class CheckpointFileReceiver {
+ public:
+  explicit CheckpointFileReceiver(CheckpointStore* store) : store_(store) {}
+
+  // Takes the stream's next chunk: nullopt until the chunk with `last`, then what
+  // ReceiveFile returns. After an error, the upload is abandoned: take no more.
+  absl::StatusOr<std::optional<ReceivedCheckpointFile>> Take(CheckpointChunk chunk);
+  // The stream ended before its `last` chunk: ReceiveFile's INVALID_ARGUMENT (the file's
+  // partial bytes are dropped when the receiver goes).
+  absl::Status EndedEarly() const;
+  // Whether a chunk was taken; the first chunk's job, generation, step and file.
+  bool started() const { return upload_ != nullptr; }
+  const CheckpointChunk& header() const { return header_; }
+
+ private:
+  CheckpointStore* const store_;
+  CheckpointChunk header_;  // the first chunk without its data
+  std::unique_ptr<CheckpointFileUpload> upload_;
+};
+
 // One file of a committed checkpoint, read in order for a download. Not thread-safe; the
 // file stays open while this lives.
 class CheckpointFileDownload {

@@ -1,5 +1,7 @@
 #include "coordinator/grpc_service.h"
 
+#include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "common/grpc_status.h"
 #include "common/mutex.h"
 #include "common/proto_utf8.h"
+#include "common/status_macros.h"
 #include "coordinator/job_listing.h"
 
 namespace mtrain {
@@ -18,8 +21,6 @@ namespace {
 // A client may ask to wait at most this long in one call, so a forgotten waiter cannot
 // pin a server thread forever.
 constexpr absl::Duration kMaxRendezvousWait = absl::Minutes(10);
-// A watcher re-checks its connection this often while the job is quiet.
-constexpr absl::Duration kWatchPoll = absl::Seconds(1);
 
 // Takes the same time wherever the strings differ, so answer times do not reveal how much
 // of a guessed token was right.
@@ -260,47 +261,134 @@ grpc::Status CoordinatorGrpcService::ListJobEvents(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorGrpcService::WatchJob(grpc::ServerContext* context,
-                                              const WatchJobRequest* request,
-                                              grpc::ServerWriter<JobStatus>* writer) {
-  MTRAIN_AUTHORIZE("WatchJob");
-  if (jobs_ == nullptr) return Answer("WatchJob", NoJobs());
-  int64_t seen = 0;
-  // The last step whose metrics were sent. Starting at 0 replays a job's history to a
-  // watcher that arrives late.
-  int64_t last_step = 0;
-  while (!context->IsCancelled()) {
+// One WatchJob stream. The job's watcher (JobWatchers, one thread for all streams) says
+// the job changed; the stream then reads the status (and the steps passed since its last
+// send) and writes them one at a time. A change during a write is read after it: nothing
+// is lost (each read takes the latest state) and nothing piles up for a slow client.
+class CoordinatorGrpcService::WatchStream : public grpc::ServerWriteReactor<JobStatus> {
+ public:
+  WatchStream(CoordinatorGrpcService* service, std::string job_id)
+      : service_(service), job_id_(std::move(job_id)) {
+    ticket_ = service_->jobs_->watchers().Add(job_id_, [this] { Changed(); });
+    Changed();  // the current status at once
+  }
+
+  void OnWriteDone(bool ok) override {
+    MutexLock lock(&mutex_);
+    writing_ = false;
+    if (!ok || cancelled_) {
+      EndLocked(grpc::Status::CANCELLED);
+      return;
+    }
+    queue_.pop_front();
+    if (!queue_.empty()) {
+      WriteFrontLocked();
+    } else if (final_queued_) {
+      EndLocked(grpc::Status::OK);
+    } else if (dirty_) {
+      dirty_ = false;
+      ReadLocked();
+    }
+  }
+  void OnCancel() override {
+    MutexLock lock(&mutex_);
+    cancelled_ = true;
+    if (!writing_) EndLocked(grpc::Status::CANCELLED);  // else when the write returns
+  }
+  void OnDone() override {
+    // No watcher call is running after this, and none comes: `this` may go.
+    service_->jobs_->watchers().Remove(ticket_);
+    delete this;
+  }
+
+ private:
+  void Changed() {
+    MutexLock lock(&mutex_);
+    if (ended_) return;
+    if (writing_) {
+      dirty_ = true;
+      return;
+    }
+    ReadLocked();
+  }
+
+  // Reads what changed since the last send into the queue and starts writing it.
+  void ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     absl::StatusOr<std::pair<JobStatus, int64_t>> next =
-        jobs_->WaitForChange(request->job_id(), seen, kWatchPoll);
-    if (!next.ok()) return Answer("WatchJob", ToGrpcStatus(next.status()));
-    if (next->second == seen && seen != 0) continue;
-    seen = next->second;
+        service_->jobs_->WaitForChange(job_id_, seen_, absl::ZeroDuration());
+    if (!next.ok()) {
+      EndLocked(service_->Answer("WatchJob", ToGrpcStatus(next.status())));
+      return;
+    }
+    if (next->second == seen_ && seen_ != 0) return;  // nothing new
+    seen_ = next->second;
     const JobStatus& status = next->first;
-    // Several steps may have passed since the last send: fill them in from the step
-    // table, so a watcher sees every step (trainctl watch --json prints one line each).
-    if (status.has_latest() && status.latest().step() > last_step + 1) {
-      // Only the missing range: a long job's whole history is not re-read for each send.
+    // Several steps may have passed since the last send: filled in from the step table, so
+    // a watcher sees every step (trainctl watch --json prints one line each); only the
+    // missing range, not the job's whole history.
+    if (status.has_latest() && status.latest().step() > last_step_ + 1) {
       absl::StatusOr<std::vector<StepMetrics>> steps =
-          jobs_->Steps(request->job_id(), last_step, status.latest().step() - last_step - 1);
+          service_->jobs_->Steps(job_id_, last_step_, status.latest().step() - last_step_ - 1);
       if (steps.ok()) {
         for (const StepMetrics& m : *steps) {
-          if (m.step() <= last_step || m.step() >= status.latest().step()) continue;
-          // The job as it was at that step: still running, whatever it is now (a
-          // watcher stops at the first status in a final state).
+          if (m.step() <= last_step_ || m.step() >= status.latest().step()) continue;
+          // The job as it was at that step: still running, whatever it is now (a watcher
+          // stops at the first status in a final state).
           JobStatus between = status;
           if (IsTerminalJobState(between.state())) between.set_state(JOB_STATE_RUNNING);
           between.set_step(m.step());
           if (m.has_loss()) between.set_loss(m.loss());
           *between.mutable_latest() = m;
-          if (!writer->Write(between)) return grpc::Status::CANCELLED;
+          queue_.push_back(std::move(between));
         }
       }
     }
-    if (status.has_latest()) last_step = status.latest().step();
-    if (!writer->Write(status)) return grpc::Status::CANCELLED;
-    if (IsTerminalJobState(status.state())) return grpc::Status::OK;
+    if (status.has_latest()) last_step_ = status.latest().step();
+    final_queued_ = IsTerminalJobState(status.state());
+    queue_.push_back(status);
+    WriteFrontLocked();
   }
-  return grpc::Status::CANCELLED;
+  void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+  void EndLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    if (ended_) return;
+    ended_ = true;
+    Finish(status);
+  }
+
+  CoordinatorGrpcService* const service_;
+  const std::string job_id_;
+  uint64_t ticket_ = 0;  // set in the constructor, read in OnDone
+  Mutex mutex_;
+  std::deque<JobStatus> queue_ ABSL_GUARDED_BY(mutex_);  // the front is being written
+  int64_t seen_ ABSL_GUARDED_BY(mutex_) = 0;             // the job's version last read
+  int64_t last_step_ ABSL_GUARDED_BY(mutex_) = 0;        // the last step whose metrics were queued
+  bool writing_ ABSL_GUARDED_BY(mutex_) = false;
+  bool dirty_ ABSL_GUARDED_BY(mutex_) = false;  // changed during a write
+  bool final_queued_ ABSL_GUARDED_BY(mutex_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mutex_) = false;
+  bool ended_ ABSL_GUARDED_BY(mutex_) = false;
+};
+
+namespace {
+
+// A stream refused before anything is written (authentication, no job manager).
+class RefusedWatch : public grpc::ServerWriteReactor<JobStatus> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<JobStatus>* CoordinatorGrpcService::WatchJob(
+    grpc::CallbackServerContext* context, const WatchJobRequest* request) {
+  grpc::Status refused = Authorize(*context);
+  if (refused.ok() && jobs_ == nullptr) refused = NoJobs();
+  if (!refused.ok()) return new RefusedWatch(Answer("WatchJob", refused));
+  return new WatchStream(this, request->job_id());
 }
 
 grpc::Status CoordinatorGrpcService::KeyValueSet(grpc::ServerContext* context,
@@ -508,30 +596,73 @@ grpc::Status CoordinatorGrpcService::ReportRankResult(grpc::ServerContext* conte
   return Answer("ReportRankResult", ToGrpcStatus(jobs_->OnRankResult(*request)));
 }
 
-grpc::Status CoordinatorGrpcService::UploadCheckpoint(grpc::ServerContext* context,
-                                                      grpc::ServerReader<CheckpointChunk>* reader,
-                                                      UploadCheckpointResponse* response) {
-  MTRAIN_AUTHORIZE("UploadCheckpoint");
-  if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("UploadCheckpoint", NoJobs());
-  auto fail = [&](const absl::Status& status) {
-    return Answer("UploadCheckpoint", ToGrpcStatus(status));
-  };
-  CheckpointChunk first;
-  if (!reader->Read(&first)) {
-    return fail(absl::InvalidArgumentError("the upload stream carried no chunk"));
+// One upload stream: each chunk goes to the store's receiver as it arrives, the next is
+// asked for only after, and the stream ends at the chunk with `last` (or the first error).
+class CoordinatorGrpcService::UploadStream : public grpc::ServerReadReactor<CheckpointChunk> {
+ public:
+  UploadStream(CoordinatorGrpcService* service, UploadCheckpointResponse* response)
+      : service_(service), response_(response), receiver_(service->checkpoints_) {
+    StartRead(&chunk_);
   }
-  if (absl::Status allowed =
-          jobs_->CheckCheckpointUpload(first.job_id(), first.generation(), first.step());
-      !allowed.ok()) {
-    return fail(allowed);
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed (or went) before the last chunk
+      End(receiver_.started() ? receiver_.EndedEarly()
+                              : absl::InvalidArgumentError("the upload stream carried no chunk"));
+      return;
+    }
+    absl::StatusOr<std::optional<ReceivedCheckpointFile>> received = Take();
+    if (!received.ok()) {
+      End(received.status());
+    } else if (received->has_value()) {
+      response_->set_bytes_received((*received)->bytes_received);
+      if ((*received)->committed.has_value()) {
+        service_->jobs_->OnCheckpointCommitted(receiver_.header().job_id(),
+                                               *(*received)->committed);
+      }
+      End(absl::OkStatus());
+    } else {
+      StartRead(&chunk_);
+    }
   }
-  const std::string job_id = first.job_id();
-  absl::StatusOr<ReceivedCheckpointFile> received = checkpoints_->ReceiveFile(
-      std::move(first), [reader](CheckpointChunk* chunk) { return reader->Read(chunk); });
-  if (!received.ok()) return fail(received.status());
-  response->set_bytes_received(received->bytes_received);
-  if (received->committed.has_value()) jobs_->OnCheckpointCommitted(job_id, *received->committed);
-  return grpc::Status::OK;
+  void OnDone() override { delete this; }
+
+ private:
+  absl::StatusOr<std::optional<ReceivedCheckpointFile>> Take() {
+    if (!receiver_.started()) {
+      // Whether the generation may upload: asked once, at the stream's first chunk.
+      RETURN_IF_ERROR(service_->jobs_->CheckCheckpointUpload(chunk_.job_id(), chunk_.generation(),
+                                                             chunk_.step()));
+    }
+    return receiver_.Take(std::move(chunk_));
+  }
+  void End(const absl::Status& status) {
+    Finish(service_->Answer("UploadCheckpoint", ToGrpcStatus(status)));
+  }
+
+  CoordinatorGrpcService* const service_;
+  UploadCheckpointResponse* const response_;
+  CheckpointFileReceiver receiver_;
+  CheckpointChunk chunk_;
+};
+
+namespace {
+
+// A stream refused before a chunk is read (authentication, no job manager).
+class RefusedUpload : public grpc::ServerReadReactor<CheckpointChunk> {
+ public:
+  explicit RefusedUpload(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<CheckpointChunk>* CoordinatorGrpcService::UploadCheckpoint(
+    grpc::CallbackServerContext* context, UploadCheckpointResponse* response) {
+  grpc::Status refused = Authorize(*context);
+  if (refused.ok() && (jobs_ == nullptr || checkpoints_ == nullptr)) refused = NoJobs();
+  if (!refused.ok()) return new RefusedUpload(Answer("UploadCheckpoint", refused));
+  return new UploadStream(this, response);
 }
 
 grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* context,
@@ -548,23 +679,63 @@ grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* contex
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorGrpcService::DownloadCheckpoint(
-    grpc::ServerContext* context, const DownloadCheckpointRequest* request,
-    grpc::ServerWriter<CheckpointChunk>* writer) {
-  MTRAIN_AUTHORIZE("DownloadCheckpoint");
-  if (jobs_ == nullptr || checkpoints_ == nullptr) return Answer("DownloadCheckpoint", NoJobs());
+// One download stream: a chunk is read from the file only once the previous one is sent.
+class CoordinatorGrpcService::DownloadStream : public grpc::ServerWriteReactor<CheckpointChunk> {
+ public:
+  // `download` null: the stream ends at once with `refused`.
+  DownloadStream(CoordinatorGrpcService* service, std::unique_ptr<CheckpointFileDownload> download,
+                 const grpc::Status& refused)
+      : service_(service), download_(std::move(download)) {
+    if (download_ == nullptr) {
+      Finish(refused);
+      return;
+    }
+    SendNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::CANCELLED);  // the client went
+    } else if (sent_last_) {
+      Finish(grpc::Status::OK);
+    } else {
+      SendNext();
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void SendNext() {
+    absl::StatusOr<CheckpointChunk> chunk = download_->Next();
+    if (!chunk.ok()) {
+      Finish(service_->Answer("DownloadCheckpoint", ToGrpcStatus(chunk.status())));
+      return;
+    }
+    chunk_ = *std::move(chunk);
+    sent_last_ = chunk_.last();
+    StartWrite(&chunk_);
+  }
+
+  CoordinatorGrpcService* const service_;
+  std::unique_ptr<CheckpointFileDownload> download_;
+  CheckpointChunk chunk_;  // in flight until OnWriteDone
+  bool sent_last_ = false;
+};
+
+grpc::ServerWriteReactor<CheckpointChunk>* CoordinatorGrpcService::DownloadCheckpoint(
+    grpc::CallbackServerContext* context, const DownloadCheckpointRequest* request) {
+  const auto refuse = [&](const grpc::Status& status) {
+    return new DownloadStream(this, nullptr, Answer("DownloadCheckpoint", status));
+  };
+  if (grpc::Status auth = Authorize(*context); !auth.ok()) return refuse(auth);
+  if (jobs_ == nullptr || checkpoints_ == nullptr) return refuse(NoJobs());
   if (absl::StatusOr<JobStatus> job = jobs_->Get(request->job_id()); !job.ok()) {
-    return Answer("DownloadCheckpoint", ToGrpcStatus(job.status()));
+    return refuse(ToGrpcStatus(job.status()));
   }
   absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> download =
       checkpoints_->OpenDownload(request->job_id(), request->step(), request->file());
-  if (!download.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(download.status()));
-  while (true) {
-    absl::StatusOr<CheckpointChunk> chunk = (*download)->Next();
-    if (!chunk.ok()) return Answer("DownloadCheckpoint", ToGrpcStatus(chunk.status()));
-    if (!writer->Write(*chunk)) return grpc::Status::CANCELLED;
-    if (chunk->last()) return grpc::Status::OK;
-  }
+  if (!download.ok()) return refuse(ToGrpcStatus(download.status()));
+  return new DownloadStream(this, *std::move(download), grpc::Status::OK);
 }
 
 #undef MTRAIN_AUTHORIZE

@@ -41,10 +41,23 @@ namespace mtrain {
 // peers' rendezvous keys, up to 30 s, and a thread parked per waiting rank would be 4,096
 // threads at 4,096 ranks. The store answers the call when the keys are set, the generation
 // ends, the wait times out or the client goes (RendezvousStore::WaitAsync).
+//
+// UploadCheckpoint and DownloadCheckpoint are callback streams: at a checkpoint every rank
+// of a job uploads its shard at once (and a restart downloads them), so a thread per
+// stream would be a thread per rank. Each chunk is written (read) on the callback thread
+// that delivered (will send) it, and the next is read (written) only after: a slow disk
+// or client holds its stream back through gRPC's flow control, not a thread.
+//
+// WatchJob is a callback stream too: `trainctl watch` and dashboards keep one open per job
+// for the job's whole run; the job manager's watchers (JobWatchers, one thread) say when
+// the job changed.
 class CoordinatorGrpcService final
     : public Coordinator::WithRawCallbackMethod_SubmitJob<
           Coordinator::WithCallbackMethod_Heartbeat<Coordinator::WithCallbackMethod_ReportMetrics<
-              Coordinator::WithCallbackMethod_KeyValueWait<Coordinator::Service>>>> {
+              Coordinator::WithCallbackMethod_KeyValueWait<
+                  Coordinator::WithCallbackMethod_UploadCheckpoint<
+                      Coordinator::WithCallbackMethod_DownloadCheckpoint<
+                          Coordinator::WithCallbackMethod_WatchJob<Coordinator::Service>>>>>>> {
  public:
   // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
   // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
@@ -84,8 +97,8 @@ class CoordinatorGrpcService final
                          DeleteJobResponse* response) override;
   grpc::Status ListJobEvents(grpc::ServerContext* context, const ListJobEventsRequest* request,
                              ListJobEventsResponse* response) override;
-  grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
-                        grpc::ServerWriter<JobStatus>* writer) override;
+  grpc::ServerWriteReactor<JobStatus>* WatchJob(grpc::CallbackServerContext* context,
+                                                const WatchJobRequest* request) override;
 
   grpc::Status KeyValueSet(grpc::ServerContext* context, const KeyValueSetRequest* request,
                            KeyValueSetResponse* response) override;
@@ -104,18 +117,19 @@ class CoordinatorGrpcService final
   grpc::Status ReportRankResult(grpc::ServerContext* context, const RankResult* request,
                                 ReportRankResultResponse* response) override;
 
-  grpc::Status UploadCheckpoint(grpc::ServerContext* context,
-                                grpc::ServerReader<CheckpointChunk>* reader,
-                                UploadCheckpointResponse* response) override;
+  grpc::ServerReadReactor<CheckpointChunk>* UploadCheckpoint(
+      grpc::CallbackServerContext* context, UploadCheckpointResponse* response) override;
   grpc::Status ListCheckpoints(grpc::ServerContext* context, const ListCheckpointsRequest* request,
                                ListCheckpointsResponse* response) override;
-  grpc::Status DownloadCheckpoint(grpc::ServerContext* context,
-                                  const DownloadCheckpointRequest* request,
-                                  grpc::ServerWriter<CheckpointChunk>* writer) override;
+  grpc::ServerWriteReactor<CheckpointChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext* context, const DownloadCheckpointRequest* request) override;
 
  private:
   class MetricsStream;     // the reactor of one ReportMetrics stream
   class KeyValueWaitCall;  // the reactor of one KeyValueWait
+  class UploadStream;      // the reactor of one UploadCheckpoint
+  class DownloadStream;    // the reactor of one DownloadCheckpoint
+  class WatchStream;       // the reactor of one WatchJob
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
   grpc::Status Authorize(const grpc::ServerContextBase& context) const;
   grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,

@@ -190,6 +190,7 @@ void JobManager::LogStoreReadFailure(const std::string& what, const absl::Status
 void JobManager::BumpLocked(const std::string& job_id) {
   ++versions_[job_id];
   changed_.SignalAll();
+  watchers_->Notify(job_id);
 }
 
 namespace {
@@ -422,6 +423,7 @@ absl::Status JobManager::DeleteLocked(const std::string& job_id) {
   // Watchers wake up and find the job gone (NOT_FOUND).
   versions_.erase(job_id);
   changed_.SignalAll();
+  watchers_->Notify(job_id);
   return absl::OkStatus();
 }
 

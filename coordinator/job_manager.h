@@ -59,6 +59,7 @@
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
+#include "coordinator/job_watchers.h"
 #include "coordinator/rendezvous_store.h"
 #include "coordinator/retrying_job_store.h"
 #include "coordinator/step_writer.h"
@@ -138,6 +139,10 @@ class JobManager {
 
   // Blocks until the job's status differs from version `seen` (0 = return at once) or
   // `timeout` passes; returns the status and its version. NOT_FOUND for an unknown job.
+  // The callback form of WaitForChange for streams that hold no thread: the job's watchers
+  // are called (on JobWatchers' thread, no lock held) after each change; they read the
+  // job with WaitForChange(job_id, seen, zero).
+  JobWatchers& watchers() { return *watchers_; }
   absl::StatusOr<std::pair<JobStatus, int64_t>> WaitForChange(const std::string& job_id,
                                                               int64_t seen, absl::Duration timeout);
 
@@ -349,6 +354,7 @@ class JobManager {
   std::map<std::string, absl::Time> head_since_ ABSL_GUARDED_BY(mutex_);
   // Set while AdmitLocked runs: its one snapshot of the registry.
   const std::vector<WorkerStatus>* admission_workers_ ABSL_GUARDED_BY(mutex_) = nullptr;
+  std::unique_ptr<JobWatchers> watchers_ = std::make_unique<JobWatchers>();
   // Last member: destroyed first, storing what is queued while everything its callbacks
   // touch still exists.
   std::unique_ptr<StepWriter> step_writer_;
