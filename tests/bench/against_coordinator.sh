@@ -37,7 +37,8 @@ trap 'exit 130' INT TERM
 # Created here, not by the child's redirection, which may not have run yet when the loop
 # below first reads the log.
 : >"$state/coordinator.log"
-"$bin/coordinator/coordinator" --listen=127.0.0.1:0 --http=127.0.0.1:0 \
+# COORDINATOR_BIN runs another build of the coordinator (an A/B of two commits).
+"${COORDINATOR_BIN:-$bin/coordinator/coordinator}" --listen=127.0.0.1:0 --http=127.0.0.1:0 \
   --state_dir="$state/state" >"$state/coordinator.log" 2>&1 &
 coordinator_pid=$!
 

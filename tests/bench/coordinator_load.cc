@@ -20,7 +20,9 @@
 // result, as a finished rank does, and the window lasts until every job has ended. With
 // --kill_worker, after the window one worker holding a rank of the first job dies (no
 // more heartbeats, its stream broken) and the time until the other ranks of its
-// generation are told to abort is measured. With --coordinator_http the coordinator's
+// generation are told to abort is measured. With --isolate_cancel (and --jobs >= 2), the
+// first job is cancelled alone first, and the heartbeat and metrics latencies of the 3 s
+// after are compared with the window's. With --coordinator_http the coordinator's
 // step-row counters are read from its /metrics before and after the window (the SQLite
 // write rate).
 //
@@ -89,6 +91,10 @@ ABSL_FLAG(int64_t, job_steps, 0,
 ABSL_FLAG(bool, kill_worker, false,
           "after the window, one worker of the first job dies; measures the time until its "
           "generation's other ranks are told to abort");
+ABSL_FLAG(bool, isolate_cancel, false,
+          "with --jobs >= 2 running until cancelled: after the window the first job is "
+          "cancelled alone and the other jobs' heartbeats and metrics are measured over the "
+          "next 3 s against the window's (one job's end must not delay another's)");
 ABSL_FLAG(std::string, coordinator_http, "",
           "HOST:PORT of the coordinator's HTTP side, to read its step-row counters; empty: "
           "not read");
@@ -919,6 +925,9 @@ int Run() {
   std::map<JobState, int> job_ends;
   double kill_to_last_abort = -1;
   double generation_ended_after = -1;
+  const bool isolate_cancel = absl::GetFlag(FLAGS_isolate_cancel);
+  TimePoint isolate_begin, isolate_end;  // --isolate_cancel: the 3 s after the first cancel
+  int others_running = 0;                // the other jobs still RUNNING at its end
   int kill_aborts = 0;
   const std::string pid_text = absl::StrCat(pid);
 
@@ -1075,8 +1084,27 @@ int Run() {
       }
     }
 
+    if (isolate_cancel && job_steps == 0 && num_jobs >= 2) {
+      // The first job alone: its ranks' aborts and stream ends, its rows and events, while
+      // the others keep heartbeating and streaming.
+      CancelJobRequest cancel;
+      cancel.set_job_id(job_ids[0]);
+      CancelJobResponse cancel_response;
+      grpc::ClientContext cancel_context;
+      PrepareUserCall(&cancel_context);
+      isolate_begin = Clock::now();
+      const grpc::Status cancel_status = user->CancelJob(&cancel_context, cancel, &cancel_response);
+      user_calls.Add(kCancelJob, isolate_begin, cancel_status.error_code());
+      std::this_thread::sleep_until(isolate_begin + std::chrono::seconds(3));
+      isolate_end = Clock::now();
+      for (size_t j = 1; j < job_ids.size(); ++j) {
+        const std::optional<JobStatus> job = get_job(job_ids[j]);
+        if (job && job->state() == JOB_STATE_RUNNING) ++others_running;
+      }
+    }
     for (const std::string& id : job_ids) {
-      if (job_steps > 0) break;  // they ended by themselves
+      if (job_steps > 0) break;                                      // they ended by themselves
+      if (isolate_end != TimePoint{} && id == job_ids[0]) continue;  // cancelled above
       CancelJobRequest cancel;
       cancel.set_job_id(id);
       CancelJobResponse cancel_response;
@@ -1188,6 +1216,29 @@ int Run() {
       std::printf("a dead worker: no abort reached its generation's other ranks in 60 s\n");
     }
   }
+  if (isolate_end != TimePoint{}) {
+    // Every worker's heartbeats (the cancelled job's carry its aborts, then say IDLE) and the
+    // other jobs' metrics writes (the cancelled job's streams end).
+    const auto quantiles = [&](RpcKind kind, TimePoint from, TimePoint to) {
+      std::vector<int64_t> micros;
+      for (const Sample& sample : merged.samples[kind]) {
+        if (sample.start >= from && sample.start < to && sample.code == 0) {
+          micros.push_back(sample.micros);
+        }
+      }
+      std::sort(micros.begin(), micros.end());
+      return absl::StrFormat("p50 %.2f ms, p99 %.2f ms over %zu", QuantileMs(micros, 0.50),
+                             QuantileMs(micros, 0.99), micros.size());
+    };
+    std::printf(
+        "cancelling %s alone: in the 3 s after, heartbeats %s (window: %s); metrics writes %s "
+        "(window: %s); %d of the other %d jobs still RUNNING\n",
+        job_ids[0].c_str(), quantiles(kHeartbeat, isolate_begin, isolate_end).c_str(),
+        quantiles(kHeartbeat, window_begin, window_end).c_str(),
+        quantiles(kMetricsWrite, isolate_begin, isolate_end).c_str(),
+        quantiles(kMetricsWrite, window_begin, window_end).c_str(), others_running, num_jobs - 1);
+    if (others_running != num_jobs - 1) status = 1;
+  }
   std::printf(
       "assign commands: %d received, the last %.3f s after SubmitJob returned; the "
       "largest %.1f KiB (each names its own peer, not the others)\n",
@@ -1215,7 +1266,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Load benchmark of a running coordinator: --coordinator=HOST:PORT [--workers=256 "
       "--seconds=20 --heartbeat_ms=100 --steps_per_second=20 --threads=2 --jobs=1 "
-      "--job_steps=0 --kill_worker --coordinator_http=HOST:PORT --coordinator_pid=PID]");
+      "--job_steps=0 --kill_worker --isolate_cancel --coordinator_http=HOST:PORT "
+      "--coordinator_pid=PID]");
   absl::ParseCommandLine(argc, argv);
   // As in the coordinator (coordinator_main.cc): Debian's Abseil checks every absl::Mutex
   // acquisition for lock-order cycles, and gRPC locks one on every call; at 4,096 simulated
