@@ -14,17 +14,23 @@
 #ifndef MTRAIN_TESTS_CLUSTER_FIXTURE_H_
 #define MTRAIN_TESTS_CLUSTER_FIXTURE_H_
 
+#include <cmath>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "proto/coordinator.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/metrics_jsonl.h"
 
 namespace mtrain {
 
@@ -57,6 +63,92 @@ class ClusterTest : public ::testing::Test {
   static bool WaitFor(const std::function<bool()>& done, absl::Duration timeout);
   // Submits a spec file without waiting; returns the job id.
   std::string Submit(const std::string& spec_path, std::vector<std::string> extra = {});
+
+  // Job-level checks shared by the cluster tests.
+  // Runs `spec` uninterrupted as a static world (`launch`); returns its output directory.
+  std::string RunStatic(const std::string& name, const std::string& spec,
+                        std::vector<std::string> train_flags = {}) {
+    const std::string out = Path(name);
+    std::vector<std::string> argv = {"worker/launch", "--spec=" + spec, "--out_dir=" + out,
+                                     "--threads_per_rank=1"};
+    if (!train_flags.empty()) {
+      argv.push_back("--");
+      argv.insert(argv.end(), train_flags.begin(), train_flags.end());
+    }
+    auto launch = ChildProcess::Start(argv, Path(name + ".log"));
+    EXPECT_TRUE(launch.ok()) << launch.status();
+    if (!launch.ok()) return out;
+    absl::StatusOr<int> code = (*launch)->Wait(absl::Minutes(5));
+    EXPECT_TRUE(code.ok() && *code == 0) << (*launch)->Log();
+    return out;
+  }
+
+  // Losses of `rank` in a metrics JSONL file, in step order.
+  std::vector<double> Losses(const std::string& jsonl, int rank) {
+    absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(jsonl);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    if (!lines.ok()) return {};
+    absl::StatusOr<std::vector<double>> losses = LossesOfRank(*lines, rank);
+    EXPECT_TRUE(losses.ok()) << losses.status();
+    return losses.ok() ? *losses : std::vector<double>();
+  }
+
+  // The job's recorded loss of every step (what `trainctl watch --json` replays), as a
+  // JSONL file in the format of `train --metrics_jsonl`.
+  std::string JobMetrics(const std::string& job) {
+    auto [code, output] = Trainctl({"watch", "--json", job}, absl::Minutes(1));
+    EXPECT_EQ(code, 0) << output;
+    const std::string path = Path(job + "-watched.jsonl");
+    std::ofstream out(path);
+    for (absl::string_view line : absl::StrSplit(output, '\n')) {
+      if (absl::StartsWith(line, "{\"step\"")) out << line << "\n";
+    }
+    return path;
+  }
+
+  std::string Events(const std::string& job) {
+    auto [code, events] = Trainctl({"events", job});
+    EXPECT_EQ(code, 0) << events;
+    return events;
+  }
+  void WaitForStep(const std::string& job, int64_t step, absl::Duration timeout) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<JobStatus> s = Status(job);
+          return s.ok() && s->state() == JOB_STATE_RUNNING && s->step() >= step;
+        },
+        timeout))
+        << Trainctl({"status", job}).second;
+  }
+
+  // The job's recorded loss of each of `steps` steps (from whichever generation computed
+  // it) equals rank 0's in the uninterrupted static run under `reference`, to 1e-5.
+  void ExpectJobLossesEqualTheReference(const std::string& job, const std::string& reference,
+                                        size_t steps) {
+    const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+    absl::StatusOr<std::vector<MetricsLine>> lines = ReadMetricsJsonl(JobMetrics(job));
+    ASSERT_TRUE(lines.ok()) << lines.status();
+    std::map<int, double> got;
+    for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
+    ASSERT_EQ(expected.size(), steps);
+    ASSERT_EQ(got.size(), steps);
+    for (const auto& [step, loss] : got) {
+      EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
+    }
+  }
+
+  void WaitForSuccess(const std::string& job, absl::Duration timeout) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const JobState state = StateOf(job);
+          return state == JOB_STATE_SUCCEEDED || state == JOB_STATE_FAILED ||
+                 state == JOB_STATE_CANCELLED;
+        },
+        timeout))
+        << Trainctl({"status", job}).second;
+    ASSERT_EQ(StateOf(job), JOB_STATE_SUCCEEDED) << Trainctl({"status", job}).second << "\n"
+                                                 << Events(job);
+  }
 
   // The worker process named `id` (w0, w1, ...), or null.
   ChildProcess* Worker(const std::string& id);

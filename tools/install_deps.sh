@@ -21,6 +21,7 @@ PACKAGES=(
   prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`
   libjs-chart.js             # the status page's charts, served by the coordinator (no CDN)
   chromium                   # headless browser test of the status page
+  munge slurmctld slurmd slurm-client  # tests/slurm_cluster_test: a live one-node Slurm cluster
 )
 
 missing=()
