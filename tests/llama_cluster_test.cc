@@ -37,7 +37,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 // The "loss" of each metrics line trainctl --json printed, in step order.
-std::vector<double> Losses(const std::string& output) {
+std::vector<double> PrintedLosses(const std::string& output) {
   std::vector<double> losses;
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
     if (!absl::StartsWith(line, "{\"step\"")) continue;
@@ -69,7 +69,7 @@ TEST_F(LlamaClusterTest, TheDemoSpecTrainsAndItsExportLoadsInTransformers) {
   StartWorkers(4);
   auto [code, output] = Trainctl({"submit", "--wait", "--json", spec_path}, absl::Minutes(5));
   ASSERT_EQ(code, 0) << output;
-  const std::vector<double> losses = Losses(output);
+  const std::vector<double> losses = PrintedLosses(output);
   ASSERT_GE(losses.size(), 12u) << output;
   std::printf("llama demo spec: loss %.4f at step 1, %.4f at step 12\n", losses.front(),
               losses.back());

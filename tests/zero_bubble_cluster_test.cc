@@ -19,7 +19,7 @@ namespace mtrain {
 namespace {
 
 // The losses of the step lines `trainctl submit --wait --json` printed.
-std::vector<double> Losses(const std::string& output) {
+std::vector<double> PrintedLosses(const std::string& output) {
   std::vector<double> losses;
   for (absl::string_view line : absl::StrSplit(output, '\n')) {
     if (!absl::StartsWith(line, "{\"step\"")) continue;
@@ -50,7 +50,7 @@ TEST_F(ZeroBubbleClusterTest, ZeroBubbleSchedulesTrainLikeOneFOneB) {
                          "device": "DEVICE_CPU"})"));
     auto [code, output] = Trainctl({"submit", "--wait", "--json", spec}, absl::Minutes(4));
     ASSERT_EQ(code, 0) << output;
-    runs.push_back(Losses(output));
+    runs.push_back(PrintedLosses(output));
     ASSERT_EQ(runs.back().size(), 6u) << output;
   }
   EXPECT_EQ(runs[1], runs[0]);
