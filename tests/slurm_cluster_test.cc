@@ -9,8 +9,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,7 +61,7 @@ TEST_F(SlurmClusterTest, SlurmStartedWorkersTrainAndAJobSurvivesScancelOfItsAllo
       WriteSpec("job.json",
                 R"({"name": "slurm", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 32,
           "seq_length": 16}, "parallel": {"micro_batch_size": 2, "data": 2,
-          "global_batch_size": 4}, "train": {"dropout": 0.1, "seed": 3, "steps": 40,
+          "global_batch_size": 4}, "train": {"dropout": 0.1, "seed": 3, "steps": 150,
           "checkpoint_every": 10}, "device": "DEVICE_CPU"})");
   const std::string reference = RunStatic("static", spec);
 
@@ -89,7 +91,54 @@ TEST_F(SlurmClusterTest, SlurmStartedWorkersTrainAndAJobSurvivesScancelOfItsAllo
   WaitForSuccess(job, absl::Minutes(4));
   const std::string events = Events(job);
   EXPECT_THAT(events, HasSubstr("step 10")) << "resumed from the step-10 checkpoint";
-  ExpectJobLossesEqualTheReference(job, reference, 40);
+  ExpectJobLossesEqualTheReference(job, reference, 150);
+}
+
+// srun alone starts a static world (issue 38): each `train` takes its rank and the world
+// from SLURM_PROCID and SLURM_NTASKS and meets the others in the step's rendezvous
+// directory; (2,1,1) and (1,2,1) reproduce the single-rank run's losses, and a world that
+// does not fit the spec is refused naming SLURM_NTASKS.
+TEST_F(SlurmClusterTest, SrunAloneStartsAStaticWorldThatMatchesOneRank) {
+  const auto spec_json = [](const std::string& parallel) {
+    return absl::StrCat(
+        R"({"name": "srun", "model": {"num_layers": 2, "num_heads": 4, "hidden_size": 32,
+            "seq_length": 16}, "parallel": {"micro_batch_size": 2, "global_batch_size": 4, )",
+        parallel, R"(}, "train": {"dropout": 0.1, "seed": 3, "steps": 8},
+            "device": "DEVICE_CPU"})");
+  };
+  const std::string reference =
+      RunStatic("one-rank", WriteSpec("one.json", spec_json(R"("tensor": 1)")));
+  const std::vector<double> expected = Losses(reference + "/metrics.jsonl", 0);
+  ASSERT_EQ(expected.size(), 8u);
+  char cwd[4096] = {};
+  ASSERT_NE(::getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string train = std::string(cwd) + "/worker/train";
+  // srun from the run's own directory: SLURM_SUBMIT_DIR, under which the rendezvous lives.
+  const auto srun = [&](const std::string& name, const std::string& spec, int tasks) {
+    const std::string out = Path(name);
+    return slurm_->Run(
+        {"/bin/sh", "-c",
+         absl::StrCat("mkdir -p '", out, "' && cd '", out,
+                      "' && exec /usr/bin/srun --ntasks=", tasks, " --cpus-per-task=1 ", train,
+                      " --spec=", spec, " --threads=1 --metrics_jsonl=", out, "/metrics.jsonl")},
+        absl::Minutes(3));
+  };
+  for (const auto& [name, parallel, loss_rank] :
+       std::vector<std::tuple<std::string, std::string, int>>{{"t2", R"("tensor": 2)", 0},
+                                                              {"p2", R"("pipeline": 2)", 1}}) {
+    auto [code, output] = srun(name, WriteSpec(name + ".json", spec_json(parallel)), 2);
+    ASSERT_EQ(code, 0) << name << ": " << output;
+    EXPECT_THAT(output, HasSubstr("from Slurm (SLURM_PROCID, SLURM_NTASKS)")) << output;
+    const std::vector<double> got = Losses(Path(name) + "/metrics.jsonl", loss_rank);
+    ASSERT_EQ(got.size(), expected.size()) << name << ": " << output;
+    for (size_t step = 0; step < got.size(); ++step) {
+      EXPECT_NEAR(got[step], expected[step], 1e-5 * std::abs(expected[step]))
+          << name << ", step " << step + 1;
+    }
+  }
+  auto [code, output] = srun("t2-on-3", WriteSpec("t2-on-3.json", spec_json(R"("tensor": 2)")), 3);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(output, HasSubstr("SLURM_NTASKS (srun --ntasks) = 3 but the spec needs")) << output;
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ absl::StatusOr<RankSetup> StaticSetup(const RankRunOptions& options) {
   const int world_flag = options.world_size;
   if (world_flag != 0 && world_flag != world) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--world_size=", world_flag, " but the spec needs tensor * pipeline * data = ",
+        options.world_size_source, world_flag, " but the spec needs tensor * pipeline * data = ",
         par.tensor(), " * ", par.pipeline(), " * ", par.data(), " = ", world, " ranks"));
   }
   if (rank < 0 || rank >= world) {

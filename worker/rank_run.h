@@ -53,6 +53,9 @@ struct RankRunOptions {
   std::string token_file;
   int rank = 0;
   int world_size = 0;  // 0: the spec's tensor * pipeline * data
+  // Where world_size came from (its value follows), for the refusal when it does not fit
+  // the spec.
+  std::string world_size_source = "--world_size=";
   std::string rendezvous_dir;
   std::string host = "127.0.0.1";
   std::string metrics_jsonl;

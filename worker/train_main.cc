@@ -23,11 +23,15 @@
 // The rank's lifecycle is worker/rank_run.h (RunRank, unit-tested); this file turns the
 // flags into RankRunOptions and owns what belongs to the process: signals, the handler
 // of escaped exceptions, the result report and the exit status.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -45,6 +49,7 @@
 #include "worker/device_probe.h"
 #include "worker/engine/cuda/cuda_device_probe.h"
 #include "worker/rank_run.h"
+#include "worker/slurm_task.h"
 
 ABSL_FLAG(std::string, spec, "", "job spec JSON file (static mode)");
 ABSL_FLAG(std::string, assignment, "",
@@ -186,6 +191,48 @@ RankRunOptions OptionsFromFlags() {
   return options;
 }
 
+// Static mode under `srun` (issue 38): rank, world and rendezvous from Slurm's variables
+// unless given as flags; in coordinator mode (the worker daemon's ranks, which inherit the
+// daemon's Slurm variables) nothing changes.
+absl::Status ApplySlurmTask(RankRunOptions* options) {
+  if (!options->assignment_path.empty() || options->spec_path.empty()) return absl::OkStatus();
+  // --rank or --world_size away from their defaults (launch, or by hand) win.
+  if (options->rank != 0 || options->world_size != 0) return absl::OkStatus();
+  absl::StatusOr<std::optional<SlurmTask>> task = SlurmTaskFromEnvironment(
+      [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+  if (!task.ok()) return task.status();
+  if (!task->has_value()) return absl::OkStatus();
+  const SlurmTask& slurm = **task;
+  options->rank = slurm.rank;
+  options->world_size = slurm.world_size;
+  options->world_size_source = "SLURM_NTASKS (srun --ntasks) = ";
+  if (options->rendezvous_dir.empty() && slurm.world_size > 1) {
+    options->rendezvous_dir = SlurmRendezvousDir(slurm);
+    std::error_code error;
+    std::filesystem::create_directories(options->rendezvous_dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the rendezvous directory ", options->rendezvous_dir, ": ", error.message(),
+          " (pass --rendezvous_dir=DIR on a file system every node shares)"));
+    }
+  }
+  // Across nodes a rank must listen where the others can reach it: its node's name (the
+  // first node's, for rank 0, is SLURM_STEP_NODELIST's first host).
+  if (options->host == RankRunOptions().host && slurm.nodes > 1) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof(host) - 1) == 0) options->host = host;
+  }
+  std::printf(
+      "train: rank %d of %d from Slurm (SLURM_PROCID, SLURM_NTASKS), local rank %d on %d "
+      "node(s), first host %s, rendezvous in %s, listening on %s\n",
+      slurm.rank, slurm.world_size, slurm.local_rank, slurm.nodes,
+      slurm.first_host.empty() ? "?" : slurm.first_host.c_str(),
+      options->rendezvous_dir.empty() ? "-" : options->rendezvous_dir.c_str(),
+      options->host.c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 // The rank and mode the terminate handler reports with (it may run on any thread).
 std::atomic<int> current_rank{0};
 std::atomic<bool> coordinator_mode{false};
@@ -244,7 +291,10 @@ int Run() {
   // thread never ends.
   static ShutdownSignal* const signals = new ShutdownSignal;
   WatchForAbort(signals);
-  const RankRunOptions options = OptionsFromFlags();
+  RankRunOptions options = OptionsFromFlags();
+  if (absl::Status slurm = ApplySlurmTask(&options); !slurm.ok()) {
+    return Fail(options.rank, slurm);
+  }
   // The CPU's peak (for MFU) is measured before the kernels' threads exist: a thread
   // spinning on the core's SMT sibling would halve the FMA rate it sees.
   cpu::CpuPeakOfThisMachine();
