@@ -59,6 +59,16 @@ if ! python3 -c "import tokenizers, sys; sys.exit(tokenizers.__version__ != '$TO
 fi
 python3 "$(dirname "$0")/fetch_gpt2_files.py"
 
+# The Kubernetes API's schemas for deploy/kubernetes_check.py (//deploy:kubernetes_manifests_test).
+KUBERNETES_VALIDATE_VERSION=1.37.0
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" \
+    2>/dev/null; then
+  echo "deps: pip install kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  python3 -m pip install -q "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >/dev/null
+  python3 -c "import kubernetes_validate" || { echo "deps: kubernetes-validate did not install" >&2; exit 1; }
+fi
+
 # cuDNN's frontend (header-only C++ graph API, from PyPI's nvidia-cudnn-frontend) for the
 # CUDA engine's fused attention; Bazel reads it as the local repository @cudnn_frontend.
 # libcudnn itself comes from /usr/local/cuda here and from PyTorch's wheel on a GPU machine.
