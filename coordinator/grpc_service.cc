@@ -33,6 +33,15 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return difference == 0;
 }
 
+// A stream (or call) answered before any message moves: refused by authentication, or a
+// coordinator without a job manager. Base is the method's reactor type.
+template <typename Base>
+class Refused : public Base {
+ public:
+  explicit Refused(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 CoordinatorGrpcService::CoordinatorGrpcService(WorkerRegistry* workers, RendezvousStore* rendezvous,
@@ -372,22 +381,12 @@ class CoordinatorGrpcService::WatchStream : public grpc::ServerWriteReactor<JobS
   bool ended_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-namespace {
-
-// A stream refused before anything is written (authentication, no job manager).
-class RefusedWatch : public grpc::ServerWriteReactor<JobStatus> {
- public:
-  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
 grpc::ServerWriteReactor<JobStatus>* CoordinatorGrpcService::WatchJob(
     grpc::CallbackServerContext* context, const WatchJobRequest* request) {
   grpc::Status refused = Authorize(*context);
   if (refused.ok() && jobs_ == nullptr) refused = NoJobs();
-  if (!refused.ok()) return new RefusedWatch(Answer("WatchJob", refused));
+  if (!refused.ok())
+    return new Refused<grpc::ServerWriteReactor<JobStatus>>(Answer("WatchJob", refused));
   return new WatchStream(this, request->job_id());
 }
 
@@ -646,22 +645,13 @@ class CoordinatorGrpcService::UploadStream : public grpc::ServerReadReactor<Chec
   CheckpointChunk chunk_;
 };
 
-namespace {
-
-// A stream refused before a chunk is read (authentication, no job manager).
-class RefusedUpload : public grpc::ServerReadReactor<CheckpointChunk> {
- public:
-  explicit RefusedUpload(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
-
-}  // namespace
-
 grpc::ServerReadReactor<CheckpointChunk>* CoordinatorGrpcService::UploadCheckpoint(
     grpc::CallbackServerContext* context, UploadCheckpointResponse* response) {
   grpc::Status refused = Authorize(*context);
   if (refused.ok() && (jobs_ == nullptr || checkpoints_ == nullptr)) refused = NoJobs();
-  if (!refused.ok()) return new RefusedUpload(Answer("UploadCheckpoint", refused));
+  if (!refused.ok())
+    return new Refused<grpc::ServerReadReactor<CheckpointChunk>>(
+        Answer("UploadCheckpoint", refused));
   return new UploadStream(this, response);
 }
 
@@ -682,14 +672,8 @@ grpc::Status CoordinatorGrpcService::ListCheckpoints(grpc::ServerContext* contex
 // One download stream: a chunk is read from the file only once the previous one is sent.
 class CoordinatorGrpcService::DownloadStream : public grpc::ServerWriteReactor<CheckpointChunk> {
  public:
-  // `download` null: the stream ends at once with `refused`.
-  DownloadStream(CoordinatorGrpcService* service, std::unique_ptr<CheckpointFileDownload> download,
-                 const grpc::Status& refused)
+  DownloadStream(CoordinatorGrpcService* service, std::unique_ptr<CheckpointFileDownload> download)
       : service_(service), download_(std::move(download)) {
-    if (download_ == nullptr) {
-      Finish(refused);
-      return;
-    }
     SendNext();
   }
 
@@ -725,7 +709,8 @@ class CoordinatorGrpcService::DownloadStream : public grpc::ServerWriteReactor<C
 grpc::ServerWriteReactor<CheckpointChunk>* CoordinatorGrpcService::DownloadCheckpoint(
     grpc::CallbackServerContext* context, const DownloadCheckpointRequest* request) {
   const auto refuse = [&](const grpc::Status& status) {
-    return new DownloadStream(this, nullptr, Answer("DownloadCheckpoint", status));
+    return new Refused<grpc::ServerWriteReactor<CheckpointChunk>>(
+        Answer("DownloadCheckpoint", status));
   };
   if (grpc::Status auth = Authorize(*context); !auth.ok()) return refuse(auth);
   if (jobs_ == nullptr || checkpoints_ == nullptr) return refuse(NoJobs());
@@ -735,7 +720,7 @@ grpc::ServerWriteReactor<CheckpointChunk>* CoordinatorGrpcService::DownloadCheck
   absl::StatusOr<std::unique_ptr<CheckpointFileDownload>> download =
       checkpoints_->OpenDownload(request->job_id(), request->step(), request->file());
   if (!download.ok()) return refuse(ToGrpcStatus(download.status()));
-  return new DownloadStream(this, *std::move(download), grpc::Status::OK);
+  return new DownloadStream(this, *std::move(download));
 }
 
 #undef MTRAIN_AUTHORIZE

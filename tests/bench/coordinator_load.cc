@@ -1084,17 +1084,22 @@ int Run() {
       }
     }
 
-    if (isolate_cancel && job_steps == 0 && num_jobs >= 2) {
-      // The first job alone: its ranks' aborts and stream ends, its rows and events, while
-      // the others keep heartbeating and streaming.
+    // Cancels one job as the user would; returns when the call was made.
+    const auto cancel_job = [&](const std::string& id) {
       CancelJobRequest cancel;
-      cancel.set_job_id(job_ids[0]);
+      cancel.set_job_id(id);
       CancelJobResponse cancel_response;
       grpc::ClientContext cancel_context;
       PrepareUserCall(&cancel_context);
-      isolate_begin = Clock::now();
+      const TimePoint start = Clock::now();
       const grpc::Status cancel_status = user->CancelJob(&cancel_context, cancel, &cancel_response);
-      user_calls.Add(kCancelJob, isolate_begin, cancel_status.error_code());
+      user_calls.Add(kCancelJob, start, cancel_status.error_code());
+      return start;
+    };
+    if (isolate_cancel && job_steps == 0 && num_jobs >= 2) {
+      // The first job alone: its ranks' aborts and stream ends, its rows and events, while
+      // the others keep heartbeating and streaming.
+      isolate_begin = cancel_job(job_ids[0]);
       std::this_thread::sleep_until(isolate_begin + std::chrono::seconds(3));
       isolate_end = Clock::now();
       for (size_t j = 1; j < job_ids.size(); ++j) {
@@ -1105,14 +1110,7 @@ int Run() {
     for (const std::string& id : job_ids) {
       if (job_steps > 0) break;                                      // they ended by themselves
       if (isolate_end != TimePoint{} && id == job_ids[0]) continue;  // cancelled above
-      CancelJobRequest cancel;
-      cancel.set_job_id(id);
-      CancelJobResponse cancel_response;
-      grpc::ClientContext cancel_context;
-      PrepareUserCall(&cancel_context);
-      const TimePoint cancel_start = Clock::now();
-      const grpc::Status cancel_status = user->CancelJob(&cancel_context, cancel, &cancel_response);
-      user_calls.Add(kCancelJob, cancel_start, cancel_status.error_code());
+      cancel_job(id);
     }
     cancelled = Clock::now();
     if (job_steps == 0) {
