@@ -3,7 +3,7 @@
 BAZEL ?= bazel
 BINARIES := //coordinator //worker //coordinator/cli:trainctl
 
-.PHONY: deps build test demo test-asan test-tsan format clean
+.PHONY: deps build test demo image test-asan test-tsan format clean
 
 deps:
 	@tools/install_deps.sh
@@ -17,6 +17,16 @@ test: deps
 demo: deps
 	$(BAZEL) build $(BINARIES)
 	@deploy/local/demo.sh
+
+# A container image with Debian's podman, from this checkout's binaries on a Debian 12
+# base made here by debootstrap (deploy/docker/build_image.sh; docs/DEPLOY.md):
+# localhost/mtrain-cpu:dev. IMAGE_FLAVOR=cuda builds localhost/mtrain-cuda:dev on NVIDIA's
+# CUDA image (IMAGE_FLAGS=--runtime_base=cuda-standin where its registry is out of reach).
+IMAGE_FLAVOR ?= cpu
+IMAGE_FLAGS ?=
+image: deps
+	$(BAZEL) build $(BINARIES) //worker:train
+	@deploy/docker/build_image.sh --flavor=$(IMAGE_FLAVOR) $(IMAGE_FLAGS)
 
 # The whole tree under AddressSanitizer + UndefinedBehaviorSanitizer, and ThreadSanitizer.
 # Every target is built; `large` tests (long training runs, 10x slower when instrumented)

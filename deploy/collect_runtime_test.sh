@@ -8,7 +8,7 @@ set -euo pipefail
 readonly script=deploy/docker/collect_runtime.sh
 readonly binaries=(coordinator/coordinator worker/worker worker/train coordinator/cli/trainctl)
 readonly corpus=tests/data/shakespeare.txt
-readonly provided='^lib(cuda|cudart|cublas|cublasLt|nccl)\.so'
+readonly provided='^lib(cuda|cudart|cublas|cublasLt|nccl|cudnn|nvrtc)\.so'  # Dockerfile.cuda's
 readonly from_base='^(libc|libm|libdl|libpthread|librt|libutil|libresolv|ld-linux[^ ]*|libstdc\+\+|libgcc_s)\.so'
 
 fail() {

@@ -71,6 +71,7 @@ void ClusterTest::StartWorkers(int n) {
 std::pair<int, std::string> ClusterTest::Trainctl(std::vector<std::string> args,
                                                   absl::Duration timeout) {
   std::vector<std::string> argv = {"coordinator/cli/trainctl", "--coordinator=" + address_};
+  argv.insert(argv.end(), trainctl_flags_.begin(), trainctl_flags_.end());
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string log = Path(absl::StrCat("trainctl-", ++trainctl_runs_, ".log"));
   auto child = ChildProcess::Start(argv, log);

