@@ -433,7 +433,8 @@ absl::Status RunRank(RankSetup& setup, const RankRunOptions& options, RankRunSin
   TrainerOptions trainer_options;
   trainer_options.engine = engine;
   if (engine.kind == EngineKind::kCuda) {
-    trainer_options.cuda_device = CudaDeviceForRank(rank, static_cast<int>(gpus->size()));
+    trainer_options.cuda_device =
+        CudaDeviceForRank(rank, options.local_rank, static_cast<int>(gpus->size()));
   }
   if (engine.kind == EngineKind::kCuda && gpu_collectives == "nccl" && grid.world_size() > 1) {
     RETURN_IF_ERROR(

@@ -56,6 +56,9 @@ struct RankRunOptions {
   // Where world_size came from (its value follows), for the refusal when it does not fit
   // the spec.
   std::string world_size_source = "--world_size=";
+  // The rank's index among the ranks on its machine (SLURM_LOCALID under srun), or -1
+  // when unknown; a CUDA rank's GPU follows it (CudaDeviceForRank).
+  int local_rank = -1;
   std::string rendezvous_dir;
   std::string host = "127.0.0.1";
   std::string metrics_jsonl;

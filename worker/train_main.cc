@@ -206,6 +206,7 @@ absl::Status ApplySlurmTask(RankRunOptions* options) {
   options->rank = slurm.rank;
   options->world_size = slurm.world_size;
   options->world_size_source = "SLURM_NTASKS (srun --ntasks) = ";
+  options->local_rank = slurm.local_rank;
   if (options->rendezvous_dir.empty() && slurm.world_size > 1) {
     options->rendezvous_dir = SlurmRendezvousDir(slurm);
     std::error_code error;

@@ -41,10 +41,14 @@ struct EngineChoice {
 absl::StatusOr<EngineChoice> ChooseEngine(const JobSpec& spec, const absl::Status& gpu,
                                           const absl::Status& cpu_bf16);
 
-// The GPU a rank uses: ranks take the machine's GPUs in turn (one worker per GPU gives
-// each its own; more ranks than GPUs share them, as tests on one GPU do).
-inline int CudaDeviceForRank(int global_rank, int device_count) {
-  return device_count > 0 ? global_rank % device_count : 0;
+// The GPU a rank uses among the `device_count` it sees: ranks take them in turn (one
+// worker per GPU gives each its own; more ranks than GPUs share them, as tests on one GPU
+// do). `local_rank` is the rank's index on its machine (SLURM_LOCALID under srun) or -1
+// when unknown: under srun every task of a node may see all of its GPUs and tasks may be
+// placed on nodes cyclically, so the node-local index, not the global rank, picks.
+inline int CudaDeviceForRank(int global_rank, int local_rank, int device_count) {
+  const int turn = local_rank >= 0 ? local_rank : global_rank;
+  return device_count > 0 ? turn % device_count : 0;
 }
 
 // OK if the CUDA engine can run `spec`; otherwise UNIMPLEMENTED naming the field and the

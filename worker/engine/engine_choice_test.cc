@@ -1,6 +1,7 @@
 #include "worker/engine/engine_choice.h"
 
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -148,6 +149,19 @@ TEST(EngineChoiceTest, EnumNumbersThatAreNoValueAreRefusedByField) {
   EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(choice.status().message().find("precision: 99 is not a Precision"), std::string::npos)
       << choice.status();
+}
+
+// Under srun with tasks placed cyclically on 2 nodes of 4 GPUs (ranks 0,2,4,6 on the first
+// node, local ids 0..3), every task sees all 4 GPUs: the local id picks, so the node's
+// four ranks use four GPUs (global rank % 4 would put ranks 0 and 4 on GPU 0). Without a
+// local id, ranks take the GPUs in turn; with one GPU visible (--gpus-per-task=1) it is 0.
+TEST(EngineChoiceTest, TheNodeLocalIndexPicksTheGpuWhenKnown) {
+  std::vector<int> first_node;
+  for (int global : {0, 2, 4, 6}) first_node.push_back(CudaDeviceForRank(global, global / 2, 4));
+  EXPECT_EQ(first_node, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(CudaDeviceForRank(5, -1, 4), 1);
+  EXPECT_EQ(CudaDeviceForRank(6, 3, 1), 0);
+  EXPECT_EQ(CudaDeviceForRank(3, 2, 0), 0);
 }
 
 }  // namespace
