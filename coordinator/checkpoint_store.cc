@@ -523,10 +523,12 @@ void CheckpointStore::VerifyAhead(const std::string& job_id) {
 }
 
 std::optional<CheckpointInfo> CheckpointStore::LatestUsable(const std::string& job_id,
-                                                            std::vector<std::string>* damaged) {
+                                                            std::vector<std::string>* damaged,
+                                                            int64_t newest_step) {
   MutexLock lock(&mutex_);
   std::vector<int64_t> steps = CommittedStepsLocked(job_id);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it > newest_step) continue;
     const std::string dir = absl::StrCat(JobDir(job_id), "/", CheckpointDirName(*it));
     absl::Status verified = VerifyLocked(job_id, *it);
     if (verified.ok()) {

@@ -189,8 +189,10 @@ class CheckpointStore {
   // damaged-step-NNNNNNNN and described in `damaged` (one line each, newest first), so it
   // is never offered again. Files verified before and not modified since (same size and
   // modification time) are not read again. nullopt when nothing usable remains.
+  // Checkpoints of a step above `newest_step` are passed over (neither read nor offered).
   std::optional<CheckpointInfo> LatestUsable(const std::string& job_id,
-                                             std::vector<std::string>* damaged);
+                                             std::vector<std::string>* damaged,
+                                             int64_t newest_step = INT64_MAX);
 
   // Reads and checks, without holding the store's lock (nor any caller's), the newest
   // committed checkpoints of the job whose present files have not been checked yet, newest

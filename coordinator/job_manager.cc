@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -818,8 +819,27 @@ bool JobManager::AwaitsInitialWeightsLocked(const JobStatus& job) const {
 
 std::optional<CheckpointInfo> JobManager::ResumePointLocked(const std::string& job_id) {
   if (checkpoints_ == nullptr) return std::nullopt;
+  // A rank uploads the checkpoint of step N after it sent step N's metrics, but the two
+  // travel on different streams: a rank that dies may leave a committed checkpoint newer
+  // than the last step row stored (rows still in its send buffer are lost with it).
+  // Resuming from that checkpoint would leave those steps out of the job's history for
+  // good; an older checkpoint recomputes them (the same values: training is
+  // deterministic). The job's recorded step is its newest stored row, and every step
+  // before it is stored (each generation's rows arrive in order on one stream).
+  int64_t recorded = INT64_MAX;
+  if (absl::StatusOr<JobStatus> job = store_->GetJob(job_id); job.ok()) recorded = job->step();
   std::vector<std::string> damaged;
-  std::optional<CheckpointInfo> latest = checkpoints_->LatestUsable(job_id, &damaged);
+  std::optional<CheckpointInfo> latest = checkpoints_->LatestUsable(job_id, &damaged, recorded);
+  if (!latest.has_value() && recorded != INT64_MAX) {
+    // Nothing that old is kept (--keep_checkpoints): the newest, with the gap said.
+    latest = checkpoints_->LatestUsable(job_id, &damaged);
+    if (latest.has_value() && latest->step() > recorded) {
+      AppendEventLocked(job_id, "history_gap",
+                        absl::StrCat("no checkpoint kept at or before the last recorded step ",
+                                     recorded, ": resuming from step ", latest->step(), ", steps ",
+                                     recorded + 1, "-", latest->step(), " stay unrecorded"));
+    }
+  }
   for (const std::string& why : damaged) {
     AppendEventLocked(
         job_id, "checkpoint_damaged",

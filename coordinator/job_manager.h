@@ -282,7 +282,8 @@ class JobManager {
   void FailStoppedRankLocked(const HeartbeatRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Whether a job with train.init_from still lacks its uploaded initial weights.
   bool AwaitsInitialWeightsLocked(const JobStatus& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // The checkpoint a new generation resumes from (damaged ones reported as events).
+  // The checkpoint a new generation resumes from: the newest usable one no newer than the
+  // job's last recorded step (damaged ones reported as events).
   std::optional<CheckpointInfo> ResumePointLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::vector<std::string> FreeWorkersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

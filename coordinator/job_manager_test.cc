@@ -817,6 +817,9 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
   EXPECT_EQ(manager_->CheckCheckpointUpload(*id, 0, 0).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(manager_->CheckCheckpointUpload("job-99", 1, 5).code(), absl::StatusCode::kNotFound);
+  for (int step = 1; step <= 10; ++step) {
+    ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], step, 5.0)).ok());
+  }
   CommitCheckpoint(*id, 1, 5);
   CommitCheckpoint(*id, 1, 10);
   EXPECT_NE(EventLog(*id).find("checkpoint of step 10 stored"), std::string::npos) << EventLog(*id);
@@ -841,6 +844,45 @@ TEST_F(JobManagerTest, RestartsResumeFromTheNewestCheckpointOfTheLiveGeneration)
   EXPECT_NE(log.find("using checkpoint step 5"), std::string::npos) << log;
   EXPECT_NE(log.find("resume: generation 2 resumes from checkpoint step 5"), std::string::npos)
       << log;
+}
+
+// A rank died after its checkpoint of step 20 was committed but before its metrics of
+// steps 13-20 (another stream) arrived: the restart resumes from step 10, which recomputes
+// them, not from step 20, which would leave them out of the job's history for good. With
+// nothing kept at or before the last recorded step, the newest is used and the gap said.
+TEST_F(JobManagerTest, ARestartResumesNoLaterThanTheLastRecordedStep) {
+  AddWorker("w0", "h");
+  absl::StatusOr<std::string> id = manager_->Submit(Spec("{}", /*max_restarts=*/2));
+  ASSERT_TRUE(id.ok());
+  std::map<int, Assignment> ranks = Deliver({"w0"});
+  for (int step = 1; step <= 12; ++step) {
+    ASSERT_TRUE(manager_->OnMetrics(Step(ranks[0], step, 5.0)).ok());
+  }
+  CommitCheckpoint(*id, 1, 10);
+  CommitCheckpoint(*id, 1, 20);
+  ASSERT_TRUE(manager_->OnRankResult(Result(ranks[0], absl::StatusCode::kInternal, "gone")).ok());
+  std::map<int, Assignment> again = Deliver({"w0"});
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_TRUE(again[0].has_resume_step());
+  EXPECT_EQ(again[0].resume_step(), 10);
+  EXPECT_EQ(EventLog(*id).find("history_gap"), std::string::npos) << EventLog(*id);
+
+  // Generation 2 records steps 11 and 12 again, commits 30 and 40 (the store keeps the
+  // newest 3: 20, 30, 40), then dies: 12 is the last recorded step, and nothing at or
+  // before it is kept any more.
+  for (int step = 11; step <= 12; ++step) {
+    ASSERT_TRUE(manager_->OnMetrics(Step(again[0], step, 5.0)).ok());
+  }
+  CommitCheckpoint(*id, 2, 30);
+  CommitCheckpoint(*id, 2, 40);
+  ASSERT_TRUE(manager_->OnRankResult(Result(again[0], absl::StatusCode::kInternal, "gone")).ok());
+  std::map<int, Assignment> third = Deliver({"w0"});
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].resume_step(), 40);
+  EXPECT_NE(EventLog(*id).find("history_gap: no checkpoint kept at or before the last recorded "
+                               "step 12: resuming from step 40, steps 13-40 stay unrecorded"),
+            std::string::npos)
+      << EventLog(*id);
 }
 
 TEST_F(JobManagerTest, ACheckpointTheStateDirCannotStoreSpendsNoRestart) {

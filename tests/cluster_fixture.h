@@ -131,7 +131,11 @@ class ClusterTest : public ::testing::Test {
     std::map<int, double> got;
     for (const MetricsLine& line : *lines) got[static_cast<int>(line.at("step"))] = line.at("loss");
     ASSERT_EQ(expected.size(), steps);
-    ASSERT_EQ(got.size(), steps);
+    std::string missing;
+    for (size_t step = 1; step <= steps && missing.size() < 200; ++step) {
+      if (got.count(static_cast<int>(step)) == 0) missing += " " + std::to_string(step);
+    }
+    ASSERT_EQ(got.size(), steps) << "steps missing from the job's history:" << missing;
     for (const auto& [step, loss] : got) {
       EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
     }
