@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/grpc_connection.h"
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
 #include "coordinator/checkpoint_store.h"
@@ -272,6 +273,7 @@ int Run() {
   // gRPC sets SO_REUSEPORT by default: a second coordinator on the same port would then
   // start fine and the kernel would split new connections between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  ApplyCoordinatorServerArguments(&builder);  // BDP probing off (common/grpc_connection.h)
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);

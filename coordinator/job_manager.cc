@@ -1254,9 +1254,6 @@ void JobManager::DetectLostRanksLocked() {
   const int live = census.alive;
   // Workers that left the registry were dead first (only dead ones are removed or make
   // room), so a rank's worker is alive unless the census names it dead or it is gone.
-  const auto is_alive = [&](const std::string& worker) {
-    return census.dead.count(worker) == 0 && workers_->IsRegistered(worker);
-  };
   if (metrics_ != nullptr) metrics_->SetWorkers(registered, live);
   // After a pause of this process the registry did not count the gap as any worker's
   // silence (worker_registry.h); the jobs it might have hit say so.
@@ -1278,16 +1275,17 @@ void JobManager::DetectLostRanksLocked() {
   const absl::Time now = clock_->Now();
   std::vector<std::pair<std::string, std::string>> failures;
   for (const auto& [job_id, job] : active_) {
+    const std::vector<bool> registered = workers_->AreRegistered(job.workers);
     for (size_t rank = 0; rank < job.workers.size(); ++rank) {
       const std::string& worker = job.workers[rank];
-      if (job.finished.count(static_cast<int>(rank)) > 0) continue;
-      if (!is_alive(worker)) {
+      if (!job.finished.empty() && job.finished.count(static_cast<int>(rank)) > 0) continue;
+      if (!registered[rank] || census.dead.count(worker) > 0) {
         if (metrics_ != nullptr) metrics_->AddMissedHeartbeat();
         failures.emplace_back(
             job_id, absl::StrCat("worker ", worker, " (rank ", rank, ") stopped heartbeating"));
         break;
       }
-      const auto idle = idle_since_.find(worker);
+      const auto idle = idle_since_.empty() ? idle_since_.end() : idle_since_.find(worker);
       if (idle != idle_since_.end() && now - idle->second > options_.lost_rank_grace) {
         failures.emplace_back(job_id, absl::StrCat("worker ", worker, " (rank ", rank,
                                                    ") is idle: its training process ended "

@@ -230,6 +230,15 @@ bool WorkerRegistry::IsRegistered(const std::string& worker_id) const {
   return workers_.count(worker_id) > 0;
 }
 
+std::vector<bool> WorkerRegistry::AreRegistered(const std::vector<std::string>& worker_ids) const {
+  std::vector<bool> registered(worker_ids.size());
+  MutexLock lock(&mutex_);
+  for (size_t i = 0; i < worker_ids.size(); ++i) {
+    registered[i] = workers_.count(worker_ids[i]) > 0;
+  }
+  return registered;
+}
+
 int WorkerRegistry::CountAlive() const {
   const absl::Time now = clock_->Now();
   MutexLock lock(&mutex_);

@@ -100,6 +100,9 @@ class WorkerRegistry {
   Census TakeCensus() const;
   // Whether `worker_id` is registered (alive or not).
   bool IsRegistered(const std::string& worker_id) const;
+  // The same for each of `worker_ids`, under one acquisition of the registry's lock (the
+  // job manager's tick asks for every rank of every running job).
+  std::vector<bool> AreRegistered(const std::vector<std::string>& worker_ids) const;
 
   // Forgets a worker that is not alive. INVALID_ARGUMENT for an empty id, NOT_FOUND for an
   // unknown one, FAILED_PRECONDITION (saying when it was last heard from) for a live one:

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_connection.h"
 #include "common/grpc_status.h"
 
 namespace mtrain {
@@ -26,8 +27,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 CoordinatorClient::CoordinatorClient(const std::string& address, std::string token)
-    : stub_(Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
-      token_(std::move(token)) {}
+    : stub_(Coordinator::NewStub(CoordinatorChannel(address))), token_(std::move(token)) {}
 
 CoordinatorClient::~CoordinatorClient() {
   if (metrics_stream_ != nullptr) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_connection.h"
 #include "common/notification.h"
 #include "common/shutdown_signal.h"
 #include "data/data_roots.h"
@@ -174,8 +175,7 @@ int Run() {
   if (rank_options.log_dir.empty()) rank_options.log_dir = "/tmp/mtrain-worker-" + worker_id;
   RankProcess ranks(rank_options);
 
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::Channel> channel = CoordinatorChannel(address);
   std::unique_ptr<Coordinator::Stub> stub = Coordinator::NewStub(channel);
   WorkerAgent agent(stub.get(), *info, &ranks, *token);
 

@@ -28,6 +28,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/grpc_connection.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/step_metrics_format.h"
@@ -192,9 +193,7 @@ int UsageError(const std::string& command, const std::string& reason) {
 class Client {
  public:
   Client(const std::string& address, std::string token)
-      : stub_(
-            Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
-        token_(std::move(token)) {}
+      : stub_(Coordinator::NewStub(CoordinatorChannel(address))), token_(std::move(token)) {}
 
   Coordinator::Stub* stub() { return stub_.get(); }
 

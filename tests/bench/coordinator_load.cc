@@ -66,6 +66,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "checkpoint/checkpoint_transfer.h"
+#include "common/grpc_connection.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -98,6 +100,10 @@ ABSL_FLAG(bool, isolate_cancel, false,
 ABSL_FLAG(std::string, coordinator_http, "",
           "HOST:PORT of the coordinator's HTTP side, to read its step-row counters; empty: "
           "not read");
+ABSL_FLAG(int, upload_mib, 0,
+          "after the window, upload a checkpoint file of this many MiB for the first job's "
+          "generation (a rank's checkpoint shard, over a connection of its own) while the "
+          "load goes on, and print its rate; 0: none");
 ABSL_FLAG(int, coordinator_pid, 0,
           "the coordinator's process id, to read its CPU time from /proc; 0: not measured");
 
@@ -710,7 +716,8 @@ class ClientThread {
 std::shared_ptr<grpc::Channel> NewConnection(const std::string& address) {
   // Channels with equal arguments share one TCP connection through gRPC's global subchannel
   // pool; a local pool gives each simulated process its own, as real processes have.
-  grpc::ChannelArguments arguments;
+  // The settings real workers and ranks connect with (common/grpc_connection.h).
+  grpc::ChannelArguments arguments = CoordinatorChannelArguments();
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
 }
@@ -1048,6 +1055,31 @@ int Run() {
       status = 1;
     }
 
+    if (const int upload_mib = absl::GetFlag(FLAGS_upload_mib); upload_mib > 0 && job_steps == 0) {
+      // A rank's checkpoint shard, uploaded as the real rank does (1 MiB chunks), during
+      // the load: the coordinator's receive window decides its rate.
+      const std::optional<JobStatus> job = get_job(job_ids[0]);
+      if (!job.has_value()) {
+        status = 1;
+      } else {
+        auto rank = Coordinator::NewStub(NewConnection(address));
+        const std::string shard(static_cast<size_t>(upload_mib) << 20, '\x5a');
+        const TimePoint start = Clock::now();
+        const absl::Status uploaded =
+            UploadCheckpointBytes(rank.get(), PrepareUserCall, job_ids[0], job->generation(),
+                                  std::max<int64_t>(job->step(), 1), "rank-00000.bin", shard);
+        const double elapsed = Seconds(Clock::now() - start);
+        if (!uploaded.ok()) {
+          std::fprintf(stderr, "coordinator_load: upload failed: %s\n",
+                       uploaded.ToString().c_str());
+          status = 1;
+        } else {
+          std::printf("checkpoint upload: %d MiB in %.3f s (%.0f MiB/s) under the load\n",
+                      upload_mib, elapsed, upload_mib / elapsed);
+        }
+      }
+    }
+
     if (kill_worker && job_steps == 0) {
       // One worker of the first job dies; its generation's other ranks should be told to
       // abort once the coordinator's heartbeat timeout has passed.
@@ -1264,7 +1296,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Load benchmark of a running coordinator: --coordinator=HOST:PORT [--workers=256 "
       "--seconds=20 --heartbeat_ms=100 --steps_per_second=20 --threads=2 --jobs=1 "
-      "--job_steps=0 --kill_worker --isolate_cancel --coordinator_http=HOST:PORT "
+      "--job_steps=0 --kill_worker --isolate_cancel --upload_mib=0 --coordinator_http=HOST:PORT "
       "--coordinator_pid=PID]");
   absl::ParseCommandLine(argc, argv);
   // As in the coordinator (coordinator_main.cc): Debian's Abseil checks every absl::Mutex

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_connection.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/coordinator.grpc.pb.h"
@@ -54,8 +55,7 @@ std::unique_ptr<grpc::ClientContext> Context() {
 }
 
 int Run() {
-  auto stub = Coordinator::NewStub(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials()));
+  auto stub = Coordinator::NewStub(CoordinatorChannel(absl::GetFlag(FLAGS_coordinator)));
   const int pid = absl::GetFlag(FLAGS_coordinator_pid);
   const std::vector<std::string> workers = {"flood-w0", "flood-w1"};
   for (const std::string& id : workers) {
