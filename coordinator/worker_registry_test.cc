@@ -106,6 +106,9 @@ TEST_F(WorkerRegistryTest, TheCensusCountsAndNamesOnlyTheDead) {
   EXPECT_TRUE(registry_.IsRegistered("w2"));
   ASSERT_TRUE(registry_.Remove("w2").ok());
   EXPECT_FALSE(registry_.IsRegistered("w2"));
+  EXPECT_EQ(registry_.AreRegistered({"w3", "w2", "w1", "w9", "w3"}),
+            (std::vector<bool>{true, false, true, false, true}));
+  EXPECT_TRUE(registry_.AreRegistered({}).empty());
   census = registry_.TakeCensus();
   EXPECT_EQ(census.registered, 2);
   EXPECT_TRUE(census.dead.empty());
