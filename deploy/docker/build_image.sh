@@ -83,6 +83,9 @@ make_base() {
   flock 9
   if podman image exists "$base_image"; then return; fi
   command -v debootstrap >/dev/null || die "debootstrap is not installed (make deps)"
+  [[ $(id -u) -eq 0 ]] ||
+    die "making the Debian base needs root (debootstrap installs packages into a root" \
+        "file system): run make image as root once, or import a base yourself as $base_image"
   local mirror="${MTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   local rootfs
   rootfs=$(mktemp -d /tmp/mtrain-rootfs.XXXXXX)
