@@ -23,7 +23,8 @@
 # Environment: MTRAIN_DEBIAN_MIRROR (default http://deb.debian.org/debian) for debootstrap.
 set -euo pipefail
 
-readonly repo=$(cd "$(dirname "$0")/../.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+readonly repo
 readonly base_image=localhost/mtrain-debian:bookworm
 readonly standin_image=localhost/mtrain-cuda-standin:13
 # Libraries the CUDA image's base provides (NVIDIA's runtime + cuDNN image); the rest is
@@ -138,7 +139,7 @@ make_cuda_standin() {
         cp -L "$library" "$dir/lib64/"
       fi
     done
-  say "making $standin_image: $base_image with $(ls "$dir/lib64" | wc -l) CUDA libraries" \
+  say "making $standin_image: $base_image with $(find "$dir/lib64" -type f | wc -l) CUDA libraries" \
       "of this machine (NVIDIA's image's layout)"
   cat > "$dir/Containerfile" <<STANDIN
 FROM $base_image
