@@ -1278,14 +1278,14 @@ void JobManager::DetectLostRanksLocked() {
     const std::vector<bool> registered = workers_->AreRegistered(job.workers);
     for (size_t rank = 0; rank < job.workers.size(); ++rank) {
       const std::string& worker = job.workers[rank];
-      if (!job.finished.empty() && job.finished.count(static_cast<int>(rank)) > 0) continue;
+      if (job.finished.count(static_cast<int>(rank)) > 0) continue;
       if (!registered[rank] || census.dead.count(worker) > 0) {
         if (metrics_ != nullptr) metrics_->AddMissedHeartbeat();
         failures.emplace_back(
             job_id, absl::StrCat("worker ", worker, " (rank ", rank, ") stopped heartbeating"));
         break;
       }
-      const auto idle = idle_since_.empty() ? idle_since_.end() : idle_since_.find(worker);
+      const auto idle = idle_since_.find(worker);
       if (idle != idle_since_.end() && now - idle->second > options_.lost_rank_grace) {
         failures.emplace_back(job_id, absl::StrCat("worker ", worker, " (rank ", rank,
                                                    ") is idle: its training process ended "
