@@ -32,7 +32,7 @@ constexpr int kSteps = 1500;
 class ContainerClusterTest : public ClusterTest {
  protected:
   void TearDown() override {
-    if (podman_ != nullptr && !coordinator_container_.empty()) {
+    if (podman_ != nullptr) {
       // The daemons' own output, for a failing run's log.
       for (const std::string& name : started_) {
         std::ofstream(Path(name + ".container.log")) << podman_->Logs(name);
@@ -56,7 +56,6 @@ class ContainerClusterTest : public ClusterTest {
 
   std::unique_ptr<ContainerEngine> podman_;
   std::string secrets_;  // the token's directory, mounted read-only into every container
-  std::string coordinator_container_;
   std::vector<std::string> started_;
 };
 
@@ -96,7 +95,6 @@ TEST_F(ContainerClusterTest, ImagesBuiltHereRunTheServiceAndAJobSurvivesALostCon
        "--auth_token_file=/run/mtrain/token", "--heartbeat_interval=200ms",
        "--heartbeat_timeout=3s", "--lost_rank_grace=5s"});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  coordinator_container_ = *coordinator;
   started_.push_back(*coordinator);
   absl::StatusOr<int> grpc_port = podman_->PublishedPort(*coordinator, 7070);
   ASSERT_TRUE(grpc_port.ok()) << grpc_port.status();
