@@ -125,11 +125,6 @@ grpc::Status CoordinatorGrpcService::HeartbeatOf(const grpc::ServerContextBase& 
                                                  const HeartbeatRequest& request,
                                                  HeartbeatResponse* response) {
   if (grpc::Status auth = Authorize(context); !auth.ok()) return Answer("Heartbeat", auth);
-  return AnswerHeartbeat(request, response);
-}
-
-grpc::Status CoordinatorGrpcService::AnswerHeartbeat(const HeartbeatRequest& request,
-                                                     HeartbeatResponse* response) {
   absl::Status status = workers_->Heartbeat(request);
   if (!status.ok()) return Answer("Heartbeat", ToGrpcStatus(status));
   if (jobs_ != nullptr) {
@@ -138,58 +133,6 @@ grpc::Status CoordinatorGrpcService::AnswerHeartbeat(const HeartbeatRequest& req
     }
   }
   return grpc::Status::OK;
-}
-
-class CoordinatorGrpcService::HeartbeatStreamCall
-    : public grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse> {
- public:
-  // A refused stream (`refusal` not OK) ends at once with it.
-  HeartbeatStreamCall(CoordinatorGrpcService* service, const grpc::Status& refusal)
-      : service_(service) {
-    if (!refusal.ok()) {
-      Finish(service_->Answer("Heartbeat", refusal));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  // Reads, answers and writes strictly in turn: at most one operation is in flight, so
-  // the buffers need no lock.
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The worker closed its side (it is stopping) or the call was cancelled.
-      Finish(grpc::Status::OK);
-      return;
-    }
-    response_.Clear();
-    const grpc::Status status = service_->AnswerHeartbeat(request_, &response_);
-    if (!status.ok()) {
-      Finish(status);
-      return;
-    }
-    StartWrite(&response_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      // The stream broke under the answer; the worker's next heartbeat opens a new one.
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "heartbeat stream broken"));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  CoordinatorGrpcService* const service_;
-  HeartbeatRequest request_;
-  HeartbeatResponse response_;
-};
-
-grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>*
-CoordinatorGrpcService::HeartbeatStream(grpc::CallbackServerContext* context) {
-  return new HeartbeatStreamCall(this, Authorize(*context));
 }
 
 grpc::Status CoordinatorGrpcService::ListWorkers(grpc::ServerContext* context,

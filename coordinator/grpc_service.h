@@ -37,11 +37,6 @@ namespace mtrain {
 // server's hand-off between its polling and handler threads (the coordinator's CPU is the
 // limit at 4,096 workers).
 //
-// HeartbeatStream, what the worker daemon uses, is a callback bidi stream: one per worker
-// for its whole life, each heartbeat a message answered by one message. The reactor reads
-// the next heartbeat only once the last answer is written, so it holds no thread and needs
-// no lock of its own; a message on an open stream costs gRPC far less than a unary call.
-//
 // KeyValueWait is a callback method: at a generation's start every rank waits for its
 // peers' rendezvous keys, up to 30 s, and a thread parked per waiting rank would be 4,096
 // threads at 4,096 ranks. The store answers the call when the keys are set, the generation
@@ -58,13 +53,11 @@ namespace mtrain {
 // the job changed.
 class CoordinatorGrpcService final
     : public Coordinator::WithRawCallbackMethod_SubmitJob<
-          Coordinator::WithCallbackMethod_Heartbeat<Coordinator::WithCallbackMethod_HeartbeatStream<
-              Coordinator::WithCallbackMethod_ReportMetrics<
-                  Coordinator::WithCallbackMethod_KeyValueWait<
-                      Coordinator::WithCallbackMethod_UploadCheckpoint<
-                          Coordinator::WithCallbackMethod_DownloadCheckpoint<
-                              Coordinator::WithCallbackMethod_WatchJob<
-                                  Coordinator::Service>>>>>>>> {
+          Coordinator::WithCallbackMethod_Heartbeat<Coordinator::WithCallbackMethod_ReportMetrics<
+              Coordinator::WithCallbackMethod_KeyValueWait<
+                  Coordinator::WithCallbackMethod_UploadCheckpoint<
+                      Coordinator::WithCallbackMethod_DownloadCheckpoint<
+                          Coordinator::WithCallbackMethod_WatchJob<Coordinator::Service>>>>>>> {
  public:
   // Pointers must outlive the service; `jobs`, `metrics` and `checkpoints` may be null
   // (job and checkpoint RPCs then answer UNAVAILABLE). An empty `auth_token` disables
@@ -82,10 +75,6 @@ class CoordinatorGrpcService final
                                       HeartbeatResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                          HeartbeatResponse* response) override;
-  // Each heartbeat on the stream answered as Heartbeat answers it; the token is checked
-  // when the stream opens.
-  grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* HeartbeatStream(
-      grpc::CallbackServerContext* context) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const ListWorkersRequest* request,
                            ListWorkersResponse* response) override;
   grpc::Status RemoveWorker(grpc::ServerContext* context, const RemoveWorkerRequest* request,
@@ -136,20 +125,17 @@ class CoordinatorGrpcService final
       grpc::CallbackServerContext* context, const DownloadCheckpointRequest* request) override;
 
  private:
-  class HeartbeatStreamCall;  // the reactor of one HeartbeatStream
-  class MetricsStream;        // the reactor of one ReportMetrics stream
-  class KeyValueWaitCall;     // the reactor of one KeyValueWait
-  class UploadStream;         // the reactor of one UploadCheckpoint
-  class DownloadStream;       // the reactor of one DownloadCheckpoint
-  class WatchStream;          // the reactor of one WatchJob
+  class MetricsStream;     // the reactor of one ReportMetrics stream
+  class KeyValueWaitCall;  // the reactor of one KeyValueWait
+  class UploadStream;      // the reactor of one UploadCheckpoint
+  class DownloadStream;    // the reactor of one DownloadCheckpoint
+  class WatchStream;       // the reactor of one WatchJob
   // UNAUTHENTICATED unless the call carries the token (or none is configured).
   grpc::Status Authorize(const grpc::ServerContextBase& context) const;
   grpc::Status SubmitParsed(const grpc::ServerContextBase& context, const SubmitJobRequest& request,
                             SubmitJobResponse* response);
   grpc::Status HeartbeatOf(const grpc::ServerContextBase& context, const HeartbeatRequest& request,
                            HeartbeatResponse* response);
-  // One heartbeat of an authorised caller: the registry, then the job manager's commands.
-  grpc::Status AnswerHeartbeat(const HeartbeatRequest& request, HeartbeatResponse* response);
   grpc::Status SubmitBytes(const grpc::ServerContextBase& context, const grpc::ByteBuffer& request,
                            grpc::ByteBuffer* response);
   // Counts an error answer in the metrics and passes it through.

@@ -232,17 +232,6 @@ TEST_F(GrpcServiceTest, WithATokenEveryRpcNeedsItAndHealthChecksStayOpen) {
       EXPECT_FALSE(reader->Read(&chunk));
       calls.emplace_back("DownloadCheckpoint", reader->Finish());
     }
-    {
-      auto context = Context(token);
-      auto stream = stub_->HeartbeatStream(context.get());
-      HeartbeatRequest beat;
-      beat.set_worker_id("w0");
-      beat.set_incarnation_id("i0");
-      stream->Write(beat);
-      HeartbeatResponse answer;
-      EXPECT_FALSE(stream->Read(&answer));
-      calls.emplace_back("HeartbeatStream", stream->Finish());
-    }
     calls.emplace_back("KeyValueSet", Set(absl::StrCat(kLive, "rank-1"), "x", token));
     for (const auto& [method, status] : calls) {
       EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
@@ -270,65 +259,6 @@ TEST_F(GrpcServiceTest, WithATokenEveryRpcNeedsItAndHealthChecksStayOpen) {
       RawGrpcCall(channel_, "/grpc.health.v1.Health/Check", "", absl::Seconds(10));
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, std::string("\x08\x01", 2));
-}
-
-// Issue 37: the worker daemon's heartbeats ride one stream; each is answered by one
-// message, and a heartbeat the registry refuses ends the stream with Heartbeat's code, so
-// the worker registers again.
-TEST_F(GrpcServiceTest, HeartbeatStreamAnswersEachBeatAndEndsWithTheRefusal) {
-  Start("");
-  WorkerInfo worker;
-  worker.set_worker_id("w0");
-  worker.set_incarnation_id("i0");
-  worker.set_host("127.0.0.1");
-  worker.set_device_kind(DEVICE_KIND_CPU);
-  RegisterWorkerRequest registration;
-  *registration.mutable_worker() = worker;
-  RegisterWorkerResponse registered;
-  ASSERT_TRUE(stub_->RegisterWorker(Context().get(), registration, &registered).ok());
-
-  HeartbeatRequest beat;
-  beat.set_worker_id("w0");
-  beat.set_incarnation_id("i0");
-  beat.set_state(WORKER_STATE_IDLE);
-  {
-    auto context = Context();
-    auto stream = stub_->HeartbeatStream(context.get());
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(stream->Write(beat)) << "beat " << i;
-      HeartbeatResponse answer;
-      ASSERT_TRUE(stream->Read(&answer)) << "beat " << i;
-      EXPECT_EQ(answer.commands_size(), 0);  // no job manager, no commands
-    }
-    // The worker stops: closing its side ends the stream cleanly.
-    ASSERT_TRUE(stream->WritesDone());
-    HeartbeatResponse none;
-    EXPECT_FALSE(stream->Read(&none));
-    EXPECT_TRUE(stream->Finish().ok());
-  }
-  EXPECT_EQ(workers_.CountAlive(), 1);
-
-  // Another incarnation of the same id, then an unknown worker: each ends its stream with
-  // the code that makes a worker register again.
-  const std::vector<std::pair<std::string, grpc::StatusCode>> refusals = {
-      {"i-other", grpc::StatusCode::FAILED_PRECONDITION}, {"", grpc::StatusCode::NOT_FOUND}};
-  for (const auto& [incarnation, code] : refusals) {
-    auto context = Context();
-    auto stream = stub_->HeartbeatStream(context.get());
-    ASSERT_TRUE(stream->Write(beat));
-    HeartbeatResponse answer;
-    ASSERT_TRUE(stream->Read(&answer));  // a good beat first: the stream is live
-    HeartbeatRequest bad = beat;
-    if (incarnation.empty()) {
-      bad.set_worker_id("w-unknown");
-    } else {
-      bad.set_incarnation_id(incarnation);
-    }
-    stream->Write(bad);
-    EXPECT_FALSE(stream->Read(&answer));
-    const grpc::Status ended = stream->Finish();
-    EXPECT_EQ(ended.error_code(), code) << ended.error_message();
-  }
 }
 
 // Issue 15: a spec whose strings are not UTF-8 got INTERNAL (proto3 refuses it before any

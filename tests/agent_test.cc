@@ -1,6 +1,5 @@
 #include "worker/agent.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -33,8 +32,7 @@ class InProcessCoordinator {
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
   }
-  // At once, as a coordinator dies: the agent's heartbeat stream never ends by itself.
-  ~InProcessCoordinator() { server_->Shutdown(std::chrono::system_clock::now()); }
+  ~InProcessCoordinator() { server_->Shutdown(); }
 
   int port() const { return port_; }
   WorkerRegistry& registry() { return registry_; }
@@ -79,7 +77,6 @@ TEST(WorkerAgentTest, RegistersHeartbeatsAndReregistersAfterCoordinatorRestart) 
 
   ASSERT_TRUE(Eventually([&] { return coordinator->registry().CountAlive() == 1; }));
   ASSERT_TRUE(Eventually([&] { return agent.heartbeats() >= 3; }));
-  EXPECT_TRUE(agent.streams_heartbeats()) << "the coordinator serves HeartbeatStream";
   EXPECT_EQ(coordinator->registry().List()[0].worker().worker_id(), "w-test");
 
   // Restart: the new coordinator knows nobody; the next heartbeat gets NOT_FOUND and the
@@ -95,47 +92,6 @@ TEST(WorkerAgentTest, RegistersHeartbeatsAndReregistersAfterCoordinatorRestart) 
 
   stop.Notify();
   runner.join();
-}
-
-// A coordinator of an older build: RegisterWorker and unary Heartbeat, no HeartbeatStream.
-class UnaryHeartbeatCoordinator final : public Coordinator::Service {
- public:
-  grpc::Status RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest*,
-                              RegisterWorkerResponse* response) override {
-    response->set_heartbeat_interval_ms(20);
-    return grpc::Status::OK;
-  }
-  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
-                         HeartbeatResponse*) override {
-    if (request->worker_id() == "w-test") beats_.fetch_add(1);
-    return grpc::Status::OK;
-  }
-  int beats() const { return beats_.load(); }
-
- private:
-  std::atomic<int> beats_{0};
-};
-
-TEST(WorkerAgentTest, FallsBackToUnaryHeartbeatsWhenTheCoordinatorCannotStream) {
-  UnaryHeartbeatCoordinator coordinator;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  auto stub = Coordinator::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  WorkerAgent agent(stub.get(), TestWorker());
-  Notification stop;
-  std::thread runner([&] { EXPECT_TRUE(agent.Run(&stop).ok()); });
-  EXPECT_TRUE(Eventually([&] { return coordinator.beats() >= 3; }));
-  EXPECT_FALSE(agent.streams_heartbeats());
-  EXPECT_GE(agent.heartbeats(), 2);
-  EXPECT_EQ(agent.registrations(), 1) << "UNIMPLEMENTED is not a reason to register again";
-  stop.Notify();
-  runner.join();
-  server->Shutdown();
 }
 
 TEST(WorkerAgentTest, WaitsForACoordinatorThatStartsLater) {

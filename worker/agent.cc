@@ -68,11 +68,7 @@ absl::Status ExplainCredentialRefusal(const absl::Status& refusal, bool sent_tok
 
 WorkerAgent::WorkerAgent(Coordinator::StubInterface* stub, WorkerInfo info, RankProcess* ranks,
                          std::string token)
-    : stub_(stub),
-      info_(std::move(info)),
-      ranks_(ranks),
-      token_(std::move(token)),
-      heartbeat_stream_(stub, token_) {}
+    : stub_(stub), info_(std::move(info)), ranks_(ranks), token_(std::move(token)) {}
 
 void WorkerAgent::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() +
@@ -155,6 +151,8 @@ absl::Status WorkerAgent::Register() {
 
 absl::Status WorkerAgent::SendHeartbeat() {
   CheckRank();
+  grpc::ClientContext context;
+  Prepare(&context);
   HeartbeatRequest request;
   request.set_worker_id(info_.worker_id());
   request.set_incarnation_id(info_.incarnation_id());
@@ -166,26 +164,7 @@ absl::Status WorkerAgent::SendHeartbeat() {
     request.set_rank_stopped_ms(absl::ToInt64Milliseconds(ranks_->StoppedFor(absl::Now())));
   }
   HeartbeatResponse response;
-  absl::Status status;
-  if (stream_heartbeats_.load()) {
-    absl::StatusOr<HeartbeatResponse> answer =
-        heartbeat_stream_.Exchange(request, kControlRpcDeadline);
-    if (answer.ok()) {
-      response = *std::move(answer);
-    } else if (answer.status().code() == absl::StatusCode::kUnimplemented) {
-      ReportState("unary heartbeats",
-                  "the coordinator has no HeartbeatStream (an older build): heartbeats go as "
-                  "unary calls");
-      stream_heartbeats_.store(false);
-    } else {
-      status = answer.status();
-    }
-  }
-  if (!stream_heartbeats_.load()) {
-    grpc::ClientContext context;
-    Prepare(&context);
-    status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
-  }
+  absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
   if (!status.ok()) return status;
   ++heartbeats_;
   for (const WorkerCommand& command : response.commands()) Execute(command);

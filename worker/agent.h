@@ -22,7 +22,6 @@
 #include "absl/time/time.h"
 #include "common/notification.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "worker/heartbeat_stream.h"
 #include "worker/rank_process.h"
 
 namespace mtrain {
@@ -67,8 +66,6 @@ class WorkerAgent {
   // Counters for tests and logs.
   int registrations() const { return registrations_.load(); }
   int heartbeats() const { return heartbeats_.load(); }
-  // Whether heartbeats still go on the stream (false after an UNIMPLEMENTED).
-  bool streams_heartbeats() const { return stream_heartbeats_.load(); }
 
  private:
   absl::Status Register();
@@ -84,10 +81,6 @@ class WorkerAgent {
   const WorkerInfo info_;
   RankProcess* const ranks_;
   const std::string token_;
-  // Heartbeats go on this stream; a coordinator that lacks the method (UNIMPLEMENTED: an
-  // older build) gets unary Heartbeat calls instead, from then on.
-  HeartbeatStream heartbeat_stream_;
-  std::atomic<bool> stream_heartbeats_{true};
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
   std::string reported_state_;
   // Read by other threads (tests) while Run() writes them.

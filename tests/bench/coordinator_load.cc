@@ -9,9 +9,7 @@
 // throw-away state directory, runs this against it and stops it.
 //
 // One simulated worker does what the worker daemon and its rank process would:
-//   RegisterWorker -> a heartbeat every --heartbeat_ms (IDLE, or BUSY with its rank) on its
-//   HeartbeatStream, as the daemon sends them (unary Heartbeat calls with
-//   --heartbeat_stream=false, as an older daemon did) -> on an
+//   RegisterWorker -> Heartbeat every --heartbeat_ms (IDLE, or BUSY with its rank) -> on an
 //   `assign` command, a ReportMetrics stream on a connection of its own (the rank is a
 //   separate process) with one StepMetrics every 1 / --steps_per_second -> on an `abort`,
 //   the stream is closed and the heartbeats say IDLE again.
@@ -32,12 +30,11 @@
 // simulated workers and their timers. Every worker RPC is asynchronous, so a couple of
 // threads drive hundreds of workers and leave the cores to the coordinator under test.
 //
-// Latency: a unary RPC is measured as its round trip, and so is a heartbeat on the stream
-// (from its Write to the Read of its answer; a stream's first heartbeat includes opening it). A
-// stream Write is measured from the call to its completion, which is when gRPC has handed the
-// message to the transport: it only grows once flow control stops the client because the
-// coordinator does not read. The coordinator's processing of metrics shows instead as the lag
-// between the last step the reporting rank wrote and the step GetJob says the coordinator recorded.
+// Latency: a unary RPC is measured as its round trip. A stream Write is measured from the
+// call to its completion, which is when gRPC has handed the message to the transport: it
+// only grows once flow control stops the client because the coordinator does not read.
+// The coordinator's processing of metrics shows instead as the lag between the last step
+// the reporting rank wrote and the step GetJob says the coordinator recorded.
 #include <unistd.h>
 
 #include <algorithm>
@@ -84,9 +81,6 @@ ABSL_FLAG(double, seconds, 20,
 ABSL_FLAG(int, heartbeat_ms, 100,
           "heartbeat period of each simulated worker: 10x the default rate (1 s), so a few "
           "hundred simulated workers load the coordinator like a few thousand real ones");
-ABSL_FLAG(bool, heartbeat_stream, true,
-          "heartbeats on one HeartbeatStream per worker, as the worker daemon sends them; "
-          "false: a unary Heartbeat call each, as daemons before issue 37's stream did");
 ABSL_FLAG(double, steps_per_second, 20, "StepMetrics each rank writes per second");
 ABSL_FLAG(int, threads, 2,
           "client threads; each multiplexes its share of the simulated workers, so a few "
@@ -216,10 +210,6 @@ enum Op {
   kWritesDoneDone,
   kFinishDone,
   kRankResultDone,
-  kBeatStarted,
-  kBeatWritten,
-  kBeatRead,
-  kBeatFinished,
   kNumOps
 };
 
@@ -239,9 +229,7 @@ struct SimWorker {
   Tag tags[kNumOps];
   State state = State::kUnregistered;
 
-  // The unary call in flight (a registration or a heartbeat, never both); with
-  // --heartbeat_stream, unary_in_flight and unary_start also stand for a heartbeat on the
-  // stream awaiting its answer.
+  // The unary call in flight (a registration or a heartbeat, never both).
   std::unique_ptr<grpc::ClientContext> unary_context;
   std::unique_ptr<grpc::ClientAsyncResponseReader<RegisterWorkerResponse>> register_call;
   RegisterWorkerResponse register_response;
@@ -251,17 +239,6 @@ struct SimWorker {
   TimePoint unary_start;
   bool unary_in_flight = false;
   bool counted_registered = false;
-
-  // --heartbeat_stream: the daemon's HeartbeatStream.
-  enum class BeatStream { kNone, kStarting, kOpen, kFinishing };
-  BeatStream beat_stream = BeatStream::kNone;
-  std::unique_ptr<grpc::ClientContext> beat_context;
-  std::unique_ptr<grpc::ClientAsyncReaderWriter<HeartbeatRequest, HeartbeatResponse>> beats;
-  HeartbeatRequest beat_request;
-  HeartbeatResponse beat_response;
-  grpc::Status beat_status;
-  bool beat_write_in_flight = false;
-  bool beat_read_in_flight = false;
 
   // The rank it was assigned.
   std::string job_id;
@@ -299,7 +276,6 @@ struct Options {
   std::chrono::microseconds heartbeat_period;
   std::chrono::microseconds step_period;
   int64_t job_steps = 0;  // 0: until cancelled
-  bool heartbeat_stream = true;
 };
 
 // One client thread: a completion queue, its simulated workers and their timers, all
@@ -399,7 +375,7 @@ class ClientThread {
       if (w->dead || w->state != SimWorker::State::kBusy || w->job_id != job) continue;
       w->dead = true;
       progress_->killed_at_ns.store(Clock::now().time_since_epoch().count());
-      CancelDaemonCalls(w);
+      if (w->unary_in_flight) w->unary_context->TryCancel();
       if (w->stream != SimWorker::Stream::kNone) w->stream_context->TryCancel();
       return;
     }
@@ -413,12 +389,7 @@ class ClientThread {
         SendRegister(w);
         break;
       case TimerKind::kHeartbeat:
-        if (w->beat_write_in_flight) {
-          // The last heartbeat's answer came before its Write's completion: a moment more.
-          Schedule(Clock::now() + std::chrono::milliseconds(1), w, TimerKind::kHeartbeat);
-        } else if (w->state != SimWorker::State::kUnregistered && !w->unary_in_flight) {
-          SendHeartbeat(w);
-        }
+        if (w->state != SimWorker::State::kUnregistered && !w->unary_in_flight) SendHeartbeat(w);
         break;
       case TimerKind::kStep:
         if (timer.epoch != w->stream_epoch || w->stream != SimWorker::Stream::kOpen) break;
@@ -457,20 +428,6 @@ class ClientThread {
         break;
       case kRankResultDone:
         OnRankResultDone(w);
-        break;
-      case kBeatStarted:
-        OnBeatStreamStarted(w, ok);
-        break;
-      case kBeatWritten:
-        w->beat_write_in_flight = false;
-        // A failed write ends the stream; the read in flight fails too and finishes it.
-        MaybeFinishBeats(w, ok);
-        break;
-      case kBeatRead:
-        OnBeatRead(w, ok);
-        break;
-      case kBeatFinished:
-        OnBeatStreamFinished(w);
         break;
       case kNumOps:
         break;
@@ -515,8 +472,7 @@ class ClientThread {
   }
 
   void SendHeartbeat(SimWorker* w) {
-    HeartbeatRequest& request = w->beat_request;
-    request.Clear();
+    HeartbeatRequest request;
     request.set_worker_id(w->info.worker_id());
     request.set_incarnation_id(w->info.incarnation_id());
     if (w->state == SimWorker::State::kBusy) {
@@ -525,16 +481,6 @@ class ClientThread {
       request.set_generation(w->generation);
     } else {
       request.set_state(WORKER_STATE_IDLE);
-    }
-    if (options_.heartbeat_stream) {
-      w->unary_start = Clock::now();
-      w->unary_in_flight = true;
-      if (w->beat_stream == SimWorker::BeatStream::kOpen) {
-        WriteBeat(w);
-      } else {
-        OpenBeatStream(w);
-      }
-      return;
     }
     w->unary_context = UnaryContext();
     w->heartbeat_response.Clear();
@@ -547,15 +493,11 @@ class ClientThread {
   }
 
   void OnHeartbeat(SimWorker* w) {
-    OnHeartbeatAnswer(w, w->unary_status.error_code(), w->heartbeat_response);
-  }
-
-  // A heartbeat's answer, unary or on the stream: `code` is its status.
-  void OnHeartbeatAnswer(SimWorker* w, grpc::StatusCode code, const HeartbeatResponse& response) {
     w->unary_in_flight = false;
     if (w->dead) return;
-    recorder_.Add(kHeartbeat, w->unary_start, code);
+    recorder_.Add(kHeartbeat, w->unary_start, w->unary_status.error_code());
     if (stopping_) return;
+    const grpc::StatusCode code = w->unary_status.error_code();
     if (code == grpc::StatusCode::NOT_FOUND || code == grpc::StatusCode::FAILED_PRECONDITION) {
       // The coordinator forgot this worker (restart) or holds another incarnation: register
       // again, as the daemon does.
@@ -564,7 +506,7 @@ class ClientThread {
       SendRegister(w);
       return;
     }
-    for (const WorkerCommand& command : response.commands()) {
+    for (const WorkerCommand& command : w->heartbeat_response.commands()) {
       if (command.has_assign()) OnAssign(w, command.assign());
       if (command.has_abort()) OnAbort(w, command.abort());
     }
@@ -572,79 +514,6 @@ class ClientThread {
     // that one took longer than a period.
     Schedule(std::max(Clock::now(), w->unary_start + options_.heartbeat_period), w,
              TimerKind::kHeartbeat);
-  }
-
-  // ------------------------------------------------------------ daemon: the heartbeat stream
-
-  void OpenBeatStream(SimWorker* w) {
-    w->beat_context = std::make_unique<grpc::ClientContext>();
-    w->beats = w->daemon->PrepareAsyncHeartbeatStream(w->beat_context.get(), &cq_);
-    w->beat_stream = SimWorker::BeatStream::kStarting;
-    w->beats->StartCall(&w->tags[kBeatStarted]);
-    ++outstanding_;
-  }
-
-  void OnBeatStreamStarted(SimWorker* w, bool ok) {
-    if (!ok || stopping_ || w->dead) {
-      FinishBeats(w);
-      return;
-    }
-    w->beat_stream = SimWorker::BeatStream::kOpen;
-    WriteBeat(w);
-  }
-
-  // The heartbeat's Write and the Read of its answer go out together.
-  void WriteBeat(SimWorker* w) {
-    w->beat_response.Clear();
-    w->beat_write_in_flight = true;
-    w->beat_read_in_flight = true;
-    w->beats->Write(w->beat_request, &w->tags[kBeatWritten]);
-    w->beats->Read(&w->beat_response, &w->tags[kBeatRead]);
-    outstanding_ += 2;
-  }
-
-  void OnBeatRead(SimWorker* w, bool ok) {
-    w->beat_read_in_flight = false;
-    if (!ok || stopping_ || w->dead) {
-      MaybeFinishBeats(w, /*ok=*/false);
-      return;
-    }
-    OnHeartbeatAnswer(w, grpc::StatusCode::OK, w->beat_response);
-  }
-
-  // After a failed operation (or when stopping): once nothing is in flight, Finish
-  // collects the stream's status.
-  void MaybeFinishBeats(SimWorker* w, bool ok) {
-    if (ok && !stopping_ && !w->dead) return;
-    if (w->beat_stream != SimWorker::BeatStream::kOpen || w->beat_write_in_flight ||
-        w->beat_read_in_flight) {
-      return;
-    }
-    FinishBeats(w);
-  }
-
-  void FinishBeats(SimWorker* w) {
-    w->beat_stream = SimWorker::BeatStream::kFinishing;
-    w->beats->Finish(&w->beat_status, &w->tags[kBeatFinished]);
-    ++outstanding_;
-  }
-
-  void OnBeatStreamFinished(SimWorker* w) {
-    w->beats.reset();
-    w->beat_context.reset();
-    w->beat_stream = SimWorker::BeatStream::kNone;
-    if (!w->unary_in_flight) return;
-    // The heartbeat in flight failed with the stream; its code decides what comes next,
-    // as a unary call's would (a stream that ended OK still lost the heartbeat).
-    const grpc::StatusCode code =
-        w->beat_status.ok() ? grpc::StatusCode::UNAVAILABLE : w->beat_status.error_code();
-    OnHeartbeatAnswer(w, code, HeartbeatResponse());
-  }
-
-  // Cancels the daemon's call in flight (or its heartbeat stream).
-  void CancelDaemonCalls(SimWorker* w) {
-    if (w->beat_stream != SimWorker::BeatStream::kNone) w->beat_context->TryCancel();
-    if (w->unary_in_flight && w->unary_context != nullptr) w->unary_context->TryCancel();
   }
 
   void OnAssign(SimWorker* w, const Assignment& assignment) {
@@ -818,8 +687,7 @@ class ClientThread {
     stopping_ = true;
     for (auto& worker : workers_) {
       SimWorker* w = worker.get();
-      CancelDaemonCalls(w);
-      if (w->beat_stream == SimWorker::BeatStream::kOpen) MaybeFinishBeats(w, /*ok=*/false);
+      if (w->unary_in_flight) w->unary_context->TryCancel();
       if (w->stream == SimWorker::Stream::kNone) continue;
       w->stream_context->TryCancel();
       if (w->stream == SimWorker::Stream::kOpen && !w->write_in_flight) FinishStream(w);
@@ -1020,8 +888,7 @@ int Run() {
   const int job_world = num_workers / num_jobs;
 
   const Options options{std::chrono::milliseconds(heartbeat_ms),
-                        std::chrono::microseconds(std::llround(1e6 / steps_per_second)), job_steps,
-                        absl::GetFlag(FLAGS_heartbeat_stream)};
+                        std::chrono::microseconds(std::llround(1e6 / steps_per_second)), job_steps};
   Progress progress;
   std::vector<std::unique_ptr<ClientThread>> threads;
   for (int t = 0; t < num_threads; ++t) {
