@@ -200,6 +200,9 @@ class JobManager {
     std::set<int> finished;            // ranks that reported OK
     bool running = false;              // a step was reported
     absl::Time placed_at;
+    // The registry's removal count (WorkerRegistry::Census::removals) when every rank's
+    // worker was last found registered; -1 before the first look.
+    int64_t checked_removals = -1;
   };
 
   JobManager(const Clock* clock, WorkerRegistry* workers, JobStore* store,

@@ -539,6 +539,31 @@ TEST_F(JobManagerTest, ADeadWorkerFailsItsGeneration) {
   EXPECT_NE(manager_->Get(*id)->message().find("w1"), std::string::npos);
 }
 
+// The tick looks at a job's ranks one by one only when a worker may have failed it; a
+// worker forgotten between two ticks (dead, then removed, never seen dead by a census) is
+// such a case.
+TEST_F(JobManagerTest, ADeadWorkerRemovedBetweenTwoTicksFailsItsGeneration) {
+  AddWorker("w0", "h");
+  AddWorker("w1", "h");
+  absl::StatusOr<std::string> id =
+      manager_->Submit(Spec(R"({"data": 2, "global_batch_size": 2})", /*max_restarts=*/0));
+  ASSERT_TRUE(id.ok());
+  Deliver({"w0", "w1"});
+  manager_->Tick();  // every rank's worker found registered
+  manager_->Tick();
+  EXPECT_NE(State(*id), JOB_STATE_FAILED);
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Beat("w0", WORKER_STATE_BUSY, *id, 1);
+  }
+  ASSERT_TRUE(registry_.Remove("w1").ok());  // dead by now, so it may go
+  manager_->Tick();
+  EXPECT_EQ(State(*id), JOB_STATE_FAILED);
+  EXPECT_NE(manager_->Get(*id)->message().find("worker w1 (rank 1) stopped heartbeating"),
+            std::string::npos)
+      << manager_->Get(*id)->message();
+}
+
 TEST_F(JobManagerTest, APauseOfTheCoordinatorBlamesNoWorker) {
   AddWorker("w0", "h");
   AddWorker("w1", "h");

@@ -134,6 +134,7 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
                        " workers; a dead one makes room]"));
     }
     workers_.erase(longest_dead);
+    ++removals_;
   }
   *restarted = it != workers_.end() && it->second.info.incarnation_id() != info.incarnation_id();
   Record& record = workers_[info.worker_id()];
@@ -206,6 +207,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
                      " ago): stop it first [rule: only dead workers can be removed]"));
   }
   workers_.erase(it);
+  ++removals_;
   return absl::OkStatus();
 }
 
@@ -215,6 +217,7 @@ WorkerRegistry::Census WorkerRegistry::TakeCensus() const {
   LookLocked(now);
   Census census;
   census.registered = static_cast<int>(workers_.size());
+  census.removals = removals_;
   for (const auto& [id, record] : workers_) {
     if (IsAlive(record, now)) {
       ++census.alive;

@@ -96,6 +96,9 @@ class WorkerRegistry {
     int registered = 0;
     int alive = 0;
     std::set<std::string> dead;
+    // Workers forgotten so far (Remove, or a dead one making room): while this count is
+    // unchanged, a worker found registered is still registered.
+    int64_t removals = 0;
   };
   Census TakeCensus() const;
   // Whether `worker_id` is registered (alive or not).
@@ -138,6 +141,7 @@ class WorkerRegistry {
   // Mutable: looking at the clock, which even a const read does, is what finds a pause and
   // moves the heartbeat windows.
   mutable std::map<std::string, Record> workers_ ABSL_GUARDED_BY(mutex_);
+  int64_t removals_ ABSL_GUARDED_BY(mutex_) = 0;
   // InfinitePast() before the first look.
   mutable absl::Time last_look_ ABSL_GUARDED_BY(mutex_);
   mutable Pauses pauses_ ABSL_GUARDED_BY(mutex_);

@@ -104,6 +104,9 @@ ABSL_FLAG(int, upload_mib, 0,
           "after the window, upload a checkpoint file of this many MiB for the first job's "
           "generation (a rank's checkpoint shard, over a connection of its own) while the "
           "load goes on, and print its rate; 0: none");
+ABSL_FLAG(std::string, latency_trace, "",
+          "FILE: every heartbeat of the window as a CSV line `start_ms,latency_ms,code` (start "
+          "from the window's begin), to see when the slow ones happen");
 ABSL_FLAG(int, coordinator_pid, 0,
           "the coordinator's process id, to read its CPU time from /proc; 0: not measured");
 
@@ -752,6 +755,34 @@ struct ProcessSample {
   int64_t rss_kib = 0;
 };
 
+// The machine's CPU time by kind, from the first line of /proc/stat (proc(5)), in ticks.
+// Steal is time the hypervisor gave this VM's virtual CPUs to someone else: on a shared
+// VM it swings from 1% to over 30% within minutes, and a tail latency measured while a
+// third of the CPU is gone says more about the host than about the coordinator.
+struct MachineSample {
+  bool ok = false;
+  int64_t busy = 0;  // user, nice, system, irq, softirq
+  int64_t idle = 0;  // idle, iowait
+  int64_t steal = 0;
+};
+
+MachineSample SampleMachine() {
+  MachineSample sample;
+  std::ifstream stat_file("/proc/stat");
+  std::string label;
+  int64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(stat_file >> label >> user >> nice >> system >> idle >> iowait >> irq >> softirq >>
+        steal) ||
+      label != "cpu") {
+    return sample;
+  }
+  sample.ok = true;
+  sample.busy = user + nice + system + irq + softirq;
+  sample.idle = idle + iowait;
+  sample.steal = steal;
+  return sample;
+}
+
 ProcessSample SampleProcess(const std::string& pid) {
   ProcessSample sample;
   std::ifstream stat_file("/proc/" + pid + "/stat");
@@ -927,6 +958,7 @@ int Run() {
   std::vector<std::string> job_ids;
   TimePoint submitted{}, streaming{}, window_begin{}, window_end{}, cancelled{};
   ProcessSample coordinator_before, coordinator_after, client_before, client_after;
+  MachineSample machine_before, machine_after;
   std::optional<std::pair<double, double>> writes_before, writes_after;
   int64_t max_lag = 0, last_written = 0, last_recorded = 0;
   std::map<JobState, int> job_ends;
@@ -1001,6 +1033,7 @@ int Run() {
     // job, with --job_steps, until all have ended).
     if (pid > 0) coordinator_before = SampleProcess(pid_text);
     client_before = SampleProcess("self");
+    machine_before = SampleMachine();
     if (!http.empty()) writes_before = StepWriteCounters(http);
     window_begin = Clock::now();
     const TimePoint end =
@@ -1048,6 +1081,7 @@ int Run() {
     window_end = Clock::now();
     if (pid > 0) coordinator_after = SampleProcess(pid_text);
     client_after = SampleProcess("self");
+    machine_after = SampleMachine();
     if (!http.empty()) writes_after = StepWriteCounters(http);
     if (job_steps > 0 && !unfinished.empty()) {
       std::fprintf(stderr, "coordinator_load: %zu of %d jobs had not ended by the deadline\n",
@@ -1170,6 +1204,15 @@ int Run() {
 
   const double window = Seconds(window_end - window_begin);
   std::printf("window: %.1f s\n\n", window);
+  if (const std::string trace = absl::GetFlag(FLAGS_latency_trace); !trace.empty()) {
+    std::ofstream out(trace);
+    out << "start_ms,latency_ms,code\n";
+    for (const Sample& sample : merged.samples[kHeartbeat]) {
+      if (sample.start < window_begin || sample.start >= window_end) continue;
+      out << absl::StrFormat("%.3f,%.3f,%d\n", Seconds(sample.start - window_begin) * 1e3,
+                             sample.micros / 1e3, sample.code);
+    }
+  }
   std::printf("| RPC | count | errors | rate /s | offered /s | p50 ms | p99 ms | max ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   std::map<std::string, int> errors;
@@ -1203,6 +1246,19 @@ int Run() {
                        client_before.user_seconds - client_before.system_seconds;
     std::printf("this client: %.0f%% of one core; %d threads\n", 100 * cpu / window,
                 client_after.threads);
+  }
+  if (machine_before.ok && machine_after.ok) {
+    const double busy = machine_after.busy - machine_before.busy;
+    const double idle = machine_after.idle - machine_before.idle;
+    const double steal = machine_after.steal - machine_before.steal;
+    const double total = busy + idle + steal;
+    if (total > 0) {
+      std::printf(
+          "machine: busy %.0f%%, idle %.0f%%, stolen by the hypervisor %.0f%% of %d CPUs%s\n",
+          100 * busy / total, 100 * idle / total, 100 * steal / total,
+          static_cast<int>(std::thread::hardware_concurrency()),
+          steal / total > 0.05 ? " (latencies of this run are the host's as much as ours)" : "");
+    }
   }
   if (num_jobs == 1 && job_steps == 0) {
     std::printf(
