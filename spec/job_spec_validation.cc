@@ -785,13 +785,6 @@ void ValidateBertTrained(const JobSpec& spec, Violations* v) {
                         " with model.family MODEL_FAMILY_BERT [rule: BERT trains on the CPU "
                         "engine, in PRECISION_FP32, so far]"));
   }
-  if (m.layernorm_placement() == LAYERNORM_PLACEMENT_POST && spec.parallel().sequence_parallel() &&
-      spec.parallel().tensor() > 1) {
-    v->Add(
-        "parallel.sequence_parallel: true with model.layernorm_placement "
-        "LAYERNORM_PLACEMENT_POST [rule: the post placement's layers run on whole sequences, "
-        "use LAYERNORM_PLACEMENT_PRE or turn sequence parallelism off]");
-  }
   const DataSpec& data = spec.data();
   if (data.paths_size() > 0) {
     v->Add(

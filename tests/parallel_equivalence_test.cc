@@ -391,8 +391,7 @@ INSTANTIATE_TEST_SUITE_P(
         LlamaLayout("llama_tied_biases_t4_sequence_parallel", 4, 1, 1, kLlamaTiedBiases, 1, 0,
                     R"(, "sequence_parallel": true)"),
         LlamaLayout("llama_tied_biases_p2d2_interleaved_zero1", 1, 2, 2, kLlamaTiedBiases, 2, 1),
-        // BERT in every kind of layout, both placements (the post one without sequence
-        // parallelism, which refuses it).
+        // BERT in every kind of layout, both placements.
         BertLayout("bert_t2", 2, 1, 1, kBertPre), BertLayout("bert_p2", 1, 2, 1, kBertPre),
         BertLayout("bert_d2_zero1", 1, 1, 2, kBertPre, 1, 1),
         BertLayout("bert_t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, kBertPre, 1, 1,
@@ -408,6 +407,11 @@ INSTANTIATE_TEST_SUITE_P(
         BertLayout("bert_post_t4_full_block_1", 4, 1, 1, kBertPost, 1, 0, "",
                    R"(, "recompute_granularity": "full", "recompute_method": "block",
                                       "recompute_num_layers": 1)"),
+        BertLayout("bert_post_t2p2d2_sequence_parallel_zero1_selective", 2, 2, 2, kBertPost, 1, 1,
+                   R"(, "sequence_parallel": true)", R"(, "recompute_granularity": "selective")"),
+        BertLayout("bert_post_t4_sequence_parallel_full_uniform_2", 4, 1, 1, kBertPost, 1, 0,
+                   R"(, "sequence_parallel": true)",
+                   R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"),
         // The zero-bubble schedule ZB-H1 (issue 36): the backward split into the input's
         // and the weights' gradients, the weights' run later (plan/zero_bubble_schedule.h).
         Layout{"zb_h1_p2", 1, 2, 1, 1, "SCHEDULE_ZB_H1"},
@@ -434,7 +438,9 @@ INSTANTIATE_TEST_SUITE_P(
         BertLayout("race_p4_interleaved_full_uniform_2", 1, 4, 1, kRacePre, 2, 0, "",
                    R"(, "recompute_granularity": "full", "recompute_num_layers": 2)"),
         BertLayout("race_post_t2p2d2_zero1", 2, 2, 2, kRacePost, 1, 1),
-        BertLayout("race_post_t4", 4, 1, 1, kRacePost)),
+        BertLayout("race_post_t4", 4, 1, 1, kRacePost),
+        BertLayout("race_post_t2p2_sequence_parallel", 2, 2, 1, kRacePost, 1, 0,
+                   R"(, "sequence_parallel": true)")),
     [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 
 // Issue 21's whole matrix: every combination of its options (sequence parallelism,

@@ -212,21 +212,5 @@ TEST(BertModelTest, RefusesBadMicrobatchesNamingTheField) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(BertModelTest, PostPlacementWithSequenceParallelismIsRefusedByName) {
-  const ModelShape shape = TinyBert(NormPlacement::kPost);
-  ModelPlacement placement = WholeModel(shape);
-  placement.tensor_size = 2;
-  ParameterLayout layout(shape, placement);
-  ModelOptions options;
-  options.sequence_parallel = true;
-  TensorParallelGroup<float> group;
-  group.size = 2;
-  const auto chunk = NewModelChunk<float>(layout, kBatch, options, group);
-  EXPECT_EQ(chunk.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(chunk.status().message().find("layernorm_placement"), std::string::npos);
-  options.sequence_parallel = false;
-  EXPECT_TRUE(NewModelChunk<float>(layout, kBatch, options, group).ok());
-}
-
 }  // namespace
 }  // namespace mtrain

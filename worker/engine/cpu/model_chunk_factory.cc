@@ -13,20 +13,6 @@ absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(const ParameterLayo
                                                              const ModelOptions& options,
                                                              TensorParallelGroup<T> tensor_group,
                                                              SharedParameterBuffers<T> shared) {
-  switch (layout.shape().family) {
-    case ArchitectureFamily::kGpt2:
-    case ArchitectureFamily::kLlama:
-      break;
-    case ArchitectureFamily::kBert:
-      if (layout.shape().norm_placement == NormPlacement::kPost && options.sequence_parallel &&
-          tensor_group.size > 1) {
-        return absl::UnimplementedError(
-            "model.layernorm_placement post with parallel.sequence_parallel: the CPU engine "
-            "runs the post placement's layers on whole sequences only; use the pre placement "
-            "or turn sequence parallelism off");
-      }
-      break;
-  }
   // One transformer body for every family; layer_blocks.h and transformer_model_bert.cc
   // hold where they differ.
   return std::unique_ptr<ModelChunk<T>>(std::make_unique<TransformerModel<T>>(

@@ -15,8 +15,9 @@ namespace mtrain {
 
 // The chunk of `layout` (which must outlive it) for microbatches of `micro_batch`
 // sequences; without `shared` buffers the chunk owns its parameters and gradients.
-// UNIMPLEMENTED for a combination the CPU layers do not run (BERT's post placement under
-// sequence parallelism), naming the fields.
+// An error is for a combination the CPU layers do not run, naming the fields; there is none
+// today (every family runs in every layout; BERT's post placement under sequence
+// parallelism since session 38).
 template <typename T>
 absl::StatusOr<std::unique_ptr<ModelChunk<T>>> NewModelChunk(
     const ParameterLayout& layout, int micro_batch, const ModelOptions& options,

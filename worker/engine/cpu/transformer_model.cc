@@ -316,7 +316,8 @@ template <typename T>
 absl::Status TransformerModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x,
                                                T* out, LayerActivations<T>* s) {
   if (shape_.norm_placement == NormPlacement::kPost) {
-    return PostNormLayerForward(layer, id, x, out, s);
+    return sequence_parallel_ ? PostNormLayerForwardSequenceParallel(layer, id, x, out, s)
+                              : PostNormLayerForward(layer, id, x, out, s);
   }
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<T>& w = p_.layers[layer];
@@ -337,7 +338,8 @@ template <typename T>
 absl::Status TransformerModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
                                                 const LayerActivations<T>& s, T* d_out, T* d_x) {
   if (shape_.norm_placement == NormPlacement::kPost) {
-    return PostNormLayerBackward(layer, id, x, s, d_out, d_x);
+    return sequence_parallel_ ? PostNormLayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x)
+                              : PostNormLayerBackward(layer, id, x, s, d_out, d_x);
   }
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<T>& w = p_.layers[layer];
@@ -423,7 +425,10 @@ absl::StatusOr<double> TransformerModel<T>::Forward(const MicrobatchInput<T>& in
 
   std::copy(input.targets, input.targets + N, acts->targets.begin());
   if (bert && shape_.norm_placement == NormPlacement::kPost) {
-    return BertHeadForward(input, acts, x_last);
+    if (!sequence_parallel_) return BertHeadForward(input, acts, x_last);
+    // The heads take every row: the last layer's rows gathered.
+    RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, x_last, acts->lnf.data(), local_rows_, C));
+    return BertHeadForward(input, acts, acts->lnf.data());
   }
   if (sequence_parallel_) {
     // The final LayerNorm on this rank's rows, gathered for the vocab-parallel head.
@@ -484,7 +489,10 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
     RETURN_IF_ERROR(BertHeadBackward(acts, d_loss_per_token, d_ln_.data()));
     const T* x_last = acts->layer_io[placement_.num_layers].data();
     if (shape_.norm_placement == NormPlacement::kPost) {
-      std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(NC), d_x.begin());
+      // The heads' input gradient is the same on every tensor rank: under sequence
+      // parallelism each takes its own rows of it.
+      const auto from = d_ln_.begin() + static_cast<std::ptrdiff_t>(row_offset_) * C;
+      std::copy(from, from + static_cast<std::ptrdiff_t>(local_rows_) * C, d_x.begin());
     } else {
       // The heads' input gradient is the same on every tensor rank: under sequence
       // parallelism each takes its own rows of it through the final LayerNorm.
@@ -493,7 +501,7 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
                                     acts->lnf_rstd.data(), d_x.data(), g_.lnf_gamma, g_.lnf_beta,
                                     local_rows_);
       if (sequence_parallel_ && on_grad_ready != nullptr) {
-        RETURN_IF_ERROR(SumLayerNormGradients(-1));
+        RETURN_IF_ERROR(SumLayerNormGradients(kFinalNorm));
       }
     }
     for (const ParamTensor* tensor : head_tensors_) report(tensor);
@@ -519,7 +527,7 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
                                     acts->lnf_mean.data(), acts->lnf_rstd.data(), d_x.data(),
                                     g_.lnf_gamma, g_.lnf_beta, local_rows_);
       // Final for the step once the last backward reports it: the ranks' rows summed.
-      if (on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(-1));
+      if (on_grad_ready != nullptr) RETURN_IF_ERROR(SumLayerNormGradients(kFinalNorm));
     } else {
       RETURN_IF_ERROR(tp::ColumnParallelLinearBackward<T>(
           tp_, d_logits.data(), acts->lnf.data(), OutputWeight(p_), d_ln_.data(), OutputWeight(g_),
@@ -566,13 +574,19 @@ absl::Status TransformerModel<T>::Backward(Activations<T>* acts, const T* d_hidd
       Zero(sp_rows_);
       cpu::DropoutBackward<T>(d_x.data(), sp_rows_.data(), static_cast<size_t>(local_rows_) * C,
                               options_.dropout, key, static_cast<uint64_t>(row_offset_) * C);
+      // BERT's embedding LayerNorm (post) on this rank's rows, as in the forward.
+      if (bert) BertEmbeddingNormBackward(acts, sp_rows_.data(), local_rows_);
+      if (bert && on_grad_ready != nullptr && shape_.norm_placement == NormPlacement::kPost) {
+        RETURN_IF_ERROR(SumLayerNormGradients(kEmbeddingNorm));
+      }
       RETURN_IF_ERROR(
           tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), local_rows_, C));
     } else {
       Zero(d_branch_);
       cpu::DropoutBackward<T>(d_x.data(), d_branch_.data(), NC, options_.dropout, key, 0);
+      if (bert) BertEmbeddingNormBackward(acts, d_branch_.data(), N);
     }
-    if (bert) BertEmbeddingBackward(acts, d_branch_.data(), N, 0);
+    if (bert) BertTokenTypeBackward(acts, d_branch_.data(), N);
     tp::VocabParallelEmbeddingBackward<T>(acts->tokens.data(), d_branch_.data(), g_.wte, N, C,
                                           placement_.vocab_start(shape_),
                                           placement_.local_vocab(shape_));

@@ -127,9 +127,12 @@ class TransformerModel final : public ModelChunk<T> {
   // BERT's additions to the embedding on `rows` rows of x0 (from row `row_offset`): the
   // token types, and under post the embedding LayerNorm (its input kept in acts).
   void BertEmbeddingForward(Activations<T>* acts, T* x0, int rows, int row_offset);
-  // From d_x0 (after the dropout's backward) to the gradient of the embeddings' sum, in
-  // place, accumulating the LayerNorm's and the token types' gradients.
-  void BertEmbeddingBackward(Activations<T>* acts, T* d_x0, int rows, int row_offset);
+  // Under post, from d_x0 (after the dropout's backward; `rows` rows from `row_offset`, this
+  // rank's under sequence parallelism) to the gradient of the embeddings' sum, in place,
+  // accumulating the embedding LayerNorm's gradients; nothing under pre.
+  void BertEmbeddingNormBackward(Activations<T>* acts, T* d_x0, int rows);
+  // The token types' gradient from the gradient of the embeddings' sum (all N rows).
+  void BertTokenTypeBackward(Activations<T>* acts, const T* d_sum, int rows);
   // BERT's heads on `head_in` [N, C] (the final LayerNorm's output under pre, the last
   // layer's under post): returns the masked rows' summed losses and adds the sentence-order
   // losses and the correct predictions to input.bert_totals.
@@ -150,19 +153,41 @@ class TransformerModel final : public ModelChunk<T> {
                                            const T* head_in);
   void ChoiceHeadBackward(Activations<T>* acts, T d_loss_per_question, T* d_head_in);
   // Under sequence parallelism (transformer_model_sequence_parallel.cc): x, out, d_out and d_x are
-  // this rank's rows.
+  // this rank's rows. The pre placement's layer, and the post placement's.
   absl::Status LayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x, T* out,
                                             LayerActivations<T>* saved);
   absl::Status LayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
                                              const LayerActivations<T>& saved, T* d_out, T* d_x);
+  absl::Status PostNormLayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                                    T* out, LayerActivations<T>* saved);
+  absl::Status PostNormLayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                                     const LayerActivations<T>& saved, T* d_out,
+                                                     T* d_x);
+  // The two branches under sequence parallelism: `in` and `out` are this rank's rows [R, C];
+  // `in` is gathered for the column-parallel GEMM (again in the backward, for the weight
+  // gradients), the row-parallel GEMM's partial output reduce-scattered into `out`. The
+  // backwards take the gradient of `out` (this rank's rows) and leave the gradient of `in`
+  // (this rank's rows) in sp_rows_.
+  absl::Status AttentionBranchForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                      const T* in, T* out, LayerActivations<T>* s);
+  absl::Status MlpBranchForwardSequenceParallel(int layer, const MicrobatchId& id, const T* in,
+                                                T* out, LayerActivations<T>* s);
+  absl::Status AttentionBranchBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                       const T* in, const LayerActivations<T>& s,
+                                                       const T* d_out);
+  absl::Status MlpBranchBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* in,
+                                                 const LayerActivations<T>& s, const T* d_out);
   // The attention core's output and log-sum-exp for the backward of the layer that saved
   // `s`: its own, or under selective recomputation recomputed from its QKV (same dropout
   // key: the forward's bit for bit) into the model's buffers.
   std::pair<const T*, const T*> AttentionCoreFor(const LayerActivations<T>& s,
                                                  const cpu::AttentionShape& shape,
                                                  const cpu::AttentionDropout& dropout);
-  // Sums local layer `layer`'s LayerNorm gradients (-1: the final LayerNorm's) over the
-  // tensor group: under sequence parallelism each rank computed them from its rows.
+  // Sums local layer `layer`'s LayerNorm gradients (kFinalNorm: the final LayerNorm's,
+  // kEmbeddingNorm: BERT's embedding LayerNorm under post) over the tensor group: under
+  // sequence parallelism each rank computed them from its rows.
+  static constexpr int kFinalNorm = -1;
+  static constexpr int kEmbeddingNorm = -2;
   absl::Status SumLayerNormGradients(int layer);
   cpu::VocabShard VocabShardOf(int rows) const;
   // This rank's heads (and key-value heads) for the attention core.

@@ -132,18 +132,19 @@ void TransformerModel<T>::BertEmbeddingForward(Activations<T>* acts, T* x0, int 
 }
 
 template <typename T>
-void TransformerModel<T>::BertEmbeddingBackward(Activations<T>* acts, T* d_x0, int rows,
-                                                int row_offset) {
-  const int C = shape_.hidden;
-  const size_t RC = static_cast<size_t>(rows) * C;
-  if (shape_.norm_placement == NormPlacement::kPost) {
-    std::fill(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), T(0));
-    layer_blocks::NormBackward<T>(shape_, d_x0, acts->emb_sum.data(), p_.emb_ln_gamma,
-                                  acts->emb_ln_mean.data(), acts->emb_ln_rstd.data(), d_ln_.data(),
-                                  g_.emb_ln_gamma, g_.emb_ln_beta, rows);
-    std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), d_x0);
-  }
-  cpu::EmbeddingBackward<T>(acts->token_types.data() + row_offset, d_x0, g_.tte, rows, C, 0,
+void TransformerModel<T>::BertEmbeddingNormBackward(Activations<T>* acts, T* d_x0, int rows) {
+  if (shape_.norm_placement != NormPlacement::kPost) return;
+  const size_t RC = static_cast<size_t>(rows) * shape_.hidden;
+  std::fill(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), T(0));
+  layer_blocks::NormBackward<T>(shape_, d_x0, acts->emb_sum.data(), p_.emb_ln_gamma,
+                                acts->emb_ln_mean.data(), acts->emb_ln_rstd.data(), d_ln_.data(),
+                                g_.emb_ln_gamma, g_.emb_ln_beta, rows);
+  std::copy(d_ln_.begin(), d_ln_.begin() + static_cast<std::ptrdiff_t>(RC), d_x0);
+}
+
+template <typename T>
+void TransformerModel<T>::BertTokenTypeBackward(Activations<T>* acts, const T* d_sum, int rows) {
+  cpu::EmbeddingBackward<T>(acts->token_types.data(), d_sum, g_.tte, rows, shape_.hidden, 0,
                             shape_.token_types);
 }
 
@@ -359,7 +360,8 @@ void TransformerModel<T>::PoolerBackward(Activations<T>* acts, T* d_head_in) {
   template absl::Status TransformerModel<T>::TakeBertInputs(const MicrobatchInput<T>&,             \
                                                             Activations<T>*);                      \
   template void TransformerModel<T>::BertEmbeddingForward(Activations<T>*, T*, int, int);          \
-  template void TransformerModel<T>::BertEmbeddingBackward(Activations<T>*, T*, int, int);         \
+  template void TransformerModel<T>::BertEmbeddingNormBackward(Activations<T>*, T*, int);          \
+  template void TransformerModel<T>::BertTokenTypeBackward(Activations<T>*, const T*, int);        \
   template absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInput<T>&,  \
                                                                        Activations<T>*, const T*); \
   template absl::Status TransformerModel<T>::BertHeadBackward(Activations<T>*, T, T*);             \

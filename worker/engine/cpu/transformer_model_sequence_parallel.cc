@@ -1,9 +1,10 @@
 // TransformerModel's layers under sequence parallelism (transformer_model.h, Korthikanti et al.
-// 2022): the residual stream, normalisations, dropouts and residual adds work on this tensor rank's
-// rows [rank * R, (rank + 1) * R) of the [N, C] activations (R = N / t); each column-parallel block
-// takes the all-gathered LayerNorm output, each row-parallel block's partial output is
-// reduce-scattered back to the rank's rows (the conjugates in the backward). As in Megatron, the
-// LayerNorm outputs are kept for the rank's rows only and gathered again for the backward's weight
+// 2022), in both LayerNorm placements: the residual stream, normalisations, dropouts and residual
+// adds work on this tensor rank's rows [rank * R, (rank + 1) * R) of the [N, C] activations
+// (R = N / t); each column-parallel block takes its all-gathered input (the LayerNorm's output
+// under pre, the layer's input or h1 under post), each row-parallel block's partial output is
+// reduce-scattered back to the rank's rows (the conjugates in the backward). As in Megatron, a
+// branch's input is kept for the rank's rows only and gathered again for the backward's weight
 // gradients (t times less kept for a second all-gather). Dropout masks are indexed by the element's
 // place in the whole [N, C] tensor, so every layout drops the same elements. The LayerNorms'
 // parameter gradients, from this rank's rows only, are summed over the tensor group by the caller
@@ -35,25 +36,19 @@ void AddRowBias(const T* bias, T* out, int rows, int cols) {
 }  // namespace
 
 template <typename T>
-absl::Status TransformerModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                               const T* x, T* out,
-                                                               LayerActivations<T>* s) {
+absl::Status TransformerModel<T>::AttentionBranchForwardSequenceParallel(int layer,
+                                                                         const MicrobatchId& id,
+                                                                         const T* in, T* out,
+                                                                         LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
   const int R = local_rows_;
   const int C = shape_.hidden;
   const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
   const float p = id.evaluation ? 0.0f : options_.dropout;
-
-  // Attention block. The LayerNorm output is kept for this rank's rows only and gathered
-  // into the whole buffer for the column-parallel GEMM (again in the backward).
-  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
-                               s->ln1_mean.data(), s->ln1_rstd.data(), R);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln1.data(), sp_full_.data(), R, C));
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
   tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::QkvWeight(w),
                                      layer_blocks::QkvBias(w), s->qkv.data(), N, C,
                                      placement_.local_qkv(shape_));
@@ -69,14 +64,25 @@ absl::Status TransformerModel<T>::LayerForwardSequenceParallel(int layer, const 
   cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Ql, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
   AddRowBias(w.proj_bias, out, R, C);
-  cpu::DropoutForward<T>(out, out, RC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite),
-                         first);
-  for (size_t i = 0; i < RC; ++i) s->h1[i] = x[i] + out[i];
+  cpu::DropoutForward<T>(out, out, static_cast<size_t>(R) * C, p,
+                         DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
+  return absl::OkStatus();
+}
 
-  // MLP block.
-  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
-                               s->ln2_mean.data(), s->ln2_rstd.data(), R);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s->ln2.data(), sp_full_.data(), R, C));
+template <typename T>
+absl::Status TransformerModel<T>::MlpBranchForwardSequenceParallel(int layer,
+                                                                   const MicrobatchId& id,
+                                                                   const T* in, T* out,
+                                                                   LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
   tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::MlpInWeight(w),
                                      layer_blocks::MlpInBias(w), s->fc.data(), N, C,
                                      placement_.local_mlp_in(shape_));
@@ -84,16 +90,14 @@ absl::Status TransformerModel<T>::LayerForwardSequenceParallel(int layer, const 
   cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, sp_full_.data(), N, Fl, C);
   RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
   AddRowBias(w.fc_proj_bias, out, R, C);
-  cpu::DropoutForward<T>(out, out, RC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), first);
-  for (size_t i = 0; i < RC; ++i) out[i] += s->h1[i];
+  cpu::DropoutForward<T>(out, out, static_cast<size_t>(R) * C, p,
+                         DropoutKeyFor(id, global_layer, kMlpOutSite), first);
   return absl::OkStatus();
 }
 
 template <typename T>
-absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
-                                                                const T* x,
-                                                                const LayerActivations<T>& s,
-                                                                T* d_out, T* d_x) {
+absl::Status TransformerModel<T>::AttentionBranchBackwardSequenceParallel(
+    int layer, const MicrobatchId& id, const T* in, const LayerActivations<T>& s, const T* d_out) {
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -101,39 +105,12 @@ absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const
   const int R = local_rows_;
   const int C = shape_.hidden;
   const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
   const size_t RC = static_cast<size_t>(R) * C;
   const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
   const float p = options_.dropout;
   const auto zero = [](std::vector<T>& v) { std::fill(v.begin(), v.end(), T(0)); };
-
-  // d_out (this rank's rows) is the gradient of h1 + MLP branch; it doubles as d_h1.
-  T* d_h1 = d_out;
   zero(sp_rows_);
   cpu::DropoutBackward<T>(d_out, sp_rows_.data(), RC, p,
-                          DropoutKeyFor(id, global_layer, kMlpOutSite), first);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
-  zero(d_gelu_);
-  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
-                                   d_gelu_.data(), nullptr, nullptr, N, Fl, C);
-  LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
-  zero(d_fc_);
-  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
-  zero(d_ln_);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln2.data(), sp_full_.data(), R, C));
-  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
-                         nullptr, nullptr, N, C, placement_.local_mlp_in(shape_));
-  LinearWeightGradient(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(g),
-                       layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
-  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
-  layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), s.h1.data(), w.ln2_gamma,
-                                s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta,
-                                R);
-
-  // Attention block: d_x = d_h1 + (through the attention branch).
-  std::copy(d_h1, d_h1 + RC, d_x);
-  zero(sp_rows_);
-  cpu::DropoutBackward<T>(d_h1, sp_rows_.data(), RC, p,
                           DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
   RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
   const cpu::AttentionShape shape = LocalAttentionShape();
@@ -150,14 +127,133 @@ absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/true);
   zero(d_ln_);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, s.ln1.data(), sp_full_.data(), R, C));
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
   cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
                          nullptr, nullptr, N, C, placement_.local_qkv(shape_));
   LinearWeightGradient(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(g),
                        layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_));
-  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C));
+  return tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C);
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::MlpBranchBackwardSequenceParallel(
+    int layer, const MicrobatchId& id, const T* in, const LayerActivations<T>& s, const T* d_out) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t RC = static_cast<size_t>(R) * C;
+  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
+  const float p = options_.dropout;
+  const auto zero = [](std::vector<T>& v) { std::fill(v.begin(), v.end(), T(0)); };
+  zero(sp_rows_);
+  cpu::DropoutBackward<T>(d_out, sp_rows_.data(), RC, p,
+                          DropoutKeyFor(id, global_layer, kMlpOutSite), first);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
+  zero(d_gelu_);
+  tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
+                                   d_gelu_.data(), nullptr, nullptr, N, Fl, C);
+  LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
+  zero(d_fc_);
+  layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
+  zero(d_ln_);
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
+  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
+                         nullptr, nullptr, N, C, placement_.local_mlp_in(shape_));
+  LinearWeightGradient(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(g),
+                       layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
+  return tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C);
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::LayerForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                               const T* x, T* out,
+                                                               LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int R = local_rows_;
+  const size_t RC = static_cast<size_t>(R) * shape_.hidden;
+  // The LayerNorm outputs are kept for this rank's rows only; each branch gathers its input
+  // (again in the backward).
+  layer_blocks::NormForward<T>(shape_, x, w.ln1_gamma, w.ln1_beta, s->ln1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), R);
+  RETURN_IF_ERROR(AttentionBranchForwardSequenceParallel(layer, id, s->ln1.data(), out, s));
+  for (size_t i = 0; i < RC; ++i) s->h1[i] = x[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->h1.data(), w.ln2_gamma, w.ln2_beta, s->ln2.data(),
+                               s->ln2_mean.data(), s->ln2_rstd.data(), R);
+  RETURN_IF_ERROR(MlpBranchForwardSequenceParallel(layer, id, s->ln2.data(), out, s));
+  for (size_t i = 0; i < RC; ++i) out[i] += s->h1[i];
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                                const T* x,
+                                                                const LayerActivations<T>& s,
+                                                                T* d_out, T* d_x) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int R = local_rows_;
+  const size_t RC = static_cast<size_t>(R) * shape_.hidden;
+  // d_out (this rank's rows) is the gradient of h1 + MLP branch; it doubles as d_h1.
+  T* d_h1 = d_out;
+  RETURN_IF_ERROR(MlpBranchBackwardSequenceParallel(layer, id, s.ln2.data(), s, d_out));
+  layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), s.h1.data(), w.ln2_gamma,
+                                s.ln2_mean.data(), s.ln2_rstd.data(), d_h1, g.ln2_gamma, g.ln2_beta,
+                                R);
+  // Attention block: d_x = d_h1 + (through the attention branch).
+  std::copy(d_h1, d_h1 + RC, d_x);
+  RETURN_IF_ERROR(AttentionBranchBackwardSequenceParallel(layer, id, s.ln1.data(), s, d_h1));
   layer_blocks::NormBackward<T>(shape_, sp_rows_.data(), x, w.ln1_gamma, s.ln1_mean.data(),
                                 s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, R);
+  return absl::OkStatus();
+}
+
+// The post placement (BERT's original) on this rank's rows: the attention reads the layer's
+// input and the MLP h1, both gathered by their branch; the residual sums and the LayerNorms
+// after them are this rank's rows, as the pre placement's LayerNorms are.
+template <typename T>
+absl::Status TransformerModel<T>::PostNormLayerForwardSequenceParallel(int layer,
+                                                                       const MicrobatchId& id,
+                                                                       const T* x, T* out,
+                                                                       LayerActivations<T>* s) {
+  const LayerView<T>& w = p_.layers[layer];
+  const int R = local_rows_;
+  const size_t RC = static_cast<size_t>(R) * shape_.hidden;
+  RETURN_IF_ERROR(AttentionBranchForwardSequenceParallel(layer, id, x, out, s));
+  for (size_t i = 0; i < RC; ++i) s->ln1[i] = x[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->ln1.data(), w.ln1_gamma, w.ln1_beta, s->h1.data(),
+                               s->ln1_mean.data(), s->ln1_rstd.data(), R);
+  RETURN_IF_ERROR(MlpBranchForwardSequenceParallel(layer, id, s->h1.data(), out, s));
+  for (size_t i = 0; i < RC; ++i) s->ln2[i] = s->h1[i] + out[i];
+  layer_blocks::NormForward<T>(shape_, s->ln2.data(), w.ln2_gamma, w.ln2_beta, out,
+                               s->ln2_mean.data(), s->ln2_rstd.data(), R);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::PostNormLayerBackwardSequenceParallel(
+    int layer, const MicrobatchId& id, const T* x, const LayerActivations<T>& s, T* d_out, T* d_x) {
+  const LayerView<T>& w = p_.layers[layer];
+  const LayerView<T>& g = g_.layers[layer];
+  const int R = local_rows_;
+  const size_t RC = static_cast<size_t>(R) * shape_.hidden;
+  // LayerNorm 2: d_x = the gradient of the second residual sum (h1 + the MLP branch).
+  std::fill(d_x, d_x + RC, T(0));
+  layer_blocks::NormBackward<T>(shape_, d_out, s.ln2.data(), w.ln2_gamma, s.ln2_mean.data(),
+                                s.ln2_rstd.data(), d_x, g.ln2_gamma, g.ln2_beta, R);
+  // d_out = d_h1: the residual part plus the MLP's.
+  RETURN_IF_ERROR(MlpBranchBackwardSequenceParallel(layer, id, s.h1.data(), s, d_x));
+  for (size_t i = 0; i < RC; ++i) d_out[i] = d_x[i] + sp_rows_[i];
+  // LayerNorm 1: d_x = the gradient of the first residual sum (x + the attention branch),
+  // then the attention's part of x's gradient added.
+  std::fill(d_x, d_x + RC, T(0));
+  layer_blocks::NormBackward<T>(shape_, d_out, s.ln1.data(), w.ln1_gamma, s.ln1_mean.data(),
+                                s.ln1_rstd.data(), d_x, g.ln1_gamma, g.ln1_beta, R);
+  RETURN_IF_ERROR(AttentionBranchBackwardSequenceParallel(layer, id, x, s, d_x));
+  for (size_t i = 0; i < RC; ++i) d_x[i] += sp_rows_[i];
   return absl::OkStatus();
 }
 
@@ -168,6 +264,8 @@ absl::Status TransformerModel<T>::SumLayerNormGradients(int layer) {
   if (layer >= 0) {
     const LayerView<T>& g = g_.layers[layer];
     tensors = {{g.ln1_gamma, C}, {g.ln1_beta, C}, {g.ln2_gamma, C}, {g.ln2_beta, C}};
+  } else if (layer == kEmbeddingNorm) {
+    tensors = {{g_.emb_ln_gamma, C}, {g_.emb_ln_beta, C}};
   } else {
     tensors = {{g_.lnf_gamma, C}, {g_.lnf_beta, C}};
   }
@@ -196,11 +294,15 @@ absl::Status TransformerModel<T>::SumLayerNormGradients(int layer) {
 }
 
 // Only the members defined here: the class itself is instantiated in transformer_model.cc.
-#define MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(T)                                \
-  template absl::Status TransformerModel<T>::LayerForwardSequenceParallel(     \
-      int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);           \
-  template absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(    \
-      int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*); \
+#define MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(T)                                     \
+  template absl::Status TransformerModel<T>::LayerForwardSequenceParallel(          \
+      int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);                \
+  template absl::Status TransformerModel<T>::LayerBackwardSequenceParallel(         \
+      int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*);      \
+  template absl::Status TransformerModel<T>::PostNormLayerForwardSequenceParallel(  \
+      int, const MicrobatchId&, const T*, T*, LayerActivations<T>*);                \
+  template absl::Status TransformerModel<T>::PostNormLayerBackwardSequenceParallel( \
+      int, const MicrobatchId&, const T*, const LayerActivations<T>&, T*, T*);      \
   template absl::Status TransformerModel<T>::SumLayerNormGradients(int);
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(float)
 MTRAIN_INSTANTIATE_SEQUENCE_PARALLEL(double)
