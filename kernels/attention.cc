@@ -10,11 +10,11 @@ void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout) {
   switch (CpuKernelIsa()) {
     case KernelIsa::kAvx512:
-      return avx512::Forward(qkv, out, lse, shape, dropout);
+      return avx512::Forward(qkv, /*lengths=*/nullptr, out, lse, shape, dropout);
     case KernelIsa::kAvx2:
-      return avx2::Forward(qkv, out, lse, shape, dropout);
+      return avx2::Forward(qkv, /*lengths=*/nullptr, out, lse, shape, dropout);
     case KernelIsa::kGeneric:
-      return generic::Forward(qkv, out, lse, shape, dropout);
+      return generic::Forward(qkv, /*lengths=*/nullptr, out, lse, shape, dropout);
   }
 }
 
@@ -23,11 +23,11 @@ void AttentionBackward(const T* d_out, const T* qkv, const T* out, const T* lse,
                        const AttentionShape& shape, const AttentionDropout& dropout) {
   switch (CpuKernelIsa()) {
     case KernelIsa::kAvx512:
-      return avx512::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+      return avx512::Backward(d_out, qkv, out, lse, /*lengths=*/nullptr, d_qkv, shape, dropout);
     case KernelIsa::kAvx2:
-      return avx2::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+      return avx2::Backward(d_out, qkv, out, lse, /*lengths=*/nullptr, d_qkv, shape, dropout);
     case KernelIsa::kGeneric:
-      return generic::Backward(d_out, qkv, out, lse, d_qkv, shape, dropout);
+      return generic::Backward(d_out, qkv, out, lse, /*lengths=*/nullptr, d_qkv, shape, dropout);
   }
 }
 

@@ -4,18 +4,22 @@
 #ifndef MTRAIN_KERNELS_ATTENTION_ISA_H_
 #define MTRAIN_KERNELS_ATTENTION_ISA_H_
 
+#include <cstdint>
+
 #include "kernels/attention.h"
 
 namespace mtrain::cpu {
 
-#define MTRAIN_DECLARE_ATTENTION_CORE(isa)                                          \
-  namespace isa {                                                                   \
-  template <typename T>                                                             \
-  void Forward(const T* qkv, T* out, T* lse, const AttentionShape& shape,           \
-               const AttentionDropout& dropout);                                    \
-  template <typename T>                                                             \
-  void Backward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv, \
-                const AttentionShape& shape, const AttentionDropout& dropout);      \
+// `lengths` null: causal attention; else bidirectional over each sequence's real positions
+// (kernels/bidirectional_attention.h).
+#define MTRAIN_DECLARE_ATTENTION_CORE(isa)                                                        \
+  namespace isa {                                                                                 \
+  template <typename T>                                                                           \
+  void Forward(const T* qkv, const int32_t* lengths, T* out, T* lse, const AttentionShape& shape, \
+               const AttentionDropout& dropout);                                                  \
+  template <typename T>                                                                           \
+  void Backward(const T* d_out, const T* qkv, const T* out, const T* lse, const int32_t* lengths, \
+                T* d_qkv, const AttentionShape& shape, const AttentionDropout& dropout);          \
   }
 MTRAIN_DECLARE_ATTENTION_CORE(generic)
 MTRAIN_DECLARE_ATTENTION_CORE(avx2)

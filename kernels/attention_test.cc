@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/attention_isa.h"
+#include "kernels/bidirectional_attention.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/dropout.h"
 #include "kernels/test_util.h"
@@ -302,8 +303,11 @@ struct AttentionRun {
 // `isa`: which build of the core runs (kChosen: the one AttentionForward picks).
 enum class Isa { kChosen, kGeneric, kAvx2, kAvx512 };
 
+// `lengths` (one per sequence): the bidirectional core over those real positions
+// (kChosen then runs BidirectionalAttentionForward/Backward); null: causal.
 AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
-                          const AttentionShape& shape = {2, 48, 3, 16}) {
+                          const AttentionShape& shape = {2, 48, 3, 16},
+                          const int32_t* lengths = nullptr) {
   const AttentionDropout dropout{0.2f, DropoutKey(10, 11), 0, 0};
   std::mt19937_64 rng(8);
   const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
@@ -314,24 +318,31 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
   omp_set_num_threads(threads);
   switch (isa) {
     case Isa::kChosen:
+      if (lengths != nullptr) {
+        BidirectionalAttentionForward(qkv.data(), lengths, run.out.data(), run.lse.data(), shape,
+                                      dropout);
+        BidirectionalAttentionBackward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(),
+                                       lengths, run.d_qkv.data(), shape, dropout);
+        break;
+      }
       AttentionForward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
       AttentionBackward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
                         shape, dropout);
       break;
     case Isa::kGeneric:
-      generic::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
-      generic::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
-                        shape, dropout);
+      generic::Forward(qkv.data(), lengths, run.out.data(), run.lse.data(), shape, dropout);
+      generic::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), lengths,
+                        run.d_qkv.data(), shape, dropout);
       break;
     case Isa::kAvx2:
-      avx2::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
-      avx2::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
-                     shape, dropout);
+      avx2::Forward(qkv.data(), lengths, run.out.data(), run.lse.data(), shape, dropout);
+      avx2::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), lengths,
+                     run.d_qkv.data(), shape, dropout);
       break;
     case Isa::kAvx512:
-      avx512::Forward(qkv.data(), run.out.data(), run.lse.data(), shape, dropout);
-      avx512::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), run.d_qkv.data(),
-                       shape, dropout);
+      avx512::Forward(qkv.data(), lengths, run.out.data(), run.lse.data(), shape, dropout);
+      avx512::Backward(d_out.data(), qkv.data(), run.out.data(), run.lse.data(), lengths,
+                       run.d_qkv.data(), shape, dropout);
       break;
   }
   omp_set_num_threads(previous_threads);
@@ -361,16 +372,25 @@ TEST(AttentionTest, VectorBuildsAreBitIdenticalToTheGenericOne) {
   if (supported < KernelIsa::kAvx512) {
     std::printf("this CPU has no AVX-512: comparing the AVX2 build only\n");
   }
-  for (const AttentionShape shape :
-       {AttentionShape{2, 48, 3, 16}, AttentionShape{1, 37, 2, 64}, AttentionShape{2, 70, 1, 24}}) {
-    const AttentionRun generic_run = RunAttention(2, Isa::kGeneric, shape);
-    for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-      if (isa == Isa::kAvx512 && supported < KernelIsa::kAvx512) continue;
-      const AttentionRun run = RunAttention(2, isa, shape);
-      const int width = isa == Isa::kAvx2 ? 256 : 512;
-      EXPECT_TRUE(BitIdentical(generic_run.out, run.out)) << width << " seq " << shape.seq;
-      EXPECT_TRUE(BitIdentical(generic_run.lse, run.lse)) << width << " seq " << shape.seq;
-      EXPECT_TRUE(BitIdentical(generic_run.d_qkv, run.d_qkv)) << width << " seq " << shape.seq;
+  // The bidirectional core too, over padded sequences (lengths below, across a 64-query
+  // block in the last shape).
+  const int32_t lengths[2] = {29, 67};
+  for (const int32_t* sequence_lengths : {static_cast<const int32_t*>(nullptr), lengths}) {
+    const char* kind = sequence_lengths == nullptr ? "causal" : "bidirectional";
+    for (const AttentionShape shape : {AttentionShape{2, 48, 3, 16}, AttentionShape{1, 37, 2, 64},
+                                       AttentionShape{2, 70, 1, 24}}) {
+      const AttentionRun generic_run = RunAttention(2, Isa::kGeneric, shape, sequence_lengths);
+      for (const Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        if (isa == Isa::kAvx512 && supported < KernelIsa::kAvx512) continue;
+        const AttentionRun run = RunAttention(2, isa, shape, sequence_lengths);
+        const int width = isa == Isa::kAvx2 ? 256 : 512;
+        EXPECT_TRUE(BitIdentical(generic_run.out, run.out))
+            << kind << width << " seq " << shape.seq;
+        EXPECT_TRUE(BitIdentical(generic_run.lse, run.lse))
+            << kind << width << " seq " << shape.seq;
+        EXPECT_TRUE(BitIdentical(generic_run.d_qkv, run.d_qkv))
+            << kind << width << " seq " << shape.seq;
+      }
     }
   }
 }

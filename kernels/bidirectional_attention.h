@@ -6,11 +6,13 @@
 // lse[B, H, S] (0 on padded queries), the probabilities' dropout mask at global index
 // ((b * total_heads + head_offset + h) * S + i) * S + j.
 //
-// Written for clarity first (each query row's scores in a buffer of S, no GEMMs); the CPU
-// engine's BERT layers start on it and an optimised form, like the causal core's, can
-// replace it under the same tests. Parallel over (batch, head) in the forward and over
-// (batch, key-value head) in the backward, so no two threads add into the same d_k or d_v:
-// bit-identical for any thread count.
+// Runs the causal core's blocked form (attention_core.inc, one build per instruction set,
+// bit-identical to each other): blocks of 64 queries against the sequence's real keys as
+// GEMMs, only each query's log-sum-exp kept between the passes. Parallel over (batch, head)
+// in the forward and over (batch, key-value head) in the backward, so no two threads add
+// into the same d_k or d_v: bit-identical for any thread count. The first, scalar form
+// (each query's scores one at a time, no GEMMs) is the reference its tests compare with
+// (bidirectional_attention_test.cc).
 #ifndef MTRAIN_KERNELS_BIDIRECTIONAL_ATTENTION_H_
 #define MTRAIN_KERNELS_BIDIRECTIONAL_ATTENTION_H_
 

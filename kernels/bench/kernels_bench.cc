@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "kernels/bidirectional_attention.h"
 #include "kernels/dropout.h"
 #include "kernels/gelu.h"
 #include "kernels/matmul.h"
@@ -133,6 +134,33 @@ void BenchAttention(const AttentionShape& shape, float dropout_p) {
            }));
 }
 
+// BERT's bidirectional core over sequences whose real lengths are `fill` of S (the rest
+// padding): FLOPs count the real query-key pairs only.
+void BenchBidirectionalAttention(const AttentionShape& shape, double fill) {
+  const size_t tokens = static_cast<size_t>(shape.batch) * shape.seq;
+  const size_t width = static_cast<size_t>(shape.heads) * shape.head_dim;
+  const size_t lse_size = static_cast<size_t>(shape.batch) * shape.heads * shape.seq;
+  const std::vector<float> qkv = RandomFloats(tokens * 3 * width, 7);
+  const std::vector<float> d_out = RandomFloats(tokens * width, 8);
+  std::vector<float> out(tokens * width), lse(lse_size);
+  std::vector<float> d_qkv(qkv.size(), 0.0f);
+  const AttentionDropout dropout{0.1f, DropoutKey(1, 2), 0, 0};
+  std::vector<int32_t> lengths(shape.batch, static_cast<int32_t>(fill * shape.seq));
+  double pairs = 0;
+  for (int32_t length : lengths) pairs += static_cast<double>(shape.heads) * length * length;
+  char shape_text[64];
+  std::snprintf(shape_text, sizeof(shape_text), "B=%d S=%d H=%d D=%d len=%d", shape.batch,
+                shape.seq, shape.heads, shape.head_dim, lengths[0]);
+  PrintRow("bidirectional forward", shape_text, 4.0 * shape.head_dim * pairs, SecondsPerCall([&] {
+             BidirectionalAttentionForward(qkv.data(), lengths.data(), out.data(), lse.data(),
+                                           shape, dropout);
+           }));
+  PrintRow("bidirectional backward", shape_text, 8.0 * shape.head_dim * pairs, SecondsPerCall([&] {
+             BidirectionalAttentionBackward(d_out.data(), qkv.data(), out.data(), lse.data(),
+                                            lengths.data(), d_qkv.data(), shape, dropout);
+           }));
+}
+
 }  // namespace
 }  // namespace mtrain::cpu
 
@@ -149,6 +177,12 @@ int main() {
                                                   mtrain::cpu::AttentionShape{2, 1024, 12, 64}}) {
     mtrain::cpu::BenchAttention(shape, 0.0f);
     mtrain::cpu::BenchAttention(shape, 0.1f);
+  }
+  // BERT-base's heads at BERT's sequence lengths, full and 80% filled.
+  for (const mtrain::cpu::AttentionShape shape :
+       {mtrain::cpu::AttentionShape{8, 128, 12, 64}, mtrain::cpu::AttentionShape{2, 512, 12, 64}}) {
+    mtrain::cpu::BenchBidirectionalAttention(shape, 1.0);
+    mtrain::cpu::BenchBidirectionalAttention(shape, 0.8);
   }
   return 0;
 }
