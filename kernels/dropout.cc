@@ -49,6 +49,8 @@ bool DropoutKeep(uint64_t key, uint64_t index, float p) {
   return KeepWithThreshold(key, index, DropThreshold(p));
 }
 
+DropoutMask::DropoutMask(uint64_t key, float p) : key_(key), threshold_(DropThreshold(p)) {}
+
 template <typename T>
 void DropoutForward(const T* x, T* y, size_t n, float p, uint64_t key, uint64_t index_base) {
   if (p == 0.0f) {

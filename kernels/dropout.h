@@ -20,6 +20,28 @@ uint64_t DropoutKey(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0);
 // Keep probability is exactly quantized to multiples of 2^-24.
 bool DropoutKeep(uint64_t key, uint64_t index, float p);
 
+// DropoutKeep's decisions for one (key, p), inline and with the threshold rounded once: for
+// loops that ask element by element at scattered indices (the attention core's
+// probabilities), where an out-of-line call and a rounding per element cost more than the
+// hash itself, and where a branch-free inline hash lets the loop vectorise. Keep(i) ==
+// DropoutKeep(key, i, p) for every i (dropout_test checks).
+class DropoutMask {
+ public:
+  DropoutMask(uint64_t key, float p);
+  bool Keep(uint64_t index) const {
+    // The splitmix64 stream seeded with the key, read at `index` (dropout.cc says why).
+    uint64_t z = key_ + (index + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (z >> 40) >= threshold_;
+  }
+
+ private:
+  uint64_t key_;
+  uint64_t threshold_;
+};
+
 // y[i] = keep(key, index_base + i) ? x[i] / (1 - p) : 0, for i in [0, n). p == 0 copies x.
 // `y` may alias `x`.
 template <typename T>

@@ -41,6 +41,21 @@ TEST(DropoutTest, KeepFractionIsOneMinusP) {
   }
 }
 
+TEST(DropoutTest, TheInlineMaskDecidesAsDropoutKeep) {
+  for (float p : {0.0f, 0.1f, 0.5f, 0.97f}) {
+    const uint64_t key = DropoutKey(9, static_cast<uint64_t>(p * 100));
+    const DropoutMask mask(key, p);
+    size_t differ = 0;
+    // Small indices and ones past 2^32 (a large attention's global index).
+    for (uint64_t base : {uint64_t{0}, (uint64_t{1} << 33) + 12345}) {
+      for (uint64_t index = base; index < base + 100000; ++index) {
+        differ += mask.Keep(index) != DropoutKeep(key, index, p) ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(differ, 0u) << "p = " << p;
+  }
+}
+
 TEST(DropoutTest, MaskIsAPureFunctionOfKeyAndIndex) {
   const uint64_t key = DropoutKey(1234, 5, 6, 7);
   EXPECT_EQ(key, DropoutKey(1234, 5, 6, 7));
