@@ -177,6 +177,21 @@ class TransformerModel final : public ModelChunk<T> {
                                                        const T* d_out);
   absl::Status MlpBranchBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* in,
                                                  const LayerActivations<T>& s, const T* d_out);
+  // The branches' ends under sequence parallelism. GatheredColumnForward: out_cols[N, cols]
+  // = gather(in) W^T + b. ScatteredRowForward: out (this rank's rows) = the dropout of the
+  // reduce-scattered in_cols W^T, plus b. GatheredOutputGradient: the gradient of such an
+  // `out` through its dropout, gathered into d_branch_. ScatteredColumnBackward: the
+  // column-parallel GEMM's weight gradients (`in` gathered again) and its input's gradient
+  // reduce-scattered into sp_rows_.
+  absl::Status GatheredColumnForward(const T* in, const T* weight, const T* bias, T* out_cols,
+                                     int cols);
+  absl::Status ScatteredRowForward(const MicrobatchId& id, int global_layer, int site,
+                                   const T* in_cols, const T* weight, const T* bias, int cols,
+                                   T* out);
+  absl::Status GatheredOutputGradient(const MicrobatchId& id, int global_layer, int site,
+                                      const T* d_out);
+  absl::Status ScatteredColumnBackward(const T* d_cols, const T* in, const T* weight, T* d_weight,
+                                       T* d_bias, int cols);
   // The attention core's output and log-sum-exp for the backward of the layer that saved
   // `s`: its own, or under selective recomputation recomputed from its QKV (same dropout
   // key: the forward's bit for bit) into the model's buffers.

@@ -36,6 +36,61 @@ void AddRowBias(const T* bias, T* out, int rows, int cols) {
 }  // namespace
 
 template <typename T>
+absl::Status TransformerModel<T>::GatheredColumnForward(const T* in, const T* weight, const T* bias,
+                                                        T* out_cols, int cols) {
+  const int C = shape_.hidden;
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), local_rows_, C));
+  tp::ColumnParallelLinearForward<T>(sp_full_.data(), weight, bias, out_cols,
+                                     batch_ * shape_.seq_length, C, cols);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::ScatteredRowForward(const MicrobatchId& id, int global_layer,
+                                                      int site, const T* in_cols, const T* weight,
+                                                      const T* bias, int cols, T* out) {
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+  cpu::MatmulForward<T>(in_cols, weight, nullptr, sp_full_.data(), batch_ * shape_.seq_length, cols,
+                        C);
+  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
+  AddRowBias(bias, out, R, C);
+  // Dropout masks indexed by the element's place in the whole [N, C] tensor.
+  cpu::DropoutForward<T>(out, out, static_cast<size_t>(R) * C, p,
+                         DropoutKeyFor(id, global_layer, site),
+                         static_cast<uint64_t>(row_offset_) * C);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::GatheredOutputGradient(const MicrobatchId& id, int global_layer,
+                                                         int site, const T* d_out) {
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  std::fill(sp_rows_.begin(), sp_rows_.end(), T(0));
+  cpu::DropoutBackward<T>(d_out, sp_rows_.data(), static_cast<size_t>(R) * C, options_.dropout,
+                          DropoutKeyFor(id, global_layer, site),
+                          static_cast<uint64_t>(row_offset_) * C);
+  return tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C);
+}
+
+template <typename T>
+absl::Status TransformerModel<T>::ScatteredColumnBackward(const T* d_cols, const T* in,
+                                                          const T* weight, T* d_weight, T* d_bias,
+                                                          int cols) {
+  const int N = batch_ * shape_.seq_length;
+  const int R = local_rows_;
+  const int C = shape_.hidden;
+  std::fill(d_ln_.begin(), d_ln_.end(), T(0));
+  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
+  cpu::MatmulBackward<T>(d_cols, sp_full_.data(), weight, d_ln_.data(), nullptr, nullptr, N, C,
+                         cols);
+  LinearWeightGradient(d_cols, sp_full_.data(), d_weight, d_bias, N, C, cols);
+  return tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C);
+}
+
+template <typename T>
 absl::Status TransformerModel<T>::AttentionBranchForwardSequenceParallel(int layer,
                                                                          const MicrobatchId& id,
                                                                          const T* in, T* out,
@@ -43,15 +98,9 @@ absl::Status TransformerModel<T>::AttentionBranchForwardSequenceParallel(int lay
   const LayerView<T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int R = local_rows_;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;  // dropout element index
   const float p = id.evaluation ? 0.0f : options_.dropout;
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::QkvWeight(w),
-                                     layer_blocks::QkvBias(w), s->qkv.data(), N, C,
-                                     placement_.local_qkv(shape_));
+  RETURN_IF_ERROR(GatheredColumnForward(in, layer_blocks::QkvWeight(w), layer_blocks::QkvBias(w),
+                                        s->qkv.data(), placement_.local_qkv(shape_)));
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s->qkv.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/false);
   const cpu::AttentionShape shape = LocalAttentionShape();
@@ -61,12 +110,8 @@ absl::Status TransformerModel<T>::AttentionBranchForwardSequenceParallel(int lay
   T* lse = s->lse.empty() ? core_lse_.data() : s->lse.data();
   layer_blocks::AttentionCoreForward<T>(shape_, s->qkv.data(), lengths_, attn_y, lse, shape,
                                         att_dropout);
-  cpu::MatmulForward<T>(attn_y, w.proj_weight, nullptr, sp_full_.data(), N, Ql, C);
-  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
-  AddRowBias(w.proj_bias, out, R, C);
-  cpu::DropoutForward<T>(out, out, static_cast<size_t>(R) * C, p,
-                         DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
-  return absl::OkStatus();
+  return ScatteredRowForward(id, global_layer, kAttentionOutSite, attn_y, w.proj_weight,
+                             w.proj_bias, placement_.local_query(shape_), out);
 }
 
 template <typename T>
@@ -75,24 +120,14 @@ absl::Status TransformerModel<T>::MlpBranchForwardSequenceParallel(int layer,
                                                                    const T* in, T* out,
                                                                    LayerActivations<T>* s) {
   const LayerView<T>& w = p_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
-  const int N = batch_ * shape_.seq_length;
-  const int R = local_rows_;
-  const int C = shape_.hidden;
   const int Fl = placement_.local_ffn(shape_);
-  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
-  const float p = id.evaluation ? 0.0f : options_.dropout;
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
-  tp::ColumnParallelLinearForward<T>(sp_full_.data(), layer_blocks::MlpInWeight(w),
-                                     layer_blocks::MlpInBias(w), s->fc.data(), N, C,
-                                     placement_.local_mlp_in(shape_));
-  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(), N, Fl);
-  cpu::MatmulForward<T>(s->gelu.data(), w.fc_proj_weight, nullptr, sp_full_.data(), N, Fl, C);
-  RETURN_IF_ERROR(tp::ReduceScatterSequence<T>(tp_, sp_full_.data(), out, R, C));
-  AddRowBias(w.fc_proj_bias, out, R, C);
-  cpu::DropoutForward<T>(out, out, static_cast<size_t>(R) * C, p,
-                         DropoutKeyFor(id, global_layer, kMlpOutSite), first);
-  return absl::OkStatus();
+  RETURN_IF_ERROR(GatheredColumnForward(in, layer_blocks::MlpInWeight(w),
+                                        layer_blocks::MlpInBias(w), s->fc.data(),
+                                        placement_.local_mlp_in(shape_)));
+  layer_blocks::MlpActivationForward<T>(shape_, s->fc.data(), s->gelu.data(),
+                                        batch_ * shape_.seq_length, Fl);
+  return ScatteredRowForward(id, placement_.first_layer + layer, kMlpOutSite, s->gelu.data(),
+                             w.fc_proj_weight, w.fc_proj_bias, Fl, out);
 }
 
 template <typename T>
@@ -102,19 +137,13 @@ absl::Status TransformerModel<T>::AttentionBranchBackwardSequenceParallel(
   const LayerView<T>& g = g_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int R = local_rows_;
   const int C = shape_.hidden;
   const int Ql = placement_.local_query(shape_);
-  const size_t RC = static_cast<size_t>(R) * C;
-  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
-  const float p = options_.dropout;
   const auto zero = [](std::vector<T>& v) { std::fill(v.begin(), v.end(), T(0)); };
-  zero(sp_rows_);
-  cpu::DropoutBackward<T>(d_out, sp_rows_.data(), RC, p,
-                          DropoutKeyFor(id, global_layer, kAttentionOutSite), first);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
+  RETURN_IF_ERROR(GatheredOutputGradient(id, global_layer, kAttentionOutSite, d_out));
   const cpu::AttentionShape shape = LocalAttentionShape();
-  cpu::AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+  cpu::AttentionDropout att_dropout{options_.dropout,
+                                    DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
   const auto [attn_y, lse] = AttentionCoreFor(s, shape, att_dropout);
   zero(d_attn_y_);
@@ -126,13 +155,9 @@ absl::Status TransformerModel<T>::AttentionBranchBackwardSequenceParallel(
                                          lengths_, d_qkv_.data(), shape, att_dropout);
   layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.data(), N,
                                         shape_.seq_length, 0, /*inverse=*/true);
-  zero(d_ln_);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
-  cpu::MatmulBackward<T>(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(w), d_ln_.data(),
-                         nullptr, nullptr, N, C, placement_.local_qkv(shape_));
-  LinearWeightGradient(d_qkv_.data(), sp_full_.data(), layer_blocks::QkvWeight(g),
-                       layer_blocks::QkvBias(g), N, C, placement_.local_qkv(shape_));
-  return tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C);
+  return ScatteredColumnBackward(d_qkv_.data(), in, layer_blocks::QkvWeight(w),
+                                 layer_blocks::QkvWeight(g), layer_blocks::QkvBias(g),
+                                 placement_.local_qkv(shape_));
 }
 
 template <typename T>
@@ -140,32 +165,20 @@ absl::Status TransformerModel<T>::MlpBranchBackwardSequenceParallel(
     int layer, const MicrobatchId& id, const T* in, const LayerActivations<T>& s, const T* d_out) {
   const LayerView<T>& w = p_.layers[layer];
   const LayerView<T>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int R = local_rows_;
   const int C = shape_.hidden;
   const int Fl = placement_.local_ffn(shape_);
-  const size_t RC = static_cast<size_t>(R) * C;
-  const uint64_t first = static_cast<uint64_t>(row_offset_) * C;
-  const float p = options_.dropout;
   const auto zero = [](std::vector<T>& v) { std::fill(v.begin(), v.end(), T(0)); };
-  zero(sp_rows_);
-  cpu::DropoutBackward<T>(d_out, sp_rows_.data(), RC, p,
-                          DropoutKeyFor(id, global_layer, kMlpOutSite), first);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, sp_rows_.data(), d_branch_.data(), R, C));
+  RETURN_IF_ERROR(GatheredOutputGradient(id, placement_.first_layer + layer, kMlpOutSite, d_out));
   zero(d_gelu_);
   tp::RowParallelLinearBackward<T>(d_branch_.data(), s.gelu.data(), w.fc_proj_weight,
                                    d_gelu_.data(), nullptr, nullptr, N, Fl, C);
   LinearWeightGradient(d_branch_.data(), s.gelu.data(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, C);
   zero(d_fc_);
   layer_blocks::MlpActivationBackward<T>(shape_, d_gelu_.data(), s.fc.data(), d_fc_.data(), N, Fl);
-  zero(d_ln_);
-  RETURN_IF_ERROR(tp::GatherSequence<T>(tp_, in, sp_full_.data(), R, C));
-  cpu::MatmulBackward<T>(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(w), d_ln_.data(),
-                         nullptr, nullptr, N, C, placement_.local_mlp_in(shape_));
-  LinearWeightGradient(d_fc_.data(), sp_full_.data(), layer_blocks::MlpInWeight(g),
-                       layer_blocks::MlpInBias(g), N, C, placement_.local_mlp_in(shape_));
-  return tp::ReduceScatterSequence<T>(tp_, d_ln_.data(), sp_rows_.data(), R, C);
+  return ScatteredColumnBackward(d_fc_.data(), in, layer_blocks::MlpInWeight(w),
+                                 layer_blocks::MlpInWeight(g), layer_blocks::MlpInBias(g),
+                                 placement_.local_mlp_in(shape_));
 }
 
 template <typename T>
