@@ -133,12 +133,15 @@ absl::Status WorkerRegistry::Register(const WorkerInfo& info, bool* restarted) {
                        " live workers are registered [rule: at most ", options_.max_workers,
                        " workers; a dead one makes room]"));
     }
+    known_dead_.erase(longest_dead->first);
     workers_.erase(longest_dead);
     ++removals_;
   }
   *restarted = it != workers_.end() && it->second.info.incarnation_id() != info.incarnation_id();
   Record& record = workers_[info.worker_id()];
   record = Record{info, now, WORKER_STATE_IDLE, ""};
+  live_seen_floor_ = std::min(live_seen_floor_, now);
+  known_dead_.erase(info.worker_id());
   return absl::OkStatus();
 }
 
@@ -164,6 +167,8 @@ absl::Status WorkerRegistry::Heartbeat(const HeartbeatRequest& request) {
         " but incarnation ", record.info.incarnation_id(), " is registered; register again"));
   }
   record.last_seen = now;
+  live_seen_floor_ = std::min(live_seen_floor_, now);
+  known_dead_.erase(request.worker_id());
   record.state = request.state() == WORKER_STATE_UNSPECIFIED ? WORKER_STATE_IDLE : request.state();
   record.job_id = request.job_id();
   return absl::OkStatus();
@@ -206,6 +211,7 @@ absl::Status WorkerRegistry::Remove(const std::string& worker_id) {
                      absl::StrFormat("%.1f s", absl::ToDoubleSeconds(now - it->second.last_seen)),
                      " ago): stop it first [rule: only dead workers can be removed]"));
   }
+  known_dead_.erase(it->first);
   workers_.erase(it);
   ++removals_;
   return absl::OkStatus();
@@ -218,13 +224,22 @@ WorkerRegistry::Census WorkerRegistry::TakeCensus() const {
   Census census;
   census.registered = static_cast<int>(workers_.size());
   census.removals = removals_;
+  if (now - live_seen_floor_ <= options_.heartbeat_timeout) {
+    census.alive = census.registered - static_cast<int>(known_dead_.size());
+    census.dead = known_dead_;
+    return census;
+  }
+  absl::Time floor = absl::InfiniteFuture();
   for (const auto& [id, record] : workers_) {
     if (IsAlive(record, now)) {
       ++census.alive;
+      floor = std::min(floor, record.last_seen);
     } else {
       census.dead.insert(id);
     }
   }
+  live_seen_floor_ = floor;
+  known_dead_ = census.dead;
   return census;
 }
 

@@ -114,6 +114,61 @@ TEST_F(WorkerRegistryTest, TheCensusCountsAndNamesOnlyTheDead) {
   EXPECT_TRUE(census.dead.empty());
 }
 
+// The census skips its walk while no live worker can have timed out (worker_registry.h):
+// at every moment of a life with silences, returns, re-registrations and removals, with a
+// census taken at every tick, it must say what a full walk (List) says.
+TEST_F(WorkerRegistryTest, TheCensusShortcutAgreesWithAFullWalkAtEveryTick) {
+  bool restarted;
+  for (const char* id : {"w1", "w2", "w3", "w4"}) {
+    ASSERT_TRUE(registry_.Register(MakeWorker(id, "a"), &restarted).ok());
+  }
+  const auto check = [&](int second) {
+    WorkerRegistry::Census census = registry_.TakeCensus();
+    std::set<std::string> dead;
+    int alive = 0;
+    for (const WorkerStatus& w : registry_.List()) {
+      if (w.alive()) {
+        ++alive;
+      } else {
+        dead.insert(w.worker().worker_id());
+      }
+    }
+    EXPECT_EQ(census.alive, alive) << "second " << second;
+    EXPECT_EQ(census.dead, dead) << "second " << second;
+    EXPECT_EQ(census.registered, static_cast<int>(registry_.List().size())) << second;
+    return census;
+  };
+  int dead_seen = 0;
+  for (int second = 1; second <= 60; ++second) {
+    for (int tick = 0; tick < 5; ++tick) {
+      clock_.Advance(absl::Milliseconds(200));
+      if (check(second).dead.count("w2") > 0) ++dead_seen;
+    }
+    // w1 always beats; w2 falls silent from 5 s to 25 s, then beats again; w3 is silent from
+    // 10 s, re-registers at 40 s; w4 is silent from the start and removed at 30 s.
+    ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w1", "a")).ok());
+    if (second < 5 || second >= 25) {
+      ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w2", "a")).ok());
+    }
+    if (second < 10) {
+      ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w3", "a")).ok());
+    }
+    if (second == 40) {
+      ASSERT_TRUE(registry_.Register(MakeWorker("w3", "b"), &restarted).ok());
+    }
+    if (second > 40) {
+      ASSERT_TRUE(registry_.Heartbeat(MakeHeartbeat("w3", "b")).ok());
+    }
+    if (second == 30) {
+      ASSERT_TRUE(registry_.Remove("w4").ok());
+    }
+  }
+  EXPECT_GT(dead_seen, 0) << "w2's silence was never seen: the check proves nothing";
+  const WorkerRegistry::Census last = registry_.TakeCensus();
+  EXPECT_EQ(last.alive, 3);
+  EXPECT_TRUE(last.dead.empty());
+}
+
 TEST_F(WorkerRegistryTest, HeartbeatsKeepWorkerAlive) {
   bool restarted;
   ASSERT_TRUE(registry_.Register(MakeWorker("w1", "a"), &restarted).ok());
