@@ -100,8 +100,13 @@ class ClusterTest : public ::testing::Test {
     EXPECT_EQ(code, 0) << output;
     const std::string path = Path(job + "-watched.jsonl");
     std::ofstream out(path);
+    other_watch_lines_.clear();
     for (absl::string_view line : absl::StrSplit(output, '\n')) {
-      if (absl::StartsWith(line, "{\"step\"")) out << line << "\n";
+      if (absl::StartsWith(line, "{\"step\"")) {
+        out << line << "\n";
+      } else if (!line.empty() && other_watch_lines_.size() < 2000) {
+        other_watch_lines_ += std::string(line.substr(0, 300)) + "\n";
+      }
     }
     return path;
   }
@@ -135,7 +140,10 @@ class ClusterTest : public ::testing::Test {
     for (size_t step = 1; step <= steps && missing.size() < 200; ++step) {
       if (got.count(static_cast<int>(step)) == 0) missing += " " + std::to_string(step);
     }
-    ASSERT_EQ(got.size(), steps) << "steps missing from the job's history:" << missing;
+    ASSERT_EQ(got.size(), steps) << "steps missing from the job's history:" << missing
+                                 << "\nlines of `trainctl watch --json` that are not steps:\n"
+                                 << other_watch_lines_ << "the job's events:\n"
+                                 << (missing.empty() ? "" : Events(job));
     for (const auto& [step, loss] : got) {
       EXPECT_NEAR(loss, expected[step - 1], 1e-5 * std::abs(expected[step - 1])) << "step " << step;
     }
@@ -167,6 +175,8 @@ class ClusterTest : public ::testing::Test {
   std::string address_;
   int metrics_port_ = 0;
   int coordinator_runs_ = 0, worker_runs_ = 0, trainctl_runs_ = 0;
+  // What `trainctl watch --json` printed besides step lines (JobMetrics), for failures.
+  std::string other_watch_lines_;
 };
 
 }  // namespace mtrain
