@@ -14,6 +14,7 @@
 #include "common/proto_utf8.h"
 #include "common/status_macros.h"
 #include "coordinator/job_listing.h"
+#include "coordinator/metrics_read_ahead.h"
 
 namespace mtrain {
 namespace {
@@ -495,89 +496,43 @@ class CoordinatorGrpcService::MetricsStream : public grpc::ServerReadReactor<Ste
 
   // Refused streams (`refusal` not OK) end at once with it.
   MetricsStream(const CoordinatorGrpcService* service, const grpc::Status& refusal)
-      : service_(service) {
+      : service_(service), flow_(kMetricsReadAhead) {
     if (!refusal.ok()) {
       Finish(service_->Answer("ReportMetrics", refusal));
       return;
     }
-    reading_ = true;
-    StartRead(&metrics_);
+    Act(flow_.Start());
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The rank closed its side (its run ended) or the call was cancelled: end once what
       // it sent is stored.
-      Act(Update(Event::kClosed));
+      Act(flow_.Closed());
       return;
     }
-    Update(Event::kRead);
+    flow_.Read();
     // The job manager copies what it keeps, so the buffer can take the next message.
-    service_->jobs_->OnMetrics(metrics_, [this](absl::Status status) {
-      Act(Update(Event::kStored, ToGrpcStatus(status)));
-    });
-    Act(Update(Event::kHandedOn));
+    service_->jobs_->OnMetrics(metrics_,
+                               [this](absl::Status status) { Act(flow_.Stored(status)); });
+    Act(flow_.HandedOn());
   }
 
   void OnDone() override { delete this; }
 
  private:
-  enum class Event { kRead, kClosed, kHandedOn, kStored };
-  enum class Next { kNothing, kRead, kFinish };
-
-  // Records `event` and decides what the stream does next; the reactor's operations are
-  // started by Act, after the lock is released (gRPC may run a reaction inline).
-  Next Update(Event event, const grpc::Status& stored = grpc::Status::OK) {
-    MutexLock lock(&mutex_);
-    switch (event) {
-      case Event::kRead:
-        // Nothing starts yet: the buffer holds this message until it is handed on.
-        reading_ = false;
-        ++pending_;
-        return Next::kNothing;
-      case Event::kClosed:
-        reading_ = false;
-        closed_ = true;
-        break;
-      case Event::kHandedOn:
-        break;
-      case Event::kStored:
-        --pending_;
-        // A stale generation ends the stream: the rank learns it must stop.
-        if (!stored.ok() && error_.ok()) error_ = stored;
-        break;
-    }
-    if (finished_) return Next::kNothing;
-    if ((closed_ || !error_.ok()) && pending_ == 0) {
-      finished_ = true;
-      return Next::kFinish;
-    }
-    if (!reading_ && !closed_ && error_.ok() && pending_ < kMetricsReadAhead) {
-      reading_ = true;
-      return Next::kRead;
-    }
-    return Next::kNothing;
-  }
-
-  void Act(Next next) {
-    if (next == Next::kRead) StartRead(&metrics_);
-    if (next != Next::kFinish) return;
-    grpc::Status status;
-    {
-      MutexLock lock(&mutex_);
-      status = error_;
-    }
-    Finish(status.ok() ? grpc::Status::OK : service_->Answer("ReportMetrics", status));
+  // Starts what the flow decided, after its lock is released (gRPC may run a reaction
+  // inline).
+  void Act(MetricsReadAhead::Next next) {
+    if (next == MetricsReadAhead::Next::kRead) StartRead(&metrics_);
+    if (next != MetricsReadAhead::Next::kFinish) return;
+    const absl::Status error = flow_.error();
+    Finish(error.ok() ? grpc::Status::OK : service_->Answer("ReportMetrics", ToGrpcStatus(error)));
   }
 
   const CoordinatorGrpcService* const service_;
-  StepMetrics metrics_;  // the read buffer: written by gRPC only while reading_
-  Mutex mutex_;
-  bool reading_ ABSL_GUARDED_BY(mutex_) = false;
-  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
-  bool finished_ ABSL_GUARDED_BY(mutex_) = false;
-  int pending_ ABSL_GUARDED_BY(mutex_) = 0;
-  grpc::Status error_ ABSL_GUARDED_BY(mutex_);
+  StepMetrics metrics_;  // the read buffer: written by gRPC only while a read is outstanding
+  MetricsReadAhead flow_;
 };
 
 grpc::ServerReadReactor<StepMetrics>* CoordinatorGrpcService::ReportMetrics(
