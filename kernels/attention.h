@@ -46,8 +46,8 @@ void AttentionForward(const T* qkv, T* out, T* lse, const AttentionShape& shape,
                       const AttentionDropout& dropout);
 
 // Accumulates d_qkv[B, S, (H + 2 Hkv) * D] from d_out[B, S, H*D], given the forward's out and lse.
-// Its workspace (two or three blocks of 64 queries' scores per thread, 64 x S values each, and [S,
-// D] sums per head) is allocated inside.
+// Its workspace (two or three blocks of 64 queries' scores, 64 x S values each, and three [S, D]
+// sums) is each calling thread's, kept for the next call.
 template <typename T>
 void AttentionBackward(const T* d_out, const T* qkv, const T* out, const T* lse, T* d_qkv,
                        const AttentionShape& shape, const AttentionDropout& dropout);

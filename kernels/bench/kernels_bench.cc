@@ -164,23 +164,29 @@ void BenchBidirectionalAttention(const AttentionShape& shape, double fill) {
 }  // namespace
 }  // namespace mtrain::cpu
 
-int main() {
+// `kernels_bench [GROUP]`: only the rows of one group (matmul, elementwise, attention,
+// bidirectional), e.g. to profile one kernel under `perf record`.
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  const auto wanted = [&](const char* group) { return only.empty() || only == group; };
   std::printf("float32; OpenMP threads %d, OpenBLAS threads %d\n\n", omp_get_max_threads(),
               openblas_get_num_threads());
   std::printf("| %-22s | %-26s | %9s | %8s |\n", "kernel", "shape", "ms/call", "GFLOP/s");
   std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(28, '-').c_str(),
               std::string(11, '-').c_str(), std::string(10, '-').c_str());
-  mtrain::cpu::BenchMatmul();
-  mtrain::cpu::BenchElementwise();
+  if (wanted("matmul")) mtrain::cpu::BenchMatmul();
+  if (wanted("elementwise")) mtrain::cpu::BenchElementwise();
   // The h768 model's heads at two sequence lengths (issue 17's small and large shapes).
   for (const mtrain::cpu::AttentionShape shape : {mtrain::cpu::AttentionShape{4, 256, 12, 64},
                                                   mtrain::cpu::AttentionShape{2, 1024, 12, 64}}) {
+    if (!wanted("attention")) break;
     mtrain::cpu::BenchAttention(shape, 0.0f);
     mtrain::cpu::BenchAttention(shape, 0.1f);
   }
   // BERT-base's heads at BERT's sequence lengths, full and 80% filled.
   for (const mtrain::cpu::AttentionShape shape :
        {mtrain::cpu::AttentionShape{8, 128, 12, 64}, mtrain::cpu::AttentionShape{2, 512, 12, 64}}) {
+    if (!wanted("bidirectional")) break;
     mtrain::cpu::BenchBidirectionalAttention(shape, 1.0);
     mtrain::cpu::BenchBidirectionalAttention(shape, 0.8);
   }
