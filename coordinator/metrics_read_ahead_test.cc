@@ -1,13 +1,12 @@
 #include "coordinator/metrics_read_ahead.h"
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 
 namespace mtrain {
@@ -85,8 +84,8 @@ TEST(MetricsReadAheadTest, ARefusalAnsweredBeforeTheHandOnFinishesAtTheHandOn) {
 TEST(MetricsReadAheadTest, NoReadStartsIntoAHeldBufferUnderTwoThreads) {
   constexpr int kMessages = 20000;
   MetricsReadAhead flow(4);
-  std::mutex mutex;
-  std::condition_variable changed;
+  Mutex mutex;
+  CondVar changed;
   int reads_started = 0;       // reads asked for
   int delivered = 0;           // reads completed by the gRPC thread
   std::deque<int> with_store;  // handed on, not yet answered
@@ -97,20 +96,20 @@ TEST(MetricsReadAheadTest, NoReadStartsIntoAHeldBufferUnderTwoThreads) {
   int buffer = 0;
 
   const auto act = [&](Next next) {
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(&mutex);
     if (next == Next::kRead) {
       if (buffer_held.load() || reads_started != delivered) ++violations;
       ++reads_started;
     }
     if (next == Next::kFinish) finished = true;
-    changed.notify_all();
+    changed.SignalAll();
   };
   std::thread grpc([&] {
     int next_message = 1;
     while (true) {
       {
-        std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return finished || reads_started > delivered; });
+        MutexLock lock(&mutex);
+        while (!finished && reads_started <= delivered) changed.Wait(&mutex);
         if (finished) return;
         ++delivered;
       }
@@ -123,10 +122,10 @@ TEST(MetricsReadAheadTest, NoReadStartsIntoAHeldBufferUnderTwoThreads) {
       flow.Read();
       const int copy = buffer;  // the job manager's copy
       {
-        std::lock_guard<std::mutex> lock(mutex);
+        MutexLock lock(&mutex);
         handed_on.push_back(copy);
         with_store.push_back(copy);
-        changed.notify_all();
+        changed.SignalAll();
       }
       buffer_held = false;
       act(flow.HandedOn());
@@ -135,8 +134,8 @@ TEST(MetricsReadAheadTest, NoReadStartsIntoAHeldBufferUnderTwoThreads) {
   std::thread writer([&] {
     while (true) {
       {
-        std::unique_lock<std::mutex> lock(mutex);
-        changed.wait(lock, [&] { return finished || !with_store.empty(); });
+        MutexLock lock(&mutex);
+        while (!finished && with_store.empty()) changed.Wait(&mutex);
         if (with_store.empty()) return;
         with_store.pop_front();
       }

@@ -98,9 +98,12 @@ TEST_P(ChoiceGradientTest, MatchesFiniteDifferencesForEveryParameter) {
   std::normal_distribution<double> normal(0.0, 0.5);
   for (size_t i = 0; i < model.num_params(); ++i) model.params()[i] += normal(rng);
   const ChoiceBatch batch = MakeBatch(shape, 2);
-  ExpectGradientsMatchFiniteDifferences(
-      layout, model.params(), model.grads(), model.num_params(),
-      [&](bool backward) { return Loss(model, batch, backward); });
+  // choice.bias is one scalar added to every option's score, which a softmax over the
+  // options ignores: its gradient, sum over options of (p - y), is zero in exact arithmetic
+  // and came out exactly 0.0 in one build (the attention core's rounding moved).
+  ExpectGradientsMatchFiniteDifferences(layout, model.params(), model.grads(), model.num_params(),
+                                        [&](bool backward) { return Loss(model, batch, backward); },
+                                        1e-5, {"choice.bias"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, ChoiceGradientTest,
