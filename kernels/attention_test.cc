@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -305,10 +306,12 @@ enum class Isa { kChosen, kGeneric, kAvx2, kAvx512 };
 
 // `lengths` (one per sequence): the bidirectional core over those real positions
 // (kChosen then runs BidirectionalAttentionForward/Backward); null: causal.
+// `dropout_p` 0: the AVX-512 build runs its own register tiles (attention_tiles_avx512.inc)
+// at head dimensions 32, 64 and 128.
 AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
                           const AttentionShape& shape = {2, 48, 3, 16},
-                          const int32_t* lengths = nullptr) {
-  const AttentionDropout dropout{0.2f, DropoutKey(10, 11), 0, 0};
+                          const int32_t* lengths = nullptr, float dropout_p = 0.2f) {
+  const AttentionDropout dropout{dropout_p, DropoutKey(10, 11), 0, 0};
   std::mt19937_64 rng(8);
   const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
   const std::vector<float> d_out = RandomFloatVector(OutSize(shape), rng);
@@ -350,16 +353,73 @@ AttentionRun RunAttention(int threads, Isa isa = Isa::kChosen,
 }
 
 TEST(AttentionTest, BitIdenticalForAnyThreadCount) {
-  for (const AttentionShape shape :
-       {AttentionShape{2, 48, 3, 16}, AttentionShape{2, 40, 4, 16, 2}}) {
-    const AttentionRun one = RunAttention(1, Isa::kChosen, shape);
-    for (int threads : {2, 3}) {
-      const AttentionRun many = RunAttention(threads, Isa::kChosen, shape);
-      EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads;
-      EXPECT_TRUE(BitIdentical(one.lse, many.lse)) << threads;
-      EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads;
+  // Without dropout at head_dim 64 the AVX-512 build runs its register tiles.
+  for (const float p : {0.2f, 0.0f}) {
+    for (const AttentionShape shape :
+         {AttentionShape{2, 48, 3, 16}, AttentionShape{2, 40, 4, 16, 2},
+          AttentionShape{2, 100, 3, 64}, AttentionShape{1, 90, 4, 64, 2}}) {
+      const AttentionRun one = RunAttention(1, Isa::kChosen, shape, nullptr, p);
+      for (int threads : {2, 3}) {
+        const AttentionRun many = RunAttention(threads, Isa::kChosen, shape, nullptr, p);
+        EXPECT_TRUE(BitIdentical(one.out, many.out)) << threads << " p " << p;
+        EXPECT_TRUE(BitIdentical(one.lse, many.lse)) << threads << " p " << p;
+        EXPECT_TRUE(BitIdentical(one.d_qkv, many.d_qkv)) << threads << " p " << p;
+      }
     }
   }
+}
+
+// Largest |a - b| over the tensor, relative to its largest |b| (at least 1).
+double RelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  double largest = 1.0, difference = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    largest = std::max(largest, std::fabs(static_cast<double>(b[i])));
+    difference = std::max(difference, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return difference / largest;
+}
+
+// The AVX-512 build's own tiles (fp32, no dropout, head_dim 32/64/128) sum in their own
+// order: the same results as the library GEMMs of the generic build to float rounding, on
+// shapes with partial query blocks and key tiles, grouped-query heads, causal and
+// bidirectional over padded sequences. The generic build's gradients are checked against
+// finite differences above (in double, through the same code).
+TEST(AttentionTest, Avx512TilesAgreeWithTheGenericBuild) {
+  if (CpuSupportedKernelIsa() < KernelIsa::kAvx512) {
+    GTEST_SKIP() << "this CPU has no AVX-512: the tiles cannot run here";
+  }
+  const int32_t lengths[2] = {29, 131};
+  for (const int32_t* sequence_lengths : {static_cast<const int32_t*>(nullptr), lengths}) {
+    const char* kind = sequence_lengths == nullptr ? "causal" : "bidirectional";
+    for (const AttentionShape shape :
+         {AttentionShape{2, 150, 2, 64}, AttentionShape{2, 137, 3, 32},
+          AttentionShape{2, 133, 4, 128, 2}, AttentionShape{2, 64, 2, 64, 1}}) {
+      const AttentionRun generic_run =
+          RunAttention(2, Isa::kGeneric, shape, sequence_lengths, 0.0f);
+      const AttentionRun tiled = RunAttention(2, Isa::kAvx512, shape, sequence_lengths, 0.0f);
+      const std::string where = std::string(kind) + " S " + std::to_string(shape.seq) + " D " +
+                                std::to_string(shape.head_dim);
+      EXPECT_LT(RelativeDifference(tiled.out, generic_run.out), 2e-6) << where;
+      EXPECT_LT(RelativeDifference(tiled.lse, generic_run.lse), 2e-6) << where;
+      EXPECT_LT(RelativeDifference(tiled.d_qkv, generic_run.d_qkv), 1e-5) << where;
+    }
+  }
+}
+
+// The tiles against the documented math in double (the causal forward at head_dim 64).
+TEST(AttentionTest, Avx512TilesMatchNaiveForward) {
+  if (CpuSupportedKernelIsa() < KernelIsa::kAvx512) {
+    GTEST_SKIP() << "this CPU has no AVX-512: the tiles cannot run here";
+  }
+  const AttentionShape shape{1, 140, 2, 64};
+  std::mt19937_64 rng(12);
+  const std::vector<float> qkv = RandomFloatVector(QkvSize(shape), rng, -2.0, 2.0);
+  std::vector<float> out(OutSize(shape)), lse(LseSize(shape));
+  avx512::Forward(qkv.data(), nullptr, out.data(), lse.data(), shape, AttentionDropout{});
+  std::vector<double> expected_out, expected_lse;
+  NaiveAttention(qkv, shape, AttentionDropout{}, &expected_out, &expected_lse);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expected_out[i], 2e-5) << i;
+  for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], expected_lse[i], 1e-5) << i;
 }
 
 // The SSE, AVX2 and AVX-512 builds of the core must agree bit for bit (attention_core.inc
