@@ -1,6 +1,8 @@
 // The attention core's builds per instruction set (attention_core.inc); attention.cc picks
-// one with CpuKernelIsa (cpu_isa.h). All give bit-identical results; the AVX2 and AVX-512
-// builds run the softmax and its gradient on 256- and 512-bit vectors.
+// one with CpuKernelIsa (cpu_isa.h). All give bit-identical results (the AVX2 and AVX-512
+// builds run the softmax and its gradient on 256- and 512-bit vectors), except the AVX-512
+// build in fp32 at head_dim 32, 64 and 128, which runs its own register tiles and agrees
+// with the others to float rounding (attention_core.inc).
 #ifndef MTRAIN_KERNELS_ATTENTION_ISA_H_
 #define MTRAIN_KERNELS_ATTENTION_ISA_H_
 
