@@ -287,6 +287,9 @@ absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T
   if (M <= 0 || K <= 0 || N <= 0) {
     return absl::InvalidArgumentError("MatmulBackward: empty shape");
   }
+  if (d_weight == nullptr && d_bias != nullptr) {
+    return absl::InvalidArgumentError("MatmulBackward: a bias gradient without the weight's");
+  }
   if (d_in != nullptr) {
     // d_in'[K, M] (+)= weight'[K, N] d_out'[N, M]
     const float beta = accumulate_d_in ? 1.0f : 0.0f;
@@ -297,6 +300,7 @@ absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T
       return s;
     }
   }
+  if (d_weight == nullptr) return absl::OkStatus();  // the input gradient only
   // d_weight'[K, N] += in'[K, M] d_out'^T[M, N], accumulated into fp32. With 16-bit inputs
   // the bias gradient (d_out's column sums: a reduction over this GEMM's k) comes from the
   // same GEMM's epilogue (BGRADB, fp32 as the output) where cuBLASLt offers it, saving a

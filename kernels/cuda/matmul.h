@@ -104,9 +104,12 @@ absl::Status MatmulInputGradThroughGelu(CublasLt& blas, const T* d_out, const T*
                                         cudaStream_t stream);
 
 // Given d_out[M, N]: d_in[M, K] += d_out @ weight (skipped if null); d_weight[N, K] +=
-// d_out^T @ in; d_bias[N] += column sums of d_out (skipped if null). Gradients of the
-// parameters are float (the fp32 main gradients of mixed precision) whatever T is. With
-// accumulate_d_in false, d_in is overwritten (beta 0: not read, no need to zero it).
+// d_out^T @ in and d_bias[N] += column sums of d_out (each skipped if null; a bias
+// gradient needs the weight's: they may share one GEMM). The two halves may run apart (a
+// zero-bubble schedule's input gradient first, its weight gradient later): the same calls
+// either way. Gradients of the parameters are float (the fp32 main gradients of mixed
+// precision) whatever T is. With accumulate_d_in false, d_in is overwritten (beta 0: not
+// read, no need to zero it).
 template <typename T>
 absl::Status MatmulBackward(CublasLt& blas, const T* d_out, const T* in, const T* weight, T* d_in,
                             float* d_weight, float* d_bias, int M, int K, int N,

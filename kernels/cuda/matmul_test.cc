@@ -184,6 +184,50 @@ TEST(CudaMatmulTest, Fp16OverflowIsNotFinite) {
   for (float g : grad_weight) ASSERT_EQ(g, 65536.0f);
 }
 
+// A zero-bubble schedule runs the backward's two halves apart: the input gradient alone
+// (no weight), then the weight and bias gradients alone (no input gradient) give the
+// combined call's bits, in each precision (the bias gradient in the weight GEMM's epilogue
+// where cuBLASLt offers it). A bias gradient without the weight's is refused.
+template <typename T>
+void CheckBackwardHalves() {
+  MTRAIN_SKIP_WITHOUT_GPU();
+  constexpr int M = 192, K = 128, N = 320;
+  absl::StatusOr<std::unique_ptr<CublasLt>> blas = CublasLt::Create();
+  ASSERT_TRUE(blas.ok()) << blas.status();
+  const std::vector<float> in = testing::RandomFloats(size_t(M) * K, 91, -1, 1);
+  const std::vector<float> weight = testing::RandomFloats(size_t(N) * K, 92, -0.1, 0.1);
+  const std::vector<float> d_out = testing::RandomFloats(size_t(M) * N, 93, -1, 1);
+  const std::vector<float> d_weight0 = testing::RandomFloats(size_t(N) * K, 94, -1, 1);
+  const std::vector<float> d_bias0 = testing::RandomFloats(N, 95, -1, 1);
+  DeviceArray<T> din(in), dweight(weight), dd_out(d_out), whole_d_in(size_t(M) * K),
+      split_d_in(size_t(M) * K);
+  DeviceArray<float> whole_d_weight(d_weight0), whole_d_bias(d_bias0), split_d_weight(d_weight0),
+      split_d_bias(d_bias0);
+  absl::Status s =
+      MatmulBackward<T>(**blas, dd_out.get(), din.get(), dweight.get(), whole_d_in.get(),
+                        whole_d_weight.get(), whole_d_bias.get(), M, K, N, nullptr, false);
+  ASSERT_TRUE(s.ok()) << s;
+  s = MatmulBackward<T>(**blas, dd_out.get(), din.get(), dweight.get(), split_d_in.get(), nullptr,
+                        nullptr, M, K, N, nullptr, false);
+  ASSERT_TRUE(s.ok()) << s;
+  s = MatmulBackward<T>(**blas, dd_out.get(), din.get(), nullptr, nullptr, split_d_weight.get(),
+                        split_d_bias.get(), M, K, N, nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(split_d_in.Download(), whole_d_in.Download());
+  EXPECT_EQ(split_d_weight.Download(), whole_d_weight.Download());
+  EXPECT_EQ(split_d_bias.Download(), whole_d_bias.Download());
+  EXPECT_NE(split_d_weight.Download(), d_weight0) << "the weight gradient must have been added";
+  EXPECT_EQ(MatmulBackward<T>(**blas, dd_out.get(), din.get(), dweight.get(), split_d_in.get(),
+                              nullptr, split_d_bias.get(), M, K, N, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaMatmulTest, BackwardHalvesApartEqualTheWholeFp32) { CheckBackwardHalves<float>(); }
+TEST(CudaMatmulTest, BackwardHalvesApartEqualTheWholeBf16) { CheckBackwardHalves<__nv_bfloat16>(); }
+TEST(CudaMatmulTest, BackwardHalvesApartEqualTheWholeFp16) { CheckBackwardHalves<__half>(); }
+
 TEST(CudaMatmulTest, RefusesGeluWithoutBias) {
   MTRAIN_SKIP_WITHOUT_GPU();
   absl::StatusOr<std::unique_ptr<CublasLt>> blas = CublasLt::Create();

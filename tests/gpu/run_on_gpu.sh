@@ -51,6 +51,7 @@ done
 # The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and
 # AdamW steps following the CPU engine.
 check cuda_engine_test "$BUNDLE/bin/cuda_engine_test"
+check cuda_split_backward_test "$BUNDLE/bin/cuda_split_backward_test"
 # The CUDA training engine's steps against the CPU engine (including an FFN of 3 h with
 # norm epsilon 1e-3).
 check cuda_training_engine_test "$BUNDLE/bin/cuda_training_engine_test"

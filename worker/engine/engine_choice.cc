@@ -34,8 +34,8 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
   if (spec.parallel().schedule() == SCHEDULE_ZB_H1 || spec.parallel().schedule() == SCHEDULE_ZB_V) {
     return absl::UnimplementedError(
         absl::StrCat("parallel.schedule: ", Schedule_Name(spec.parallel().schedule()),
-                     ": the CUDA engine does not split the backward yet (the CPU engine runs "
-                     "the zero-bubble schedules: device DEVICE_CPU)"));
+                     ": the CUDA engine's split backward has not run on a GPU yet (the CPU "
+                     "engine runs the zero-bubble schedules: device DEVICE_CPU)"));
   }
   const int heads = spec.model().num_heads();
   const int head_dim = heads > 0 ? spec.model().hidden_size() / heads : 0;

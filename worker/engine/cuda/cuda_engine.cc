@@ -39,6 +39,13 @@ class CudaEngine::Chunk {
   virtual absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
                                 float* d_hidden_in,
                                 const std::function<absl::Status(int)>* on_layer_done) = 0;
+  // The backward in two parts (CudaGptModel::BackwardInput, BackwardWeight): the set of
+  // microbatch `index` waits between them, still counted in flight.
+  virtual absl::Status BackwardInput(int index, const float* d_hidden_out, float d_loss_per_token,
+                                     float* d_hidden_in,
+                                     const std::function<absl::Status(int)>* on_layer_done) = 0;
+  virtual absl::Status BackwardWeight(int index,
+                                      const std::function<absl::Status(int)>* on_layer_done) = 0;
   // Generation (CudaGptModel::Decode) with host float hidden states in and out, as
   // CudaEngine::GenerateChunk says.
   virtual absl::Status StartDecode(int capacity) = 0;
@@ -113,6 +120,37 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   absl::Status Backward(int index, const float* d_hidden_out, float d_loss_per_token,
                         float* d_hidden_in,
                         const std::function<absl::Status(int)>* on_layer_done) override {
+    return RunBackward(index, d_hidden_out, d_loss_per_token, d_hidden_in, on_layer_done,
+                       /*split=*/false);
+  }
+
+  absl::Status BackwardInput(int index, const float* d_hidden_out, float d_loss_per_token,
+                             float* d_hidden_in,
+                             const std::function<absl::Status(int)>* on_layer_done) override {
+    return RunBackward(index, d_hidden_out, d_loss_per_token, d_hidden_in, on_layer_done,
+                       /*split=*/true);
+  }
+
+  absl::Status BackwardWeight(int index,
+                              const std::function<absl::Status(int)>* on_layer_done) override {
+    auto it = weights_owed_.find(index);
+    if (it == weights_owed_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("BACKWARD_WEIGHT of microbatch ", index, " before its BACKWARD_INPUT"));
+    }
+    std::unique_ptr<CudaActivations<T>> acts = std::move(it->second);
+    weights_owed_.erase(it);
+    in_flight_bytes_ -= CudaActivationBytes(*acts);
+    const absl::Status status = model_->BackwardWeight(acts.get(), on_layer_done);
+    free_.push_back(std::move(acts));
+    return status;
+  }
+
+  // Backward (split false) or BackwardInput (split true, the set then waits in
+  // weights_owed_ for BackwardWeight) of microbatch `index`.
+  absl::Status RunBackward(int index, const float* d_hidden_out, float d_loss_per_token,
+                           float* d_hidden_in,
+                           const std::function<absl::Status(int)>* on_layer_done, bool split) {
     auto it = in_flight_.find(index);
     if (it == in_flight_.end() || it->second == nullptr) {
       return absl::FailedPreconditionError("backward before forward");
@@ -135,11 +173,21 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       status = ToDevice(d_hidden_out, n);
       d_out = staged_t_.get();
     }
+    T* d_in = d_hidden_in != nullptr ? staged_t_.get() : nullptr;
     if (status.ok()) {
-      status = model_->Backward(acts.get(), d_out, d_loss_per_token,
-                                d_hidden_in != nullptr ? staged_t_.get() : nullptr, on_layer_done);
+      status = split
+                   ? model_->BackwardInput(acts.get(), d_out, d_loss_per_token, d_in, on_layer_done)
+                   : model_->Backward(acts.get(), d_out, d_loss_per_token, d_in, on_layer_done);
     }
-    free_.push_back(std::move(acts));
+    if (split && status.ok()) {
+      // Kept, with the copies its weight gradients read, until BackwardWeight.
+      in_flight_bytes_ += CudaActivationBytes(*acts);
+      weights_owed_[index] = std::move(acts);
+    } else {
+      acts->weights_owed = false;
+      acts->deferred_count = 0;
+      free_.push_back(std::move(acts));
+    }
     RETURN_IF_ERROR(status);
     if (d_hidden_in != nullptr) RETURN_IF_ERROR(ToHost(d_hidden_in, n));
     return absl::OkStatus();
@@ -263,10 +311,12 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
   const int batch_;
   const cudaStream_t stream_;
   std::map<int, std::unique_ptr<CudaActivations<T>>> in_flight_;
+  // Sets whose BackwardInput ran and BackwardWeight has not (counted in in_flight_bytes_).
+  std::map<int, std::unique_ptr<CudaActivations<T>>> weights_owed_;
   std::vector<std::unique_ptr<CudaActivations<T>>> free_;
   DeviceBuffer<T> staged_t_;
   DeviceBuffer<float> staged_f_;
-  size_t in_flight_bytes_ = 0;  // of the sets in in_flight_
+  size_t in_flight_bytes_ = 0;  // of the sets in in_flight_ and weights_owed_
   // Generation: the sequence's cache and the last chunk output (widened to float).
   typename CudaGptModel<T>::KvCache cache_;
   DeviceBuffer<T> decode_out_;
@@ -648,6 +698,31 @@ absl::Status CudaEngine::Backward(int chunk, int index, const float* d_hidden_ou
   // while the backward goes on (the caller waits for them with WaitForGradientSums).
   const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(chunk);
   return chunks_[chunk]->Backward(index, d_hidden_out, d_loss_per_token, d_hidden_in, &all_reduce);
+}
+
+absl::Status CudaEngine::BackwardInput(int chunk, int index, const float* d_hidden_out,
+                                       float d_loss_per_token, float* d_hidden_in,
+                                       bool last_of_step) {
+  if (chunk < 0 || chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
+  }
+  // The chunk's last BACKWARD_INPUT finalises everything but the layers' linear weights:
+  // the model reports only the rest (-1) to the hook; BackwardWeight reports the layers.
+  const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(chunk);
+  RETURN_IF_ERROR(chunks_[chunk]->BackwardInput(index, d_hidden_out, d_loss_per_token, d_hidden_in,
+                                                last_of_step ? &all_reduce : nullptr));
+  NoteActivations();  // the set now also holds its weight gradients' copies
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::BackwardWeight(int chunk, int index, bool last_of_step) {
+  if (chunk < 0 || chunk >= num_chunks()) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", chunk, " of ", num_chunks()));
+  }
+  // The chunk's last BACKWARD_WEIGHT comes after its last BACKWARD_INPUT (each microbatch's
+  // W after its B): each layer's gradients are final as it passes, and summed from there.
+  const std::function<absl::Status(int)> all_reduce = GradientSumsAfterLayers(chunk);
+  return chunks_[chunk]->BackwardWeight(index, last_of_step ? &all_reduce : nullptr);
 }
 
 void CudaEngine::NoteActivations() {

@@ -142,6 +142,15 @@ class CudaEngine : public PipelineStages {
                                  const float* hidden_in, float* hidden_out) override;
   absl::Status Backward(int chunk, int index, const float* d_hidden_out, float d_loss_per_token,
                         float* d_hidden_in, bool last_of_step) override;
+  // The zero-bubble schedules' backward in two parts (CudaGptModel::BackwardInput and
+  // BackwardWeight): the set waits between them, counted in the activation peak with the
+  // copies its weight gradients read. Under data parallelism the chunk's last
+  // BACKWARD_INPUT starts the sums of its embeddings, final norm and head, its last
+  // BACKWARD_WEIGHT those of each layer as it passes.
+  absl::Status BackwardInput(int chunk, int index, const float* d_hidden_out,
+                             float d_loss_per_token, float* d_hidden_in,
+                             bool last_of_step) override;
+  absl::Status BackwardWeight(int chunk, int index, bool last_of_step) override;
 
   // Zeroes the gradients (before a step driven through PipelineStages).
   absl::Status ZeroGradients();

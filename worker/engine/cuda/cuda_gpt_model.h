@@ -70,6 +70,24 @@ struct CudaLayerActivations {
   DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, lse;
 };
 
+// A layer's linear weight gradient that a BackwardInput left for BackwardWeight
+// (zero-bubble schedules; worker/engine/cpu/activations.h's DeferredWeightGradient on the
+// device). The output gradient is a copy (the backward's temporaries serve the next
+// layer); the input is read where the microbatch's own activations keep it and copied
+// only from a recomputed layer's or a gathered (sequence-parallel) scratch buffer. The
+// copies' buffers stay with the activation set: its next BackwardInput reuses them.
+template <typename T>
+struct CudaDeferredWeightGradient {
+  int layer = 0;               // local layer
+  DeviceBuffer<T> d_out, in;   // capacity; [rows, out_features] and [rows, in_features] used
+  const T* in_held = nullptr;  // the input inside the set's activations, or null
+  float* d_weight = nullptr;
+  float* d_bias = nullptr;  // may be null
+  int rows = 0, in_features = 0, out_features = 0;
+
+  const T* input() const { return in_held != nullptr ? in_held : in.get(); }
+};
+
 // One microbatch's forward state on one chunk, kept until its backward.
 template <typename T>
 struct CudaActivations {
@@ -87,6 +105,33 @@ struct CudaActivations {
   // cross-entropy's per-token statistics (global after the tensor-parallel reductions).
   DeviceBuffer<T> lnf, logits;
   DeviceBuffer<float> lnf_mean, lnf_rstd, ce_local_max, ce_max, ce_sum_exp, ce_target;
+  // A split backward: the first `deferred_count` jobs are owed to BackwardWeight (in the
+  // order BackwardInput met them: the last layer's first); `weights_owed` from a
+  // BackwardInput to its BackwardWeight.
+  std::vector<CudaDeferredWeightGradient<T>> deferred;
+  size_t deferred_count = 0;
+  bool weights_owed = false;
+
+  // Whether [data, data + count) lies inside the residual stream or a layer's saved
+  // activations of this set (which a deferred weight gradient may then read in place).
+  bool Holds(const T* data, size_t count) const {
+    const auto inside = [&](const DeviceBuffer<T>& buffer) {
+      // Integer addresses: comparing pointers into different arrays is unspecified.
+      const auto begin = reinterpret_cast<std::uintptr_t>(buffer.get());
+      const auto at = reinterpret_cast<std::uintptr_t>(data);
+      return buffer.size() > 0 && at >= begin && at + count * sizeof(T) <= begin + buffer.bytes();
+    };
+    for (const DeviceBuffer<T>& io : layer_io) {
+      if (inside(io)) return true;
+    }
+    for (const CudaLayerActivations<T>& s : saved) {
+      for (const DeviceBuffer<T>* buffer :
+           {&s.ln1, &s.qkv, &s.attn_y, &s.h1, &s.ln2, &s.fc, &s.gelu}) {
+        if (inside(*buffer)) return true;
+      }
+    }
+    return false;
+  }
 };
 
 // The device bytes `acts` holds: what a microbatch in flight keeps for its backward.
@@ -101,6 +146,9 @@ size_t CudaActivationBytes(const CudaActivations<T>& acts) {
     bytes += s.ln1.bytes() + s.qkv.bytes() + s.attn_y.bytes() + s.h1.bytes() + s.ln2.bytes() +
              s.fc.bytes() + s.gelu.bytes() + s.ln1_mean.bytes() + s.ln1_rstd.bytes() +
              s.ln2_mean.bytes() + s.ln2_rstd.bytes() + s.lse.bytes();
+  }
+  for (const CudaDeferredWeightGradient<T>& job : acts.deferred) {
+    bytes += job.d_out.bytes() + job.in.bytes();
   }
   return bytes;
 }
@@ -162,6 +210,22 @@ class CudaGptModel {
   absl::Status Backward(CudaActivations<T>* acts, const T* d_hidden_out, float d_loss_per_token,
                         T* d_hidden_in = nullptr, const LayerDoneHook* on_layer_done = nullptr);
 
+  // The backward in two parts (zero-bubble schedules, cuda_gpt_model_split_backward.cc), as
+  // the CPU model's: BackwardInput is Backward with each layer's four linear weight
+  // gradients (QKV, the attention's output projection, the MLP's two projections, with
+  // their biases) left in `acts`; everything else (normalisations, embeddings, the head,
+  // d_hidden_in) as Backward. BackwardWeight adds them later; `acts` must live until then.
+  // The same GEMM calls per tensor in the same order: the gradients equal Backward's.
+  // on_layer_done(l) comes from BackwardWeight once layer l's weights are done (the
+  // layer's other gradients are final by the step's last BackwardInput, which comes
+  // first), and (-1) from BackwardInput. FAILED_PRECONDITION for a BackwardWeight without
+  // its BackwardInput, or a second BackwardInput before it.
+  absl::Status BackwardInput(CudaActivations<T>* acts, const T* d_hidden_out,
+                             float d_loss_per_token, T* d_hidden_in = nullptr,
+                             const LayerDoneHook* on_layer_done = nullptr);
+  absl::Status BackwardWeight(CudaActivations<T>* acts,
+                              const LayerDoneHook* on_layer_done = nullptr);
+
   // ---- Generation with a key-value cache (cuda_gpt_model_decode.cc), one sequence at a
   // time, as TransformerModel::Decode on the CPU: each local layer keeps its key-value heads'
   // keys and values of every position run so far.
@@ -214,6 +278,15 @@ class CudaGptModel {
       const AttentionDropout& dropout);
   // This rank's query and key-value heads for the attention kernels.
   AttentionShape LocalAttentionShape() const;
+  // A layer's linear backward (MatmulBackward, d_in overwritten): the input gradient now;
+  // the weight's and bias's too, or during a BackwardInput recorded in deferring_.
+  absl::Status LinearBackward(int layer, const T* d_out, const T* in, const T* weight, T* d_in,
+                              float* d_weight, float* d_bias, int rows, int in_features,
+                              int out_features);
+  // Records one weight gradient in deferring_ (copying d_out, and `in` unless the set
+  // holds it).
+  absl::Status DeferWeightGradient(int layer, const T* d_out, const T* in, float* d_weight,
+                                   float* d_bias, int rows, int in_features, int out_features);
   // Sums data[n] over the tensor-parallel group (in fp32).
   absl::Status TensorAllReduce(T* data, size_t n);
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;
@@ -261,6 +334,9 @@ class CudaGptModel {
   // device copy.
   EmbeddingGradPlan plan_;
   DeviceBuffer<int32_t> plan_rows_, plan_starts_, plan_positions_;
+  // The activations of the BackwardInput running (its weight gradients go there); null
+  // otherwise.
+  CudaActivations<T>* deferring_ = nullptr;
   // Backward temporaries, shared by every microbatch (one backward at a time).
   DeviceBuffer<T> d_logits_;
   DeviceBuffer<T> d_x_, d_below_, d_ln_, d_branch_, d_fc_, d_gelu_, d_qkv_, d_attn_y_;

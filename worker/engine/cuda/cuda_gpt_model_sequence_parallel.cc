@@ -182,13 +182,19 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                      DropoutKeyFor(id, global_layer, kMlpOutSite), first, stream_,
                                      kOverwrite));
   RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
+  const bool defer = deferring_ != nullptr;
   RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
       *blas_, shape_, d_branch_.get(), s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
-      d_fc_.get(), g.fc_proj_weight, g.fc_proj_bias, N, Fl, stream_));
+      d_fc_.get(), defer ? nullptr : g.fc_proj_weight, defer ? nullptr : g.fc_proj_bias, N, Fl,
+      stream_));
+  if (defer) {
+    RETURN_IF_ERROR(DeferWeightGradient(layer, d_branch_.get(), s.gelu.get(), g.fc_proj_weight,
+                                        g.fc_proj_bias, N, Fl, C));
+  }
   RETURN_IF_ERROR(GatherRows(s.ln2.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_fc_.get(), sp_full_.get(), MlpInWeight(w),
-                                    d_ln_.get(), MlpInWeight(g), MlpInBias(g), N, C,
-                                    placement_.local_mlp_in(shape_), stream_, kOverwrite));
+  RETURN_IF_ERROR(LinearBackward(layer, d_fc_.get(), sp_full_.get(), MlpInWeight(w), d_ln_.get(),
+                                 MlpInWeight(g), MlpInBias(g), N, C,
+                                 placement_.local_mlp_in(shape_)));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
   RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), s.h1.get(), w.ln2_gamma,
                                                 s.ln2_mean.get(), s.ln2_rstd.get(), nullptr, d_h1,
@@ -205,16 +211,15 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
                                      placement_.tensor_rank * shape.heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
   const auto [attn_y, lse] = core;
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
-                                    g.proj_weight, g.proj_bias, N, Ql, C, stream_, kOverwrite));
+  RETURN_IF_ERROR(LinearBackward(layer, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
+                                 g.proj_weight, g.proj_bias, N, Ql, C));
   RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
                                             shape, att_dropout, stream_, /*accumulate=*/false));
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));
-  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_qkv_.get(), sp_full_.get(), QkvWeight(w), d_ln_.get(),
-                                    QkvWeight(g), QkvBias(g), N, C, placement_.local_qkv(shape_),
-                                    stream_, kOverwrite));
+  RETURN_IF_ERROR(LinearBackward(layer, d_qkv_.get(), sp_full_.get(), QkvWeight(w), d_ln_.get(),
+                                 QkvWeight(g), QkvBias(g), N, C, placement_.local_qkv(shape_)));
   RETURN_IF_ERROR(ReduceScatterRows(d_ln_.get(), sp_rows_.get()));
   return layer_blocks::NormBackward<T>(shape_, sp_rows_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
                                        s.ln1_rstd.get(), d_h1, d_x, g.ln1_gamma, g.ln1_beta, R,

@@ -45,7 +45,8 @@ absl::Status MlpActivationBackward(const ModelShape& shape, const T* d_act, cons
 
 // The MLP's output projection and activation backward, given d_out [rows, C] of
 // out = act @ weight^T + bias: d_fc as MlpActivationBackward makes it, and the projection's
-// weight and bias gradients accumulated. With GeLU in 16 bits the derivative runs in the
+// weight and bias gradients accumulated (neither with a null d_weight: a zero-bubble
+// BackwardInput leaves them for later). With GeLU in 16 bits the derivative runs in the
 // input gradient's GEMM epilogue where cuBLASLt offers it (no d_act round trip through
 // memory); otherwise d_act_scratch [rows, Fl] holds the input gradient between the two.
 template <typename T>
