@@ -19,20 +19,8 @@ namespace {
 
 using attention_internal::DeviceDropout;
 
-absl::Status CheckShape(const AttentionShape& s) {
-  if (s.batch < 0 || s.seq < 0 || s.heads <= 0) {
-    return absl::InvalidArgumentError("FlashAttention: need batch, seq >= 0 and heads > 0");
-  }
-  if (s.kv_head_count() <= 0 || s.heads % s.kv_head_count() != 0) {
-    return absl::InvalidArgumentError("FlashAttention: kv_heads " + std::to_string(s.kv_heads) +
-                                      " must divide heads " + std::to_string(s.heads));
-  }
-  if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
-    return absl::InvalidArgumentError("FlashAttention: head_dim " + std::to_string(s.head_dim) +
-                                      " is not supported [rule: 32, 64 or 128]");
-  }
-  return absl::OkStatus();
-}
+using attention_internal::CheckShape;
+using attention_internal::MakeDropout;
 
 // bf16 and fp16 multi-head attention at head dims 64 and 128 runs on the tensor-core kernels;
 // grouped-query heads on the scalar ones (their dK/dV sum over a group is not in the
@@ -41,17 +29,6 @@ bool TensorCoresRun(const AttentionShape& s) {
   return (s.head_dim == 64 || s.head_dim == 128) && s.kv_head_count() == s.heads;
 }
 
-DeviceDropout MakeDropout(const AttentionDropout& d, const AttentionShape& shape) {
-  DeviceDropout out;
-  if (d.p > 0) {
-    out.key = d.key;
-    out.threshold = DropoutThreshold(d.p);
-    out.scale = 1.0f / (1.0f - d.p);
-  }
-  out.head_offset = d.head_offset;
-  out.total_heads = d.total_heads > 0 ? d.total_heads : shape.heads;
-  return out;
-}
 
 AttentionImplementation DefaultImplementation() {
   const char* value = std::getenv("MTRAIN_ATTENTION");

@@ -3,7 +3,9 @@
 //                             at head dims 32, 64 and 128 (fp32 always takes them);
 //   attention_tensor_core.cu  FlashAttention-2-style mma.sync kernels: bf16 and fp16 at head
 //                             dims 64 and 128;
-//   attention.cu              the public functions: check the shape, then choose one.
+//   attention.cu              the public functions: check the shape, then choose one;
+//   bidirectional_attention.cu  BERT's bidirectional attention over each sequence's real
+//                             positions (the scalar kernels' bidirectional instantiations).
 // Both drop the probabilities through DeviceDropout at the same global index as the CPU
 // (kernels/attention.cc), so whichever runs, the same elements are dropped.
 // Internal to //kernels/cuda:attention; nothing outside it includes this header.
@@ -14,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/attention.h"
@@ -39,6 +42,35 @@ struct DeviceDropout {
     return DropoutKeep(key, index, threshold) ? scale : 0.0f;
   }
 };
+
+// The shape rules every entry point checks first (INVALID_ARGUMENT naming the rule).
+inline absl::Status CheckShape(const AttentionShape& s) {
+  if (s.batch < 0 || s.seq < 0 || s.heads <= 0) {
+    return absl::InvalidArgumentError("FlashAttention: need batch, seq >= 0 and heads > 0");
+  }
+  if (s.kv_head_count() <= 0 || s.heads % s.kv_head_count() != 0) {
+    return absl::InvalidArgumentError("FlashAttention: kv_heads " + std::to_string(s.kv_heads) +
+                                      " must divide heads " + std::to_string(s.heads));
+  }
+  if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 128) {
+    return absl::InvalidArgumentError("FlashAttention: head_dim " + std::to_string(s.head_dim) +
+                                      " is not supported [rule: 32, 64 or 128]");
+  }
+  return absl::OkStatus();
+}
+
+// The caller's AttentionDropout as the kernels take it.
+inline DeviceDropout MakeDropout(const AttentionDropout& d, const AttentionShape& shape) {
+  DeviceDropout out;
+  if (d.p > 0) {
+    out.key = d.key;
+    out.threshold = DropoutThreshold(d.p);
+    out.scale = 1.0f / (1.0f - d.p);
+  }
+  out.head_offset = d.head_offset;
+  out.total_heads = d.total_heads > 0 ? d.total_heads : shape.heads;
+  return out;
+}
 
 // Element offsets into qkv[B, S, H + 2 Hkv, D] (the H query heads, then the Hkv key heads,
 // then the Hkv value heads; [B, S, 3, H, D] when Hkv = H) and out[B, S, H, D]. `h` is a
@@ -86,6 +118,19 @@ template <typename T>
 absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
                                      T* d_qkv, const AttentionShape& shape,
                                      const DeviceDropout& drop, cudaStream_t stream);
+
+// Bidirectional attention with each sequence's real length (`lengths`: device int32 [B],
+// each in [1, S]), kernels/cuda/bidirectional_attention.h's semantics: the scalar kernels'
+// bidirectional instantiations, any T, head_dim 32, 64 or 128, grouped-query heads.
+template <typename T>
+absl::Status ScalarBidirectionalForward(const T* qkv, const int32_t* lengths, T* out, float* lse,
+                                        const AttentionShape& shape, const DeviceDropout& drop,
+                                        cudaStream_t stream);
+template <typename T>
+absl::Status ScalarBidirectionalBackward(const T* d_out, const T* qkv, const int32_t* lengths,
+                                         const T* out, const float* lse, T* d_qkv,
+                                         const AttentionShape& shape, const DeviceDropout& drop,
+                                         cudaStream_t stream);
 
 // T = __nv_bfloat16 or __half; head_dim 64 or 128; multi-head only (kv heads = heads).
 template <typename T>

@@ -4,7 +4,11 @@
 // fp32 always runs here, bf16 and fp16 at head dim 32 and with grouped-query heads
 // (attention.cu chooses). Grouped-query attention: query head h reads key-value head
 // h / (H / Hkv); the dK/dV kernel runs per key-value head and sums its group's query heads
-// in order (no atomics, deterministic).
+// in order (no atomics, deterministic). kBidirectional (BERT, issue 35): query i of sequence
+// b attends to every key j < lengths[b]; padded queries (i >= lengths[b]) write zero outputs
+// and log-sum-exp and take no gradient, padded keys get no weight and no gradient
+// (kernels/bidirectional_attention.h's semantics). The causal instantiations compile to the
+// code they were before.
 #include <cmath>
 #include <cstdint>
 
@@ -35,16 +39,28 @@ __device__ __forceinline__ void LoadKeyValueTile(const T* qkv, int b, int g, int
   }
 }
 
+// The keys query i reads: j <= i (causal), or j < len (bidirectional: the sequence's real
+// positions; the caller skips padded queries).
+template <bool kBidirectional>
+__device__ __forceinline__ int KeyEnd(int i, int len) {
+  if constexpr (kBidirectional) {
+    return len;
+  } else {
+    return i + 1;
+  }
+}
+
 // grid (ceil(S / kRows), B * H), kRows threads: thread t owns query row blockIdx.x*kRows+t.
-template <typename T, int D>
-__global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, int Hkv,
-                              DeviceDropout drop) {
+template <typename T, int D, bool kBidirectional>
+__global__ void ForwardKernel(const T* qkv, const int32_t* lengths, T* out, float* lse, int S,
+                              int H, int Hkv, DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float ks[kTile][D];
   __shared__ float vs[kTile][D];
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / Hkv);
   const int i = blockIdx.x * kRows + threadIdx.x;
-  const bool active = i < S;
+  const int len = kBidirectional ? lengths[b] : S;
+  const bool active = i < S && i < len;
   const float scale = rsqrtf(float(D));
   float q[D], o[D];
   float m = -INFINITY, l = 0.0f;
@@ -55,13 +71,14 @@ __global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, in
       o[d] = 0.0f;
     }
   }
-  const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  const int last_key =
+      kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
     LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
     __syncthreads();
     if (!active) continue;
-    const int end = min(kTile, i - start + 1);  // causal: keys j <= i
+    const int end = min(kTile, KeyEnd<kBidirectional>(i, len) - start);
     for (int t = 0; t < end; ++t) {
       float s = 0.0f;
       for (int d = 0; d < D; ++d) s += q[d] * ks[t][d];
@@ -74,7 +91,13 @@ __global__ void ForwardKernel(const T* qkv, T* out, float* lse, int S, int H, in
       m = m_new;
     }
   }
-  if (!active) return;
+  if (i >= S) return;
+  if (!active) {  // a padded query (bidirectional): zeros
+    T* orow = out + OutRow(b, i, h, S, H, D);
+    for (int d = 0; d < D; ++d) orow[d] = FromFloat<T>(0.0f);
+    lse[(size_t(b) * H + h) * S + i] = 0.0f;
+    return;
+  }
   T* orow = out + OutRow(b, i, h, S, H, D);
   const float inv_l = 1.0f / l;
   for (int d = 0; d < D; ++d) orow[d] = FromFloat<T>(o[d] * inv_l);
@@ -93,17 +116,19 @@ __global__ void DeltaKernel(const T* d_out, const T* out, float* delta, int B, i
   delta[row] = sum;
 }
 
-// Thread per query row i: d_q_i = scale * sum_{j<=i} ds_ij k_j.
-template <typename T, int D>
-__global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* lse,
-                                    const float* delta, T* d_qkv, int S, int H, int Hkv,
-                                    DeviceDropout drop) {
+// Thread per query row i: d_q_i = scale * sum_{j<=i} ds_ij k_j (bidirectional: j < len;
+// a padded query's d_q is left as it is).
+template <typename T, int D, bool kBidirectional>
+__global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const int32_t* lengths,
+                                    const float* lse, const float* delta, T* d_qkv, int S, int H,
+                                    int Hkv, DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float ks[kTile][D];
   __shared__ float vs[kTile][D];
   const int b = blockIdx.y / H, h = blockIdx.y % H, g = h / (H / Hkv);
   const int i = blockIdx.x * kRows + threadIdx.x;
-  const bool active = i < S;
+  const int len = kBidirectional ? lengths[b] : S;
+  const bool active = i < S && i < len;
   const float scale = rsqrtf(float(D));
   float q[D], dout[D], dq[D];
   float row_lse = 0.0f, row_delta = 0.0f;
@@ -118,13 +143,14 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* l
     row_lse = lse[(size_t(b) * H + h) * S + i];
     row_delta = delta[(size_t(b) * H + h) * S + i];
   }
-  const int last_key = min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  const int last_key =
+      kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
     LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
     __syncthreads();
     if (!active) continue;
-    const int end = min(kTile, i - start + 1);
+    const int end = min(kTile, KeyEnd<kBidirectional>(i, len) - start);
     for (int t = 0; t < end; ++t) {
       float s = 0.0f, dp = 0.0f;
       for (int d = 0; d < D; ++d) {
@@ -142,11 +168,12 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const float* l
 }
 
 // Thread per key row j of key-value head g: d_k_j = scale * sum_h sum_{i>=j} ds_hij q_hi,
-// d_v_j = sum_h sum_{i>=j} pk_hij do_hi, over the group's query heads h in order.
-template <typename T, int D>
-__global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float* lse,
-                                       const float* delta, T* d_qkv, int S, int H, int Hkv,
-                                       DeviceDropout drop) {
+// d_v_j = sum_h sum_{i>=j} pk_hij do_hi, over the group's query heads h in order
+// (bidirectional: over the real queries i < len, for the real keys j < len only).
+template <typename T, int D, bool kBidirectional>
+__global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const int32_t* lengths,
+                                       const float* lse, const float* delta, T* d_qkv, int S,
+                                       int H, int Hkv, DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float qs[kTile][D];
   __shared__ float dos[kTile][D];
@@ -155,7 +182,8 @@ __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float
   const int b = blockIdx.y / Hkv, g = blockIdx.y % Hkv;
   const int group = H / Hkv;
   const int j = blockIdx.x * kRows + threadIdx.x;
-  const bool active = j < S;
+  const int len = kBidirectional ? lengths[b] : S;
+  const bool active = j < S && j < len;
   const float scale = rsqrtf(float(D));
   float k[D], v[D], dk[D], dv[D];
   if (active) {
@@ -168,10 +196,12 @@ __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float
       dv[d] = 0.0f;
     }
   }
-  const int first_query = blockIdx.x * kRows;  // causal: queries i >= j
+  // Causal: queries i >= j; bidirectional: every real query.
+  const int first_query = kBidirectional ? 0 : int(blockIdx.x * kRows);
   const int first_tile = first_query / kTile * kTile;
+  const int query_end = kBidirectional ? len : S;
   for (int h = g * group; h < (g + 1) * group; ++h) {
-    for (int start = first_tile; start < S; start += kTile) {
+    for (int start = first_tile; start < query_end; start += kTile) {
       __syncthreads();
       for (int e = threadIdx.x; e < kTile * D; e += blockDim.x) {
         const int i = start + e / D, d = e % D;
@@ -185,7 +215,8 @@ __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float
       }
       __syncthreads();
       if (!active) continue;
-      for (int t = max(0, j - start); t < kTile && start + t < S; ++t) {
+      for (int t = kBidirectional ? 0 : max(0, j - start); t < kTile && start + t < query_end;
+           ++t) {
         const int i = start + t;
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < D; ++d) {
@@ -212,17 +243,20 @@ __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const float
   }
 }
 
-template <typename T, int D>
-absl::Status Forward(const T* qkv, T* out, float* lse, const AttentionShape& s,
-                     const DeviceDropout& drop, cudaStream_t stream) {
+// `lengths` (device [B]) null: causal; else bidirectional over each sequence's length.
+template <typename T, int D, bool kBidirectional>
+absl::Status Forward(const T* qkv, const int32_t* lengths, T* out, float* lse,
+                     const AttentionShape& s, const DeviceDropout& drop, cudaStream_t stream) {
   const dim3 grid((s.seq + kRows - 1) / kRows, s.batch * s.heads);
-  return Launch(ForwardKernel<T, D>, grid, kRows, 0, stream, "FlashAttentionForward", qkv, out, lse,
-                s.seq, s.heads, s.kv_head_count(), drop);
+  return Launch(ForwardKernel<T, D, kBidirectional>, grid, kRows, 0, stream,
+                "FlashAttentionForward", qkv, lengths, out, lse, s.seq, s.heads, s.kv_head_count(),
+                drop);
 }
 
-template <typename T, int D>
-absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* lse, T* d_qkv,
-                      const AttentionShape& s, const DeviceDropout& drop, cudaStream_t stream) {
+template <typename T, int D, bool kBidirectional>
+absl::Status Backward(const T* d_out, const T* qkv, const int32_t* lengths, const T* out,
+                      const float* lse, T* d_qkv, const AttentionShape& s,
+                      const DeviceDropout& drop, cudaStream_t stream) {
   const size_t rows = size_t(s.batch) * s.heads * s.seq;
   float* delta = nullptr;
   if (absl::Status st = CudaStatus(
@@ -236,18 +270,50 @@ absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* l
              "FlashAttentionBackward (delta)", d_out, out, delta, s.batch, s.seq, s.heads);
   const dim3 grid((s.seq + kRows - 1) / kRows, s.batch * s.heads);
   if (launched.ok()) {
-    launched.Update(Launch(BackwardQueryKernel<T, D>, grid, kRows, 0, stream,
-                           "FlashAttentionBackward (queries)", d_out, qkv, lse, delta, d_qkv, s.seq,
-                           s.heads, s.kv_head_count(), drop));
+    launched.Update(Launch(BackwardQueryKernel<T, D, kBidirectional>, grid, kRows, 0, stream,
+                           "FlashAttentionBackward (queries)", d_out, qkv, lengths, lse, delta,
+                           d_qkv, s.seq, s.heads, s.kv_head_count(), drop));
   }
   if (launched.ok()) {
     const dim3 kv_grid((s.seq + kRows - 1) / kRows, s.batch * s.kv_head_count());
-    launched.Update(Launch(BackwardKeyValueKernel<T, D>, kv_grid, kRows, 0, stream,
-                           "FlashAttentionBackward (keys, values)", d_out, qkv, lse, delta, d_qkv,
-                           s.seq, s.heads, s.kv_head_count(), drop));
+    launched.Update(Launch(BackwardKeyValueKernel<T, D, kBidirectional>, kv_grid, kRows, 0,
+                           stream, "FlashAttentionBackward (keys, values)", d_out, qkv, lengths,
+                           lse, delta, d_qkv, s.seq, s.heads, s.kv_head_count(), drop));
   }
   absl::Status freed = CudaStatus(cudaFreeAsync(delta, stream), "FlashAttentionBackward scratch");
   return launched.ok() ? freed : launched;
+}
+
+// Head dim dispatch: `lengths` null runs the causal kernels, else the bidirectional ones.
+template <typename T, bool kBidirectional>
+absl::Status ForwardFor(const T* qkv, const int32_t* lengths, T* out, float* lse,
+                        const AttentionShape& shape, const DeviceDropout& drop,
+                        cudaStream_t stream) {
+  switch (shape.head_dim) {
+    case 32:
+      return Forward<T, 32, kBidirectional>(qkv, lengths, out, lse, shape, drop, stream);
+    case 64:
+      return Forward<T, 64, kBidirectional>(qkv, lengths, out, lse, shape, drop, stream);
+    default:
+      return Forward<T, 128, kBidirectional>(qkv, lengths, out, lse, shape, drop, stream);
+  }
+}
+
+template <typename T, bool kBidirectional>
+absl::Status BackwardFor(const T* d_out, const T* qkv, const int32_t* lengths, const T* out,
+                         const float* lse, T* d_qkv, const AttentionShape& shape,
+                         const DeviceDropout& drop, cudaStream_t stream) {
+  switch (shape.head_dim) {
+    case 32:
+      return Backward<T, 32, kBidirectional>(d_out, qkv, lengths, out, lse, d_qkv, shape, drop,
+                                             stream);
+    case 64:
+      return Backward<T, 64, kBidirectional>(d_out, qkv, lengths, out, lse, d_qkv, shape, drop,
+                                             stream);
+    default:
+      return Backward<T, 128, kBidirectional>(d_out, qkv, lengths, out, lse, d_qkv, shape, drop,
+                                              stream);
+  }
 }
 
 }  // namespace
@@ -255,28 +321,29 @@ absl::Status Backward(const T* d_out, const T* qkv, const T* out, const float* l
 template <typename T>
 absl::Status ScalarAttentionForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
                                     const DeviceDropout& drop, cudaStream_t stream) {
-  switch (shape.head_dim) {
-    case 32:
-      return Forward<T, 32>(qkv, out, lse, shape, drop, stream);
-    case 64:
-      return Forward<T, 64>(qkv, out, lse, shape, drop, stream);
-    default:
-      return Forward<T, 128>(qkv, out, lse, shape, drop, stream);
-  }
+  return ForwardFor<T, false>(qkv, nullptr, out, lse, shape, drop, stream);
 }
 
 template <typename T>
 absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
                                      T* d_qkv, const AttentionShape& shape,
                                      const DeviceDropout& drop, cudaStream_t stream) {
-  switch (shape.head_dim) {
-    case 32:
-      return Backward<T, 32>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
-    case 64:
-      return Backward<T, 64>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
-    default:
-      return Backward<T, 128>(d_out, qkv, out, lse, d_qkv, shape, drop, stream);
-  }
+  return BackwardFor<T, false>(d_out, qkv, nullptr, out, lse, d_qkv, shape, drop, stream);
+}
+
+template <typename T>
+absl::Status ScalarBidirectionalForward(const T* qkv, const int32_t* lengths, T* out, float* lse,
+                                        const AttentionShape& shape, const DeviceDropout& drop,
+                                        cudaStream_t stream) {
+  return ForwardFor<T, true>(qkv, lengths, out, lse, shape, drop, stream);
+}
+
+template <typename T>
+absl::Status ScalarBidirectionalBackward(const T* d_out, const T* qkv, const int32_t* lengths,
+                                         const T* out, const float* lse, T* d_qkv,
+                                         const AttentionShape& shape, const DeviceDropout& drop,
+                                         cudaStream_t stream) {
+  return BackwardFor<T, true>(d_out, qkv, lengths, out, lse, d_qkv, shape, drop, stream);
 }
 
 #define MTRAIN_INSTANTIATE_SCALAR_ATTENTION(T)                                                     \
@@ -284,7 +351,13 @@ absl::Status ScalarAttentionBackward(const T* d_out, const T* qkv, const T* out,
                                                   const DeviceDropout&, cudaStream_t);             \
   template absl::Status ScalarAttentionBackward<T>(const T*, const T*, const T*, const float*, T*, \
                                                    const AttentionShape&, const DeviceDropout&,    \
-                                                   cudaStream_t);
+                                                   cudaStream_t);                                  \
+  template absl::Status ScalarBidirectionalForward<T>(const T*, const int32_t*, T*, float*,        \
+                                                      const AttentionShape&, const DeviceDropout&, \
+                                                      cudaStream_t);                               \
+  template absl::Status ScalarBidirectionalBackward<T>(                                            \
+      const T*, const T*, const int32_t*, const T*, const float*, T*, const AttentionShape&,       \
+      const DeviceDropout&, cudaStream_t);
 MTRAIN_INSTANTIATE_SCALAR_ATTENTION(float)
 MTRAIN_INSTANTIATE_SCALAR_ATTENTION(__nv_bfloat16)
 MTRAIN_INSTANTIATE_SCALAR_ATTENTION(__half)

@@ -16,6 +16,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //kernels/cuda:attention_test //kernels/cuda:attention_decode_test //kernels/cuda:dropout_test //kernels/cuda:embedding_test
          //kernels/cuda:elementwise_test //kernels/cuda:overwrite_mode_test
          //kernels/cuda:rms_norm_test //kernels/cuda:rotary_test //kernels/cuda:swiglu_test
+         //kernels/cuda:bidirectional_attention_test //kernels/cuda:gelu_exact_test //kernels/cuda:bert_heads_test
          //worker/engine/cuda:cuda_engine_test //worker/engine/cuda:cuda_training_engine_test
          //worker/engine/cuda:cuda_split_backward_test
          //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test

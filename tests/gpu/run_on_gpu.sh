@@ -43,9 +43,10 @@ check() {
 check cuda_device_query_test "$BUNDLE/bin/cuda_device_query_test"
 check nccl_communicator_test "$BUNDLE/bin/nccl_communicator_test"
 # CUDA kernels against the CPU implementations (each prints its measured errors).
-# rms_norm, rotary and swiglu: the Llama-style layers' kernels (issue 33).
+# rms_norm, rotary and swiglu: the Llama-style layers' kernels (issue 33);
+# bidirectional_attention, gelu_exact and bert_heads: BERT's (issue 35).
 for kernel in gelu layernorm adamw grad_scale cross_entropy matmul attention attention_decode dropout embedding \
-    elementwise overwrite_mode rms_norm rotary swiglu; do
+    elementwise overwrite_mode rms_norm rotary swiglu bidirectional_attention gelu_exact bert_heads; do
   check "cuda_${kernel}_test" "$BUNDLE/bin/${kernel}_test"
 done
 # The whole model on the GPU against the CPU model (fp32, dropout, recompute, bf16) and

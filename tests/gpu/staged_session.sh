@@ -39,8 +39,11 @@ stage() {
 # The Llama-style layers' kernels (rms_norm, rotary, swiglu: issue 33) have never run on a
 # GPU; with cuda_engine_test's Llama parity tests (stage 3) they decide whether the CUDA
 # engine's refusal of MODEL_FAMILY_LLAMA (worker/engine/engine_choice.cc) can be lifted.
+# BERT's kernels (bidirectional attention in the scalar attention kernels, which the causal
+# attention test checks again; exact GeLU; the heads' pieces: issue 35) have never run
+# either.
 stage stage1_kernels 20 env CHECK_TIMEOUT=30 \
-  ONLY="cuda_matmul_test|cuda_layernorm_test|cuda_adamw_test|cuda_gelu_test|cuda_rms_norm_test|cuda_rotary_test|cuda_swiglu_test" \
+  ONLY="cuda_matmul_test|cuda_layernorm_test|cuda_adamw_test|cuda_gelu_test|cuda_rms_norm_test|cuda_rotary_test|cuda_swiglu_test|cuda_attention_test|cuda_bidirectional_attention_test|cuda_gelu_exact_test|cuda_bert_heads_test" \
   bash tests/gpu/run_on_gpu.sh "$BUNDLE"
 # The 124M benchmark, with the engine once more per MTRAIN_GEMM_FUSIONS variant (none, and
 # each fusion left out) to measure what each epilogue fusion gives.
