@@ -29,7 +29,6 @@ bool TensorCoresRun(const AttentionShape& s) {
   return (s.head_dim == 64 || s.head_dim == 128) && s.kv_head_count() == s.heads;
 }
 
-
 AttentionImplementation DefaultImplementation() {
   const char* value = std::getenv("MTRAIN_ATTENTION");
   return value != nullptr && std::strcmp(value, "handwritten") == 0

@@ -71,8 +71,7 @@ __global__ void ForwardKernel(const T* qkv, const int32_t* lengths, T* out, floa
       o[d] = 0.0f;
     }
   }
-  const int last_key =
-      kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  const int last_key = kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
     LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
@@ -143,8 +142,7 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const int32_t*
     row_lse = lse[(size_t(b) * H + h) * S + i];
     row_delta = delta[(size_t(b) * H + h) * S + i];
   }
-  const int last_key =
-      kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
+  const int last_key = kBidirectional ? len - 1 : min(S - 1, int(blockIdx.x * kRows + kRows - 1));
   for (int start = 0; start <= last_key; start += kTile) {
     __syncthreads();
     LoadKeyValueTile<T, D, kTile>(qkv, b, g, start, S, H, Hkv, ks, vs);
@@ -172,8 +170,8 @@ __global__ void BackwardQueryKernel(const T* d_out, const T* qkv, const int32_t*
 // (bidirectional: over the real queries i < len, for the real keys j < len only).
 template <typename T, int D, bool kBidirectional>
 __global__ void BackwardKeyValueKernel(const T* d_out, const T* qkv, const int32_t* lengths,
-                                       const float* lse, const float* delta, T* d_qkv, int S,
-                                       int H, int Hkv, DeviceDropout drop) {
+                                       const float* lse, const float* delta, T* d_qkv, int S, int H,
+                                       int Hkv, DeviceDropout drop) {
   constexpr int kTile = TileRows<D>();
   __shared__ float qs[kTile][D];
   __shared__ float dos[kTile][D];
@@ -276,9 +274,9 @@ absl::Status Backward(const T* d_out, const T* qkv, const int32_t* lengths, cons
   }
   if (launched.ok()) {
     const dim3 kv_grid((s.seq + kRows - 1) / kRows, s.batch * s.kv_head_count());
-    launched.Update(Launch(BackwardKeyValueKernel<T, D, kBidirectional>, kv_grid, kRows, 0,
-                           stream, "FlashAttentionBackward (keys, values)", d_out, qkv, lengths,
-                           lse, delta, d_qkv, s.seq, s.heads, s.kv_head_count(), drop));
+    launched.Update(Launch(BackwardKeyValueKernel<T, D, kBidirectional>, kv_grid, kRows, 0, stream,
+                           "FlashAttentionBackward (keys, values)", d_out, qkv, lengths, lse, delta,
+                           d_qkv, s.seq, s.heads, s.kv_head_count(), drop));
   }
   absl::Status freed = CudaStatus(cudaFreeAsync(delta, stream), "FlashAttentionBackward scratch");
   return launched.ok() ? freed : launched;

@@ -1,7 +1,6 @@
-#include "kernels/cuda/bert_heads.h"
-
 #include <string>
 
+#include "kernels/cuda/bert_heads.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
 
@@ -85,11 +84,10 @@ absl::Status TanhBackward(const T* d_y, const T* y, T* d_x, size_t n, cudaStream
   return LastLaunchStatus("TanhBackward");
 }
 
-#define MTRAIN_INSTANTIATE_BERT_HEADS(T)                                                        \
-  template absl::Status GatherRows<T>(const T*, const int32_t*, int, int, T*, cudaStream_t);   \
-  template absl::Status ScatterAddRows<T>(const T*, const int32_t*, int, int, T*,              \
-                                          cudaStream_t);                                        \
-  template absl::Status TanhForward<T>(const T*, T*, size_t, cudaStream_t);                    \
+#define MTRAIN_INSTANTIATE_BERT_HEADS(T)                                                         \
+  template absl::Status GatherRows<T>(const T*, const int32_t*, int, int, T*, cudaStream_t);     \
+  template absl::Status ScatterAddRows<T>(const T*, const int32_t*, int, int, T*, cudaStream_t); \
+  template absl::Status TanhForward<T>(const T*, T*, size_t, cudaStream_t);                      \
   template absl::Status TanhBackward<T>(const T*, const T*, T*, size_t, cudaStream_t);
 MTRAIN_INSTANTIATE_BERT_HEADS(float)
 MTRAIN_INSTANTIATE_BERT_HEADS(__nv_bfloat16)

@@ -1,18 +1,17 @@
 // BidirectionalAttentionForward and BidirectionalAttentionBackward
 // (kernels/cuda/bidirectional_attention.h): the shape check, then the scalar kernels'
 // bidirectional instantiations (attention_scalar.cu).
-#include "kernels/cuda/bidirectional_attention.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/bidirectional_attention.h"
 
 namespace mtrain::cuda {
 
 template <typename T>
-absl::Status BidirectionalAttentionForward(const T* qkv, const int32_t* lengths, T* out,
-                                           float* lse, const AttentionShape& shape,
+absl::Status BidirectionalAttentionForward(const T* qkv, const int32_t* lengths, T* out, float* lse,
+                                           const AttentionShape& shape,
                                            const AttentionDropout& dropout, cudaStream_t stream) {
   if (absl::Status s = attention_internal::CheckShape(shape); !s.ok()) return s;
   if (shape.batch == 0 || shape.seq == 0) return absl::OkStatus();
@@ -39,16 +38,16 @@ absl::Status BidirectionalAttentionBackward(const T* d_out, const T* qkv, const 
     }
   }
   return attention_internal::ScalarBidirectionalBackward<T>(
-      d_out, qkv, lengths, out, lse, d_qkv, shape,
-      attention_internal::MakeDropout(dropout, shape), stream);
+      d_out, qkv, lengths, out, lse, d_qkv, shape, attention_internal::MakeDropout(dropout, shape),
+      stream);
 }
 
-#define MTRAIN_INSTANTIATE_BIDIRECTIONAL_ATTENTION(T)                                          \
-  template absl::Status BidirectionalAttentionForward<T>(                                      \
-      const T*, const int32_t*, T*, float*, const AttentionShape&, const AttentionDropout&,    \
-      cudaStream_t);                                                                           \
-  template absl::Status BidirectionalAttentionBackward<T>(                                     \
-      const T*, const T*, const T*, const float*, const int32_t*, T*, const AttentionShape&,   \
+#define MTRAIN_INSTANTIATE_BIDIRECTIONAL_ATTENTION(T)                                            \
+  template absl::Status BidirectionalAttentionForward<T>(const T*, const int32_t*, T*, float*,   \
+                                                         const AttentionShape&,                  \
+                                                         const AttentionDropout&, cudaStream_t); \
+  template absl::Status BidirectionalAttentionBackward<T>(                                       \
+      const T*, const T*, const T*, const float*, const int32_t*, T*, const AttentionShape&,     \
       const AttentionDropout&, cudaStream_t, bool);
 MTRAIN_INSTANTIATE_BIDIRECTIONAL_ATTENTION(float)
 MTRAIN_INSTANTIATE_BIDIRECTIONAL_ATTENTION(__nv_bfloat16)

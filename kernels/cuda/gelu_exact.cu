@@ -1,7 +1,6 @@
-#include "kernels/cuda/gelu_exact.h"
-
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/gelu_exact.h"
 
 namespace mtrain::cuda {
 namespace {
@@ -50,10 +49,9 @@ absl::Status GeluExactBackward(const T* d_y, const T* x, T* d_x, size_t n, cudaS
   return LastLaunchStatus("GeluExactBackward");
 }
 
-#define MTRAIN_INSTANTIATE_GELU_EXACT(T)                                                    \
-  template absl::Status GeluExactForward<T>(const T*, T*, size_t, cudaStream_t);            \
-  template absl::Status GeluExactBackward<T>(const T*, const T*, T*, size_t, cudaStream_t, \
-                                             bool);
+#define MTRAIN_INSTANTIATE_GELU_EXACT(T)                                         \
+  template absl::Status GeluExactForward<T>(const T*, T*, size_t, cudaStream_t); \
+  template absl::Status GeluExactBackward<T>(const T*, const T*, T*, size_t, cudaStream_t, bool);
 MTRAIN_INSTANTIATE_GELU_EXACT(float)
 MTRAIN_INSTANTIATE_GELU_EXACT(__nv_bfloat16)
 MTRAIN_INSTANTIATE_GELU_EXACT(__half)
