@@ -777,8 +777,8 @@ void ValidateBertTrained(const JobSpec& spec, Violations* v) {
   }
   if (spec.device() == DEVICE_CUDA) {
     v->Add(
-        "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT [rule: the CUDA engine has no "
-        "BERT layers yet (DEVICE_CPU or DEVICE_AUTO trains it on CPU workers)]");
+        "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT [rule: the CUDA engine's BERT "
+        "layers have not run on a GPU yet (DEVICE_CPU or DEVICE_AUTO trains it on CPU workers)]");
   } else if (spec.precision() != PRECISION_FP32 && spec.precision() != PRECISION_UNSPECIFIED &&
              Precision_IsValid(spec.precision())) {
     v->Add(absl::StrCat("precision: ", Precision_Name(spec.precision()),

@@ -205,7 +205,8 @@ TEST(JobSpecValidationTest, WhatBertCannotRunIsRefusedByField) {
                  "decoder tied");
   ExpectRejected(BertSpec(R"("seq_length": 6)"), "model.seq_length: 6", "seq_length >= 8");
   ExpectRejected(BertSpec("", R"("device": "DEVICE_CUDA")"),
-                 "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT", "no BERT layers");
+                 "device: DEVICE_CUDA with model.family MODEL_FAMILY_BERT",
+                 "BERT layers have not run on a GPU");
   ExpectRejected(BertSpec("", R"("precision": "PRECISION_BF16")"),
                  "precision: PRECISION_BF16 with model.family MODEL_FAMILY_BERT", "PRECISION_FP32");
   ExpectRejected(BertSpec("", R"("train": {"generate": [{"prompt": "x"}]})"),

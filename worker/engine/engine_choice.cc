@@ -28,8 +28,8 @@ absl::Status CudaEngineSupports(const JobSpec& spec) {
   }
   if (spec.model().family() == MODEL_FAMILY_BERT) {
     return absl::UnimplementedError(
-        "model.family: MODEL_FAMILY_BERT: the CUDA engine has no BERT layers yet (the CPU "
-        "engine trains it: device DEVICE_CPU)");
+        "model.family: MODEL_FAMILY_BERT: the CUDA engine's BERT layers have not run on a GPU "
+        "yet (the CPU engine trains it: device DEVICE_CPU)");
   }
   if (spec.parallel().schedule() == SCHEDULE_ZB_H1 || spec.parallel().schedule() == SCHEDULE_ZB_V) {
     return absl::UnimplementedError(

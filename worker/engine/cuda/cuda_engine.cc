@@ -88,6 +88,15 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     input.id = mb.id;
     input.tokens = mb.tokens.data();
     input.targets = mb.targets.data();
+    const bool bert = model_->layout().shape().family == ArchitectureFamily::kBert;
+    if (bert) {
+      input.token_types = mb.token_types.empty() ? nullptr : mb.token_types.data();
+      input.lengths = mb.lengths.empty() ? nullptr : mb.lengths.data();
+      input.sentence_order = mb.sentence_order.empty() ? nullptr : mb.sentence_order.data();
+      input.d_loss_per_sequence = mb.d_loss_per_sequence;
+      input.bert_totals = mb.bert_totals;
+      input.outputs = mb.outputs;
+    }
     // The model copies hidden_in into its residual stream before it writes hidden_out (one
     // stream), so both use the one staging buffer.
     if (hidden_in != nullptr || hidden_out != nullptr) RETURN_IF_ERROR(Stage());
@@ -97,7 +106,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
     }
     absl::Status status = model_->Forward(input, acts.get(), losses,
                                           hidden_out != nullptr ? staged_t_.get() : nullptr);
-    if (status.ok() && losses != nullptr && mb.outputs != nullptr) {
+    if (status.ok() && losses != nullptr && mb.outputs != nullptr && !bert) {
       // Evaluation asks which targets were an argmax: the row's largest logit and the
       // target's, both over the whole vocabulary, decide it (the losses come separately).
       status = DownloadArgmax(*acts, mb.targets.size(), mb.outputs);

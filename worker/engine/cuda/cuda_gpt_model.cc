@@ -82,6 +82,18 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
         "parallel.sequence_parallel: micro_batch * seq_length (", micro_batch, " * ",
         layout.shape().seq_length, ") does not split over ", group_size, " tensor ranks"));
   }
+  if (layout.shape().family == ArchitectureFamily::kBert) {
+    if (options.sequence_parallel && group_size > 1) {
+      return absl::UnimplementedError(
+          "parallel.sequence_parallel: BERT's layers on the CUDA engine do not run under "
+          "sequence parallelism yet (the CPU engine's do)");
+    }
+    if (layout.shape().bert_head == BertHeadKind::kMultipleChoice) {
+      return absl::UnimplementedError(
+          "model.bert_head: the CUDA engine has no multiple-choice head yet (the CPU engine's "
+          "does)");
+    }
+  }
   std::unique_ptr<CudaGptModel> model(
       new CudaGptModel(layout, micro_batch, options, blas, stream, tensor_group));
   model->p_ = layout.View(params);
@@ -206,6 +218,22 @@ absl::Status CudaGptModel<T>::Allocate() {
   if (placement_.tensor_size > 1 && !std::is_same_v<T, float>) {
     RETURN_IF_ERROR(AllocateBuffer(&reduce_scratch_, N * C, "tensor-parallel reductions"));
   }
+  if (bert() && placement_.has_head) {
+    // The heads' scratch: the masked rows' gradients (at most every row), the pooler's.
+    RETURN_IF_ERROR(AllocateBuffer(&d_mlm_a_, N * C, "BERT head gradients"));
+    RETURN_IF_ERROR(AllocateBuffer(&d_mlm_b_, N * C, "BERT head gradients"));
+    RETURN_IF_ERROR(
+        AllocateBuffer(&d_pooled_, static_cast<size_t>(batch_) * C, "BERT head gradients"));
+    RETURN_IF_ERROR(
+        AllocateBuffer(&d_sop_logits_, static_cast<size_t>(batch_) * 2, "BERT head gradients"));
+    std::vector<int32_t> first_rows(batch_);
+    for (int b = 0; b < batch_; ++b) first_rows[b] = b * shape_.seq_length;
+    RETURN_IF_ERROR(AllocateBuffer(&first_rows_, first_rows.size(), "the pooler's rows"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(first_rows_.get(), first_rows.data(),
+                              first_rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                   "uploading the pooler's rows"));
+  }
   return absl::OkStatus();
 }
 
@@ -239,6 +267,7 @@ absl::StatusOr<std::unique_ptr<CudaActivations<T>>> CudaGptModel<T>::NewActivati
       RETURN_IF_ERROR(AllocateBuffer(b, N, "cross-entropy statistics"));
     }
   }
+  if (bert()) RETURN_IF_ERROR(AllocateBert(acts.get()));
   return acts;
 }
 
@@ -275,6 +304,9 @@ uint64_t CudaGptModel<T>::DropoutKeyFor(const MicrobatchId& id, int global_layer
 template <typename T>
 absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                            CudaLayerActivations<T>& s) {
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    return PostNormLayerForward(layer, id, x, out, s);
+  }
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<const T>& w = p_.layers[layer];
   const int global_layer = placement_.first_layer + layer;
@@ -307,7 +339,7 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
   // Selective recomputation keeps no attention core: it goes to the model's buffers.
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
   float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
-  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
+  RETURN_IF_ERROR(AttentionCoreForward(s.qkv.get(), attn_y, lse, shape, att_dropout));
   if (residual_in_epilogue) {
     // h1 = x + the projection, added in the GEMM's epilogue (nothing runs between them).
     RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, w.proj_bias, s.h1.get(), N, Ql,
@@ -344,6 +376,9 @@ absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, co
 template <typename T>
 absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
                                             const CudaLayerActivations<T>& s, T* d_out, T* d_x) {
+  if (shape_.norm_placement == NormPlacement::kPost) {
+    return PostNormLayerBackward(layer, id, x, s, d_out, d_x);
+  }
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<const T>& w = p_.layers[layer];
   const LayerView<float>& g = g_.layers[layer];
@@ -399,8 +434,8 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   const auto [attn_y, lse] = core;
   RETURN_IF_ERROR(LinearBackward(layer, d_attention_out, attn_y, w.proj_weight, d_attn_y_.get(),
                                  g.proj_weight, g.proj_bias, N, Ql, C));
-  RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
-                                            shape, att_dropout, stream_, /*accumulate=*/false));
+  RETURN_IF_ERROR(AttentionCoreBackward(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
+                                        shape, att_dropout));
   // The gradients of the rotated q and k, rotated back: those of the projection's output.
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
@@ -436,6 +471,7 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
     return absl::OkStatus();
   };
 
+  if (bert()) RETURN_IF_ERROR(TakeBertInputs(input, acts));
   T* x0 = acts->layer_io[0].get();
   if (placement_.has_embedding) {
     RETURN_IF_ERROR(check_ids(input.tokens, "token"));
@@ -458,6 +494,7 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
     } else {
       RETURN_IF_ERROR(TensorAllReduce(x0, NC));
     }
+    if (bert()) RETURN_IF_ERROR(BertEmbeddingForward(acts, x0));
     RETURN_IF_ERROR(DropoutForward<T>(x0, x0, RC, input.id.evaluation ? 0.0f : options_.dropout,
                                       DropoutKeyFor(input.id, -1, kEmbeddingSite),
                                       static_cast<uint64_t>(row_offset_) * C, stream_));
@@ -486,6 +523,19 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
           cudaMemcpyAsync(hidden_out, x_last, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
           "copying the stage's output"));
     }
+    acts->has_forward = true;
+    return absl::OkStatus();
+  }
+  if (bert()) {
+    // The heads read the last layer's output (post) or the final LayerNorm's (pre).
+    const T* head_in = x_last;
+    if (shape_.norm_placement == NormPlacement::kPre) {
+      RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta,
+                                                   acts->lnf.get(), acts->lnf_mean.get(),
+                                                   acts->lnf_rstd.get(), N, stream_));
+      head_in = acts->lnf.get();
+    }
+    RETURN_IF_ERROR(BertHeadForward(input, acts, head_in, losses).status());
     acts->has_forward = true;
     return absl::OkStatus();
   }
@@ -548,8 +598,24 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   const size_t NC = static_cast<size_t>(N) * C;
   const size_t RC = static_cast<size_t>(local_rows_) * C;  // this rank's rows
   const int L = placement_.num_layers;
+  if (bert()) lengths_ = acts->lengths.get();
 
-  if (placement_.has_head) {
+  if (placement_.has_head && bert()) {
+    // The heads' input gradient (the same on every tensor rank) into d_ln_, then through
+    // the final LayerNorm (pre) or as it is (post) into the residual stream's.
+    RETURN_IF_ERROR(BertHeadBackward(acts, d_loss_per_token, d_ln_.get()));
+    const T* x_last = acts->layer_io[L].get();
+    if (shape_.norm_placement == NormPlacement::kPre) {
+      RETURN_IF_ERROR(Zero(d_x_, stream_));
+      RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
+          shape_, d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
+          nullptr, d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, stream_));
+    } else {
+      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_x_.get(), d_ln_.get(), NC * sizeof(T),
+                                                 cudaMemcpyDeviceToDevice, stream_),
+                                 "taking the heads' gradient"));
+    }
+  } else if (placement_.has_head) {
     // Cross-entropy (local columns, global statistics), the output layer (its input
     // gradient summed over the vocabulary shards), the final norm.
     const int Vl = placement_.local_vocab(shape_);
@@ -638,6 +704,10 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   }
   // Without dropout (and sequence parallelism) the embeddings' gradient is d_x_ itself.
   const T* d_embedded = sequence_parallel_ || options_.dropout > 0 ? d_branch_.get() : d_x_.get();
+  // BERT: through the embedding LayerNorm (post), and the token types' gradient.
+  if (bert()) {
+    ASSIGN_OR_RETURN(d_embedded, BertEmbeddingBackward(acts, d_embedded));
+  }
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
   const int num_rows = static_cast<int>(plan_.rows.size());
@@ -670,8 +740,8 @@ absl::StatusOr<std::pair<const T*, const float*>> CudaGptModel<T>::AttentionCore
     const CudaLayerActivations<T>& s, const AttentionShape& shape,
     const AttentionDropout& dropout) {
   if (s.attn_y.size() > 0) return std::pair<const T*, const float*>{s.attn_y.get(), s.lse.get()};
-  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), core_y_.get(), core_lse_.get(), shape,
-                                           dropout, stream_));
+  RETURN_IF_ERROR(
+      AttentionCoreForward(s.qkv.get(), core_y_.get(), core_lse_.get(), shape, dropout));
   return std::pair<const T*, const float*>{core_y_.get(), core_lse_.get()};
 }
 

@@ -1,9 +1,13 @@
-// The decoder model of worker/engine/cpu/transformer_model.h on one GPU, GPT-2 or Llama-style: the
+// The model of worker/engine/cpu/transformer_model.h on one GPU, GPT-2, Llama-style or BERT: the
 // same layers, parameter layout, dropout masks, recomputation and Megatron tensor
 // parallelism, written out with the CUDA kernels of kernels/cuda (cuBLASLt GEMMs with bias
 // and bias+GeLU epilogues, fused LayerNorm or RMSNorm, rotary positions, SwiGLU, flash
 // attention with grouped-query heads, fused vocab-parallel cross-entropy, deterministic
-// embedding gradients); cuda_layer_blocks.h holds where the families differ.
+// embedding gradients); cuda_layer_blocks.h holds where the families differ, and
+// cuda_gpt_model_bert.cc BERT's parts (bidirectional attention over each sequence's real
+// length, token types, the post placement's layers and embedding LayerNorm, the masked-LM
+// and sentence-order heads; not yet under sequence parallelism or with the multiple-choice
+// head, which Create refuses by name).
 //
 // T is the type of the parameters the layers read and of the activations: float (fp32
 // training, checked against the CPU model), __nv_bfloat16 or __half (mixed precision: a
@@ -105,6 +109,18 @@ struct CudaActivations {
   // cross-entropy's per-token statistics (global after the tensor-parallel reductions).
   DeviceBuffer<T> lnf, logits;
   DeviceBuffer<float> lnf_mean, lnf_rstd, ce_local_max, ce_max, ce_sum_exp, ce_target;
+  // BERT (cuda_gpt_model_bert.cc): each sequence's real length (every stage) and token
+  // types (first stage); the post placement's embedding LayerNorm input and statistics;
+  // the masked-LM head over the M masked rows (their indices and labels; the head's input
+  // rows, the transform before and after GeLU, its LayerNorm; the logits and cross-entropy
+  // statistics above hold M rows); the pooler (each sequence's first row [B, C], tanh of
+  // its dense layer) and the sentence-order head's logits [B, 2] and statistics.
+  std::vector<int32_t> host_lengths, host_token_types, host_sentence_order, mlm_rows;
+  DeviceBuffer<int32_t> lengths, token_types, sentence_order, mlm_rows_d;
+  DeviceBuffer<T> emb_sum, mlm_in, mlm_fc, mlm_act, mlm_ln, pooler_in, pooled, sop_logits;
+  DeviceBuffer<float> emb_ln_mean, emb_ln_rstd, mlm_ln_mean, mlm_ln_rstd, mlm_losses, sop_max,
+      sop_sum_exp, sop_target, sop_losses;
+  float d_loss_per_sequence = 0;
   // A split backward: the first `deferred_count` jobs are owed to BackwardWeight (in the
   // order BackwardInput met them: the last layer's first); `weights_owed` from a
   // BackwardInput to its BackwardWeight.
@@ -150,6 +166,15 @@ size_t CudaActivationBytes(const CudaActivations<T>& acts) {
   for (const CudaDeferredWeightGradient<T>& job : acts.deferred) {
     bytes += job.d_out.bytes() + job.in.bytes();
   }
+  for (const DeviceBuffer<T>* b : {&acts.emb_sum, &acts.mlm_in, &acts.mlm_fc, &acts.mlm_act,
+                                   &acts.mlm_ln, &acts.pooler_in, &acts.pooled, &acts.sop_logits}) {
+    bytes += b->bytes();
+  }
+  for (const DeviceBuffer<float>* b :
+       {&acts.emb_ln_mean, &acts.emb_ln_rstd, &acts.mlm_ln_mean, &acts.mlm_ln_rstd,
+        &acts.mlm_losses, &acts.sop_max, &acts.sop_sum_exp, &acts.sop_target, &acts.sop_losses}) {
+    bytes += b->bytes();
+  }
   return bytes;
 }
 
@@ -160,6 +185,16 @@ struct CudaMicrobatchInput {
   const int32_t* tokens = nullptr;   // host [B*S]; the chunk with the embeddings
   const int32_t* targets = nullptr;  // host [B*S]; the chunk with the head
   const T* hidden_in = nullptr;      // device [B*S, C]; chunks without the embeddings
+  // BERT (host arrays, as MicrobatchInput's on the CPU): token_types [B*S] on the chunk
+  // with the embeddings, lengths [B] on every chunk, sentence_order [B] and
+  // d_loss_per_sequence on the chunk with the heads; Forward adds the heads' totals to
+  // bert_totals (may be null) and, when `outputs` is given, each masked row's argmax.
+  const int32_t* token_types = nullptr;
+  const int32_t* lengths = nullptr;
+  const int32_t* sentence_order = nullptr;
+  float d_loss_per_sequence = 0;
+  BertHeadTotals* bert_totals = nullptr;
+  TokenOutputs* outputs = nullptr;
 };
 
 template <typename T>
@@ -278,6 +313,46 @@ class CudaGptModel {
       const AttentionDropout& dropout);
   // This rank's query and key-value heads for the attention kernels.
   AttentionShape LocalAttentionShape() const;
+  // ---- BERT (cuda_gpt_model_bert.cc).
+  // Checks and uploads the microbatch's lengths (and token types on the first chunk) into
+  // `acts`; the layers' attention then reads lengths_.
+  absl::Status TakeBertInputs(const CudaMicrobatchInput<T>& input, CudaActivations<T>* acts);
+  absl::Status AllocateBert(CudaActivations<T>* acts) const;
+  // Adds the token types' embedding to x0 [N, C] and, under post placement, applies the
+  // embedding LayerNorm (its input kept in acts->emb_sum).
+  absl::Status BertEmbeddingForward(CudaActivations<T>* acts, T* x0);
+  // The embeddings' gradient d_embedded [N, C] through the embedding LayerNorm (post:
+  // returns d_ln_, else d_embedded), and the token types' gradient.
+  absl::StatusOr<const T*> BertEmbeddingBackward(CudaActivations<T>* acts, const T* d_embedded);
+  // The heads on head_in [N, C]: returns the masked-LM loss summed over the masked rows, and
+  // writes each token's masked-LM loss (0 on unmasked rows) into `losses` (device [N], may
+  // be null).
+  absl::StatusOr<double> BertHeadForward(const CudaMicrobatchInput<T>& input,
+                                         CudaActivations<T>* acts, const T* head_in, float* losses);
+  // d_head_in [N, C] (overwritten): the same on every tensor rank.
+  absl::Status BertHeadBackward(CudaActivations<T>* acts, float d_loss_per_token, T* d_head_in);
+  // The post placement's layer (LayerNorm after each residual add) and its branches.
+  absl::Status PostNormLayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
+                                    CudaLayerActivations<T>& s);
+  absl::Status PostNormLayerBackward(int layer, const MicrobatchId& id, const T* x,
+                                     const CudaLayerActivations<T>& s, T* d_out, T* d_x);
+  absl::Status AttentionBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,
+                                      CudaLayerActivations<T>& s);
+  absl::Status MlpBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,
+                                CudaLayerActivations<T>& s);
+  absl::Status AttentionBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                       const CudaLayerActivations<T>& s, const T* d_out, T* d_in);
+  absl::Status MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                 const CudaLayerActivations<T>& s, const T* d_out, T* d_in);
+  // The attention core of the family: causal flash attention, or BERT's bidirectional one
+  // over lengths_.
+  absl::Status AttentionCoreForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
+                                    const AttentionDropout& dropout);
+  absl::Status AttentionCoreBackward(const T* d_out, const T* qkv, const T* out, const float* lse,
+                                     T* d_qkv, const AttentionShape& shape,
+                                     const AttentionDropout& dropout);
+  bool bert() const { return shape_.family == ArchitectureFamily::kBert; }
+
   // A layer's linear backward (MatmulBackward, d_in overwritten): the input gradient now;
   // the weight's and bias's too, or during a BackwardInput recorded in deferring_.
   absl::Status LinearBackward(int layer, const T* d_out, const T* in, const T* weight, T* d_in,
@@ -334,6 +409,13 @@ class CudaGptModel {
   // device copy.
   EmbeddingGradPlan plan_;
   DeviceBuffer<int32_t> plan_rows_, plan_starts_, plan_positions_;
+  // BERT: the lengths (device [B]) of the microbatch being run or differentiated; each
+  // sequence's first row index (device [B], for the pooler); the heads' backward scratch;
+  // the token types' gradient plan.
+  const int32_t* lengths_ = nullptr;
+  DeviceBuffer<int32_t> first_rows_;
+  DeviceBuffer<T> d_mlm_a_, d_mlm_b_, d_pooled_, d_sop_logits_;
+  EmbeddingGradPlan type_plan_;
   // The activations of the BackwardInput running (its weight gradients go there); null
   // otherwise.
   CudaActivations<T>* deferring_ = nullptr;

@@ -132,7 +132,7 @@ absl::Status CudaGptModel<T>::LayerForwardSequenceParallel(int layer, const Micr
                                      placement_.tensor_rank * shape.heads, shape_.num_heads};
   T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
   float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
-  RETURN_IF_ERROR(FlashAttentionForward<T>(s.qkv.get(), attn_y, lse, shape, att_dropout, stream_));
+  RETURN_IF_ERROR(AttentionCoreForward(s.qkv.get(), attn_y, lse, shape, att_dropout));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight, adds_bias ? w.proj_bias : nullptr,
                                    sp_full_.get(), N, Ql, C, stream_));
   RETURN_IF_ERROR(ReduceScatterRows(sp_full_.get(), out));
@@ -213,8 +213,8 @@ absl::Status CudaGptModel<T>::LayerBackwardSequenceParallel(int layer, const Mic
   const auto [attn_y, lse] = core;
   RETURN_IF_ERROR(LinearBackward(layer, d_branch_.get(), attn_y, w.proj_weight, d_attn_y_.get(),
                                  g.proj_weight, g.proj_bias, N, Ql, C));
-  RETURN_IF_ERROR(FlashAttentionBackward<T>(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
-                                            shape, att_dropout, stream_, /*accumulate=*/false));
+  RETURN_IF_ERROR(AttentionCoreBackward(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
+                                        shape, att_dropout));
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
   RETURN_IF_ERROR(GatherRows(s.ln1.get(), sp_full_.get()));

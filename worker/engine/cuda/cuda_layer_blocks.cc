@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.h"
+#include "kernels/cuda/gelu_exact.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/swiglu.h"
@@ -51,6 +52,11 @@ absl::Status MlpInForward(CublasLt& blas, const ModelShape& shape, const T* in, 
         MatmulForward<T>(blas, in, weight, bias, fc, rows, shape.hidden, 2 * Fl, stream));
     return SwiGluForward<T>(fc, act, rows, Fl, stream);
   }
+  if (shape.activation == ActivationKind::kGelu) {
+    // BERT's exact GeLU: cuBLASLt's GeLU epilogue is the tanh form.
+    RETURN_IF_ERROR(MatmulForward<T>(blas, in, weight, bias, fc, rows, shape.hidden, Fl, stream));
+    return GeluExactForward<T>(fc, act, static_cast<size_t>(rows) * Fl, stream);
+  }
   return MatmulForward<T>(blas, in, weight, bias, act, rows, shape.hidden, Fl, stream,
                           /*pre_gelu=*/fc);
 }
@@ -60,6 +66,10 @@ absl::Status MlpActivationBackward(const ModelShape& shape, const T* d_act, cons
                                    int rows, int Fl, cudaStream_t stream) {
   if (shape.activation == ActivationKind::kSwiGlu) {
     return SwiGluBackward<T>(d_act, fc, d_fc, rows, Fl, stream, /*accumulate=*/false);
+  }
+  if (shape.activation == ActivationKind::kGelu) {
+    return GeluExactBackward<T>(d_act, fc, d_fc, static_cast<size_t>(rows) * Fl, stream,
+                                /*accumulate=*/false);
   }
   return GeluBackward<T>(d_act, fc, d_fc, static_cast<size_t>(rows) * Fl, stream,
                          /*accumulate=*/false);
@@ -71,7 +81,7 @@ absl::Status MlpOutBackward(CublasLt& blas, const ModelShape& shape, const T* d_
                             float* d_weight, float* d_bias, int rows, int Fl, cudaStream_t stream) {
   const int C = shape.hidden;
   if constexpr (!std::is_same_v<T, float>) {
-    if (shape.activation != ActivationKind::kSwiGlu) {
+    if (shape.activation == ActivationKind::kTanhGelu) {  // cuBLASLt's DGELU is the tanh form
       const absl::Status fused =
           MatmulInputGradThroughGelu<T>(blas, d_out, weight, fc, d_fc, rows, Fl, C, stream);
       if (fused.ok()) {
