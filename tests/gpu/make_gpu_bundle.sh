@@ -19,6 +19,7 @@ TARGETS=(//kernels:cuda_device_query_test //worker/parallel:nccl_communicator_te
          //kernels/cuda:bidirectional_attention_test //kernels/cuda:gelu_exact_test //kernels/cuda:bert_heads_test
          //worker/engine/cuda:cuda_engine_test //worker/engine/cuda:cuda_training_engine_test
          //worker/engine/cuda:cuda_split_backward_test //worker/engine/cuda:cuda_bert_model_test
+         //worker/engine/cuda:cuda_bert_parallel_test
          //worker/engine/cuda:overlapped_all_reduce_test //tests/parity:cuda_parity_test
          //worker/engine/cuda:cuda_device_probe_test
          //tests:gpu_parallel_training_test //worker:launch

@@ -54,6 +54,7 @@ done
 check cuda_engine_test "$BUNDLE/bin/cuda_engine_test"
 check cuda_split_backward_test "$BUNDLE/bin/cuda_split_backward_test"
 check cuda_bert_model_test "$BUNDLE/bin/cuda_bert_model_test"
+check cuda_bert_parallel_test "$BUNDLE/bin/cuda_bert_parallel_test"
 # The CUDA training engine's steps against the CPU engine (including an FFN of 3 h with
 # norm epsilon 1e-3).
 check cuda_training_engine_test "$BUNDLE/bin/cuda_training_engine_test"

@@ -54,7 +54,7 @@ stage stage2_bench 60 python3 tests/bench/gpu_vs_pytorch.py --configs gpt2-124m 
 # CUDA engine's refusals of SCHEDULE_ZB_H1 / SCHEDULE_ZB_V and of MODEL_FAMILY_BERT
 # (engine_choice.cc, and spec/job_spec_validation.cc for BERT) can be lifted.
 stage stage3_model 30 env CHECK_TIMEOUT=60 \
-  ONLY="cuda_engine_test|cuda_split_backward_test|cuda_bert_model_test|cuda_parity_test|cuda_training_engine_test|layernorm_bench|gpu_parallel_training_test" \
+  ONLY="cuda_engine_test|cuda_split_backward_test|cuda_bert_model_test|cuda_bert_parallel_test|cuda_parity_test|cuda_training_engine_test|layernorm_bench|gpu_parallel_training_test" \
   bash tests/gpu/run_on_gpu.sh "$BUNDLE"
 stage stage4_bench_1_3b 120 python3 tests/bench/gpu_vs_pytorch.py --configs gpt-1.3b --steps 10 \
   --warmup 3 --engine "$BUNDLE/bin/train" --no-hand-attention

@@ -93,6 +93,7 @@ class CudaEngine::TypedChunk : public CudaEngine::Chunk {
       input.token_types = mb.token_types.empty() ? nullptr : mb.token_types.data();
       input.lengths = mb.lengths.empty() ? nullptr : mb.lengths.data();
       input.sentence_order = mb.sentence_order.empty() ? nullptr : mb.sentence_order.data();
+      input.choice_answers = mb.choice_answers.empty() ? nullptr : mb.choice_answers.data();
       input.d_loss_per_sequence = mb.d_loss_per_sequence;
       input.bert_totals = mb.bert_totals;
       input.outputs = mb.outputs;

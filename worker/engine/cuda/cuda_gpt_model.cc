@@ -82,18 +82,6 @@ absl::StatusOr<std::unique_ptr<CudaGptModel<T>>> CudaGptModel<T>::Create(
         "parallel.sequence_parallel: micro_batch * seq_length (", micro_batch, " * ",
         layout.shape().seq_length, ") does not split over ", group_size, " tensor ranks"));
   }
-  if (layout.shape().family == ArchitectureFamily::kBert) {
-    if (options.sequence_parallel && group_size > 1) {
-      return absl::UnimplementedError(
-          "parallel.sequence_parallel: BERT's layers on the CUDA engine do not run under "
-          "sequence parallelism yet (the CPU engine's do)");
-    }
-    if (layout.shape().bert_head == BertHeadKind::kMultipleChoice) {
-      return absl::UnimplementedError(
-          "model.bert_head: the CUDA engine has no multiple-choice head yet (the CPU engine's "
-          "does)");
-    }
-  }
   std::unique_ptr<CudaGptModel> model(
       new CudaGptModel(layout, micro_batch, options, blas, stream, tensor_group));
   model->p_ = layout.View(params);
@@ -226,6 +214,8 @@ absl::Status CudaGptModel<T>::Allocate() {
         AllocateBuffer(&d_pooled_, static_cast<size_t>(batch_) * C, "BERT head gradients"));
     RETURN_IF_ERROR(
         AllocateBuffer(&d_sop_logits_, static_cast<size_t>(batch_) * 2, "BERT head gradients"));
+    RETURN_IF_ERROR(AllocateBuffer(&d_choice_scores_, batch_, "BERT head gradients"));
+    RETURN_IF_ERROR(AllocateBuffer(&choice_f_, batch_, "the choice scores"));
     std::vector<int32_t> first_rows(batch_);
     for (int b = 0; b < batch_; ++b) first_rows[b] = b * shape_.seq_length;
     RETURN_IF_ERROR(AllocateBuffer(&first_rows_, first_rows.size(), "the pooler's rows"));
@@ -305,7 +295,8 @@ template <typename T>
 absl::Status CudaGptModel<T>::LayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                            CudaLayerActivations<T>& s) {
   if (shape_.norm_placement == NormPlacement::kPost) {
-    return PostNormLayerForward(layer, id, x, out, s);
+    return sequence_parallel_ ? PostNormLayerForwardSequenceParallel(layer, id, x, out, s)
+                              : PostNormLayerForward(layer, id, x, out, s);
   }
   if (sequence_parallel_) return LayerForwardSequenceParallel(layer, id, x, out, s);
   const LayerView<const T>& w = p_.layers[layer];
@@ -377,7 +368,8 @@ template <typename T>
 absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, const T* x,
                                             const CudaLayerActivations<T>& s, T* d_out, T* d_x) {
   if (shape_.norm_placement == NormPlacement::kPost) {
-    return PostNormLayerBackward(layer, id, x, s, d_out, d_x);
+    return sequence_parallel_ ? PostNormLayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x)
+                              : PostNormLayerBackward(layer, id, x, s, d_out, d_x);
   }
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<const T>& w = p_.layers[layer];
@@ -527,12 +519,21 @@ absl::Status CudaGptModel<T>::Forward(const CudaMicrobatchInput<T>& input, CudaA
     return absl::OkStatus();
   }
   if (bert()) {
-    // The heads read the last layer's output (post) or the final LayerNorm's (pre).
+    // The heads read every row of the last layer's output (post) or of the final
+    // LayerNorm's (pre); under sequence parallelism this rank's rows, gathered into lnf.
     const T* head_in = x_last;
-    if (shape_.norm_placement == NormPlacement::kPre) {
+    const bool pre = shape_.norm_placement == NormPlacement::kPre;
+    if (pre) {
+      T* normed = sequence_parallel_ ? sp_rows_.get() : acts->lnf.get();
       RETURN_IF_ERROR(layer_blocks::NormForward<T>(shape_, x_last, p_.lnf_gamma, p_.lnf_beta,
-                                                   acts->lnf.get(), acts->lnf_mean.get(),
-                                                   acts->lnf_rstd.get(), N, stream_));
+                                                   normed, acts->lnf_mean.get(),
+                                                   acts->lnf_rstd.get(), local_rows_, stream_));
+      head_in = normed;
+    }
+    if (sequence_parallel_) {
+      RETURN_IF_ERROR(GatherRows(head_in, acts->lnf.get()));
+      head_in = acts->lnf.get();
+    } else if (pre) {
       head_in = acts->lnf.get();
     }
     RETURN_IF_ERROR(BertHeadForward(input, acts, head_in, losses).status());
@@ -605,15 +606,18 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
     // the final LayerNorm (pre) or as it is (post) into the residual stream's.
     RETURN_IF_ERROR(BertHeadBackward(acts, d_loss_per_token, d_ln_.get()));
     const T* x_last = acts->layer_io[L].get();
+    // Under sequence parallelism each rank takes its own rows of it (no sum: every rank
+    // holds all of it).
+    const T* d_rows = d_ln_.get() + static_cast<size_t>(row_offset_) * C;
     if (shape_.norm_placement == NormPlacement::kPre) {
       RETURN_IF_ERROR(Zero(d_x_, stream_));
       RETURN_IF_ERROR(layer_blocks::NormBackward<T>(
-          shape_, d_ln_.get(), x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(),
-          nullptr, d_x_.get(), g_.lnf_gamma, g_.lnf_beta, N, stream_));
+          shape_, d_rows, x_last, p_.lnf_gamma, acts->lnf_mean.get(), acts->lnf_rstd.get(), nullptr,
+          d_x_.get(), g_.lnf_gamma, g_.lnf_beta, local_rows_, stream_));
     } else {
-      RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_x_.get(), d_ln_.get(), NC * sizeof(T),
-                                                 cudaMemcpyDeviceToDevice, stream_),
-                                 "taking the heads' gradient"));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(d_x_.get(), d_rows, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+          "taking the heads' gradient"));
     }
   } else if (placement_.has_head) {
     // Cross-entropy (local columns, global statistics), the output layer (its input
@@ -677,7 +681,7 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   }
   // The final LayerNorm's gradients are final with the embeddings' (the -1 report).
   if (on_layer_done != nullptr && sequence_parallel_ && placement_.has_head) {
-    RETURN_IF_ERROR(SumLayerNormGradients(-1));
+    RETURN_IF_ERROR(SumLayerNormGradients(kFinalNorm));
   }
 
   if (!placement_.has_embedding) {
@@ -696,6 +700,13 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
     RETURN_IF_ERROR(DropoutBackward<T>(
         d_x_.get(), sp_rows_.get(), RC, options_.dropout, DropoutKeyFor(id, -1, kEmbeddingSite),
         static_cast<uint64_t>(row_offset_) * C, stream_, kOverwrite));
+    if (bert()) {
+      // BERT's embedding LayerNorm (post) on this rank's rows, as in the forward.
+      RETURN_IF_ERROR(BertEmbeddingNormBackward(acts, sp_rows_.get(), local_rows_));
+      if (on_layer_done != nullptr && shape_.norm_placement == NormPlacement::kPost) {
+        RETURN_IF_ERROR(SumLayerNormGradients(kEmbeddingNorm));
+      }
+    }
     RETURN_IF_ERROR(GatherRows(sp_rows_.get(), d_branch_.get()));
   } else if (options_.dropout > 0) {
     RETURN_IF_ERROR(DropoutBackward<T>(d_x_.get(), d_branch_.get(), NC, options_.dropout,
@@ -705,9 +716,20 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   // Without dropout (and sequence parallelism) the embeddings' gradient is d_x_ itself.
   const T* d_embedded = sequence_parallel_ || options_.dropout > 0 ? d_branch_.get() : d_x_.get();
   // BERT: through the embedding LayerNorm (post), and the token types' gradient.
-  if (bert()) {
-    ASSIGN_OR_RETURN(d_embedded, BertEmbeddingBackward(acts, d_embedded));
+  if (bert() && !sequence_parallel_) {
+    // Through the embedding LayerNorm (post) in place: into d_branch_ (a copy when the
+    // gradient is still d_x_).
+    if (shape_.norm_placement == NormPlacement::kPost) {
+      if (d_embedded != d_branch_.get()) {
+        RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(d_branch_.get(), d_embedded, NC * sizeof(T),
+                                                   cudaMemcpyDeviceToDevice, stream_),
+                                   "the embeddings' gradient"));
+        d_embedded = d_branch_.get();
+      }
+      RETURN_IF_ERROR(BertEmbeddingNormBackward(acts, d_branch_.get(), N));
+    }
   }
+  if (bert()) RETURN_IF_ERROR(BertTokenTypeBackward(acts, d_embedded));
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
   const int num_rows = static_cast<int>(plan_.rows.size());

@@ -6,8 +6,7 @@
 // embedding gradients); cuda_layer_blocks.h holds where the families differ, and
 // cuda_gpt_model_bert.cc BERT's parts (bidirectional attention over each sequence's real
 // length, token types, the post placement's layers and embedding LayerNorm, the masked-LM
-// and sentence-order heads; not yet under sequence parallelism or with the multiple-choice
-// head, which Create refuses by name).
+// and sentence-order heads or the multiple-choice head; under sequence parallelism too).
 //
 // T is the type of the parameters the layers read and of the activations: float (fp32
 // training, checked against the CPU model), __nv_bfloat16 or __half (mixed precision: a
@@ -115,7 +114,13 @@ struct CudaActivations {
   // rows, the transform before and after GeLU, its LayerNorm; the logits and cross-entropy
   // statistics above hold M rows); the pooler (each sequence's first row [B, C], tanh of
   // its dense layer) and the sentence-order head's logits [B, 2] and statistics.
-  std::vector<int32_t> host_lengths, host_token_types, host_sentence_order, mlm_rows;
+  // The multiple-choice head instead of the pretraining heads: each question's answer (-1
+  // padding), the pooler's output after dropout [B, C], each sequence's score [B] and its
+  // softmax within the question (host).
+  std::vector<int32_t> host_lengths, host_token_types, host_sentence_order, mlm_rows,
+      choice_answers;
+  std::vector<float> choice_probs;
+  DeviceBuffer<T> choice_in, choice_scores;
   DeviceBuffer<int32_t> lengths, token_types, sentence_order, mlm_rows_d;
   DeviceBuffer<T> emb_sum, mlm_in, mlm_fc, mlm_act, mlm_ln, pooler_in, pooled, sop_logits;
   DeviceBuffer<float> emb_ln_mean, emb_ln_rstd, mlm_ln_mean, mlm_ln_rstd, mlm_losses, sop_max,
@@ -166,8 +171,9 @@ size_t CudaActivationBytes(const CudaActivations<T>& acts) {
   for (const CudaDeferredWeightGradient<T>& job : acts.deferred) {
     bytes += job.d_out.bytes() + job.in.bytes();
   }
-  for (const DeviceBuffer<T>* b : {&acts.emb_sum, &acts.mlm_in, &acts.mlm_fc, &acts.mlm_act,
-                                   &acts.mlm_ln, &acts.pooler_in, &acts.pooled, &acts.sop_logits}) {
+  for (const DeviceBuffer<T>* b :
+       {&acts.emb_sum, &acts.mlm_in, &acts.mlm_fc, &acts.mlm_act, &acts.mlm_ln, &acts.pooler_in,
+        &acts.pooled, &acts.sop_logits, &acts.choice_in, &acts.choice_scores}) {
     bytes += b->bytes();
   }
   for (const DeviceBuffer<float>* b :
@@ -187,11 +193,13 @@ struct CudaMicrobatchInput {
   const T* hidden_in = nullptr;      // device [B*S, C]; chunks without the embeddings
   // BERT (host arrays, as MicrobatchInput's on the CPU): token_types [B*S] on the chunk
   // with the embeddings, lengths [B] on every chunk, sentence_order [B] and
-  // d_loss_per_sequence on the chunk with the heads; Forward adds the heads' totals to
-  // bert_totals (may be null) and, when `outputs` is given, each masked row's argmax.
+  // d_loss_per_sequence on the chunk with the heads (or choice_answers [B / 4] with the
+  // multiple-choice head); Forward adds the heads' totals to bert_totals (may be null) and,
+  // when `outputs` is given, each masked row's argmax.
   const int32_t* token_types = nullptr;
   const int32_t* lengths = nullptr;
   const int32_t* sentence_order = nullptr;
+  const int32_t* choice_answers = nullptr;
   float d_loss_per_sequence = 0;
   BertHeadTotals* bert_totals = nullptr;
   TokenOutputs* outputs = nullptr;
@@ -302,8 +310,11 @@ class CudaGptModel {
   // full[N, C] with this rank's rows into rows[R, C] (summed in fp32).
   absl::Status GatherRows(const T* rows, T* full);
   absl::Status ReduceScatterRows(const T* full, T* rows);
-  // Sums local layer `layer`'s normalisation gradients (-1: the final norm's) over the
-  // tensor group: under sequence parallelism each rank computed them from its rows.
+  // Sums local layer `layer`'s normalisation gradients (kFinalNorm: the final norm's,
+  // kEmbeddingNorm: BERT's embedding LayerNorm's) over the tensor group: under sequence
+  // parallelism each rank computed them from its rows.
+  static constexpr int kFinalNorm = -1;
+  static constexpr int kEmbeddingNorm = -2;
   absl::Status SumLayerNormGradients(int layer);
   // The attention core's output and log-sum-exp for the backward of the layer that saved
   // `s`: its own, or under selective recomputation rerun from its QKV into core_y_ and
@@ -321,9 +332,11 @@ class CudaGptModel {
   // Adds the token types' embedding to x0 [N, C] and, under post placement, applies the
   // embedding LayerNorm (its input kept in acts->emb_sum).
   absl::Status BertEmbeddingForward(CudaActivations<T>* acts, T* x0);
-  // The embeddings' gradient d_embedded [N, C] through the embedding LayerNorm (post:
-  // returns d_ln_, else d_embedded), and the token types' gradient.
-  absl::StatusOr<const T*> BertEmbeddingBackward(CudaActivations<T>* acts, const T* d_embedded);
+  // Under post placement, d_rows (this rank's `rows` rows of the embeddings' gradient, in
+  // place) through the embedding LayerNorm.
+  absl::Status BertEmbeddingNormBackward(CudaActivations<T>* acts, T* d_rows, int rows);
+  // The token types' gradient from the embeddings' gradient of every row, d_full [N, C].
+  absl::Status BertTokenTypeBackward(CudaActivations<T>* acts, const T* d_full);
   // The heads on head_in [N, C]: returns the masked-LM loss summed over the masked rows, and
   // writes each token's masked-LM loss (0 on unmasked rows) into `losses` (device [N], may
   // be null).
@@ -331,6 +344,17 @@ class CudaGptModel {
                                          CudaActivations<T>* acts, const T* head_in, float* losses);
   // d_head_in [N, C] (overwritten): the same on every tensor rank.
   absl::Status BertHeadBackward(CudaActivations<T>* acts, float d_loss_per_token, T* d_head_in);
+  // The pooler (each sequence's first row of head_in, dense, tanh) and its backward, which
+  // adds into d_head_in from d_pooled_.
+  absl::Status PoolerForward(CudaActivations<T>* acts, const T* head_in);
+  absl::Status PoolerBackward(CudaActivations<T>* acts, T* d_head_in);
+  // The multiple-choice head: returns the questions' summed loss (each question's loss also
+  // at the first row of its first option in `losses`).
+  absl::StatusOr<double> ChoiceHeadForward(const CudaMicrobatchInput<T>& input,
+                                           CudaActivations<T>* acts, const T* head_in,
+                                           float* losses);
+  absl::Status ChoiceHeadBackward(CudaActivations<T>* acts, float d_loss_per_question,
+                                  T* d_head_in);
   // The post placement's layer (LayerNorm after each residual add) and its branches.
   absl::Status PostNormLayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                     CudaLayerActivations<T>& s);
@@ -344,6 +368,30 @@ class CudaGptModel {
                                        const CudaLayerActivations<T>& s, const T* d_out, T* d_in);
   absl::Status MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
                                  const CudaLayerActivations<T>& s, const T* d_out, T* d_in);
+  // The same under sequence parallelism (cuda_gpt_model_bert_sequence_parallel.cc): `in`,
+  // `out`, `d_out` and `d_in` are this rank's rows; each branch gathers its input and its
+  // output gradient, and reduce-scatters its output and input gradient.
+  absl::Status PostNormLayerForwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                                    T* out, CudaLayerActivations<T>& s);
+  absl::Status PostNormLayerBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* x,
+                                                     const CudaLayerActivations<T>& s, T* d_out,
+                                                     T* d_x);
+  absl::Status AttentionBranchForwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                      const T* in, T* out,
+                                                      CudaLayerActivations<T>& s);
+  absl::Status MlpBranchForwardSequenceParallel(int layer, const MicrobatchId& id, const T* in,
+                                                T* out, CudaLayerActivations<T>& s);
+  absl::Status AttentionBranchBackwardSequenceParallel(int layer, const MicrobatchId& id,
+                                                       const T* in,
+                                                       const CudaLayerActivations<T>& s,
+                                                       const T* d_out, T* d_in);
+  absl::Status MlpBranchBackwardSequenceParallel(int layer, const MicrobatchId& id, const T* in,
+                                                 const CudaLayerActivations<T>& s, const T* d_out,
+                                                 T* d_in);
+  // A branch's output gradient (this rank's rows) through its dropout, gathered into
+  // d_branch_ [N, C].
+  absl::Status GatheredOutputGradient(const MicrobatchId& id, int global_layer, int site,
+                                      const T* d_out);
   // The attention core of the family: causal flash attention, or BERT's bidirectional one
   // over lengths_.
   absl::Status AttentionCoreForward(const T* qkv, T* out, float* lse, const AttentionShape& shape,
@@ -414,7 +462,8 @@ class CudaGptModel {
   // the token types' gradient plan.
   const int32_t* lengths_ = nullptr;
   DeviceBuffer<int32_t> first_rows_;
-  DeviceBuffer<T> d_mlm_a_, d_mlm_b_, d_pooled_, d_sop_logits_;
+  DeviceBuffer<T> d_mlm_a_, d_mlm_b_, d_pooled_, d_sop_logits_, d_choice_scores_;
+  DeviceBuffer<float> choice_f_;  // the scores' and their gradients' fp32 staging [B]
   EmbeddingGradPlan type_plan_;
   // The activations of the BackwardInput running (its weight gradients go there); null
   // otherwise.

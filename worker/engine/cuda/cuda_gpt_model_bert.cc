@@ -4,16 +4,18 @@
 // residual add, the original BERT), and the heads: the masked-LM head (dense, exact GeLU,
 // LayerNorm, then the token embedding as the decoder with its own bias over this rank's
 // vocabulary shard) on the masked rows only, and the pooler (each sequence's first row,
-// dense, tanh) with the binary sentence-order head.
+// dense, tanh) with the binary sentence-order head, or the multiple-choice head on the
+// pooler (model.bert_head BERT_HEAD_MULTIPLE_CHOICE). The post layer under sequence
+// parallelism is cuda_gpt_model_bert_sequence_parallel.cc.
 //
 // The heads run replicated on every tensor rank except the decoder, which is column-parallel
 // over the vocabulary like the decoders' output layer: its input gradient is all-reduced, so
-// everything below it is the same on every rank. Not yet under sequence parallelism, nor
-// with the multiple-choice head (Create refuses both by name).
+// everything below it is the same on every rank.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +29,7 @@
 #include "kernels/cuda/gelu_exact.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/dropout.h"
+#include "model/family_defaults.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/cuda/cuda_layer_blocks.h"
 #include "worker/engine/model_numerics.h"
@@ -69,18 +72,25 @@ absl::Status Download(std::vector<T>* host, const T* device, size_t n, cudaStrea
 template <typename T>
 absl::Status CudaGptModel<T>::AllocateBert(CudaActivations<T>* acts) const {
   const size_t N = static_cast<size_t>(batch_) * shape_.seq_length;
+  const size_t R = static_cast<size_t>(local_rows_);  // the embedding LayerNorm's rows
   const size_t C = shape_.hidden;
   const size_t B = batch_;
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->lengths, B, "sequence lengths"));
   if (placement_.has_embedding) {
     RETURN_IF_ERROR(AllocateBertBuffer(&acts->token_types, N, "token types"));
     if (shape_.norm_placement == NormPlacement::kPost) {
-      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_sum, N * C, "activations (embedding sum)"));
-      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_ln_mean, N, "LayerNorm statistics"));
-      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_ln_rstd, N, "LayerNorm statistics"));
+      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_sum, R * C, "activations (embedding sum)"));
+      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_ln_mean, R, "LayerNorm statistics"));
+      RETURN_IF_ERROR(AllocateBertBuffer(&acts->emb_ln_rstd, R, "LayerNorm statistics"));
     }
   }
   if (!placement_.has_head) return absl::OkStatus();
+  RETURN_IF_ERROR(AllocateBertBuffer(&acts->pooler_in, B * C, "activations (pooler)"));
+  RETURN_IF_ERROR(AllocateBertBuffer(&acts->pooled, B * C, "activations (pooler)"));
+  if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
+    RETURN_IF_ERROR(AllocateBertBuffer(&acts->choice_in, B * C, "activations (choice head)"));
+    return AllocateBertBuffer(&acts->choice_scores, B, "activations (choice head)");
+  }
   // The masked rows: at most every row.
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->mlm_rows_d, N, "masked rows"));
   for (DeviceBuffer<T>* b : {&acts->mlm_in, &acts->mlm_fc, &acts->mlm_act, &acts->mlm_ln}) {
@@ -90,8 +100,6 @@ absl::Status CudaGptModel<T>::AllocateBert(CudaActivations<T>* acts) const {
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->mlm_ln_rstd, N, "LayerNorm statistics"));
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->mlm_losses, N, "masked-LM losses"));
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->sentence_order, B, "sentence-order labels"));
-  RETURN_IF_ERROR(AllocateBertBuffer(&acts->pooler_in, B * C, "activations (pooler)"));
-  RETURN_IF_ERROR(AllocateBertBuffer(&acts->pooled, B * C, "activations (pooler)"));
   RETURN_IF_ERROR(AllocateBertBuffer(&acts->sop_logits, B * 2, "sentence-order logits"));
   for (DeviceBuffer<float>* b :
        {&acts->sop_max, &acts->sop_sum_exp, &acts->sop_target, &acts->sop_losses}) {
@@ -137,40 +145,47 @@ absl::Status CudaGptModel<T>::TakeBertInputs(const CudaMicrobatchInput<T>& input
 
 template <typename T>
 absl::Status CudaGptModel<T>::BertEmbeddingForward(CudaActivations<T>* acts, T* x0) {
-  const int N = batch_ * shape_.seq_length;
+  // This rank's rows of the residual stream: every row, or under sequence parallelism
+  // [row_offset_, row_offset_ + local_rows_).
+  const int R = local_rows_;
   const int C = shape_.hidden;
-  const size_t NC = static_cast<size_t>(N) * C;
+  const size_t RC = static_cast<size_t>(R) * C;
   // x0 += tte[type]: the lookup into d_branch_ (a backward temporary, free during a
   // forward), then one rounded add, as the CPU's accumulating lookup.
-  RETURN_IF_ERROR(TokenPositionEmbeddingForward<T>(acts->token_types.get(), p_.tte, nullptr,
-                                                   d_branch_.get(), batch_, shape_.seq_length, C, 0,
+  RETURN_IF_ERROR(TokenPositionEmbeddingForward<T>(acts->token_types.get() + row_offset_, p_.tte,
+                                                   nullptr, d_branch_.get(), 1, R, C, 0,
                                                    shape_.token_types, stream_));
-  RETURN_IF_ERROR(AddTensors<T>(x0, d_branch_.get(), x0, NC, stream_));
+  RETURN_IF_ERROR(AddTensors<T>(x0, d_branch_.get(), x0, RC, stream_));
   if (shape_.norm_placement != NormPlacement::kPost) return absl::OkStatus();
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(acts->emb_sum.get(), x0, NC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+      cudaMemcpyAsync(acts->emb_sum.get(), x0, RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
       "keeping the embedding sum"));
   return layer_blocks::NormForward<T>(shape_, acts->emb_sum.get(), p_.emb_ln_gamma, p_.emb_ln_beta,
-                                      x0, acts->emb_ln_mean.get(), acts->emb_ln_rstd.get(), N,
+                                      x0, acts->emb_ln_mean.get(), acts->emb_ln_rstd.get(), R,
                                       stream_);
 }
 
 template <typename T>
-absl::StatusOr<const T*> CudaGptModel<T>::BertEmbeddingBackward(CudaActivations<T>* acts,
-                                                                const T* d_embedded) {
+absl::Status CudaGptModel<T>::BertEmbeddingNormBackward(CudaActivations<T>* acts, T* d_rows,
+                                                        int rows) {
+  if (shape_.norm_placement != NormPlacement::kPost) return absl::OkStatus();
+  const size_t RC = static_cast<size_t>(rows) * shape_.hidden;
+  RETURN_IF_ERROR(ZeroBuffer(d_ln_.get(), RC, stream_));
+  RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, d_rows, acts->emb_sum.get(),
+                                                p_.emb_ln_gamma, acts->emb_ln_mean.get(),
+                                                acts->emb_ln_rstd.get(), nullptr, d_ln_.get(),
+                                                g_.emb_ln_gamma, g_.emb_ln_beta, rows, stream_));
+  return CudaStatus(
+      cudaMemcpyAsync(d_rows, d_ln_.get(), RC * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+      "the embeddings' gradient");
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::BertTokenTypeBackward(CudaActivations<T>* acts, const T* d_full) {
   const int N = batch_ * shape_.seq_length;
   const int C = shape_.hidden;
-  if (shape_.norm_placement == NormPlacement::kPost) {
-    RETURN_IF_ERROR(ZeroBuffer(d_ln_.get(), static_cast<size_t>(N) * C, stream_));
-    RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, d_embedded, acts->emb_sum.get(),
-                                                  p_.emb_ln_gamma, acts->emb_ln_mean.get(),
-                                                  acts->emb_ln_rstd.get(), nullptr, d_ln_.get(),
-                                                  g_.emb_ln_gamma, g_.emb_ln_beta, N, stream_));
-    d_embedded = d_ln_.get();
-  }
-  // The token types' gradient, each type's rows summed in token order (the plan), as the
-  // CPU's sequential loop; the plan's device buffers are the token embedding's, reused in
-  // stream order.
+  // Each type's rows summed in token order (the plan), as the CPU's sequential loop; the
+  // plan's device buffers are the token embedding's, reused in stream order.
   type_plan_ = PlanEmbeddingGrad(acts->host_token_types.data(), N, 0, shape_.token_types);
   RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(plan_rows_.get(), type_plan_.rows.data(),
@@ -184,10 +199,9 @@ absl::StatusOr<const T*> CudaGptModel<T>::BertEmbeddingBackward(CudaActivations<
                                              type_plan_.positions.size() * sizeof(int32_t),
                                              cudaMemcpyHostToDevice, stream_),
                              "uploading the token types' gradient plan"));
-  RETURN_IF_ERROR(TokenEmbeddingBackward<T>(
-      d_embedded, plan_rows_.get(), plan_starts_.get(), plan_positions_.get(),
-      static_cast<int>(type_plan_.rows.size()), C, g_.tte, stream_));
-  return d_embedded;
+  return TokenEmbeddingBackward<T>(d_full, plan_rows_.get(), plan_starts_.get(),
+                                   plan_positions_.get(), static_cast<int>(type_plan_.rows.size()),
+                                   C, g_.tte, stream_);
 }
 
 template <typename T>
@@ -383,6 +397,9 @@ absl::StatusOr<double> CudaGptModel<T>::BertHeadForward(const CudaMicrobatchInpu
   const int B = batch_;
   const int N = B * shape_.seq_length;
   const int C = shape_.hidden;
+  if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
+    return ChoiceHeadForward(input, acts, head_in, losses);
+  }
   if (input.targets == nullptr || input.sentence_order == nullptr) {
     return absl::InvalidArgumentError(
         "a BERT microbatch needs its masked-LM labels and sentence-order labels on the last "
@@ -465,12 +482,7 @@ absl::StatusOr<double> CudaGptModel<T>::BertHeadForward(const CudaMicrobatchInpu
   // Pooler and sentence-order head on each sequence's first row.
   RETURN_IF_ERROR(Upload(acts->sentence_order.get(), acts->host_sentence_order.data(), B, stream_,
                          "uploading the sentence-order labels"));
-  RETURN_IF_ERROR(
-      cuda::GatherRows<T>(head_in, first_rows_.get(), B, C, acts->pooler_in.get(), stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->pooler_in.get(), p_.pooler_weight, p_.pooler_bias,
-                                   acts->pooled.get(), B, C, C, stream_));
-  RETURN_IF_ERROR(
-      TanhForward<T>(acts->pooled.get(), acts->pooled.get(), static_cast<size_t>(B) * C, stream_));
+  RETURN_IF_ERROR(PoolerForward(acts, head_in));
   RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->pooled.get(), p_.sop_weight, p_.sop_bias,
                                    acts->sop_logits.get(), B, C, 2, stream_));
   const VocabShard two{B, 2, 2, 0};
@@ -535,6 +547,9 @@ absl::Status CudaGptModel<T>::BertHeadBackward(CudaActivations<T>* acts, float d
   const int Vl = placement_.local_vocab(shape_);
   const int start = placement_.vocab_start(shape_);
   RETURN_IF_ERROR(ZeroBuffer(d_head_in, static_cast<size_t>(N) * C, stream_));
+  if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
+    return ChoiceHeadBackward(acts, d_loss_per_token, d_head_in);
+  }
   if (M > 0) {
     // The decoder's input gradient is all-reduced over the tensor group (its input was copied
     // in); the transform below it is replicated.
@@ -567,6 +582,25 @@ absl::Status CudaGptModel<T>::BertHeadBackward(CudaActivations<T>* acts, float d
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_sop_logits_.get(), acts->pooled.get(), p_.sop_weight,
                                     d_pooled_.get(), g_.sop_weight, g_.sop_bias, B, C, 2, stream_,
                                     kOverwrite));
+  return PoolerBackward(acts, d_head_in);
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::PoolerForward(CudaActivations<T>* acts, const T* head_in) {
+  const int B = batch_;
+  const int C = shape_.hidden;
+  RETURN_IF_ERROR(
+      cuda::GatherRows<T>(head_in, first_rows_.get(), B, C, acts->pooler_in.get(), stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->pooler_in.get(), p_.pooler_weight, p_.pooler_bias,
+                                   acts->pooled.get(), B, C, C, stream_));
+  return TanhForward<T>(acts->pooled.get(), acts->pooled.get(), static_cast<size_t>(B) * C,
+                        stream_);
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::PoolerBackward(CudaActivations<T>* acts, T* d_head_in) {
+  const int B = batch_;
+  const int C = shape_.hidden;
   RETURN_IF_ERROR(TanhBackward<T>(d_pooled_.get(), acts->pooled.get(), d_pooled_.get(),
                                   static_cast<size_t>(B) * C, stream_));
   RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_pooled_.get(), acts->pooler_in.get(),
@@ -575,14 +609,128 @@ absl::Status CudaGptModel<T>::BertHeadBackward(CudaActivations<T>* acts, float d
   return ScatterAddRows<T>(d_mlm_b_.get(), first_rows_.get(), B, C, d_head_in, stream_);
 }
 
+template <typename T>
+absl::StatusOr<double> CudaGptModel<T>::ChoiceHeadForward(const CudaMicrobatchInput<T>& input,
+                                                          CudaActivations<T>* acts,
+                                                          const T* head_in, float* losses) {
+  const int B = batch_;
+  const int S = shape_.seq_length;
+  const int C = shape_.hidden;
+  if (B % kRaceChoices != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a multiple-choice microbatch of ", B,
+                                                   " sequences does not hold whole questions of ",
+                                                   kRaceChoices, " options"));
+  }
+  const int questions = B / kRaceChoices;
+  if (input.choice_answers == nullptr) {
+    return absl::InvalidArgumentError(
+        "a multiple-choice microbatch needs each question's answer on the last stage");
+  }
+  acts->choice_answers.assign(input.choice_answers, input.choice_answers + questions);
+  for (int q = 0; q < questions; ++q) {
+    const int32_t answer = acts->choice_answers[q];
+    if (answer < -1 || answer >= kRaceChoices) {
+      return absl::InvalidArgumentError(absl::StrCat("question ", q, " has answer ", answer,
+                                                     "; it must be in [0, ", kRaceChoices,
+                                                     ") (or -1 for padding)"));
+    }
+  }
+  RETURN_IF_ERROR(PoolerForward(acts, head_in));
+  // Dropout on the pooler's output with the microbatch's mask (the CPU's), then one score a
+  // sequence: choice_weight [1, C] and its bias.
+  const size_t BC = static_cast<size_t>(B) * C;
+  const float p = input.id.evaluation ? 0.0f : options_.dropout;
+  RETURN_IF_ERROR(DropoutForward<T>(acts->pooled.get(), acts->choice_in.get(), BC, p,
+                                    DropoutKeyFor(input.id, -1, kPoolerOutSite), 0, stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, acts->choice_in.get(), p_.choice_weight, p_.choice_bias,
+                                   acts->choice_scores.get(), B, C, 1, stream_));
+  // The softmax over each question's four scores on the host (four numbers a question), in
+  // float as the CPU engine's model.
+  RETURN_IF_ERROR(
+      (ConvertTensor<T, float>(acts->choice_scores.get(), choice_f_.get(), B, stream_)));
+  std::vector<float> scores;
+  RETURN_IF_ERROR(Download(&scores, choice_f_.get(), B, stream_, "the choice scores"));
+  acts->choice_probs.assign(B, 0.0f);
+  std::vector<float> question_losses(static_cast<size_t>(B) * S, 0.0f);
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+  for (int q = 0; q < questions; ++q) {
+    const int32_t answer = acts->choice_answers[q];
+    if (answer < 0) continue;  // padding: no loss, no gradient, not counted
+    const float* row = scores.data() + static_cast<size_t>(q) * kRaceChoices;
+    float* probs = acts->choice_probs.data() + static_cast<size_t>(q) * kRaceChoices;
+    const float max = *std::max_element(row, row + kRaceChoices);
+    float sum = 0;
+    for (int j = 0; j < kRaceChoices; ++j) {
+      probs[j] = std::exp(row[j] - max);
+      sum += probs[j];
+    }
+    for (int j = 0; j < kRaceChoices; ++j) probs[j] /= sum;
+    const float loss = std::log(sum) + max - row[answer];
+    loss_sum += static_cast<double>(loss);
+    // The question's loss at the first row of its first option: the engine's per-token sum
+    // then gives the questions' sum.
+    question_losses[static_cast<size_t>(q) * kRaceChoices * S] = loss;
+    correct += row[answer] >= max ? 1 : 0;
+    ++seen;
+  }
+  if (losses != nullptr) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(losses, question_losses.data(), question_losses.size() * sizeof(float),
+                        cudaMemcpyHostToDevice, stream_),
+        "uploading the questions' losses"));
+  }
+  if (input.bert_totals != nullptr) {
+    input.bert_totals->choice_correct += correct;
+    input.bert_totals->choice_questions += seen;
+  }
+  return loss_sum;
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::ChoiceHeadBackward(CudaActivations<T>* acts,
+                                                 float d_loss_per_question, T* d_head_in) {
+  const int B = batch_;
+  const int C = shape_.hidden;
+  const size_t BC = static_cast<size_t>(B) * C;
+  // d score_j = seed (p_j - [j is the answer]) within each answered question.
+  std::vector<float> d_scores(B, 0.0f);
+  for (int q = 0; q < B / kRaceChoices; ++q) {
+    const int32_t answer = acts->choice_answers[q];
+    if (answer < 0) continue;
+    for (int j = 0; j < kRaceChoices; ++j) {
+      const int b = q * kRaceChoices + j;
+      d_scores[b] = d_loss_per_question * (acts->choice_probs[b] - (j == answer ? 1.0f : 0.0f));
+    }
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(choice_f_.get(), d_scores.data(), B * sizeof(float),
+                                             cudaMemcpyHostToDevice, stream_),
+                             "uploading the scores' gradient"));
+  RETURN_IF_ERROR((ConvertTensor<float, T>(choice_f_.get(), d_choice_scores_.get(), B, stream_)));
+  // The score's weights and its input (the dropped pooler output), then the dropout, into
+  // the pooler's gradient.
+  RETURN_IF_ERROR(MatmulBackward<T>(*blas_, d_choice_scores_.get(), acts->choice_in.get(),
+                                    p_.choice_weight, d_mlm_a_.get(), g_.choice_weight,
+                                    g_.choice_bias, B, C, 1, stream_, kOverwrite));
+  RETURN_IF_ERROR(DropoutBackward<T>(d_mlm_a_.get(), d_pooled_.get(), BC, options_.dropout,
+                                     DropoutKeyFor(acts->id, -1, kPoolerOutSite), 0, stream_,
+                                     kOverwrite));
+  return PoolerBackward(acts, d_head_in);
+}
+
 // Only the members defined here: the class itself is instantiated in cuda_gpt_model.cc.
 #define MTRAIN_INSTANTIATE_CUDA_BERT(T)                                                           \
   template absl::Status CudaGptModel<T>::AllocateBert(CudaActivations<T>*) const;                 \
   template absl::Status CudaGptModel<T>::TakeBertInputs(const CudaMicrobatchInput<T>&,            \
                                                         CudaActivations<T>*);                     \
   template absl::Status CudaGptModel<T>::BertEmbeddingForward(CudaActivations<T>*, T*);           \
-  template absl::StatusOr<const T*> CudaGptModel<T>::BertEmbeddingBackward(CudaActivations<T>*,   \
-                                                                           const T*);             \
+  template absl::Status CudaGptModel<T>::BertEmbeddingNormBackward(CudaActivations<T>*, T*, int); \
+  template absl::Status CudaGptModel<T>::BertTokenTypeBackward(CudaActivations<T>*, const T*);    \
+  template absl::Status CudaGptModel<T>::PoolerForward(CudaActivations<T>*, const T*);            \
+  template absl::Status CudaGptModel<T>::PoolerBackward(CudaActivations<T>*, T*);                 \
+  template absl::StatusOr<double> CudaGptModel<T>::ChoiceHeadForward(                             \
+      const CudaMicrobatchInput<T>&, CudaActivations<T>*, const T*, float*);                      \
+  template absl::Status CudaGptModel<T>::ChoiceHeadBackward(CudaActivations<T>*, float, T*);      \
   template absl::Status CudaGptModel<T>::AttentionCoreForward(                                    \
       const T*, T*, float*, const AttentionShape&, const AttentionDropout&);                      \
   template absl::Status CudaGptModel<T>::AttentionCoreBackward(                                   \

@@ -77,11 +77,14 @@ absl::Status CudaGptModel<T>::SumLayerNormGradients(int layer) {
   if (layer >= 0) {
     const LayerView<float>& g = g_.layers[layer];
     tensors = {g.ln1_gamma, g.ln1_beta, g.ln2_gamma, g.ln2_beta};
+  } else if (layer == kEmbeddingNorm) {
+    tensors = {g_.emb_ln_gamma, g_.emb_ln_beta};
   } else {
     tensors = {g_.lnf_gamma, g_.lnf_beta};
   }
-  // RMSNorm has no bias.
+  // RMSNorm has no bias; BERT's post placement has no final norm.
   tensors.erase(std::remove(tensors.begin(), tensors.end(), nullptr), tensors.end());
+  if (tensors.empty()) return absl::OkStatus();
   // One all-reduce for the layer's tensors, packed: on small tensors a collective's
   // latency is all it costs (on the CPU engine, packing took sequence parallelism's step
   // from +29% to +22% over t=2 alone).
