@@ -10,6 +10,7 @@
 // (the replicated tensors' gradients too, as the trainer's norm assumes).
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "kernels/gelu_exact.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "worker/engine/bert_inputs.h"
 #include "worker/engine/cpu/layer_blocks.h"
 #include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/model_numerics.h"
@@ -89,30 +91,12 @@ template <typename T>
 absl::Status TransformerModel<T>::TakeBertInputs(const MicrobatchInput<T>& input,
                                                  Activations<T>* acts) {
   const int S = shape_.seq_length;
-  if (input.lengths == nullptr) {
-    return absl::InvalidArgumentError("a BERT microbatch needs each sequence's length");
-  }
-  for (int b = 0; b < batch_; ++b) {
-    const int32_t length = input.lengths[b];
-    if (length < 1 || length > S) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", b, " has length ", length,
-                                                     "; it must be in [1, seq_length ", S, "]"));
-    }
-    acts->lengths[b] = length;
-  }
+  RETURN_IF_ERROR(CheckBertLengths(input.lengths, batch_, S));
+  std::copy(input.lengths, input.lengths + batch_, acts->lengths.begin());
   if (!placement_.has_embedding) return absl::OkStatus();
-  if (input.token_types == nullptr) {
-    return absl::InvalidArgumentError("a BERT microbatch needs its token types on the first stage");
-  }
   const int N = batch_ * S;
-  for (int i = 0; i < N; ++i) {
-    const int32_t type = input.token_types[i];
-    if (type < 0 || type >= shape_.token_types) {
-      return absl::InvalidArgumentError(absl::StrCat("token type ", type, " at row ", i,
-                                                     " is outside [0, ", shape_.token_types, ")"));
-    }
-    acts->token_types[i] = type;
-  }
+  RETURN_IF_ERROR(CheckTokenTypes(input.token_types, N, shape_.token_types));
+  std::copy(input.token_types, input.token_types + N, acts->token_types.begin());
   return absl::OkStatus();
 }
 
@@ -159,24 +143,11 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
   if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
     return ChoiceHeadForward(input, acts, head_in);
   }
-  if (input.sentence_order == nullptr) {
-    return absl::InvalidArgumentError(
-        "a BERT microbatch needs its sentence-order labels on the last stage");
-  }
+  RETURN_IF_ERROR(CheckSentenceOrder(input.sentence_order, B));
   // The masked rows and their labels (-1: not masked).
-  acts->mlm_rows.clear();
-  acts->mlm_targets.clear();
-  for (int i = 0; i < N; ++i) {
-    const int32_t label = acts->targets[i];
-    if (label < 0) continue;
-    if (label >= shape_.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("masked-LM label ", label, " at row ", i,
-                                                     " is outside the vocabulary of ",
-                                                     shape_.vocab));
-    }
-    acts->mlm_rows.push_back(i);
-    acts->mlm_targets.push_back(label);
-  }
+  ASSIGN_OR_RETURN(MaskedRows masked, MaskedRowsOf(acts->targets.data(), N, shape_.vocab));
+  acts->mlm_rows = std::move(masked.rows);
+  acts->mlm_targets = std::move(masked.labels);
   const int M = static_cast<int>(acts->mlm_rows.size());
   const size_t MC = static_cast<size_t>(M) * C;
   const int Vl = placement_.local_vocab(shape_);
@@ -230,13 +201,6 @@ absl::StatusOr<double> TransformerModel<T>::BertHeadForward(const MicrobatchInpu
 
   // Pooler and sentence-order head on each sequence's first row.
   acts->sentence_order.assign(input.sentence_order, input.sentence_order + B);
-  for (int b = 0; b < B; ++b) {
-    if (acts->sentence_order[b] != 0 && acts->sentence_order[b] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("sentence-order label of sequence ", b, " is ",
-                                                     acts->sentence_order[b],
-                                                     "; it must be 0 (in order) or 1 (swapped)"));
-    }
-  }
   PoolerForward(acts, head_in);
   acts->sop_logits.resize(static_cast<size_t>(B) * 2);
   acts->sop_max.resize(B);

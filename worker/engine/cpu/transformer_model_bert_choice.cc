@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/dropout.h"
 #include "model/family_defaults.h"
+#include "worker/engine/bert_inputs.h"
 #include "worker/engine/cpu/transformer_model.h"
 #include "worker/engine/model_numerics.h"
 
@@ -22,25 +24,9 @@ absl::StatusOr<double> TransformerModel<T>::ChoiceHeadForward(const MicrobatchIn
                                                               const T* head_in) {
   const int B = batch_;
   const int C = shape_.hidden;
-  if (B % kRaceChoices != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a multiple-choice microbatch of ", B,
-                                                   " sequences does not hold whole questions of ",
-                                                   kRaceChoices, " options"));
-  }
+  RETURN_IF_ERROR(CheckChoiceAnswers(input.choice_answers, B));
   const int questions = B / kRaceChoices;
-  if (input.choice_answers == nullptr) {
-    return absl::InvalidArgumentError(
-        "a multiple-choice microbatch needs each question's answer on the last stage");
-  }
   acts->choice_answers.assign(input.choice_answers, input.choice_answers + questions);
-  for (int q = 0; q < questions; ++q) {
-    const int32_t answer = acts->choice_answers[q];
-    if (answer < -1 || answer >= kRaceChoices) {
-      return absl::InvalidArgumentError(absl::StrCat("question ", q, " has answer ", answer,
-                                                     "; it must be in [0, ", kRaceChoices,
-                                                     ") (or -1 for padding)"));
-    }
-  }
   PoolerForward(acts, head_in);
   // Dropout on the pooler's output (HF's and Megatron's multiple-choice dropout), with the
   // microbatch's mask: the same on every tensor rank and in every layout.

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_support.h"
 #include "worker/engine/cpu/transformer_model.h"
+#include "worker/engine/cuda/bert_testing.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/parameter_init.h"
 
@@ -26,35 +27,13 @@ using testing::RelativeError;
 
 constexpr int kBatch = 2;
 
-// Head dim 32 (the flash kernels' smallest), a padded vocabulary.
-ModelShape SmallBert(NormPlacement placement) {
-  return BertConfig(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64, /*ffn_hidden=*/96,
-                    /*seq_length=*/48, /*vocab=*/100, /*padded_vocab=*/128, placement);
-}
+using testing::BertBatch;
+using testing::SmallBert;
 
 // The second sequence padded after 29 positions (a partial tile of the attention kernels);
-// masked-LM labels at some real positions (-1 elsewhere); one sequence in order, one swapped.
-struct BertBatch {
-  std::vector<int32_t> tokens, types, targets, lengths, order;
-  int masked = 0;
-};
-
+// one sequence in order, one swapped.
 BertBatch MakeBatch(const ModelShape& shape) {
-  std::mt19937_64 rng(17);
-  const int S = shape.seq_length;
-  BertBatch b;
-  b.lengths = {S, 29};
-  b.order = {0, 1};
-  for (int s = 0; s < kBatch; ++s) {
-    for (int i = 0; i < S; ++i) {
-      b.tokens.push_back(static_cast<int32_t>(rng() % shape.vocab));
-      b.types.push_back(i < b.lengths[s] / 2 ? 0 : 1);
-      const bool masked = i > 0 && i < b.lengths[s] && rng() % 7 == 0;
-      b.targets.push_back(masked ? static_cast<int32_t>(rng() % shape.vocab) : -1);
-      b.masked += masked ? 1 : 0;
-    }
-  }
-  return b;
+  return testing::MakeBertBatch(shape, 17, {shape.seq_length, 29}, {0, 1}, 7);
 }
 
 struct Result {

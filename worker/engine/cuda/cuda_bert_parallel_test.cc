@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "checkpoint/shard_from_full.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/test_support.h"
+#include "worker/engine/cuda/bert_testing.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/parameter_init.h"
 #include "worker/parallel/gloo_communicator.h"
@@ -34,32 +34,11 @@ using testing::DeviceArray;
 constexpr int kBatch = 2;
 constexpr int kRanks = 2;
 
-ModelShape SmallBert(NormPlacement placement) {
-  return BertConfig(/*num_layers=*/2, /*num_heads=*/2, /*hidden=*/64, /*ffn_hidden=*/96,
-                    /*seq_length=*/48, /*vocab=*/100, /*padded_vocab=*/128, placement);
-}
-
-struct BertBatch {
-  std::vector<int32_t> tokens, types, targets, lengths, order;
-  int masked = 0;
-};
+using testing::BertBatch;
+using testing::SmallBert;
 
 BertBatch MakeBatch(const ModelShape& shape) {
-  std::mt19937_64 rng(23);
-  const int S = shape.seq_length;
-  BertBatch b;
-  b.lengths = {31, S};
-  b.order = {1, 0};
-  for (int s = 0; s < kBatch; ++s) {
-    for (int i = 0; i < S; ++i) {
-      b.tokens.push_back(static_cast<int32_t>(rng() % shape.vocab));
-      b.types.push_back(i < b.lengths[s] / 2 ? 0 : 1);
-      const bool masked = i > 0 && i < b.lengths[s] && rng() % 5 == 0;
-      b.targets.push_back(masked ? static_cast<int32_t>(rng() % shape.vocab) : -1);
-      b.masked += masked ? 1 : 0;
-    }
-  }
-  return b;
+  return testing::MakeBertBatch(shape, 23, {31, shape.seq_length}, {1, 0}, 5);
 }
 
 struct RankResult {

@@ -732,21 +732,10 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   if (bert()) RETURN_IF_ERROR(BertTokenTypeBackward(acts, d_embedded));
   plan_ = PlanEmbeddingGrad(acts->host_tokens.data(), N, placement_.vocab_start(shape_),
                             placement_.local_vocab(shape_));
-  const int num_rows = static_cast<int>(plan_.rows.size());
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_rows_.get(), plan_.rows.data(), plan_.rows.size() * sizeof(int32_t),
-                      cudaMemcpyHostToDevice, stream_),
-      "uploading the embedding gradient's plan"));
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_starts_.get(), plan_.starts.data(),
-                      plan_.starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-      "uploading the embedding gradient's plan"));
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_positions_.get(), plan_.positions.data(),
-                      plan_.positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-      "uploading the embedding gradient's plan"));
-  RETURN_IF_ERROR(TokenEmbeddingBackward<T>(d_embedded, plan_rows_.get(), plan_starts_.get(),
-                                            plan_positions_.get(), num_rows, C, g_.wte, stream_));
+  RETURN_IF_ERROR(UploadEmbeddingPlan(plan_));
+  RETURN_IF_ERROR(TokenEmbeddingBackward<T>(
+      d_embedded, plan_rows_.get(), plan_starts_.get(), plan_positions_.get(),
+      static_cast<int>(plan_.rows.size()), C, g_.wte, stream_));
   if (g_.wpe != nullptr) {
     RETURN_IF_ERROR(
         PositionEmbeddingBackward<T>(d_embedded, batch_, shape_.seq_length, C, g_.wpe, stream_));
@@ -755,6 +744,18 @@ absl::Status CudaGptModel<T>::Backward(CudaActivations<T>* acts, const T* d_hidd
   // No synchronisation: the host can prepare the next microbatch while the GPU works (the
   // plan's host arrays are members, kept until the next backward replaces them).
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::UploadEmbeddingPlan(const EmbeddingGradPlan& plan) {
+  const auto upload = [&](int32_t* device, const std::vector<int32_t>& host) {
+    return CudaStatus(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_),
+                      "uploading an embedding gradient's plan");
+  };
+  RETURN_IF_ERROR(upload(plan_rows_.get(), plan.rows));
+  RETURN_IF_ERROR(upload(plan_starts_.get(), plan.starts));
+  return upload(plan_positions_.get(), plan.positions);
 }
 
 template <typename T>

@@ -410,6 +410,9 @@ class CudaGptModel {
   // holds it).
   absl::Status DeferWeightGradient(int layer, const T* d_out, const T* in, float* d_weight,
                                    float* d_bias, int rows, int in_features, int out_features);
+  // Copies `plan` (kept on the host until the stream has read it: a member) into the plan's
+  // device buffers, in stream order.
+  absl::Status UploadEmbeddingPlan(const EmbeddingGradPlan& plan);
   // Sums data[n] over the tensor-parallel group (in fp32).
   absl::Status TensorAllReduce(T* data, size_t n);
   uint64_t DropoutKeyFor(const MicrobatchId& id, int global_layer, int site) const;

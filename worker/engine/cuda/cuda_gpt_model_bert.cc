@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,7 @@
 #include "kernels/cuda/layernorm.h"
 #include "kernels/dropout.h"
 #include "model/family_defaults.h"
+#include "worker/engine/bert_inputs.h"
 #include "worker/engine/cuda/cuda_gpt_model.h"
 #include "worker/engine/cuda/cuda_layer_blocks.h"
 #include "worker/engine/model_numerics.h"
@@ -113,31 +115,13 @@ absl::Status CudaGptModel<T>::TakeBertInputs(const CudaMicrobatchInput<T>& input
                                              CudaActivations<T>* acts) {
   const int S = shape_.seq_length;
   const int N = batch_ * S;
-  if (input.lengths == nullptr) {
-    return absl::InvalidArgumentError("a BERT microbatch needs each sequence's length");
-  }
-  for (int b = 0; b < batch_; ++b) {
-    if (input.lengths[b] < 1 || input.lengths[b] > S) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", b, " has length ",
-                                                     input.lengths[b],
-                                                     "; it must be in [1, seq_length ", S, "]"));
-    }
-  }
+  RETURN_IF_ERROR(CheckBertLengths(input.lengths, batch_, S));
   acts->host_lengths.assign(input.lengths, input.lengths + batch_);
   RETURN_IF_ERROR(Upload(acts->lengths.get(), acts->host_lengths.data(), batch_, stream_,
                          "uploading the sequence lengths"));
   lengths_ = acts->lengths.get();
   if (!placement_.has_embedding) return absl::OkStatus();
-  if (input.token_types == nullptr) {
-    return absl::InvalidArgumentError("a BERT microbatch needs its token types on the first stage");
-  }
-  for (int i = 0; i < N; ++i) {
-    if (input.token_types[i] < 0 || input.token_types[i] >= shape_.token_types) {
-      return absl::InvalidArgumentError(absl::StrCat("token type ", input.token_types[i],
-                                                     " at row ", i, " is outside [0, ",
-                                                     shape_.token_types, ")"));
-    }
-  }
+  RETURN_IF_ERROR(CheckTokenTypes(input.token_types, N, shape_.token_types));
   acts->host_token_types.assign(input.token_types, input.token_types + N);
   return Upload(acts->token_types.get(), acts->host_token_types.data(), N, stream_,
                 "uploading the token types");
@@ -187,18 +171,7 @@ absl::Status CudaGptModel<T>::BertTokenTypeBackward(CudaActivations<T>* acts, co
   // Each type's rows summed in token order (the plan), as the CPU's sequential loop; the
   // plan's device buffers are the token embedding's, reused in stream order.
   type_plan_ = PlanEmbeddingGrad(acts->host_token_types.data(), N, 0, shape_.token_types);
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_rows_.get(), type_plan_.rows.data(),
-                      type_plan_.rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-      "uploading the token types' gradient plan"));
-  RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(plan_starts_.get(), type_plan_.starts.data(),
-                      type_plan_.starts.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-      "uploading the token types' gradient plan"));
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(plan_positions_.get(), type_plan_.positions.data(),
-                                             type_plan_.positions.size() * sizeof(int32_t),
-                                             cudaMemcpyHostToDevice, stream_),
-                             "uploading the token types' gradient plan"));
+  RETURN_IF_ERROR(UploadEmbeddingPlan(type_plan_));
   return TokenEmbeddingBackward<T>(d_full, plan_rows_.get(), plan_starts_.get(),
                                    plan_positions_.get(), static_cast<int>(type_plan_.rows.size()),
                                    C, g_.tte, stream_);
@@ -400,33 +373,16 @@ absl::StatusOr<double> CudaGptModel<T>::BertHeadForward(const CudaMicrobatchInpu
   if (shape_.bert_head == BertHeadKind::kMultipleChoice) {
     return ChoiceHeadForward(input, acts, head_in, losses);
   }
-  if (input.targets == nullptr || input.sentence_order == nullptr) {
+  if (input.targets == nullptr) {
     return absl::InvalidArgumentError(
-        "a BERT microbatch needs its masked-LM labels and sentence-order labels on the last "
-        "stage");
+        "a BERT microbatch needs its masked-LM labels on the last stage");
   }
-  // The masked rows and their labels (-1: not masked).
-  acts->mlm_rows.clear();
-  std::vector<int32_t> labels;
-  for (int i = 0; i < N; ++i) {
-    const int32_t label = input.targets[i];
-    if (label < 0) continue;
-    if (label >= shape_.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("masked-LM label ", label, " at row ", i,
-                                                     " is outside the vocabulary of ",
-                                                     shape_.vocab));
-    }
-    acts->mlm_rows.push_back(i);
-    labels.push_back(label);
-  }
+  RETURN_IF_ERROR(CheckSentenceOrder(input.sentence_order, B));
   acts->host_sentence_order.assign(input.sentence_order, input.sentence_order + B);
-  for (int b = 0; b < B; ++b) {
-    if (acts->host_sentence_order[b] != 0 && acts->host_sentence_order[b] != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("sentence-order label of sequence ", b, " is ",
-                                                     acts->host_sentence_order[b],
-                                                     "; it must be 0 (in order) or 1 (swapped)"));
-    }
-  }
+  // The masked rows and their labels (-1: not masked).
+  ASSIGN_OR_RETURN(MaskedRows masked, MaskedRowsOf(input.targets, N, shape_.vocab));
+  acts->mlm_rows = std::move(masked.rows);
+  const std::vector<int32_t>& labels = masked.labels;
   const int M = static_cast<int>(acts->mlm_rows.size());
   const size_t MC = static_cast<size_t>(M) * C;
   const int Vl = placement_.local_vocab(shape_);
@@ -616,25 +572,9 @@ absl::StatusOr<double> CudaGptModel<T>::ChoiceHeadForward(const CudaMicrobatchIn
   const int B = batch_;
   const int S = shape_.seq_length;
   const int C = shape_.hidden;
-  if (B % kRaceChoices != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a multiple-choice microbatch of ", B,
-                                                   " sequences does not hold whole questions of ",
-                                                   kRaceChoices, " options"));
-  }
+  RETURN_IF_ERROR(CheckChoiceAnswers(input.choice_answers, B));
   const int questions = B / kRaceChoices;
-  if (input.choice_answers == nullptr) {
-    return absl::InvalidArgumentError(
-        "a multiple-choice microbatch needs each question's answer on the last stage");
-  }
   acts->choice_answers.assign(input.choice_answers, input.choice_answers + questions);
-  for (int q = 0; q < questions; ++q) {
-    const int32_t answer = acts->choice_answers[q];
-    if (answer < -1 || answer >= kRaceChoices) {
-      return absl::InvalidArgumentError(absl::StrCat("question ", q, " has answer ", answer,
-                                                     "; it must be in [0, ", kRaceChoices,
-                                                     ") (or -1 for padding)"));
-    }
-  }
   RETURN_IF_ERROR(PoolerForward(acts, head_in));
   // Dropout on the pooler's output with the microbatch's mask (the CPU's), then one score a
   // sequence: choice_weight [1, C] and its bias.
