@@ -374,69 +374,136 @@ absl::Status CudaGptModel<T>::LayerBackward(int layer, const MicrobatchId& id, c
   if (sequence_parallel_) return LayerBackwardSequenceParallel(layer, id, x, s, d_out, d_x);
   const LayerView<const T>& w = p_.layers[layer];
   const LayerView<float>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
   const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Ql = placement_.local_query(shape_);
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
-
   // d_out is the gradient of the layer output = h1 + MLP branch; it doubles as d_h1. It is
   // the same on every tensor rank, so the replicated parameters' gradients are too.
   T* d_h1 = d_out;
-  // The temporaries below hold one contribution each: the kernels overwrite them
-  // (kOverwrite) rather than accumulate into zeroed buffers, saving a memset and a read.
-  // Without dropout the branch's gradient is d_out itself: no kernel, no copy.
-  const T* d_mlp_out = p > 0 ? d_branch_.get() : d_out;
-  if (p > 0) {
-    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
-                                       DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
-                                       kOverwrite));
-  }
-  const bool defer = deferring_ != nullptr;
-  RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
-      *blas_, shape_, d_mlp_out, s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
-      d_fc_.get(), defer ? nullptr : g.fc_proj_weight, defer ? nullptr : g.fc_proj_bias, N, Fl,
-      stream_));
-  if (defer) {
-    RETURN_IF_ERROR(DeferWeightGradient(layer, d_mlp_out, s.gelu.get(), g.fc_proj_weight,
-                                        g.fc_proj_bias, N, Fl, C));
-  }
-  RETURN_IF_ERROR(LinearBackward(layer, d_fc_.get(), s.ln2.get(), MlpInWeight(w), d_ln_.get(),
-                                 MlpInWeight(g), MlpInBias(g), N, C,
-                                 placement_.local_mlp_in(shape_)));
-  RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
+  RETURN_IF_ERROR(MlpBranchBackward(layer, id, s.ln2.get(), s, d_out, d_ln_.get()));
   RETURN_IF_ERROR(layer_blocks::NormBackward<T>(shape_, d_ln_.get(), s.h1.get(), w.ln2_gamma,
                                                 s.ln2_mean.get(), s.ln2_rstd.get(), nullptr, d_h1,
                                                 g.ln2_gamma, g.ln2_beta, N, stream_));
-
   // Attention block: d_x = d_h1 + (through the attention branch), the sum made by the
   // first norm's backward.
-  const T* d_attention_out = p > 0 ? d_branch_.get() : d_h1;
+  RETURN_IF_ERROR(AttentionBranchBackward(layer, id, s.ln1.get(), s, d_h1, d_ln_.get()));
+  return layer_blocks::NormBackward<T>(shape_, d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
+                                       s.ln1_rstd.get(), d_h1, d_x, g.ln1_gamma, g.ln1_beta, N,
+                                       stream_);
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::AttentionBranchForward(int layer, const MicrobatchId& id, const T* in,
+                                                     T* out, CudaLayerActivations<T>& s) {
+  const LayerView<const T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, in, QkvWeight(w), QkvBias(w), s.qkv.get(), N, C,
+                                   placement_.local_qkv(shape_), stream_));
+  RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, s.qkv.get(), N,
+                                                        shape_.seq_length, 0, false, stream_));
+  const AttentionShape shape = LocalAttentionShape();
+  const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
+                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
+  T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
+  float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
+  RETURN_IF_ERROR(AttentionCoreForward(s.qkv.get(), attn_y, lse, shape, att_dropout));
+  // Row-parallel: the replicated bias enters the sum once.
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight,
+                                   placement_.tensor_rank == 0 ? w.proj_bias : nullptr, out, N,
+                                   placement_.local_query(shape_), C, stream_));
+  RETURN_IF_ERROR(TensorAllReduce(out, NC));
+  return DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
+                           stream_);
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::MlpBranchForward(int layer, const MicrobatchId& id, const T* in,
+                                               T* out, CudaLayerActivations<T>& s) {
+  const LayerView<const T>& w = p_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = id.evaluation ? 0.0f : options_.dropout;
+  RETURN_IF_ERROR(layer_blocks::MlpInForward<T>(*blas_, shape_, in, MlpInWeight(w), MlpInBias(w),
+                                                s.fc.get(), s.gelu.get(), N, Fl, stream_));
+  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight,
+                                   placement_.tensor_rank == 0 ? w.fc_proj_bias : nullptr, out, N,
+                                   Fl, C, stream_));
+  RETURN_IF_ERROR(TensorAllReduce(out, NC));
+  return DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0,
+                           stream_);
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::AttentionBranchBackward(int layer, const MicrobatchId& id,
+                                                      const T* in, const CudaLayerActivations<T>& s,
+                                                      const T* d_out, T* d_in) {
+  const LayerView<const T>& w = p_.layers[layer];
+  const LayerView<float>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+  const T* d_branch = d_out;
   if (p > 0) {
-    RETURN_IF_ERROR(DropoutBackward<T>(d_h1, d_branch_.get(), NC, p,
+    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
                                        DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
                                        stream_, kOverwrite));
+    d_branch = d_branch_.get();
   }
   const AttentionShape shape = LocalAttentionShape();
   const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
                                      placement_.tensor_rank * shape.heads, shape_.num_heads};
   ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
   const auto [attn_y, lse] = core;
-  RETURN_IF_ERROR(LinearBackward(layer, d_attention_out, attn_y, w.proj_weight, d_attn_y_.get(),
-                                 g.proj_weight, g.proj_bias, N, Ql, C));
+  RETURN_IF_ERROR(LinearBackward(layer, d_branch, attn_y, w.proj_weight, d_attn_y_.get(),
+                                 g.proj_weight, g.proj_bias, N, placement_.local_query(shape_), C));
   RETURN_IF_ERROR(AttentionCoreBackward(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
                                         shape, att_dropout));
   // The gradients of the rotated q and k, rotated back: those of the projection's output.
   RETURN_IF_ERROR(layer_blocks::RotateQueriesAndKeys<T>(shape_, placement_, rotary_, d_qkv_.get(),
                                                         N, shape_.seq_length, 0, true, stream_));
-  RETURN_IF_ERROR(LinearBackward(layer, d_qkv_.get(), s.ln1.get(), QkvWeight(w), d_ln_.get(),
-                                 QkvWeight(g), QkvBias(g), N, C, placement_.local_qkv(shape_)));
-  RETURN_IF_ERROR(TensorAllReduce(d_ln_.get(), NC));  // column-parallel input gradient
-  return layer_blocks::NormBackward<T>(shape_, d_ln_.get(), x, w.ln1_gamma, s.ln1_mean.get(),
-                                       s.ln1_rstd.get(), d_h1, d_x, g.ln1_gamma, g.ln1_beta, N,
-                                       stream_);
+  RETURN_IF_ERROR(LinearBackward(layer, d_qkv_.get(), in, QkvWeight(w), d_in, QkvWeight(g),
+                                 QkvBias(g), N, C, placement_.local_qkv(shape_)));
+  return TensorAllReduce(d_in, NC);  // column-parallel input gradient
+}
+
+template <typename T>
+absl::Status CudaGptModel<T>::MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
+                                                const CudaLayerActivations<T>& s, const T* d_out,
+                                                T* d_in) {
+  const LayerView<const T>& w = p_.layers[layer];
+  const LayerView<float>& g = g_.layers[layer];
+  const int global_layer = placement_.first_layer + layer;
+  const int N = batch_ * shape_.seq_length;
+  const int C = shape_.hidden;
+  const int Fl = placement_.local_ffn(shape_);
+  const size_t NC = static_cast<size_t>(N) * C;
+  const float p = options_.dropout;
+  const T* d_branch = d_out;
+  if (p > 0) {
+    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
+                                       DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
+                                       kOverwrite));
+    d_branch = d_branch_.get();
+  }
+  const bool defer = deferring_ != nullptr;
+  RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
+      *blas_, shape_, d_branch, s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
+      d_fc_.get(), defer ? nullptr : g.fc_proj_weight, defer ? nullptr : g.fc_proj_bias, N, Fl,
+      stream_));
+  if (defer) {
+    RETURN_IF_ERROR(DeferWeightGradient(layer, d_branch, s.gelu.get(), g.fc_proj_weight,
+                                        g.fc_proj_bias, N, Fl, C));
+  }
+  RETURN_IF_ERROR(LinearBackward(layer, d_fc_.get(), in, MlpInWeight(w), d_in, MlpInWeight(g),
+                                 MlpInBias(g), N, C, placement_.local_mlp_in(shape_)));
+  return TensorAllReduce(d_in, NC);  // column-parallel input gradient
 }
 
 template <typename T>

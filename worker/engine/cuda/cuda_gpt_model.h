@@ -355,11 +355,18 @@ class CudaGptModel {
                                            float* losses);
   absl::Status ChoiceHeadBackward(CudaActivations<T>* acts, float d_loss_per_question,
                                   T* d_head_in);
-  // The post placement's layer (LayerNorm after each residual add) and its branches.
+  // The post placement's layer (LayerNorm after each residual add).
   absl::Status PostNormLayerForward(int layer, const MicrobatchId& id, const T* x, T* out,
                                     CudaLayerActivations<T>& s);
   absl::Status PostNormLayerBackward(int layer, const MicrobatchId& id, const T* x,
                                      const CudaLayerActivations<T>& s, T* d_out, T* d_x);
+  // A layer's two branches on their input `in` (the norm's output under pre placement, the
+  // layer's input or h1 under post), in cuda_gpt_model.cc: the attention (QKV, rotary, core,
+  // output projection, its dropout) and the MLP (input projection with its activation,
+  // output projection, its dropout), each row-parallel output summed over the tensor group;
+  // the backwards from the branch's output gradient d_out, d_in overwritten with its input
+  // gradient (summed over the tensor group). The pre placement's forward runs its own form
+  // (the residual add can ride the projection's epilogue).
   absl::Status AttentionBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,
                                       CudaLayerActivations<T>& s);
   absl::Status MlpBranchForward(int layer, const MicrobatchId& id, const T* in, T* out,

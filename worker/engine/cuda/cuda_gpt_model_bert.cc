@@ -201,117 +201,6 @@ absl::Status CudaGptModel<T>::AttentionCoreBackward(const T* d_out, const T* qkv
 }
 
 template <typename T>
-absl::Status CudaGptModel<T>::AttentionBranchForward(int layer, const MicrobatchId& id, const T* in,
-                                                     T* out, CudaLayerActivations<T>& s) {
-  const LayerView<const T>& w = p_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
-  const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = id.evaluation ? 0.0f : options_.dropout;
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, in, QkvWeight(w), QkvBias(w), s.qkv.get(), N, C,
-                                   placement_.local_qkv(shape_), stream_));
-  const AttentionShape shape = LocalAttentionShape();
-  const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  T* attn_y = s.attn_y.size() > 0 ? s.attn_y.get() : core_y_.get();
-  float* lse = s.lse.size() > 0 ? s.lse.get() : core_lse_.get();
-  RETURN_IF_ERROR(AttentionCoreForward(s.qkv.get(), attn_y, lse, shape, att_dropout));
-  // Row-parallel: the replicated bias enters the sum once.
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, attn_y, w.proj_weight,
-                                   placement_.tensor_rank == 0 ? w.proj_bias : nullptr, out, N,
-                                   placement_.local_query(shape_), C, stream_));
-  RETURN_IF_ERROR(TensorAllReduce(out, NC));
-  return DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
-                           stream_);
-}
-
-template <typename T>
-absl::Status CudaGptModel<T>::MlpBranchForward(int layer, const MicrobatchId& id, const T* in,
-                                               T* out, CudaLayerActivations<T>& s) {
-  const LayerView<const T>& w = p_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
-  const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = id.evaluation ? 0.0f : options_.dropout;
-  RETURN_IF_ERROR(layer_blocks::MlpInForward<T>(*blas_, shape_, in, MlpInWeight(w), MlpInBias(w),
-                                                s.fc.get(), s.gelu.get(), N, Fl, stream_));
-  RETURN_IF_ERROR(MatmulForward<T>(*blas_, s.gelu.get(), w.fc_proj_weight,
-                                   placement_.tensor_rank == 0 ? w.fc_proj_bias : nullptr, out, N,
-                                   Fl, C, stream_));
-  RETURN_IF_ERROR(TensorAllReduce(out, NC));
-  return DropoutForward<T>(out, out, NC, p, DropoutKeyFor(id, global_layer, kMlpOutSite), 0,
-                           stream_);
-}
-
-template <typename T>
-absl::Status CudaGptModel<T>::AttentionBranchBackward(int layer, const MicrobatchId& id,
-                                                      const T* in, const CudaLayerActivations<T>& s,
-                                                      const T* d_out, T* d_in) {
-  const LayerView<const T>& w = p_.layers[layer];
-  const LayerView<float>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
-  const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
-  const T* d_branch = d_out;
-  if (p > 0) {
-    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
-                                       DropoutKeyFor(id, global_layer, kAttentionOutSite), 0,
-                                       stream_, kOverwrite));
-    d_branch = d_branch_.get();
-  }
-  const AttentionShape shape = LocalAttentionShape();
-  const AttentionDropout att_dropout{p, DropoutKeyFor(id, global_layer, kAttentionProbSite),
-                                     placement_.tensor_rank * shape.heads, shape_.num_heads};
-  ASSIGN_OR_RETURN(const auto core, AttentionCoreFor(s, shape, att_dropout));
-  const auto [attn_y, lse] = core;
-  RETURN_IF_ERROR(LinearBackward(layer, d_branch, attn_y, w.proj_weight, d_attn_y_.get(),
-                                 g.proj_weight, g.proj_bias, N, placement_.local_query(shape_), C));
-  RETURN_IF_ERROR(AttentionCoreBackward(d_attn_y_.get(), s.qkv.get(), attn_y, lse, d_qkv_.get(),
-                                        shape, att_dropout));
-  RETURN_IF_ERROR(LinearBackward(layer, d_qkv_.get(), in, QkvWeight(w), d_in, QkvWeight(g),
-                                 QkvBias(g), N, C, placement_.local_qkv(shape_)));
-  return TensorAllReduce(d_in, NC);  // column-parallel input gradient
-}
-
-template <typename T>
-absl::Status CudaGptModel<T>::MlpBranchBackward(int layer, const MicrobatchId& id, const T* in,
-                                                const CudaLayerActivations<T>& s, const T* d_out,
-                                                T* d_in) {
-  const LayerView<const T>& w = p_.layers[layer];
-  const LayerView<float>& g = g_.layers[layer];
-  const int global_layer = placement_.first_layer + layer;
-  const int N = batch_ * shape_.seq_length;
-  const int C = shape_.hidden;
-  const int Fl = placement_.local_ffn(shape_);
-  const size_t NC = static_cast<size_t>(N) * C;
-  const float p = options_.dropout;
-  const T* d_branch = d_out;
-  if (p > 0) {
-    RETURN_IF_ERROR(DropoutBackward<T>(d_out, d_branch_.get(), NC, p,
-                                       DropoutKeyFor(id, global_layer, kMlpOutSite), 0, stream_,
-                                       kOverwrite));
-    d_branch = d_branch_.get();
-  }
-  const bool defer = deferring_ != nullptr;
-  RETURN_IF_ERROR(layer_blocks::MlpOutBackward<T>(
-      *blas_, shape_, d_branch, s.gelu.get(), s.fc.get(), w.fc_proj_weight, d_gelu_.get(),
-      d_fc_.get(), defer ? nullptr : g.fc_proj_weight, defer ? nullptr : g.fc_proj_bias, N, Fl,
-      stream_));
-  if (defer) {
-    RETURN_IF_ERROR(DeferWeightGradient(layer, d_branch, s.gelu.get(), g.fc_proj_weight,
-                                        g.fc_proj_bias, N, Fl, C));
-  }
-  RETURN_IF_ERROR(LinearBackward(layer, d_fc_.get(), in, MlpInWeight(w), d_in, MlpInWeight(g),
-                                 MlpInBias(g), N, C, placement_.local_mlp_in(shape_)));
-  return TensorAllReduce(d_in, NC);  // column-parallel input gradient
-}
-
-template <typename T>
 absl::Status CudaGptModel<T>::PostNormLayerForward(int layer, const MicrobatchId& id, const T* x,
                                                    T* out, CudaLayerActivations<T>& s) {
   const LayerView<const T>& w = p_.layers[layer];
@@ -676,14 +565,6 @@ absl::Status CudaGptModel<T>::ChoiceHeadBackward(CudaActivations<T>* acts,
   template absl::Status CudaGptModel<T>::AttentionCoreBackward(                                   \
       const T*, const T*, const T*, const float*, T*, const AttentionShape&,                      \
       const AttentionDropout&);                                                                   \
-  template absl::Status CudaGptModel<T>::AttentionBranchForward(                                  \
-      int, const MicrobatchId&, const T*, T*, CudaLayerActivations<T>&);                          \
-  template absl::Status CudaGptModel<T>::MlpBranchForward(int, const MicrobatchId&, const T*, T*, \
-                                                          CudaLayerActivations<T>&);              \
-  template absl::Status CudaGptModel<T>::AttentionBranchBackward(                                 \
-      int, const MicrobatchId&, const T*, const CudaLayerActivations<T>&, const T*, T*);          \
-  template absl::Status CudaGptModel<T>::MlpBranchBackward(                                       \
-      int, const MicrobatchId&, const T*, const CudaLayerActivations<T>&, const T*, T*);          \
   template absl::Status CudaGptModel<T>::PostNormLayerForward(int, const MicrobatchId&, const T*, \
                                                               T*, CudaLayerActivations<T>&);      \
   template absl::Status CudaGptModel<T>::PostNormLayerBackward(                                   \
